@@ -1,0 +1,51 @@
+# Finds the libraries libbptrain links against and fills BPT_PRIVATE_LIBRARIES,
+# BPT_PRIVATE_INCLUDES, BPT_PRIVATE_DEFINITIONS and BPT_OPTIONAL_SOURCES.
+
+find_package(OpenMP REQUIRED COMPONENTS C)
+find_package(ZLIB REQUIRED)
+
+# Debian ships OpenBLAS built for pthreads and for OpenMP. We want the OpenMP one so that BLAS and
+# our element-wise loops share one thread pool instead of two pools spinning against each other.
+set(BPT_OPENBLAS_HINTS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp)
+find_library(BPT_OPENBLAS_LIBRARY NAMES openblas HINTS ${BPT_OPENBLAS_HINTS} NO_DEFAULT_PATH)
+if(NOT BPT_OPENBLAS_LIBRARY)
+  find_library(BPT_OPENBLAS_LIBRARY NAMES openblas REQUIRED)
+endif()
+get_filename_component(BPT_OPENBLAS_DIR ${BPT_OPENBLAS_LIBRARY} DIRECTORY)
+get_filename_component(BPT_OPENBLAS_VARIANT ${BPT_OPENBLAS_DIR} NAME)
+find_path(BPT_CBLAS_INCLUDE_DIR cblas.h
+  HINTS /usr/include/x86_64-linux-gnu/${BPT_OPENBLAS_VARIANT} /usr/include/aarch64-linux-gnu/${BPT_OPENBLAS_VARIANT}
+  /usr/include/openblas)
+if(NOT BPT_CBLAS_INCLUDE_DIR)
+  message(FATAL_ERROR "cblas.h not found: install libopenblas-openmp-dev")
+endif()
+message(STATUS "bptrain: OpenBLAS ${BPT_OPENBLAS_LIBRARY}")
+
+list(APPEND BPT_PRIVATE_LIBRARIES ${BPT_OPENBLAS_LIBRARY} OpenMP::OpenMP_C ZLIB::ZLIB m)
+list(APPEND BPT_PRIVATE_INCLUDES ${BPT_CBLAS_INCLUDE_DIR})
+# Keep the OpenMP OpenBLAS at run time too: the plain libopenblas.so.0 link may point at the pthread build.
+set(CMAKE_BUILD_RPATH ${BPT_OPENBLAS_DIR})
+set(CMAKE_INSTALL_RPATH ${BPT_OPENBLAS_DIR})
+
+# Resolves an ON/OFF/AUTO option: ON fails loudly when the dependency is missing.
+function(bpt_resolve_option option found out)
+  if(${option} STREQUAL "OFF")
+    set(${out} OFF PARENT_SCOPE)
+  elseif(${found})
+    set(${out} ON PARENT_SCOPE)
+  elseif(${option} STREQUAL "ON")
+    message(FATAL_ERROR "${option} requested but its dependency was not found")
+  else()
+    set(${out} OFF PARENT_SCOPE)
+  endif()
+endfunction()
+
+include(cmake/cuda.cmake OPTIONAL)
+include(cmake/mpi.cmake OPTIONAL)
+
+foreach(feature CUDA MPI NCCL)
+  if(NOT DEFINED BPT_HAVE_${feature})
+    set(BPT_HAVE_${feature} OFF)
+  endif()
+  message(STATUS "bptrain: ${feature} ${BPT_HAVE_${feature}} (BPT_WITH_${feature}=${BPT_WITH_${feature}})")
+endforeach()

@@ -1,0 +1,46 @@
+/* Shared helpers for the examples: option parsing, a progress bar, timing, evaluation and error exits.
+ * Not part of the library: examples show the public API, these keep them short. */
+#ifndef BPT_EXAMPLE_UTIL_H
+#define BPT_EXAMPLE_UTIL_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "bptrain.h"
+
+/* Prints the context's last error with the failing expression and exits(1): examples stop at the first error. */
+#define EXAMPLE_CHECK(context, expression)                                                                  \
+  do {                                                                                                      \
+    bpt_status example_status_ = (expression);                                                              \
+    if (example_status_ != BPT_OK) example_fail((context), example_status_, #expression, __FILE__, __LINE__); \
+  } while (0)
+
+void example_fail(const bpt_context *context, bpt_status status, const char *expression, const char *file, int line);
+
+/* Looks for "--name value" in argv; returns the value or NULL. "--name" alone makes example_flag true. */
+const char *example_option(int argc, char **argv, const char *name);
+bool example_flag(int argc, char **argv, const char *name);
+long example_option_long(int argc, char **argv, const char *name, long fallback);
+double example_option_double(int argc, char **argv, const char *name, double fallback);
+/* Fails with a message naming any argument not in the NULL-terminated lists of valued and plain flags. */
+void example_check_arguments(int argc, char **argv, const char *const *valued, const char *const *flags,
+                             const char *usage);
+
+double example_seconds(void);
+
+/* A one-line progress bar on stderr: "epoch 1/5 [=====>    ] 30000/60000  41234 samples/s  loss 0.4312". */
+typedef struct example_progress {
+  const char *label;
+  long total, done;
+  double start, last_draw;
+  bool interactive;
+} example_progress;
+void example_progress_start(example_progress *progress, const char *label, long total);
+void example_progress_update(example_progress *progress, long done, double running_loss);
+void example_progress_finish(example_progress *progress, double running_loss);
+
+/* Runs the graph forward over a data set and returns the fraction of argmax(logits) equal to the label. */
+bpt_status example_accuracy(bpt_context *context, bpt_graph *graph, bpt_node *images_input, bpt_node *labels_input,
+                            bpt_node *logits, bpt_dataset *dataset, long batch, double *accuracy, double *mean_loss);
+
+#endif

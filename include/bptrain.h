@@ -1,0 +1,18 @@
+/**
+ * @file bptrain.h
+ * @brief libbptrain: the one header a user includes.
+ *
+ * Everything public lives behind opaque handles; every call that can fail returns a ::bpt_status and
+ * leaves a message in its context (bpt_context_last_error()). Nothing here aborts the host process.
+ */
+#ifndef BPTRAIN_H
+#define BPTRAIN_H
+
+#include "bptrain/common.h"
+#include "bptrain/context.h"
+#include "bptrain/tensor.h"
+#include "bptrain/graph.h"
+#include "bptrain/optimizer.h"
+#include "bptrain/data.h"
+
+#endif

@@ -1,0 +1,55 @@
+/**
+ * @file context.h
+ * @brief The context: which backend runs the work, how many threads, which seed, and the last error.
+ */
+#ifndef BPTRAIN_CONTEXT_H
+#define BPTRAIN_CONTEXT_H
+
+#include "common.h"
+
+BPT_EXTERN_C_BEGIN
+
+/** A library instance bound to one backend. Not thread-safe: use one context per thread. */
+typedef struct bpt_context bpt_context;
+
+/** Options for bpt_context_create(); get them from bpt_context_options_default(). */
+typedef struct bpt_context_options {
+  size_t size;         /**< sizeof(bpt_context_options), set by the default function */
+  const char *backend; /**< "cpu" (default), "cuda" or "fpga-sim" */
+  int num_threads;     /**< CPU threads for BLAS and element-wise loops; 0 means all cores */
+  uint64_t seed;       /**< seeds initialisers and stochastic ops; equal seeds give equal runs */
+} bpt_context_options;
+
+/** @return the default options: backend "cpu", all cores, seed 42. */
+BPT_API bpt_context_options bpt_context_options_default(void);
+
+/**
+ * Creates a context. On failure *out is NULL and bpt_context_last_error(NULL) says why.
+ * @param options may be NULL for the defaults
+ */
+BPT_API bpt_status bpt_context_create(const bpt_context_options *options, bpt_context **out);
+
+/** Destroys a context; graphs, tensors and data sets made from it must be destroyed first. NULL is a no-op. */
+BPT_API void bpt_context_destroy(bpt_context *context);
+
+/**
+ * @return the message of the last failed call on @p context ("" if none). With NULL, the message of the
+ * last failed call on this thread that had no context to report to (such as bpt_context_create()).
+ */
+BPT_API const char *bpt_context_last_error(const bpt_context *context);
+
+/** @return the name of the backend the context runs on, or NULL for a NULL context. */
+BPT_API const char *bpt_context_backend(const bpt_context *context);
+
+/** @return the number of CPU threads the context uses, or 0 for a NULL context. */
+BPT_API int bpt_context_num_threads(const bpt_context *context);
+
+/** @return how many backends are compiled into this build. */
+BPT_API int bpt_backend_count(void);
+
+/** @return the name of backend @p index (0 <= index < bpt_backend_count()), or NULL. */
+BPT_API const char *bpt_backend_name(int index);
+
+BPT_EXTERN_C_END
+
+#endif

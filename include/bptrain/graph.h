@@ -1,0 +1,142 @@
+/**
+ * @file graph.h
+ * @brief Define-then-run graphs: declare inputs, parameters and ops once, compile, then run forward and
+ * backward for each batch.
+ *
+ * Shapes of inputs and activations are given per sample; every such node gets a leading batch dimension.
+ * A graph is compiled for a largest batch and may then run any batch from 1 up to it.
+ */
+#ifndef BPTRAIN_GRAPH_H
+#define BPTRAIN_GRAPH_H
+
+#include "tensor.h"
+
+BPT_EXTERN_C_BEGIN
+
+/** A computation graph with its parameters, gradients and activations. */
+typedef struct bpt_graph bpt_graph;
+/** One value in a graph: an input, a parameter or the result of an op. Owned by its graph. */
+typedef struct bpt_node bpt_node;
+
+/** How a parameter is filled when the graph is compiled. */
+typedef enum bpt_initializer {
+  BPT_INIT_ZEROS = 0,
+  BPT_INIT_ONES = 1,
+  BPT_INIT_HE_NORMAL = 2,     /**< N(0, 2 / fan_in) */
+  BPT_INIT_HE_UNIFORM = 3,    /**< U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)) */
+  BPT_INIT_XAVIER_NORMAL = 4, /**< N(0, 2 / (fan_in + fan_out)) */
+  BPT_INIT_XAVIER_UNIFORM = 5 /**< U(-sqrt(6 / (fan_in + fan_out)), +sqrt(...)) */
+} bpt_initializer;
+
+/** Creates an empty graph on @p context's backend. */
+BPT_API bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out);
+
+/** Destroys a graph with its nodes and device memory. NULL is a no-op. */
+BPT_API void bpt_graph_destroy(bpt_graph *graph);
+
+/**
+ * Declares an input fed per batch with bpt_graph_set_input().
+ * @param dims per-sample shape (the batch dimension is implied), @p rank of them; rank 0 for one value
+ *        per sample such as an integer label
+ * @param dtype ::BPT_DTYPE_F32 for data, ::BPT_DTYPE_I32 for class labels
+ */
+BPT_API bpt_status bpt_graph_input(bpt_graph *graph, const char *name, bpt_dtype dtype, int rank,
+                                   const int64_t *dims, bpt_node **out);
+
+/**
+ * Declares a trainable f32 parameter (no batch dimension), filled by @p initializer at compile time.
+ * Fan-in is the product of dims[1..]; fan-out is dims[0] times the product of dims[2..].
+ */
+BPT_API bpt_status bpt_graph_parameter(bpt_graph *graph, const char *name, int rank, const int64_t *dims,
+                                       bpt_initializer initializer, bpt_node **out);
+
+/** y = x W^T + b. x: (N, in) or (N, ...) flattened; W: (out, in); b: (out) or NULL. */
+BPT_API bpt_status bpt_linear(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight,
+                              bpt_node *bias, bpt_node **out);
+/** y = max(x, 0). */
+BPT_API bpt_status bpt_relu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = x for x > 0, slope * x otherwise. */
+BPT_API bpt_status bpt_leaky_relu(bpt_graph *graph, const char *name, bpt_node *x, float slope, bpt_node **out);
+/** y = 1 / (1 + exp(-x)). */
+BPT_API bpt_status bpt_sigmoid(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = tanh(x). */
+BPT_API bpt_status bpt_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/**
+ * Mean over the batch of -log softmax(logits)[label], computed stably in one op.
+ * @param logits (N, classes) f32; @param labels (N) i32 input with values in [0, classes)
+ */
+BPT_API bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_node *logits,
+                                             bpt_node *labels, bpt_node **out);
+/** Mean over all elements of (prediction - target)^2; both nodes must have the same shape. */
+BPT_API bpt_status bpt_mse_loss(bpt_graph *graph, const char *name, bpt_node *prediction, bpt_node *target,
+                                bpt_node **out);
+
+/**
+ * Layer helper: creates parameters "<name>.weight" (out_features, in) with @p initializer and
+ * "<name>.bias" (out_features, zeros), then a linear op named @p name.
+ */
+BPT_API bpt_status bpt_layer_linear(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_features,
+                                    bpt_initializer initializer, bpt_node **out);
+
+/**
+ * Compiles the graph for batches of up to @p max_batch samples: infers shapes, orders the nodes,
+ * plans and allocates memory, and initialises parameters from the context's seed. No nodes can be added
+ * afterwards.
+ * @param loss the scalar node that backward differentiates; NULL for an inference-only graph
+ */
+BPT_API bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch);
+
+/**
+ * Copies one batch into input @p node. Dimension 0 of @p tensor is the batch size (1..max_batch); the
+ * other dimensions and the dtype must match the input's declaration. All inputs of one run must agree.
+ */
+BPT_API bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tensor *tensor);
+
+/** Runs the forward pass on the batch set by bpt_graph_set_input(). */
+BPT_API bpt_status bpt_graph_forward(bpt_graph *graph);
+
+/** Runs the backward pass from the loss; parameter gradients are overwritten. Requires a forward first. */
+BPT_API bpt_status bpt_graph_backward(bpt_graph *graph);
+
+/** Like bpt_graph_backward() but adds to the parameter gradients (gradient accumulation). */
+BPT_API bpt_status bpt_graph_backward_accumulate(bpt_graph *graph);
+
+/** Sets every parameter gradient to zero. */
+BPT_API bpt_status bpt_graph_zero_gradients(bpt_graph *graph);
+
+/** Reads the loss of the last forward pass. */
+BPT_API bpt_status bpt_graph_loss(bpt_graph *graph, float *loss);
+
+/**
+ * Copies @p node's value from the last forward pass into @p tensor, whose dimension 0 is set to the batch
+ * size. The tensor must have the node's dtype and enough capacity.
+ */
+BPT_API bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *tensor);
+
+/** @return the total number of f32 parameter elements (0 before compile or for NULL). */
+BPT_API int64_t bpt_graph_parameter_count(const bpt_graph *graph);
+
+/** Copies all parameters, in declaration order, to @p values (bpt_graph_parameter_count() floats). */
+BPT_API bpt_status bpt_graph_read_parameters(bpt_graph *graph, float *values, int64_t count);
+
+/** Overwrites all parameters, in declaration order, from @p values. */
+BPT_API bpt_status bpt_graph_write_parameters(bpt_graph *graph, const float *values, int64_t count);
+
+/** Copies all parameter gradients, in declaration order, to @p values. */
+BPT_API bpt_status bpt_graph_read_gradients(bpt_graph *graph, float *values, int64_t count);
+
+/** Finds a node by name; returns ::BPT_ERR_INVALID_ARGUMENT when there is none. */
+BPT_API bpt_status bpt_graph_find_node(bpt_graph *graph, const char *name, bpt_node **out);
+
+/** @return the node's name ("" for NULL). */
+BPT_API const char *bpt_node_name(const bpt_node *node);
+
+/** @return the node's rank including the batch dimension where it has one. Valid after compile. */
+BPT_API int bpt_node_rank(const bpt_node *node);
+
+/** @return the node's dimension @p axis (dimension 0 is the compiled batch size for batched nodes). */
+BPT_API int64_t bpt_node_dim(const bpt_node *node, int axis);
+
+BPT_EXTERN_C_END
+
+#endif

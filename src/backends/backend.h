@@ -1,0 +1,130 @@
+/* The backend vtable: the only door through which the core reaches memory and kernels on a device.
+ * The core never includes a backend's private header; a backend knows nothing of graphs beyond the
+ * kernel arguments below. A NULL kernel member means "not supported on this backend". */
+#ifndef BPT_BACKEND_H
+#define BPT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bptrain/common.h"
+
+#define BPT_BACKEND_VTABLE_VERSION 1
+
+typedef struct bpt_backend bpt_backend;
+
+/* Element-wise activations share one kernel pair. Values are internal and may change. */
+typedef enum bpt_activation {
+  BPT_ACTIVATION_RELU,
+  BPT_ACTIVATION_LEAKY_RELU,
+  BPT_ACTIVATION_SIGMOID,
+  BPT_ACTIVATION_TANH
+} bpt_activation;
+
+typedef struct bpt_backend_options {
+  int num_threads;
+} bpt_backend_options;
+
+/* Row-major single-precision matrix product C = alpha * op(A) op(B) + beta * C, op(A) (m, k), op(B) (k, n). */
+typedef struct bpt_gemm_args {
+  bool transpose_a, transpose_b;
+  int64_t m, n, k;
+  float alpha;
+  const float *a;
+  int64_t lda;
+  const float *b;
+  int64_t ldb;
+  float beta;
+  float *c;
+  int64_t ldc;
+} bpt_gemm_args;
+
+/* One SGD or Adam step over a contiguous range of parameters. */
+typedef struct bpt_update_args {
+  int64_t count;
+  float *parameters;
+  const float *gradients;
+  float *state0; /* SGD: velocity; Adam: first moment */
+  float *state1; /* Adam: second moment */
+  float learning_rate, weight_decay;
+  float momentum;
+  bool nesterov;
+  float beta1, beta2, epsilon;
+  bool decoupled_weight_decay;
+  int64_t step; /* 1-based step number, for Adam's bias correction */
+} bpt_update_args;
+
+typedef struct bpt_backend_vtable {
+  uint32_t version; /* BPT_BACKEND_VTABLE_VERSION the table was written against */
+  uint32_t size;    /* sizeof(bpt_backend_vtable) the backend was compiled with */
+  const char *name;
+
+  /* Lifetime. create fills backend->state; a device backend fails with BPT_ERR_DEVICE when absent. */
+  bpt_status (*create)(bpt_backend *backend, const bpt_backend_options *options);
+  void (*destroy)(bpt_backend *backend);
+
+  /* Memory. Pointers returned by alloc are device pointers, only passed back to this backend. */
+  bpt_status (*alloc)(bpt_backend *backend, size_t bytes, void **out);
+  void (*free)(bpt_backend *backend, void *pointer);
+  bpt_status (*upload)(bpt_backend *backend, void *device_dst, const void *host_src, size_t bytes);
+  bpt_status (*download)(bpt_backend *backend, void *host_dst, const void *device_src, size_t bytes);
+  bpt_status (*copy)(bpt_backend *backend, void *device_dst, const void *device_src, size_t bytes);
+  bpt_status (*memset_zero)(bpt_backend *backend, void *device_dst, size_t bytes);
+  bpt_status (*synchronize)(bpt_backend *backend); /* optional: NULL for synchronous backends */
+
+  /* Dense algebra. */
+  bpt_status (*gemm)(bpt_backend *backend, const bpt_gemm_args *args);
+  /* y (rows, cols) += bias (cols) broadcast over rows */
+  bpt_status (*bias_add)(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
+  /* bias_gradient (cols) += sum over rows of dy (rows, cols) */
+  bpt_status (*bias_backward)(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
+                              float *bias_gradient);
+
+  /* Activations: y = f(x); dx += f'(x) * dy, given x and y (each kernel reads what it needs). */
+  bpt_status (*activation_forward)(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                   const float *x, float *y);
+  bpt_status (*activation_backward)(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                    const float *x, const float *y, const float *dy, float *dx);
+
+  /* Losses. Softmax cross-entropy keeps the probabilities (batch, classes) for its backward; loss is one
+   * float, the mean over the batch. Backward: dlogits += (probabilities - onehot) * loss_gradient / batch. */
+  bpt_status (*softmax_cross_entropy_forward)(bpt_backend *backend, int64_t batch, int64_t classes,
+                                              const float *logits, const int32_t *labels, float *probabilities,
+                                              float *loss);
+  bpt_status (*softmax_cross_entropy_backward)(bpt_backend *backend, int64_t batch, int64_t classes,
+                                               const float *probabilities, const int32_t *labels,
+                                               const float *loss_gradient, float *dlogits);
+  /* loss = mean (p - t)^2; backward: dp += 2 (p - t) / count * loss_gradient, dt likewise negated (dt may be NULL) */
+  bpt_status (*mse_forward)(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
+                            float *loss);
+  bpt_status (*mse_backward)(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
+                             const float *loss_gradient, float *dprediction, float *dtarget);
+
+  /* Weight updates over the flat parameter block. */
+  bpt_status (*sgd_update)(bpt_backend *backend, const bpt_update_args *args);
+  bpt_status (*adam_update)(bpt_backend *backend, const bpt_update_args *args);
+
+  /* Later kernels are appended below, one block per feature, never inserted above. */
+} bpt_backend_vtable;
+
+/* A backend instance. The core owns it; error_message is filled by a failing member. */
+struct bpt_backend {
+  const bpt_backend_vtable *vtable;
+  void *state;
+  int num_threads;
+  char error_message[256];
+};
+
+/* Registration: each backend exports one function returning its table, listed once in registry.c. */
+typedef const bpt_backend_vtable *(*bpt_backend_register_fn)(void);
+
+int bpt_backend_registry_count(void);
+const bpt_backend_vtable *bpt_backend_registry_get(int index);
+const bpt_backend_vtable *bpt_backend_registry_find(const char *name);
+
+/* Writes a printf-style message into backend->error_message and returns status. */
+bpt_status bpt_backend_fail(bpt_backend *backend, bpt_status status, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,72 @@
+/* The CPU backend's table and memory functions. Device memory is host memory, 64-byte aligned. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "backends/cpu/cpu.h"
+
+static bpt_status cpu_create(bpt_backend *backend, const bpt_backend_options *options) {
+  int threads = options->num_threads > 0 ? options->num_threads : omp_get_num_procs();
+  backend->num_threads = threads;
+  backend->state = NULL;
+  /* Both calls: the OpenMP build of OpenBLAS follows omp_set_num_threads, the pthread build does not. */
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  return BPT_OK;
+}
+
+static void cpu_destroy(bpt_backend *backend) { (void)backend; }
+
+static bpt_status cpu_alloc(bpt_backend *backend, size_t bytes, void **out) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  *out = aligned_alloc(64, rounded ? rounded : 64);
+  if (!*out) return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes", bytes);
+  return BPT_OK;
+}
+
+static void cpu_free(bpt_backend *backend, void *pointer) {
+  (void)backend;
+  free(pointer);
+}
+
+static bpt_status cpu_copy(bpt_backend *backend, void *dst, const void *src, size_t bytes) {
+  (void)backend;
+  if (bytes) memmove(dst, src, bytes);
+  return BPT_OK;
+}
+
+static bpt_status cpu_memset_zero(bpt_backend *backend, void *dst, size_t bytes) {
+  (void)backend;
+  if (bytes) memset(dst, 0, bytes);
+  return BPT_OK;
+}
+
+static const bpt_backend_vtable cpu_vtable = {
+    .version = BPT_BACKEND_VTABLE_VERSION,
+    .size = sizeof(bpt_backend_vtable),
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .memset_zero = cpu_memset_zero,
+    .synchronize = NULL,
+    .gemm = bpt_cpu_gemm,
+    .bias_add = bpt_cpu_bias_add,
+    .bias_backward = bpt_cpu_bias_backward,
+    .activation_forward = bpt_cpu_activation_forward,
+    .activation_backward = bpt_cpu_activation_backward,
+    .softmax_cross_entropy_forward = bpt_cpu_softmax_cross_entropy_forward,
+    .softmax_cross_entropy_backward = bpt_cpu_softmax_cross_entropy_backward,
+    .mse_forward = bpt_cpu_mse_forward,
+    .mse_backward = bpt_cpu_mse_backward,
+    .sgd_update = bpt_cpu_sgd_update,
+    .adam_update = bpt_cpu_adam_update,
+};
+
+const bpt_backend_vtable *bpt_cpu_backend_register(void) { return &cpu_vtable; }

@@ -1,0 +1,74 @@
+/* Element-wise CPU kernels: bias broadcast and reduction, and the activation pairs.
+ * Loops are flat and OpenMP-parallel above a size threshold so small layers stay single-threaded. */
+#include <math.h>
+
+#include "backends/cpu/cpu.h"
+
+bpt_status bpt_cpu_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y) {
+  (void)backend;
+#pragma omp parallel for if (rows * cols > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t r = 0; r < rows; r++) {
+    float *row = y + r * cols;
+    for (int64_t c = 0; c < cols; c++) row[c] += bias[c];
+  }
+  return BPT_OK;
+}
+
+bpt_status bpt_cpu_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
+                                 float *bias_gradient) {
+  (void)backend;
+  /* Columns are independent, so split them across threads; each thread walks rows in order. */
+#pragma omp parallel for if (rows * cols > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t c0 = 0; c0 < cols; c0 += 64) {
+    int64_t c1 = c0 + 64 < cols ? c0 + 64 : cols;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = c0; c < c1; c++) bias_gradient[c] += dy[r * cols + c];
+  }
+  return BPT_OK;
+}
+
+bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                      const float *x, float *y) {
+  switch (kind) {
+  case BPT_ACTIVATION_RELU:
+#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    return BPT_OK;
+  case BPT_ACTIVATION_LEAKY_RELU:
+#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : parameter * x[i];
+    return BPT_OK;
+  case BPT_ACTIVATION_SIGMOID:
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+    return BPT_OK;
+  case BPT_ACTIVATION_TANH:
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) y[i] = tanhf(x[i]);
+    return BPT_OK;
+  }
+  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+}
+
+bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                       const float *x, const float *y, const float *dy, float *dx) {
+  switch (kind) {
+  case BPT_ACTIVATION_RELU:
+#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+    return BPT_OK;
+  case BPT_ACTIVATION_LEAKY_RELU:
+#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) dx[i] += x[i] > 0.0f ? dy[i] : parameter * dy[i];
+    return BPT_OK;
+  case BPT_ACTIVATION_SIGMOID:
+#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * y[i] * (1.0f - y[i]);
+    return BPT_OK;
+  case BPT_ACTIVATION_TANH:
+#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+    return BPT_OK;
+  }
+  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+}

@@ -1,0 +1,16 @@
+/* Matrix products on the CPU: every one goes to OpenBLAS cblas_sgemm (row-major). */
+#include <cblas.h>
+
+#include "backends/cpu/cpu.h"
+
+bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
+  if (args->m < 0 || args->n < 0 || args->k < 0 || args->m > INT32_MAX || args->n > INT32_MAX || args->k > INT32_MAX)
+    return bpt_backend_fail(backend, BPT_ERR_SHAPE, "gemm dimensions %lld x %lld x %lld are out of range",
+                            (long long)args->m, (long long)args->n, (long long)args->k);
+  if (args->m == 0 || args->n == 0) return BPT_OK;
+  cblas_sgemm(CblasRowMajor, args->transpose_a ? CblasTrans : CblasNoTrans,
+              args->transpose_b ? CblasTrans : CblasNoTrans, (blasint)args->m, (blasint)args->n, (blasint)args->k,
+              args->alpha, args->a, (blasint)args->lda, args->b, (blasint)args->ldb, args->beta, args->c,
+              (blasint)args->ldc);
+  return BPT_OK;
+}

@@ -1,0 +1,209 @@
+/* Building a graph: creation, inputs, parameters, generic node creation and node queries.
+ * Ops add their nodes through bpt_graph_add_node(); compile.c and run.c take it from there. */
+#include "core/graph.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
+  if (!out) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_create: out is NULL");
+  *out = NULL;
+  if (!context) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_create: context is NULL");
+  bpt_graph *graph = bpt_calloc(context, 1, sizeof *graph, "graph");
+  if (!graph) return BPT_ERR_OUT_OF_MEMORY;
+  graph->context = context;
+  graph->backend = &context->backend;
+  *out = graph;
+  return BPT_OK;
+}
+
+void bpt_graph_destroy(bpt_graph *graph) {
+  if (!graph) return;
+  bpt_graph_release_memory(graph);
+  for (int i = 0; i < graph->node_count; i++) free(graph->nodes[i]);
+  free(graph->nodes);
+  free(graph);
+}
+
+static bool name_taken(const bpt_graph *graph, const char *name) {
+  for (int i = 0; i < graph->node_count; i++)
+    if (strcmp(graph->nodes[i]->name, name) == 0) return true;
+  return false;
+}
+
+bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
+                              int input_count, bpt_node **out) {
+  const bpt_op_definition *definition = bpt_op_get(op);
+  if (out) *out = NULL;
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", definition->name);
+  bpt_context *context = graph->context;
+  if (!out) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: out is NULL", definition->name);
+  if (graph->compiled)
+    return bpt_error(context, BPT_ERR_STATE, "%s: the graph is already compiled; nodes cannot be added",
+                     definition->name);
+  if (input_count > bpt_op_max_inputs(op) || input_count > BPT_MAX_INPUTS)
+    return bpt_error(context, BPT_ERR_INTERNAL, "%s: %d inputs", definition->name, input_count);
+  for (int i = 0; i < input_count; i++) {
+    if (!inputs[i]) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: input %d is NULL", definition->name, i);
+    if (inputs[i]->graph != graph)
+      return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: input '%s' belongs to another graph",
+                       definition->name, inputs[i]->name);
+  }
+  char generated[BPT_NAME_SIZE];
+  if (!name || !name[0]) {
+    snprintf(generated, sizeof generated, "%s_%d", definition->name, graph->node_count);
+    name = generated;
+  }
+  if (strlen(name) >= BPT_NAME_SIZE)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: name '%.20s...' is longer than %d characters",
+                     definition->name, name, BPT_NAME_SIZE - 1);
+  if (name_taken(graph, name))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: a node named '%s' already exists", definition->name,
+                     name);
+  if (graph->node_count == graph->node_capacity) {
+    int capacity = graph->node_capacity ? graph->node_capacity * 2 : 32;
+    bpt_node **nodes = realloc(graph->nodes, (size_t)capacity * sizeof *nodes);
+    if (!nodes) return bpt_error(context, BPT_ERR_OUT_OF_MEMORY, "%s: out of memory", definition->name);
+    graph->nodes = nodes;
+    graph->node_capacity = capacity;
+  }
+  bpt_node *node = bpt_calloc(context, 1, sizeof *node, "node");
+  if (!node) return BPT_ERR_OUT_OF_MEMORY;
+  node->graph = graph;
+  node->index = graph->node_count;
+  node->op = op;
+  snprintf(node->name, sizeof node->name, "%s", name);
+  node->input_count = input_count;
+  for (int i = 0; i < input_count; i++) {
+    node->inputs[i] = inputs[i];
+    if (inputs[i]->requires_grad) node->requires_grad = true;
+  }
+  node->dtype = BPT_DTYPE_F32;
+  if (definition->infer_shape) {
+    bpt_status status = definition->infer_shape(node);
+    if (status != BPT_OK) {
+      free(node);
+      return status;
+    }
+  }
+  graph->nodes[graph->node_count++] = node;
+  *out = node;
+  return BPT_OK;
+}
+
+static bpt_status check_dims(bpt_graph *graph, const char *what, const char *name, int rank, const int64_t *dims,
+                             int minimum_rank, int maximum_rank) {
+  if (rank < minimum_rank || rank > maximum_rank)
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': rank %d is outside [%d, %d]", what, name ? name : "",
+                     rank, minimum_rank, maximum_rank);
+  if (rank > 0 && !dims)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s '%s': dims is NULL", what, name ? name : "");
+  for (int i = 0; i < rank; i++)
+    if (dims[i] <= 0 || dims[i] > (INT64_C(1) << 31))
+      return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': dimension %d is %lld, must be in [1, 2^31]", what,
+                       name ? name : "", i, (long long)dims[i]);
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_input(bpt_graph *graph, const char *name, bpt_dtype dtype, int rank, const int64_t *dims,
+                           bpt_node **out) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_input: graph is NULL");
+  BPT_CHECK(check_dims(graph, "input", name, rank, dims, 0, BPT_MAX_RANK - 1));
+  if (dtype != BPT_DTYPE_F32 && dtype != BPT_DTYPE_I32)
+    return bpt_error(graph->context, BPT_ERR_DTYPE, "input '%s': dtype %s is not accepted (f32 or i32)",
+                     name ? name : "", bpt_dtype_name(dtype));
+  BPT_CHECK(bpt_graph_add_node(graph, BPT_OP_INPUT, name, NULL, 0, out));
+  bpt_node *node = *out;
+  node->dtype = dtype;
+  node->batched = true;
+  node->rank = rank + 1;
+  node->dims[0] = 1;
+  for (int i = 0; i < rank; i++) node->dims[i + 1] = dims[i];
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_parameter(bpt_graph *graph, const char *name, int rank, const int64_t *dims,
+                               bpt_initializer initializer, bpt_node **out) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_parameter: graph is NULL");
+  BPT_CHECK(check_dims(graph, "parameter", name, rank, dims, 1, BPT_MAX_RANK));
+  if ((unsigned)initializer > (unsigned)BPT_INIT_XAVIER_UNIFORM)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "parameter '%s': unknown initializer %d",
+                     name ? name : "", (int)initializer);
+  BPT_CHECK(bpt_graph_add_node(graph, BPT_OP_PARAMETER, name, NULL, 0, out));
+  bpt_node *node = *out;
+  node->rank = rank;
+  for (int i = 0; i < rank; i++) node->dims[i] = dims[i];
+  node->requires_grad = true;
+  node->initializer = initializer;
+  return BPT_OK;
+}
+
+bpt_status bpt_layer_linear(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_features,
+                            bpt_initializer initializer, bpt_node **out) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_linear: graph is NULL");
+  if (!x || !name || !out)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_linear: x, name and out must be non-NULL");
+  char parameter_name[BPT_NAME_SIZE + 8];
+  bpt_node *weight, *bias;
+  int64_t in_features = bpt_node_inner_count(x);
+  int64_t weight_dims[2] = {out_features, in_features};
+  snprintf(parameter_name, sizeof parameter_name, "%s.weight", name);
+  BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 2, weight_dims, initializer, &weight));
+  snprintf(parameter_name, sizeof parameter_name, "%s.bias", name);
+  BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 1, &out_features, BPT_INIT_ZEROS, &bias));
+  return bpt_linear(graph, name, x, weight, bias, out);
+}
+
+int64_t bpt_node_inner_count(const bpt_node *node) {
+  int64_t count = 1;
+  for (int i = node->batched ? 1 : 0; i < node->rank; i++) count *= node->dims[i];
+  return count;
+}
+
+int64_t bpt_node_count(const bpt_node *node) {
+  return node->batched ? node->graph->batch * bpt_node_inner_count(node) : bpt_node_inner_count(node);
+}
+
+bpt_status bpt_node_error(const bpt_node *node, bpt_status status, const char *format, ...) {
+  char message[BPT_ERROR_MESSAGE_SIZE];
+  va_list arguments;
+  va_start(arguments, format);
+  vsnprintf(message, sizeof message, format, arguments);
+  va_end(arguments);
+  return bpt_error(node->graph->context, status, "%s '%s': %s", bpt_op_get(node->op)->name, node->name, message);
+}
+
+bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char *kernel) {
+  if (status == BPT_OK) return BPT_OK;
+  return bpt_node_error(node, status, "kernel '%s' failed on backend '%s': %s", kernel,
+                        node->graph->backend->vtable->name, node->graph->backend->error_message);
+}
+
+const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size) {
+  size_t used = 0;
+  buffer[0] = 0;
+  for (int i = 0; i < node->rank && used < size; i++)
+    used += (size_t)snprintf(buffer + used, size - used, i ? "x%lld" : "%lld", (long long)node->dims[i]);
+  if (node->rank == 0) snprintf(buffer, size, "scalar");
+  return buffer;
+}
+
+bpt_status bpt_graph_find_node(bpt_graph *graph, const char *name, bpt_node **out) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_find_node: graph is NULL");
+  if (!name || !out) return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_find_node: NULL argument");
+  for (int i = 0; i < graph->node_count; i++)
+    if (strcmp(graph->nodes[i]->name, name) == 0) {
+      *out = graph->nodes[i];
+      return BPT_OK;
+    }
+  *out = NULL;
+  return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_find_node: no node named '%s'", name);
+}
+
+const char *bpt_node_name(const bpt_node *node) { return node ? node->name : ""; }
+int bpt_node_rank(const bpt_node *node) { return node ? node->rank : 0; }
+int64_t bpt_node_dim(const bpt_node *node, int axis) {
+  return node && axis >= 0 && axis < node->rank ? node->dims[axis] : 0;
+}

@@ -1,0 +1,92 @@
+/* The graph's private layout: nodes, their shapes and device buffers, the flat parameter block,
+ * and the per-run state shared by compile.c, run.c and the ops. */
+#ifndef BPT_CORE_GRAPH_H
+#define BPT_CORE_GRAPH_H
+
+#include <stdbool.h>
+
+#include "bptrain/graph.h"
+#include "core/context.h"
+#include "core/op.h"
+
+#define BPT_NAME_SIZE 64
+#define BPT_MAX_INPUTS 4
+#define BPT_MAX_INT_ATTRIBUTES 16
+#define BPT_MAX_FLOAT_ATTRIBUTES 4
+
+struct bpt_node {
+  bpt_graph *graph;
+  int index; /* position in graph->nodes, i.e. creation order */
+  bpt_op_id op;
+  char name[BPT_NAME_SIZE];
+  bpt_node *inputs[BPT_MAX_INPUTS];
+  int input_count;
+  int64_t int_attributes[BPT_MAX_INT_ATTRIBUTES];
+  float float_attributes[BPT_MAX_FLOAT_ATTRIBUTES];
+
+  /* Shape: dims[0] is the batch (compiled maximum) when batched. Filled at creation for inputs and
+   * parameters, by the op's infer_shape for the rest. */
+  bpt_dtype dtype;
+  int rank;
+  int64_t dims[BPT_MAX_RANK];
+  bool batched;
+  bool requires_grad;
+  bpt_initializer initializer;
+
+  /* Device memory, valid after compile. Parameters point into the flat blocks. */
+  void *value;
+  float *grad;
+  void *saved;          /* op-private buffer kept from forward to backward (size from op->saved_bytes) */
+  int64_t param_offset; /* parameters: element offset in the flat block */
+  int64_t input_batch;  /* inputs: batch set by the last bpt_graph_set_input, 0 if none */
+};
+
+struct bpt_graph {
+  bpt_context *context;
+  bpt_backend *backend;
+  bpt_node **nodes;
+  int node_count, node_capacity;
+
+  bool compiled;
+  bpt_node *loss;
+  int64_t max_batch;
+  int64_t batch;   /* batch of the current run */
+  bool forward_done;
+  bool backward_done;
+
+  bpt_node **order; /* topological order of the nodes the loss or outputs need: all nodes, creation order */
+  bpt_node **parameters;
+  int parameter_count;
+  int64_t parameter_elements;
+  float *parameter_block; /* device: all parameters, contiguous */
+  float *gradient_block;  /* device: all parameter gradients, same layout */
+  void *activation_arena; /* device: every other node's value, gradient and saved buffer */
+  size_t activation_bytes;
+  float *loss_gradient; /* device: the constant 1 that seeds backward */
+};
+
+/* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */
+int64_t bpt_node_inner_count(const bpt_node *node);
+/* Elements of the node for the current batch. */
+int64_t bpt_node_count(const bpt_node *node);
+/* Adds a node of op with the given inputs; ops then fill attributes. */
+bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
+                              int input_count, bpt_node **out);
+/* Frees the device memory of a compiled (or half-compiled) graph. */
+void bpt_graph_release_memory(bpt_graph *graph);
+/* Shorthand for "<op> '<node>': <message>" errors. */
+bpt_status bpt_node_error(const bpt_node *node, bpt_status status, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Writes "2x3x4" into buffer. */
+const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size);
+
+/* Calls a backend member, turning NULL into BPT_ERR_UNSUPPORTED and failures into messages naming the node. */
+#define BPT_KERNEL(node, member, ...)                                                                   \
+  ((node)->graph->backend->vtable->member                                                              \
+       ? bpt_kernel_result((node), (node)->graph->backend->vtable->member((node)->graph->backend, __VA_ARGS__), \
+                           #member)                                                                    \
+       : bpt_node_error((node), BPT_ERR_UNSUPPORTED, "kernel '%s' is not supported on backend '%s'", #member, \
+                        (node)->graph->backend->vtable->name))
+bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char *kernel);
+
+#endif

@@ -1,0 +1,39 @@
+/* The op interface: each op file defines one bpt_op_definition with its shape inference, forward and
+ * backward side by side. The op enum and table are generated from ops.def. */
+#ifndef BPT_CORE_OP_H
+#define BPT_CORE_OP_H
+
+#include <stddef.h>
+
+#include "bptrain/common.h"
+
+typedef struct bpt_graph bpt_graph;
+typedef struct bpt_node bpt_node;
+
+typedef enum bpt_op_id {
+#define BPT_OP(id, name, inputs) BPT_OP_##id,
+#include "core/ops.def"
+#undef BPT_OP
+  BPT_OP_COUNT
+} bpt_op_id;
+
+typedef struct bpt_op_definition {
+  const char *name;
+  /* Validates the inputs and sets the node's dtype, rank, dims and batched flag. */
+  bpt_status (*infer_shape)(bpt_node *node);
+  /* Bytes of op-private memory kept from forward to backward for the compiled batch (NULL: none). */
+  size_t (*saved_bytes)(const bpt_node *node);
+  bpt_status (*forward)(bpt_node *node);
+  /* Adds (+=) this node's contribution to each input gradient that is required. */
+  bpt_status (*backward)(bpt_node *node);
+} bpt_op_definition;
+
+#define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;
+#include "core/ops.def"
+#undef BPT_OP
+
+const bpt_op_definition *bpt_op_get(bpt_op_id id);
+/* The most inputs an op takes, from ops.def (optional inputs such as a bias may be absent). */
+int bpt_op_max_inputs(bpt_op_id id);
+
+#endif

@@ -1,0 +1,66 @@
+/* linear: y = x W^T + b, with x (N, in), W (out, in), b (out), y (N, out).
+ * All three products run as one GEMM each through the backend. */
+#include "core/graph.h"
+
+static bpt_status linear_infer_shape(bpt_node *node) {
+  bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
+  if (x->dtype != BPT_DTYPE_F32 || weight->dtype != BPT_DTYPE_F32)
+    return bpt_node_error(node, BPT_ERR_DTYPE, "input and weight must be f32");
+  if (!x->batched) return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has no batch dimension", x->name);
+  if (weight->batched || weight->rank != 2)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "weight '%s' must be a 2-D (out, in) tensor without batch", weight->name);
+  int64_t in_features = bpt_node_inner_count(x);
+  if (weight->dims[1] != in_features)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld features, weight '%s' expects %lld", x->name,
+                          (long long)in_features, weight->name, (long long)weight->dims[1]);
+  if (bias && (bias->batched || bpt_node_inner_count(bias) != weight->dims[0]))
+    return bpt_node_error(node, BPT_ERR_SHAPE, "bias '%s' has %lld values, weight '%s' has %lld outputs", bias->name,
+                          (long long)bpt_node_inner_count(bias), weight->name, (long long)weight->dims[0]);
+  node->batched = true;
+  node->rank = 2;
+  node->dims[0] = x->dims[0];
+  node->dims[1] = weight->dims[0];
+  return BPT_OK;
+}
+
+static bpt_status linear_forward(bpt_node *node) {
+  bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
+  int64_t batch = node->graph->batch, in = weight->dims[1], out = weight->dims[0];
+  /* y (N, out) = x (N, in) . W^T (in, out) */
+  bpt_gemm_args product = {.transpose_a = false, .transpose_b = true, .m = batch, .n = out, .k = in, .alpha = 1.0f,
+                           .a = x->value, .lda = in, .b = weight->value, .ldb = in, .beta = 0.0f,
+                           .c = node->value, .ldc = out};
+  BPT_CHECK(BPT_KERNEL(node, gemm, &product));
+  if (bias) BPT_CHECK(BPT_KERNEL(node, bias_add, batch, out, bias->value, node->value));
+  return BPT_OK;
+}
+
+static bpt_status linear_backward(bpt_node *node) {
+  bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
+  int64_t batch = node->graph->batch, in = weight->dims[1], out = weight->dims[0];
+  if (weight->requires_grad) {
+    /* dW (out, in) += dy^T (out, N) . x (N, in) */
+    bpt_gemm_args product = {.transpose_a = true, .transpose_b = false, .m = out, .n = in, .k = batch, .alpha = 1.0f,
+                             .a = node->grad, .lda = out, .b = x->value, .ldb = in, .beta = 1.0f,
+                             .c = weight->grad, .ldc = in};
+    BPT_CHECK(BPT_KERNEL(node, gemm, &product));
+  }
+  if (bias && bias->requires_grad) BPT_CHECK(BPT_KERNEL(node, bias_backward, batch, out, node->grad, bias->grad));
+  if (x->requires_grad) {
+    /* dx (N, in) += dy (N, out) . W (out, in); skipped for inputs, which saves a third of the first layer. */
+    bpt_gemm_args product = {.transpose_a = false, .transpose_b = false, .m = batch, .n = in, .k = out, .alpha = 1.0f,
+                             .a = node->grad, .lda = out, .b = weight->value, .ldb = in, .beta = 1.0f,
+                             .c = x->grad, .ldc = in};
+    BPT_CHECK(BPT_KERNEL(node, gemm, &product));
+  }
+  return BPT_OK;
+}
+
+const bpt_op_definition bpt_op_linear = {
+    .name = "linear", .infer_shape = linear_infer_shape, .forward = linear_forward, .backward = linear_backward};
+
+bpt_status bpt_linear(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight, bpt_node *bias,
+                      bpt_node **out) {
+  bpt_node *inputs[3] = {x, weight, bias};
+  return bpt_graph_add_node(graph, BPT_OP_LINEAR, name, inputs, bias ? 3 : 2, out);
+}

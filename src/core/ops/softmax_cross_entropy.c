@@ -1,0 +1,44 @@
+/* softmax_cross_entropy: loss = mean_n -log softmax(logits_n)[label_n], logits (N, C), labels (N) i32.
+ * Fused so the backward is simply (softmax - onehot) / N; the probabilities are kept in node->saved. */
+#include "core/graph.h"
+
+static bpt_status softmax_cross_entropy_infer_shape(bpt_node *node) {
+  const bpt_node *logits = node->inputs[0], *labels = node->inputs[1];
+  if (logits->dtype != BPT_DTYPE_F32 || !logits->batched || logits->rank != 2)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "logits '%s' must be f32 (batch, classes)", logits->name);
+  if (labels->dtype != BPT_DTYPE_I32 || !labels->batched || bpt_node_inner_count(labels) != 1)
+    return bpt_node_error(node, BPT_ERR_DTYPE, "labels '%s' must be an i32 input with one label per sample",
+                          labels->name);
+  node->batched = false;
+  node->rank = 0;
+  return BPT_OK;
+}
+
+static size_t softmax_cross_entropy_saved_bytes(const bpt_node *node) {
+  return (size_t)(node->graph->max_batch * node->inputs[0]->dims[1]) * sizeof(float);
+}
+
+static bpt_status softmax_cross_entropy_forward(bpt_node *node) {
+  const bpt_node *logits = node->inputs[0], *labels = node->inputs[1];
+  return BPT_KERNEL(node, softmax_cross_entropy_forward, node->graph->batch, logits->dims[1], logits->value,
+                    labels->value, node->saved, node->value);
+}
+
+static bpt_status softmax_cross_entropy_backward(bpt_node *node) {
+  bpt_node *logits = node->inputs[0], *labels = node->inputs[1];
+  if (!logits->requires_grad) return BPT_OK;
+  return BPT_KERNEL(node, softmax_cross_entropy_backward, node->graph->batch, logits->dims[1], node->saved,
+                    labels->value, node->grad, logits->grad);
+}
+
+const bpt_op_definition bpt_op_softmax_cross_entropy = {.name = "softmax_cross_entropy",
+                                                        .infer_shape = softmax_cross_entropy_infer_shape,
+                                                        .saved_bytes = softmax_cross_entropy_saved_bytes,
+                                                        .forward = softmax_cross_entropy_forward,
+                                                        .backward = softmax_cross_entropy_backward};
+
+bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_node *logits, bpt_node *labels,
+                                     bpt_node **out) {
+  bpt_node *inputs[2] = {logits, labels};
+  return bpt_graph_add_node(graph, BPT_OP_SOFTMAX_CROSS_ENTROPY, name, inputs, 2, out);
+}

@@ -1,0 +1,148 @@
+/* Optimisers: validate options, own the state buffers (velocity, Adam moments) laid out like the flat
+ * parameter block, and run one backend update kernel over the whole block per step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bptrain/optimizer.h"
+#include "core/graph.h"
+
+struct bpt_optimizer {
+  bpt_graph *graph;
+  bpt_optimizer_options options;
+  float *state0, *state1; /* device, graph->parameter_elements floats each (state1: Adam only) */
+  int64_t steps;
+};
+
+bpt_optimizer_options bpt_optimizer_options_default(void) {
+  bpt_optimizer_options options;
+  memset(&options, 0, sizeof options);
+  options.size = sizeof options;
+  options.kind = BPT_OPTIMIZER_SGD;
+  options.learning_rate = 0.01f;
+  options.beta1 = 0.9f;
+  options.beta2 = 0.999f;
+  options.epsilon = 1e-8f;
+  return options;
+}
+
+static bool in_unit_interval(float x) { return x >= 0.0f && x < 1.0f; }
+
+static bpt_status validate(bpt_context *context, const bpt_optimizer_options *o) {
+  const char *where = "bpt_optimizer_create";
+  if ((unsigned)o->kind > (unsigned)BPT_OPTIMIZER_ADAMW)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: unknown optimizer kind %d", where, (int)o->kind);
+  if (!(o->learning_rate >= 0.0f) || !isfinite(o->learning_rate))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: learning_rate %g must be finite and >= 0", where,
+                     (double)o->learning_rate);
+  if (!(o->weight_decay >= 0.0f) || !isfinite(o->weight_decay))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: weight_decay %g must be finite and >= 0", where,
+                     (double)o->weight_decay);
+  if (o->kind == BPT_OPTIMIZER_SGD) {
+    if (!in_unit_interval(o->momentum))
+      return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: momentum %g is outside [0, 1)", where,
+                       (double)o->momentum);
+    if (o->nesterov && o->momentum == 0.0f)
+      return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: Nesterov momentum needs momentum > 0", where);
+  } else {
+    if (!in_unit_interval(o->beta1) || !in_unit_interval(o->beta2))
+      return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: beta1 %g and beta2 %g must be in [0, 1)", where,
+                       (double)o->beta1, (double)o->beta2);
+    if (!(o->epsilon > 0.0f))
+      return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: epsilon %g must be > 0", where, (double)o->epsilon);
+  }
+  return BPT_OK;
+}
+
+static bpt_status allocate_state(bpt_optimizer *optimizer, float **out) {
+  bpt_graph *graph = optimizer->graph;
+  bpt_backend *backend = graph->backend;
+  size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
+  if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)out) != BPT_OK ||
+      backend->vtable->memset_zero(backend, *out, bytes) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_optimizer_create: allocating state");
+  return BPT_OK;
+}
+
+bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *options, bpt_optimizer **out) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_create: graph is NULL");
+  bpt_context *context = graph->context;
+  if (!out) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_create: out is NULL");
+  *out = NULL;
+  if (!graph->compiled || !graph->loss)
+    return bpt_error(context, BPT_ERR_STATE, "bpt_optimizer_create: the graph must be compiled with a loss");
+  bpt_optimizer_options copy = bpt_optimizer_options_default();
+  if (options)
+    BPT_CHECK(bpt_copy_options(context, &copy, sizeof copy, options, options->size,
+                               offsetof(bpt_optimizer_options, epsilon) + sizeof copy.epsilon, "bpt_optimizer_create"));
+  BPT_CHECK(validate(context, &copy));
+  bpt_optimizer *optimizer = bpt_calloc(context, 1, sizeof *optimizer, "optimizer");
+  if (!optimizer) return BPT_ERR_OUT_OF_MEMORY;
+  optimizer->graph = graph;
+  optimizer->options = copy;
+  bool needs_velocity = copy.kind != BPT_OPTIMIZER_SGD || copy.momentum > 0.0f;
+  bpt_status status = needs_velocity ? allocate_state(optimizer, &optimizer->state0) : BPT_OK;
+  if (status == BPT_OK && copy.kind != BPT_OPTIMIZER_SGD) status = allocate_state(optimizer, &optimizer->state1);
+  if (status != BPT_OK) {
+    bpt_optimizer_destroy(optimizer);
+    return status;
+  }
+  *out = optimizer;
+  return BPT_OK;
+}
+
+void bpt_optimizer_destroy(bpt_optimizer *optimizer) {
+  if (!optimizer) return;
+  bpt_backend *backend = optimizer->graph->backend;
+  if (optimizer->state0) backend->vtable->free(backend, optimizer->state0);
+  if (optimizer->state1) backend->vtable->free(backend, optimizer->state1);
+  free(optimizer);
+}
+
+bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
+  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_step: optimizer is NULL");
+  bpt_graph *graph = optimizer->graph;
+  if (!graph->backward_done)
+    return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
+  const bpt_optimizer_options *o = &optimizer->options;
+  bpt_update_args args = {.count = graph->parameter_elements,
+                          .parameters = graph->parameter_block,
+                          .gradients = graph->gradient_block,
+                          .state0 = optimizer->state0,
+                          .state1 = optimizer->state1,
+                          .learning_rate = o->learning_rate,
+                          .weight_decay = o->weight_decay,
+                          .momentum = o->momentum,
+                          .nesterov = o->nesterov != 0,
+                          .beta1 = o->beta1,
+                          .beta2 = o->beta2,
+                          .epsilon = o->epsilon,
+                          .decoupled_weight_decay = o->kind == BPT_OPTIMIZER_ADAMW,
+                          .step = optimizer->steps + 1};
+  bpt_backend *backend = graph->backend;
+  bpt_status (*kernel)(bpt_backend *, const bpt_update_args *) =
+      o->kind == BPT_OPTIMIZER_SGD ? backend->vtable->sgd_update : backend->vtable->adam_update;
+  if (!kernel)
+    return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "bpt_optimizer_step: backend '%s' has no %s update kernel",
+                     backend->vtable->name, o->kind == BPT_OPTIMIZER_SGD ? "SGD" : "Adam");
+  backend->error_message[0] = 0;
+  bpt_status status = kernel(backend, &args);
+  if (status != BPT_OK) return bpt_backend_error(graph->context, status, "bpt_optimizer_step");
+  optimizer->steps++;
+  return BPT_OK;
+}
+
+bpt_status bpt_optimizer_set_learning_rate(bpt_optimizer *optimizer, float learning_rate) {
+  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_set_learning_rate: NULL optimizer");
+  if (!(learning_rate >= 0.0f) || !isfinite(learning_rate))
+    return bpt_error(optimizer->graph->context, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_optimizer_set_learning_rate: %g must be finite and >= 0", (double)learning_rate);
+  optimizer->options.learning_rate = learning_rate;
+  return BPT_OK;
+}
+
+float bpt_optimizer_learning_rate(const bpt_optimizer *optimizer) {
+  return optimizer ? optimizer->options.learning_rate : 0.0f;
+}
+
+int64_t bpt_optimizer_step_count(const bpt_optimizer *optimizer) { return optimizer ? optimizer->steps : 0; }

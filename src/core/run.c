@@ -1,0 +1,193 @@
+/* Running a compiled graph: feeding inputs, forward in topological order, backward in reverse,
+ * and copying values and parameters in and out of device memory. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/graph.h"
+#include "core/tensor.h"
+
+static bpt_status require_compiled(bpt_graph *graph, const char *where) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
+  if (!graph->compiled) return bpt_error(graph->context, BPT_ERR_STATE, "%s: compile the graph first", where);
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tensor *tensor) {
+  BPT_CHECK(require_compiled(graph, "bpt_graph_set_input"));
+  bpt_context *context = graph->context;
+  if (!node || !tensor) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_set_input: NULL node or tensor");
+  if (node->graph != graph)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_set_input: node '%s' belongs to another graph",
+                     node->name);
+  if (node->op != BPT_OP_INPUT)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_set_input: node '%s' is not an input", node->name);
+  if (tensor->dtype != node->dtype)
+    return bpt_error(context, BPT_ERR_DTYPE, "bpt_graph_set_input: input '%s' is %s, tensor is %s", node->name,
+                     bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));
+  /* Only the per-sample element count must match: a (N, 28, 28) batch feeds a (N, 784) input as is. */
+  int64_t batch = tensor->dims[0];
+  int64_t inner = 1;
+  for (int i = 1; i < tensor->rank; i++) inner *= tensor->dims[i];
+  if (inner != bpt_node_inner_count(node)) {
+    char expected[96];
+    return bpt_error(context, BPT_ERR_SHAPE,
+                     "bpt_graph_set_input: input '%s' has shape %s (batch first) so %lld values per sample; the "
+                     "tensor has %lld",
+                     node->name, bpt_shape_string(node, expected, sizeof expected),
+                     (long long)bpt_node_inner_count(node), (long long)inner);
+  }
+  if (batch < 1 || batch > graph->max_batch)
+    return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_set_input: input '%s': batch %lld is outside [1, %lld]",
+                     node->name, (long long)batch, (long long)graph->max_batch);
+  size_t bytes = (size_t)(batch * inner) * bpt_dtype_size(node->dtype);
+  bpt_backend *backend = graph->backend;
+  if (backend->vtable->upload(backend, node->value, tensor->data, bytes) != BPT_OK)
+    return bpt_backend_error(context, BPT_ERR_DEVICE, "bpt_graph_set_input");
+  node->input_batch = batch;
+  graph->forward_done = false;
+  graph->backward_done = false;
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_forward(bpt_graph *graph) {
+  BPT_CHECK(require_compiled(graph, "bpt_graph_forward"));
+  int64_t batch = 0;
+  for (int i = 0; i < graph->node_count; i++) {
+    bpt_node *node = graph->order[i];
+    if (node->op != BPT_OP_INPUT) continue;
+    if (node->input_batch == 0)
+      return bpt_error(graph->context, BPT_ERR_STATE, "bpt_graph_forward: input '%s' was not set", node->name);
+    if (batch && node->input_batch != batch)
+      return bpt_error(graph->context, BPT_ERR_SHAPE, "bpt_graph_forward: input '%s' has batch %lld, others %lld",
+                       node->name, (long long)node->input_batch, (long long)batch);
+    batch = node->input_batch;
+  }
+  graph->batch = batch ? batch : 1;
+  graph->forward_done = false;
+  for (int i = 0; i < graph->node_count; i++) {
+    bpt_node *node = graph->order[i];
+    const bpt_op_definition *definition = bpt_op_get(node->op);
+    if (definition->forward) BPT_CHECK(definition->forward(node));
+  }
+  graph->forward_done = true;
+  graph->backward_done = false;
+  return BPT_OK;
+}
+
+static bpt_status zero_activation_gradients(bpt_graph *graph) {
+  bpt_backend *backend = graph->backend;
+  for (int i = 0; i < graph->node_count; i++) {
+    bpt_node *node = graph->order[i];
+    if (!node->requires_grad || node->op == BPT_OP_PARAMETER) continue;
+    size_t bytes = (size_t)bpt_node_count(node) * sizeof(float);
+    if (backend->vtable->memset_zero(backend, node->grad, bytes) != BPT_OK)
+      return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "backward: clearing gradients");
+  }
+  return BPT_OK;
+}
+
+static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where) {
+  BPT_CHECK(require_compiled(graph, where));
+  if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "%s: the graph was compiled without a loss", where);
+  if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_forward first", where);
+  if (!accumulate) BPT_CHECK(bpt_graph_zero_gradients(graph));
+  BPT_CHECK(zero_activation_gradients(graph));
+  bpt_backend *backend = graph->backend;
+  if (graph->loss->requires_grad &&
+      backend->vtable->copy(backend, graph->loss->grad, graph->loss_gradient, sizeof(float)) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, where);
+  for (int i = graph->node_count - 1; i >= 0; i--) {
+    bpt_node *node = graph->order[i];
+    const bpt_op_definition *definition = bpt_op_get(node->op);
+    if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
+  }
+  graph->backward_done = true;
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_backward(bpt_graph *graph) { return backward(graph, false, "bpt_graph_backward"); }
+
+bpt_status bpt_graph_backward_accumulate(bpt_graph *graph) {
+  return backward(graph, true, "bpt_graph_backward_accumulate");
+}
+
+bpt_status bpt_graph_zero_gradients(bpt_graph *graph) {
+  BPT_CHECK(require_compiled(graph, "bpt_graph_zero_gradients"));
+  bpt_backend *backend = graph->backend;
+  if (backend->vtable->memset_zero(backend, graph->gradient_block,
+                                   (size_t)graph->parameter_elements * sizeof(float)) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_graph_zero_gradients");
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_loss(bpt_graph *graph, float *loss) {
+  BPT_CHECK(require_compiled(graph, "bpt_graph_loss"));
+  if (!loss) return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_loss: loss is NULL");
+  if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "bpt_graph_loss: the graph has no loss");
+  if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "bpt_graph_loss: run forward first");
+  bpt_backend *backend = graph->backend;
+  if (backend->vtable->download(backend, loss, graph->loss->value, sizeof *loss) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_graph_loss");
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *tensor) {
+  BPT_CHECK(require_compiled(graph, "bpt_graph_read"));
+  bpt_context *context = graph->context;
+  if (!node || !tensor) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_read: NULL node or tensor");
+  if (node->graph != graph)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_read: node '%s' belongs to another graph",
+                     node->name);
+  if (!graph->forward_done && node->op != BPT_OP_PARAMETER)
+    return bpt_error(context, BPT_ERR_STATE, "bpt_graph_read: run forward before reading '%s'", node->name);
+  if (tensor->dtype != node->dtype)
+    return bpt_error(context, BPT_ERR_DTYPE, "bpt_graph_read: node '%s' is %s, tensor is %s", node->name,
+                     bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));
+  int64_t count = bpt_node_count(node);
+  if (count > tensor->capacity)
+    return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_read: node '%s' has %lld values, tensor holds %lld",
+                     node->name, (long long)count, (long long)tensor->capacity);
+  if (node->batched) BPT_CHECK(bpt_tensor_set_batch(tensor, graph->batch));
+  bpt_backend *backend = graph->backend;
+  if (backend->vtable->download(backend, tensor->data, node->value, (size_t)count * bpt_dtype_size(node->dtype)) !=
+      BPT_OK)
+    return bpt_backend_error(context, BPT_ERR_DEVICE, "bpt_graph_read");
+  return BPT_OK;
+}
+
+/* Copies between the packed user layout and the padded flat block, one parameter at a time. */
+static bpt_status transfer_parameters(bpt_graph *graph, float *block, float *values, int64_t count, bool to_device,
+                                      const char *where) {
+  BPT_CHECK(require_compiled(graph, where));
+  if (!values) return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: values is NULL", where);
+  if (count != bpt_graph_parameter_count(graph))
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "%s: count is %lld, the graph has %lld parameters", where,
+                     (long long)count, (long long)bpt_graph_parameter_count(graph));
+  bpt_backend *backend = graph->backend;
+  int64_t packed = 0;
+  for (int p = 0; p < graph->parameter_count; p++) {
+    bpt_node *node = graph->parameters[p];
+    size_t bytes = (size_t)bpt_node_inner_count(node) * sizeof(float);
+    float *device = block + node->param_offset;
+    bpt_status status = to_device ? backend->vtable->upload(backend, device, values + packed, bytes)
+                                  : backend->vtable->download(backend, values + packed, device, bytes);
+    if (status != BPT_OK) return bpt_backend_error(graph->context, status, where);
+    packed += bpt_node_inner_count(node);
+  }
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_read_parameters(bpt_graph *graph, float *values, int64_t count) {
+  return transfer_parameters(graph, graph ? graph->parameter_block : NULL, values, count, false,
+                             "bpt_graph_read_parameters");
+}
+
+bpt_status bpt_graph_write_parameters(bpt_graph *graph, const float *values, int64_t count) {
+  return transfer_parameters(graph, graph ? graph->parameter_block : NULL, (float *)values, count, true,
+                             "bpt_graph_write_parameters");
+}
+
+bpt_status bpt_graph_read_gradients(bpt_graph *graph, float *values, int64_t count) {
+  return transfer_parameters(graph, graph ? graph->gradient_block : NULL, values, count, false,
+                             "bpt_graph_read_gradients");
+}
