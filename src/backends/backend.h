@@ -26,9 +26,12 @@ typedef struct bpt_backend_options {
   int num_threads;
 } bpt_backend_options;
 
-/* Row-major single-precision matrix product C = alpha * op(A) op(B) + beta * C, op(A) (m, k), op(B) (k, n). */
+/* Row-major matrix product C = alpha * op(A) op(B) + beta * C, op(A) (m, k), op(B) (k, n), accumulated in
+ * f32. The dtypes default to f32 (value 0) so zero-initialised arguments describe a plain SGEMM; a backend
+ * that cannot take 16-bit operands returns BPT_ERR_UNSUPPORTED. */
 typedef struct bpt_gemm_args {
   bool transpose_a, transpose_b;
+  bpt_dtype a_dtype, b_dtype, c_dtype;
   int64_t m, n, k;
   float alpha;
   const float *a;
@@ -54,6 +57,32 @@ typedef struct bpt_update_args {
   bool decoupled_weight_decay;
   int64_t step; /* 1-based step number, for Adam's bias correction */
 } bpt_update_args;
+
+/* 2-D convolution over NCHW tensors with an OIHW weight, (out_channels, in_channels / groups, kh, kw). */
+typedef struct bpt_conv2d_args {
+  int64_t batch, in_channels, in_height, in_width;
+  int64_t out_channels, out_height, out_width;
+  int64_t kernel_height, kernel_width;
+  int64_t stride_height, stride_width, padding_height, padding_width, dilation_height, dilation_width;
+  int64_t groups;
+} bpt_conv2d_args;
+
+/* Batch norm over (batch, channels, spatial): statistics per channel over batch * spatial values. */
+typedef struct bpt_batch_norm_args {
+  int64_t batch, channels, spatial;
+  float epsilon;
+  float momentum; /* running = (1 - momentum) * running + momentum * batch statistic (PyTorch's convention) */
+  bool training;  /* false: normalise with the running statistics */
+} bpt_batch_norm_args;
+
+typedef enum bpt_pool_kind { BPT_POOL_MAX, BPT_POOL_AVERAGE } bpt_pool_kind;
+
+/* 2-D pooling over NCHW; average pooling divides by the full window (padding counted, as PyTorch's default). */
+typedef struct bpt_pool2d_args {
+  bpt_pool_kind kind;
+  int64_t batch, channels, in_height, in_width, out_height, out_width;
+  int64_t kernel_height, kernel_width, stride_height, stride_width, padding_height, padding_width;
+} bpt_pool2d_args;
 
 typedef struct bpt_backend_vtable {
   uint32_t version; /* BPT_BACKEND_VTABLE_VERSION the table was written against */
@@ -104,6 +133,38 @@ typedef struct bpt_backend_vtable {
   /* Weight updates over the flat parameter block. */
   bpt_status (*sgd_update)(bpt_backend *backend, const bpt_update_args *args);
   bpt_status (*adam_update)(bpt_backend *backend, const bpt_update_args *args);
+
+  /* Convolutional networks. Gradients are accumulated (+=); bias and bias_gradient may be NULL. A backend
+   * keeps whatever scratch memory (im2col buffers, cuDNN workspaces) it needs in its own state. */
+  bpt_status (*conv2d_forward)(bpt_backend *backend, const bpt_conv2d_args *args, const float *x, const float *weight,
+                               const float *bias, float *y);
+  bpt_status (*conv2d_backward_data)(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
+                                     const float *weight, float *dx);
+  bpt_status (*conv2d_backward_filter)(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
+                                       const float *dy, float *dweight, float *dbias);
+  /* Training: normalises with batch statistics, saves mean and 1/sqrt(var + eps) per channel, updates the
+   * running statistics (unbiased variance). Evaluation: uses the running statistics, saves nothing. */
+  bpt_status (*batch_norm_forward)(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                   const float *gamma, const float *beta, float *running_mean, float *running_variance,
+                                   float *y, float *saved_mean, float *saved_inverse_std);
+  bpt_status (*batch_norm_backward)(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                    const float *dy, const float *gamma, const float *saved_mean,
+                                    const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
+  /* argmax (max pooling only): flat input index per output element, kept for backward. */
+  bpt_status (*pool2d_forward)(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
+                               int32_t *argmax);
+  bpt_status (*pool2d_backward)(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
+                                const int32_t *argmax, float *dx);
+  /* y += alpha * x: residual additions and their (identity) gradients. */
+  bpt_status (*add_scaled)(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
+
+  /* Number formats and mixed precision. cast: dst = round_to_nearest_even(src * scale) in dst_dtype, saturating
+   * for FP8. unscale_check_finite: gradients *= inverse_scale, and *found_nonfinite (device int32) is set to 1
+   * when any value is inf or NaN, in one pass. */
+  bpt_status (*cast)(bpt_backend *backend, int64_t count, bpt_dtype source_dtype, const void *source,
+                     bpt_dtype destination_dtype, void *destination, float scale);
+  bpt_status (*unscale_check_finite)(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
+                                     int32_t *found_nonfinite);
 
   /* Later kernels are appended below, one block per feature, never inserted above. */
 } bpt_backend_vtable;
