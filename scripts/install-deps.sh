@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages libbptrain needs to build, test and run its examples on a fresh machine.
+# Run as root (CI and the README's commands do). Safe to run again: apt-get skips what is installed.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config clang
+  libopenblas-openmp-dev zlib1g-dev libomp-dev
+  libcmocka-dev
+  dataset-fashion-mnist
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: run as root (apt-get needs it)" >&2
+  exit 1
+fi
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}"
+fi
