@@ -14,5 +14,7 @@
 #include "bptrain/graph.h"
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
+/* Precision, number formats, binary stochastic neurons, activation memory (issue 4). */
+#include "bptrain/precision.h"
 
 #endif
