@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/graph.h"
+#include "core/precision.h"
 
 #define BPT_ALIGNMENT 64
 
@@ -41,6 +42,7 @@ static void initialise(const bpt_node *node, bpt_rng *rng, float *values) {
 
 void bpt_graph_release_memory(bpt_graph *graph) {
   bpt_backend *backend = graph->backend;
+  bpt_precision_release(graph);
   void *blocks[] = {graph->parameter_block, graph->gradient_block, graph->activation_arena, graph->loss_gradient};
   for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
     if (blocks[i]) backend->vtable->free(backend, blocks[i]);
@@ -159,6 +161,9 @@ bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch
   graph->loss = loss;
   graph->max_batch = max_batch;
   bpt_status status = plan_and_allocate(graph);
+  /* Precision policy (issue 4): weight copies, loss scale, and the stream of stochastic ops. */
+  bpt_rng_seed(&graph->stochastic_rng, context->seed ^ UINT64_C(0x5851f42d4c957f2d));
+  if (status == BPT_OK) status = bpt_precision_compile(graph);
   if (status != BPT_OK) {
     bpt_graph_release_memory(graph);
     graph->parameter_count = 0;

@@ -1,6 +1,7 @@
 /* Building a graph: creation, inputs, parameters, generic node creation and node queries.
  * Ops add their nodes through bpt_graph_add_node(); compile.c and run.c take it from there. */
 #include "core/graph.h"
+#include "core/precision.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
 void bpt_graph_destroy(bpt_graph *graph) {
   if (!graph) return;
   bpt_graph_release_memory(graph);
+  bpt_precision_destroy(graph);
   for (int i = 0; i < graph->node_count; i++) free(graph->nodes[i]);
   free(graph->nodes);
   free(graph);

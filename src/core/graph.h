@@ -39,6 +39,9 @@ struct bpt_node {
   void *saved;          /* op-private buffer kept from forward to backward (size from op->saved_bytes) */
   int64_t param_offset; /* parameters: element offset in the flat block */
   int64_t input_batch;  /* inputs: batch set by the last bpt_graph_set_input, 0 if none */
+
+  /* Activation memory (issue 4): the value shares memory with later nodes once forward is past it. */
+  const bpt_node *value_reused_by;
 };
 
 struct bpt_graph {
@@ -63,6 +66,13 @@ struct bpt_graph {
   void *activation_arena; /* device: every other node's value, gradient and saved buffer */
   size_t activation_bytes;
   float *loss_gradient; /* device: the constant 1 that seeds backward */
+
+  /* Precision, stochastic ops and activation memory (issue 4). */
+  struct bpt_precision_state *precision; /* NULL until bpt_graph_set_precision(): f32, no scaling */
+  bool deterministic;                    /* stochastic ops use their evaluation form */
+  uint64_t forward_seed;                 /* drawn from stochastic_rng for each forward pass */
+  bpt_rng stochastic_rng;                /* seeded from the context at compile */
+  size_t held_bytes, transient_bytes, gradient_bytes; /* activation memory plan, for bpt_graph_memory() */
 };
 
 /* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */

@@ -6,6 +6,7 @@
 
 #include "bptrain/optimizer.h"
 #include "core/graph.h"
+#include "core/precision.h"
 
 struct bpt_optimizer {
   bpt_graph *graph;
@@ -104,6 +105,10 @@ bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
+  /* Loss scaling and non-finite checks (issue 4): unscales the gradients, may skip this update. */
+  bool skip = false;
+  BPT_CHECK(bpt_precision_before_step(graph, &skip));
+  if (skip) return BPT_OK;
   const bpt_optimizer_options *o = &optimizer->options;
   bpt_update_args args = {.count = graph->parameter_elements,
                           .parameters = graph->parameter_block,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/graph.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 
 static bpt_status require_compiled(bpt_graph *graph, const char *where) {
@@ -64,10 +65,13 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
   }
   graph->batch = batch ? batch : 1;
   graph->forward_done = false;
+  graph->forward_seed = bpt_rng_next(&graph->stochastic_rng);
+  BPT_CHECK(bpt_precision_before_forward(graph));
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_get(node->op);
     if (definition->forward) BPT_CHECK(definition->forward(node));
+    BPT_CHECK(bpt_precision_after_forward_node(node));
   }
   graph->forward_done = true;
   graph->backward_done = false;
@@ -99,8 +103,12 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   for (int i = graph->node_count - 1; i >= 0; i--) {
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_get(node->op);
-    if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
+    if (node->requires_grad && definition->backward) {
+      BPT_CHECK(bpt_precision_before_backward_node(node));
+      BPT_CHECK(definition->backward(node));
+    }
   }
+  BPT_CHECK(bpt_precision_after_backward(graph));
   graph->backward_done = true;
   return BPT_OK;
 }
