@@ -3,6 +3,7 @@
 #ifndef BPT_CORE_OP_H
 #define BPT_CORE_OP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "bptrain/common.h"
@@ -26,6 +27,11 @@ typedef struct bpt_op_definition {
   bpt_status (*forward)(bpt_node *node);
   /* Adds (+=) this node's contribution to each input gradient that is required. */
   bpt_status (*backward)(bpt_node *node);
+
+  /* Activation memory (issue 4), optional: whether backward reads the value of input `input`, and the
+   * node's own value. NULL means yes; values nothing reads after forward share memory (compile.c). */
+  bool (*backward_reads_input)(const bpt_node *node, int input);
+  bool (*backward_reads_output)(const bpt_node *node);
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;
