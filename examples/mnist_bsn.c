@@ -4,8 +4,11 @@
  * test accuracies can be compared (the issue's target: the BSN net within 1.5 points of the float one).
  *
  *   mnist_bsn [--data DIR] [--epochs 5] [--batch 128] [--lr 0.05] [--momentum 0.9] [--estimator sigmoid]
- *             [--threads N] [--seed 42] [--backend cpu] [--no-baseline]
+ *             [--adam] [--threads N] [--seed 42] [--backend cpu] [--no-baseline]
+ *
+ * Both nets use the same optimiser and a cosine learning-rate decay to zero over the run.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +16,8 @@
 
 static const char usage[] =
     "usage: mnist_bsn [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--estimator identity|sigmoid]\n"
-    "                 [--threads N] [--seed N] [--backend NAME] [--no-baseline]\n"
+    "                 [--adam] [--threads N] [--seed N] [--backend NAME] [--no-baseline]\n"
+    "  --adam       Adam instead of SGD with momentum (use --lr 0.001)\n"
     "  --estimator  straight-through gradient: identity (dz = da) or sigmoid (dz = da sigmoid'(z), default)\n"
     "  --no-baseline  skip training the float (ReLU) MLP used for comparison\n";
 
@@ -74,6 +78,11 @@ static double train(const run_settings *settings, bpt_dataset *train_set, bpt_da
     long seen = 0;
     int64_t batches = bpt_dataset_batch_count(train_set, batch);
     for (int64_t b = 0; b < batches; b++) {
+      /* Cosine decay to zero over the run: the binary net's gradient noise needs small final steps. */
+      double progress_fraction = ((double)(epoch - 1) * (double)batches + (double)b) /
+                                 ((double)settings->epochs * (double)batches);
+      float rate = (float)(0.5 * settings->learning_rate * (1.0 + cos(3.14159265358979 * progress_fraction)));
+      EXAMPLE_CHECK(context, bpt_optimizer_set_learning_rate(optimizer, rate));
       EXAMPLE_CHECK(context, bpt_dataset_batch(train_set, b, batch, batch_images, batch_labels));
       EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, batch_images));
       EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, batch_labels));

@@ -65,6 +65,24 @@ bpt_status bpt_graph_set_precision(bpt_graph *graph, const bpt_precision_options
   return BPT_OK;
 }
 
+bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stats) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: graph is NULL");
+  bpt_context *context = graph->context;
+  if (!stats) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: stats is NULL");
+  if (!graph->compiled) return bpt_error(context, BPT_ERR_STATE, "bpt_graph_memory: compile the graph first");
+  if (stats->size < offsetof(bpt_graph_memory_stats, parameter_bytes) + sizeof stats->parameter_bytes)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: set stats->size to sizeof(bpt_graph_memory_stats)");
+  size_t parameter_bytes = (size_t)graph->parameter_elements * sizeof(float);
+  bool copies = graph->precision && graph->precision->weight_copies;
+  stats->size = sizeof *stats;
+  stats->max_batch = graph->max_batch;
+  stats->activation_bytes_held = graph->held_bytes;
+  stats->transient_bytes = graph->transient_bytes;
+  stats->gradient_bytes = graph->gradient_bytes;
+  stats->parameter_bytes = parameter_bytes * (copies ? 3 : 2);
+  return BPT_OK;
+}
+
 float bpt_graph_loss_scale(const bpt_graph *graph) {
   if (!graph) return 0.0f;
   return graph->precision && graph->precision->scaling ? graph->precision->loss_scale : 1.0f;

@@ -148,6 +148,11 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
                      node->name);
   if (!graph->forward_done && node->op != BPT_OP_PARAMETER)
     return bpt_error(context, BPT_ERR_STATE, "bpt_graph_read: run forward before reading '%s'", node->name);
+  if (node->value_reused_by)
+    return bpt_error(context, BPT_ERR_STATE,
+                     "bpt_graph_read: the value of '%s' is not kept after forward (its memory is reused by '%s'); "
+                     "set keep_all_values in bpt_precision_options to keep every value",
+                     node->name, node->value_reused_by->name);
   if (tensor->dtype != node->dtype)
     return bpt_error(context, BPT_ERR_DTYPE, "bpt_graph_read: node '%s' is %s, tensor is %s", node->name,
                      bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));
