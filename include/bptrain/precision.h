@@ -68,9 +68,7 @@ typedef enum bpt_activation_storage {
   BPT_ACTIVATION_STORAGE_COMPUTE = 0, /**< in the compute dtype (default) */
   BPT_ACTIVATION_STORAGE_F16 = 1,
   BPT_ACTIVATION_STORAGE_BF16 = 2,
-  BPT_ACTIVATION_STORAGE_FP8 = 3,      /**< E4M3 with a per-tensor scale */
-  BPT_ACTIVATION_STORAGE_FP8_MIXED = 4 /**< E4M3 with a per-tensor scale; the few elements it would
-                                          represent worst (the largest) kept in f16, as in LNPU */
+  BPT_ACTIVATION_STORAGE_FP8 = 3 /**< FP8 E4M3 with a per-tensor power-of-two scale, set each forward */
 } bpt_activation_storage;
 
 /** Options for bpt_graph_set_precision(); get them from bpt_precision_options_default(). */

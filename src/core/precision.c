@@ -41,7 +41,7 @@ static bpt_status validate(bpt_context *context, const bpt_precision_options *o)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
                      "%s: growth_factor %g must be >= 1 and backoff_factor %g in (0, 1)", where,
                      (double)o->growth_factor, (double)o->backoff_factor);
-  if ((unsigned)o->saved_activation_storage > (unsigned)BPT_ACTIVATION_STORAGE_FP8_MIXED)
+  if ((unsigned)o->saved_activation_storage > (unsigned)BPT_ACTIVATION_STORAGE_FP8)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: unknown saved activation storage %d", where,
                      (int)o->saved_activation_storage);
   return BPT_OK;
