@@ -26,9 +26,54 @@ typedef struct run_settings {
   long epochs, batch;
   float learning_rate, momentum;
   bool binary, adam;
+  long eval_samples;
   bpt_straight_through estimator;
   bpt_context_options context_options;
 } run_settings;
+
+/* Test accuracy of the class probabilities averaged over several stochastic forward passes. */
+static double stochastic_accuracy(bpt_context *context, bpt_graph *graph, bpt_node *images, bpt_node *labels,
+                                  bpt_node *logits, bpt_dataset *test_set, long batch, long samples) {
+  int64_t classes = bpt_node_dim(logits, 1), features = bpt_dataset_sample_size(test_set);
+  int64_t dims[2] = {batch, features}, logit_dims[2] = {batch, classes};
+  bpt_tensor *x = NULL, *y = NULL, *out = NULL;
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, dims, &x));
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &y));
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, logit_dims, &out));
+  double *sums = calloc((size_t)(batch * classes), sizeof *sums);
+  long correct = 0;
+  EXAMPLE_CHECK(context, bpt_graph_set_deterministic(graph, 0));
+  for (int64_t b = 0; b < bpt_dataset_batch_count(test_set, batch); b++) {
+    EXAMPLE_CHECK(context, bpt_dataset_batch(test_set, b, batch, x, y));
+    EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, x));
+    EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, y));
+    int64_t count = bpt_tensor_dim(y, 0);
+    memset(sums, 0, (size_t)(batch * classes) * sizeof *sums);
+    for (long s = 0; s < samples; s++) {
+      EXAMPLE_CHECK(context, bpt_graph_forward(graph));
+      EXAMPLE_CHECK(context, bpt_graph_read(graph, logits, out));
+      const float *values = bpt_tensor_data(out);
+      for (int64_t n = 0; n < count; n++) {
+        double maximum = values[n * classes], total = 0.0;
+        for (int64_t c = 1; c < classes; c++) maximum = fmax(maximum, values[n * classes + c]);
+        for (int64_t c = 0; c < classes; c++) total += exp(values[n * classes + c] - maximum);
+        for (int64_t c = 0; c < classes; c++) sums[n * classes + c] += exp(values[n * classes + c] - maximum) / total;
+      }
+    }
+    const int32_t *truth = bpt_tensor_data(y);
+    for (int64_t n = 0; n < count; n++) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < classes; c++)
+        if (sums[n * classes + c] > sums[n * classes + best]) best = c;
+      correct += best == truth[n];
+    }
+  }
+  free(sums);
+  bpt_tensor_destroy(x);
+  bpt_tensor_destroy(y);
+  bpt_tensor_destroy(out);
+  return (double)correct / (double)bpt_dataset_size(test_set);
+}
 
 /* Trains one MLP and returns its final test accuracy. */
 static double train(const run_settings *settings, bpt_dataset *train_set, bpt_dataset *test_set,
@@ -78,11 +123,6 @@ static double train(const run_settings *settings, bpt_dataset *train_set, bpt_da
     long seen = 0;
     int64_t batches = bpt_dataset_batch_count(train_set, batch);
     for (int64_t b = 0; b < batches; b++) {
-      /* Cosine decay to zero over the run: the binary net's gradient noise needs small final steps. */
-      double progress_fraction = ((double)(epoch - 1) * (double)batches + (double)b) /
-                                 ((double)settings->epochs * (double)batches);
-      float rate = (float)(0.5 * settings->learning_rate * (1.0 + cos(3.14159265358979 * progress_fraction)));
-      EXAMPLE_CHECK(context, bpt_optimizer_set_learning_rate(optimizer, rate));
       EXAMPLE_CHECK(context, bpt_dataset_batch(train_set, b, batch, batch_images, batch_labels));
       EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, batch_images));
       EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, batch_labels));
@@ -103,6 +143,12 @@ static double train(const run_settings *settings, bpt_dataset *train_set, bpt_da
                                             &test_loss));
     printf("%s epoch %ld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", kind, epoch, 100.0 * accuracy,
            test_loss, example_seconds() - start);
+    if (settings->binary && settings->eval_samples > 1) {
+      double averaged = stochastic_accuracy(context, graph, images, labels, logits, test_set, batch,
+                                            settings->eval_samples);
+      printf("%s epoch %ld: test accuracy %.2f%% averaging %ld stochastic passes\n", kind, epoch, 100.0 * averaged,
+             settings->eval_samples);
+    }
     fflush(stdout);
   }
   bpt_tensor_destroy(batch_images);
@@ -114,7 +160,7 @@ static double train(const run_settings *settings, bpt_dataset *train_set, bpt_da
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs",  "--batch",   "--lr",      "--momentum",
-                                       "--seed", "--threads", "--backend", "--estimator", NULL};
+                                       "--seed", "--threads", "--backend", "--estimator", "--eval-samples", NULL};
   static const char *const flags[] = {"--no-baseline", "--adam", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   run_settings settings = {0};
@@ -125,6 +171,7 @@ int main(int argc, char **argv) {
   settings.learning_rate = (float)example_option_double(argc, argv, "--lr", 0.05);
   settings.momentum = (float)example_option_double(argc, argv, "--momentum", 0.9);
   settings.adam = example_flag(argc, argv, "--adam");
+  settings.eval_samples = example_option_long(argc, argv, "--eval-samples", 0);
   const char *estimator = example_option(argc, argv, "--estimator");
   if (!estimator || strcmp(estimator, "sigmoid") == 0) {
     settings.estimator = BPT_STRAIGHT_THROUGH_SIGMOID;

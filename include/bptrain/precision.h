@@ -116,6 +116,7 @@ typedef struct bpt_graph_memory_stats {
   size_t transient_bytes;        /**< memory reused by values that only forward needs */
   size_t gradient_bytes;         /**< activation gradients */
   size_t parameter_bytes;        /**< master parameters, their gradients and compute-dtype weight copies */
+  size_t input_bytes;            /**< the part of activation_bytes_held that is graph inputs */
 } bpt_graph_memory_stats;
 
 /** Fills @p stats (whose size field the caller sets) for a compiled graph. */

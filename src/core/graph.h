@@ -72,7 +72,7 @@ struct bpt_graph {
   bool deterministic;                    /* stochastic ops use their evaluation form */
   uint64_t forward_seed;                 /* drawn from stochastic_rng for each forward pass */
   bpt_rng stochastic_rng;                /* seeded from the context at compile */
-  size_t held_bytes, transient_bytes, gradient_bytes; /* activation memory plan, for bpt_graph_memory() */
+  size_t held_bytes, transient_bytes, gradient_bytes, input_bytes; /* memory plan, for bpt_graph_memory() */
 };
 
 /* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */

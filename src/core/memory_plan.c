@@ -87,6 +87,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
       plan->value_offset[i] = cursor;
       cursor += align_up(value_bytes(node));
       plan->held_bytes += align_up(value_bytes(node));
+      if (node->op == BPT_OP_INPUT) plan->input_bytes += align_up(value_bytes(node));
     }
     const bpt_op_definition *definition = bpt_op_get(node->op);
     size_t saved = definition->saved_bytes ? definition->saved_bytes(node) : 0;

@@ -70,7 +70,7 @@ bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stat
   bpt_context *context = graph->context;
   if (!stats) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: stats is NULL");
   if (!graph->compiled) return bpt_error(context, BPT_ERR_STATE, "bpt_graph_memory: compile the graph first");
-  if (stats->size < offsetof(bpt_graph_memory_stats, parameter_bytes) + sizeof stats->parameter_bytes)
+  if (stats->size < offsetof(bpt_graph_memory_stats, input_bytes) + sizeof stats->input_bytes)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: set stats->size to sizeof(bpt_graph_memory_stats)");
   size_t parameter_bytes = (size_t)graph->parameter_elements * sizeof(float);
   bool copies = graph->precision && graph->precision->weight_copies;
@@ -80,6 +80,7 @@ bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stat
   stats->transient_bytes = graph->transient_bytes;
   stats->gradient_bytes = graph->gradient_bytes;
   stats->parameter_bytes = parameter_bytes * (copies ? 3 : 2);
+  stats->input_bytes = graph->input_bytes;
   return BPT_OK;
 }
 
