@@ -60,7 +60,7 @@ bpt_status bpt_cpu_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype
   if (dtype == BPT_DTYPE_F32) return BPT_OK;
   if (!format) return bpt_backend_fail(backend, BPT_ERR_DTYPE, "cannot round to %s", bpt_dtype_name(dtype));
   bool saturate = bpt_dtype_size(dtype) == 1;
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++)
     values[i] = bpt_number_format_decode(format, bpt_number_format_encode(format, values[i], saturate, false, 0));
   return BPT_OK;
@@ -70,7 +70,7 @@ bpt_status bpt_cpu_unscale_check_finite(bpt_backend *backend, int64_t count, flo
                                         int32_t *found_nonfinite) {
   (void)backend;
   int nonfinite = 0;
-#pragma omp parallel for simd reduction(| : nonfinite) if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for reduction(| : nonfinite) if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++) {
     /* x - x is 0 for finite x and NaN for inf and NaN: one compare, no classification branch. */
     nonfinite |= (gradients[i] - gradients[i]) != 0.0f;
