@@ -257,6 +257,8 @@ bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip) {
     snprintf(what, sizeof what, "the loss '%s' is %g", graph->loss->name, (double)loss);
     return report_nonfinite(graph, what);
   }
+  /* A backend without the kernel can still train without scaling: only the loss is checked then. */
+  if (!state->scaling && !graph->backend->vtable->unscale_check_finite) return BPT_OK;
   bool found = false;
   BPT_CHECK(check_finite(graph, graph->gradient_block, graph->parameter_elements, 1.0f / state->loss_scale, &found));
   if (!state->scaling) {
