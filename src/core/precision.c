@@ -212,6 +212,9 @@ static bpt_status check_finite(bpt_graph *graph, float *values, int64_t count, f
  * op whose output is not finite. Only runs when a step is refused, so forward itself pays nothing. */
 static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
   const char *where = "bpt_optimizer_step";
+  if (!graph->backend->vtable->unscale_check_finite)
+    return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: %s (backend '%s' cannot check which op went non-finite)",
+                     where, what, graph->backend->vtable->name);
   BPT_CHECK(bpt_precision_before_forward(graph));
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
