@@ -6,6 +6,7 @@
 
 #include "bptrain/optimizer.h"
 #include "core/graph.h"
+#include "core/profiler.h"
 
 struct bpt_optimizer {
   bpt_graph *graph;
@@ -126,8 +127,17 @@ bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "bpt_optimizer_step: backend '%s' has no %s update kernel",
                      backend->vtable->name, o->kind == BPT_OPTIMIZER_SGD ? "SGD" : "Adam");
   backend->error_message[0] = 0;
+  bpt_context *context = graph->context;
+  uint64_t start = context->profiler ? bpt_profiler_begin(context) : 0;
   bpt_status status = kernel(backend, &args);
-  if (status != BPT_OK) return bpt_backend_error(graph->context, status, "bpt_optimizer_step");
+  if (status != BPT_OK) return bpt_backend_error(context, status, "bpt_optimizer_step");
+  if (context->profiler) {
+    /* Reads parameters, gradients and each state buffer; writes parameters and the state back. */
+    int buffers = 1 + (args.state0 != NULL) + (args.state1 != NULL);
+    double bytes = (double)args.count * sizeof(float) * (double)(2 * buffers + 1);
+    bpt_profiler_record(context, BPT_PROFILE_OPTIMIZER, "step", o->kind == BPT_OPTIMIZER_SGD ? "sgd" : "adam", start,
+                        bytes, 0.0);
+  }
   optimizer->steps++;
   return BPT_OK;
 }
