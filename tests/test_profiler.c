@@ -122,6 +122,7 @@ static void records_ops_steps_and_optimizer(void **state) {
   /* fc1 backward: the input needs no gradient, so only dW (480) and the bias (48). */
   assert_int_equal(count_occurrences(trace, "\"op\":\"linear\",\"step\":1,\"bytes\":"), 4);
   free(trace);
+  remove(path);
   model_destroy(&m);
 }
 

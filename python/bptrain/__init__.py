@@ -592,36 +592,48 @@ class _MetricsWriter:
         self.file.close()
 
 
-_PLOT_SCRIPT = """
-set datafile separator ','
-set datafile missing ''
-set terminal pngcairo size 1000,420 noenhanced
-set output '%(png)s'
-set multiplot layout 1,2 title '%(title)s'
-set xlabel 'step'
-set ylabel 'loss'
-set grid
-plot '%(csv)s' using 3:(strcol(1) eq 'step' ? $4 : 1/0) with lines lw 1 lc rgb '#7f9fcf' title 'train (batch)', \
-     '' using 3:(strcol(1) eq 'epoch' ? $4 : 1/0) with linespoints lw 2 lc rgb '#1f4f9f' title 'train (epoch)', \
-     '' using 3:(strcol(1) eq 'epoch' ? $6 : 1/0) with linespoints lw 2 lc rgb '#cf4f1f' title 'test'
-set xlabel 'epoch'
-set ylabel 'accuracy (%%)'
-set yrange [*:100]
-plot '%(csv)s' using 2:(strcol(1) eq 'epoch' ? 100*$7 : 1/0) with linespoints lw 2 lc rgb '#cf4f1f' title 'test', \
-     '' using 2:(strcol(1) eq 'epoch' ? 100*$5 : 1/0) with linespoints lw 2 lc rgb '#1f4f9f' title 'train'
-unset multiplot
-"""
-
-
 def plot_metrics(csv_path, png_path, title="training"):
-    """Draws loss and accuracy curves from a metrics CSV into a PNG with gnuplot (Debian: gnuplot-nox)."""
-    gnuplot = shutil.which("gnuplot")
-    if not gnuplot:
+    """Draws loss and accuracy curves from a metrics CSV into a PNG with gnuplot (Debian: gnuplot-nox).
+
+    Same picture as the C examples' --plot: batch and epoch loss against the step, accuracy per epoch.
+    """
+    gnuplot = os.environ.get("BPT_GNUPLOT") or shutil.which("gnuplot")
+    if not gnuplot or not os.access(gnuplot, os.X_OK):
         raise RuntimeError("bptrain: gnuplot not found; install it (Debian: apt-get install gnuplot-nox) or plot "
                            "%s with another tool" % csv_path)
-    script = _PLOT_SCRIPT % {"png": png_path.replace("'", "''"), "csv": csv_path.replace("'", "''"),
-                             "title": title.replace("'", "''")}
-    subprocess.run([gnuplot], input=script.encode(), check=True)
+    with open(csv_path, newline="") as file:
+        rows = list(csv.DictReader(file))
+    steps = ["%s %s" % (row["step"], row["train_loss"]) for row in rows if row["kind"] == "step" and row["train_loss"]]
+    columns = ["epoch", "step", "train_loss", "train_accuracy", "test_loss", "test_accuracy"]
+    epochs = [" ".join(row[c] or "NaN" for c in columns) for row in rows if row["kind"] == "epoch"]
+    has = {c: any(row["kind"] == "epoch" and row[c] for row in rows) for c in columns}
+
+    def quote(text):
+        return "'" + text.replace("'", "''") + "'"
+
+    lines = ["$steps << EOD"] + steps + ["EOD", "$epochs << EOD"] + epochs + ["EOD",
+             "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,420 noenhanced } "
+             "else { set terminal png size 1000,420 noenhanced }",
+             "set output " + quote(png_path), "set multiplot layout 1,2 title " + quote(title),
+             "set grid", "set key top right", "set xlabel 'step'", "set ylabel 'loss'"]
+    curves = ["$steps using 1:2 with lines lc rgb '#9fb7df' title 'train (batch)'"]
+    if has["train_loss"]:
+        curves.append("$epochs using 2:3 with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train (epoch)'")
+    if has["test_loss"]:
+        curves.append("$epochs using 2:5 with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'")
+    lines.append("plot " + ", ".join(curves))
+    lines += ["set xlabel 'epoch'", "set ylabel 'accuracy (%)'", "set key bottom right", "set xtics 1"]
+    curves = []
+    if has["test_accuracy"]:
+        curves.append("$epochs using 1:(100 * $6) with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'")
+    if has["train_accuracy"]:
+        curves.append("$epochs using 1:(100 * $4) with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train'")
+    if curves:
+        lines.append("plot " + ", ".join(curves))
+    else:
+        lines += ["set label 'no accuracy recorded' at graph 0.5, 0.5 center", "plot [0:1] NaN notitle"]
+    lines.append("unset multiplot")
+    subprocess.run([gnuplot], input=("\n".join(lines) + "\n").encode(), check=True)
 
 
 def profile(context, enabled=True):

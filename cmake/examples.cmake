@@ -1,0 +1,26 @@
+# Extras for the examples: every C example links the metrics/plot/profile helpers
+# (examples/common/example_metrics.c), and each examples/cpp/*.cpp builds as C++11 with -pedantic -Werror to
+# show that the public headers are clean C++.
+foreach(source ${BPT_EXAMPLES})
+  get_filename_component(name ${source} NAME_WE)
+  target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/examples/common/example_metrics.c)
+endforeach()
+
+include(CheckLanguage)
+check_language(CXX)
+if(CMAKE_CXX_COMPILER)
+  enable_language(CXX)
+  file(GLOB BPT_CXX_EXAMPLES CONFIGURE_DEPENDS examples/cpp/*.cpp)
+  foreach(source ${BPT_CXX_EXAMPLES})
+    get_filename_component(name ${source} NAME_WE)
+    set(target ${name}_cpp)
+    add_executable(${target} ${source} examples/common/example_metrics.c)
+    set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name}_cpp CXX_STANDARD 11 CXX_STANDARD_REQUIRED ON
+                                               CXX_EXTENSIONS OFF)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-pedantic -Werror>)
+    target_include_directories(${target} PRIVATE examples/common)
+    target_link_libraries(${target} PRIVATE bptrain m)
+  endforeach()
+else()
+  message(STATUS "bptrain: no C++ compiler, skipping examples/cpp")
+endif()
