@@ -59,7 +59,7 @@ size_t bpt_profiler_summary(const bpt_context *context, char *buffer, size_t siz
     append(&out, "profile: %u steps, %.3f ms per step:", steps, total_ns / steps / 1e6);
     for (int p = 0; p < BPT_PROFILE_PHASE_COUNT; p++)
       append(&out, " %s %.3f", phase_names[p], phase_ns[p] / steps / 1e6);
-    append(&out, " ms\n");
+    append(&out, " ms (forward includes evaluation passes)\n");
   } else {
     append(&out, "profile: no optimiser step yet, %.3f ms recorded\n", total_ns / 1e6);
   }
