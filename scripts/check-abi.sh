@@ -24,12 +24,12 @@ fi
 
 echo "check-abi: comparing $soname with abi/$(basename "$baseline")"
 status=0
-abidiff "$baseline" "$current" > "$reference/abidiff.txt" || status=$?
+abidiff --suppressions "$source_dir/abi/suppressions.ini" "$baseline" "$current" > "$reference/abidiff.txt" || status=$?
 cat "$reference/abidiff.txt"
 # abidiff's exit status is a bit set: 1 error, 2 usage error, 4 ABI change, 8 incompatible change. Added
 # functions set bit 4, so judge again with additions hidden: any bit left means a change old callers notice.
 status_without_additions=0
-abidiff --no-added-syms "$baseline" "$current" > /dev/null || status_without_additions=$?
+abidiff --no-added-syms --suppressions "$source_dir/abi/suppressions.ini" "$baseline" "$current" > /dev/null || status_without_additions=$?
 if [ $((status_without_additions & 3)) -ne 0 ]; then
   echo "check-abi: abidiff failed (status $status_without_additions)" >&2
   exit 1

@@ -17,7 +17,7 @@ soname=$("$source_dir/scripts/abi-dump.sh" "$current" "$reference")
 baseline=$source_dir/abi/$soname.abi
 if [ -f "$baseline" ]; then
   status=0
-  abidiff --no-added-syms "$baseline" "$current" || status=$?
+  abidiff --no-added-syms --suppressions "$source_dir/abi/suppressions.ini" "$baseline" "$current" || status=$?
   if [ "$status" -ne 0 ] && [ "$accept_incompatible" -eq 0 ]; then
     echo "update-abi-baseline: the ABI changed incompatibly (abidiff status $status) but the SONAME is still" \
       "$soname. Bump BPT_ABI_VERSION in CMakeLists.txt and include/bptrain/common.h, or pass" \
