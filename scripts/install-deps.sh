@@ -9,6 +9,8 @@ packages=(
   libcmocka-dev
   dataset-fashion-mnist
 )
+# --- packaging (issue 8): ABI check (abidw/abidiff), API reference, --plot, Python binding and its tests ---
+packages+=(abigail-tools doxygen gnuplot-nox python3)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2
