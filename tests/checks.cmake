@@ -1,9 +1,7 @@
-# Checks on the library as users see it: exported symbols, the ABI against its baseline, a downstream
-# consumer of the installed package, the Python binding and the API reference. Included from
+# Checks on the library as users see it: the ABI against its baseline, a downstream consumer of the
+# installed package, the Python binding and the API reference (exported symbols: tests/CMakeLists.txt). Included from
 # tests/CMakeLists.txt; each check is a CTest test labelled "package" (ctest -L package runs them alone).
 set(BPT_CHECKS_ENVIRONMENT "BPT_SOURCE_DIR=${CMAKE_SOURCE_DIR};BPT_BINARY_DIR=${CMAKE_BINARY_DIR}")
-
-add_test(NAME check_exports COMMAND ${CMAKE_SOURCE_DIR}/scripts/check-exports.sh $<TARGET_FILE:bptrain>)
 
 # The ABI check builds its own debug-info copy of the library (scripts/abi-dump.sh), so it holds for any
 # build type and set of optional dependencies.
@@ -40,7 +38,7 @@ else()
 endif()
 
 get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)
-foreach(test check_exports check_abi check_downstream check_python check_doxygen)
+foreach(test check_abi check_downstream check_python check_doxygen)
   if(test IN_LIST BPT_CHECK_TESTS)
     set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${BPT_CHECKS_ENVIRONMENT})
     set_tests_properties(${test} PROPERTIES LABELS package TIMEOUT 600 SKIP_RETURN_CODE 77)
