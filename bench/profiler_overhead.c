@@ -2,7 +2,9 @@
  * reports the fastest and the median step time with the profiler off and on, interleaved in rounds so that
  * machine noise hits both alike (one thread: the minimum is then a stable estimate on a shared machine). Built with -DBPT_BENCH_NO_PROFILER it runs only "off", which lets
  * bench/profiler_overhead.sh compare against a library without the hooks at all.
- *   profiler_overhead [steps per round, 20] [rounds, 15] [batch, 128] */
+ * A small width (e.g. 16: a 16-16-8-10 MLP) makes ops so short that the on/off difference is the profiler's
+ * own cost per recorded event.
+ *   profiler_overhead [steps per round, 20] [rounds, 15] [batch, 128] [width, 784] */
 #define _POSIX_C_SOURCE 200809L
 #include <bptrain.h>
 #include <stdio.h>
@@ -30,7 +32,8 @@ static int compare(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 20, rounds = argc > 2 ? atoi(argv[2]) : 15;
-  int64_t batch = argc > 3 ? atoi(argv[3]) : 128, features = 784;
+  int64_t batch = argc > 3 ? atoi(argv[3]) : 128, features = argc > 4 ? atoi(argv[4]) : 784;
+  int64_t hidden1 = features == 784 ? 512 : features, hidden2 = features == 784 ? 256 : features / 2;
   bpt_context *context = NULL;
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = 1;
@@ -40,9 +43,9 @@ int main(int argc, char **argv) {
   CHECK(bpt_graph_create(context, &graph));
   CHECK(bpt_graph_input(graph, "images", BPT_DTYPE_F32, 1, &features, &images));
   CHECK(bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
-  CHECK(bpt_layer_linear(graph, "fc1", images, 512, BPT_INIT_HE_UNIFORM, &hidden));
+  CHECK(bpt_layer_linear(graph, "fc1", images, hidden1, BPT_INIT_HE_UNIFORM, &hidden));
   CHECK(bpt_relu(graph, "relu1", hidden, &hidden));
-  CHECK(bpt_layer_linear(graph, "fc2", hidden, 256, BPT_INIT_HE_UNIFORM, &hidden));
+  CHECK(bpt_layer_linear(graph, "fc2", hidden, hidden2, BPT_INIT_HE_UNIFORM, &hidden));
   CHECK(bpt_relu(graph, "relu2", hidden, &hidden));
   CHECK(bpt_layer_linear(graph, "fc3", hidden, 10, BPT_INIT_HE_UNIFORM, &hidden));
   CHECK(bpt_softmax_cross_entropy(graph, "loss", hidden, labels, &loss));
@@ -87,7 +90,7 @@ int main(int argc, char **argv) {
   if (modes == 2)
     printf(", on %.3f/%.3f ms (min %+.2f%%)", 1e3 * times[1][0], 1e3 * times[1][rounds / 2],
            100.0 * (times[1][0] / times[0][0] - 1));
-  printf("  [batch %lld, %d steps x %d rounds]\n", (long long)batch, steps, rounds);
+  printf("  [width %lld, batch %lld, %d steps x %d rounds]\n", (long long)features, (long long)batch, steps, rounds);
   free(times[0]);
   free(times[1]);
   bpt_tensor_destroy(x);

@@ -2,10 +2,10 @@
 # Profiler overhead, side by side in one run: the branch's library with the profiler off and on, and the
 # library of a reference revision (default: main, which has no profiler hooks) running the same training
 # steps. Repeats the pair of runs so noise shows; compare medians.
-# Usage: bench/profiler_overhead.sh [REFERENCE_REVISION] [STEPS] [ROUNDS] [BATCH] [REPEATS]
+# Usage: bench/profiler_overhead.sh [REFERENCE_REVISION] [STEPS] [ROUNDS] [BATCH] [REPEATS] [WIDTH]
 set -euo pipefail
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
-reference=${1:-main} steps=${2:-20} rounds=${3:-15} batch=${4:-128} repeats=${5:-3}
+reference=${1:-main} steps=${2:-20} rounds=${3:-15} batch=${4:-128} repeats=${5:-3} width=${6:-784}
 work=$source_dir/build-bench-profiler
 mkdir -p "$work/reference-src"
 git -C "$source_dir" archive "$reference" | tar -x -C "$work/reference-src"
@@ -23,7 +23,7 @@ cc -O2 -std=c11 -I"$source_dir/include" "$source_dir/bench/profiler_overhead.c" 
 echo "reference = $reference ($(git -C "$source_dir" rev-parse --short "$reference")), current = working tree"
 for repeat in $(seq "$repeats"); do
   printf 'reference (no hooks): '
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$work/overhead_reference" "$steps" "$rounds" "$batch"
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$work/overhead_reference" "$steps" "$rounds" "$batch" "$width"
   printf 'current:              '
-  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$work/overhead_current" "$steps" "$rounds" "$batch"
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$work/overhead_current" "$steps" "$rounds" "$batch" "$width"
 done

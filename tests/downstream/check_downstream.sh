@@ -41,5 +41,10 @@ static_libs=$(pkg-config --static --libs bptrain | sed 's/-lbptrain\b/-l:libbptr
 # shellcheck disable=SC2046,SC2086
 "$cc" "${flags[@]}" "$here/consumer.c" $(pkg-config --cflags bptrain) $static_libs -o "$work/pkg_static"
 "$work/pkg_static"
+if command -v python3 > /dev/null; then
+  step "installed Python module"
+  env -u BPTRAIN_LIBRARY PYTHONPATH="$prefix/share/bptrain/python" PYTHONDONTWRITEBYTECODE=1 python3 -c \
+    'import bptrain; print("bptrain", bptrain.version(), "ABI", bptrain.abi_version(), "from", bptrain._native.lib._name)'
+fi
 echo
 echo "downstream: all four consumers built and ran"
