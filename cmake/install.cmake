@@ -78,15 +78,6 @@ if(BPT_OPENBLAS_DIR)
   set(BPT_STATIC_LINK_OPTIONS "-Wl,-rpath,${BPT_OPENBLAS_DIR}")
   string(APPEND BPT_PKG_CONFIG_LIBS_PRIVATE " ${BPT_STATIC_LINK_OPTIONS}")
 endif()
-set(BPT_PKG_CONFIG_REQUIRES_PRIVATE "")
-if(BPT_HAVE_MPI)
-  set(BPT_PKG_CONFIG_REQUIRES_PRIVATE "ompi-c")
-  execute_process(COMMAND pkg-config --exists ompi-c RESULT_VARIABLE missing_ompi OUTPUT_QUIET ERROR_QUIET)
-  if(missing_ompi)
-    set(BPT_PKG_CONFIG_REQUIRES_PRIVATE "") # the MPI libraries are in Libs.private already
-  endif()
-endif()
-
 install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 install(TARGETS bptrain EXPORT bptrain-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -111,6 +102,6 @@ string(REGEX REPLACE "/$" "" BPT_PKG_CONFIG_TO_PREFIX "${BPT_PKG_CONFIG_TO_PREFI
 configure_file(cmake/bptrain.pc.in ${CMAKE_CURRENT_BINARY_DIR}/bptrain.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/bptrain.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-install(FILES README.md docs/abi.md DESTINATION ${CMAKE_INSTALL_DOCDIR} OPTIONAL)
+install(FILES README.md docs/guide.md docs/abi.md DESTINATION ${CMAKE_INSTALL_DOCDIR} OPTIONAL)
 install(DIRECTORY python/bptrain DESTINATION ${CMAKE_INSTALL_DATADIR}/bptrain/python OPTIONAL
         PATTERN __pycache__ EXCLUDE)
