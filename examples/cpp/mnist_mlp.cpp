@@ -1,7 +1,7 @@
 // The MLP example in C++11: the same 784-512-256-10 network as examples/mnist_mlp.c, written against the C
 // API through small RAII wrappers, so handles are released on every path and errors become exceptions.
 //
-//   mnist_mlp_cpp [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--limit N] [--seed 42]
+//   mnist_mlp_cpp [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--limit N] [--seed 42] [--threads N]
 //                 [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
 #include <bptrain.h>
 
@@ -44,17 +44,18 @@ typedef std::unique_ptr<bpt_dataset, deleter<bpt_dataset, bpt_dataset_destroy> >
 
 struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
-  long epochs = 2, batch = 128, limit = 0, seed = 42;
+  long epochs = 2, batch = 128, limit = 0, seed = 42, threads = 0;
   double learning_rate = 0.05;
 };
 
 const char usage[] =
-    "usage: mnist_mlp_cpp [--data DIR] [--epochs N] [--batch N] [--lr X] [--limit N] [--seed N]\n"
+    "usage: mnist_mlp_cpp [--data DIR] [--epochs N] [--batch N] [--lr X] [--limit N] [--seed N] [--threads N]\n"
     "  --limit N            train on the first N samples of each (shuffled) epoch, 0 for all\n" EXAMPLE_METRICS_USAGE;
 
 options parse(int argc, char **argv) {
   options parsed;
-  const char *valued[] = {"--data", "--epochs", "--batch", "--lr", "--limit", "--seed", EXAMPLE_METRICS_OPTIONS};
+  const char *valued[] = {"--data",  "--epochs",  "--batch", "--lr", "--limit", "--seed",
+                          "--threads", EXAMPLE_METRICS_OPTIONS};
   for (int i = 1; i < argc; i++) {
     std::string argument = argv[i];
     if (argument == "--help" || argument == "-h") {
@@ -74,14 +75,15 @@ options parse(int argc, char **argv) {
     else if (argument == "--batch") parsed.batch = std::strtol(value, &end, 10);
     else if (argument == "--limit") parsed.limit = std::strtol(value, &end, 10);
     else if (argument == "--seed") parsed.seed = std::strtol(value, &end, 10);
+    else if (argument == "--threads") parsed.threads = std::strtol(value, &end, 10);
     else if (argument == "--lr") parsed.learning_rate = std::strtod(value, &end);
     if (end && (*end || end == value)) {
       std::fprintf(stderr, "error: %s expects a number, got '%s'\n", argv[i - 1], value);
       std::exit(2);
     }
   }
-  if (parsed.epochs < 1 || parsed.batch < 1 || parsed.limit < 0) {
-    std::fprintf(stderr, "error: --epochs and --batch must be positive, --limit >= 0\n");
+  if (parsed.epochs < 1 || parsed.batch < 1 || parsed.limit < 0 || parsed.threads < 0) {
+    std::fprintf(stderr, "error: --epochs and --batch must be positive, --limit and --threads >= 0\n");
     std::exit(2);
   }
   return parsed;
@@ -97,6 +99,7 @@ int run(int argc, char **argv) {
   options o = parse(argc, argv);
   bpt_context_options context_options = bpt_context_options_default();
   context_options.seed = static_cast<uint64_t>(o.seed);
+  context_options.num_threads = static_cast<int>(o.threads);
   bpt_context *raw_context = nullptr;
   CHECK(nullptr, bpt_context_create(&context_options, &raw_context));
   context_ptr context(raw_context);

@@ -23,13 +23,14 @@ def main():
     parser.add_argument("--limit", type=int, default=None, help="train on the first N samples of each epoch")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads, 0 for all cores")
     parser.add_argument("--metrics", help="write per-step and per-epoch metrics to this CSV file")
     parser.add_argument("--plot", help="draw loss and accuracy curves to this PNG (needs gnuplot)")
     parser.add_argument("--profile", help="profile and write a Chrome trace to this JSON file")
     parser.add_argument("--save", help="save the trained parameters to this file")
     arguments = parser.parse_args()
 
-    with bptrain.Context(backend=arguments.backend, seed=arguments.seed) as context:
+    with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
         train = bptrain.Dataset(context, arguments.data, "train", limit=arguments.limit)
         test = bptrain.Dataset(context, arguments.data, "t10k")
         print("libbptrain %s (ABI %d), backend %s: %d training and %d test samples" %
