@@ -1,22 +1,22 @@
 /* Cost of the profiler hooks: trains the 784-512-256-10 MLP of examples/mnist_mlp.c on synthetic batches and
  * reports the fastest and the median step time with the profiler off and on, interleaved in rounds so that
- * machine noise hits both alike (one thread: the minimum is then a stable estimate on a shared machine). Built with -DBPT_BENCH_NO_PROFILER it runs only "off", which lets
- * bench/profiler_overhead.sh compare against a library without the hooks at all.
- * A small width (e.g. 16: a 16-16-8-10 MLP) makes ops so short that the on/off difference is the profiler's
- * own cost per recorded event.
- *   profiler_overhead [steps per round, 20] [rounds, 15] [batch, 128] [width, 784] */
+ * machine noise hits both alike (one thread: the minimum is then a stable estimate on a shared machine). Built with
+ * -DBPT_BENCH_NO_PROFILER it runs only "off", which lets bench/profiler_overhead.sh compare against a library without
+ * the hooks at all. A small width (e.g. 16: a 16-16-8-10 MLP) makes ops so short that the on/off difference is the
+ * profiler's own cost per recorded event. profiler_overhead [steps per round, 20] [rounds, 15] [batch, 128] [width,
+ * 784] */
 #define _POSIX_C_SOURCE 200809L
 #include <bptrain.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-#define CHECK(expression)                                                                       \
-  do {                                                                                          \
-    if ((expression) != BPT_OK) {                                                               \
-      fprintf(stderr, "%s failed: %s\n", #expression, bpt_context_last_error(context));         \
-      exit(1);                                                                                  \
-    }                                                                                           \
+#define CHECK(expression)                                                                                              \
+  do {                                                                                                                 \
+    if ((expression) != BPT_OK) {                                                                                      \
+      fprintf(stderr, "%s failed: %s\n", #expression, bpt_context_last_error(context));                                \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
   } while (0)
 
 static double seconds(void) {
@@ -60,8 +60,10 @@ int main(int argc, char **argv) {
   CHECK(bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &y));
   float *values = bpt_tensor_data(x);
   int32_t *classes = bpt_tensor_data(y);
-  for (int64_t i = 0; i < batch * features; i++) values[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
-  for (int64_t n = 0; n < batch; n++) classes[n] = (int32_t)(n % 10);
+  for (int64_t i = 0; i < batch * features; i++)
+    values[i] = (float)((i * 2654435761u) % 1000) / 1000.0f;
+  for (int64_t n = 0; n < batch; n++)
+    classes[n] = (int32_t)(n % 10);
   CHECK(bpt_graph_set_input(graph, images, x));
   CHECK(bpt_graph_set_input(graph, labels, y));
 
@@ -85,7 +87,8 @@ int main(int argc, char **argv) {
       if (round >= 0) times[mode][round] = (seconds() - start) / steps;
     }
   }
-  for (int mode = 0; mode < modes; mode++) qsort(times[mode], (size_t)rounds, sizeof(double), compare);
+  for (int mode = 0; mode < modes; mode++)
+    qsort(times[mode], (size_t)rounds, sizeof(double), compare);
   printf("step min/median: profiler off %.3f/%.3f ms", 1e3 * times[0][0], 1e3 * times[0][rounds / 2]);
   if (modes == 2)
     printf(", on %.3f/%.3f ms (min %+.2f%%)", 1e3 * times[1][0], 1e3 * times[1][rounds / 2],

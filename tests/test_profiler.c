@@ -36,7 +36,8 @@ static void model_create(model *m) {
   test_random_seed(&random, 5);
   test_random_fill(&random, bpt_tensor_data(m->x_values), BATCH * FEATURES, -1.0f, 1.0f);
   int32_t *labels = bpt_tensor_data(m->label_values);
-  for (int n = 0; n < BATCH; n++) labels[n] = n % CLASSES;
+  for (int n = 0; n < BATCH; n++)
+    labels[n] = n % CLASSES;
 }
 
 static void model_steps(model *m, int steps) {
@@ -68,7 +69,8 @@ static char *summary(const bpt_context *context) {
 
 static size_t count_occurrences(const char *haystack, const char *needle) {
   size_t count = 0;
-  for (const char *at = strstr(haystack, needle); at; at = strstr(at + 1, needle)) count++;
+  for (const char *at = strstr(haystack, needle); at; at = strstr(at + 1, needle))
+    count++;
   return count;
 }
 

@@ -209,7 +209,8 @@ int example_plot_metrics(const char *csv_path, const char *png_path, const char 
     fprintf(gnuplot, "plot ");
     if (has[5]) fprintf(gnuplot, "$epochs using 1:(100 * $6) with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'");
     if (has[5] && has[3]) fprintf(gnuplot, ", ");
-    if (has[3]) fprintf(gnuplot, "$epochs using 1:(100 * $4) with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train'");
+    if (has[3])
+      fprintf(gnuplot, "$epochs using 1:(100 * $4) with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train'");
     fprintf(gnuplot, "\n");
   } else {
     fprintf(gnuplot, "set label 'no accuracy recorded' at graph 0.5, 0.5 center\nplot [0:1] NaN notitle\n");

@@ -21,10 +21,10 @@ extern "C" {
 #endif
 
 #define EXAMPLE_METRICS_OPTIONS "--metrics", "--plot", "--profile"
-#define EXAMPLE_METRICS_USAGE                                                                               \
-  "  --metrics FILE.csv   write per-step and per-epoch metrics (kind,epoch,step,train_loss,train_accuracy,\n" \
-  "                       test_loss,test_accuracy,learning_rate,seconds)\n"                                   \
-  "  --plot FILE.png      draw loss and accuracy curves with gnuplot (Debian: gnuplot-nox)\n"                \
+#define EXAMPLE_METRICS_USAGE                                                                                          \
+  "  --metrics FILE.csv   write per-step and per-epoch metrics (kind,epoch,step,train_loss,train_accuracy,\n"          \
+  "                       test_loss,test_accuracy,learning_rate,seconds)\n"                                            \
+  "  --plot FILE.png      draw loss and accuracy curves with gnuplot (Debian: gnuplot-nox)\n"                          \
   "  --profile FILE.json  profile ops, optimiser and communication; print a summary, write a Chrome trace\n"
 
 typedef struct example_metrics example_metrics;

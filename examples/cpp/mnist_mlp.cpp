@@ -20,7 +20,7 @@ namespace {
 
 // Turns a failed call into an exception carrying the context's message.
 class error : public std::runtime_error {
- public:
+public:
   error(const bpt_context *context, bpt_status status, const char *call)
       : std::runtime_error(std::string(call) + ": " + bpt_context_last_error(context) + " (" +
                            bpt_status_string(status) + ")") {}
@@ -32,15 +32,14 @@ void check(const bpt_context *context, bpt_status status, const char *call) {
 #define CHECK(context, expression) check((context), (expression), #expression)
 
 // One owning pointer type per handle, each with the library's destroy function as deleter.
-template <typename T, void (*destroy)(T *)>
-struct deleter {
+template <typename T, void (*destroy)(T *)> struct deleter {
   void operator()(T *handle) const { destroy(handle); }
 };
-typedef std::unique_ptr<bpt_context, deleter<bpt_context, bpt_context_destroy> > context_ptr;
-typedef std::unique_ptr<bpt_graph, deleter<bpt_graph, bpt_graph_destroy> > graph_ptr;
-typedef std::unique_ptr<bpt_optimizer, deleter<bpt_optimizer, bpt_optimizer_destroy> > optimizer_ptr;
-typedef std::unique_ptr<bpt_tensor, deleter<bpt_tensor, bpt_tensor_destroy> > tensor_ptr;
-typedef std::unique_ptr<bpt_dataset, deleter<bpt_dataset, bpt_dataset_destroy> > dataset_ptr;
+typedef std::unique_ptr<bpt_context, deleter<bpt_context, bpt_context_destroy>> context_ptr;
+typedef std::unique_ptr<bpt_graph, deleter<bpt_graph, bpt_graph_destroy>> graph_ptr;
+typedef std::unique_ptr<bpt_optimizer, deleter<bpt_optimizer, bpt_optimizer_destroy>> optimizer_ptr;
+typedef std::unique_ptr<bpt_tensor, deleter<bpt_tensor, bpt_tensor_destroy>> tensor_ptr;
+typedef std::unique_ptr<bpt_dataset, deleter<bpt_dataset, bpt_dataset_destroy>> dataset_ptr;
 
 struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
@@ -54,8 +53,8 @@ const char usage[] =
 
 options parse(int argc, char **argv) {
   options parsed;
-  const char *valued[] = {"--data",  "--epochs",  "--batch", "--lr", "--limit", "--seed",
-                          "--threads", EXAMPLE_METRICS_OPTIONS};
+  const char *valued[] = {"--data",  "--epochs", "--batch",   "--lr",
+                          "--limit", "--seed",   "--threads", EXAMPLE_METRICS_OPTIONS};
   for (int i = 1; i < argc; i++) {
     std::string argument = argv[i];
     if (argument == "--help" || argument == "-h") {
@@ -63,20 +62,28 @@ options parse(int argc, char **argv) {
       std::exit(0);
     }
     bool known = false;
-    for (const char *name : valued) known = known || argument == name;
+    for (const char *name : valued)
+      known = known || argument == name;
     if (!known || i + 1 >= argc) {
       std::fprintf(stderr, "error: %s '%s'\n%s", known ? "missing value for" : "unknown argument", argv[i], usage);
       std::exit(2);
     }
     const char *value = argv[++i];
     char *end = nullptr;
-    if (argument == "--data") parsed.data = value;
-    else if (argument == "--epochs") parsed.epochs = std::strtol(value, &end, 10);
-    else if (argument == "--batch") parsed.batch = std::strtol(value, &end, 10);
-    else if (argument == "--limit") parsed.limit = std::strtol(value, &end, 10);
-    else if (argument == "--seed") parsed.seed = std::strtol(value, &end, 10);
-    else if (argument == "--threads") parsed.threads = std::strtol(value, &end, 10);
-    else if (argument == "--lr") parsed.learning_rate = std::strtod(value, &end);
+    if (argument == "--data")
+      parsed.data = value;
+    else if (argument == "--epochs")
+      parsed.epochs = std::strtol(value, &end, 10);
+    else if (argument == "--batch")
+      parsed.batch = std::strtol(value, &end, 10);
+    else if (argument == "--limit")
+      parsed.limit = std::strtol(value, &end, 10);
+    else if (argument == "--seed")
+      parsed.seed = std::strtol(value, &end, 10);
+    else if (argument == "--threads")
+      parsed.threads = std::strtol(value, &end, 10);
+    else if (argument == "--lr")
+      parsed.learning_rate = std::strtod(value, &end);
     if (end && (*end || end == value)) {
       std::fprintf(stderr, "error: %s expects a number, got '%s'\n", argv[i - 1], value);
       std::exit(2);
@@ -199,7 +206,7 @@ int run(int argc, char **argv) {
   return example_metrics_close(metrics);
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char **argv) {
   try {

@@ -20,9 +20,11 @@ static uint64_t now_ns(void) {
 
 static uint64_t hash_key(bpt_profile_phase phase, const char *name, const char *kind) {
   uint64_t hash = 1469598103934665603u ^ (uint64_t)phase;
-  for (const char *text = name; *text; text++) hash = (hash ^ (unsigned char)*text) * 1099511628211u;
+  for (const char *text = name; *text; text++)
+    hash = (hash ^ (unsigned char)*text) * 1099511628211u;
   hash = (hash ^ 0xff) * 1099511628211u;
-  for (const char *text = kind; *text; text++) hash = (hash ^ (unsigned char)*text) * 1099511628211u;
+  for (const char *text = kind; *text; text++)
+    hash = (hash ^ (unsigned char)*text) * 1099511628211u;
   return hash;
 }
 
@@ -32,7 +34,8 @@ static bool rehash(bpt_profiler *profiler, size_t capacity) {
   for (size_t i = 0; i < profiler->statistic_count; i++) {
     const profile_statistic *statistic = &profiler->statistics[i];
     size_t slot = hash_key(statistic->phase, statistic->name, statistic->kind) & (capacity - 1);
-    while (slots[slot]) slot = (slot + 1) & (capacity - 1);
+    while (slots[slot])
+      slot = (slot + 1) & (capacity - 1);
     slots[slot] = (uint32_t)i + 1;
   }
   free(profiler->slots);
@@ -105,8 +108,11 @@ void bpt_profiler_record(bpt_context *context, bpt_profile_phase phase, const ch
     }
     if (profiler->event_count < profiler->event_capacity)
       profiler->events[profiler->event_count++] =
-          (profile_event){.statistic = (uint32_t)(statistic - profiler->statistics), .step = profiler->step,
-                          .start_ns = start - profiler->origin_ns, .duration_ns = duration, .bytes = bytes,
+          (profile_event){.statistic = (uint32_t)(statistic - profiler->statistics),
+                          .step = profiler->step,
+                          .start_ns = start - profiler->origin_ns,
+                          .duration_ns = duration,
+                          .bytes = bytes,
                           .flops = flops};
     else
       profiler->dropped_events++;

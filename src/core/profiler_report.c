@@ -70,7 +70,8 @@ size_t bpt_profiler_summary(const bpt_context *context, char *buffer, size_t siz
     double seconds = (double)row->total_ns / 1e9;
     append(&out, "%-9s  %-22.22s  %-24.24s  %8llu  %10.3f  %10.1f  %6.2f  ", phase_names[row->phase], row->kind,
            row->name, (unsigned long long)row->calls, (double)row->total_ns / 1e6,
-           (double)row->total_ns / 1e3 / (double)row->calls, total_ns > 0 ? 100.0 * (double)row->total_ns / total_ns : 0.0);
+           (double)row->total_ns / 1e3 / (double)row->calls,
+           total_ns > 0 ? 100.0 * (double)row->total_ns / total_ns : 0.0);
     if (row->flops > 0 && seconds > 0)
       append(&out, "%9.2f  ", row->flops / seconds / 1e9);
     else
@@ -81,8 +82,8 @@ size_t bpt_profiler_summary(const bpt_context *context, char *buffer, size_t siz
       append(&out, "%8s\n", "-");
   }
   if (profiler->dropped_events)
-    append(&out, "(trace holds the first %zu events; %llu later ones are only in this table)\n",
-           profiler->event_count, (unsigned long long)profiler->dropped_events);
+    append(&out, "(trace holds the first %zu events; %llu later ones are only in this table)\n", profiler->event_count,
+           (unsigned long long)profiler->dropped_events);
   pthread_mutex_unlock(&profiler->lock);
   free(sorted);
   return out.length;
@@ -120,7 +121,8 @@ static void write_events(FILE *file, const bpt_profiler *profiler) {
       if (event->start_ns < begin) begin = event->start_ns;
       if (event->start_ns + event->duration_ns > end) end = event->start_ns + event->duration_ns;
     }
-    fprintf(file, ",\n{\"name\":\"step %u\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}",
+    fprintf(file,
+            ",\n{\"name\":\"step %u\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":1,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f}",
             step, (double)begin / 1e3, (double)(end - begin) / 1e3);
     first = last;
   }
@@ -143,7 +145,8 @@ bpt_status bpt_profiler_write_trace(bpt_context *context, const char *path) {
   if (!path) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_profiler_write_trace: path is NULL");
   bpt_profiler *profiler = context->profiler;
   if (!profiler)
-    return bpt_error(context, BPT_ERR_STATE, "bpt_profiler_write_trace: nothing recorded; call bpt_profiler_enable first");
+    return bpt_error(context, BPT_ERR_STATE,
+                     "bpt_profiler_write_trace: nothing recorded; call bpt_profiler_enable first");
   FILE *file = fopen(path, "w");
   if (!file) return bpt_error(context, BPT_ERR_IO, "bpt_profiler_write_trace: cannot open '%s' for writing", path);
   pthread_mutex_lock(&profiler->lock);

@@ -3,12 +3,12 @@
 #include <bptrain.h>
 #include <stdio.h>
 
-#define CHECK(context, expression)                                                                   \
-  do {                                                                                               \
-    if ((expression) != BPT_OK) {                                                                    \
-      fprintf(stderr, "consumer: %s failed: %s\n", #expression, bpt_context_last_error(context));    \
-      return 1;                                                                                      \
-    }                                                                                                \
+#define CHECK(context, expression)                                                                                     \
+  do {                                                                                                                 \
+    if ((expression) != BPT_OK) {                                                                                      \
+      fprintf(stderr, "consumer: %s failed: %s\n", #expression, bpt_context_last_error(context));                      \
+      return 1;                                                                                                        \
+    }                                                                                                                  \
   } while (0)
 
 int main(void) {
