@@ -41,3 +41,13 @@ if(BPT_BUILD_TESTS AND Python3_FOUND AND NOT BPT_SANITIZE)
   set_tests_properties(example_python_mnist_mlp PROPERTIES LABELS "package;example" SKIP_RETURN_CODE 77 TIMEOUT 300
     ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
 endif()
+# --plot without gnuplot: training still completes and the message says how to get gnuplot.
+if(BPT_BUILD_TESTS AND TARGET mnist_mlp_cpp)
+  add_test(NAME example_plot_without_gnuplot
+           COMMAND sh -c "test -d /usr/share/datasets/fashion-mnist || { echo 'skipped: no Fashion-MNIST'; exit 0; }
+                          BPT_GNUPLOT=/nonexistent/gnuplot \"$0\" --epochs 1 --limit 200 --batch 100 --threads 1 --plot \"$1\" 2>&1"
+                   $<TARGET_FILE:mnist_mlp_cpp> ${CMAKE_BINARY_DIR}/example-no-gnuplot.png)
+  set_tests_properties(example_plot_without_gnuplot PROPERTIES LABELS "package;example"
+    PASS_REGULAR_EXPRESSION "gnuplot not found.*apt-get install gnuplot-nox"
+    SKIP_REGULAR_EXPRESSION "skipped: no Fashion-MNIST")
+endif()

@@ -86,6 +86,18 @@ def main():
                 file.truncate(20)
             expect_error("FORMAT", clone.load, path)
 
+        # numpy arrays (when numpy is installed) feed the same model without per-value conversion.
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        if numpy is not None:
+            by_numpy = model.evaluate(numpy.array(test_x, dtype=numpy.float64), numpy.array(test_y))
+            assert abs(by_numpy["loss"] - after["loss"]) < 1e-6 and by_numpy["accuracy"] == after["accuracy"], by_numpy
+            loss = model.train_step(optimizer, numpy.array(train_x[:32], dtype=numpy.float32), numpy.array(train_y[:32]))
+            assert loss < 0.5, loss
+            print("numpy arrays: OK")
+
         # Errors surface as exceptions with the library's message, never a crash.
         error = expect_error("SHAPE", model.train_step, optimizer, [[1.0, 2.0, 3.0]], [0])
         print("shape error message:", error.message)
