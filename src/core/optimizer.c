@@ -100,7 +100,24 @@ void bpt_optimizer_destroy(bpt_optimizer *optimizer) {
   free(optimizer);
 }
 
+static bpt_status optimizer_step(bpt_optimizer *optimizer);
+
+/* The profiler (core/profiler.h) times the whole step, every update kernel call included. */
 bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
+  bpt_context *context = optimizer ? optimizer->graph->context : NULL;
+  if (__builtin_expect(!context || !context->profiler, 1)) return optimizer_step(optimizer);
+  uint64_t start = bpt_profiler_begin(context);
+  bpt_status status = optimizer_step(optimizer);
+  if (status != BPT_OK) return status;
+  /* Reads parameters, gradients and each state buffer; writes the parameters and the state back. */
+  int buffers = 1 + (optimizer->state0 != NULL) + (optimizer->state1 != NULL);
+  double bytes = (double)optimizer->graph->parameter_elements * sizeof(float) * (double)(2 * buffers + 1);
+  const char *kind = optimizer->options.kind == BPT_OPTIMIZER_SGD ? "sgd" : "adam";
+  bpt_profiler_record(context, BPT_PROFILE_OPTIMIZER, "step", kind, start, bytes, 0.0);
+  return BPT_OK;
+}
+
+static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_step: optimizer is NULL");
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
@@ -127,17 +144,8 @@ bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "bpt_optimizer_step: backend '%s' has no %s update kernel",
                      backend->vtable->name, o->kind == BPT_OPTIMIZER_SGD ? "SGD" : "Adam");
   backend->error_message[0] = 0;
-  bpt_context *context = graph->context;
-  uint64_t start = context->profiler ? bpt_profiler_begin(context) : 0;
   bpt_status status = kernel(backend, &args);
-  if (status != BPT_OK) return bpt_backend_error(context, status, "bpt_optimizer_step");
-  if (context->profiler) {
-    /* Reads parameters, gradients and each state buffer; writes parameters and the state back. */
-    int buffers = 1 + (args.state0 != NULL) + (args.state1 != NULL);
-    double bytes = (double)args.count * sizeof(float) * (double)(2 * buffers + 1);
-    bpt_profiler_record(context, BPT_PROFILE_OPTIMIZER, "step", o->kind == BPT_OPTIMIZER_SGD ? "sgd" : "adam", start,
-                        bytes, 0.0);
-  }
+  if (status != BPT_OK) return bpt_backend_error(graph->context, status, "bpt_optimizer_step");
   optimizer->steps++;
   return BPT_OK;
 }

@@ -135,8 +135,9 @@ static void estimate_cost(const bpt_node *node, bool backward, double *flops, do
   *bytes = backward ? 2.0 * inputs + value_bytes(node) : inputs + value_bytes(node);
 }
 
-bpt_status bpt_profiler_run_op(bpt_node *node, bpt_status (*run)(bpt_node *node), bpt_profile_phase phase) {
+static bpt_status run_op(bpt_node *node, bpt_status (*run)(bpt_node *node), bpt_profile_phase phase) {
   bpt_context *context = node->graph->context;
+  if (!run) return BPT_OK;
   if (!context->profiler->enabled) return run(node);
   uint64_t start = bpt_profiler_begin(context);
   bpt_status status = run(node);
@@ -151,6 +152,17 @@ bpt_status bpt_profiler_run_op(bpt_node *node, bpt_status (*run)(bpt_node *node)
   bpt_profiler_record(context, phase, node->name, definition->name, start, bytes, flops);
   return BPT_OK;
 }
+
+static bpt_status profiled_forward(bpt_node *node) {
+  return run_op(node, bpt_op_get(node->op)->forward, BPT_PROFILE_FORWARD);
+}
+
+static bpt_status profiled_backward(bpt_node *node) {
+  return run_op(node, bpt_op_get(node->op)->backward, BPT_PROFILE_BACKWARD);
+}
+
+const bpt_op_definition bpt_profiled_op = {
+    .name = "profiled", .forward = profiled_forward, .backward = profiled_backward};
 
 bpt_status bpt_profiler_enable(bpt_context *context, int enabled) {
   if (!context) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_profiler_enable: context is NULL");

@@ -67,12 +67,8 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
   graph->forward_done = false;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_get(node->op);
-    if (!definition->forward) continue;
-    if (__builtin_expect(graph->context->profiler != NULL, 0))
-      BPT_CHECK(bpt_profiler_run_op(node, definition->forward, BPT_PROFILE_FORWARD));
-    else
-      BPT_CHECK(definition->forward(node));
+    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
+    if (definition->forward) BPT_CHECK(definition->forward(node));
   }
   graph->forward_done = true;
   graph->backward_done = false;
@@ -103,12 +99,8 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, where);
   for (int i = graph->node_count - 1; i >= 0; i--) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_get(node->op);
-    if (!node->requires_grad || !definition->backward) continue;
-    if (__builtin_expect(graph->context->profiler != NULL, 0))
-      BPT_CHECK(bpt_profiler_run_op(node, definition->backward, BPT_PROFILE_BACKWARD));
-    else
-      BPT_CHECK(definition->backward(node));
+    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
+    if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
   }
   graph->backward_done = true;
   return BPT_OK;
