@@ -1,9 +1,11 @@
 /* The profiler: what it records per op and step, the numbers it derives (linear FLOPs), its summary's
  * snprintf contract, the Chrome trace file, pausing, reset and its errors. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/profiler.h"
 #include "test_support.h"
 
 enum { BATCH = 8, FEATURES = 5, HIDDEN = 6, CLASSES = 3, STEPS = 3 };
@@ -162,6 +164,37 @@ static void summary_follows_snprintf(void **state) {
   model_destroy(&m);
 }
 
+/* The comm layer records from its own thread while backward runs on the main one. */
+static void *record_communication(void *argument) {
+  bpt_context *context = argument;
+  for (int i = 0; i < 200; i++) {
+    uint64_t start = bpt_profiler_now();
+    bpt_profiler_record(context, BPT_PROFILE_COMM, i % 2 ? "bucket 1" : "bucket 0", "all-reduce", start, 4096.0, 0.0);
+  }
+  return NULL;
+}
+
+static void records_communication_from_another_thread(void **state) {
+  (void)state;
+  model m;
+  model_create(&m);
+  assert_ok(m.context, bpt_profiler_enable(m.context, 1));
+  pthread_t thread;
+  assert_int_equal(pthread_create(&thread, NULL, record_communication, m.context), 0);
+  model_steps(&m, STEPS);
+  pthread_join(thread, NULL);
+  char *text = summary(m.context);
+  /* The row layout of bpt_profiler_summary(): phase, op, node, calls. */
+  char expected[160];
+  for (int bucket = 0; bucket < 2; bucket++) {
+    snprintf(expected, sizeof expected, "%-9s  %-22s  bucket %-17d  %8d", "comm", "all-reduce", bucket, 100);
+    assert_non_null(strstr(text, expected));
+  }
+  assert_non_null(strstr(text, "profile: 3 steps"));
+  free(text);
+  model_destroy(&m);
+}
+
 static void reports_errors(void **state) {
   (void)state;
   bpt_context *context = test_context(1);
@@ -184,6 +217,7 @@ int main(void) {
       cmocka_unit_test(records_ops_steps_and_optimizer),
       cmocka_unit_test(pause_keeps_and_reset_drops),
       cmocka_unit_test(summary_follows_snprintf),
+      cmocka_unit_test(records_communication_from_another_thread),
       cmocka_unit_test(reports_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

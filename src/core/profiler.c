@@ -12,7 +12,7 @@
 #include "core/graph.h"
 #include "core/profiler_state.h"
 
-static uint64_t now_ns(void) {
+uint64_t bpt_profiler_now(void) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
@@ -80,14 +80,15 @@ static profile_statistic *find_statistic(bpt_profiler *profiler, bpt_profile_pha
 uint64_t bpt_profiler_begin(bpt_context *context) {
   bpt_backend *backend = &context->backend;
   if (backend->vtable->synchronize) backend->vtable->synchronize(backend);
-  return now_ns();
+  return bpt_profiler_now();
 }
 
 void bpt_profiler_record(bpt_context *context, bpt_profile_phase phase, const char *name, const char *kind,
                          uint64_t start, double bytes, double flops) {
   bpt_profiler *profiler = context->profiler;
   if (!profiler || !profiler->enabled) return;
-  uint64_t end = bpt_profiler_begin(context); /* waits for the device, so the region's kernels are included */
+  /* Waiting for the device puts the region's kernels inside it; comm waits for its own work itself. */
+  uint64_t end = phase == BPT_PROFILE_COMM ? bpt_profiler_now() : bpt_profiler_begin(context);
   uint64_t duration = end > start ? end - start : 0;
   pthread_mutex_lock(&profiler->lock);
   profile_statistic *statistic = find_statistic(profiler, phase, name, kind);
@@ -174,7 +175,7 @@ bpt_status bpt_profiler_enable(bpt_context *context, int enabled) {
       free(profiler);
       return bpt_error(context, BPT_ERR_INTERNAL, "bpt_profiler_enable: cannot create a mutex");
     }
-    profiler->origin_ns = now_ns();
+    profiler->origin_ns = bpt_profiler_now();
     context->profiler = profiler;
   }
   context->profiler->enabled = enabled != 0;
@@ -194,7 +195,7 @@ bpt_status bpt_profiler_reset(bpt_context *context) {
   profiler->dropped_events = 0;
   profiler->step = 0;
   if (profiler->slots) memset(profiler->slots, 0, profiler->slot_capacity * sizeof *profiler->slots);
-  profiler->origin_ns = now_ns();
+  profiler->origin_ns = bpt_profiler_now();
   pthread_mutex_unlock(&profiler->lock);
   return BPT_OK;
 }

@@ -32,9 +32,19 @@ static inline const bpt_op_definition *bpt_op_to_run(const bpt_context *context,
 /* Waits for the context's device and returns a timestamp in nanoseconds, for bpt_profiler_record(). */
 uint64_t bpt_profiler_begin(bpt_context *context);
 
-/* Records a region that began at bpt_profiler_begin(): name is the instance ("all-reduce bucket 3"), kind
- * the operation ("sgd", "nccl"); both must outlive the call only. bytes and flops are 0 when unknown.
- * A BPT_PROFILE_OPTIMIZER region ends the current step. */
+/* A timestamp in nanoseconds without waiting for the device: for the comm layer, which runs on its own
+ * stream or thread and waits for its own work before recording. */
+uint64_t bpt_profiler_now(void);
+
+/* Records a region that began at bpt_profiler_begin() (or bpt_profiler_now() for BPT_PROFILE_COMM): name is
+ * the instance ("all-reduce bucket 3"), kind the operation ("sgd", "nccl"); both must outlive the call
+ * only. bytes and flops are 0 when unknown. The region ends now; except for BPT_PROFILE_COMM, after waiting
+ * for the device. Safe to call from another thread. A BPT_PROFILE_OPTIMIZER region ends the current step.
+ * The comm layer's use:
+ *   uint64_t start = context->profiler ? bpt_profiler_now() : 0;
+ *   ... all-reduce one bucket, wait for it ...
+ *   if (context->profiler) bpt_profiler_record(context, BPT_PROFILE_COMM, "bucket 3", "nccl all-reduce",
+ *                                              start, bytes, 0.0); */
 void bpt_profiler_record(bpt_context *context, bpt_profile_phase phase, const char *name, const char *kind,
                          uint64_t start, double bytes, double flops);
 

@@ -26,7 +26,7 @@ typedef struct profile_event {
 } profile_event;
 
 struct bpt_profiler {
-  bool enabled;
+  _Atomic bool enabled; /* read without the lock by the hooks, possibly from the comm thread */
   pthread_mutex_t lock;
   uint64_t origin_ns;
   uint32_t step;
