@@ -32,6 +32,11 @@ fi
 step "pkg-config bptrain"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig:$prefix/${BPT_INSTALL_LIBDIR:-lib}/pkgconfig"
 pkg-config --modversion bptrain
+# Dependencies stay private: a dynamic link needs -lbptrain alone; --static adds them.
+libs=$(pkg-config --libs bptrain)
+echo "pkg-config --libs: $libs"
+[[ $(echo "$libs" | tr ' ' '\n' | grep -c '^-l') -eq 1 ]] || { echo "private dependencies leak into Libs" >&2; exit 1; }
+echo "pkg-config --static --libs: $(pkg-config --static --libs bptrain)"
 flags=(-std=c11 -Wall -Wextra -pedantic -Werror)
 # shellcheck disable=SC2046 # pkg-config output is meant to be split into words
 "$cc" "${flags[@]}" "$here/consumer.c" $(pkg-config --cflags --libs bptrain) -Wl,-rpath,"$prefix/lib" \
