@@ -111,7 +111,7 @@ void bpt_profiler_record(bpt_context *context, bpt_profile_phase phase, const ch
       profiler->events[profiler->event_count++] =
           (profile_event){.statistic = (uint32_t)(statistic - profiler->statistics),
                           .step = profiler->step,
-                          .start_ns = start - profiler->origin_ns,
+                          .start_ns = start > profiler->origin_ns ? start - profiler->origin_ns : 0,
                           .duration_ns = duration,
                           .bytes = bytes,
                           .flops = flops};
