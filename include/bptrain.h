@@ -14,5 +14,8 @@
 #include "bptrain/graph.h"
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
+/* Robustness (issue 9) */
+#include "bptrain/checkpoint.h"
+#include "bptrain/anomaly.h"
 
 #endif

@@ -2,6 +2,8 @@
  * Ops add their nodes through bpt_graph_add_node(); compile.c and run.c take it from there. */
 #include "core/graph.h"
 
+#include "core/checkpoint.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@ bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
 void bpt_graph_destroy(bpt_graph *graph) {
   if (!graph) return;
   bpt_graph_release_memory(graph);
+  bpt_graph_free_buffers(graph); /* robustness (issue 9) */
   for (int i = 0; i < graph->node_count; i++) free(graph->nodes[i]);
   free(graph->nodes);
   free(graph);

@@ -68,7 +68,9 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_get(node->op);
     if (definition->forward) BPT_CHECK(definition->forward(node));
+    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check(node)); /* robustness (issue 9) */
   }
+  graph->forward_count++;
   graph->forward_done = true;
   graph->backward_done = false;
   return BPT_OK;

@@ -6,6 +6,7 @@
 
 #include "bptrain/data.h"
 #include "core/context.h"
+#include "core/data/dataset_order.h"
 #include "core/data/idx.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -181,4 +182,10 @@ bpt_status bpt_dataset_batch(bpt_dataset *dataset, int64_t batch_index, int64_t 
     if (y) y[n] = dataset->labels.data[sample];
   }
   return BPT_OK;
+}
+
+/* Robustness (issue 9): checkpoints save and restore the sample order through this (core/data/dataset_order.h). */
+int64_t *bpt_dataset_order_view(bpt_dataset *dataset, int64_t *size) {
+  *size = dataset->size;
+  return dataset->order;
 }
