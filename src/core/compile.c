@@ -158,6 +158,15 @@ bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch
     if (loss->batched || bpt_node_inner_count(loss) != 1 || loss->dtype != BPT_DTYPE_F32)
       return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_compile: loss '%s' is not a scalar f32", loss->name);
   }
+  /* Robustness (issue 9): refuse nodes whose batch-sized buffers cannot exist before size arithmetic overflows. */
+  for (int i = 0; i < graph->node_count; i++) {
+    const bpt_node *node = graph->nodes[i];
+    int64_t inner = bpt_node_inner_count(node), batch = node->batched ? max_batch : 1;
+    if (inner > (INT64_C(1) << 40) / batch)
+      return bpt_error(context, BPT_ERR_OUT_OF_MEMORY,
+                       "bpt_graph_compile: %s '%s' needs %lld x %lld elements, more than 2^40", bpt_op_get(node->op)->name,
+                       node->name, (long long)batch, (long long)inner);
+  }
   graph->loss = loss;
   graph->max_batch = max_batch;
   bpt_status status = plan_and_allocate(graph);

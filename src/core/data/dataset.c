@@ -1,5 +1,6 @@
 /* Data sets over IDX files: samples stay uint8 (a quarter of the memory of floats) and are normalised
  * per batch; a permutation array gives seeded shuffling without moving the samples. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,8 +109,9 @@ int bpt_dataset_sample_shape(const bpt_dataset *dataset, int64_t *dims) {
 
 bpt_status bpt_dataset_set_normalization(bpt_dataset *dataset, float mean, float std) {
   if (!dataset) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_dataset_set_normalization: data set is NULL");
-  if (!(std > 0.0f))
-    return bpt_error(dataset->context, BPT_ERR_INVALID_ARGUMENT, "bpt_dataset_set_normalization: std %g must be > 0",
+  if (!(std > 0.0f) || !isfinite(std) || !isfinite(mean))
+    return bpt_error(dataset->context, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_dataset_set_normalization: mean %g and std %g must be finite, std > 0", (double)mean,
                      (double)std);
   dataset->mean = mean;
   dataset->std = std;
