@@ -407,9 +407,12 @@ static void kill_during_save_leaves_a_valid_file(void **state) {
   struct timespec begin;
   clock_gettime(CLOCK_MONOTONIC, &begin);
   for (int round = 0; round < 12; round++) {
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
+      close(ready[0]);
       for (int64_t version = 1;; version++) {
         for (int64_t i = 0; i < count; i++) values[i] = (float)version;
         bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();
@@ -417,8 +420,15 @@ static void kill_during_save_leaves_a_valid_file(void **state) {
         if (bpt_graph_write_parameters(m.graph, values, count) != BPT_OK ||
             bpt_checkpoint_save(m.graph, path, &contents) != BPT_OK)
           _exit(3);
+        /* After the first complete save, tell the parent it may start aiming its SIGKILL (under valgrind
+           the child is slow to start, and killing it before any save would test nothing). */
+        if (version == 1 && (write(ready[1], "s", 1) != 1 || close(ready[1]) != 0)) _exit(4);
       }
     }
+    close(ready[1]);
+    char byte;
+    assert_int_equal(read(ready[0], &byte, 1), 1);
+    close(ready[0]);
     struct timespec pause = {0, (long)(2 + 5 * round) * 1000000L};
     nanosleep(&pause, NULL);
     kill(child, SIGKILL);
