@@ -9,8 +9,9 @@ build=${1:-build-valgrind}
 jobs=${JOBS:-2}
 command -v valgrind > /dev/null || { echo "check-valgrind: valgrind is not installed (scripts/install-deps.sh)" >&2; exit 1; }
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DBPT_SANITIZE=OFF -DBPT_WITH_CUDA=OFF > "$build.configure.log" ||
-  { cat "$build.configure.log"; exit 1; }
+mkdir -p "$build"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DBPT_SANITIZE=OFF -DBPT_WITH_CUDA=OFF > "$build/configure.log" ||
+  { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j "$jobs"
 
 # --errors-for-leak-kinds: "possibly lost" blocks are the thread stacks and TLS of libgomp's pool, which

@@ -11,9 +11,10 @@ build=${BUILD:-build-fuzz}
 jobs=${JOBS:-2}
 command -v clang > /dev/null || { echo "run-fuzzers: clang is not installed (scripts/install-deps.sh)" >&2; exit 1; }
 
+mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DBPT_BUILD_FUZZERS=ON \
   -DBPT_BUILD_TESTS=OFF -DBPT_BUILD_EXAMPLES=OFF -DBPT_WITH_CUDA=OFF -DBPT_WITH_MPI=OFF -DBPT_WITH_NCCL=OFF \
-  > "$build.configure.log" || { cat "$build.configure.log"; exit 1; }
+  > "$build/configure.log" || { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j "$jobs" --target fuzz_idx fuzz_checkpoint
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1}
