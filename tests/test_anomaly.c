@@ -1,5 +1,6 @@
 /* Anomaly detection: the first node whose value is inf or NaN is named with its shape and forward pass,
- * whether the cause is an op overflowing, the fed data or a diverged parameter; off, nothing is checked. */
+ * whether the cause is an op overflowing, the fed data or a diverged parameter; the first backward that makes a
+ * gradient non-finite is named too; off, nothing is checked. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -91,10 +92,35 @@ static void bad_data_and_bad_parameters_are_named(void **state) {
   assert_int_equal(bpt_graph_anomaly_detection(NULL), 0);
 }
 
+/* A finite forward pass whose backward overflows: fc2's huge weights scale the loss gradient past FLT_MAX. */
+static void overflowing_backward_is_named(void **state) {
+  (void)state;
+  network n;
+  network_create(&n);
+  assert_ok(n.context, bpt_graph_set_anomaly_detection(n.graph, 1));
+  int64_t count = bpt_graph_parameter_count(n.graph);
+  float *parameters = calloc((size_t)count, sizeof *parameters);
+  for (int i = 0; i < HIDDEN; i++) parameters[FEATURES * HIDDEN + HIDDEN + i] = 3e38f; /* fc2.weight */
+  assert_ok(n.context, bpt_graph_write_parameters(n.graph, parameters, count));
+  float *target = bpt_tensor_data(n.target_values);
+  for (int i = 0; i < BATCH; i++) target[i] = 100.0f;
+  feed(&n, 0.0f);
+  assert_ok(n.context, bpt_graph_forward(n.graph));
+  assert_fails(n.context, BPT_ERR_NUMERIC,
+               "anomaly: backward of linear 'fc2' produced -inf in the gradient of relu 'relu' (shape 3x5) at element 0 "
+               "(15 non-finite values) in backward pass 1",
+               bpt_graph_backward(n.graph));
+  assert_ok(n.context, bpt_graph_set_anomaly_detection(n.graph, 0));
+  assert_ok(n.context, bpt_graph_backward(n.graph));
+  free(parameters);
+  network_destroy(&n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(overflowing_op_is_named),
       cmocka_unit_test(bad_data_and_bad_parameters_are_named),
+      cmocka_unit_test(overflowing_backward_is_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

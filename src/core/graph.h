@@ -105,7 +105,9 @@ typedef struct bpt_graph_buffer {
   int64_t count;
 } bpt_graph_buffer;
 bpt_status bpt_graph_register_buffer(bpt_graph *graph, const char *name, float *values, int64_t count);
-/* Checks node's value for inf/NaN when anomaly detection is on (anomaly.c; called from the forward loop). */
+/* Check node's value (after its forward), or its inputs' gradients (after its backward), for inf/NaN when
+ * anomaly detection is on (anomaly.c; called from the loops in run.c). */
 bpt_status bpt_anomaly_check(bpt_node *node);
+bpt_status bpt_anomaly_check_backward(bpt_node *node);
 
 #endif

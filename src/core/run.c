@@ -102,6 +102,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_get(node->op);
     if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
+    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check_backward(node)); /* robustness (issue 9) */
   }
   graph->backward_done = true;
   return BPT_OK;
