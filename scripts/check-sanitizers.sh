@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds libbptrain, its tests and examples with AddressSanitizer + UndefinedBehaviorSanitizer
-# (-DBPT_SANITIZE=ON) and runs the whole CTest suite plus a short example run under them.
+# (-DBPT_SANITIZE=ON) and runs the whole CTest suite plus short example runs under them (including a
+# checkpoint stop/resume that must reproduce the uninterrupted run's weights bit for bit).
 #   scripts/check-sanitizers.sh [build-dir]     (default: build-sanitize; CC=gcc or clang, default clang)
 # Exits non-zero on any sanitizer report, test failure or build warning.
 set -euo pipefail
@@ -20,12 +21,26 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DBPT_SANITIZE=ON -DBPT_WITH_CUD
 cmake --build "$build" -j "$jobs"
 (cd "$build" && ctest --output-on-failure -j "$jobs")
 
-# A short example run on real data when it is installed (the examples are part of "no crashes" too).
-data=/usr/share/datasets/fashion-mnist
-if [ -x "$build/mnist_mlp" ] && [ -f "$data/train-images-idx3-ubyte.gz" ]; then
-  echo "check-sanitizers: mnist_mlp, 1 epoch"
-  "$build/mnist_mlp" --epochs 1 --batch 256 --threads 2 > "$build/mnist_mlp.log" 2>&1 ||
-    { tail -40 "$build/mnist_mlp.log"; exit 1; }
-  tail -1 "$build/mnist_mlp.log"
+# Short example runs on a slice of the real data (the examples are part of "no crashes" too), and a
+# checkpoint stop/resume that must end with the same weights as the uninterrupted run.
+slice=$build/fashion-mnist-slice
+if scripts/make-data-slice.sh "$slice" 2048; then
+  run() {
+    local name=$1
+    shift
+    "$@" > "$build/$name.log" 2>&1 || { tail -40 "$build/$name.log"; echo "check-sanitizers: $name failed" >&2; exit 1; }
+  }
+  common=(--data "$slice" --epochs 2 --batch 64 --threads 2)
+  run mnist_mlp "$build/mnist_mlp" "${common[@]}"
+  echo "check-sanitizers: mnist_mlp: $(tail -1 "$build/mnist_mlp.log")"
+  rm -f "$build"/*.ckpt
+  run straight "$build/checkpoint_resume" --checkpoint "$build/straight.ckpt" "${common[@]}"
+  run stopped "$build/checkpoint_resume" --checkpoint "$build/resumed.ckpt" "${common[@]}" --stop-after 45
+  run resumed "$build/checkpoint_resume" --checkpoint "$build/resumed.ckpt" "${common[@]}" --resume
+  straight=$(grep "parameter checksum" "$build/straight.log")
+  resumed=$(grep "parameter checksum" "$build/resumed.log")
+  echo "check-sanitizers: uninterrupted: $straight"
+  echo "check-sanitizers: stop at 45 + resume: $resumed"
+  [ "$straight" = "$resumed" ] || { echo "check-sanitizers: resumed run differs" >&2; exit 1; }
 fi
 echo "check-sanitizers: ASan + UBSan clean ($CC)"

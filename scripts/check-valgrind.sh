@@ -2,7 +2,7 @@
 # Runs the examples' short runs and the robustness tests under valgrind memcheck: no invalid reads or
 # writes, no uninitialised values used, no definite or indirect leaks.
 #   scripts/check-valgrind.sh [build-dir]     (default: build-valgrind, a plain Debug build)
-# The example trains on a 512-sample slice of Fashion-MNIST cut with zcat/head (valgrind runs ~50x slower).
+# The examples train on a 512-sample slice of Fashion-MNIST (scripts/make-data-slice.sh; valgrind is ~50x slower).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-valgrind}
@@ -35,27 +35,18 @@ for test in test_misuse test_checkpoint test_anomaly test_ops_gradients; do
   [ -x "$build/tests/$test" ] && valgrind_run "$test" "$build/tests/$test"
 done
 
-data=/usr/share/datasets/fashion-mnist
-if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
-  slice=$build/fashion-mnist-slice
-  mkdir -p "$slice"
-  # IDX headers for 512 training and 256 test samples, then the first samples of the real files. head
-  # closes the pipe early, so zcat's SIGPIPE is expected: pipefail is off here and the sizes are checked.
-  set +o pipefail
-  for split in train:512:\\x00\\x00\\x02\\x00 t10k:256:\\x00\\x00\\x01\\x00; do
-    IFS=: read -r name count bytes <<< "$split"
-    { printf "\x00\x00\x08\x03$bytes\x00\x00\x00\x1c\x00\x00\x00\x1c"
-      zcat "$data/$name-images-idx3-ubyte.gz" | tail -c +17 | head -c $((count * 784)); } > "$slice/$name-images-idx3-ubyte"
-    { printf "\x00\x00\x08\x01$bytes"
-      zcat "$data/$name-labels-idx1-ubyte.gz" | tail -c +9 | head -c "$count"; } > "$slice/$name-labels-idx1-ubyte"
-  done
-  set -o pipefail
-  [ "$(stat -c %s "$slice/train-images-idx3-ubyte")" -eq $((16 + 512 * 784)) ] &&
-    [ "$(stat -c %s "$slice/t10k-labels-idx1-ubyte")" -eq $((8 + 256)) ] ||
-    { echo "check-valgrind: could not cut the Fashion-MNIST slice" >&2; exit 1; }
+slice=$build/fashion-mnist-slice
+if scripts/make-data-slice.sh "$slice" 512; then
   valgrind_run mnist_mlp "$build/mnist_mlp" --data "$slice" --epochs 1 --batch 64 --threads 2
   tail -1 "$build/mnist_mlp.out"
+  # A run stopped after 5 steps (with its checkpoint written), then resumed to the end of the epoch.
+  rm -f "$build/resume.ckpt"
+  valgrind_run checkpoint_stop "$build/checkpoint_resume" --checkpoint "$build/resume.ckpt" --data "$slice" \
+    --epochs 1 --batch 64 --threads 2 --stop-after 5 --save-every 2
+  valgrind_run checkpoint_resume "$build/checkpoint_resume" --checkpoint "$build/resume.ckpt" --data "$slice" \
+    --epochs 1 --batch 64 --threads 2 --resume
+  tail -1 "$build/checkpoint_resume.out"
 else
-  echo "check-valgrind: Fashion-MNIST not installed; example run skipped"
+  echo "check-valgrind: Fashion-MNIST not installed; example runs skipped"
 fi
 echo "check-valgrind: clean"
