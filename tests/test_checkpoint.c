@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -375,7 +376,7 @@ static void registered_buffers_round_trip(void **state) {
   model_destroy(&m);
 }
 
-/* A failed save (unwritable directory, target is a directory) reports an error and keeps the old file. */
+/* A failed save (missing directory, target is a directory, disk full) reports an error and keeps the old file. */
 static void failed_saves_keep_the_previous_file(void **state) {
   (void)state;
   model m;
@@ -386,6 +387,34 @@ static void failed_saves_keep_the_previous_file(void **state) {
   snprintf(directory, sizeof directory, "%s", file);
   *strrchr(directory, '/') = 0;
   assert_fails(m.context, BPT_ERR_IO, "rename failed", bpt_checkpoint_save(m.graph, directory, NULL));
+
+  /* A full disk, simulated with a file-size limit in a child: the write fails, the old checkpoint stays. */
+  const char *path = temporary("full-disk.ckpt");
+  float *before = read_parameters(&m);
+  assert_ok(m.context, bpt_checkpoint_save(m.graph, path, NULL));
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    struct rlimit limit = {512, 512}; /* the file is about 1.2 KB */
+    signal(SIGXFSZ, SIG_IGN);
+    int64_t count = bpt_graph_parameter_count(m.graph);
+    float *zeros = calloc((size_t)count, sizeof *zeros);
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0 || bpt_graph_write_parameters(m.graph, zeros, count) != BPT_OK) _exit(2);
+    bpt_status status = bpt_checkpoint_save(m.graph, path, NULL);
+    _exit(status == BPT_ERR_IO && strstr(bpt_context_last_error(m.context), "write failed") ? 0 : 1);
+  }
+  int status;
+  waitpid(child, &status, 0);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  model other;
+  model_create(&other, BPT_OPTIMIZER_SGD, HIDDEN, 77);
+  assert_ok(other.context, bpt_checkpoint_load(other.graph, path, NULL));
+  float *after = read_parameters(&other);
+  assert_memory_equal(before, after, (size_t)bpt_graph_parameter_count(m.graph) * sizeof *after);
+  free(before);
+  free(after);
+  model_destroy(&other);
   model_destroy(&m);
 }
 
