@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-sanitize}
 export CC=${CC:-clang}
+# The C++ header test links the sanitized library: its compiler must bring the same sanitizer runtime.
+case $CC in *clang*) export CXX=${CXX:-clang++} ;; *) export CXX=${CXX:-g++} ;; esac
 jobs=${JOBS:-2}
 
 # halt_on_error + abort make every report fatal; allocator_may_return_null lets the tests that ask for
