@@ -6,6 +6,7 @@
 # Exits non-zero on any sanitizer report, test failure or build warning.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" -eq 0 ]; then bash scripts/install-deps.sh; fi
 build=${1:-build-sanitize}
 export CC=${CC:-clang}
 # The C++ header test links the sanitized library: its compiler must bring the same sanitizer runtime.

@@ -5,6 +5,7 @@
 # The examples train on a 512-sample slice of Fashion-MNIST (scripts/make-data-slice.sh; valgrind is ~50x slower).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" -eq 0 ]; then bash scripts/install-deps.sh; fi
 build=${1:-build-valgrind}
 jobs=${JOBS:-2}
 command -v valgrind > /dev/null || { echo "check-valgrind: valgrind is not installed (scripts/install-deps.sh)" >&2; exit 1; }

@@ -6,6 +6,7 @@
 # and commit the input under fuzz/regressions/<target>/ so tests/test_fuzz_corpus.c replays it in every CTest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "$(id -u)" -eq 0 ]; then bash scripts/install-deps.sh; fi
 seconds=${1:-60}
 build=${BUILD:-build-fuzz}
 jobs=${JOBS:-2}
