@@ -464,6 +464,42 @@ static void checkpoints_and_anomaly_mode(void **state) {
   small_destroy(&s);
 }
 
+/* Every graph, op and run function given a NULL graph: a status and a message, never a dereference. */
+static void null_graph_everywhere(void **state) {
+  (void)state;
+  small s;
+  small_build(&s, false);
+  bpt_node *node = NULL, *x = s.x;
+  int64_t dims[1] = {3};
+  float value = 0.0f;
+  bpt_tensor *tensor = NULL;
+  assert_ok(s.context, bpt_tensor_create(s.context, BPT_DTYPE_F32, 1, dims, &tensor));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_parameter(NULL, "p", 1, dims, BPT_INIT_ZEROS, &node));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_linear(NULL, "l", x, x, NULL, &node));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_leaky_relu(NULL, "l", x, 0.1f, &node));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_sigmoid(NULL, "s", x, &node));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_tanh(NULL, "t", x, &node));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_softmax_cross_entropy(NULL, "c", x, s.labels, &node));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_mse_loss(NULL, "m", x, x, &node));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_forward(NULL));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_backward(NULL));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_backward_accumulate(NULL));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_zero_gradients(NULL));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_loss(NULL, &value));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_read(NULL, x, tensor));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_write_parameters(NULL, &value, 1));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_read_gradients(NULL, &value, 1));
+  /* Calls on an uncompiled graph that need compiled memory. */
+  FAILS(s.context, BPT_ERR_STATE, "compile the graph first", bpt_graph_set_input(s.graph, x, tensor));
+  FAILS(s.context, BPT_ERR_STATE, "compile the graph first", bpt_graph_read(s.graph, x, tensor));
+  FAILS(s.context, BPT_ERR_STATE, "compile the graph first", bpt_graph_loss(s.graph, &value));
+  FAILS(s.context, BPT_ERR_STATE, "compile the graph first", bpt_graph_read_parameters(s.graph, &value, 1));
+  FAILS(s.context, BPT_ERR_STATE, "compile the graph first", bpt_checkpoint_load(s.graph, "x.ckpt", NULL));
+  assert_int_equal(bpt_graph_parameter_count(s.graph), 0);
+  bpt_tensor_destroy(tensor);
+  small_destroy(&s);
+}
+
 static void report(void **state) {
   (void)state;
   print_message("%d misuse cases returned the expected status and message\n", cases);
@@ -481,6 +517,7 @@ int main(void) {
       cmocka_unit_test(optimizer_options),
       cmocka_unit_test(data_sets),
       cmocka_unit_test(checkpoints_and_anomaly_mode),
+      cmocka_unit_test(null_graph_everywhere),
       cmocka_unit_test(report),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
