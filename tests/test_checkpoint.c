@@ -376,6 +376,35 @@ static void registered_buffers_round_trip(void **state) {
   model_destroy(&m);
 }
 
+/* An op's builder can register a buffer inside its node's saved memory before that memory exists. */
+static void node_buffers_register_before_compile(void **state) {
+  (void)state;
+  bpt_context *c = test_context(5);
+  bpt_graph *graph;
+  bpt_node *x, *y, *logits, *loss;
+  int64_t features = 4;
+  assert_ok(c, bpt_graph_create(c, &graph));
+  assert_ok(c, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 1, &features, &x));
+  assert_ok(c, bpt_graph_input(graph, "y", BPT_DTYPE_I32, 0, NULL, &y));
+  assert_ok(c, bpt_layer_linear(graph, "fc", x, 3, BPT_INIT_HE_UNIFORM, &logits));
+  assert_ok(c, bpt_softmax_cross_entropy(graph, "loss", logits, y, &loss));
+  assert_ok(c, bpt_graph_register_node_buffer(graph, "loss.statistic", loss, 2 * sizeof(float), 3));
+  assert_ok(c, bpt_graph_compile(graph, loss, 2));
+  bpt_backend *backend = graph->backend;
+  const float saved[3] = {4.0f, -1.0f, 0.5f}, changed[3] = {0};
+  float loaded[3];
+  float *where = (float *)loss->saved + 2;
+  backend->vtable->upload(backend, where, saved, sizeof saved);
+  const char *path = temporary("node-buffer.ckpt");
+  assert_ok(c, bpt_checkpoint_save(graph, path, NULL));
+  backend->vtable->upload(backend, where, changed, sizeof changed);
+  assert_ok(c, bpt_checkpoint_load(graph, path, NULL));
+  backend->vtable->download(backend, loaded, where, sizeof loaded);
+  assert_memory_equal(loaded, saved, sizeof saved);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(c);
+}
+
 /* A failed save (missing directory, target is a directory, disk full) reports an error and keeps the old file. */
 static void failed_saves_keep_the_previous_file(void **state) {
   (void)state;
@@ -490,6 +519,7 @@ int main(void) {
       cmocka_unit_test(mismatching_files_are_refused),
       cmocka_unit_test(unknown_sections_skip_when_optional),
       cmocka_unit_test(registered_buffers_round_trip),
+      cmocka_unit_test(node_buffers_register_before_compile),
       cmocka_unit_test(failed_saves_keep_the_previous_file),
       cmocka_unit_test(kill_during_save_leaves_a_valid_file),
   };

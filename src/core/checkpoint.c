@@ -34,29 +34,50 @@ bpt_checkpoint_contents bpt_checkpoint_contents_default(void) {
   return contents;
 }
 
-bpt_status bpt_graph_register_buffer(bpt_graph *graph, const char *name, float *values, int64_t count) {
-  if (!graph || !name || !values || count < 1)
+static bpt_status add_buffer(bpt_graph *graph, const char *name, float *values, const bpt_node *owner,
+                             size_t byte_offset, int64_t count) {
+  if (!graph || !name || (!values && !owner) || count < 1)
     return bpt_error(graph ? graph->context : NULL, BPT_ERR_INTERNAL, "bpt_graph_register_buffer: bad arguments");
   if (strlen(name) >= BPT_NAME_SIZE)
     return bpt_error(graph->context, BPT_ERR_INTERNAL, "buffer '%.20s...': name too long", name);
+  if (owner && owner->graph != graph)
+    return bpt_error(graph->context, BPT_ERR_INTERNAL, "buffer '%s': node '%s' belongs to another graph", name,
+                     owner->name);
+  bpt_graph_buffer *buffer = NULL;
   for (int i = 0; i < graph->buffer_count; i++)
-    if (strcmp(graph->buffers[i].name, name) == 0) {
-      graph->buffers[i].values = values;
-      graph->buffers[i].count = count;
-      return BPT_OK;
+    if (strcmp(graph->buffers[i].name, name) == 0) buffer = &graph->buffers[i];
+  if (!buffer) {
+    if (graph->buffer_count == graph->buffer_capacity) {
+      int capacity = graph->buffer_capacity ? 2 * graph->buffer_capacity : 8;
+      bpt_graph_buffer *buffers = realloc(graph->buffers, (size_t)capacity * sizeof *buffers);
+      if (!buffers) return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "buffer '%s': out of memory", name);
+      graph->buffers = buffers;
+      graph->buffer_capacity = capacity;
     }
-  if (graph->buffer_count == graph->buffer_capacity) {
-    int capacity = graph->buffer_capacity ? 2 * graph->buffer_capacity : 8;
-    bpt_graph_buffer *buffers = realloc(graph->buffers, (size_t)capacity * sizeof *buffers);
-    if (!buffers) return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "buffer '%s': out of memory", name);
-    graph->buffers = buffers;
-    graph->buffer_capacity = capacity;
+    buffer = &graph->buffers[graph->buffer_count++];
+    snprintf(buffer->name, sizeof buffer->name, "%s", name);
   }
-  bpt_graph_buffer *buffer = &graph->buffers[graph->buffer_count++];
-  snprintf(buffer->name, sizeof buffer->name, "%s", name);
   buffer->values = values;
+  buffer->owner = owner;
+  buffer->byte_offset = byte_offset;
   buffer->count = count;
   return BPT_OK;
+}
+
+bpt_status bpt_graph_register_buffer(bpt_graph *graph, const char *name, float *values, int64_t count) {
+  return add_buffer(graph, name, values, NULL, 0, count);
+}
+
+bpt_status bpt_graph_register_node_buffer(bpt_graph *graph, const char *name, const bpt_node *owner,
+                                          size_t byte_offset, int64_t count) {
+  if (!owner) return bpt_error(graph ? graph->context : NULL, BPT_ERR_INTERNAL, "buffer: owner node is NULL");
+  return add_buffer(graph, name, NULL, owner, byte_offset, count);
+}
+
+/* Where a buffer's values are now (a node's saved memory exists only after compile). */
+static float *buffer_values(const bpt_graph_buffer *buffer) {
+  if (!buffer->owner) return buffer->values;
+  return buffer->owner->saved ? (float *)((char *)buffer->owner->saved + buffer->byte_offset) : NULL;
 }
 
 void bpt_graph_free_buffers(bpt_graph *graph) {
@@ -157,7 +178,8 @@ static bpt_status write_buffers(bpt_writer *writer, bpt_graph *graph) {
     const bpt_graph_buffer *buffer = &graph->buffers[i];
     float *host = bpt_calloc(graph->context, (size_t)buffer->count, sizeof *host, "checkpoint buffer");
     if (!host) return BPT_ERR_OUT_OF_MEMORY;
-    if (backend->vtable->download(backend, host, buffer->values, (size_t)buffer->count * sizeof *host) != BPT_OK) {
+    float *values = buffer_values(buffer);
+    if (!values || backend->vtable->download(backend, host, values, (size_t)buffer->count * sizeof *host) != BPT_OK) {
       free(host);
       return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_checkpoint_save: reading buffers");
     }
@@ -592,7 +614,8 @@ static bpt_status apply(const loader *l, const bpt_checkpoint_contents *contents
   bpt_backend *backend = graph->backend;
   BPT_CHECK(upload_packed(graph, graph->parameter_block, d->parameters));
   for (int i = 0; d->buffers && i < graph->buffer_count; i++)
-    if (backend->vtable->upload(backend, graph->buffers[i].values, d->buffers[i],
+    if (!buffer_values(&graph->buffers[i]) ||
+        backend->vtable->upload(backend, buffer_values(&graph->buffers[i]), d->buffers[i],
                                 (size_t)graph->buffers[i].count * sizeof(float)) != BPT_OK)
       return bpt_backend_error(l->context, BPT_ERR_DEVICE, "bpt_checkpoint_load: writing buffers");
   if (d->has_rng) graph->rng = d->rng;
