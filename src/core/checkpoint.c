@@ -77,7 +77,11 @@ bpt_status bpt_graph_register_node_buffer(bpt_graph *graph, const char *name, co
 /* Where a buffer's values are now (a node's saved memory exists only after compile). */
 static float *buffer_values(const bpt_graph_buffer *buffer) {
   if (!buffer->owner) return buffer->values;
-  return buffer->owner->saved ? (float *)((char *)buffer->owner->saved + buffer->byte_offset) : NULL;
+  const bpt_op_definition *definition = bpt_op_get(buffer->owner->op);
+  size_t available = definition->saved_bytes ? definition->saved_bytes(buffer->owner) : 0;
+  bool fits = buffer->byte_offset <= available &&
+              (size_t)buffer->count <= (available - buffer->byte_offset) / sizeof(float);
+  return buffer->owner->saved && fits ? (float *)((char *)buffer->owner->saved + buffer->byte_offset) : NULL;
 }
 
 void bpt_graph_free_buffers(bpt_graph *graph) {
