@@ -27,13 +27,14 @@ static uint64_t parameter_checksum(bpt_context *context, bpt_graph *graph) {
   EXAMPLE_CHECK(context, bpt_graph_read_parameters(graph, values, count));
   uint64_t hash = 1469598103934665603ULL;
   const unsigned char *bytes = (const unsigned char *)values;
-  for (size_t i = 0; i < (size_t)count * sizeof *values; i++) hash = (hash ^ bytes[i]) * 1099511628211ULL;
+  for (size_t i = 0; i < (size_t)count * sizeof *values; i++)
+    hash = (hash ^ bytes[i]) * 1099511628211ULL;
   free(values);
   return hash;
 }
 
-static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_optimizer *optimizer,
-                 bpt_dataset *train, long epoch, long step) {
+static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_optimizer *optimizer, bpt_dataset *train,
+                 long epoch, long step) {
   bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();
   contents.optimizer = optimizer;
   contents.dataset = train;
@@ -44,7 +45,7 @@ static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_o
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--checkpoint", "--stop-after", "--save-every", "--data", "--epochs", "--batch",
-                                       "--lr", "--momentum", "--threads", "--seed", NULL};
+                                       "--lr",         "--momentum",   "--threads",    "--seed", NULL};
   static const char *const flags[] = {"--resume", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *path = example_option(argc, argv, "--checkpoint");

@@ -76,7 +76,8 @@ int bpt_fuzz_idx(const uint8_t *data, size_t size) {
     bpt_idx idx;
     if (bpt_idx_read(context, images_path, &idx) == BPT_OK) {
       int64_t count = 1;
-      for (int i = 0; i < idx.rank; i++) count *= idx.dims[i];
+      for (int i = 0; i < idx.rank; i++)
+        count *= idx.dims[i];
       if (count != idx.count || idx.rank < 1 || idx.rank > BPT_IDX_MAX_RANK) abort();
       volatile uint8_t last = idx.data[idx.count - 1]; /* the whole promised payload is really there */
       (void)last;
@@ -115,8 +116,8 @@ static fixture *checkpoint_fixture(void) {
   static fixture f;
   if (f.graph) return &f;
   f.context = fuzz_context();
-  static const uint8_t images[16 + 20] = {0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 2,
-                                          1, 2, 3, 4, 50, 60, 70, 80, 9, 8, 7, 6, 200, 100, 0, 255, 5, 5, 5, 5};
+  static const uint8_t images[16 + 20] = {0, 0, 8,  3,  0,  0,  0, 5, 0, 0, 0,   2,   0, 0,   0, 2, 1, 2,
+                                          3, 4, 50, 60, 70, 80, 9, 8, 7, 6, 200, 100, 0, 255, 5, 5, 5, 5};
   static const uint8_t labels[8 + 5] = {0, 0, 8, 1, 0, 0, 0, 5, 0, 1, 2, 0, 1};
   char images_path[512], labels_path[512];
   write_file(scratch_path("fixture-images", images_path, sizeof images_path), images, sizeof images);
@@ -161,7 +162,8 @@ static uint32_t load32(const uint8_t *at) {
 }
 
 static void store32(uint8_t *at, uint32_t value) {
-  for (int i = 0; i < 4; i++) at[i] = (uint8_t)(value >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    at[i] = (uint8_t)(value >> (8 * i));
 }
 
 /* Recomputes the header and section CRCs wherever the layout (docs/checkpoints.md) makes sense. */

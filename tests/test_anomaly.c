@@ -41,7 +41,8 @@ static void network_destroy(network *n) {
 
 static void feed(network *n, float value) {
   float *x = bpt_tensor_data(n->x_values);
-  for (int i = 0; i < BATCH * FEATURES; i++) x[i] = value;
+  for (int i = 0; i < BATCH * FEATURES; i++)
+    x[i] = value;
   assert_ok(n->context, bpt_graph_set_input(n->graph, n->x, n->x_values));
   assert_ok(n->context, bpt_graph_set_input(n->graph, n->target, n->target_values));
 }
@@ -100,16 +101,19 @@ static void overflowing_backward_is_named(void **state) {
   assert_ok(n.context, bpt_graph_set_anomaly_detection(n.graph, 1));
   int64_t count = bpt_graph_parameter_count(n.graph);
   float *parameters = calloc((size_t)count, sizeof *parameters);
-  for (int i = 0; i < HIDDEN; i++) parameters[FEATURES * HIDDEN + HIDDEN + i] = 3e38f; /* fc2.weight */
+  for (int i = 0; i < HIDDEN; i++)
+    parameters[FEATURES * HIDDEN + HIDDEN + i] = 3e38f; /* fc2.weight */
   assert_ok(n.context, bpt_graph_write_parameters(n.graph, parameters, count));
   float *target = bpt_tensor_data(n.target_values);
-  for (int i = 0; i < BATCH; i++) target[i] = 100.0f;
+  for (int i = 0; i < BATCH; i++)
+    target[i] = 100.0f;
   feed(&n, 0.0f);
   assert_ok(n.context, bpt_graph_forward(n.graph));
-  assert_fails(n.context, BPT_ERR_NUMERIC,
-               "anomaly: backward of linear 'fc2' produced -inf in the gradient of relu 'relu' (shape 3x5) at element 0 "
-               "(15 non-finite values) in backward pass 1",
-               bpt_graph_backward(n.graph));
+  assert_fails(
+      n.context, BPT_ERR_NUMERIC,
+      "anomaly: backward of linear 'fc2' produced -inf in the gradient of relu 'relu' (shape 3x5) at element 0 "
+      "(15 non-finite values) in backward pass 1",
+      bpt_graph_backward(n.graph));
   assert_ok(n.context, bpt_graph_set_anomaly_detection(n.graph, 0));
   assert_ok(n.context, bpt_graph_backward(n.graph));
   free(parameters);

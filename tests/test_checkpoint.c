@@ -246,8 +246,10 @@ static void mismatching_files_are_refused(void **state) {
   assert_ok(m.context, bpt_checkpoint_save(m.graph, path, &contents));
   model_destroy(&m);
 
-  expect_refusal(path, BPT_OPTIMIZER_SGD, HIDDEN + 1, true, BPT_ERR_SHAPE, "parameter 'fc1.weight' has shape 8x16 in the file but 9x16 in this graph");
-  expect_refusal(path, BPT_OPTIMIZER_ADAM, HIDDEN, true, BPT_ERR_INVALID_ARGUMENT, "saved optimizer is sgd, this one is adam");
+  expect_refusal(path, BPT_OPTIMIZER_SGD, HIDDEN + 1, true, BPT_ERR_SHAPE,
+                 "parameter 'fc1.weight' has shape 8x16 in the file but 9x16 in this graph");
+  expect_refusal(path, BPT_OPTIMIZER_ADAM, HIDDEN, true, BPT_ERR_INVALID_ARGUMENT,
+                 "saved optimizer is sgd, this one is adam");
 
   /* A different architecture: an extra node. */
   {
@@ -293,8 +295,8 @@ static void mismatching_files_are_refused(void **state) {
   copy[size - 100] ^= 0x40;
   expect_refusal(test_write_file("flipped.ckpt", copy, size), BPT_OPTIMIZER_SGD, HIDDEN, true, BPT_ERR_FORMAT,
                  "CRC mismatch");
-  expect_refusal(test_write_file("truncated.ckpt", bytes, size - 7), BPT_OPTIMIZER_SGD, HIDDEN, true,
-                 BPT_ERR_FORMAT, "truncated");
+  expect_refusal(test_write_file("truncated.ckpt", bytes, size - 7), BPT_OPTIMIZER_SGD, HIDDEN, true, BPT_ERR_FORMAT,
+                 "truncated");
   memcpy(copy, bytes, size);
   copy[size] = 0;
   expect_refusal(test_write_file("trailing.ckpt", copy, size + 1), BPT_OPTIMIZER_SGD, HIDDEN, true, BPT_ERR_FORMAT,
@@ -333,7 +335,8 @@ static void check_extra_section(uint32_t flags, bool accepted) {
   bpt_writer_finish(&writer, sections + 1);
   free(bytes);
   const char *extended = test_write_file("extended.ckpt", writer.bytes, writer.size);
-  if (accepted) assert_ok(m.context, bpt_checkpoint_load(m.graph, extended, NULL));
+  if (accepted)
+    assert_ok(m.context, bpt_checkpoint_load(m.graph, extended, NULL));
   else
     assert_fails(m.context, BPT_ERR_FORMAT, "required section 'ZZZZ' is unknown",
                  bpt_checkpoint_load(m.graph, extended, NULL));
@@ -457,7 +460,8 @@ static void kill_during_save_leaves_a_valid_file(void **state) {
   strcpy(path, temporary("killed.ckpt"));
   int64_t count = bpt_graph_parameter_count(m.graph);
   float *values = malloc((size_t)count * sizeof *values);
-  for (int64_t i = 0; i < count; i++) values[i] = 0.0f;
+  for (int64_t i = 0; i < count; i++)
+    values[i] = 0.0f;
   assert_ok(m.context, bpt_graph_write_parameters(m.graph, values, count));
   assert_ok(m.context, bpt_checkpoint_save(m.graph, path, NULL));
   int kills = 0, reloads = 0, mid_write = 0;
@@ -472,7 +476,8 @@ static void kill_during_save_leaves_a_valid_file(void **state) {
     if (child == 0) {
       close(ready[0]);
       for (int64_t version = 1;; version++) {
-        for (int64_t i = 0; i < count; i++) values[i] = (float)version;
+        for (int64_t i = 0; i < count; i++)
+          values[i] = (float)version;
         bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();
         contents.epoch = version;
         if (bpt_graph_write_parameters(m.graph, values, count) != BPT_OK ||
@@ -497,7 +502,8 @@ static void kill_during_save_leaves_a_valid_file(void **state) {
     bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();
     assert_ok(m.context, bpt_checkpoint_load(m.graph, path, &contents));
     assert_ok(m.context, bpt_graph_read_parameters(m.graph, values, count));
-    for (int64_t i = 0; i < count; i++) assert_true(values[i] == (float)contents.epoch);
+    for (int64_t i = 0; i < count; i++)
+      assert_true(values[i] == (float)contents.epoch);
     reloads++;
     versions += contents.epoch;
     /* The killed child may leave its temporary file (then it died mid-save); it never replaces the checkpoint. */
@@ -506,7 +512,8 @@ static void kill_during_save_leaves_a_valid_file(void **state) {
     mid_write += unlink(temporary_file) == 0;
   }
   print_message("%d SIGKILLs during save loops (%d left a partial temporary file), %d valid reloads, %lld saves "
-                "completed before the kills\n", kills, mid_write, reloads, (long long)versions);
+                "completed before the kills\n",
+                kills, mid_write, reloads, (long long)versions);
   assert_true(versions > 0);
   free(values);
   model_destroy(&m);
@@ -514,14 +521,10 @@ static void kill_during_save_leaves_a_valid_file(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(resume_sgd_momentum_is_bit_identical),
-      cmocka_unit_test(resume_adam_is_bit_identical),
-      cmocka_unit_test(mismatching_files_are_refused),
-      cmocka_unit_test(unknown_sections_skip_when_optional),
-      cmocka_unit_test(registered_buffers_round_trip),
-      cmocka_unit_test(node_buffers_register_before_compile),
-      cmocka_unit_test(failed_saves_keep_the_previous_file),
-      cmocka_unit_test(kill_during_save_leaves_a_valid_file),
+      cmocka_unit_test(resume_sgd_momentum_is_bit_identical), cmocka_unit_test(resume_adam_is_bit_identical),
+      cmocka_unit_test(mismatching_files_are_refused),        cmocka_unit_test(unknown_sections_skip_when_optional),
+      cmocka_unit_test(registered_buffers_round_trip),        cmocka_unit_test(node_buffers_register_before_compile),
+      cmocka_unit_test(failed_saves_keep_the_previous_file),  cmocka_unit_test(kill_during_save_leaves_a_valid_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,10 +11,10 @@
 
 static int cases; /* bad calls made, reported at the end */
 
-#define FAILS(context, status, fragment, expression)          \
-  do {                                                       \
-    assert_fails((context), (status), (fragment), (expression)); \
-    cases++;                                                 \
+#define FAILS(context, status, fragment, expression)                                                                   \
+  do {                                                                                                                 \
+    assert_fails((context), (status), (fragment), (expression));                                                       \
+    cases++;                                                                                                           \
   } while (0)
 
 static void constants_and_queries_tolerate_bad_values(void **state) {
@@ -338,12 +338,12 @@ static void optimizer_options(void **state) {
   bpt_optimizer_options o = bpt_optimizer_options_default();
   FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_optimizer_create(NULL, &o, &optimizer));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "out is NULL", bpt_optimizer_create(s.graph, &o, NULL));
-#define OPTION_CASE(statement, fragment)                                                           \
-  do {                                                                                             \
-    o = bpt_optimizer_options_default();                                                           \
-    statement;                                                                                     \
-    FAILS(c, BPT_ERR_INVALID_ARGUMENT, fragment, bpt_optimizer_create(s.graph, &o, &optimizer));   \
-    assert_null(optimizer);                                                                        \
+#define OPTION_CASE(statement, fragment)                                                                               \
+  do {                                                                                                                 \
+    o = bpt_optimizer_options_default();                                                                               \
+    statement;                                                                                                         \
+    FAILS(c, BPT_ERR_INVALID_ARGUMENT, fragment, bpt_optimizer_create(s.graph, &o, &optimizer));                       \
+    assert_null(optimizer);                                                                                            \
   } while (0)
   OPTION_CASE(o.size = 0, "size field is 0");
   OPTION_CASE(o.kind = (bpt_optimizer_kind)9, "unknown optimizer kind 9");
@@ -474,7 +474,8 @@ static void null_graph_everywhere(void **state) {
   float value = 0.0f;
   bpt_tensor *tensor = NULL;
   assert_ok(s.context, bpt_tensor_create(s.context, BPT_DTYPE_F32, 1, dims, &tensor));
-  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_parameter(NULL, "p", 1, dims, BPT_INIT_ZEROS, &node));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL",
+        bpt_graph_parameter(NULL, "p", 1, dims, BPT_INIT_ZEROS, &node));
   FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_linear(NULL, "l", x, x, NULL, &node));
   FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_leaky_relu(NULL, "l", x, 0.1f, &node));
   FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_sigmoid(NULL, "s", x, &node));

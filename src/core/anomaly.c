@@ -65,8 +65,10 @@ bpt_status bpt_anomaly_check(bpt_node *node) {
   BPT_CHECK(scan_value(node, &bad, &first, &kind));
   if (bad == 0) return BPT_OK;
   const char *blame = "its inputs are finite";
-  if (node->op == BPT_OP_INPUT) blame = "the batch fed by bpt_graph_set_input holds it";
-  else if (node->op == BPT_OP_PARAMETER) blame = "the parameter itself holds it (an earlier update diverged?)";
+  if (node->op == BPT_OP_INPUT)
+    blame = "the batch fed by bpt_graph_set_input holds it";
+  else if (node->op == BPT_OP_PARAMETER)
+    blame = "the parameter itself holds it (an earlier update diverged?)";
   for (int i = 0; i < node->input_count; i++) {
     int64_t input_bad, input_first;
     const char *input_kind;
@@ -77,8 +79,8 @@ bpt_status bpt_anomaly_check(bpt_node *node) {
   return bpt_error(node->graph->context, BPT_ERR_NUMERIC,
                    "anomaly: %s '%s' (shape %s) produced %s at element %lld (%lld non-finite values) in forward pass "
                    "%lld; %s",
-                   bpt_op_get(node->op)->name, node->name, run_shape(node, shape, sizeof shape), kind,
-                   (long long)first, (long long)bad, (long long)node->graph->forward_count + 1, blame);
+                   bpt_op_get(node->op)->name, node->name, run_shape(node, shape, sizeof shape), kind, (long long)first,
+                   (long long)bad, (long long)node->graph->forward_count + 1, blame);
 }
 
 /* Gradients accumulate, so the first input gradient found non-finite right after a node's backward was made

@@ -68,8 +68,8 @@ bpt_status bpt_graph_register_buffer(bpt_graph *graph, const char *name, float *
   return add_buffer(graph, name, values, NULL, 0, count);
 }
 
-bpt_status bpt_graph_register_node_buffer(bpt_graph *graph, const char *name, const bpt_node *owner,
-                                          size_t byte_offset, int64_t count) {
+bpt_status bpt_graph_register_node_buffer(bpt_graph *graph, const char *name, const bpt_node *owner, size_t byte_offset,
+                                          int64_t count) {
   if (!owner) return bpt_error(graph ? graph->context : NULL, BPT_ERR_INTERNAL, "buffer: owner node is NULL");
   return add_buffer(graph, name, NULL, owner, byte_offset, count);
 }
@@ -79,8 +79,8 @@ static float *buffer_values(const bpt_graph_buffer *buffer) {
   if (!buffer->owner) return buffer->values;
   const bpt_op_definition *definition = bpt_op_get(buffer->owner->op);
   size_t available = definition->saved_bytes ? definition->saved_bytes(buffer->owner) : 0;
-  bool fits = buffer->byte_offset <= available &&
-              (size_t)buffer->count <= (available - buffer->byte_offset) / sizeof(float);
+  bool fits =
+      buffer->byte_offset <= available && (size_t)buffer->count <= (available - buffer->byte_offset) / sizeof(float);
   return buffer->owner->saved && fits ? (float *)((char *)buffer->owner->saved + buffer->byte_offset) : NULL;
 }
 
@@ -125,7 +125,8 @@ static void put_tensor_header(bpt_writer *writer, const char *name, int rank, co
   bpt_put_string(writer, name);
   bpt_put_u32(writer, BPT_DTYPE_F32);
   bpt_put_u32(writer, (uint32_t)rank);
-  for (int i = 0; i < rank; i++) bpt_put_i64(writer, dims[i]);
+  for (int i = 0; i < rank; i++)
+    bpt_put_i64(writer, dims[i]);
 }
 
 static void write_meta(bpt_writer *writer, const bpt_graph *graph, const bpt_checkpoint_contents *contents) {
@@ -152,9 +153,11 @@ static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
     bpt_put_u32(writer, node->batched);
     bpt_put_u32(writer, (uint32_t)node->rank);
     /* The batch dimension is the compiled maximum, which may differ between runs; store 0 for it. */
-    for (int d = 0; d < node->rank; d++) bpt_put_i64(writer, node->batched && d == 0 ? 0 : node->dims[d]);
+    for (int d = 0; d < node->rank; d++)
+      bpt_put_i64(writer, node->batched && d == 0 ? 0 : node->dims[d]);
     bpt_put_u32(writer, (uint32_t)node->input_count);
-    for (int k = 0; k < node->input_count; k++) bpt_put_u32(writer, (uint32_t)node->inputs[k]->index);
+    for (int k = 0; k < node->input_count; k++)
+      bpt_put_u32(writer, (uint32_t)node->inputs[k]->index);
   }
   bpt_section_end(writer, start);
 }
@@ -199,7 +202,8 @@ static void write_rng(bpt_writer *writer, const bpt_graph *graph) {
   size_t start = bpt_section_begin(writer, TAG_RNG, 0);
   bpt_put_u32(writer, 1);
   bpt_put_string(writer, "graph");
-  for (int i = 0; i < 4; i++) bpt_put_u64(writer, graph->rng.state[i]);
+  for (int i = 0; i < 4; i++)
+    bpt_put_u64(writer, graph->rng.state[i]);
   bpt_section_end(writer, start);
 }
 
@@ -234,7 +238,8 @@ static void write_order(bpt_writer *writer, bpt_dataset *dataset) {
   const int64_t *order = bpt_dataset_order_view(dataset, &size);
   size_t start = bpt_section_begin(writer, TAG_ORDER, 0);
   bpt_put_i64(writer, size);
-  for (int64_t i = 0; i < size; i++) bpt_put_i64(writer, order[i]);
+  for (int64_t i = 0; i < size; i++)
+    bpt_put_i64(writer, order[i]);
   bpt_section_end(writer, start);
 }
 
@@ -308,7 +313,8 @@ typedef struct decoded {
 
 static void free_decoded(decoded *d, int buffer_count) {
   free(d->parameters);
-  for (int i = 0; d->buffers && i < buffer_count; i++) free(d->buffers[i]);
+  for (int i = 0; d->buffers && i < buffer_count; i++)
+    free(d->buffers[i]);
   free(d->buffers);
   free(d->optimizer_buffers[0]);
   free(d->optimizer_buffers[1]);
@@ -365,7 +371,8 @@ static bpt_status read_graph(const loader *l, bpt_reader *r) {
     for (uint32_t d = 0; d < rank; d++)
       if (!bpt_get_i64(r, &dims[d])) return truncated(l, "GRPH");
     bool same = rank == (uint32_t)node->rank && (batched != 0) == node->batched;
-    for (uint32_t d = 0; same && d < rank; d++) same = (node->batched && d == 0) || dims[d] == node->dims[d];
+    for (uint32_t d = 0; same && d < rank; d++)
+      same = (node->batched && d == 0) || dims[d] == node->dims[d];
     if (!same) {
       char theirs[96] = "", ours[96];
       size_t used = 0;
@@ -402,8 +409,7 @@ static bpt_status read_tensor(const loader *l, bpt_reader *r, const char *sectio
                               float *values) {
   char name[BPT_NAME_SIZE];
   uint32_t dtype, rank;
-  if (!bpt_get_string(r, name, sizeof name) || !bpt_get_u32(r, &dtype) || !bpt_get_u32(r, &rank) ||
-      rank > BPT_MAX_RANK)
+  if (!bpt_get_string(r, name, sizeof name) || !bpt_get_u32(r, &dtype) || !bpt_get_u32(r, &rank) || rank > BPT_MAX_RANK)
     return truncated(l, section);
   int64_t dims[BPT_MAX_RANK];
   for (uint32_t d = 0; d < rank; d++)
@@ -415,13 +421,17 @@ static bpt_status read_tensor(const loader *l, bpt_reader *r, const char *sectio
     return bpt_error(l->context, BPT_ERR_DTYPE, "%s: %s '%s' is %s in the file, expected f32", l->where, what, name,
                      bpt_dtype_name((bpt_dtype)dtype));
   bool same = rank == (uint32_t)expected_rank;
-  for (uint32_t d = 0; same && d < rank; d++) same = dims[d] == expected_dims[d];
+  for (uint32_t d = 0; same && d < rank; d++)
+    same = dims[d] == expected_dims[d];
   if (!same)
-    return bpt_error(l->context, BPT_ERR_SHAPE, "%s: %s '%s' has a different shape in the file (rank %u, first "
-                     "dimension %lld) than in this graph (rank %d, first dimension %lld)", l->where, what, name, rank,
-                     rank ? (long long)dims[0] : 0LL, expected_rank, (long long)expected_dims[0]);
+    return bpt_error(l->context, BPT_ERR_SHAPE,
+                     "%s: %s '%s' has a different shape in the file (rank %u, first "
+                     "dimension %lld) than in this graph (rank %d, first dimension %lld)",
+                     l->where, what, name, rank, rank ? (long long)dims[0] : 0LL, expected_rank,
+                     (long long)expected_dims[0]);
   int64_t count = 1;
-  for (int d = 0; d < expected_rank; d++) count *= expected_dims[d];
+  for (int d = 0; d < expected_rank; d++)
+    count *= expected_dims[d];
   if (!bpt_get_f32_array(r, values, count)) return truncated(l, section);
   return BPT_OK;
 }
@@ -548,7 +558,8 @@ static bpt_status read_order(const loader *l, bpt_reader *r, bpt_dataset *datase
     if (d->order[i] < 0 || d->order[i] >= size || seen[d->order[i]])
       status = bpt_error(l->context, BPT_ERR_FORMAT, "%s: the saved sample order is not a permutation (entry %lld)",
                          l->where, (long long)i);
-    else seen[d->order[i]] = 1;
+    else
+      seen[d->order[i]] = 1;
   }
   free(seen);
   return status;

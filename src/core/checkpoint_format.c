@@ -24,11 +24,13 @@ static uint32_t crc32_of(const unsigned char *bytes, size_t size) {
 }
 
 static void store_u32(unsigned char *at, uint32_t value) {
-  for (int i = 0; i < 4; i++) at[i] = (unsigned char)(value >> (8 * i));
+  for (int i = 0; i < 4; i++)
+    at[i] = (unsigned char)(value >> (8 * i));
 }
 
 static void store_u64(unsigned char *at, uint64_t value) {
-  for (int i = 0; i < 8; i++) at[i] = (unsigned char)(value >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    at[i] = (unsigned char)(value >> (8 * i));
 }
 
 static uint32_t load_u32(const unsigned char *at) {
@@ -226,9 +228,8 @@ bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes
     return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': header CRC mismatch (file corrupt)", what);
 #endif
   if (format != BPT_CHECKPOINT_FORMAT_VERSION)
-    return bpt_error(context, BPT_ERR_FORMAT,
-                     "checkpoint '%s': format version %u, this library (%s) reads version %u", what, format,
-                     bpt_version(), BPT_CHECKPOINT_FORMAT_VERSION);
+    return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': format version %u, this library (%s) reads version %u",
+                     what, format, bpt_version(), BPT_CHECKPOINT_FORMAT_VERSION);
   /* Each section takes at least its header, which bounds the count before allocating. */
   if (count > (size - BPT_CHECKPOINT_HEADER_BYTES) / BPT_CHECKPOINT_SECTION_HEADER_BYTES)
     return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': header announces %u sections; the file is too short",
@@ -277,9 +278,12 @@ bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes
 /* Directory part of path ("." when there is none), for the fsync that makes the rename durable. */
 static void directory_of(const char *path, char *buffer, size_t size) {
   const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(buffer, size, ".");
-  else if (slash == path) snprintf(buffer, size, "/");
-  else snprintf(buffer, size, "%.*s", (int)(slash - path), path);
+  if (!slash)
+    snprintf(buffer, size, ".");
+  else if (slash == path)
+    snprintf(buffer, size, "/");
+  else
+    snprintf(buffer, size, "%.*s", (int)(slash - path), path);
 }
 
 static bool write_all(int descriptor, const unsigned char *bytes, size_t size) {
@@ -301,11 +305,12 @@ bpt_status bpt_write_file_atomically(bpt_context *context, const char *path, con
   snprintf(temporary, sizeof temporary, "%s.tmp-%ld", path, (long)getpid());
   int descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (descriptor < 0)
-    return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': cannot create '%s': %s", path, temporary,
-                     strerror(errno));
+    return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': cannot create '%s': %s", path, temporary, strerror(errno));
   const char *failed = NULL;
-  if (!write_all(descriptor, bytes, size)) failed = "write";
-  else if (fsync(descriptor) != 0) failed = "fsync";
+  if (!write_all(descriptor, bytes, size))
+    failed = "write";
+  else if (fsync(descriptor) != 0)
+    failed = "fsync";
   int error = errno;
   if (close(descriptor) != 0 && !failed) {
     failed = "close";
@@ -338,8 +343,7 @@ bpt_status bpt_read_whole_file(bpt_context *context, const char *path, unsigned 
   *bytes = NULL;
   *size = 0;
   int descriptor = open(path, O_RDONLY | O_CLOEXEC);
-  if (descriptor < 0)
-    return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': cannot open: %s", path, strerror(errno));
+  if (descriptor < 0) return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': cannot open: %s", path, strerror(errno));
   struct stat info;
   if (fstat(descriptor, &info) != 0 || !S_ISREG(info.st_mode)) {
     close(descriptor);

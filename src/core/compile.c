@@ -164,8 +164,8 @@ bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch
     int64_t inner = bpt_node_inner_count(node), batch = node->batched ? max_batch : 1;
     if (inner > (INT64_C(1) << 40) / batch)
       return bpt_error(context, BPT_ERR_OUT_OF_MEMORY,
-                       "bpt_graph_compile: %s '%s' needs %lld x %lld elements, more than 2^40", bpt_op_get(node->op)->name,
-                       node->name, (long long)batch, (long long)inner);
+                       "bpt_graph_compile: %s '%s' needs %lld x %lld elements, more than 2^40",
+                       bpt_op_get(node->op)->name, node->name, (long long)batch, (long long)inner);
   }
   graph->loss = loss;
   graph->max_batch = max_batch;

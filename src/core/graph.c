@@ -2,12 +2,12 @@
  * Ops add their nodes through bpt_graph_add_node(); compile.c and run.c take it from there. */
 #include "core/graph.h"
 
-#include "core/checkpoint.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/checkpoint.h"
 
 bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
   if (!out) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_create: out is NULL");
