@@ -329,7 +329,8 @@ bpt_status bpt_write_file_atomically(bpt_context *context, const char *path, con
   directory_of(path, directory, sizeof directory);
   int directory_descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   /* Without the directory fsync a power loss could forget the rename (the new name), not the data. */
-  if (directory_descriptor < 0 || fsync(directory_descriptor) != 0) {
+  /* Some file systems (network, FUSE) cannot fsync a directory and say EINVAL: the rename stands regardless. */
+  if (directory_descriptor < 0 || (fsync(directory_descriptor) != 0 && errno != EINVAL)) {
     error = errno;
     if (directory_descriptor >= 0) close(directory_descriptor);
     return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': written, but syncing directory '%s' failed: %s", path,
