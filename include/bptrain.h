@@ -15,5 +15,8 @@
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
 #include "bptrain/profiler.h"
+/* Robustness (issue 9) */
+#include "bptrain/checkpoint.h"
+#include "bptrain/anomaly.h"
 
 #endif

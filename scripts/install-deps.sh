@@ -8,6 +8,8 @@ packages=(
   libopenblas-openmp-dev zlib1g-dev libomp-dev
   libcmocka-dev
   dataset-fashion-mnist
+  # Robustness (issue 9): valgrind runs and the libFuzzer/ASan runtime for clang
+  valgrind libclang-rt-14-dev
 )
 # --- packaging (issue 8): ABI check (abidw/abidiff), API reference, --plot, Python binding and its tests ---
 packages+=(abigail-tools doxygen gnuplot-nox python3)
