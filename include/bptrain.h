@@ -14,6 +14,10 @@
 #include "bptrain/graph.h"
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
+#include "bptrain/profiler.h"
+/* Robustness (issue 9) */
+#include "bptrain/checkpoint.h"
+#include "bptrain/anomaly.h"
 /* Precision, number formats, binary stochastic neurons, activation memory (issue 4). */
 #include "bptrain/precision.h"
 

@@ -75,12 +75,12 @@ typedef enum bpt_activation_storage {
 typedef struct bpt_precision_options {
   size_t size;                 /**< sizeof(bpt_precision_options), set by the default function */
   bpt_dtype compute_dtype;     /**< f32 (default), f16 or bf16 */
-  bpt_loss_scaling loss_scaling;
+  bpt_loss_scaling loss_scaling; /**< default ::BPT_LOSS_SCALING_AUTO */
   float initial_loss_scale;    /**< default 2^16 */
   int64_t growth_interval;     /**< clean steps before the scale doubles; default 2000 */
   float growth_factor;         /**< default 2 */
   float backoff_factor;        /**< applied when a step overflows; default 0.5 */
-  bpt_activation_storage saved_activation_storage;
+  bpt_activation_storage saved_activation_storage; /**< default ::BPT_ACTIVATION_STORAGE_COMPUTE */
   /** Non-zero: keep every node's value after forward (bpt_graph_read() works on all of them) instead of
    * reusing the memory of values that backward does not need. Default 0. */
   int keep_all_values;

@@ -27,6 +27,9 @@ typedef struct bpt_op_definition {
   bpt_status (*forward)(bpt_node *node);
   /* Adds (+=) this node's contribution to each input gradient that is required. */
   bpt_status (*backward)(bpt_node *node);
+  /* profiler: optional. Sets the floating-point operations and bytes moved by forward (backward == 0) or
+   * backward for the current batch (graph->batch). NULL: the profiler estimates bytes from the shapes. */
+  void (*cost)(const bpt_node *node, int backward, double *flops, double *bytes);
 
   /* Activation memory (issue 4), optional: whether backward reads the value of input `input`, and the
    * node's own value. NULL means yes; values nothing reads after forward share memory (compile.c). */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/graph.h"
+#include "core/profiler.h"
 #include "core/precision.h"
 #include "core/tensor.h"
 
@@ -65,14 +66,16 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
   }
   graph->batch = batch ? batch : 1;
   graph->forward_done = false;
-  graph->forward_seed = bpt_rng_next(&graph->stochastic_rng);
+  graph->forward_seed = bpt_rng_next(&graph->rng); /* stochastic ops (issue 4) */
   BPT_CHECK(bpt_precision_before_forward(graph));
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_get(node->op);
+    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (definition->forward) BPT_CHECK(definition->forward(node));
     BPT_CHECK(bpt_precision_after_forward_node(node));
+    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check(node)); /* robustness (issue 9) */
   }
+  graph->forward_count++;
   graph->forward_done = true;
   graph->backward_done = false;
   return BPT_OK;
@@ -102,11 +105,12 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, where);
   for (int i = graph->node_count - 1; i >= 0; i--) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_get(node->op);
+    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (node->requires_grad && definition->backward) {
       BPT_CHECK(bpt_precision_before_backward_node(node));
       BPT_CHECK(definition->backward(node));
     }
+    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check_backward(node)); /* robustness (issue 9) */
   }
   BPT_CHECK(bpt_precision_after_backward(graph));
   graph->backward_done = true;
