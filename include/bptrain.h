@@ -14,5 +14,8 @@
 #include "bptrain/graph.h"
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
+/* issue 6: FPGA simulation backend and speculative backpropagation */
+#include "bptrain/fpga.h"
+#include "bptrain/speculative.h"
 
 #endif

@@ -167,6 +167,12 @@ typedef struct bpt_backend_vtable {
                                      int32_t *found_nonfinite);
 
   /* Later kernels are appended below, one block per feature, never inserted above. */
+
+  /* Speculative backprop (issue 6). Optional, NULL on backends without a time model: a backend that simulates
+   * time (fpga-sim) runs kernels issued after engine_select(1) on its second engine, concurrently with engine
+   * 0, until engine_join, the ping-pong buffer swap, which charges the longer of the two. */
+  bpt_status (*engine_select)(bpt_backend *backend, int engine);
+  bpt_status (*engine_join)(bpt_backend *backend);
 } bpt_backend_vtable;
 
 /* A backend instance. The core owns it; error_message is filled by a failing member. */
