@@ -46,17 +46,27 @@ static bpt_status validate(bpt_context *context, const bpt_speculative_options *
   return BPT_OK;
 }
 
-/* Waits for *value to reach target: spins briefly (a sample takes tens of microseconds), then yields, then
- * sleeps, so an idle worker does not hold a core while the caller evaluates or loads data. */
+/* Waits for *value to reach target. A sample takes tens of microseconds, so both threads spin, yielding
+ * the core on every turn (cheap when nothing else wants it; on a shared machine it lets our other thread
+ * run); after a millisecond without news the waiter sleeps, so an idle worker does not hold a core while the
+ * caller evaluates or loads data. */
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void wait_until(atomic_long *value, long target, atomic_bool *stop) {
-  for (long spins = 0; atomic_load_explicit(value, memory_order_acquire) < target; spins++) {
+  double start = 0.0;
+  for (long turns = 0; atomic_load_explicit(value, memory_order_acquire) < target; turns++) {
     if (stop && atomic_load_explicit(stop, memory_order_acquire)) return;
-    if (spins < 20000) continue;
-    if (spins < 40000) {
+    if (turns < 64) continue;
+    if (turns == 64) start = now_seconds();
+    if (now_seconds() - start < 1e-3) {
       sched_yield();
       continue;
     }
-    struct timespec pause = {.tv_sec = 0, .tv_nsec = 100000};
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 50000};
     nanosleep(&pause, NULL);
   }
 }
