@@ -2,6 +2,7 @@
  * (on a worker thread, or on a simulated second engine) while the sample's own forward runs; the gate then
  * keeps it or discards it and runs the ordinary backward. Gradients are summed over the mini-batch, the
  * discarded speculative terms retracted, and the optimiser steps once. See docs/fpga.md. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include <math.h>
 #include <sched.h>
 #include <stdlib.h>
