@@ -65,7 +65,9 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   EXAMPLE_CHECK(context, bpt_leaky_relu(graph, "act2", hidden, 0.01f, &hidden));
   EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc3", hidden, classes, BPT_INIT_HE_NORMAL, &logits));
   EXAMPLE_CHECK(context, bpt_softmax_cross_entropy(graph, "loss", logits, labels, &loss));
-  EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, EVALUATION_BATCH));
+  /* On fpga-sim a batch-1 graph keeps the activations on chip (an evaluation batch would not fit in BRAM). */
+  long evaluation_batch = fpga ? 1 : EVALUATION_BATCH;
+  EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, evaluation_batch));
 
   bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
   optimizer_options.learning_rate = (float)s->learning_rate;
@@ -131,7 +133,7 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   bpt_speculative_counters counters = {.size = sizeof counters};
   EXAMPLE_CHECK(context, bpt_speculative_get_counters(trainer, &counters));
   result->hit_rate = counters.samples ? (double)counters.hits / (double)counters.samples : 0.0;
-  EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test_set, EVALUATION_BATCH,
+  EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test_set, evaluation_batch,
                                           &result->accuracy, NULL));
   result->done = true;
   printf("%-8s threshold %.3f: hit rate %5.1f%%, mean gate distance %.4f, test accuracy %.2f%%, %s %.3f s\n",

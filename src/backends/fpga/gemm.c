@@ -1,7 +1,7 @@
 /* The fpga-sim matrix product. The kernel walks C one row tile at a time in i-k-j order: each step of the
  * pipelined loop multiplies one element of A with a run of B's row and accumulates into a partitioned row of
- * C, so the MACs of one cycle run in parallel lanes, whatever the shapes (a per-sample forward is m = 1, a
- * weight gradient is k = 1). The launcher charges the cycle model and then calls the kernel. */
+ * C, so the MACs of one cycle run in parallel lanes whatever the shapes (a per-sample forward is m = 1, a
+ * weight gradient k = 1). The launcher charges the cycle model and then calls the kernel. */
 #include "backends/fpga/fpga.h"
 
 static inline float element(const float *matrix, int64_t ld, bool transpose, int64_t row, int64_t col) {
@@ -9,7 +9,9 @@ static inline float element(const float *matrix, int64_t ld, bool transpose, int
 }
 
 /* C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C. Accumulates in f32 (f32 format) or exactly in double,
- * the stand-in for a wide ap_fixed accumulator (fixed format); operands and results are quantised. */
+ * the stand-in for a wide ap_fixed accumulator (fixed format); operands and results are quantised. The first
+ * step of a row starts the accumulator and the last writes C back, inside the one pipelined loop, so loading
+ * and storing the row cost no loop of their own (the usual fused HLS accumulator pattern). */
 static void gemm_kernel(const bpt_fpga_format *format, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
                         int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                         float *c, int64_t ldc) {
@@ -24,16 +26,10 @@ rows:
     for (int64_t j0 = 0; j0 < n; j0 += BPT_FPGA_TILE) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 4
       const int64_t width = n - j0 < BPT_FPGA_TILE ? n - j0 : BPT_FPGA_TILE;
-    clear:
-      for (int64_t j = 0; j < width; j++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
-        row_f32[j] = 0.0f;
-        row_wide[j] = 0.0;
-      }
     accumulate:
       for (int64_t p = 0; p < k; p++) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
+#pragma HLS LOOP_FLATTEN
         const double a_value = bpt_fpga_q(format, element(a, lda, transpose_a, i, p));
       lanes:
         for (int64_t j = 0; j < width; j++) {
@@ -41,29 +37,26 @@ rows:
 #pragma HLS UNROLL factor = 8
           const float b_value = bpt_fpga_q(format, element(b, ldb, transpose_b, p, j0 + j));
           if (format->fixed)
-            row_wide[j] += a_value * (double)b_value;
+            row_wide[j] = (p == 0 ? 0.0 : row_wide[j]) + a_value * (double)b_value;
           else
-            row_f32[j] += (float)a_value * b_value;
-        }
-      }
-    write_back:
-      for (int64_t j = 0; j < width; j++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
-        float *out = &c[i * ldc + j0 + j];
-        if (format->fixed) {
-          double previous = beta == 0.0f ? 0.0 : (double)beta * bpt_fpga_q(format, *out);
-          *out = bpt_fpga_q(format, (double)alpha * row_wide[j] + previous);
-        } else {
-          *out = alpha * row_f32[j] + (beta == 0.0f ? 0.0f : beta * *out);
+            row_f32[j] = (p == 0 ? 0.0f : row_f32[j]) + (float)a_value * b_value;
+          if (p == k - 1) {
+            float *out = &c[i * ldc + j0 + j];
+            if (format->fixed) {
+              double previous = beta == 0.0f ? 0.0 : (double)beta * bpt_fpga_q(format, *out);
+              *out = bpt_fpga_q(format, (double)alpha * row_wide[j] + previous);
+            } else {
+              *out = alpha * row_f32[j] + (beta == 0.0f ? 0.0f : beta * *out);
+            }
+          }
         }
       }
     }
   }
 }
 
-/* Cycles: per row and tile, one pipelined loop of k * ceil(width / lanes) steps (the MACs) and one of
- * ceil(width / lanes) steps (clearing and writing back the row, fused in hardware). */
+/* Cycles: per row and column tile, one flattened pipelined loop of k * ceil(width / lanes) steps. A product
+ * with k = 0 only scales C: one pass of ceil(width / lanes) steps. */
 static uint64_t gemm_cycles(const bpt_fpga_model *model, int64_t m, int64_t n, int64_t k) {
   const uint64_t lanes = bpt_fpga_lanes(model), ii = (uint64_t)model->options.initiation_interval,
                  depth = (uint64_t)model->options.pipeline_depth;
@@ -71,9 +64,19 @@ static uint64_t gemm_cycles(const bpt_fpga_model *model, int64_t m, int64_t n, i
   for (int64_t j0 = 0; j0 < n; j0 += BPT_FPGA_TILE) {
     uint64_t width = (uint64_t)(n - j0 < BPT_FPGA_TILE ? n - j0 : BPT_FPGA_TILE);
     uint64_t steps = (width + lanes - 1) / lanes;
-    cycles += bpt_fpga_pipelined_cycles((uint64_t)k * steps, ii, depth) + bpt_fpga_pipelined_cycles(steps, ii, depth);
+    cycles += bpt_fpga_pipelined_cycles((uint64_t)(k > 0 ? k : 1) * steps, ii, depth);
   }
   return cycles * (uint64_t)m;
+}
+
+/* k = 0: C = beta C (alpha times an empty sum), the same rule as BLAS. */
+static void scale_kernel(const bpt_fpga_format *format, int64_t m, int64_t n, float beta, float *c, int64_t ldc) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+#pragma HLS PIPELINE II = 1
+      float *out = &c[i * ldc + j];
+      *out = beta == 0.0f ? 0.0f : bpt_fpga_q(format, (double)beta * bpt_fpga_q(format, *out));
+    }
 }
 
 bpt_status bpt_fpga_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
@@ -91,6 +94,10 @@ bpt_status bpt_fpga_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
                    bpt_fpga_offchip_bytes(model, args->c, args->m * args->n) * (args->beta != 0.0f ? 2 : 1);
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_GEMM, gemm_cycles(model, args->m, args->n, args->k), bytes,
                   (uint64_t)(args->m * args->n * args->k));
+  if (args->k == 0) {
+    scale_kernel(&state->format, args->m, args->n, args->beta, args->c, args->ldc);
+    return BPT_OK;
+  }
   gemm_kernel(&state->format, args->transpose_a, args->transpose_b, args->m, args->n, args->k, args->alpha, args->a,
               args->lda, args->b, args->ldb, args->beta, args->c, args->ldc);
   return BPT_OK;
