@@ -4,9 +4,9 @@
  * fpga-sim (simulated cycles and energy), and prints one table comparing each threshold with threshold 0,
  * which is ordinary backprop.
  *
- *   speculative_mnist [--data DIR] [--epochs 2] [--train-samples 60000] [--fpga-samples 60000] [--batch 32]
+ *   speculative_mnist [--data DIR] [--epochs 2] [--train-samples 60000] [--fpga-samples 10000] [--batch 32]
  *                     [--lr 0.02] [--momentum 0.9] [--seed 42] [--thresholds 0,0.10,0.175,0.25]
- *                     [--repeats 1] [--skip-cpu] [--skip-fpga]
+ *                     [--repeats 1] [--trainer-threads 2] [--skip-cpu] [--skip-fpga]
  */
 #include <stdlib.h>
 #include <string.h>
@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
                 .repeats = example_option_long(argc, argv, "--repeats", 1),
                 .trainer_threads = example_option_long(argc, argv, "--trainer-threads", 2),
                 .cpu_samples = example_option_long(argc, argv, "--train-samples", 60000),
-                .fpga_samples = example_option_long(argc, argv, "--fpga-samples", 60000),
+                .fpga_samples = example_option_long(argc, argv, "--fpga-samples", 10000),
                 .learning_rate = example_option_double(argc, argv, "--lr", 0.02),
                 .momentum = example_option_double(argc, argv, "--momentum", 0.9),
                 .seed = (uint64_t)example_option_long(argc, argv, "--seed", 42)};

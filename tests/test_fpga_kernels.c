@@ -94,6 +94,20 @@ static void gemm_f32(void **state) {
     for (int tb = 0; tb < 2; tb++) gemm_matches(false, ta, tb);
 }
 
+/* k = 0 leaves alpha times an empty sum: C = beta C, as BLAS does. */
+static void gemm_empty_inner_dimension(void **state) {
+  (void)state;
+  pair p = make_pair(false);
+  float c[6] = {1, -2, 3, -4, 5, -6};
+  bpt_gemm_args args = {.m = 2, .n = 3, .k = 0, .alpha = 1.0f, .lda = 1, .ldb = 3, .beta = 0.5f, .c = c, .ldc = 3};
+  assert_int_equal(p.fpga->vtable->gemm(p.fpga, &args), BPT_OK);
+  assert_true(c[0] == 0.5f && c[5] == -3.0f);
+  args.beta = 0.0f;
+  assert_int_equal(p.fpga->vtable->gemm(p.fpga, &args), BPT_OK);
+  assert_true(c[0] == 0.0f && c[5] == 0.0f);
+  free_pair(&p);
+}
+
 static void gemm_fixed(void **state) {
   (void)state;
   for (int ta = 0; ta < 2; ta++)
@@ -262,7 +276,7 @@ static void unsupported_members_are_null(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(gemm_f32),      cmocka_unit_test(gemm_fixed),        cmocka_unit_test(elementwise_f32),
+      cmocka_unit_test(gemm_f32),      cmocka_unit_test(gemm_fixed),        cmocka_unit_test(gemm_empty_inner_dimension),        cmocka_unit_test(elementwise_f32),
       cmocka_unit_test(elementwise_fixed), cmocka_unit_test(losses_f32),    cmocka_unit_test(losses_fixed),
       cmocka_unit_test(updates_f32),   cmocka_unit_test(updates_fixed),     cmocka_unit_test(unsupported_members_are_null),
   };
