@@ -81,7 +81,9 @@ static void *worker_main(void *argument) {
   for (long job = 1;; job++) {
     wait_until(&trainer->job_posted, job, &trainer->stop);
     if (atomic_load_explicit(&trainer->stop, memory_order_acquire)) return NULL;
-    trainer->job_status = bpt_speculative_backward(trainer, trainer->job_label);
+    const bpt_speculative_job *work = &trainer->jobs[(job - 1) % trainer->max_rows];
+    bpt_status status = bpt_speculative_backward(trainer, work->state, work->label, true, work->row);
+    if (status != BPT_OK && trainer->job_status == BPT_OK) trainer->job_status = status;
     atomic_store_explicit(&trainer->job_done, job, memory_order_release);
   }
 }
@@ -130,15 +132,15 @@ bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *
 
   int64_t image_dims[2] = {1, trainer->features}, label_dims[1] = {1};
   bpt_status status = bpt_speculative_build_chain(trainer);
-  if (status == BPT_OK) status = bpt_speculative_reserve(trainer, 1);
+  /* A backend that models time runs everything on this thread and simulates the second engine. */
+  bool threaded = copy.threads == 2 && !trainer->backend->vtable->engine_select;
+  if (status == BPT_OK) status = bpt_speculative_reserve(trainer, 1, threaded);
   if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_F32, 2, image_dims, &trainer->sample_images);
   if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_I32, 1, label_dims, &trainer->sample_labels);
   if (status == BPT_OK) {
     trainer->host_probabilities = bpt_calloc(context, (size_t)trainer->classes, sizeof(float), "probabilities");
     if (!trainer->host_probabilities) status = BPT_ERR_OUT_OF_MEMORY;
   }
-  /* A backend that models time runs everything on this thread and simulates the second engine. */
-  bool threaded = copy.threads == 2 && !trainer->backend->vtable->engine_select;
   if (status == BPT_OK && threaded) {
     if (pthread_create(&trainer->worker, NULL, worker_main, trainer) != 0)
       status = bpt_error(context, BPT_ERR_INTERNAL, "%s: cannot start the speculative worker thread", where);
@@ -206,23 +208,32 @@ static bpt_status speculative_failed(bpt_speculative_trainer *trainer, bpt_statu
                    trainer->backend->error_message[0] ? trainer->backend->error_message : bpt_status_string(status));
 }
 
-/* Forward of one sample, overlapped with the speculative backward of its label's cached state when
- * `speculate`; the speculative status comes back in *speculative_status. */
-static bpt_status forward_with_speculation(bpt_speculative_trainer *trainer, int label, bool speculate,
-                                           bpt_status *speculative_status) {
+/* Waits until the worker has finished every job posted so far, and reports its first failure. */
+static bpt_status drain(bpt_speculative_trainer *trainer) {
+  if (!trainer->threaded) return BPT_OK;
+  wait_until(&trainer->job_done, atomic_load_explicit(&trainer->job_posted, memory_order_relaxed), NULL);
+  bpt_status status = trainer->job_status;
+  trainer->job_status = BPT_OK;
+  return status;
+}
+
+/* Forward of sample `row` of the mini-batch, overlapped with the speculative backward from `state` when it is
+ * not NULL. Two threads: the job is queued for the worker, which runs ahead on its own buffers; the main thread
+ * only waits for it at the end of the mini-batch or before overwriting a state it reads. One thread: the
+ * speculative backward runs first, on engine 1 of a time-modelling backend, and the join charges the overlap. */
+static bpt_status forward_with_speculation(bpt_speculative_trainer *trainer, int label, bpt_speculative_state *state,
+                                           int64_t row, bpt_status *speculative_status) {
   *speculative_status = BPT_OK;
-  if (speculate && trainer->threaded) {
-    trainer->job_label = label;
+  if (state && trainer->threaded) {
     long job = atomic_load_explicit(&trainer->job_posted, memory_order_relaxed) + 1;
+    trainer->jobs[(job - 1) % trainer->max_rows] = (bpt_speculative_job){.label = label, .state = state, .row = row};
+    state->reader_job = job;
     atomic_store_explicit(&trainer->job_posted, job, memory_order_release);
-    bpt_status status = bpt_graph_forward(trainer->graph);
-    wait_until(&trainer->job_done, job, NULL); /* always join before touching anything the worker uses */
-    *speculative_status = trainer->job_status;
-    return status;
+    return bpt_graph_forward(trainer->graph);
   }
-  if (speculate) {
+  if (state) {
     BPT_CHECK(engine(trainer, 1));
-    *speculative_status = bpt_speculative_backward(trainer, label);
+    *speculative_status = bpt_speculative_backward(trainer, state, label, false, -1);
     if (*speculative_status != BPT_OK) return BPT_OK;
   }
   BPT_CHECK(engine(trainer, 0));
@@ -256,7 +267,7 @@ static bpt_status set_seed(bpt_speculative_trainer *trainer, float seed) {
 }
 
 /* One sample: forward (with speculation when the label has a cached state), gate, fallback, cache refresh. */
-static bpt_status train_sample(bpt_speculative_trainer *trainer, float threshold, double *loss_sum) {
+static bpt_status train_sample(bpt_speculative_trainer *trainer, int64_t row, float threshold, double *loss_sum) {
   bpt_graph *graph = trainer->graph;
   int label = ((const int32_t *)trainer->sample_labels->data)[0];
   if (label < 0 || label >= trainer->classes)
@@ -265,9 +276,10 @@ static bpt_status train_sample(bpt_speculative_trainer *trainer, float threshold
   BPT_CHECK(bpt_graph_set_input(graph, trainer->images, trainer->sample_images));
   BPT_CHECK(bpt_graph_set_input(graph, trainer->labels, trainer->sample_labels));
   bpt_speculative_slot *slot = &trainer->slots[label];
-  bool speculate = threshold > 0.0f && slot->valid;
+  bpt_speculative_state *cached = slot->valid ? &slot->states[slot->active] : NULL;
+  bool speculate = threshold > 0.0f && cached;
   bpt_status speculative_status;
-  BPT_CHECK(forward_with_speculation(trainer, label, speculate, &speculative_status));
+  BPT_CHECK(forward_with_speculation(trainer, label, speculate ? cached : NULL, row, &speculative_status));
   if (speculative_status != BPT_OK) return speculative_failed(trainer, speculative_status);
 
   bpt_backend *backend = trainer->backend;
@@ -279,8 +291,8 @@ static bpt_status train_sample(bpt_speculative_trainer *trainer, float threshold
     return bpt_backend_error(trainer->context, BPT_ERR_DEVICE, "bpt_speculative: reading the softmax output");
 
   bool hit = false;
-  if (slot->valid) {
-    double distance = gate_distance(trainer, trainer->host_probabilities, slot->host_probabilities);
+  if (cached) {
+    double distance = gate_distance(trainer, trainer->host_probabilities, cached->host_probabilities);
     trainer->distance_sum += distance;
     trainer->distance_count++;
     hit = speculate && distance <= (double)threshold;
@@ -288,14 +300,21 @@ static bpt_status train_sample(bpt_speculative_trainer *trainer, float threshold
     trainer->counters.cold_fallbacks++;
   }
   trainer->counters.samples++;
+  trainer->missed[row] = speculate && !hit;
   if (hit) {
     trainer->counters.hits++;
   } else {
     trainer->counters.fallbacks++;
-    if (speculate) BPT_CHECK(bpt_speculative_record_discard(trainer, label));
+    if (speculate && !trainer->threaded) BPT_CHECK(bpt_speculative_record_discard(trainer, cached));
     BPT_CHECK(engine(trainer, 1));
     BPT_CHECK(bpt_graph_backward_accumulate(graph));
     BPT_CHECK(join(trainer));
+  }
+  /* The refresh writes the slot's other state: wait if a queued job still reads it (rare: that job belongs to
+   * an earlier sample of this label). */
+  if (trainer->threaded) {
+    const bpt_speculative_state *other = &slot->states[1 - slot->active];
+    wait_until(&trainer->job_done, other->reader_job, NULL);
   }
   return bpt_speculative_refresh(trainer, label);
 }
@@ -316,7 +335,7 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
                      "%s: images hold %lld samples of %lld values and labels %lld; input '%s' takes %lld values", where,
                      (long long)batch, (long long)inner, (long long)labels->dims[0], trainer->images->name,
                      (long long)trainer->features);
-  BPT_CHECK(bpt_speculative_reserve(trainer, batch));
+  BPT_CHECK(bpt_speculative_reserve(trainer, batch, trainer->threaded)); /* the worker is idle between batches */
   float threshold = bpt_speculative_current_threshold(trainer);
   BPT_CHECK(bpt_graph_zero_gradients(trainer->graph));
   /* Each sample's loss is seeded with 1 / batch, so the summed gradients are the mini-batch mean. */
@@ -327,7 +346,14 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
   for (int64_t n = 0; n < batch && status == BPT_OK; n++) {
     memcpy(trainer->sample_images->data, (const float *)images->data + n * inner, (size_t)inner * sizeof(float));
     ((int32_t *)trainer->sample_labels->data)[0] = ((const int32_t *)labels->data)[n];
-    status = train_sample(trainer, threshold, &loss_sum);
+    status = train_sample(trainer, n, threshold, &loss_sum);
+  }
+  /* Every queued speculative backward finishes before its gradients are merged, retracted or overwritten. */
+  bpt_status worker_status = drain(trainer);
+  if (status == BPT_OK && worker_status != BPT_OK) status = speculative_failed(trainer, worker_status);
+  if (status == BPT_OK && trainer->threaded && threshold > 0.0f) {
+    status = bpt_speculative_merge(trainer);
+    if (status == BPT_OK) status = bpt_speculative_compact_rows(trainer, trainer->missed, batch);
   }
   if (status == BPT_OK) status = bpt_speculative_retract(trainer);
   bpt_status restore = set_seed(trainer, 1.0f);

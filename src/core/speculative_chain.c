@@ -87,21 +87,43 @@ static void release_rows(bpt_speculative_trainer *trainer) {
   }
   device_free(trainer, trainer->ones);
   trainer->ones = NULL;
+  free(trainer->jobs);
+  trainer->jobs = NULL;
+  free(trainer->missed);
+  trainer->missed = NULL;
   trainer->max_rows = 0;
 }
 
-bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t rows) {
+static bpt_status reserve_worker_buffers(bpt_speculative_trainer *trainer) {
+  const char *where = "bpt_speculative: allocating the worker's buffers";
+  if (trainer->speculative_gradients) return BPT_OK;
+  for (int i = 0; i < trainer->layer_count; i++)
+    BPT_CHECK(device_alloc(trainer, (size_t)trainer->layers[i].out_features * sizeof(float),
+                           (void **)&trainer->layers[i].worker_gradient, where));
+  size_t bytes = (size_t)trainer->graph->parameter_elements * sizeof(float);
+  BPT_CHECK(device_alloc(trainer, bytes, (void **)&trainer->speculative_gradients, where));
+  bpt_backend *backend = trainer->backend;
+  if (backend->vtable->memset_zero(backend, trainer->speculative_gradients, bytes) != BPT_OK)
+    return bpt_backend_error(trainer->context, BPT_ERR_DEVICE, where);
+  return BPT_OK;
+}
+
+bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t rows, bool worker_buffers) {
   const char *where = "bpt_speculative: allocating the cache";
   bpt_backend *backend = trainer->backend;
   if (!trainer->slots) {
     trainer->slots = bpt_calloc(trainer->context, (size_t)trainer->classes, sizeof *trainer->slots, "cache slots");
     if (!trainer->slots) return BPT_ERR_OUT_OF_MEMORY;
     for (int64_t c = 0; c < trainer->classes; c++) {
-      bpt_speculative_slot *slot = &trainer->slots[c];
-      BPT_CHECK(device_alloc(trainer, (size_t)trainer->slot_elements * sizeof(float), (void **)&slot->values, where));
-      BPT_CHECK(device_alloc(trainer, (size_t)trainer->classes * sizeof(float), (void **)&slot->probabilities, where));
-      slot->host_probabilities = bpt_calloc(trainer->context, (size_t)trainer->classes, sizeof(float), "cache");
-      if (!slot->host_probabilities) return BPT_ERR_OUT_OF_MEMORY;
+      for (int s = 0; s < 2; s++) {
+        bpt_speculative_state *state = &trainer->slots[c].states[s];
+        BPT_CHECK(device_alloc(trainer, (size_t)trainer->slot_elements * sizeof(float), (void **)&state->values,
+                               where));
+        BPT_CHECK(device_alloc(trainer, (size_t)trainer->classes * sizeof(float), (void **)&state->probabilities,
+                               where));
+        state->host_probabilities = bpt_calloc(trainer->context, (size_t)trainer->classes, sizeof(float), "cache");
+        if (!state->host_probabilities) return BPT_ERR_OUT_OF_MEMORY;
+      }
     }
     BPT_CHECK(device_alloc(trainer, (size_t)trainer->classes * sizeof(int32_t), (void **)&trainer->label_values,
                            where));
@@ -113,8 +135,12 @@ bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t row
     free(labels);
     if (status != BPT_OK) return bpt_backend_error(trainer->context, status, where);
   }
+  if (worker_buffers) BPT_CHECK(reserve_worker_buffers(trainer));
   if (rows <= trainer->max_rows) return BPT_OK;
   release_rows(trainer);
+  trainer->jobs = bpt_calloc(trainer->context, (size_t)rows, sizeof *trainer->jobs, "speculative jobs");
+  trainer->missed = bpt_calloc(trainer->context, (size_t)rows, sizeof *trainer->missed, "gate results");
+  if (!trainer->jobs || !trainer->missed) return BPT_ERR_OUT_OF_MEMORY;
   for (int i = 0; i < trainer->layer_count; i++) {
     bpt_speculative_layer *layer = &trainer->layers[i];
     if (!layer->weight) continue;
@@ -136,11 +162,19 @@ bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t row
 
 void bpt_speculative_release(bpt_speculative_trainer *trainer) {
   release_rows(trainer);
+  for (int i = 0; i < trainer->layer_count; i++) {
+    device_free(trainer, trainer->layers[i].worker_gradient);
+    trainer->layers[i].worker_gradient = NULL;
+  }
+  device_free(trainer, trainer->speculative_gradients);
+  trainer->speculative_gradients = NULL;
   if (trainer->slots) {
     for (int64_t c = 0; c < trainer->classes; c++) {
-      device_free(trainer, trainer->slots[c].values);
-      device_free(trainer, trainer->slots[c].probabilities);
-      free(trainer->slots[c].host_probabilities);
+      for (int s = 0; s < 2; s++) {
+        device_free(trainer, trainer->slots[c].states[s].values);
+        device_free(trainer, trainer->slots[c].states[s].probabilities);
+        free(trainer->slots[c].states[s].host_probabilities);
+      }
     }
     free(trainer->slots);
     trainer->slots = NULL;
@@ -157,14 +191,16 @@ static bpt_status copy(bpt_speculative_trainer *trainer, void *dst, const void *
 
 bpt_status bpt_speculative_refresh(bpt_speculative_trainer *trainer, int label) {
   bpt_speculative_slot *slot = &trainer->slots[label];
+  bpt_speculative_state *state = &slot->states[1 - slot->active];
   const char *where = "bpt_speculative: refreshing the cache";
-  BPT_CHECK(copy(trainer, slot->values, trainer->images->value, trainer->features, where));
+  BPT_CHECK(copy(trainer, state->values, trainer->images->value, trainer->features, where));
   for (int i = 0; i < trainer->layer_count; i++) {
     const bpt_speculative_layer *layer = &trainer->layers[i];
-    BPT_CHECK(copy(trainer, slot->values + layer->output_offset, layer->node->value, layer->out_features, where));
+    BPT_CHECK(copy(trainer, state->values + layer->output_offset, layer->node->value, layer->out_features, where));
   }
-  BPT_CHECK(copy(trainer, slot->probabilities, trainer->loss->saved, trainer->classes, where));
-  memcpy(slot->host_probabilities, trainer->host_probabilities, (size_t)trainer->classes * sizeof(float));
+  BPT_CHECK(copy(trainer, state->probabilities, trainer->loss->saved, trainer->classes, where));
+  memcpy(state->host_probabilities, trainer->host_probabilities, (size_t)trainer->classes * sizeof(float));
+  slot->active = 1 - slot->active;
   slot->valid = true;
   return BPT_OK;
 }
@@ -178,48 +214,58 @@ bpt_status bpt_speculative_refresh(bpt_speculative_trainer *trainer, int label) 
     if (kernel_status_ != BPT_OK) return kernel_status_;                                                   \
   } while (0)
 
-bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, int label) {
+bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_speculative_state *state, int label,
+                                    bool worker_buffers, int64_t row) {
   bpt_backend *backend = trainer->backend;
-  const bpt_speculative_slot *slot = &trainer->slots[label];
+  float *parameter_gradients = worker_buffers ? trainer->speculative_gradients : trainer->graph->gradient_block;
   /* Gradients of the chain's values start at zero, as in the graph's own backward. */
   for (int i = 0; i < trainer->layer_count; i++) {
     const bpt_speculative_layer *layer = &trainer->layers[i];
+    float *gradient = worker_buffers ? layer->worker_gradient : layer->node->grad;
     if (layer->node->requires_grad)
-      SPECULATIVE_KERNEL(memset_zero, layer->node->grad, (size_t)layer->out_features * sizeof(float));
+      SPECULATIVE_KERNEL(memset_zero, gradient, (size_t)layer->out_features * sizeof(float));
   }
-  SPECULATIVE_KERNEL(softmax_cross_entropy_backward, 1, trainer->classes, slot->probabilities,
-                     trainer->label_values + label, trainer->graph->loss_gradient, trainer->logits->grad);
+  const bpt_speculative_layer *last = &trainer->layers[trainer->layer_count - 1];
+  SPECULATIVE_KERNEL(softmax_cross_entropy_backward, 1, trainer->classes, state->probabilities,
+                     trainer->label_values + label, trainer->graph->loss_gradient,
+                     worker_buffers ? last->worker_gradient : last->node->grad);
   for (int i = trainer->layer_count - 1; i >= 0; i--) {
     const bpt_speculative_layer *layer = &trainer->layers[i];
-    const float *x = slot->values + layer->input_offset, *y = slot->values + layer->output_offset;
+    const float *x = state->values + layer->input_offset, *y = state->values + layer->output_offset;
     bpt_node *node = layer->node, *input = layer->input;
+    float *dy = worker_buffers ? layer->worker_gradient : node->grad;
+    float *dx = i == 0 ? NULL : worker_buffers ? trainer->layers[i - 1].worker_gradient : input->grad;
     if (!layer->weight) {
       if (input->requires_grad)
         SPECULATIVE_KERNEL(activation_backward, activation_of(node->op), node->float_attributes[0],
-                           layer->out_features, x, y, node->grad, input->grad);
+                           layer->out_features, x, y, dy, dx);
       continue;
     }
     int64_t in = layer->in_features, out = layer->out_features;
     if (layer->weight->requires_grad) {
       /* dW (out, in) += dy^T (out, 1) . x (1, in) */
-      bpt_gemm_args product = {.transpose_a = true, .m = out, .n = in, .k = 1, .alpha = 1.0f, .a = node->grad,
-                               .lda = out, .b = x, .ldb = in, .beta = 1.0f, .c = layer->weight->grad, .ldc = in};
+      bpt_gemm_args product = {.transpose_a = true, .m = out, .n = in, .k = 1, .alpha = 1.0f, .a = dy, .lda = out,
+                               .b = x, .ldb = in, .beta = 1.0f,
+                               .c = parameter_gradients + layer->weight->param_offset, .ldc = in};
       SPECULATIVE_KERNEL(gemm, &product);
     }
     if (layer->bias && layer->bias->requires_grad)
-      SPECULATIVE_KERNEL(bias_backward, 1, out, node->grad, layer->bias->grad);
+      SPECULATIVE_KERNEL(bias_backward, 1, out, dy, parameter_gradients + layer->bias->param_offset);
     if (input->requires_grad) {
       /* dx (1, in) += dy (1, out) . W (out, in), with the current weights */
-      bpt_gemm_args product = {.m = 1, .n = in, .k = out, .alpha = 1.0f, .a = node->grad, .lda = out,
-                               .b = layer->weight->value, .ldb = in, .beta = 1.0f, .c = input->grad, .ldc = in};
+      bpt_gemm_args product = {.m = 1, .n = in, .k = out, .alpha = 1.0f, .a = dy, .lda = out,
+                               .b = layer->weight->value, .ldb = in, .beta = 1.0f, .c = dx, .ldc = in};
       SPECULATIVE_KERNEL(gemm, &product);
+    }
+    if (row >= 0) {
+      SPECULATIVE_KERNEL(copy, layer->retract_dy + row * out, dy, (size_t)out * sizeof(float));
+      SPECULATIVE_KERNEL(copy, layer->retract_x + row * in, x, (size_t)in * sizeof(float));
     }
   }
   return BPT_OK;
 }
 
-bpt_status bpt_speculative_record_discard(bpt_speculative_trainer *trainer, int label) {
-  const bpt_speculative_slot *slot = &trainer->slots[label];
+bpt_status bpt_speculative_record_discard(bpt_speculative_trainer *trainer, const bpt_speculative_state *state) {
   const char *where = "bpt_speculative: recording a discarded gradient";
   int64_t row = trainer->retract_rows;
   for (int i = 0; i < trainer->layer_count; i++) {
@@ -227,11 +273,43 @@ bpt_status bpt_speculative_record_discard(bpt_speculative_trainer *trainer, int 
     if (!layer->weight) continue;
     BPT_CHECK(copy(trainer, layer->retract_dy + row * layer->out_features, layer->node->grad, layer->out_features,
                    where));
-    BPT_CHECK(copy(trainer, layer->retract_x + row * layer->in_features, slot->values + layer->input_offset,
+    BPT_CHECK(copy(trainer, layer->retract_x + row * layer->in_features, state->values + layer->input_offset,
                    layer->in_features, where));
   }
   trainer->retract_rows++;
   return BPT_OK;
+}
+
+bpt_status bpt_speculative_compact_rows(bpt_speculative_trainer *trainer, const bool *missed, int64_t count) {
+  const char *where = "bpt_speculative: collecting discarded gradients";
+  int64_t kept = 0;
+  for (int64_t row = 0; row < count; row++) {
+    if (!missed[row]) continue;
+    for (int i = 0; kept != row && i < trainer->layer_count; i++) {
+      const bpt_speculative_layer *layer = &trainer->layers[i];
+      if (!layer->weight) continue;
+      BPT_CHECK(copy(trainer, layer->retract_dy + kept * layer->out_features,
+                     layer->retract_dy + row * layer->out_features, layer->out_features, where));
+      BPT_CHECK(copy(trainer, layer->retract_x + kept * layer->in_features, layer->retract_x + row * layer->in_features,
+                     layer->in_features, where));
+    }
+    kept++;
+  }
+  trainer->retract_rows = kept;
+  return BPT_OK;
+}
+
+bpt_status bpt_speculative_merge(bpt_speculative_trainer *trainer) {
+  bpt_backend *backend = trainer->backend;
+  int64_t count = trainer->graph->parameter_elements;
+  /* gradients (1, count) += ones (1, 1) . speculative (1, count): an axpy through the one kernel every backend has */
+  bpt_gemm_args product = {.m = 1, .n = count, .k = 1, .alpha = 1.0f, .a = trainer->ones, .lda = 1,
+                           .b = trainer->speculative_gradients, .ldb = count, .beta = 1.0f,
+                           .c = trainer->graph->gradient_block, .ldc = count};
+  bpt_status status = backend->vtable->gemm(backend, &product);
+  if (status == BPT_OK)
+    status = backend->vtable->memset_zero(backend, trainer->speculative_gradients, (size_t)count * sizeof(float));
+  return status == BPT_OK ? BPT_OK : bpt_backend_error(trainer->context, status, "bpt_speculative: merging gradients");
 }
 
 bpt_status bpt_speculative_retract(bpt_speculative_trainer *trainer) {
