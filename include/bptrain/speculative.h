@@ -69,6 +69,8 @@ typedef struct bpt_speculative_counters {
   int64_t fallbacks;       /**< ordinary backward run (cold + distance misses + speculation off) */
   int64_t cold_fallbacks;  /**< fallbacks because no sample of that label had been seen */
   double mean_distance;    /**< mean gate distance over the samples that had a cached state */
+  double main_thread_seconds;   /**< CPU time the calling thread spent training, waits for the worker excluded */
+  double worker_thread_seconds; /**< CPU time the worker spent on speculative backwards (2-thread mode) */
 } bpt_speculative_counters;
 
 /** Fills @p counters (whose size field the caller sets). */

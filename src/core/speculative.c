@@ -57,6 +57,13 @@ static double now_seconds(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* CPU time of the calling thread: the busy-time counters exclude time spent waiting for a core. */
+static double thread_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static void wait_until(atomic_long *value, long target, atomic_bool *stop) {
   double start = 0.0;
   for (long turns = 0; atomic_load_explicit(value, memory_order_acquire) < target; turns++) {
@@ -82,7 +89,9 @@ static void *worker_main(void *argument) {
     wait_until(&trainer->job_posted, job, &trainer->stop);
     if (atomic_load_explicit(&trainer->stop, memory_order_acquire)) return NULL;
     const bpt_speculative_job *work = &trainer->jobs[(job - 1) % trainer->max_rows];
+    double start = thread_seconds();
     bpt_status status = bpt_speculative_backward(trainer, work->state, work->label, true, work->row);
+    trainer->counters.worker_thread_seconds += thread_seconds() - start; /* read by the main thread after a drain */
     if (status != BPT_OK && trainer->job_status == BPT_OK) trainer->job_status = status;
     atomic_store_explicit(&trainer->job_done, job, memory_order_release);
   }
@@ -208,10 +217,18 @@ static bpt_status speculative_failed(bpt_speculative_trainer *trainer, bpt_statu
                    trainer->backend->error_message[0] ? trainer->backend->error_message : bpt_status_string(status));
 }
 
+/* The main thread's waits for the worker, timed so that they can be left out of its busy time. */
+static void wait_for_job(bpt_speculative_trainer *trainer, long job) {
+  if (atomic_load_explicit(&trainer->job_done, memory_order_acquire) >= job) return;
+  double start = thread_seconds();
+  wait_until(&trainer->job_done, job, NULL);
+  trainer->main_wait_seconds += thread_seconds() - start;
+}
+
 /* Waits until the worker has finished every job posted so far, and reports its first failure. */
 static bpt_status drain(bpt_speculative_trainer *trainer) {
   if (!trainer->threaded) return BPT_OK;
-  wait_until(&trainer->job_done, atomic_load_explicit(&trainer->job_posted, memory_order_relaxed), NULL);
+  wait_for_job(trainer, atomic_load_explicit(&trainer->job_posted, memory_order_relaxed));
   bpt_status status = trainer->job_status;
   trainer->job_status = BPT_OK;
   return status;
@@ -314,7 +331,7 @@ static bpt_status train_sample(bpt_speculative_trainer *trainer, int64_t row, fl
    * an earlier sample of this label). */
   if (trainer->threaded) {
     const bpt_speculative_state *other = &slot->states[1 - slot->active];
-    wait_until(&trainer->job_done, other->reader_job, NULL);
+    wait_for_job(trainer, other->reader_job);
   }
   return bpt_speculative_refresh(trainer, label);
 }
@@ -336,6 +353,8 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
                      (long long)batch, (long long)inner, (long long)labels->dims[0], trainer->images->name,
                      (long long)trainer->features);
   BPT_CHECK(bpt_speculative_reserve(trainer, batch, trainer->threaded)); /* the worker is idle between batches */
+  double start = thread_seconds();
+  trainer->main_wait_seconds = 0.0;
   float threshold = bpt_speculative_current_threshold(trainer);
   BPT_CHECK(bpt_graph_zero_gradients(trainer->graph));
   /* Each sample's loss is seeded with 1 / batch, so the summed gradients are the mini-batch mean. */
@@ -362,6 +381,7 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
   /* The gradients are complete even when every sample hit and the graph's own backward never ran. */
   if (status == BPT_OK) trainer->graph->backward_done = true;
   if (status == BPT_OK) status = bpt_optimizer_step(trainer->optimizer);
+  trainer->counters.main_thread_seconds += thread_seconds() - start - trainer->main_wait_seconds;
   if (status != BPT_OK) return status;
   trainer->batches++;
   trainer->counters.mean_distance = trainer->distance_count ? trainer->distance_sum / (double)trainer->distance_count : 0.0;

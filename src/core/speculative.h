@@ -67,6 +67,7 @@ struct bpt_speculative_trainer {
   int64_t batches;
   bpt_speculative_counters counters;
   double distance_sum;
+  double main_wait_seconds; /* CPU time the main thread spent waiting for the worker in this mini-batch */
   int64_t distance_count;
 
   /* The speculative worker (2-thread mode). */
