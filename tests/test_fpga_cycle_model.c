@@ -1,5 +1,6 @@
 /* The fpga-sim cycle model against counts worked out by hand: single pipelined loops, a GEMM loop nest,
  * II > 1, off-chip transfers, and the overlap of the two engines at a ping-pong join. */
+#include <math.h>
 #include <string.h>
 
 #include "backends/fpga/fpga.h"
@@ -107,6 +108,16 @@ static void ping_pong_overlap_charges_the_longer_engine(void **state) {
   assert_int_equal(backend->vtable->activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 10, x, y), BPT_OK);
   assert_int_equal(report_of(context).cycles, 22 + 29);
   assert_int_equal(backend->vtable->engine_select(backend, 2), BPT_ERR_INVALID_ARGUMENT);
+  /* Per kernel: two GEMMs of 2 x 5 x 3 = 30 MACs each in 2 x 22 cycles on 2 lanes: utilisation 60 / 88. */
+  bpt_fpga_kernel_report gemm = {.size = sizeof gemm};
+  assert_ok(context, bpt_fpga_get_kernel_report(context, BPT_FPGA_KERNEL_GEMM, &gemm));
+  assert_string_equal(gemm.name, "gemm");
+  assert_int_equal(gemm.calls, 2);
+  assert_int_equal(gemm.compute_cycles, 44);
+  assert_int_equal(gemm.operations, 60);
+  assert_true(fabs(gemm.utilisation - 60.0 / 88.0) < 1e-12);
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "index", bpt_fpga_get_kernel_report(context, -1, &gemm));
+  assert_int_equal(bpt_fpga_kernel_count(), BPT_FPGA_KERNEL_COUNT);
   char text[2048];
   assert_ok(context, bpt_fpga_format_report(context, text, sizeof text));
   assert_non_null(strstr(text, "gemm"));

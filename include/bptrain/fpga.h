@@ -79,6 +79,23 @@ typedef struct bpt_fpga_report {
 /** Fills @p report (whose size field the caller sets) with the totals since the last reset. */
 BPT_API bpt_status bpt_fpga_get_report(bpt_context *context, bpt_fpga_report *report);
 
+/** Statistics of one kernel of the cycle model since the last reset. */
+typedef struct bpt_fpga_kernel_report {
+  size_t size;          /**< set by the caller to sizeof(bpt_fpga_kernel_report) */
+  const char *name;     /**< "gemm", "bias_add", ... (static storage) */
+  uint64_t calls;
+  uint64_t compute_cycles;
+  uint64_t transfer_cycles;
+  uint64_t operations;  /**< multiply-accumulates (gemm) or elements processed */
+  double utilisation;   /**< operations / ((compute + transfer cycles) * lanes of one engine), 0..1 */
+} bpt_fpga_kernel_report;
+
+/** @return how many kernels the cycle model keeps statistics for (indices for bpt_fpga_get_kernel_report()). */
+BPT_API int bpt_fpga_kernel_count(void);
+
+/** Fills @p report (whose size field the caller sets) for kernel @p index, 0 <= index < bpt_fpga_kernel_count(). */
+BPT_API bpt_status bpt_fpga_get_kernel_report(bpt_context *context, int index, bpt_fpga_kernel_report *report);
+
 /** Zeroes the cycle counters and per-kernel statistics (allocations and their placement stay). */
 BPT_API bpt_status bpt_fpga_reset_counters(bpt_context *context);
 

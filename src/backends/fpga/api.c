@@ -77,6 +77,34 @@ bpt_status bpt_fpga_get_report(bpt_context *context, bpt_fpga_report *report) {
   return BPT_OK;
 }
 
+int bpt_fpga_kernel_count(void) { return BPT_FPGA_KERNEL_COUNT; }
+
+bpt_status bpt_fpga_get_kernel_report(bpt_context *context, int index, bpt_fpga_kernel_report *report) {
+  bpt_fpga_state *state = NULL;
+  BPT_CHECK(fpga_state(context, "bpt_fpga_get_kernel_report", &state));
+  if (index < 0 || index >= BPT_FPGA_KERNEL_COUNT)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_fpga_get_kernel_report: index %d is outside [0, %d)",
+                     index, BPT_FPGA_KERNEL_COUNT);
+  if (!report || report->size < offsetof(bpt_fpga_kernel_report, utilisation) + sizeof report->utilisation ||
+      report->size > (1u << 16))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_fpga_get_kernel_report: report is NULL or its size is not sizeof(bpt_fpga_kernel_report)");
+  const bpt_fpga_model *model = &state->model;
+  const bpt_fpga_kernel_stats *stats = &model->stats[index];
+  bpt_fpga_kernel_report full = {.size = sizeof full,
+                                 .name = bpt_fpga_kernel_name((bpt_fpga_kernel)index),
+                                 .calls = stats->calls,
+                                 .compute_cycles = stats->compute_cycles,
+                                 .transfer_cycles = stats->transfer_cycles,
+                                 .operations = stats->operations};
+  uint64_t cycles = stats->compute_cycles + stats->transfer_cycles;
+  full.utilisation = cycles ? (double)stats->operations / ((double)cycles * (double)bpt_fpga_lanes(model)) : 0.0;
+  size_t size = report->size < sizeof full ? report->size : sizeof full;
+  memcpy(report, &full, size);
+  report->size = size;
+  return BPT_OK;
+}
+
 bpt_status bpt_fpga_format_report(bpt_context *context, char *buffer, size_t size) {
   bpt_fpga_state *state = NULL;
   BPT_CHECK(fpga_state(context, "bpt_fpga_format_report", &state));
