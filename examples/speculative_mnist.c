@@ -6,7 +6,7 @@
  *
  *   speculative_mnist [--data DIR] [--epochs 2] [--train-samples 60000] [--fpga-samples 10000] [--batch 32]
  *                     [--lr 0.02] [--momentum 0.9] [--seed 42] [--thresholds 0,0.10,0.175,0.25]
- *                     [--repeats 1] [--trainer-threads 2] [--skip-cpu] [--skip-fpga]
+ *                     [--repeats 1] [--trainer-threads 2] [--fpga-fixed W:I] [--skip-cpu] [--skip-fpga]
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +16,12 @@
 static const char usage[] =
     "usage: speculative_mnist [--data DIR] [--epochs N] [--train-samples N] [--fpga-samples N] [--batch N]\n"
     "                         [--lr X] [--momentum X] [--seed N] [--thresholds T0,T1,...] [--repeats N]\n"
-    "                         [--trainer-threads 1|2] [--skip-cpu] [--skip-fpga]\n"
+    "                         [--trainer-threads 1|2] [--fpga-fixed W:I] [--skip-cpu] [--skip-fpga]\n"
     "  --data DIR          IDX directory (default /usr/share/datasets/fashion-mnist)\n"
     "  --train-samples N   training samples per epoch on the CPU (a prefix of the shuffled set)\n"
     "  --fpga-samples N    the same on fpga-sim, whose C simulation is slower\n"
-    "  --repeats N         CPU runs per threshold, interleaved; the fastest wall time is kept (noisy machines)\n";
+    "  --repeats N         CPU runs per threshold, interleaved; the fastest wall time is kept (noisy machines)\n"
+    "  --fpga-fixed W:I    fpga-sim in ap_fixed<W, I, AP_RND, AP_SAT> instead of f32\n";
 
 enum { MAX_THRESHOLDS = 16, EVALUATION_BATCH = 500 };
 
@@ -36,6 +37,7 @@ typedef struct settings {
   long cpu_samples, fpga_samples;
   double learning_rate, momentum;
   uint64_t seed;
+  int fixed_word_bits, fixed_integer_bits; /* fpga-sim number format: 0 for f32 */
 } settings;
 
 /* Trains one model at one threshold on one backend; returns wall seconds (CPU) or simulated ones (fpga-sim). */
@@ -50,6 +52,11 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
   if (fpga) {
     bpt_fpga_options fpga_options = bpt_fpga_options_default();
+    if (s->fixed_word_bits) {
+      fpga_options.format = BPT_FPGA_FORMAT_FIXED;
+      fpga_options.word_bits = s->fixed_word_bits;
+      fpga_options.integer_bits = s->fixed_integer_bits;
+    }
     EXAMPLE_CHECK(context, bpt_fpga_configure(context, &fpga_options));
   }
 
@@ -169,7 +176,7 @@ static int parse_thresholds(const char *text, float *values) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",  "--epochs", "--train-samples", "--fpga-samples", "--batch",
                                        "--lr",    "--momentum", "--seed",        "--thresholds",   "--repeats",
-                                       "--trainer-threads", NULL};
+                                       "--trainer-threads", "--fpga-fixed", NULL};
   static const char *const flags[] = {"--skip-cpu", "--skip-fpga", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   settings s = {.data = example_option(argc, argv, "--data"),
@@ -183,6 +190,12 @@ int main(int argc, char **argv) {
                 .momentum = example_option_double(argc, argv, "--momentum", 0.9),
                 .seed = (uint64_t)example_option_long(argc, argv, "--seed", 42)};
   if (!s.data) s.data = "/usr/share/datasets/fashion-mnist";
+  const char *fixed = example_option(argc, argv, "--fpga-fixed");
+  if (fixed && (sscanf(fixed, "%d:%d", &s.fixed_word_bits, &s.fixed_integer_bits) != 2 || s.fixed_word_bits < 2 ||
+                s.fixed_word_bits > 32 || s.fixed_integer_bits < 1 || s.fixed_integer_bits > s.fixed_word_bits)) {
+    fprintf(stderr, "error: --fpga-fixed takes W:I with 2 <= W <= 32 and 1 <= I <= W (ap_fixed<W, I>)\n");
+    return 2;
+  }
   float thresholds[MAX_THRESHOLDS];
   const char *threshold_text = example_option(argc, argv, "--thresholds");
   int threshold_count = parse_thresholds(threshold_text ? threshold_text : "0,0.10,0.175,0.25", thresholds);
