@@ -174,9 +174,9 @@ static int parse_thresholds(const char *text, float *values) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const valued[] = {"--data",  "--epochs", "--train-samples", "--fpga-samples", "--batch",
-                                       "--lr",    "--momentum", "--seed",        "--thresholds",   "--repeats",
-                                       "--trainer-threads", "--fpga-fixed", NULL};
+  static const char *const valued[] = {
+      "--data", "--epochs",     "--train-samples", "--fpga-samples",    "--batch",      "--lr", "--momentum",
+      "--seed", "--thresholds", "--repeats",       "--trainer-threads", "--fpga-fixed", NULL};
   static const char *const flags[] = {"--skip-cpu", "--skip-fpga", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   settings s = {.data = example_option(argc, argv, "--data"),
@@ -199,8 +199,8 @@ int main(int argc, char **argv) {
   float thresholds[MAX_THRESHOLDS];
   const char *threshold_text = example_option(argc, argv, "--thresholds");
   int threshold_count = parse_thresholds(threshold_text ? threshold_text : "0,0.10,0.175,0.25", thresholds);
-  if (s.epochs < 1 || s.batch < 1 || s.repeats < 1 || s.cpu_samples < 1 || s.fpga_samples < 1 ||
-      threshold_count < 1 || thresholds[0] != 0.0f) {
+  if (s.epochs < 1 || s.batch < 1 || s.repeats < 1 || s.cpu_samples < 1 || s.fpga_samples < 1 || threshold_count < 1 ||
+      thresholds[0] != 0.0f) {
     fprintf(stderr, "error: counts must be positive and --thresholds a comma list starting with 0\n%s", usage);
     return 2;
   }
@@ -225,7 +225,8 @@ int main(int argc, char **argv) {
       run_result result = {0};
       train(&s, train_set, test_set, "cpu", thresholds[t], &result);
       if (!cpu[t].done || result.seconds < cpu[t].seconds) {
-        double busy = cpu[t].done && cpu[t].busy_seconds < result.busy_seconds ? cpu[t].busy_seconds : result.busy_seconds;
+        double busy =
+            cpu[t].done && cpu[t].busy_seconds < result.busy_seconds ? cpu[t].busy_seconds : result.busy_seconds;
         cpu[t] = result;
         cpu[t].busy_seconds = busy;
       } else if (result.busy_seconds < cpu[t].busy_seconds) {
@@ -233,7 +234,8 @@ int main(int argc, char **argv) {
       }
     }
   }
-  for (int t = 0; run_fpga && t < threshold_count; t++) train(&s, train_set, test_set, "fpga-sim", thresholds[t], &fpga[t]);
+  for (int t = 0; run_fpga && t < threshold_count; t++)
+    train(&s, train_set, test_set, "fpga-sim", thresholds[t], &fpga[t]);
 
   /* Speedup is the share of time saved against threshold 0: 1 - time / time at threshold 0. The CPU critical
    * path is the longer thread's CPU time, what the wall time would be on two otherwise idle cores. */

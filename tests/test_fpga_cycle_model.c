@@ -71,8 +71,10 @@ static void offchip_operands_add_transfer_cycles(void **state) {
   assert_int_equal(backend->vtable->alloc(backend, 6 * sizeof(float), (void **)&a), BPT_OK);
   assert_int_equal(backend->vtable->alloc(backend, 15 * sizeof(float), (void **)&b), BPT_OK);
   assert_int_equal(backend->vtable->alloc(backend, 10 * sizeof(float), (void **)&c), BPT_OK);
-  for (int i = 0; i < 6; i++) a[i] = (float)i;
-  for (int i = 0; i < 15; i++) b[i] = (float)i;
+  for (int i = 0; i < 6; i++)
+    a[i] = (float)i;
+  for (int i = 0; i < 15; i++)
+    b[i] = (float)i;
   bpt_gemm_args args = {.m = 2, .n = 5, .k = 3, .alpha = 1.0f, .a = a, .lda = 3, .b = b, .ldb = 5, .c = c, .ldc = 5};
   assert_ok(context, bpt_fpga_reset_counters(context));
   assert_int_equal(backend->vtable->gemm(backend, &args), BPT_OK);

@@ -8,8 +8,8 @@
 #include "test_support.h"
 
 static bpt_fpga_format fixed(int word, int integer, bpt_fpga_rounding rounding, bpt_fpga_overflow overflow) {
-  bpt_fpga_format format = {.fixed = true, .word_bits = word, .fraction_bits = word - integer, .rounding = rounding,
-                            .overflow = overflow};
+  bpt_fpga_format format = {
+      .fixed = true, .word_bits = word, .fraction_bits = word - integer, .rounding = rounding, .overflow = overflow};
   return format;
 }
 
@@ -48,9 +48,9 @@ static void saturation_clamps_both_ends(void **state) {
 static void wrap_is_twos_complement(void **state) {
   (void)state;
   bpt_fpga_format f = fixed(8, 4, BPT_FPGA_TRUNCATE, BPT_FPGA_WRAP);
-  assert_true(bpt_fpga_quantize(&f, 8.0) == -8.0);      /* 128 -> -128 */
-  assert_true(bpt_fpga_quantize(&f, 9.0) == -7.0);      /* 144 -> -112 */
-  assert_true(bpt_fpga_quantize(&f, -9.0) == 7.0);      /* -144 -> 112 */
+  assert_true(bpt_fpga_quantize(&f, 8.0) == -8.0);       /* 128 -> -128 */
+  assert_true(bpt_fpga_quantize(&f, 9.0) == -7.0);       /* 144 -> -112 */
+  assert_true(bpt_fpga_quantize(&f, -9.0) == 7.0);       /* -144 -> 112 */
   assert_true(bpt_fpga_quantize(&f, 16.0625) == 0.0625); /* 257 -> 1 */
   assert_true(bpt_fpga_quantize(&f, 7.9375) == 7.9375);
   /* Rounding happens before the wrap, as in ap_fixed: 7.97 rounds to 8 and then wraps. */

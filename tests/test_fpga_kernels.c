@@ -58,8 +58,9 @@ static void assert_within(const float *a, const float *b, int64_t count, double 
   double worst = 0.0;
   for (int64_t i = 0; i < count; i++) {
     double error = fabs((double)a[i] - (double)b[i]);
-    if (!(error <= bound)) fail_msg("%s: element %lld differs by %g > bound %g (%g vs %g)", what, (long long)i, error,
-                                    bound, (double)a[i], (double)b[i]);
+    if (!(error <= bound))
+      fail_msg("%s: element %lld differs by %g > bound %g (%g vs %g)", what, (long long)i, error, bound, (double)a[i],
+               (double)b[i]);
     worst = error > worst ? error : worst;
   }
   print_message("%s: worst error %.3g, bound %.3g\n", what, worst, bound);
@@ -75,9 +76,18 @@ static void gemm_matches(bool fixed, bool transpose_a, bool transpose_b) {
   const int64_t m = 7, n = 37, k = 29;
   float *a = random_values(&random, m * k, -1.0f, 1.0f), *b = random_values(&random, k * n, -1.0f, 1.0f);
   float *c_cpu = random_values(&random, m * n, -1.0f, 1.0f), *c_fpga = copy_of(c_cpu, m * n);
-  bpt_gemm_args args = {.transpose_a = transpose_a, .transpose_b = transpose_b, .m = m, .n = n, .k = k,
-                        .alpha = 1.0f, .a = a, .lda = transpose_a ? m : k, .b = b, .ldb = transpose_b ? k : n,
-                        .beta = 0.5f, .ldc = n};
+  bpt_gemm_args args = {.transpose_a = transpose_a,
+                        .transpose_b = transpose_b,
+                        .m = m,
+                        .n = n,
+                        .k = k,
+                        .alpha = 1.0f,
+                        .a = a,
+                        .lda = transpose_a ? m : k,
+                        .b = b,
+                        .ldb = transpose_b ? k : n,
+                        .beta = 0.5f,
+                        .ldc = n};
   args.c = c_cpu;
   assert_int_equal(p.cpu->vtable->gemm(p.cpu, &args), BPT_OK);
   args.c = c_fpga;
@@ -91,7 +101,8 @@ static void gemm_matches(bool fixed, bool transpose_a, bool transpose_b) {
 static void gemm_f32(void **state) {
   (void)state;
   for (int ta = 0; ta < 2; ta++)
-    for (int tb = 0; tb < 2; tb++) gemm_matches(false, ta, tb);
+    for (int tb = 0; tb < 2; tb++)
+      gemm_matches(false, ta, tb);
 }
 
 /* k = 0 leaves alpha times an empty sum: C = beta C, as BLAS does. */
@@ -111,7 +122,8 @@ static void gemm_empty_inner_dimension(void **state) {
 static void gemm_fixed(void **state) {
   (void)state;
   for (int ta = 0; ta < 2; ta++)
-    for (int tb = 0; tb < 2; tb++) gemm_matches(true, ta, tb);
+    for (int tb = 0; tb < 2; tb++)
+      gemm_matches(true, ta, tb);
 }
 
 /* Element-wise kernels: in f32 they use the CPU's expressions, so they agree exactly (sigmoid and tanh up to
@@ -144,14 +156,14 @@ static void elementwise_matches(bool fixed) {
     assert_within(a_fpga, a_cpu, count, fixed ? 2 * h : 1e-7, "activation_forward");
     float *dx_cpu = copy_of(dy, count), *dx_fpga = copy_of(dy, count);
     assert_int_equal(p.cpu->vtable->activation_backward(p.cpu, kinds[i], 0.1f, count, x, a_cpu, dy, dx_cpu), BPT_OK);
-    assert_int_equal(p.fpga->vtable->activation_backward(p.fpga, kinds[i], 0.1f, count, x, a_cpu, dy, dx_fpga),
-                     BPT_OK);
+    assert_int_equal(p.fpga->vtable->activation_backward(p.fpga, kinds[i], 0.1f, count, x, a_cpu, dy, dx_fpga), BPT_OK);
     assert_within(dx_fpga, dx_cpu, count, fixed ? 6 * h : 1e-7, "activation_backward");
     free(a_cpu), free(a_fpga), free(dx_cpu), free(dx_fpga);
   }
   float *s_cpu = copy_of(dy, count), *s_fpga = copy_of(dy, count);
   assert_int_equal(p.fpga->vtable->add_scaled(p.fpga, count, -0.5f, x, s_fpga), BPT_OK);
-  for (int64_t i = 0; i < count; i++) s_cpu[i] += -0.5f * x[i]; /* the CPU backend has no add_scaled yet */
+  for (int64_t i = 0; i < count; i++)
+    s_cpu[i] += -0.5f * x[i]; /* the CPU backend has no add_scaled yet */
   assert_within(s_fpga, s_cpu, count, fixed ? 3 * h : 0.0, "add_scaled");
   free(x), free(bias), free(y_cpu), free(y_fpga), free(g_cpu), free(g_fpga), free(dy), free(s_cpu), free(s_fpga);
   free_pair(&p);
@@ -178,10 +190,11 @@ static void losses_match(bool fixed) {
   float *logits = random_values(&random, batch * classes, -3.0f, 3.0f);
   int32_t labels[5] = {0, 3, 9, 3, 7};
   float p_cpu[50], p_fpga[50], loss_cpu, loss_fpga;
-  assert_int_equal(p.cpu->vtable->softmax_cross_entropy_forward(p.cpu, batch, classes, logits, labels, p_cpu,
-                                                                &loss_cpu), BPT_OK);
-  assert_int_equal(p.fpga->vtable->softmax_cross_entropy_forward(p.fpga, batch, classes, logits, labels, p_fpga,
-                                                                 &loss_fpga), BPT_OK);
+  assert_int_equal(
+      p.cpu->vtable->softmax_cross_entropy_forward(p.cpu, batch, classes, logits, labels, p_cpu, &loss_cpu), BPT_OK);
+  assert_int_equal(
+      p.fpga->vtable->softmax_cross_entropy_forward(p.fpga, batch, classes, logits, labels, p_fpga, &loss_fpga),
+      BPT_OK);
   assert_within(p_fpga, p_cpu, batch * classes, fixed ? 3 * h : 1e-7, "softmax probabilities");
   assert_within(&loss_fpga, &loss_cpu, 1, fixed ? 3 * h : 1e-6, "softmax loss");
   float seed = 0.7f;
@@ -192,8 +205,9 @@ static void losses_match(bool fixed) {
                    BPT_OK);
   assert_within(d_fpga, d_cpu, batch * classes, fixed ? 4 * h : 1e-7, "softmax backward");
   int32_t bad[5] = {0, 1, 10, 2, 3};
-  assert_int_equal(p.fpga->vtable->softmax_cross_entropy_forward(p.fpga, batch, classes, logits, bad, p_fpga,
-                                                                 &loss_fpga), BPT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(
+      p.fpga->vtable->softmax_cross_entropy_forward(p.fpga, batch, classes, logits, bad, p_fpga, &loss_fpga),
+      BPT_ERR_INVALID_ARGUMENT);
 
   const int64_t count = 40;
   float *prediction = random_values(&random, count, -1.0f, 1.0f), *target = random_values(&random, count, -1.0f, 1.0f);
@@ -233,9 +247,16 @@ static void updates_match(bool fixed) {
   for (int kind = 0; kind < 3; kind++) { /* SGD momentum, SGD Nesterov, Adam */
     float *w_cpu = copy_of(w, count), *w_fpga = copy_of(w, count), *v_cpu = copy_of(v, count),
           *v_fpga = copy_of(v, count), *s_cpu = copy_of(s, count), *s_fpga = copy_of(s, count);
-    bpt_update_args args = {.count = count, .gradients = g, .learning_rate = 0.05f, .weight_decay = 0.01f,
-                            .momentum = 0.9f, .nesterov = kind == 1, .beta1 = 0.9f, .beta2 = 0.999f,
-                            .epsilon = 1e-8f, .step = 3};
+    bpt_update_args args = {.count = count,
+                            .gradients = g,
+                            .learning_rate = 0.05f,
+                            .weight_decay = 0.01f,
+                            .momentum = 0.9f,
+                            .nesterov = kind == 1,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .epsilon = 1e-8f,
+                            .step = 3};
     bpt_status (*cpu_update)(bpt_backend *, const bpt_update_args *) =
         kind < 2 ? p.cpu->vtable->sgd_update : p.cpu->vtable->adam_update;
     bpt_status (*fpga_update)(bpt_backend *, const bpt_update_args *) =
@@ -276,9 +297,16 @@ static void unsupported_members_are_null(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(gemm_f32),      cmocka_unit_test(gemm_fixed),        cmocka_unit_test(gemm_empty_inner_dimension),        cmocka_unit_test(elementwise_f32),
-      cmocka_unit_test(elementwise_fixed), cmocka_unit_test(losses_f32),    cmocka_unit_test(losses_fixed),
-      cmocka_unit_test(updates_f32),   cmocka_unit_test(updates_fixed),     cmocka_unit_test(unsupported_members_are_null),
+      cmocka_unit_test(gemm_f32),
+      cmocka_unit_test(gemm_fixed),
+      cmocka_unit_test(gemm_empty_inner_dimension),
+      cmocka_unit_test(elementwise_f32),
+      cmocka_unit_test(elementwise_fixed),
+      cmocka_unit_test(losses_f32),
+      cmocka_unit_test(losses_fixed),
+      cmocka_unit_test(updates_f32),
+      cmocka_unit_test(updates_fixed),
+      cmocka_unit_test(unsupported_members_are_null),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

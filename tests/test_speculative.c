@@ -288,7 +288,8 @@ static void gate_distance_and_schedule(void **state) {
   assert_ok(m.context, bpt_speculative_train_batch(trainer, d.images, d.labels, NULL));
   assert_ok(m.context, bpt_speculative_train_batch(trainer, d.images, d.labels, NULL));
   assert_true(fabsf(bpt_speculative_current_threshold(trainer) - 0.2f) < 1e-6f);
-  for (int i = 0; i < 4; i++) assert_ok(m.context, bpt_speculative_train_batch(trainer, d.images, d.labels, NULL));
+  for (int i = 0; i < 4; i++)
+    assert_ok(m.context, bpt_speculative_train_batch(trainer, d.images, d.labels, NULL));
   assert_true(fabsf(bpt_speculative_current_threshold(trainer) - 0.3f) < 1e-6f);
   /* The same sample again and again with lr 0: distance 0, so everything after the first hits. */
   bpt_speculative_counters counters = {.size = sizeof counters};
@@ -309,8 +310,8 @@ static void gate_distance_and_schedule(void **state) {
   const int32_t bad[1] = {7};
   data wrong = make_data(m.context, 1, bad, 5);
   trainer = make_trainer(&m, 0.1f, 2, 0.0f);
-  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "label 7", bpt_speculative_train_batch(trainer, wrong.images,
-                                                                                           wrong.labels, NULL));
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "label 7",
+               bpt_speculative_train_batch(trainer, wrong.images, wrong.labels, NULL));
   bpt_speculative_destroy(trainer);
   free_data(&wrong);
   free_data(&d);
@@ -360,7 +361,8 @@ static void graphs_outside_the_chain_are_refused(void **state) {
 static void fpga_sim_overlaps_speculative_backward(void **state) {
   (void)state;
   int32_t labels[60];
-  for (int i = 0; i < 60; i++) labels[i] = i % CLASSES;
+  for (int i = 0; i < 60; i++)
+    labels[i] = i % CLASSES;
   uint64_t cycles[2];
   for (int run = 0; run < 2; run++) {
     model m = make_model("fpga-sim", 0.05f, 0.0f);

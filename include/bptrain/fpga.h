@@ -37,14 +37,14 @@ typedef struct bpt_fpga_options {
   int integer_bits; /**< fixed point: integer bits I including the sign, 1..W (fraction bits = W - I) */
   bpt_fpga_rounding rounding;
   bpt_fpga_overflow overflow;
-  double clock_mhz;              /**< kernel clock, > 0 */
-  int dsp_slices;                /**< DSP slices of each of the two engines (forward, backward), >= 1 */
-  int lanes_per_slice;           /**< multiply-accumulates per slice per cycle, >= 1 */
-  int initiation_interval;       /**< II of every pipelined loop, >= 1 */
-  int pipeline_depth;            /**< latency in cycles of one pipelined loop iteration, >= 1 */
-  int64_t bram_bytes;            /**< on-chip memory; allocations beyond it live off chip, >= 0 */
+  double clock_mhz;               /**< kernel clock, > 0 */
+  int dsp_slices;                 /**< DSP slices of each of the two engines (forward, backward), >= 1 */
+  int lanes_per_slice;            /**< multiply-accumulates per slice per cycle, >= 1 */
+  int initiation_interval;        /**< II of every pipelined loop, >= 1 */
+  int pipeline_depth;             /**< latency in cycles of one pipelined loop iteration, >= 1 */
+  int64_t bram_bytes;             /**< on-chip memory; allocations beyond it live off chip, >= 0 */
   double offchip_bytes_per_cycle; /**< off-chip bandwidth per kernel clock cycle, > 0 */
-  double board_watts;            /**< board power for the energy estimate, >= 0 */
+  double board_watts;             /**< board power for the energy estimate, >= 0 */
 } bpt_fpga_options;
 
 /**
@@ -70,8 +70,8 @@ typedef struct bpt_fpga_report {
   uint64_t transfer_cycles;      /**< cycles moving off-chip data, summed over both engines */
   uint64_t overlap_saved_cycles; /**< cycles hidden by running the two engines concurrently */
   uint64_t kernel_calls;
-  double seconds; /**< cycles / clock */
-  double joules;  /**< seconds * board power */
+  double seconds;         /**< cycles / clock */
+  double joules;          /**< seconds * board power */
   int64_t on_chip_bytes;  /**< bytes of allocations placed in BRAM */
   int64_t off_chip_bytes; /**< bytes of allocations placed off chip */
 } bpt_fpga_report;
@@ -81,13 +81,13 @@ BPT_API bpt_status bpt_fpga_get_report(bpt_context *context, bpt_fpga_report *re
 
 /** Statistics of one kernel of the cycle model since the last reset. */
 typedef struct bpt_fpga_kernel_report {
-  size_t size;          /**< set by the caller to sizeof(bpt_fpga_kernel_report) */
-  const char *name;     /**< "gemm", "bias_add", ... (static storage) */
+  size_t size;      /**< set by the caller to sizeof(bpt_fpga_kernel_report) */
+  const char *name; /**< "gemm", "bias_add", ... (static storage) */
   uint64_t calls;
   uint64_t compute_cycles;
   uint64_t transfer_cycles;
-  uint64_t operations;  /**< multiply-accumulates (gemm) or elements processed */
-  double utilisation;   /**< operations / ((compute + transfer cycles) * lanes of one engine), 0..1 */
+  uint64_t operations; /**< multiply-accumulates (gemm) or elements processed */
+  double utilisation;  /**< operations / ((compute + transfer cycles) * lanes of one engine), 0..1 */
 } bpt_fpga_kernel_report;
 
 /** @return how many kernels the cycle model keeps statistics for (indices for bpt_fpga_get_kernel_report()). */

@@ -31,7 +31,7 @@ typedef struct bpt_speculative_options {
   float threshold; /**< the gate keeps a speculative gradient when distance <= threshold; 0 turns speculation
                         off, which reproduces ordinary per-sample backprop bit for bit */
   bpt_speculative_distance distance;
-  float final_threshold; /**< optional linear schedule: the threshold moves from @ref threshold to this value */
+  float final_threshold;  /**< optional linear schedule: the threshold moves from @ref threshold to this value */
   int64_t schedule_steps; /**< ... over this many optimiser steps, then stays; 0 keeps the threshold constant */
   int threads;            /**< 2: speculative backward on a second thread (CPU); 1: one thread. Backends with a
                                time model (fpga-sim) always run on one thread and simulate the overlap */
@@ -63,12 +63,12 @@ BPT_API bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer,
 
 /** Counters since creation or the last reset. */
 typedef struct bpt_speculative_counters {
-  size_t size;             /**< set by the caller to sizeof(bpt_speculative_counters) */
-  int64_t samples;         /**< samples trained */
-  int64_t hits;            /**< speculative gradient kept */
-  int64_t fallbacks;       /**< ordinary backward run (cold + distance misses + speculation off) */
-  int64_t cold_fallbacks;  /**< fallbacks because no sample of that label had been seen */
-  double mean_distance;    /**< mean gate distance over the samples that had a cached state */
+  size_t size;                  /**< set by the caller to sizeof(bpt_speculative_counters) */
+  int64_t samples;              /**< samples trained */
+  int64_t hits;                 /**< speculative gradient kept */
+  int64_t fallbacks;            /**< ordinary backward run (cold + distance misses + speculation off) */
+  int64_t cold_fallbacks;       /**< fallbacks because no sample of that label had been seen */
+  double mean_distance;         /**< mean gate distance over the samples that had a cached state */
   double main_thread_seconds;   /**< CPU time the calling thread spent training, waits for the worker excluded */
   double worker_thread_seconds; /**< CPU time the worker spent on speculative backwards (2-thread mode) */
 } bpt_speculative_counters;

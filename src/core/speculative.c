@@ -270,7 +270,8 @@ static bpt_status clip_gradients(bpt_speculative_trainer *trainer) {
   const float clip = trainer->options.gradient_clip;
   if (backend->vtable->download(backend, values, graph->gradient_block, count * sizeof(float)) != BPT_OK)
     return bpt_backend_error(trainer->context, BPT_ERR_DEVICE, "bpt_speculative: clipping gradients");
-  for (size_t i = 0; i < count; i++) values[i] = values[i] > clip ? clip : values[i] < -clip ? -clip : values[i];
+  for (size_t i = 0; i < count; i++)
+    values[i] = values[i] > clip ? clip : values[i] < -clip ? -clip : values[i];
   if (backend->vtable->upload(backend, graph->gradient_block, values, count * sizeof(float)) != BPT_OK)
     return bpt_backend_error(trainer->context, BPT_ERR_DEVICE, "bpt_speculative: clipping gradients");
   return BPT_OK;
@@ -288,8 +289,10 @@ static bpt_status train_sample(bpt_speculative_trainer *trainer, int64_t row, fl
   bpt_graph *graph = trainer->graph;
   int label = ((const int32_t *)trainer->sample_labels->data)[0];
   if (label < 0 || label >= trainer->classes)
-    return bpt_error(trainer->context, BPT_ERR_INVALID_ARGUMENT, "bpt_speculative_train_batch: label %d is outside "
-                     "[0, %lld)", label, (long long)trainer->classes);
+    return bpt_error(trainer->context, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_speculative_train_batch: label %d is outside "
+                     "[0, %lld)",
+                     label, (long long)trainer->classes);
   BPT_CHECK(bpt_graph_set_input(graph, trainer->images, trainer->sample_images));
   BPT_CHECK(bpt_graph_set_input(graph, trainer->labels, trainer->sample_labels));
   bpt_speculative_slot *slot = &trainer->slots[label];
@@ -346,7 +349,8 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
     return bpt_error(context, BPT_ERR_DTYPE, "%s: images must be f32 and labels i32", where);
   int64_t batch = images->dims[0];
   int64_t inner = 1;
-  for (int i = 1; i < images->rank; i++) inner *= images->dims[i];
+  for (int i = 1; i < images->rank; i++)
+    inner *= images->dims[i];
   if (inner != trainer->features || batch < 1 || labels->dims[0] != batch)
     return bpt_error(context, BPT_ERR_SHAPE,
                      "%s: images hold %lld samples of %lld values and labels %lld; input '%s' takes %lld values", where,
@@ -384,7 +388,8 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
   trainer->counters.main_thread_seconds += thread_seconds() - start - trainer->main_wait_seconds;
   if (status != BPT_OK) return status;
   trainer->batches++;
-  trainer->counters.mean_distance = trainer->distance_count ? trainer->distance_sum / (double)trainer->distance_count : 0.0;
+  trainer->counters.mean_distance =
+      trainer->distance_count ? trainer->distance_sum / (double)trainer->distance_count : 0.0;
   if (mean_loss) *mean_loss = (float)(loss_sum / (double)batch);
   return BPT_OK;
 }
@@ -415,6 +420,7 @@ bpt_status bpt_speculative_reset_counters(bpt_speculative_trainer *trainer) {
 
 bpt_status bpt_speculative_clear_cache(bpt_speculative_trainer *trainer) {
   if (!trainer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_speculative_clear_cache: trainer is NULL");
-  for (int64_t c = 0; c < trainer->classes; c++) trainer->slots[c].valid = false;
+  for (int64_t c = 0; c < trainer->classes; c++)
+    trainer->slots[c].valid = false;
   return BPT_OK;
 }

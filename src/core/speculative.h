@@ -12,12 +12,12 @@
 /* One op of the chain, input to output: a linear layer or an element-wise activation. */
 typedef struct bpt_speculative_layer {
   bpt_node *node;
-  bpt_node *input;                 /* inputs[0] */
-  bpt_node *weight, *bias;         /* linear only; bias may be NULL */
-  int64_t in_features, out_features; /* per sample */
+  bpt_node *input;                     /* inputs[0] */
+  bpt_node *weight, *bias;             /* linear only; bias may be NULL */
+  int64_t in_features, out_features;   /* per sample */
   int64_t input_offset, output_offset; /* element offsets of input and output values in a cache slot */
-  float *retract_dy, *retract_x;   /* linear: rows of speculative gradient vectors (max_rows x out / in) */
-  float *worker_gradient;          /* the worker's own gradient of this layer's output (out floats) */
+  float *retract_dy, *retract_x;       /* linear: rows of speculative gradient vectors (max_rows x out / in) */
+  float *worker_gradient;              /* the worker's own gradient of this layer's output (out floats) */
 } bpt_speculative_layer;
 
 /* A cached forward state: every chain value and the softmax output of one sample. */
@@ -53,11 +53,11 @@ struct bpt_speculative_trainer {
   bpt_speculative_layer *layers;
   int layer_count;
   int64_t slot_elements, classes, features;
-  bpt_speculative_slot *slots; /* one per class */
-  int32_t *label_values;       /* device: 0 .. classes-1, so a label is a device pointer */
-  float *ones;                 /* device: max_rows ones, for retracting bias gradients */
-  int64_t max_rows;            /* rows of the retraction buffers (largest mini-batch so far) */
-  int64_t retract_rows;        /* discarded speculative gradients in the current mini-batch */
+  bpt_speculative_slot *slots;  /* one per class */
+  int32_t *label_values;        /* device: 0 .. classes-1, so a label is a device pointer */
+  float *ones;                  /* device: max_rows ones, for retracting bias gradients */
+  int64_t max_rows;             /* rows of the retraction buffers (largest mini-batch so far) */
+  int64_t retract_rows;         /* discarded speculative gradients in the current mini-batch */
   float *speculative_gradients; /* device, 2-thread mode: the worker's gradient sum, merged per mini-batch */
   bool *missed;                 /* host, max_rows: 2-thread mode, speculated samples whose gate failed */
 

@@ -29,10 +29,10 @@ bpt_status bpt_speculative_build_chain(bpt_speculative_trainer *trainer) {
                        "%s: node '%s' (%s) is not a linear or activation op; speculative training takes chains of "
                        "those from the images input to a softmax cross-entropy loss",
                        where, node->name, bpt_op_get(node->op)->name);
-    if (node->op == BPT_OP_LINEAR && (node->inputs[1]->op != BPT_OP_PARAMETER ||
-                                      (node->input_count > 2 && node->inputs[2]->op != BPT_OP_PARAMETER)))
-      return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: linear '%s' must take parameters as weight and bias",
-                       where, node->name);
+    if (node->op == BPT_OP_LINEAR &&
+        (node->inputs[1]->op != BPT_OP_PARAMETER || (node->input_count > 2 && node->inputs[2]->op != BPT_OP_PARAMETER)))
+      return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: linear '%s' must take parameters as weight and bias", where,
+                       node->name);
     if (!node->inputs[0] || node->inputs[0]->op == BPT_OP_PARAMETER ||
         (node->inputs[0]->op == BPT_OP_INPUT && node->inputs[0] != trainer->images))
       return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: node '%s' does not lead back to input '%s'", where,
@@ -117,21 +117,22 @@ bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t row
     for (int64_t c = 0; c < trainer->classes; c++) {
       for (int s = 0; s < 2; s++) {
         bpt_speculative_state *state = &trainer->slots[c].states[s];
-        BPT_CHECK(device_alloc(trainer, (size_t)trainer->slot_elements * sizeof(float), (void **)&state->values,
-                               where));
-        BPT_CHECK(device_alloc(trainer, (size_t)trainer->classes * sizeof(float), (void **)&state->probabilities,
-                               where));
+        BPT_CHECK(
+            device_alloc(trainer, (size_t)trainer->slot_elements * sizeof(float), (void **)&state->values, where));
+        BPT_CHECK(
+            device_alloc(trainer, (size_t)trainer->classes * sizeof(float), (void **)&state->probabilities, where));
         state->host_probabilities = bpt_calloc(trainer->context, (size_t)trainer->classes, sizeof(float), "cache");
         if (!state->host_probabilities) return BPT_ERR_OUT_OF_MEMORY;
       }
     }
-    BPT_CHECK(device_alloc(trainer, (size_t)trainer->classes * sizeof(int32_t), (void **)&trainer->label_values,
-                           where));
+    BPT_CHECK(
+        device_alloc(trainer, (size_t)trainer->classes * sizeof(int32_t), (void **)&trainer->label_values, where));
     int32_t *labels = bpt_calloc(trainer->context, (size_t)trainer->classes, sizeof *labels, "labels");
     if (!labels) return BPT_ERR_OUT_OF_MEMORY;
-    for (int64_t c = 0; c < trainer->classes; c++) labels[c] = (int32_t)c;
-    bpt_status status = backend->vtable->upload(backend, trainer->label_values, labels,
-                                                (size_t)trainer->classes * sizeof *labels);
+    for (int64_t c = 0; c < trainer->classes; c++)
+      labels[c] = (int32_t)c;
+    bpt_status status =
+        backend->vtable->upload(backend, trainer->label_values, labels, (size_t)trainer->classes * sizeof *labels);
     free(labels);
     if (status != BPT_OK) return bpt_backend_error(trainer->context, status, where);
   }
@@ -146,13 +147,14 @@ bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t row
     if (!layer->weight) continue;
     BPT_CHECK(device_alloc(trainer, (size_t)(rows * layer->out_features) * sizeof(float), (void **)&layer->retract_dy,
                            where));
-    BPT_CHECK(device_alloc(trainer, (size_t)(rows * layer->in_features) * sizeof(float), (void **)&layer->retract_x,
-                           where));
+    BPT_CHECK(
+        device_alloc(trainer, (size_t)(rows * layer->in_features) * sizeof(float), (void **)&layer->retract_x, where));
   }
   BPT_CHECK(device_alloc(trainer, (size_t)rows * sizeof(float), (void **)&trainer->ones, where));
   float *ones = bpt_calloc(trainer->context, (size_t)rows, sizeof *ones, "ones");
   if (!ones) return BPT_ERR_OUT_OF_MEMORY;
-  for (int64_t r = 0; r < rows; r++) ones[r] = 1.0f;
+  for (int64_t r = 0; r < rows; r++)
+    ones[r] = 1.0f;
   bpt_status status = backend->vtable->upload(backend, trainer->ones, ones, (size_t)rows * sizeof *ones);
   free(ones);
   if (status != BPT_OK) return bpt_backend_error(trainer->context, status, where);
@@ -207,11 +209,11 @@ bpt_status bpt_speculative_refresh(bpt_speculative_trainer *trainer, int label) 
 
 /* Kernel calls from the speculative backward may run on the worker thread, so failures are reported as a
  * status with the backend's message and turned into a context error by the caller, on the main thread. */
-#define SPECULATIVE_KERNEL(member, ...)                                                                     \
-  do {                                                                                                     \
-    if (!backend->vtable->member) return BPT_ERR_UNSUPPORTED;                                              \
-    bpt_status kernel_status_ = backend->vtable->member(backend, __VA_ARGS__);                             \
-    if (kernel_status_ != BPT_OK) return kernel_status_;                                                   \
+#define SPECULATIVE_KERNEL(member, ...)                                                                                \
+  do {                                                                                                                 \
+    if (!backend->vtable->member) return BPT_ERR_UNSUPPORTED;                                                          \
+    bpt_status kernel_status_ = backend->vtable->member(backend, __VA_ARGS__);                                         \
+    if (kernel_status_ != BPT_OK) return kernel_status_;                                                               \
   } while (0)
 
 bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_speculative_state *state, int label,
@@ -237,24 +239,42 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
     float *dx = i == 0 ? NULL : worker_buffers ? trainer->layers[i - 1].worker_gradient : input->grad;
     if (!layer->weight) {
       if (input->requires_grad)
-        SPECULATIVE_KERNEL(activation_backward, activation_of(node->op), node->float_attributes[0],
-                           layer->out_features, x, y, dy, dx);
+        SPECULATIVE_KERNEL(activation_backward, activation_of(node->op), node->float_attributes[0], layer->out_features,
+                           x, y, dy, dx);
       continue;
     }
     int64_t in = layer->in_features, out = layer->out_features;
     if (layer->weight->requires_grad) {
       /* dW (out, in) += dy^T (out, 1) . x (1, in) */
-      bpt_gemm_args product = {.transpose_a = true, .m = out, .n = in, .k = 1, .alpha = 1.0f, .a = dy, .lda = out,
-                               .b = x, .ldb = in, .beta = 1.0f,
-                               .c = parameter_gradients + layer->weight->param_offset, .ldc = in};
+      bpt_gemm_args product = {.transpose_a = true,
+                               .m = out,
+                               .n = in,
+                               .k = 1,
+                               .alpha = 1.0f,
+                               .a = dy,
+                               .lda = out,
+                               .b = x,
+                               .ldb = in,
+                               .beta = 1.0f,
+                               .c = parameter_gradients + layer->weight->param_offset,
+                               .ldc = in};
       SPECULATIVE_KERNEL(gemm, &product);
     }
     if (layer->bias && layer->bias->requires_grad)
       SPECULATIVE_KERNEL(bias_backward, 1, out, dy, parameter_gradients + layer->bias->param_offset);
     if (input->requires_grad) {
       /* dx (1, in) += dy (1, out) . W (out, in), with the current weights */
-      bpt_gemm_args product = {.m = 1, .n = in, .k = out, .alpha = 1.0f, .a = dy, .lda = out,
-                               .b = layer->weight->value, .ldb = in, .beta = 1.0f, .c = dx, .ldc = in};
+      bpt_gemm_args product = {.m = 1,
+                               .n = in,
+                               .k = out,
+                               .alpha = 1.0f,
+                               .a = dy,
+                               .lda = out,
+                               .b = layer->weight->value,
+                               .ldb = in,
+                               .beta = 1.0f,
+                               .c = dx,
+                               .ldc = in};
       SPECULATIVE_KERNEL(gemm, &product);
     }
     if (row >= 0) {
@@ -271,8 +291,8 @@ bpt_status bpt_speculative_record_discard(bpt_speculative_trainer *trainer, cons
   for (int i = 0; i < trainer->layer_count; i++) {
     const bpt_speculative_layer *layer = &trainer->layers[i];
     if (!layer->weight) continue;
-    BPT_CHECK(copy(trainer, layer->retract_dy + row * layer->out_features, layer->node->grad, layer->out_features,
-                   where));
+    BPT_CHECK(
+        copy(trainer, layer->retract_dy + row * layer->out_features, layer->node->grad, layer->out_features, where));
     BPT_CHECK(copy(trainer, layer->retract_x + row * layer->in_features, state->values + layer->input_offset,
                    layer->in_features, where));
   }
@@ -303,9 +323,17 @@ bpt_status bpt_speculative_merge(bpt_speculative_trainer *trainer) {
   bpt_backend *backend = trainer->backend;
   int64_t count = trainer->graph->parameter_elements;
   /* gradients (1, count) += ones (1, 1) . speculative (1, count): an axpy through the one kernel every backend has */
-  bpt_gemm_args product = {.m = 1, .n = count, .k = 1, .alpha = 1.0f, .a = trainer->ones, .lda = 1,
-                           .b = trainer->speculative_gradients, .ldb = count, .beta = 1.0f,
-                           .c = trainer->graph->gradient_block, .ldc = count};
+  bpt_gemm_args product = {.m = 1,
+                           .n = count,
+                           .k = 1,
+                           .alpha = 1.0f,
+                           .a = trainer->ones,
+                           .lda = 1,
+                           .b = trainer->speculative_gradients,
+                           .ldb = count,
+                           .beta = 1.0f,
+                           .c = trainer->graph->gradient_block,
+                           .ldc = count};
   bpt_status status = backend->vtable->gemm(backend, &product);
   if (status == BPT_OK)
     status = backend->vtable->memset_zero(backend, trainer->speculative_gradients, (size_t)count * sizeof(float));
@@ -324,15 +352,33 @@ bpt_status bpt_speculative_retract(bpt_speculative_trainer *trainer) {
     bpt_status status = BPT_OK;
     if (layer->weight->requires_grad) {
       /* dW (out, in) -= DY^T (out, rows) . X (rows, in): every discarded rank-1 term in one product */
-      bpt_gemm_args product = {.transpose_a = true, .m = out, .n = in, .k = rows, .alpha = -1.0f,
-                               .a = layer->retract_dy, .lda = out, .b = layer->retract_x, .ldb = in, .beta = 1.0f,
-                               .c = layer->weight->grad, .ldc = in};
+      bpt_gemm_args product = {.transpose_a = true,
+                               .m = out,
+                               .n = in,
+                               .k = rows,
+                               .alpha = -1.0f,
+                               .a = layer->retract_dy,
+                               .lda = out,
+                               .b = layer->retract_x,
+                               .ldb = in,
+                               .beta = 1.0f,
+                               .c = layer->weight->grad,
+                               .ldc = in};
       status = backend->vtable->gemm(backend, &product);
     }
     if (status == BPT_OK && layer->bias && layer->bias->requires_grad) {
       /* db (1, out) -= ones (1, rows) . DY (rows, out) */
-      bpt_gemm_args product = {.m = 1, .n = out, .k = rows, .alpha = -1.0f, .a = trainer->ones, .lda = rows,
-                               .b = layer->retract_dy, .ldb = out, .beta = 1.0f, .c = layer->bias->grad, .ldc = out};
+      bpt_gemm_args product = {.m = 1,
+                               .n = out,
+                               .k = rows,
+                               .alpha = -1.0f,
+                               .a = trainer->ones,
+                               .lda = rows,
+                               .b = layer->retract_dy,
+                               .ldb = out,
+                               .beta = 1.0f,
+                               .c = layer->bias->grad,
+                               .ldc = out};
       status = backend->vtable->gemm(backend, &product);
     }
     if (status != BPT_OK) return bpt_backend_error(trainer->context, status, "bpt_speculative: retracting gradients");

@@ -114,12 +114,12 @@ bpt_status bpt_fpga_format_report(bpt_context *context, char *buffer, size_t siz
   bpt_fpga_report report = make_report(model);
   size_t used = 0;
   buffer[0] = 0;
-#define APPEND(...)                                                                    \
-  do {                                                                                 \
-    if (used < size) {                                                                 \
-      int written_ = snprintf(buffer + used, size - used, __VA_ARGS__);                \
-      used += written_ > 0 ? (size_t)written_ : 0;                                     \
-    }                                                                                  \
+#define APPEND(...)                                                                                                    \
+  do {                                                                                                                 \
+    if (used < size) {                                                                                                 \
+      int written_ = snprintf(buffer + used, size - used, __VA_ARGS__);                                                \
+      used += written_ > 0 ? (size_t)written_ : 0;                                                                     \
+    }                                                                                                                  \
   } while (0)
   APPEND("%-20s %10s %14s %12s %7s %6s\n", "kernel", "calls", "compute cyc", "transfer cyc", "share", "util");
   uint64_t all = report.compute_cycles + report.transfer_cycles;
@@ -131,9 +131,8 @@ bpt_status bpt_fpga_format_report(bpt_context *context, char *buffer, size_t siz
     /* Utilisation: useful lane-operations over lane-cycles the kernel occupied its engine. */
     double utilisation = cycles ? (double)s->operations / ((double)cycles * (double)lanes) : 0.0;
     APPEND("%-20s %10llu %14llu %12llu %6.1f%% %5.1f%%\n", bpt_fpga_kernel_name((bpt_fpga_kernel)k),
-           (unsigned long long)s->calls, (unsigned long long)s->compute_cycles,
-           (unsigned long long)s->transfer_cycles, all ? 100.0 * (double)cycles / (double)all : 0.0,
-           100.0 * utilisation);
+           (unsigned long long)s->calls, (unsigned long long)s->compute_cycles, (unsigned long long)s->transfer_cycles,
+           all ? 100.0 * (double)cycles / (double)all : 0.0, 100.0 * utilisation);
   }
   APPEND("total %llu cycles (%llu hidden by engine overlap) = %.4f s at %.0f MHz, %.3f J at %.1f W; "
          "%lld bytes on chip, %lld off chip\n",

@@ -29,20 +29,28 @@ bpt_fpga_options bpt_fpga_options_default(void) {
 
 bpt_status bpt_fpga_validate_options(const bpt_fpga_options *o, char *message, size_t size) {
   const char *problem = NULL;
-  if (o->format != BPT_FPGA_FORMAT_F32 && o->format != BPT_FPGA_FORMAT_FIXED) problem = "format is unknown";
+  if (o->format != BPT_FPGA_FORMAT_F32 && o->format != BPT_FPGA_FORMAT_FIXED)
+    problem = "format is unknown";
   else if (o->format == BPT_FPGA_FORMAT_FIXED && (o->word_bits < 2 || o->word_bits > 32))
     problem = "word_bits must be in [2, 32]";
   else if (o->format == BPT_FPGA_FORMAT_FIXED && (o->integer_bits < 1 || o->integer_bits > o->word_bits))
     problem = "integer_bits must be in [1, word_bits]";
-  else if (o->rounding != BPT_FPGA_TRUNCATE && o->rounding != BPT_FPGA_ROUND) problem = "rounding is unknown";
-  else if (o->overflow != BPT_FPGA_WRAP && o->overflow != BPT_FPGA_SATURATE) problem = "overflow is unknown";
-  else if (!(o->clock_mhz > 0.0)) problem = "clock_mhz must be > 0";
-  else if (o->dsp_slices < 1 || o->lanes_per_slice < 1) problem = "dsp_slices and lanes_per_slice must be >= 1";
+  else if (o->rounding != BPT_FPGA_TRUNCATE && o->rounding != BPT_FPGA_ROUND)
+    problem = "rounding is unknown";
+  else if (o->overflow != BPT_FPGA_WRAP && o->overflow != BPT_FPGA_SATURATE)
+    problem = "overflow is unknown";
+  else if (!(o->clock_mhz > 0.0))
+    problem = "clock_mhz must be > 0";
+  else if (o->dsp_slices < 1 || o->lanes_per_slice < 1)
+    problem = "dsp_slices and lanes_per_slice must be >= 1";
   else if (o->initiation_interval < 1 || o->pipeline_depth < 1)
     problem = "initiation_interval and pipeline_depth must be >= 1";
-  else if (o->bram_bytes < 0) problem = "bram_bytes must be >= 0";
-  else if (!(o->offchip_bytes_per_cycle > 0.0)) problem = "offchip_bytes_per_cycle must be > 0";
-  else if (!(o->board_watts >= 0.0)) problem = "board_watts must be >= 0";
+  else if (o->bram_bytes < 0)
+    problem = "bram_bytes must be >= 0";
+  else if (!(o->offchip_bytes_per_cycle > 0.0))
+    problem = "offchip_bytes_per_cycle must be > 0";
+  else if (!(o->board_watts >= 0.0))
+    problem = "board_watts must be >= 0";
   if (!problem) return BPT_OK;
   snprintf(message, size, "%s", problem);
   return BPT_ERR_INVALID_ARGUMENT;

@@ -33,7 +33,8 @@ uint64_t bpt_fpga_offchip_bytes(const bpt_fpga_model *model, const void *pointer
 
 void bpt_fpga_charge(bpt_fpga_model *model, bpt_fpga_kernel kernel, uint64_t compute_cycles, uint64_t offchip_bytes,
                      uint64_t operations) {
-  uint64_t transfer = offchip_bytes ? (uint64_t)ceil((double)offchip_bytes / model->options.offchip_bytes_per_cycle) : 0;
+  uint64_t transfer =
+      offchip_bytes ? (uint64_t)ceil((double)offchip_bytes / model->options.offchip_bytes_per_cycle) : 0;
   model->pending[model->engine] += compute_cycles + transfer;
   bpt_fpga_kernel_stats *stats = &model->stats[kernel];
   stats->calls++;
@@ -62,7 +63,8 @@ void bpt_fpga_model_reset(bpt_fpga_model *model) {
   model->committed = model->overlap_saved = 0;
   model->pending[0] = model->pending[1] = 0;
   model->engine = 0;
-  for (int k = 0; k < BPT_FPGA_KERNEL_COUNT; k++) model->stats[k] = (bpt_fpga_kernel_stats){0};
+  for (int k = 0; k < BPT_FPGA_KERNEL_COUNT; k++)
+    model->stats[k] = (bpt_fpga_kernel_stats){0};
 }
 
 void bpt_fpga_model_place(bpt_fpga_model *model) {
@@ -78,8 +80,8 @@ void bpt_fpga_model_place(bpt_fpga_model *model) {
 
 const char *bpt_fpga_kernel_name(bpt_fpga_kernel kernel) {
   static const char *const names[BPT_FPGA_KERNEL_COUNT] = {
-      "gemm",           "bias_add",      "bias_backward", "activation_forward", "activation_backward",
-      "softmax_ce_fwd", "softmax_ce_bwd", "mse_forward",  "mse_backward",       "sgd_update",
-      "adam_update",    "add_scaled",    "memory"};
+      "gemm",           "bias_add",       "bias_backward", "activation_forward", "activation_backward",
+      "softmax_ce_fwd", "softmax_ce_bwd", "mse_forward",   "mse_backward",       "sgd_update",
+      "adam_update",    "add_scaled",     "memory"};
   return (unsigned)kernel < BPT_FPGA_KERNEL_COUNT ? names[kernel] : "unknown";
 }

@@ -41,7 +41,8 @@ static void bias_backward_kernel(const bpt_fpga_format *format, int64_t rows, in
     const int64_t width = cols - c0 < BPT_FPGA_TILE ? cols - c0 : BPT_FPGA_TILE;
     double sums[BPT_FPGA_TILE];
 #pragma HLS ARRAY_PARTITION variable = sums cyclic factor = 8
-    for (int64_t c = 0; c < width; c++) sums[c] = bpt_fpga_q(format, bias_gradient[c0 + c]);
+    for (int64_t c = 0; c < width; c++)
+      sums[c] = bpt_fpga_q(format, bias_gradient[c0 + c]);
     for (int64_t r = 0; r < rows; r++) {
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
       for (int64_t c = 0; c < width; c++) {
@@ -51,7 +52,8 @@ static void bias_backward_kernel(const bpt_fpga_format *format, int64_t rows, in
         sums[c] = format->fixed ? sums[c] + value : (double)((float)sums[c] + (float)value);
       }
     }
-    for (int64_t c = 0; c < width; c++) bias_gradient[c0 + c] = bpt_fpga_q(format, sums[c]);
+    for (int64_t c = 0; c < width; c++)
+      bias_gradient[c0 + c] = bpt_fpga_q(format, sums[c]);
   }
 }
 
@@ -61,7 +63,8 @@ bpt_status bpt_fpga_bias_backward(bpt_backend *backend, int64_t rows, int64_t co
   bpt_fpga_model *model = &state->model;
   uint64_t cycles = (uint64_t)rows * loop_cycles(model, (uint64_t)cols);
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_BIAS_BACKWARD, cycles,
-                  bpt_fpga_offchip_bytes(model, dy, rows * cols) + 2 * bpt_fpga_offchip_bytes(model, bias_gradient, cols),
+                  bpt_fpga_offchip_bytes(model, dy, rows * cols) +
+                      2 * bpt_fpga_offchip_bytes(model, bias_gradient, cols),
                   (uint64_t)(rows * cols));
   bias_backward_kernel(&state->format, rows, cols, dy, bias_gradient);
   return BPT_OK;
@@ -118,7 +121,8 @@ static bool known_activation(bpt_activation kind) {
 
 bpt_status bpt_fpga_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
                                        const float *x, float *y) {
-  if (!known_activation(kind)) return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+  if (!known_activation(kind))
+    return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_FORWARD, loop_cycles(model, (uint64_t)count),
@@ -129,7 +133,8 @@ bpt_status bpt_fpga_activation_forward(bpt_backend *backend, bpt_activation kind
 
 bpt_status bpt_fpga_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
                                         const float *x, const float *y, const float *dy, float *dx) {
-  if (!known_activation(kind)) return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+  if (!known_activation(kind))
+    return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_BACKWARD, loop_cycles(model, (uint64_t)count),
@@ -145,9 +150,9 @@ static void add_scaled_kernel(const bpt_fpga_format *format, int64_t count, floa
 #pragma HLS PIPELINE II = 1
 #pragma HLS UNROLL factor = 8
 #pragma HLS LOOP_TRIPCOUNT min = 1 max = 1048576
-    y[i] = format->fixed ? bpt_fpga_q(format, (double)bpt_fpga_q(format, y[i]) +
-                                                  (double)alpha * bpt_fpga_q(format, x[i]))
-                         : y[i] + alpha * x[i];
+    y[i] = format->fixed
+               ? bpt_fpga_q(format, (double)bpt_fpga_q(format, y[i]) + (double)alpha * bpt_fpga_q(format, x[i]))
+               : y[i] + alpha * x[i];
   }
 }
 
@@ -155,7 +160,8 @@ bpt_status bpt_fpga_add_scaled(bpt_backend *backend, int64_t count, float alpha,
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_ADD_SCALED, loop_cycles(model, (uint64_t)count),
-                  bpt_fpga_offchip_bytes(model, x, count) + 2 * bpt_fpga_offchip_bytes(model, y, count), (uint64_t)count);
+                  bpt_fpga_offchip_bytes(model, x, count) + 2 * bpt_fpga_offchip_bytes(model, y, count),
+                  (uint64_t)count);
   add_scaled_kernel(&state->format, count, alpha, x, y);
   return BPT_OK;
 }

@@ -16,7 +16,7 @@
 
 /* Compile-time sizes of on-chip buffers inside kernels (HLS needs them fixed). Longer rows are tiled. */
 #define BPT_FPGA_TILE 1024
-#define BPT_FPGA_UNROLL 8      /* partial sums / lanes written into the C kernels (the model uses the option) */
+#define BPT_FPGA_UNROLL 8 /* partial sums / lanes written into the C kernels (the model uses the option) */
 #define BPT_FPGA_MAX_CLASSES 1024
 
 /* A number format as the kernels see it. f32: quantize is the identity. */

@@ -85,7 +85,8 @@ bpt_status bpt_fpga_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
                             (long long)args->m, (long long)args->n, (long long)args->k);
   if (args->a_dtype != BPT_DTYPE_F32 || args->b_dtype != BPT_DTYPE_F32 || args->c_dtype != BPT_DTYPE_F32)
     return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "gemm on fpga-sim takes f32 containers only (got %s, %s, %s)",
-                            bpt_dtype_name(args->a_dtype), bpt_dtype_name(args->b_dtype), bpt_dtype_name(args->c_dtype));
+                            bpt_dtype_name(args->a_dtype), bpt_dtype_name(args->b_dtype),
+                            bpt_dtype_name(args->c_dtype));
   if (args->m == 0 || args->n == 0) return BPT_OK;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;

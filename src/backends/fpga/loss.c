@@ -57,8 +57,8 @@ bpt_status bpt_fpga_softmax_cross_entropy_forward(bpt_backend *backend, int64_t 
                   bpt_fpga_offchip_bytes(model, logits, batch * classes) +
                       bpt_fpga_offchip_bytes(model, probabilities, batch * classes),
                   (uint64_t)(batch * classes));
-  *loss = bpt_fpga_q(&state->format, softmax_cross_entropy_kernel(&state->format, batch, classes, logits, labels,
-                                                                  probabilities));
+  *loss = bpt_fpga_q(&state->format,
+                     softmax_cross_entropy_kernel(&state->format, batch, classes, logits, labels, probabilities));
   return BPT_OK;
 }
 
@@ -130,7 +130,8 @@ bpt_status bpt_fpga_mse_backward(bpt_backend *backend, int64_t count, const floa
 #pragma HLS PIPELINE II = 1
 #pragma HLS UNROLL factor = 8
     float g = scale * (bpt_fpga_q(format, prediction[i]) - bpt_fpga_q(format, target[i]));
-    if (dprediction) dprediction[i] = format->fixed ? bpt_fpga_q(format, (double)dprediction[i] + g) : dprediction[i] + g;
+    if (dprediction)
+      dprediction[i] = format->fixed ? bpt_fpga_q(format, (double)dprediction[i] + g) : dprediction[i] + g;
     if (dtarget) dtarget[i] = format->fixed ? bpt_fpga_q(format, (double)dtarget[i] - g) : dtarget[i] - g;
   }
   return BPT_OK;
