@@ -13,10 +13,10 @@ static uint64_t loop_cycles(const bpt_fpga_model *model, uint64_t count) {
 
 static void bias_add_kernel(const bpt_fpga_format *format, int64_t rows, int64_t cols, const float *bias, float *y) {
   for (int64_t r = 0; r < rows; r++) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1024
     for (int64_t c = 0; c < cols; c++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
       y[r * cols + c] = bpt_fpga_q(format, (double)bpt_fpga_q(format, y[r * cols + c]) + bpt_fpga_q(format, bias[c]));
     }
   }
@@ -37,17 +37,17 @@ bpt_status bpt_fpga_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, c
 static void bias_backward_kernel(const bpt_fpga_format *format, int64_t rows, int64_t cols, const float *dy,
                                  float *bias_gradient) {
   for (int64_t c0 = 0; c0 < cols; c0 += BPT_FPGA_TILE) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4
+#pragma HLS LOOP_TRIPCOUNT min=1 max=4
     const int64_t width = cols - c0 < BPT_FPGA_TILE ? cols - c0 : BPT_FPGA_TILE;
     double sums[BPT_FPGA_TILE];
-#pragma HLS ARRAY_PARTITION variable = sums cyclic factor = 8
+#pragma HLS ARRAY_PARTITION variable=sums cyclic factor=8
     for (int64_t c = 0; c < width; c++)
       sums[c] = bpt_fpga_q(format, bias_gradient[c0 + c]);
     for (int64_t r = 0; r < rows; r++) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1024
       for (int64_t c = 0; c < width; c++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
         double value = bpt_fpga_q(format, dy[r * cols + c0 + c]);
         sums[c] = format->fixed ? sums[c] + value : (double)((float)sums[c] + (float)value);
       }
@@ -83,9 +83,9 @@ static double activate(bpt_activation kind, float parameter, double x) {
 static void activation_forward_kernel(const bpt_fpga_format *format, bpt_activation kind, float parameter,
                                       int64_t count, const float *x, float *y) {
   for (int64_t i = 0; i < count; i++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 65536
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
+#pragma HLS LOOP_TRIPCOUNT min=1 max=65536
     y[i] = bpt_fpga_q(format, activate(kind, parameter, bpt_fpga_q(format, x[i])));
   }
 }
@@ -104,9 +104,9 @@ static double derivative_times(bpt_activation kind, float parameter, float x, fl
 static void activation_backward_kernel(const bpt_fpga_format *format, bpt_activation kind, float parameter,
                                        int64_t count, const float *x, const float *y, const float *dy, float *dx) {
   for (int64_t i = 0; i < count; i++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 65536
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
+#pragma HLS LOOP_TRIPCOUNT min=1 max=65536
     double term = derivative_times(kind, parameter, bpt_fpga_q(format, x[i]), bpt_fpga_q(format, y[i]),
                                    bpt_fpga_q(format, dy[i]));
     dx[i] = format->fixed ? bpt_fpga_q(format, (double)bpt_fpga_q(format, dx[i]) + bpt_fpga_q(format, term))
@@ -147,9 +147,9 @@ bpt_status bpt_fpga_activation_backward(bpt_backend *backend, bpt_activation kin
 
 static void add_scaled_kernel(const bpt_fpga_format *format, int64_t count, float alpha, const float *x, float *y) {
   for (int64_t i = 0; i < count; i++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1048576
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1048576
     y[i] = format->fixed
                ? bpt_fpga_q(format, (double)bpt_fpga_q(format, y[i]) + (double)alpha * bpt_fpga_q(format, x[i]))
                : y[i] + alpha * x[i];

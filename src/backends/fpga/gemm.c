@@ -17,24 +17,24 @@ static void gemm_kernel(const bpt_fpga_format *format, bool transpose_a, bool tr
                         float *c, int64_t ldc) {
   float row_f32[BPT_FPGA_TILE];
   double row_wide[BPT_FPGA_TILE];
-#pragma HLS ARRAY_PARTITION variable = row_f32 cyclic factor = 8
-#pragma HLS ARRAY_PARTITION variable = row_wide cyclic factor = 8
+#pragma HLS ARRAY_PARTITION variable=row_f32 cyclic factor=8
+#pragma HLS ARRAY_PARTITION variable=row_wide cyclic factor=8
 rows:
   for (int64_t i = 0; i < m; i++) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1024
   tiles:
     for (int64_t j0 = 0; j0 < n; j0 += BPT_FPGA_TILE) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 4
+#pragma HLS LOOP_TRIPCOUNT min=1 max=4
       const int64_t width = n - j0 < BPT_FPGA_TILE ? n - j0 : BPT_FPGA_TILE;
     accumulate:
       for (int64_t p = 0; p < k; p++) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
-#pragma HLS LOOP_FLATTEN
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1024
         const double a_value = bpt_fpga_q(format, element(a, lda, transpose_a, i, p));
       lanes:
         for (int64_t j = 0; j < width; j++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
+#pragma HLS LOOP_FLATTEN
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
           const float b_value = bpt_fpga_q(format, element(b, ldb, transpose_b, p, j0 + j));
           if (format->fixed)
             row_wide[j] = (p == 0 ? 0.0 : row_wide[j]) + a_value * (double)b_value;
@@ -73,7 +73,7 @@ static uint64_t gemm_cycles(const bpt_fpga_model *model, int64_t m, int64_t n, i
 static void scale_kernel(const bpt_fpga_format *format, int64_t m, int64_t n, float beta, float *c, int64_t ldc) {
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) {
-#pragma HLS PIPELINE II = 1
+#pragma HLS PIPELINE II=1
       float *out = &c[i * ldc + j];
       *out = beta == 0.0f ? 0.0f : bpt_fpga_q(format, (double)beta * bpt_fpga_q(format, *out));
     }

@@ -15,27 +15,27 @@ static double softmax_cross_entropy_kernel(const bpt_fpga_format *format, int64_
                                            const float *logits, const int32_t *labels, float *probabilities) {
   double total = 0.0;
   for (int64_t n = 0; n < batch; n++) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1024
     const float *row = logits + n * classes;
     float *p = probabilities + n * classes;
     float maximum = bpt_fpga_q(format, row[0]);
   find_maximum:
     for (int64_t c = 1; c < classes; c++) {
-#pragma HLS PIPELINE II = 1
+#pragma HLS PIPELINE II=1
       float value = bpt_fpga_q(format, row[c]);
       maximum = value > maximum ? value : maximum;
     }
     double sum = 0.0;
   exponentials:
     for (int64_t c = 0; c < classes; c++) {
-#pragma HLS PIPELINE II = 1
+#pragma HLS PIPELINE II=1
       p[c] = expf(bpt_fpga_q(format, row[c]) - maximum);
       sum += p[c];
     }
     float inverse = (float)(1.0 / sum);
   normalise:
     for (int64_t c = 0; c < classes; c++) {
-#pragma HLS PIPELINE II = 1
+#pragma HLS PIPELINE II=1
       p[c] = bpt_fpga_q(format, p[c] * inverse);
     }
     total += log(sum) + (double)maximum - (double)bpt_fpga_q(format, row[labels[n]]);
@@ -66,10 +66,10 @@ static void softmax_cross_entropy_backward_kernel(const bpt_fpga_format *format,
                                                   const float *probabilities, const int32_t *labels, float scale,
                                                   float *dlogits) {
   for (int64_t n = 0; n < batch; n++) {
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1024
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1024
     for (int64_t c = 0; c < classes; c++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
       float target = c == labels[n] ? 1.0f : 0.0f;
       float *d = &dlogits[n * classes + c];
       float p = bpt_fpga_q(format, probabilities[n * classes + c]);
@@ -105,8 +105,8 @@ bpt_status bpt_fpga_mse_forward(bpt_backend *backend, int64_t count, const float
                   (uint64_t)count);
   double total = 0.0;
   for (int64_t i = 0; i < count; i++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
     double difference = (double)bpt_fpga_q(&state->format, prediction[i]) - bpt_fpga_q(&state->format, target[i]);
     total += difference * difference;
   }
@@ -127,8 +127,8 @@ bpt_status bpt_fpga_mse_backward(bpt_backend *backend, int64_t count, const floa
                   (uint64_t)count);
   const float scale = 2.0f * *loss_gradient / (float)count;
   for (int64_t i = 0; i < count; i++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
     float g = scale * (bpt_fpga_q(format, prediction[i]) - bpt_fpga_q(format, target[i]));
     if (dprediction)
       dprediction[i] = format->fixed ? bpt_fpga_q(format, (double)dprediction[i] + g) : dprediction[i] + g;

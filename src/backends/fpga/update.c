@@ -19,9 +19,9 @@ static void charge_update(bpt_fpga_model *model, bpt_fpga_kernel kernel, const b
 static void sgd_kernel(const bpt_fpga_format *format, int64_t count, float *w, const float *g, float *velocity,
                        float lr, float decay, float mu, bool nesterov) {
   for (int64_t i = 0; i < count; i++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS UNROLL factor = 8
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1048576
+#pragma HLS PIPELINE II=1
+#pragma HLS UNROLL factor=8
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1048576
     float weight = bpt_fpga_q(format, w[i]), gradient = bpt_fpga_q(format, g[i]);
     if (!velocity || mu == 0.0f) {
       w[i] = bpt_fpga_q(format, weight - lr * (gradient + decay * weight));
@@ -55,8 +55,8 @@ static void adam_kernel(const bpt_fpga_format *format, const bpt_update_args *ar
   const float l2_decay = args->decoupled_weight_decay ? 0.0f : decay;
   float *w = args->parameters, *m = args->state0, *v = args->state1;
   for (int64_t i = 0; i < args->count; i++) {
-#pragma HLS PIPELINE II = 1
-#pragma HLS LOOP_TRIPCOUNT min = 1 max = 1048576
+#pragma HLS PIPELINE II=1
+#pragma HLS LOOP_TRIPCOUNT min=1 max=1048576
     float weight = bpt_fpga_q(format, w[i]);
     float gradient = bpt_fpga_q(format, args->gradients[i]) + l2_decay * weight;
     weight -= lr_decay * weight;
