@@ -31,12 +31,12 @@ typedef enum bpt_fpga_overflow {
 
 /** Options of the fpga-sim backend; get them from bpt_fpga_options_default(). */
 typedef struct bpt_fpga_options {
-  size_t size; /**< sizeof(bpt_fpga_options), set by the default function */
-  bpt_fpga_number_format format;
-  int word_bits;    /**< fixed point: total bits W, 2..32 */
-  int integer_bits; /**< fixed point: integer bits I including the sign, 1..W (fraction bits = W - I) */
-  bpt_fpga_rounding rounding;
-  bpt_fpga_overflow overflow;
+  size_t size;                    /**< sizeof(bpt_fpga_options), set by the default function */
+  bpt_fpga_number_format format;  /**< f32 (default) or fixed point */
+  int word_bits;                  /**< fixed point: total bits W, 2..32 */
+  int integer_bits;               /**< fixed point: integer bits I including the sign, 1..W (fraction bits = W - I) */
+  bpt_fpga_rounding rounding;     /**< fixed point: truncate or round (default) */
+  bpt_fpga_overflow overflow;     /**< fixed point: wrap or saturate (default) */
   double clock_mhz;               /**< kernel clock, > 0 */
   int dsp_slices;                 /**< DSP slices of each of the two engines (forward, backward), >= 1 */
   int lanes_per_slice;            /**< multiply-accumulates per slice per cycle, >= 1 */
@@ -69,11 +69,11 @@ typedef struct bpt_fpga_report {
   uint64_t compute_cycles;       /**< cycles of pipelined loops, summed over both engines */
   uint64_t transfer_cycles;      /**< cycles moving off-chip data, summed over both engines */
   uint64_t overlap_saved_cycles; /**< cycles hidden by running the two engines concurrently */
-  uint64_t kernel_calls;
-  double seconds;         /**< cycles / clock */
-  double joules;          /**< seconds * board power */
-  int64_t on_chip_bytes;  /**< bytes of allocations placed in BRAM */
-  int64_t off_chip_bytes; /**< bytes of allocations placed off chip */
+  uint64_t kernel_calls;         /**< kernel calls, memory transfers included */
+  double seconds;                /**< cycles / clock */
+  double joules;                 /**< seconds * board power */
+  int64_t on_chip_bytes;         /**< bytes of allocations placed in BRAM */
+  int64_t off_chip_bytes;        /**< bytes of allocations placed off chip */
 } bpt_fpga_report;
 
 /** Fills @p report (whose size field the caller sets) with the totals since the last reset. */
@@ -81,13 +81,13 @@ BPT_API bpt_status bpt_fpga_get_report(bpt_context *context, bpt_fpga_report *re
 
 /** Statistics of one kernel of the cycle model since the last reset. */
 typedef struct bpt_fpga_kernel_report {
-  size_t size;      /**< set by the caller to sizeof(bpt_fpga_kernel_report) */
-  const char *name; /**< "gemm", "bias_add", ... (static storage) */
-  uint64_t calls;
-  uint64_t compute_cycles;
-  uint64_t transfer_cycles;
-  uint64_t operations; /**< multiply-accumulates (gemm) or elements processed */
-  double utilisation;  /**< operations / ((compute + transfer cycles) * lanes of one engine), 0..1 */
+  size_t size;              /**< set by the caller to sizeof(bpt_fpga_kernel_report) */
+  const char *name;         /**< "gemm", "bias_add", ... (static storage) */
+  uint64_t calls;           /**< kernel calls */
+  uint64_t compute_cycles;  /**< cycles of its pipelined loops */
+  uint64_t transfer_cycles; /**< cycles moving its off-chip operands */
+  uint64_t operations;      /**< multiply-accumulates (gemm) or elements processed */
+  double utilisation;       /**< operations / ((compute + transfer cycles) * lanes of one engine), 0..1 */
 } bpt_fpga_kernel_report;
 
 /** @return how many kernels the cycle model keeps statistics for (indices for bpt_fpga_get_kernel_report()). */

@@ -30,7 +30,7 @@ typedef struct bpt_speculative_options {
   size_t size;     /**< sizeof(bpt_speculative_options), set by the default function */
   float threshold; /**< the gate keeps a speculative gradient when distance <= threshold; 0 turns speculation
                         off, which reproduces ordinary per-sample backprop bit for bit */
-  bpt_speculative_distance distance;
+  bpt_speculative_distance distance; /**< the gate's distance: mean absolute (default) or L2 */
   float final_threshold;  /**< optional linear schedule: the threshold moves from @ref threshold to this value */
   int64_t schedule_steps; /**< ... over this many optimiser steps, then stays; 0 keeps the threshold constant */
   int threads;            /**< 2: speculative backward on a second thread (CPU); 1: one thread. Backends with a
