@@ -14,6 +14,10 @@
 #include "bptrain/graph.h"
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
+#include "bptrain/profiler.h"
+/* Robustness (issue 9) */
+#include "bptrain/checkpoint.h"
+#include "bptrain/anomaly.h"
 /* issue 6: FPGA simulation backend and speculative backpropagation */
 #include "bptrain/fpga.h"
 #include "bptrain/speculative.h"
