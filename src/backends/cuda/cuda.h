@@ -9,11 +9,17 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
-#include "backends/backend.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bptrain/common.h"
 
 #ifdef __cplusplus
+/* backend.h is a C header without linkage markers; the .cu files must see its functions as C. */
 extern "C" {
 #endif
+#include "backends/backend.h"
 
 /* Host-to-device uploads go through pinned staging slots so cudaMemcpyAsync is truly asynchronous and the
  * caller's buffer can be reused as soon as upload returns. Two slots: one fills while the other copies. */
