@@ -22,6 +22,7 @@ struct bpt_cuda_conv_plan {
   cudnnConvolutionDescriptor_t convolution;
   bool chosen[DIRECTIONS];
   int algorithm[DIRECTIONS];
+  cudnnMathType_t math[DIRECTIONS];
   size_t workspace_bytes[DIRECTIONS];
 };
 
@@ -124,11 +125,13 @@ typedef struct candidate {
   cudnnStatus_t status;
   size_t memory;
   cudnnDeterminism_t determinism;
+  cudnnMathType_t math;
 } candidate;
 
 #define COPY_CANDIDATES(perf, count, list)                                                                       \
   for (int i_ = 0; i_ < (count); i_++)                                                                           \
-    (list)[i_] = (candidate){(int)(perf)[i_].algo, (perf)[i_].status, (perf)[i_].memory, (perf)[i_].determinism};
+    (list)[i_] = (candidate){(int)(perf)[i_].algo, (perf)[i_].status, (perf)[i_].memory, (perf)[i_].determinism, \
+                             (perf)[i_].mathType};
 
 /* Heuristic candidates, best first. */
 static bpt_status heuristic_candidates(bpt_backend *backend, bpt_cuda_conv_plan *p, direction d, candidate *list,
@@ -188,48 +191,86 @@ static bpt_status timed_candidates(bpt_backend *backend, bpt_cuda_conv_plan *p, 
   return bpt_cuda_check_cudnn(backend, s, "conv2d algorithm search");
 }
 
-/* Picks (once per plan and direction) the algorithm and grows the workspace to fit it. in0/in1 are the
- * direction's inputs (forward: x, w; backward data: dy, w; backward filter: x, dy). */
+/* Needs no workspace, deterministic, supported for every shape and math type. */
+static int fallback_algorithm(direction d) {
+  return d == FORWARD         ? (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM
+         : d == BACKWARD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_1
+                              : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+}
+
+static bpt_status workspace_size(bpt_backend *backend, bpt_cuda_conv_plan *p, direction d) {
+  cudnnHandle_t h = bpt_cuda(backend)->cudnn;
+  size_t *bytes = &p->workspace_bytes[d];
+  BPT_CUDA_TRY(bpt_cuda_check_cudnn(backend, cudnnSetConvolutionMathType(p->convolution, p->math[d]), "conv2d math"));
+  cudnnStatus_t s =
+      d == FORWARD ? cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->convolution, p->y,
+                                                             (cudnnConvolutionFwdAlgo_t)p->algorithm[d], bytes)
+      : d == BACKWARD_DATA
+          ? cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->convolution, p->x,
+                                                         (cudnnConvolutionBwdDataAlgo_t)p->algorithm[d], bytes)
+          : cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->convolution, p->w,
+                                                           (cudnnConvolutionBwdFilterAlgo_t)p->algorithm[d], bytes);
+  return bpt_cuda_check_cudnn(backend, s, "conv2d workspace size");
+}
+
+/* Picks (once per plan and direction) the algorithm and its math type. in0/in1 are the direction's inputs
+ * (forward: x, w; backward data: dy, w; backward filter: x, dy). Without tf32, tensor-op candidates are
+ * passed over and the others run with FMA math, so f32 results stay f32-exact. */
 static bpt_status choose(bpt_backend *backend, bpt_cuda_conv_plan *p, direction d, const void *in0, const void *in1,
-                         size_t output_bytes, void **workspace) {
+                         size_t output_bytes) {
   bpt_cuda_state *state = bpt_cuda(backend);
-  if (!p->chosen[d]) {
-    candidate list[CANDIDATES];
-    int count = 0;
-    if (state->benchmark)
-      BPT_CUDA_TRY(timed_candidates(backend, p, d, in0, in1, output_bytes, list, &count));
-    else
-      BPT_CUDA_TRY(heuristic_candidates(backend, p, d, list, &count));
-    /* Fallbacks that need no workspace and are deterministic. */
-    p->algorithm[d] = d == FORWARD         ? (int)CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM
-                      : d == BACKWARD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_1
-                                           : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    p->workspace_bytes[d] = 0;
-    for (int i = 0; i < count; i++)
-      if (list[i].status == CUDNN_STATUS_SUCCESS && list[i].memory <= WORKSPACE_LIMIT &&
-          (state->benchmark || list[i].determinism == CUDNN_DETERMINISTIC)) {
-        p->algorithm[d] = list[i].algorithm;
-        p->workspace_bytes[d] = list[i].memory;
-        break;
-      }
-    if (p->workspace_bytes[d] == 0) {
-      cudnnHandle_t h = state->cudnn;
-      cudnnStatus_t s =
-          d == FORWARD ? cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->convolution, p->y,
-                                                                 (cudnnConvolutionFwdAlgo_t)p->algorithm[d],
-                                                                 &p->workspace_bytes[d])
-          : d == BACKWARD_DATA
-              ? cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->convolution, p->x,
-                                                             (cudnnConvolutionBwdDataAlgo_t)p->algorithm[d],
-                                                             &p->workspace_bytes[d])
-              : cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->convolution, p->w,
-                                                               (cudnnConvolutionBwdFilterAlgo_t)p->algorithm[d],
-                                                               &p->workspace_bytes[d]);
-      BPT_CUDA_TRY(bpt_cuda_check_cudnn(backend, s, "conv2d workspace size"));
+  if (p->chosen[d]) return BPT_OK;
+  cudnnMathType_t exact = state->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  candidate list[CANDIDATES];
+  int count = 0;
+  BPT_CUDA_TRY(bpt_cuda_check_cudnn(backend, cudnnSetConvolutionMathType(p->convolution, exact), "conv2d math"));
+  if (state->benchmark)
+    BPT_CUDA_TRY(timed_candidates(backend, p, d, in0, in1, output_bytes, list, &count));
+  else
+    BPT_CUDA_TRY(heuristic_candidates(backend, p, d, list, &count));
+  p->algorithm[d] = fallback_algorithm(d);
+  p->math[d] = exact;
+  for (int i = 0; i < count; i++)
+    if (list[i].status == CUDNN_STATUS_SUCCESS && list[i].memory <= WORKSPACE_LIMIT &&
+        (state->benchmark || list[i].determinism == CUDNN_DETERMINISTIC) &&
+        (state->tf32 || list[i].math == CUDNN_FMA_MATH || list[i].math == CUDNN_DEFAULT_MATH)) {
+      p->algorithm[d] = list[i].algorithm;
+      /* Without tf32 the descriptor stays on FMA math whatever the record says, so no tf32 slips in. */
+      p->math[d] = state->tf32 ? list[i].math : exact;
+      break;
     }
-    p->chosen[d] = true;
+  BPT_CUDA_TRY(workspace_size(backend, p, d));
+  p->chosen[d] = true;
+  return BPT_OK;
+}
+
+/* Runs one direction with the chosen algorithm. If cuDNN turns the choice down at run time (a heuristic
+ * can promise more than an engine delivers), the plan falls back once to the always-supported algorithm. */
+static bpt_status execute(bpt_backend *backend, bpt_cuda_conv_plan *p, direction d, const void *in0, const void *in1,
+                          void *out, float beta, const char *where) {
+  cudnnHandle_t h = bpt_cuda(backend)->cudnn;
+  const float one = 1.0f;
+  for (int attempt = 0;; attempt++) {
+    void *workspace;
+    BPT_CUDA_TRY(bpt_cuda_workspace(backend, p->workspace_bytes[d], &workspace));
+    BPT_CUDA_TRY(bpt_cuda_check_cudnn(backend, cudnnSetConvolutionMathType(p->convolution, p->math[d]), where));
+    size_t bytes = p->workspace_bytes[d];
+    cudnnStatus_t s =
+        d == FORWARD ? cudnnConvolutionForward(h, &one, p->x, in0, p->w, in1, p->convolution,
+                                               (cudnnConvolutionFwdAlgo_t)p->algorithm[d], workspace, bytes, &beta,
+                                               p->y, out)
+        : d == BACKWARD_DATA
+            ? cudnnConvolutionBackwardData(h, &one, p->w, in1, p->y, in0, p->convolution,
+                                           (cudnnConvolutionBwdDataAlgo_t)p->algorithm[d], workspace, bytes, &beta,
+                                           p->x, out)
+            : cudnnConvolutionBackwardFilter(h, &one, p->x, in0, p->y, in1, p->convolution,
+                                             (cudnnConvolutionBwdFilterAlgo_t)p->algorithm[d], workspace, bytes,
+                                             &beta, p->w, out);
+    if (s != CUDNN_STATUS_NOT_SUPPORTED || attempt > 0 || p->algorithm[d] == fallback_algorithm(d))
+      return bpt_cuda_check_cudnn(backend, s, where);
+    p->algorithm[d] = fallback_algorithm(d);
+    BPT_CUDA_TRY(workspace_size(backend, p, d));
   }
-  return bpt_cuda_workspace(backend, p->workspace_bytes[d], workspace);
 }
 
 static size_t bytes_of(int64_t a, int64_t b, int64_t c, int64_t d) { return (size_t)(a * b * c * d) * sizeof(float); }
@@ -238,56 +279,37 @@ bpt_status bpt_cuda_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *
                                    const float *weight, const float *bias, float *y) {
   bpt_cuda_conv_plan *p;
   BPT_CUDA_TRY(find_plan(backend, args, &p));
-  void *workspace;
   BPT_CUDA_TRY(choose(backend, p, FORWARD, x, weight,
-                      bytes_of(args->batch, args->out_channels, args->out_height, args->out_width), &workspace));
-  const float one = 1.0f, zero = 0.0f;
-  cudnnHandle_t h = bpt_cuda(backend)->cudnn;
-  BPT_CUDA_TRY(bpt_cuda_check_cudnn(
-      backend,
-      cudnnConvolutionForward(h, &one, p->x, x, p->w, weight, p->convolution, (cudnnConvolutionFwdAlgo_t)p->algorithm[FORWARD],
-                              workspace, p->workspace_bytes[FORWARD], &zero, p->y, y),
-      "conv2d_forward"));
+                      bytes_of(args->batch, args->out_channels, args->out_height, args->out_width)));
+  BPT_CUDA_TRY(execute(backend, p, FORWARD, x, weight, y, 0.0f, "conv2d_forward"));
   if (!bias) return BPT_OK;
-  return bpt_cuda_check_cudnn(backend, cudnnAddTensor(h, &one, p->bias, bias, &one, p->y, y), "conv2d_forward (bias)");
+  const float one = 1.0f;
+  return bpt_cuda_check_cudnn(backend, cudnnAddTensor(bpt_cuda(backend)->cudnn, &one, p->bias, bias, &one, p->y, y),
+                              "conv2d_forward (bias)");
 }
 
 bpt_status bpt_cuda_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
                                          const float *weight, float *dx) {
   bpt_cuda_conv_plan *p;
   BPT_CUDA_TRY(find_plan(backend, args, &p));
-  void *workspace;
   BPT_CUDA_TRY(choose(backend, p, BACKWARD_DATA, dy, weight,
-                      bytes_of(args->batch, args->in_channels, args->in_height, args->in_width), &workspace));
-  const float one = 1.0f;
-  return bpt_cuda_check_cudnn(
-      backend,
-      cudnnConvolutionBackwardData(bpt_cuda(backend)->cudnn, &one, p->w, weight, p->y, dy, p->convolution,
-                                   (cudnnConvolutionBwdDataAlgo_t)p->algorithm[BACKWARD_DATA], workspace,
-                                   p->workspace_bytes[BACKWARD_DATA], &one, p->x, dx),
-      "conv2d_backward_data");
+                      bytes_of(args->batch, args->in_channels, args->in_height, args->in_width)));
+  return execute(backend, p, BACKWARD_DATA, dy, weight, dx, 1.0f, "conv2d_backward_data");
 }
 
 bpt_status bpt_cuda_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
                                            const float *dy, float *dweight, float *dbias) {
   bpt_cuda_conv_plan *p;
   BPT_CUDA_TRY(find_plan(backend, args, &p));
-  cudnnHandle_t h = bpt_cuda(backend)->cudnn;
-  const float one = 1.0f;
   if (dweight) {
-    void *workspace;
     BPT_CUDA_TRY(choose(backend, p, BACKWARD_FILTER, x, dy,
                         bytes_of(args->out_channels, args->in_channels / args->groups, args->kernel_height,
-                                 args->kernel_width),
-                        &workspace));
-    BPT_CUDA_TRY(bpt_cuda_check_cudnn(
-        backend,
-        cudnnConvolutionBackwardFilter(h, &one, p->x, x, p->y, dy, p->convolution,
-                                       (cudnnConvolutionBwdFilterAlgo_t)p->algorithm[BACKWARD_FILTER], workspace,
-                                       p->workspace_bytes[BACKWARD_FILTER], &one, p->w, dweight),
-        "conv2d_backward_filter"));
+                                 args->kernel_width)));
+    BPT_CUDA_TRY(execute(backend, p, BACKWARD_FILTER, x, dy, dweight, 1.0f, "conv2d_backward_filter"));
   }
   if (!dbias) return BPT_OK;
-  return bpt_cuda_check_cudnn(backend, cudnnConvolutionBackwardBias(h, &one, p->y, dy, &one, p->bias, dbias),
-                              "conv2d_backward_filter (bias)");
+  const float one = 1.0f;
+  return bpt_cuda_check_cudnn(
+      backend, cudnnConvolutionBackwardBias(bpt_cuda(backend)->cudnn, &one, p->y, dy, &one, p->bias, dbias),
+      "conv2d_backward_filter (bias)");
 }

@@ -30,6 +30,8 @@ void bpt_cuda_memory_destroy(bpt_backend *backend) {
   if (state->scratch) cudaFreeAsync(state->scratch, state->stream);
   if (state->workspace) cudaFreeAsync(state->workspace, state->stream);
   if (state->stream) cudaStreamSynchronize(state->stream);
+  /* Hand the cached blocks back once no context needs them; the pool is shared per device. */
+  if (state->pool) cudaMemPoolTrimTo(state->pool, 0);
   for (int i = 0; i < BPT_CUDA_STAGING_SLOTS; i++) {
     if (state->staging[i]) cudaFreeHost(state->staging[i]);
     if (state->staging_done[i]) cudaEventDestroy(state->staging_done[i]);
