@@ -95,6 +95,23 @@ static uint16_t bf16_bits(float value) {
   return (uint16_t)(bits >> 16);
 }
 
+/* IEEE half, round to nearest even (compilers' _Float16 is not available on every target we build on). */
+static uint16_t f16_bits(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
+  uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u;
+  if (magnitude >= 0x477ff000u) return sign | 0x7c00u; /* 65520 and up round to infinity */
+  if (magnitude < 0x38800000u) {                      /* below 2^-14: a subnormal, in units of 2^-24 */
+    float scaled;
+    memcpy(&scaled, &magnitude, sizeof scaled);
+    return sign | (uint16_t)nearbyintf(scaled * 16777216.0f);
+  }
+  magnitude += 0x0fffu + ((magnitude >> 13) & 1u); /* round the 13 dropped bits to nearest even */
+  return sign | (uint16_t)((magnitude - (112u << 23)) >> 13);
+}
+
 static size_t dtype_bytes(bpt_dtype dtype) {
   switch (dtype) {
   case BPT_DTYPE_F16:
@@ -113,11 +130,7 @@ static void fill_host(test_random *random, const buffer_spec *spec, void *host) 
     switch (spec->dtype) {
     case BPT_DTYPE_I32: ((int32_t *)host)[i] = (int32_t)floorf(value < spec->high ? value : spec->low); break;
     case BPT_DTYPE_BF16: ((uint16_t *)host)[i] = bf16_bits(value); break;
-    case BPT_DTYPE_F16: {
-      _Float16 half = (_Float16)value;
-      memcpy((uint16_t *)host + i, &half, 2);
-      break;
-    }
+    case BPT_DTYPE_F16: ((uint16_t *)host)[i] = f16_bits(value); break;
     case BPT_DTYPE_FP8_E4M3:
     case BPT_DTYPE_FP8_E5M2:
     case BPT_DTYPE_U8: ((uint8_t *)host)[i] = (uint8_t)(value * 255.0f); break;
