@@ -29,7 +29,7 @@ if(NOT BPT_WITH_CUDA STREQUAL "OFF" AND NOT BPT_CUDA_FOUND)
   if(TARGET CUDA::cublasLt)
     set(bpt_cublas_found YES)
   endif()
-  message(STATUS "bptrain: CUDA backend needs nvcc, cuBLAS and cuDNN: toolkit ${CUDAToolkit_FOUND} "
+  message(STATUS "bptrain: CUDA backend needs nvcc, cuBLAS and cuDNN: nvcc ${CMAKE_CUDA_COMPILER}, toolkit ${CUDAToolkit_FOUND} "
                  "(${CUDAToolkit_ROOT}), cuBLAS ${bpt_cublas_found}, cudnn.h ${BPT_CUDNN_INCLUDE_DIR}, "
                  "libcudnn ${BPT_CUDNN_LIBRARY}")
 endif()
