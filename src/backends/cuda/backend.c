@@ -42,6 +42,7 @@ static void cuda_destroy(bpt_backend *backend) {
   cudaSetDevice(state->device);
   if (state->stream) cudaStreamSynchronize(state->stream);
   bpt_cuda_conv_plans_destroy(backend);
+  if (state->cublas_workspace) cudaFreeAsync(state->cublas_workspace, state->stream);
   bpt_cuda_memory_destroy(backend);
   if (state->cudnn) cudnnDestroy(state->cudnn);
   if (state->cublas) cublasDestroy(state->cublas);
@@ -88,6 +89,13 @@ static bpt_status cuda_create(bpt_backend *backend, const bpt_backend_options *o
   if (status == BPT_OK)
     status = bpt_cuda_check_cudnn(backend, cudnnSetStream(state->cudnn, state->stream), "cudnnSetStream");
   if (status == BPT_OK) status = bpt_cuda_memory_create(backend);
+  if (status == BPT_OK)
+    /* cuBLAS would otherwise cudaMalloc its workspace inside the first step; give it one from the pool. */
+    status = bpt_cuda_alloc(backend, BPT_CUDA_CUBLAS_WORKSPACE, &state->cublas_workspace);
+  if (status == BPT_OK)
+    status = bpt_cuda_check_cublas(
+        backend, cublasSetWorkspace(state->cublas, state->cublas_workspace, BPT_CUDA_CUBLAS_WORKSPACE),
+        "cublasSetWorkspace");
   if (status != BPT_OK) cuda_destroy(backend);
   return status;
 }

@@ -25,6 +25,8 @@ extern "C" {
  * caller's buffer can be reused as soon as upload returns. Two slots: one fills while the other copies. */
 #define BPT_CUDA_STAGING_SLOTS 2
 #define BPT_CUDA_STAGING_BYTES (8u << 20)
+/* cuBLAS's workspace (32 MiB is what it asks for on Hopper). */
+#define BPT_CUDA_CUBLAS_WORKSPACE (32u << 20)
 /* Per-shape convolution plans kept (descriptors and the chosen algorithms). */
 #define BPT_CUDA_CONV_CACHE 64
 
@@ -43,6 +45,7 @@ typedef struct bpt_cuda_state {
   cudaStream_t stream;
   cudaMemPool_t pool; /* the caching allocator: stream-ordered, memory kept by the pool between steps */
   cublasHandle_t cublas;
+  void *cublas_workspace;
   cudnnHandle_t cudnn;
   void *staging[BPT_CUDA_STAGING_SLOTS];
   cudaEvent_t staging_done[BPT_CUDA_STAGING_SLOTS];
