@@ -22,9 +22,13 @@ extern "C" {
 #include "backends/backend.h"
 
 /* Host-to-device uploads go through pinned staging slots so cudaMemcpyAsync is truly asynchronous and the
- * caller's buffer can be reused as soon as upload returns. Two slots: one fills while the other copies. */
+ * caller's buffer can be reused as soon as upload returns. Large uploads travel on a copy stream into a
+ * device staging slot while the compute stream runs the current step, and only a device-to-device copy
+ * (at device bandwidth) lands in the compute stream's order. Two slots: one fills while the other copies. */
 #define BPT_CUDA_STAGING_SLOTS 2
 #define BPT_CUDA_STAGING_BYTES (8u << 20)
+/* Uploads smaller than this go straight into the compute stream: overlap would not pay for two copies. */
+#define BPT_CUDA_OVERLAP_BYTES (64u << 10)
 /* cuBLAS's workspace (32 MiB is what it asks for on Hopper). */
 #define BPT_CUDA_CUBLAS_WORKSPACE (32u << 20)
 /* Per-shape convolution plans kept (descriptors and the chosen algorithms). */
@@ -47,8 +51,11 @@ typedef struct bpt_cuda_state {
   cublasHandle_t cublas;
   void *cublas_workspace;
   cudnnHandle_t cudnn;
-  void *staging[BPT_CUDA_STAGING_SLOTS];
-  cudaEvent_t staging_done[BPT_CUDA_STAGING_SLOTS];
+  cudaStream_t copy_stream;
+  void *staging[BPT_CUDA_STAGING_SLOTS];        /* pinned host */
+  void *device_staging[BPT_CUDA_STAGING_SLOTS]; /* device, filled on copy_stream */
+  cudaEvent_t staging_done[BPT_CUDA_STAGING_SLOTS]; /* the slot's last use has finished on the device */
+  cudaEvent_t staging_copied[BPT_CUDA_STAGING_SLOTS]; /* the slot's host-to-device copy has finished */
   int staging_next;
   /* Scratch reused by kernels that need it (partial sums, cuDNN workspaces); grows, never shrinks. */
   void *scratch;

@@ -1,8 +1,9 @@
 /* Device memory for the CUDA backend. The caching allocator is CUDA's stream-ordered pool with its release
  * threshold at the maximum, so freed blocks stay with the pool and a training step never reaches
  * cudaMalloc/cudaFree; frees are ordered on the stream, so a block is reused only after the work using it.
- * Uploads are staged through pinned buffers so the copy runs asynchronously while the host carries on
- * (preparing the next batch); downloads wait, because the caller wants the bytes. */
+ * Uploads are staged through pinned buffers and, when large, cross the bus on a copy stream beside the
+ * compute stream (see cuda.h), so the next batch travels while the current step computes and the host
+ * carries on preparing the one after; downloads wait, because the caller wants the bytes. */
 #include <stdint.h>
 #include <string.h>
 
@@ -11,31 +12,42 @@
 bpt_status bpt_cuda_memory_create(bpt_backend *backend) {
   bpt_cuda_state *state = bpt_cuda(backend);
   BPT_CUDA_TRY(bpt_cuda_check(backend, cudaDeviceGetDefaultMemPool(&state->pool, state->device),
-                           "cudaDeviceGetDefaultMemPool"));
+                              "cudaDeviceGetDefaultMemPool"));
   uint64_t keep_everything = UINT64_MAX;
   BPT_CUDA_TRY(bpt_cuda_check(backend,
-                           cudaMemPoolSetAttribute(state->pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
-                           "cudaMemPoolSetAttribute"));
+                              cudaMemPoolSetAttribute(state->pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
+                              "cudaMemPoolSetAttribute"));
+  BPT_CUDA_TRY(bpt_cuda_check(backend, cudaStreamCreateWithFlags(&state->copy_stream, cudaStreamNonBlocking),
+                              "cudaStreamCreate (uploads)"));
   for (int i = 0; i < BPT_CUDA_STAGING_SLOTS; i++) {
     BPT_CUDA_TRY(bpt_cuda_check(backend, cudaHostAlloc(&state->staging[i], BPT_CUDA_STAGING_BYTES, cudaHostAllocDefault),
-                             "cudaHostAlloc (upload staging)"));
+                                "cudaHostAlloc (upload staging)"));
+    BPT_CUDA_TRY(bpt_cuda_alloc(backend, BPT_CUDA_STAGING_BYTES, &state->device_staging[i]));
     BPT_CUDA_TRY(bpt_cuda_check(backend, cudaEventCreateWithFlags(&state->staging_done[i], cudaEventDisableTiming),
-                             "cudaEventCreate"));
+                                "cudaEventCreate"));
+    BPT_CUDA_TRY(bpt_cuda_check(backend, cudaEventCreateWithFlags(&state->staging_copied[i], cudaEventDisableTiming),
+                                "cudaEventCreate"));
   }
-  return BPT_OK;
+  /* The device slots were allocated in the compute stream's order; the copy stream may use them only after. */
+  return bpt_cuda_check(backend, cudaStreamSynchronize(state->stream), "upload staging");
 }
 
 void bpt_cuda_memory_destroy(bpt_backend *backend) {
   bpt_cuda_state *state = bpt_cuda(backend);
+  if (state->copy_stream) cudaStreamSynchronize(state->copy_stream);
   if (state->scratch) cudaFreeAsync(state->scratch, state->stream);
   if (state->workspace) cudaFreeAsync(state->workspace, state->stream);
+  for (int i = 0; i < BPT_CUDA_STAGING_SLOTS; i++)
+    if (state->device_staging[i]) cudaFreeAsync(state->device_staging[i], state->stream);
   if (state->stream) cudaStreamSynchronize(state->stream);
   /* Hand the cached blocks back once no context needs them; the pool is shared per device. */
   if (state->pool) cudaMemPoolTrimTo(state->pool, 0);
   for (int i = 0; i < BPT_CUDA_STAGING_SLOTS; i++) {
     if (state->staging[i]) cudaFreeHost(state->staging[i]);
     if (state->staging_done[i]) cudaEventDestroy(state->staging_done[i]);
+    if (state->staging_copied[i]) cudaEventDestroy(state->staging_copied[i]);
   }
+  if (state->copy_stream) cudaStreamDestroy(state->copy_stream);
 }
 
 bpt_status bpt_cuda_alloc(bpt_backend *backend, size_t bytes, void **out) {
@@ -57,17 +69,33 @@ void bpt_cuda_free(bpt_backend *backend, void *pointer) {
 
 bpt_status bpt_cuda_upload(bpt_backend *backend, void *device_dst, const void *host_src, size_t bytes) {
   bpt_cuda_state *state = bpt_cuda(backend);
+  const bool overlap = bytes >= BPT_CUDA_OVERLAP_BYTES;
   for (size_t offset = 0; offset < bytes; offset += BPT_CUDA_STAGING_BYTES) {
     size_t chunk = bytes - offset < BPT_CUDA_STAGING_BYTES ? bytes - offset : BPT_CUDA_STAGING_BYTES;
     int slot = state->staging_next;
     state->staging_next = (slot + 1) % BPT_CUDA_STAGING_SLOTS;
-    /* Waits only if this slot's previous copy is still in flight (one full slot ago). */
+    /* Waits only if this slot's previous upload is still in flight (one full slot ago). */
     BPT_CUDA_TRY(bpt_cuda_check(backend, cudaEventSynchronize(state->staging_done[slot]), "upload"));
     memcpy(state->staging[slot], (const char *)host_src + offset, chunk);
-    BPT_CUDA_TRY(bpt_cuda_check(backend,
-                             cudaMemcpyAsync((char *)device_dst + offset, state->staging[slot], chunk,
-                                             cudaMemcpyHostToDevice, state->stream),
-                             "upload"));
+    void *destination = (char *)device_dst + offset;
+    if (overlap) {
+      /* The transfer runs beside the compute stream; the compute stream waits for it only where the data
+       * lands, so the step already queued keeps running while the next batch crosses the bus. */
+      BPT_CUDA_TRY(bpt_cuda_check(backend,
+                                  cudaMemcpyAsync(state->device_staging[slot], state->staging[slot], chunk,
+                                                  cudaMemcpyHostToDevice, state->copy_stream),
+                                  "upload"));
+      BPT_CUDA_TRY(bpt_cuda_check(backend, cudaEventRecord(state->staging_copied[slot], state->copy_stream), "upload"));
+      BPT_CUDA_TRY(bpt_cuda_check(backend, cudaStreamWaitEvent(state->stream, state->staging_copied[slot], 0), "upload"));
+      BPT_CUDA_TRY(bpt_cuda_check(backend,
+                                  cudaMemcpyAsync(destination, state->device_staging[slot], chunk,
+                                                  cudaMemcpyDeviceToDevice, state->stream),
+                                  "upload"));
+    } else {
+      BPT_CUDA_TRY(bpt_cuda_check(
+          backend, cudaMemcpyAsync(destination, state->staging[slot], chunk, cudaMemcpyHostToDevice, state->stream),
+          "upload"));
+    }
     BPT_CUDA_TRY(bpt_cuda_check(backend, cudaEventRecord(state->staging_done[slot], state->stream), "upload"));
   }
   return BPT_OK;
