@@ -518,6 +518,45 @@ static void every_kernel_matches_the_cpu(void **state) {
   bpt_context_destroy(gpu);
 }
 
+/* Uploads of every path (direct, overlapped on the copy stream, several staging chunks) come back bit for
+ * bit, also when the host buffer is reused at once and uploads queue up behind each other. */
+static void memory_round_trips_exactly(void **state) {
+  (void)state;
+  CUDA_OR_SKIP(gpu, 4);
+  bpt_backend *b = &gpu->backend;
+  const size_t sizes[] = {4, 4000, 300000, (20u << 20) + 12};
+  test_random random;
+  test_random_seed(&random, 4);
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    size_t bytes = sizes[s], count = bytes / sizeof(float);
+    float *host = malloc(bytes), *first = malloc(bytes), *back = malloc(bytes);
+    void *one, *two, *three;
+    assert_int_equal(b->vtable->alloc(b, bytes, &one), BPT_OK);
+    assert_int_equal(b->vtable->alloc(b, bytes, &two), BPT_OK);
+    assert_int_equal(b->vtable->alloc(b, bytes, &three), BPT_OK);
+    test_random_fill(&random, host, (int64_t)count, -1, 1);
+    memcpy(first, host, bytes);
+    assert_int_equal(b->vtable->upload(b, one, host, bytes), BPT_OK);
+    test_random_fill(&random, host, (int64_t)count, -1, 1); /* reused at once: the upload must have copied */
+    assert_int_equal(b->vtable->upload(b, two, host, bytes), BPT_OK);
+    assert_int_equal(b->vtable->copy(b, three, one, bytes), BPT_OK);
+    assert_int_equal(b->vtable->download(b, back, three, bytes), BPT_OK);
+    assert_memory_equal(back, first, bytes);
+    assert_int_equal(b->vtable->download(b, back, two, bytes), BPT_OK);
+    assert_memory_equal(back, host, bytes);
+    assert_int_equal(b->vtable->memset_zero(b, two, bytes), BPT_OK);
+    assert_int_equal(b->vtable->download(b, back, two, bytes), BPT_OK);
+    for (size_t i = 0; i < count; i++) assert_true(back[i] == 0.0f);
+    b->vtable->free(b, one);
+    b->vtable->free(b, two);
+    b->vtable->free(b, three);
+    free(host);
+    free(first);
+    free(back);
+  }
+  bpt_context_destroy(gpu);
+}
+
 /* Dynamic loss scaling with the flag kept on the device: an overflowing step is skipped (weights untouched)
  * and the scale halves; a finite step unscales exactly and updates. */
 static void loss_scaler_skips_and_backs_off_on_the_device(void **state) {
@@ -672,6 +711,7 @@ static void cuda_context_without_a_device_fails_cleanly(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cuda_context_without_a_device_fails_cleanly),
+      cmocka_unit_test(memory_round_trips_exactly),
       cmocka_unit_test(every_kernel_matches_the_cpu),
       cmocka_unit_test(loss_scaler_skips_and_backs_off_on_the_device),
       cmocka_unit_test(mlp_training_follows_the_cpu_trajectory),
