@@ -5,33 +5,41 @@
 # against cuBLAS through PyTorch, and prints a short table last. Full logs go to $OUT (default ./gpu-check-out).
 #
 # Run from the repository root on the device machine, e.g. through the device tool:
-#   run(command="OUT=$OUT bash scripts/gpu-check.sh", carry=[".gpu-data"], timeout_s=600)
+#   run(command="bash scripts/gpu-check.sh", carry=[".gpu-data"], timeout_s=600)
+# It writes three files to $OUT: table.txt, summary.log and gpu-check-logs.tar.gz (every log).
 # Data: the machine has no /usr/share/datasets. Put Fashion-MNIST in the repo-ignored folder .gpu-data first
 # (here: mkdir -p .gpu-data && cp -r /usr/share/datasets/fashion-mnist .gpu-data/ &&
 #  echo /.gpu-data/ >> .git/info/exclude), and name it in carry; without it a synthetic IDX set of the same
 # shape is generated (accuracies then mean little, throughput is unaffected). BPT_DATA overrides both.
 # Missing Debian packages on that image (OpenBLAS, CMocka, zlib headers) are replaced by the small stand-ins
 # in scripts/gpu-check/; cuDNN is taken from /usr/local/cuda or, failing that, from PyTorch's nvidia-cudnn wheel.
-# Knobs: GPU_CHECK_EPOCHS (2), GPU_CHECK_RUN_LIMIT (seconds per training run, 150), GPU_CHECK_FORCE_SHIMS=1
+# Knobs: GPU_CHECK_EPOCHS (2), GPU_CHECK_RUN_LIMIT (seconds per training run, 120), GPU_CHECK_BUDGET
+# (seconds for everything, 540: later runs are skipped and say so), GPU_CHECK_FORCE_SHIMS=1
 # (use the stand-ins even where the real packages exist: how the script is tested without a GPU).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 OUT=${OUT:-$root/gpu-check-out}
-mkdir -p "$OUT"
 build=${GPU_CHECK_BUILD:-$root/build-gpu}
+# The device tool brings back at most 8 files from $OUT: logs gather in one folder, packed on exit.
+logs=$build/gpu-check-logs
+rm -rf "$logs"
+mkdir -p "$OUT" "$logs"
+trap 'cp "$logs/table.txt" "$logs/summary.log" "$OUT/" 2>/dev/null; tar czf "$OUT/gpu-check-logs.tar.gz" -C "$logs" .' EXIT
 deps=$build-deps
 epochs=${GPU_CHECK_EPOCHS:-2}
-limit=${GPU_CHECK_RUN_LIMIT:-150}
+limit=${GPU_CHECK_RUN_LIMIT:-120}
+budget=${GPU_CHECK_BUDGET:-540} # seconds for the whole script: the device tool's command limit is 600
+began=$(date +%s)
 python=${PYTHON:-python3}
 jobs=$(nproc 2>/dev/null || echo 4)
 export PATH=/usr/local/cuda/bin:$PATH
 declare -a table=()
 
-say() { echo "[gpu-check] $*" | tee -a "$OUT/summary.log"; }
-row() { table+=("$1"); echo "$1" >>"$OUT/table.txt"; }
-: >"$OUT/table.txt"
+say() { echo "[gpu-check] $*" | tee -a "$logs/summary.log"; }
+row() { table+=("$1"); echo "$1" >>"$logs/table.txt"; }
+: >"$logs/table.txt"
 
 # ---- 0. the machine ----
 {
@@ -40,8 +48,8 @@ row() { table+=("$1"); echo "$1" >>"$OUT/table.txt"; }
   nvcc --version 2>&1 | tail -2
   $python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' 2>&1
   uname -a
-} >"$OUT/environment.log" 2>&1
-say "environment: $(grep -m1 -o 'NVIDIA [A-Z0-9 ]*' "$OUT/environment.log" || echo 'no nvidia-smi output')"
+} >"$logs/environment.log" 2>&1
+say "environment: $(grep -m1 -o 'NVIDIA [A-Z0-9 ]*' "$logs/environment.log" || echo 'no nvidia-smi output')"
 
 # ---- 1. dependencies: the real packages when present, stand-ins otherwise ----
 mkdir -p "$deps/include" "$deps/lib"
@@ -87,23 +95,23 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PA
 
 # ---- 2. build ----
 start=$(date +%s)
-if ! cmake -S . -B "$build" "${cmake_args[@]}" >"$OUT/configure.log" 2>&1; then
-  say "configure FAILED (see configure.log)"; tail -20 "$OUT/configure.log"; exit 1
+if ! cmake -S . -B "$build" "${cmake_args[@]}" >"$logs/configure.log" 2>&1; then
+  say "configure FAILED (see configure.log)"; tail -20 "$logs/configure.log"; exit 1
 fi
 targets=(bptrain_static mnist_mlp test_cuda_parity)
 [ -f examples/resnet.c ] && targets+=(resnet)
-if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$OUT/build.log" 2>&1; then
-  say "build FAILED (see build.log)"; grep -m20 -E "error|Error" "$OUT/build.log"; exit 1
+if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.log" 2>&1; then
+  say "build FAILED (see build.log)"; grep -m20 -E "error|Error" "$logs/build.log"; exit 1
 fi
 say "built ${targets[*]} in $(( $(date +%s) - start )) s"
-row "build: $(( $(date +%s) - start )) s ($(grep -m1 -o 'nvcc [0-9][0-9.]*' "$OUT/configure.log" || echo nvcc))"
+row "build: $(( $(date +%s) - start )) s ($(grep -m1 -o 'nvcc [0-9][0-9.]*' "$logs/configure.log" || echo nvcc))"
 
 # ---- 3. the CUDA parity tests ----
-"$build/tests/test_cuda_parity" >"$OUT/test_cuda_parity.log" 2>&1
+"$build/tests/test_cuda_parity" >"$logs/test_cuda_parity.log" 2>&1
 status=$?
-summary=$(grep -E "cases compared|FAILED|ERROR|skipping" "$OUT/test_cuda_parity.log" | head -5 | tr '\n' ' ')
+summary=$(grep -E "cases compared|FAILED|ERROR|skipping" "$logs/test_cuda_parity.log" | head -5 | tr '\n' ' ')
 row "test_cuda_parity: exit $status $( [ $status = 0 ] && echo PASSED || echo '(77 = skipped, else FAILED)') $summary"
-BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1 "$build/tests/test_cuda_parity" >"$OUT/test_cuda_parity_tf32.log" 2>&1
+BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1 "$build/tests/test_cuda_parity" >"$logs/test_cuda_parity_tf32.log" 2>&1
 row "test_cuda_parity with BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1: exit $? (tf32 may exceed the f32 tolerances: informative)"
 
 # ---- 4. gemm against cuBLAS through PyTorch ----
@@ -113,15 +121,15 @@ zlib_library=$(cache ZLIB_LIBRARY_RELEASE); [ -n "$zlib_library" ] || zlib_libra
 { cc -std=c11 -O2 -I include -I src -c scripts/gpu-check/gemm_bench.c -o "$build/gemm_bench.o" &&
   c++ -o "$build/gemm_bench" "$build/gemm_bench.o" "$build/libbptrain.a" "$(cache BPT_CUDNN_LIBRARY)" \
     -L"$(cache CUDAToolkit_LIBRARY_DIR)" -lcublasLt -lcublas -lcudart "$(cache BPT_OPENBLAS_LIBRARY)" \
-    "${zlib_library:--lz}" -fopenmp -lm; } >"$OUT/gemm_bench_build.log" 2>&1
-"$build/gemm_bench" >"$OUT/gemm_ours.log" 2>&1
-timeout 300 $python scripts/gpu-check/torch_bench.py gemm >"$OUT/gemm_torch.log" 2>&1
+    "${zlib_library:--lz}" -fopenmp -lm; } >"$logs/gemm_bench_build.log" 2>&1
+"$build/gemm_bench" >"$logs/gemm_ours.log" 2>&1
+timeout 300 $python scripts/gpu-check/torch_bench.py gemm >"$logs/gemm_torch.log" 2>&1
 while read -r _ dtype shape ours; do
-  theirs=$(awk -v d="$dtype" -v s="$shape" '$2 == d && $3 == s {print $4}' "$OUT/gemm_torch.log")
+  theirs=$(awk -v d="$dtype" -v s="$shape" '$2 == d && $3 == s {print $4}' "$logs/gemm_torch.log")
   ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }')
   row "gemm $dtype $shape: ours $ours TFLOP/s, torch.matmul ${theirs:-n/a} TFLOP/s ($ratio)"
-done < <(grep '^gemm ' "$OUT/gemm_ours.log")
-grep -q '^gemm ' "$OUT/gemm_ours.log" || row "gemm: not measured ($(tail -1 "$OUT/gemm_ours.log" 2>/dev/null))"
+done < <(grep '^gemm ' "$logs/gemm_ours.log")
+grep -q '^gemm ' "$logs/gemm_ours.log" || row "gemm: not measured ($(tail -1 "$logs/gemm_ours.log" 2>/dev/null))"
 
 # ---- 5. data ----
 data=${BPT_DATA:-}
@@ -130,7 +138,7 @@ for candidate in "$root/.gpu-data/fashion-mnist" "$root/.gpu-data" /usr/share/da
 done
 if [ -z "$data" ]; then
   data=$build/synthetic-idx
-  $python scripts/gpu-check/make_synthetic_idx.py "$data" >>"$OUT/summary.log" 2>&1
+  $python scripts/gpu-check/make_synthetic_idx.py "$data" >>"$logs/summary.log" 2>&1
   say "no Fashion-MNIST: using a synthetic IDX set in $data (accuracies are not Fashion-MNIST's)"
 fi
 
@@ -140,8 +148,16 @@ ours_rate() {
   awk '/^epoch [0-9]+:/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s" && $(i+2) == "elapsed") t[++n] = $i }
        END { if (n >= 2) printf "%.0f", 60000 / (t[n] - t[n-1]); else if (n == 1) printf "%.0f*", 60000 / t[1]; else print "n/a" }' "$1"
 }
+# Seconds a run may take: its own limit, or what is left of the budget; 0 when too little is left.
+run_limit() {
+  local left=$(( budget - ($(date +%s) - began) - 15 ))
+  [ "$left" -lt 30 ] && { echo 0; return; }
+  [ "$left" -lt "$limit" ] && echo "$left" || echo "$limit"
+}
 ours() { # name binary precision env...
   local name=$1 binary=$2 precision=$3; shift 3
+  local seconds; seconds=$(run_limit)
+  [ "$seconds" = 0 ] && { row "$name: skipped (time budget of $budget s spent)"; return; }
   local extra=()
   if [ "$precision" != f32 ]; then
     if ! "$build/$binary" --help 2>&1 | grep -q -- --precision; then
@@ -149,38 +165,43 @@ ours() { # name binary precision env...
     fi
     extra=(--precision "$precision")
   fi
-  env "$@" timeout "$limit" "$build/$binary" --backend cuda --data "$data" --epochs "$epochs" "${extra[@]}" \
-    >"$OUT/$name.log" 2>&1
+  env "$@" timeout "$seconds" "$build/$binary" --backend cuda --data "$data" --epochs "$epochs" "${extra[@]}" \
+    >"$logs/$name.log" 2>&1
   local status=$?
-  row "$name: $(ours_rate "$OUT/$name.log") samples/s, $(grep -o 'final test accuracy: [0-9.]*%' "$OUT/$name.log" | tail -1) (exit $status)"
+  row "$name: $(ours_rate "$logs/$name.log") samples/s, $(grep -o 'final test accuracy: [0-9.]*%' "$logs/$name.log" | tail -1) (exit $status)"
 }
 theirs() { # name model mode
-  timeout "$limit" $python scripts/gpu-check/torch_bench.py "$2" --data "$data" --mode "$3" --epochs "$epochs" \
-    >"$OUT/$1.log" 2>&1
+  local seconds; seconds=$(run_limit)
+  [ "$seconds" = 0 ] && { row "$1: skipped (time budget of $budget s spent)"; return; }
+  timeout "$seconds" $python scripts/gpu-check/torch_bench.py "$2" --data "$data" --mode "$3" --epochs "$epochs" \
+    >"$logs/$1.log" 2>&1
   local status=$?
-  row "$1: $(grep -o 'samples_per_second=[0-9]*' "$OUT/$1.log" | cut -d= -f2) samples/s, accuracy $(grep -o 'accuracy=[0-9.]*' "$OUT/$1.log" | cut -d= -f2) (exit $status)"
+  row "$1: $(grep -o 'samples_per_second=[0-9]*' "$logs/$1.log" | cut -d= -f2) samples/s, accuracy $(grep -o 'accuracy=[0-9.]*' "$logs/$1.log" | cut -d= -f2) (exit $status)"
 }
+# Most telling comparisons first, so a short budget still answers them.
 ours mlp_ours_f32 mnist_mlp f32
-ours mlp_ours_f32_tf32 mnist_mlp f32 BPT_CUDA_TF32=1
-ours mlp_ours_bf16 mnist_mlp bf16
-ours mlp_ours_f16_loss_scaling mnist_mlp f16
 theirs mlp_torch_eager mlp eager
+ours mlp_ours_bf16 mnist_mlp bf16
 theirs mlp_torch_amp_bf16 mlp amp-bf16
+ours mlp_ours_f16_loss_scaling mnist_mlp f16
 theirs mlp_torch_amp_f16 mlp amp-f16
+ours mlp_ours_f32_tf32 mnist_mlp f32 BPT_CUDA_TF32=1
 if [ -x "$build/resnet" ]; then
-  ours resnet_ours_f32 resnet f32 BPT_CUDA_BENCHMARK=1
+  # PyTorch's default lets convolutions use tf32 and cudnn.benchmark is on in torch_bench.py: match both.
   ours resnet_ours_f32_tf32 resnet f32 BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1
-  ours resnet_ours_bf16 resnet bf16 BPT_CUDA_BENCHMARK=1
-  ours resnet_ours_f16_loss_scaling resnet f16 BPT_CUDA_BENCHMARK=1
   theirs resnet_torch_eager resnet eager
+  ours resnet_ours_bf16 resnet bf16 BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1
   theirs resnet_torch_amp_bf16 resnet amp-bf16
+  ours resnet_ours_f16_loss_scaling resnet f16 BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1
   theirs resnet_torch_amp_f16 resnet amp-f16
+  ours resnet_ours_f32 resnet f32 BPT_CUDA_BENCHMARK=1
 else
   row "resnet: not run (examples/resnet.c is not in this tree yet)"
 fi
 
 # ---- 7. the table ----
 echo
-echo "=== gpu-check: $(grep -m1 -o 'NVIDIA [A-Z0-9 ]*' "$OUT/environment.log" || echo GPU), data $data, batch 128, $epochs epochs ==="
+echo "=== gpu-check: $(grep -m1 -o 'NVIDIA [A-Z0-9 ]*' "$logs/environment.log" || echo GPU), data $data, batch 128, $epochs epochs ==="
 printf '%s\n' "${table[@]}"
-echo "(samples/s: last epoch, training + test evaluation; '*' = single epoch incl. warm-up; logs in $OUT)"
+echo "(samples/s: last epoch, training + test evaluation; '*' = single epoch incl. warm-up;"
+echo " logs: $OUT/gpu-check-logs.tar.gz, table: $OUT/table.txt)"

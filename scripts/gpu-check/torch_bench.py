@@ -9,6 +9,7 @@ Prints 'RESULT <model> <mode> samples_per_second=<x> accuracy=<y>' (or 'gemm <dt
 The ResNet here is the CIFAR-style ResNet (He et al. 2016, section 4.2: 3 stages of 16/32/64 channels,
 --blocks basic blocks each) on 1x28x28 inputs; keep it in step with examples/resnet.c."""
 import argparse
+import contextlib
 import gzip
 import os
 import struct
@@ -82,21 +83,29 @@ def mlp(features, classes):
 
 def train(args):
     torch.backends.cudnn.benchmark = True  # PyTorch's fastest configuration, as the brief asks
-    device = torch.device("cuda")
+    device = torch.device(args.device)
     train_x, train_y = load_split(args.data, "train")
     test_x, test_y = load_split(args.data, "t10k")
-    train_x = train_x.reshape(len(train_x), -1).pin_memory()
-    train_y = train_y.pin_memory()
+    train_x = train_x.reshape(len(train_x), -1)
+    if device.type == "cuda":
+        train_x, train_y = train_x.pin_memory(), train_y.pin_memory()
     test_x = test_x.reshape(len(test_x), -1)
     classes = int(train_y.max()) + 1
     torch.manual_seed(42)
     model = (mlp(train_x.shape[1], classes) if args.model == "mlp" else ResNet(args.blocks, classes)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     amp_dtype = {"amp-bf16": torch.bfloat16, "amp-f16": torch.float16}.get(args.mode)
-    scaler = torch.amp.GradScaler("cuda", enabled=args.mode == "amp-f16")
+    if hasattr(torch.amp, "GradScaler"):
+        scaler = torch.amp.GradScaler(device.type, enabled=args.mode == "amp-f16")
+    else:  # PyTorch before 2.3
+        scaler = torch.cuda.amp.GradScaler(enabled=args.mode == "amp-f16")
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    def autocast():
+        return torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
+
     epoch_seconds, accuracy = [], 0.0
     for epoch in range(args.epochs):
-        torch.cuda.synchronize()
+        synchronize()
         start = time.perf_counter()
         model.train()
         order = torch.randperm(len(train_x))
@@ -104,7 +113,7 @@ def train(args):
             index = order[first : first + args.batch]
             x = train_x[index].to(device, non_blocking=True)
             y = train_y[index].to(device, non_blocking=True)
-            with torch.autocast("cuda", dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            with autocast():
                 loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
@@ -113,11 +122,11 @@ def train(args):
             loss.item()  # the examples read the loss every step for their progress line
         model.eval()
         correct = 0
-        with torch.no_grad(), torch.autocast("cuda", dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+        with torch.no_grad(), autocast():
             for first in range(0, len(test_x), args.batch):
                 x = test_x[first : first + args.batch].to(device)
                 correct += int((model(x).argmax(1).cpu() == test_y[first : first + args.batch]).sum())
-        torch.cuda.synchronize()
+        synchronize()
         epoch_seconds.append(time.perf_counter() - start)
         accuracy = correct / len(test_x)
         print(f"epoch {epoch + 1}: {epoch_seconds[-1]:.2f} s, test accuracy {100 * accuracy:.2f}%", flush=True)
@@ -159,6 +168,7 @@ if __name__ == "__main__":
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--device", default="cuda", help="cpu only to check this script where there is no GPU")
     arguments = parser.parse_args()
     if arguments.model == "gemm":
         gemm()
