@@ -99,7 +99,7 @@ if ! cmake -S . -B "$build" "${cmake_args[@]}" >"$logs/configure.log" 2>&1; then
   say "configure FAILED (see configure.log)"; tail -20 "$logs/configure.log"; exit 1
 fi
 targets=(bptrain_static mnist_mlp test_cuda_parity)
-[ -f examples/resnet.c ] && targets+=(resnet)
+for example in resnet mnist_precision; do [ -f "examples/$example.c" ] && targets+=("$example"); done
 if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.log" 2>&1; then
   say "build FAILED (see build.log)"; grep -m20 -E "error|Error" "$logs/build.log"; exit 1
 fi
@@ -143,10 +143,14 @@ if [ -z "$data" ]; then
 fi
 
 # ---- 6. training runs: ours and PyTorch's ----
-# samples/s of the last epoch (training + test evaluation), from the examples' "N s elapsed" lines.
+# samples/s of the last epoch (training + test evaluation) from the examples' "N s elapsed" lines; examples
+# without them give their progress bar's last training rate, marked '+'.
 ours_rate() {
-  awk '/^epoch [0-9]+:/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s" && $(i+2) == "elapsed") t[++n] = $i }
-       END { if (n >= 2) printf "%.0f", 60000 / (t[n] - t[n-1]); else if (n == 1) printf "%.0f*", 60000 / t[1]; else print "n/a" }' "$1"
+  tr '\r' '\n' <"$1" | awk '
+    /^epoch [0-9]+:/ { for (i = 1; i <= NF; i++) if ($(i+1) == "s" && $(i+2) == "elapsed") t[++n] = $i }
+    { for (i = 2; i <= NF; i++) if ($i == "samples/s") rate = $(i-1) }
+    END { if (n >= 2) printf "%.0f", 60000 / (t[n] - t[n-1]); else if (n == 1) printf "%.0f*", 60000 / t[1];
+          else if (rate != "") printf "%s+", rate; else print "n/a" }'
 }
 # Seconds a run may take: its own limit, or what is left of the budget; 0 when too little is left.
 run_limit() {
@@ -154,54 +158,53 @@ run_limit() {
   [ "$left" -lt 30 ] && { echo 0; return; }
   [ "$left" -lt "$limit" ] && echo "$left" || echo "$limit"
 }
-ours() { # name binary precision env...
-  local name=$1 binary=$2 precision=$3; shift 3
+# ours NAME "ENV=..." BINARY ARGUMENTS...: needs the example to take --backend (and its other options).
+ours() {
+  local name=$1 environment=$2 binary=$3; shift 3
   local seconds; seconds=$(run_limit)
   [ "$seconds" = 0 ] && { row "$name: skipped (time budget of $budget s spent)"; return; }
-  local extra=()
-  if [ "$precision" != f32 ]; then
-    if ! "$build/$binary" --help 2>&1 | grep -q -- --precision; then
-      row "$name: not run ($binary has no --precision option yet)"; return
-    fi
-    extra=(--precision "$precision")
-  fi
-  env "$@" timeout "$seconds" "$build/$binary" --backend cuda --data "$data" --epochs "$epochs" "${extra[@]}" \
+  [ -x "$build/$binary" ] || { row "$name: not run ($binary is not in this tree)"; return; }
+  local help; help=$("$build/$binary" --help 2>&1)
+  for option in --backend "$@"; do
+    case $option in --*) grep -q -- "$option" <<<"$help" || { row "$name: not run ($binary has no $option option)"; return; } ;; esac
+  done
+  env $environment timeout "$seconds" "$build/$binary" --backend cuda --data "$data" --epochs "$epochs" "$@" \
     >"$logs/$name.log" 2>&1
   local status=$?
   row "$name: $(ours_rate "$logs/$name.log") samples/s, $(grep -o 'final test accuracy: [0-9.]*%' "$logs/$name.log" | tail -1) (exit $status)"
 }
-theirs() { # name model mode
+theirs() { # NAME MODEL MODE [torch_bench options]
+  local name=$1 model=$2 mode=$3; shift 3
   local seconds; seconds=$(run_limit)
-  [ "$seconds" = 0 ] && { row "$1: skipped (time budget of $budget s spent)"; return; }
-  timeout "$seconds" $python scripts/gpu-check/torch_bench.py "$2" --data "$data" --mode "$3" --epochs "$epochs" \
-    >"$logs/$1.log" 2>&1
+  [ "$seconds" = 0 ] && { row "$name: skipped (time budget of $budget s spent)"; return; }
+  timeout "$seconds" $python scripts/gpu-check/torch_bench.py "$model" --data "$data" --mode "$mode" \
+    --epochs "$epochs" "$@" >"$logs/$name.log" 2>&1
   local status=$?
-  row "$1: $(grep -o 'samples_per_second=[0-9]*' "$logs/$1.log" | cut -d= -f2) samples/s, accuracy $(grep -o 'accuracy=[0-9.]*' "$logs/$1.log" | cut -d= -f2) (exit $status)"
+  row "$name: $(grep -o 'samples_per_second=[0-9]*' "$logs/$name.log" | cut -d= -f2) samples/s, accuracy $(grep -o 'accuracy=[0-9.]*' "$logs/$name.log" | cut -d= -f2) (exit $status)"
 }
-# Most telling comparisons first, so a short budget still answers them.
-ours mlp_ours_f32 mnist_mlp f32
+# Most telling comparisons first, so a short budget still answers them. The mixed-precision MLP is the
+# precision example (its --dtype picks the policy; f16 gets dynamic loss scaling).
+ours mlp_ours_f32 "" mnist_mlp
 theirs mlp_torch_eager mlp eager
-ours mlp_ours_bf16 mnist_mlp bf16
+ours mlp_ours_bf16 "" mnist_precision --dtype bf16
 theirs mlp_torch_amp_bf16 mlp amp-bf16
-ours mlp_ours_f16_loss_scaling mnist_mlp f16
+ours mlp_ours_f16_loss_scaling "" mnist_precision --dtype f16 --loss-scaling dynamic
 theirs mlp_torch_amp_f16 mlp amp-f16
-ours mlp_ours_f32_tf32 mnist_mlp f32 BPT_CUDA_TF32=1
-if [ -x "$build/resnet" ]; then
-  # PyTorch's default lets convolutions use tf32 and cudnn.benchmark is on in torch_bench.py: match both.
-  ours resnet_ours_f32_tf32 resnet f32 BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1
-  theirs resnet_torch_eager resnet eager
-  ours resnet_ours_bf16 resnet bf16 BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1
-  theirs resnet_torch_amp_bf16 resnet amp-bf16
-  ours resnet_ours_f16_loss_scaling resnet f16 BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1
-  theirs resnet_torch_amp_f16 resnet amp-f16
-  ours resnet_ours_f32 resnet f32 BPT_CUDA_BENCHMARK=1
-else
-  row "resnet: not run (examples/resnet.c is not in this tree yet)"
-fi
+ours mlp_ours_f32_tf32 "BPT_CUDA_TF32=1" mnist_mlp
+# ResNet-20 without augmentation (PyTorch's side has none). PyTorch lets convolutions use tf32 and
+# torch_bench.py turns cudnn.benchmark on: the first of ours matches both.
+resnet=(--depth 20 --no-augment)
+ours resnet_ours_f32_tf32 "BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1" resnet "${resnet[@]}"
+theirs resnet_torch_eager resnet eager --blocks 3
+ours resnet_ours_bf16 "BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1" resnet "${resnet[@]}" --dtype bf16
+theirs resnet_torch_amp_bf16 resnet amp-bf16 --blocks 3
+ours resnet_ours_f16_loss_scaling "BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1" resnet "${resnet[@]}" --dtype f16
+theirs resnet_torch_amp_f16 resnet amp-f16 --blocks 3
+ours resnet_ours_f32 "BPT_CUDA_BENCHMARK=1" resnet "${resnet[@]}"
 
 # ---- 7. the table ----
 echo
 echo "=== gpu-check: $(grep -m1 -o 'NVIDIA [A-Z0-9 ]*' "$logs/environment.log" || echo GPU), data $data, batch 128, $epochs epochs ==="
 printf '%s\n' "${table[@]}"
-echo "(samples/s: last epoch, training + test evaluation; '*' = single epoch incl. warm-up;"
+echo "(samples/s: last epoch, training + test evaluation; '*' = single epoch incl. warm-up; '+' = training only;"
 echo " logs: $OUT/gpu-check-logs.tar.gz, table: $OUT/table.txt)"
