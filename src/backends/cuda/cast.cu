@@ -54,6 +54,26 @@ __global__ void unscale_check_finite_kernel(int64_t count, float *gradients, flo
   if (__syncthreads_or(nonfinite) && threadIdx.x == 0) *found_nonfinite = 1;
 }
 
+// values = f32(dtype(values)): an f32 buffer then holds exactly what a dtype buffer would (the precision
+// branch's storage emulation, issue 4: nearest even, FP8 saturating, f16/bf16 overflowing to inf).
+__global__ void round_to_dtype_kernel(int64_t count, bpt_dtype dtype, float *values) {
+  GRID_STRIDE(i, count) {
+    float value = values[i];
+    switch (dtype) {
+    case BPT_DTYPE_F16: value = __half2float(__float2half_rn(value)); break;
+    case BPT_DTYPE_BF16: value = __bfloat162float(__float2bfloat16_rn(value)); break;
+    case BPT_DTYPE_FP8_E4M3:
+      value = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_cvt_float_to_fp8(value, __NV_SATFINITE, __NV_E4M3), __NV_E4M3)));
+      break;
+    case BPT_DTYPE_FP8_E5M2:
+      value = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_cvt_float_to_fp8(value, __NV_SATFINITE, __NV_E5M2), __NV_E5M2)));
+      break;
+    default: break;
+    }
+    values[i] = value;
+  }
+}
+
 static bool floating(bpt_dtype dtype) {
   return dtype == BPT_DTYPE_F32 || dtype == BPT_DTYPE_F16 || dtype == BPT_DTYPE_BF16 || dtype == BPT_DTYPE_FP8_E4M3 ||
          dtype == BPT_DTYPE_FP8_E5M2;
@@ -78,4 +98,12 @@ bpt_status bpt_cuda_unscale_check_finite(bpt_backend *backend, int64_t count, fl
   unscale_check_finite_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
       count, gradients, inverse_scale, found_nonfinite);
   return bpt_cuda_check_launch(backend, "unscale_check_finite");
+}
+
+bpt_status bpt_cuda_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (dtype == BPT_DTYPE_F32 || count == 0) return BPT_OK;
+  if (!floating(dtype)) return bpt_backend_fail(backend, BPT_ERR_DTYPE, "cannot round to %s", bpt_dtype_name(dtype));
+  round_to_dtype_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, dtype, values);
+  return bpt_cuda_check_launch(backend, "round_to_dtype");
 }

@@ -144,6 +144,21 @@ bpt_status bpt_cuda_cast(bpt_backend *backend, int64_t count, bpt_dtype source_d
                          bpt_dtype destination_dtype, void *destination, float scale);
 bpt_status bpt_cuda_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
                                          int32_t *found_nonfinite);
+/* Kernels for vtable members that the CNN branch (issue 3: dropout, reduce_statistics, scale_clamp) and the
+ * precision branch (issue 4: round_to_dtype, relu_mask, absolute_max) append to backend.h; backend.c lists
+ * them in the table once those members are merged (docs/cuda.md gives the lines). Same signatures. */
+bpt_status bpt_cuda_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
+                                    const float *x, float *y, float *mask);
+bpt_status bpt_cuda_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy,
+                                     float *dx);
+bpt_status bpt_cuda_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
+                                      double *sum_of_squares, int64_t *zeros);
+bpt_status bpt_cuda_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);
+bpt_status bpt_cuda_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values);
+bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
+bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
+                                       float *dx);
+bpt_status bpt_cuda_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
 /* Fills count floats with value (batch norm's default gamma and beta). */
 bpt_status bpt_cuda_fill(bpt_backend *backend, int64_t count, float value, float *y);
 

@@ -55,6 +55,25 @@ __global__ void add_scaled_kernel(int64_t count, float alpha, const float *x, fl
   GRID_STRIDE(i, count) y[i] += alpha * x[i];
 }
 
+// ReLU keeping one bit per element for backward (the precision branch's member, issue 4): a thread owns a
+// whole mask byte, so no two threads write the same byte.
+__global__ void relu_mask_forward_kernel(int64_t count, const float *x, float *y, uint8_t *mask) {
+  GRID_STRIDE(byte, (count + 7) / 8) {
+    int64_t first = byte * 8, last = first + 8 < count ? first + 8 : count;
+    unsigned bits = 0;
+    for (int64_t i = first; i < last; i++) {
+      bool positive = x[i] > 0.0f;
+      y[i] = positive ? x[i] : 0.0f;
+      bits |= (unsigned)positive << (i - first);
+    }
+    mask[byte] = (uint8_t)bits;
+  }
+}
+
+__global__ void relu_mask_backward_kernel(int64_t count, const uint8_t *mask, const float *dy, float *dx) {
+  GRID_STRIDE(i, count) if (mask[i / 8] >> (i % 8) & 1) dx[i] += dy[i];
+}
+
 __global__ void fill_kernel(int64_t count, float value, float *y) {
   GRID_STRIDE(i, count) y[i] = value;
 }
@@ -111,4 +130,21 @@ bpt_status bpt_cuda_fill(bpt_backend *backend, int64_t count, float value, float
   if (count == 0) return BPT_OK;
   fill_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, value, y);
   return bpt_cuda_check_launch(backend, "fill");
+}
+
+bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (count == 0) return BPT_OK;
+  relu_mask_forward_kernel<<<bpt_cuda_blocks(state, (count + 7) / 8), BPT_CUDA_THREADS, 0, state->stream>>>(count, x,
+                                                                                                          y, mask);
+  return bpt_cuda_check_launch(backend, "relu_mask_forward");
+}
+
+bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
+                                       float *dx) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (count == 0) return BPT_OK;
+  relu_mask_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, mask, dy,
+                                                                                                  dx);
+  return bpt_cuda_check_launch(backend, "relu_mask_backward");
 }
