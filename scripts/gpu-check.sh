@@ -2,7 +2,7 @@
 # The GPU machine check for the CUDA backend (issue 5), in one call: builds with CUDA, runs the CUDA parity
 # test, trains the MLP (and the ResNet example when it exists) in f32, bf16 and f16 + loss scaling where the
 # examples offer --precision, runs the same models in PyTorch (eager and AMP) on the same GPU, times gemm
-# against cuBLAS through PyTorch, and prints a short table last. Full logs go to $OUT (default ./gpu-check-out).
+# against cuBLAS through PyTorch, and prints a short table last. Full logs go to $OUT (default build-gpu/out).
 #
 # Run from the repository root on the device machine, e.g. through the device tool:
 #   run(command="bash scripts/gpu-check.sh", carry=[".gpu-data"], timeout_s=600)
@@ -20,7 +20,7 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-OUT=${OUT:-$root/gpu-check-out}
+OUT=${OUT:-$root/build-gpu/out}
 build=${GPU_CHECK_BUILD:-$root/build-gpu}
 # The device tool brings back at most 8 files from $OUT: logs gather in one folder, packed on exit.
 logs=$build/gpu-check-logs
