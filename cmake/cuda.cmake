@@ -43,6 +43,7 @@ if(BPT_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   enable_language(CUDA)
+  find_package(Threads REQUIRED)
   # nvcc does not take gcc's warning flags itself: hand the project's options to the host compiler for
   # .cu files and keep them as they are for C. Device code warnings are errors too.
   get_directory_property(bpt_options COMPILE_OPTIONS)
@@ -64,9 +65,13 @@ if(BPT_HAVE_CUDA)
   file(GLOB BPT_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/*.c
        ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/*.cu)
   list(APPEND BPT_OPTIONAL_SOURCES ${BPT_CUDA_SOURCES})
-  list(APPEND BPT_PRIVATE_LIBRARIES CUDA::cudart CUDA::cublas CUDA::cublasLt ${BPT_CUDNN_LIBRARY})
+  # cuBLAS is loaded at run time (src/backends/cuda/cublas_library.c), so CPU-only programs skip its start-up.
+  list(APPEND BPT_PRIVATE_LIBRARIES CUDA::cudart ${BPT_CUDNN_LIBRARY} ${CMAKE_DL_LIBS} Threads::Threads)
   list(APPEND BPT_PRIVATE_INCLUDES ${BPT_CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
   list(APPEND BPT_PRIVATE_DEFINITIONS BPT_HAVE_CUDA)
+  # Where cuBLAS was found, for machines whose loader path does not list the toolkit.
+  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/cublas_library.c PROPERTIES
+                              COMPILE_DEFINITIONS "BPT_CUDA_LIBRARY_DIR=\"${CUDAToolkit_LIBRARY_DIR}\"")
   message(STATUS "bptrain: nvcc ${CMAKE_CUDA_COMPILER_VERSION}, cuDNN ${BPT_CUDNN_LIBRARY}, "
                  "architectures ${CMAKE_CUDA_ARCHITECTURES}")
 endif()

@@ -20,8 +20,9 @@ bpt_status bpt_cuda_check_launch(bpt_backend *backend, const char *where) {
 
 bpt_status bpt_cuda_check_cublas(bpt_backend *backend, cublasStatus_t status, const char *where) {
   if (status == CUBLAS_STATUS_SUCCESS) return BPT_OK;
+  const bpt_cuda_cublas_api *blas = bpt_cuda(backend)->blas;
   return bpt_backend_fail(backend, status == CUBLAS_STATUS_ALLOC_FAILED ? BPT_ERR_OUT_OF_MEMORY : BPT_ERR_DEVICE,
-                          "%s: cuBLAS error %d (%s)", where, (int)status, cublasGetStatusString(status));
+                          "%s: cuBLAS error %d (%s)", where, (int)status, blas ? blas->status_string(status) : "?");
 }
 
 bpt_status bpt_cuda_check_cudnn(bpt_backend *backend, cudnnStatus_t status, const char *where) {
@@ -45,7 +46,7 @@ static void cuda_destroy(bpt_backend *backend) {
   if (state->cublas_workspace) cudaFreeAsync(state->cublas_workspace, state->stream);
   bpt_cuda_memory_destroy(backend);
   if (state->cudnn) cudnnDestroy(state->cudnn);
-  if (state->cublas) cublasDestroy(state->cublas);
+  if (state->cublas) state->blas->destroy(state->cublas);
   if (state->stream) cudaStreamDestroy(state->stream);
   free(state);
   backend->state = NULL;
@@ -78,12 +79,13 @@ static bpt_status cuda_create(bpt_backend *backend, const bpt_backend_options *o
   if (status == BPT_OK)
     status = bpt_cuda_check(backend, cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking),
                             "cudaStreamCreate");
-  if (status == BPT_OK) status = bpt_cuda_check_cublas(backend, cublasCreate(&state->cublas), "cublasCreate");
+  if (status == BPT_OK && !(state->blas = bpt_cuda_cublas(backend))) status = BPT_ERR_DEVICE;
+  if (status == BPT_OK) status = bpt_cuda_check_cublas(backend, state->blas->create(&state->cublas), "cublasCreate");
   if (status == BPT_OK)
-    status = bpt_cuda_check_cublas(backend, cublasSetStream(state->cublas, state->stream), "cublasSetStream");
+    status = bpt_cuda_check_cublas(backend, state->blas->set_stream(state->cublas, state->stream), "cublasSetStream");
   if (status == BPT_OK)
     /* alpha and beta come from bpt_gemm_args, on the host. */
-    status = bpt_cuda_check_cublas(backend, cublasSetPointerMode(state->cublas, CUBLAS_POINTER_MODE_HOST),
+    status = bpt_cuda_check_cublas(backend, state->blas->set_pointer_mode(state->cublas, CUBLAS_POINTER_MODE_HOST),
                                    "cublasSetPointerMode");
   if (status == BPT_OK) status = bpt_cuda_check_cudnn(backend, cudnnCreate(&state->cudnn), "cudnnCreate");
   if (status == BPT_OK)
@@ -94,7 +96,7 @@ static bpt_status cuda_create(bpt_backend *backend, const bpt_backend_options *o
     status = bpt_cuda_alloc(backend, BPT_CUDA_CUBLAS_WORKSPACE, &state->cublas_workspace);
   if (status == BPT_OK)
     status = bpt_cuda_check_cublas(
-        backend, cublasSetWorkspace(state->cublas, state->cublas_workspace, BPT_CUDA_CUBLAS_WORKSPACE),
+        backend, state->blas->set_workspace(state->cublas, state->cublas_workspace, BPT_CUDA_CUBLAS_WORKSPACE),
         "cublasSetWorkspace");
   if (status != BPT_OK) cuda_destroy(backend);
   return status;

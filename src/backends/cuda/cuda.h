@@ -43,11 +43,32 @@ extern "C" {
 
 typedef struct bpt_cuda_conv_plan bpt_cuda_conv_plan;
 
+/* The cuBLAS entry points the backend uses, loaded at run time (cublas_library.c says why). */
+typedef cublasStatus_t (*bpt_cuda_gemm_ex_fn)(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                              int m, int n, int k, const void *alpha, const void *a,
+                                              cudaDataType_t a_type, int lda, const void *b, cudaDataType_t b_type,
+                                              int ldb, const void *beta, void *c, cudaDataType_t c_type, int ldc,
+                                              cublasComputeType_t compute_type, cublasGemmAlgo_t algorithm);
+typedef struct bpt_cuda_cublas_api {
+  bool loaded;
+  cublasStatus_t (*create)(cublasHandle_t *handle);
+  cublasStatus_t (*destroy)(cublasHandle_t handle);
+  cublasStatus_t (*set_stream)(cublasHandle_t handle, cudaStream_t stream);
+  cublasStatus_t (*set_pointer_mode)(cublasHandle_t handle, cublasPointerMode_t mode);
+  cublasStatus_t (*set_workspace)(cublasHandle_t handle, void *workspace, size_t bytes);
+  const char *(*status_string)(cublasStatus_t status);
+  bpt_cuda_gemm_ex_fn gemm_ex;
+} bpt_cuda_cublas_api;
+
+/* Loads cuBLAS once per process; NULL (with the backend's message set) when it cannot be loaded. */
+const bpt_cuda_cublas_api *bpt_cuda_cublas(bpt_backend *backend);
+
 typedef struct bpt_cuda_state {
   int device;
   int multiprocessors;
   cudaStream_t stream;
   cudaMemPool_t pool; /* the caching allocator: stream-ordered, memory kept by the pool between steps */
+  const bpt_cuda_cublas_api *blas;
   cublasHandle_t cublas;
   void *cublas_workspace;
   cudnnHandle_t cudnn;

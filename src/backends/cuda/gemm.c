@@ -70,7 +70,7 @@ bpt_status bpt_cuda_gemm(bpt_backend *backend, const bpt_gemm_args *requested) {
   bpt_cuda_state *state = bpt_cuda(backend);
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   if (a_type == CUDA_R_32F && state->tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
-  cublasStatus_t status = cublasGemmEx(
+  cublasStatus_t status = state->blas->gemm_ex(
       state->cublas, args->transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, args->transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
       (int)args->n, (int)args->m, (int)args->k, &args->alpha, args->b, b_type, (int)args->ldb, args->a, a_type,
       (int)args->lda, &args->beta, args->c, c_type, (int)args->ldc, compute, CUBLAS_GEMM_DEFAULT);
