@@ -60,7 +60,10 @@ if(BPT_HAVE_CUDA)
     list(APPEND bpt_wrapped_options "$<$<NOT:$<COMPILE_LANGUAGE:CUDA>>:${bpt_option}>")
   endforeach()
   set_directory_properties(PROPERTIES COMPILE_OPTIONS "${bpt_wrapped_options}")
-  add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-fno-exceptions>")
+  # No C++ runtime in the objects (exceptions, guarded statics), so C programs link the static library with
+  # a C linker and no libstdc++.
+  add_compile_options(
+    "$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-fno-exceptions;-Xcompiler=-fno-threadsafe-statics>")
 
   file(GLOB BPT_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/*.c
        ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/*.cu)
