@@ -120,7 +120,7 @@ cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -1; }
 zlib_library=$(cache ZLIB_LIBRARY_RELEASE); [ -n "$zlib_library" ] || zlib_library=$(cache ZLIB_LIBRARY)
 { cc -std=c11 -O2 -I include -I src -c scripts/gpu-check/gemm_bench.c -o "$build/gemm_bench.o" &&
   c++ -o "$build/gemm_bench" "$build/gemm_bench.o" "$build/libbptrain.a" "$(cache BPT_CUDNN_LIBRARY)" \
-    -L"$(cache CUDAToolkit_LIBRARY_DIR)" -lcudart "$(cache BPT_OPENBLAS_LIBRARY)" \
+    "$(cache CUDA_cudart_LIBRARY)" "$(cache BPT_OPENBLAS_LIBRARY)" \
     "${zlib_library:--lz}" -fopenmp -ldl -lpthread -lm; } >"$logs/gemm_bench_build.log" 2>&1
 "$build/gemm_bench" >"$logs/gemm_ours.log" 2>&1
 timeout 300 $python scripts/gpu-check/torch_bench.py gemm >"$logs/gemm_torch.log" 2>&1
