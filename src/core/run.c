@@ -90,6 +90,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   BPT_CHECK(require_compiled(graph, where));
   if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "%s: the graph was compiled without a loss", where);
   if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_forward first", where);
+  if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_BEGIN, accumulate));
   if (!accumulate) BPT_CHECK(bpt_graph_zero_gradients(graph));
   BPT_CHECK(zero_activation_gradients(graph));
   bpt_backend *backend = graph->backend;
@@ -100,7 +101,9 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_get(node->op);
     if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
+    if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_NODE_BACKWARD, i));
   }
+  if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_END, -1));
   graph->backward_done = true;
   return BPT_OK;
 }

@@ -1,0 +1,298 @@
+/* The MPI engine: host buffers, a duplicated communicator with MPI_ERRORS_RETURN, and every collective
+ * non-blocking so comm.c can poll it with a timeout. All-reduce is our own ring (reduce-scatter then
+ * all-gather over MPI_Isend/MPI_Irecv): it handles f16, bf16 and int8 without MPI user ops, advances one
+ * hop per poll so buckets progress between backward nodes, and measures as fast as the blocking
+ * MPI_Allreduce, where Open MPI's MPI_Iallreduce is 1.5-1.9x slower (see bench/allreduce.c). */
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "comm/compress.h"
+
+typedef struct mpi_state {
+  MPI_Comm comm;
+  int tag_limit;     /* tags run from 0 to tag_limit - 1 */
+  uint64_t sequence; /* all-reduces started, the same on every rank: gives each its own tags */
+} mpi_state;
+
+typedef enum request_kind { REQUEST_RING, REQUEST_SINGLE } request_kind;
+
+struct bpt_comm_request {
+  request_kind kind;
+  MPI_Request requests[2]; /* ring: send and receive of the current hop; single: requests[0] */
+  /* Ring all-reduce of buffer (count elements of element_size bytes) in size chunks. */
+  char *buffer;
+  int64_t count;
+  size_t element_size;
+  bpt_dtype dtype;
+  bpt_comm_reduction reduction;
+  char *scratch; /* one chunk, received before it is reduced */
+  int hop, hops; /* hops = 2 (size - 1): size - 1 reduce-scatter hops, then size - 1 all-gather hops */
+  int tag;
+};
+
+/* Processes that called MPI_Init through us, so the last communicator destroyed finalises MPI. */
+static int initialised_by_us;
+static int open_communicators;
+
+static mpi_state *state_of(bpt_comm *comm) { return comm->state; }
+
+static bpt_status mpi_failure(bpt_comm *comm, int code, const char *what) {
+  char message[MPI_MAX_ERROR_STRING] = "";
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  return bpt_comm_fail(comm, BPT_ERR_COMM, "mpi: %s failed: %s", what, message);
+}
+
+static int modulo(int a, int b) { return ((a % b) + b) % b; }
+
+static int64_t chunk_begin(const bpt_comm_request *request, int size, int chunk) {
+  return request->count * chunk / size;
+}
+
+/* Posts the receive and the send of the request's current hop. */
+static bpt_status post_hop(bpt_comm *comm, bpt_comm_request *request) {
+  int size = comm->size, rank = comm->rank;
+  int right = (rank + 1) % size, left = modulo(rank - 1, size);
+  int send_chunk, receive_chunk;
+  char *receive_base;
+  if (request->hop < size - 1) { /* reduce-scatter: pass partial sums around the ring */
+    send_chunk = modulo(rank - request->hop, size);
+    receive_chunk = modulo(rank - request->hop - 1, size);
+  } else { /* all-gather: pass the finished chunks around */
+    int step = request->hop - (size - 1);
+    send_chunk = modulo(rank + 1 - step, size);
+    receive_chunk = modulo(rank - step, size);
+  }
+  int64_t send_begin = chunk_begin(request, size, send_chunk);
+  int64_t send_count = chunk_begin(request, size, send_chunk + 1) - send_begin;
+  int64_t receive_begin = chunk_begin(request, size, receive_chunk);
+  int64_t receive_count = chunk_begin(request, size, receive_chunk + 1) - receive_begin;
+  receive_base = request->hop < size - 1 ? request->scratch
+                                         : request->buffer + (size_t)receive_begin * request->element_size;
+  int tag = (request->tag + request->hop) % state_of(comm)->tag_limit;
+  MPI_Comm mpi_comm = state_of(comm)->comm;
+  int code = MPI_Irecv(receive_base, (int)((size_t)receive_count * request->element_size), MPI_BYTE, left, tag,
+                       mpi_comm, &request->requests[1]);
+  if (code != MPI_SUCCESS) return mpi_failure(comm, code, "MPI_Irecv");
+  code = MPI_Isend(request->buffer + (size_t)send_begin * request->element_size,
+                   (int)((size_t)send_count * request->element_size), MPI_BYTE, right, tag, mpi_comm,
+                   &request->requests[0]);
+  if (code != MPI_SUCCESS) return mpi_failure(comm, code, "MPI_Isend");
+  return BPT_OK;
+}
+
+static void reduce_received(bpt_comm *comm, bpt_comm_request *request) {
+  int chunk = modulo(comm->rank - request->hop - 1, comm->size);
+  int64_t begin = chunk_begin(request, comm->size, chunk);
+  int64_t count = chunk_begin(request, comm->size, chunk + 1) - begin;
+  char *target = request->buffer + (size_t)begin * request->element_size;
+  if (request->reduction == BPT_COMM_REDUCE_MAX)
+    bpt_comm_max_into((float *)target, (const float *)request->scratch, count);
+  else
+    bpt_comm_sum_into(request->dtype, target, request->scratch, count);
+}
+
+static size_t element_size(bpt_dtype dtype) { return dtype == BPT_DTYPE_U8 ? 1 : bpt_dtype_size(dtype); }
+
+static bpt_status mpi_allreduce_start(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype,
+                                      bpt_comm_reduction reduction, float prescale, bpt_comm_request **out) {
+  size_t bytes = element_size(dtype);
+  if ((size_t)(count / comm->size + 1) * bytes > (size_t)INT_MAX)
+    return bpt_error(comm->context, BPT_ERR_UNSUPPORTED,
+                     "mpi: all-reduce of %lld elements: each rank's share must stay under 2 GiB; split the buffer",
+                     (long long)count);
+  bpt_comm_request *request = bpt_calloc(comm->context, 1, sizeof *request, "MPI all-reduce request");
+  if (!request) return BPT_ERR_OUT_OF_MEMORY;
+  request->kind = REQUEST_RING;
+  request->requests[0] = request->requests[1] = MPI_REQUEST_NULL;
+  request->buffer = buffer;
+  request->count = count;
+  request->element_size = bytes;
+  request->dtype = dtype;
+  request->reduction = reduction;
+  request->hops = 2 * (comm->size - 1);
+  mpi_state *state = state_of(comm);
+  request->tag = (int)((state->sequence++ * (uint64_t)(request->hops + 1)) % (uint64_t)state->tag_limit);
+  if (dtype != BPT_DTYPE_U8) bpt_comm_scale(dtype, buffer, count, prescale);
+  if (request->hops > 0 && count > 0) {
+    request->scratch = bpt_calloc(comm->context, (size_t)(count / comm->size + 1), bytes, "MPI ring chunk");
+    if (!request->scratch) {
+      free(request);
+      return BPT_ERR_OUT_OF_MEMORY;
+    }
+    bpt_status status = post_hop(comm, request);
+    if (status != BPT_OK) return status; /* the comm is failed; the request may be referenced by MPI */
+  } else {
+    request->hop = request->hops;
+  }
+  *out = request;
+  return BPT_OK;
+}
+
+static bpt_status start_single(bpt_comm *comm, int code, const char *what, MPI_Request mpi_request,
+                               bpt_comm_request **out) {
+  if (code != MPI_SUCCESS) return mpi_failure(comm, code, what);
+  bpt_comm_request *request = bpt_calloc(comm->context, 1, sizeof *request, "MPI request");
+  if (!request) return bpt_comm_fail(comm, BPT_ERR_OUT_OF_MEMORY, "mpi: out of memory tracking %s", what);
+  request->kind = REQUEST_SINGLE;
+  request->requests[0] = mpi_request;
+  request->requests[1] = MPI_REQUEST_NULL;
+  *out = request;
+  return BPT_OK;
+}
+
+static bpt_status mpi_allgather_start(bpt_comm *comm, const void *send, void *receive, size_t bytes,
+                                      bpt_comm_request **out) {
+  if (bytes > (size_t)INT_MAX)
+    return bpt_error(comm->context, BPT_ERR_UNSUPPORTED, "mpi: all-gather of %zu bytes per rank is over 2 GiB", bytes);
+  MPI_Request request;
+  int code = MPI_Iallgather(send, (int)bytes, MPI_BYTE, receive, (int)bytes, MPI_BYTE, state_of(comm)->comm, &request);
+  return start_single(comm, code, "MPI_Iallgather", request, out);
+}
+
+static bpt_status mpi_broadcast_start(bpt_comm *comm, void *buffer, size_t bytes, int root, bpt_comm_request **out) {
+  if (bytes > (size_t)INT_MAX)
+    return bpt_error(comm->context, BPT_ERR_UNSUPPORTED, "mpi: broadcast of %zu bytes is over 2 GiB", bytes);
+  MPI_Request request;
+  int code = MPI_Ibcast(buffer, (int)bytes, MPI_BYTE, root, state_of(comm)->comm, &request);
+  return start_single(comm, code, "MPI_Ibcast", request, out);
+}
+
+static bpt_status mpi_barrier_start(bpt_comm *comm, bpt_comm_request **out) {
+  MPI_Request request;
+  int code = MPI_Ibarrier(state_of(comm)->comm, &request);
+  return start_single(comm, code, "MPI_Ibarrier", request, out);
+}
+
+static bpt_status mpi_test(bpt_comm *comm, bpt_comm_request *request, bool *done) {
+  *done = false;
+  if (request->kind == REQUEST_SINGLE) {
+    int flag = 0;
+    int code = MPI_Test(&request->requests[0], &flag, MPI_STATUS_IGNORE);
+    if (code != MPI_SUCCESS) return mpi_failure(comm, code, "MPI_Test");
+    if (!flag) return BPT_OK;
+  } else {
+    /* Several hops may complete in one call when the peer is ahead. */
+    while (request->hop < request->hops) {
+      int flag = 0;
+      int code = MPI_Testall(2, request->requests, &flag, MPI_STATUSES_IGNORE);
+      if (code != MPI_SUCCESS) return mpi_failure(comm, code, "MPI_Testall (ring all-reduce)");
+      if (!flag) return BPT_OK;
+      if (request->hop < comm->size - 1) reduce_received(comm, request);
+      if (++request->hop < request->hops) BPT_CHECK(post_hop(comm, request));
+    }
+    free(request->scratch);
+  }
+  free(request);
+  *done = true;
+  return BPT_OK;
+}
+
+static void mpi_destroy(bpt_comm *comm) {
+  mpi_state *state = state_of(comm);
+  if (!state) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  /* After a failure a peer may be gone: freeing the communicator or finalising could wait for it. */
+  if (!comm->failed && !finalized) MPI_Comm_free(&state->comm);
+  free(state);
+  comm->state = NULL;
+  if (--open_communicators == 0 && initialised_by_us && !comm->failed && !finalized) {
+    MPI_Finalize();
+    initialised_by_us = 0;
+  }
+}
+
+static void mpi_abort_job(bpt_comm *comm, int exit_code) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Abort(comm->state ? state_of(comm)->comm : MPI_COMM_WORLD, exit_code);
+}
+
+static const bpt_comm_engine_table mpi_engine = {
+    /* .name = */ "mpi",
+    /* .device_memory = */ false,
+    /* .allreduce_start = */ mpi_allreduce_start,
+    /* .allgather_start = */ mpi_allgather_start,
+    /* .broadcast_start = */ mpi_broadcast_start,
+    /* .barrier_start = */ mpi_barrier_start,
+    /* .test = */ mpi_test,
+    /* .destroy = */ mpi_destroy,
+    /* .abort_job = */ mpi_abort_job,
+};
+
+/* Turns the caller's handle into an MPI_Comm, initialising MPI for BPT_COMM_MPI_WORLD when needed. */
+static bpt_status resolve(bpt_context *context, int64_t handle, MPI_Comm *out, const char *where) {
+  int initialised = 0, finalized = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalized);
+  if (finalized) return bpt_error(context, BPT_ERR_STATE, "%s: MPI was already finalised", where);
+  if (handle == BPT_COMM_MPI_WORLD) {
+    if (!initialised) {
+      int provided = 0;
+      if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return bpt_error(context, BPT_ERR_COMM, "%s: MPI_Init_thread failed", where);
+      initialised_by_us = 1;
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    }
+    *out = MPI_COMM_WORLD;
+    return BPT_OK;
+  }
+  if (!initialised)
+    return bpt_error(context, BPT_ERR_STATE, "%s: MPI is not initialised (call MPI_Init or pass BPT_COMM_MPI_WORLD)",
+                     where);
+  if (handle < INT_MIN || handle > INT_MAX)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: %lld is not an MPI_Comm_c2f handle", where,
+                     (long long)handle);
+  *out = MPI_Comm_f2c((MPI_Fint)handle);
+  if (*out == MPI_COMM_NULL)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: handle %lld is MPI_COMM_NULL", where, (long long)handle);
+  return BPT_OK;
+}
+
+bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t handle) {
+  const char *where = "bpt_comm_create_mpi";
+  MPI_Comm parent;
+  BPT_CHECK(resolve(comm->context, handle, &parent, where));
+  mpi_state *state = bpt_calloc(comm->context, 1, sizeof *state, "MPI communicator state");
+  if (!state) return BPT_ERR_OUT_OF_MEMORY;
+  int code = MPI_Comm_dup(parent, &state->comm);
+  if (code != MPI_SUCCESS) {
+    free(state);
+    char message[MPI_MAX_ERROR_STRING] = "";
+    int length = 0;
+    MPI_Error_string(code, message, &length);
+    return bpt_error(comm->context, BPT_ERR_COMM, "%s: MPI_Comm_dup failed: %s", where, message);
+  }
+  MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(state->comm, &comm->rank);
+  MPI_Comm_size(state->comm, &comm->size);
+  int *tag_upper_bound = NULL, found = 0;
+  MPI_Comm_get_attr(state->comm, MPI_TAG_UB, &tag_upper_bound, &found);
+  state->tag_limit = found && tag_upper_bound && *tag_upper_bound > 0 ? *tag_upper_bound : 32767;
+  comm->state = state;
+  comm->engine = &mpi_engine;
+  open_communicators++;
+  return BPT_OK;
+}
+
+bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t handle, bpt_comm_unique_id *id, int *rank, int *size,
+                                 int *local_rank) {
+  const char *where = "bpt_comm_create_nccl_mpi";
+  MPI_Comm parent;
+  BPT_CHECK(resolve(context, handle, &parent, where));
+  MPI_Comm_rank(parent, rank);
+  MPI_Comm_size(parent, size);
+  if (*rank == 0) BPT_CHECK(bpt_comm_nccl_unique_id(context, id));
+  if (MPI_Bcast(id, (int)sizeof *id, MPI_BYTE, 0, parent) != MPI_SUCCESS)
+    return bpt_error(context, BPT_ERR_COMM, "%s: broadcasting the NCCL id failed", where);
+  MPI_Comm node;
+  if (MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, *rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return bpt_error(context, BPT_ERR_COMM, "%s: finding the ranks on this node failed", where);
+  MPI_Comm_rank(node, local_rank);
+  MPI_Comm_free(&node);
+  return BPT_OK;
+}
