@@ -181,3 +181,35 @@ void bpt_comm_select_top_k(const float *values, int64_t count, int64_t k, float 
 void bpt_comm_scatter_add(const bpt_comm_sparse_entry *entries, int64_t count, float scale, float *values) {
   for (int64_t i = 0; i < count; i++) values[entries[i].index] += scale * entries[i].value;
 }
+
+void bpt_comm_decompress_local(const bpt_comm_codec *codec, const void *payload, int64_t count, float *values) {
+  switch ((bpt_compression)codec->kind) {
+  case BPT_COMPRESSION_F16: bpt_comm_decode_f16(payload, count, codec->f16_scale, values); break;
+  case BPT_COMPRESSION_INT8: bpt_comm_decode_int8(payload, count, codec->int8_step, values); break;
+  case BPT_COMPRESSION_TOPK:
+    memset(values, 0, (size_t)count * sizeof *values);
+    bpt_comm_scatter_add(payload, codec->top_k, 1.0f, values);
+    break;
+  case BPT_COMPRESSION_NONE: memcpy(values, payload, (size_t)count * sizeof *values); break;
+  }
+}
+
+void bpt_comm_compress(const bpt_comm_codec *codec, float *work, int64_t count, float *residual, void *payload) {
+  if (residual)
+    for (int64_t i = 0; i < count; i++) work[i] += residual[i];
+  switch ((bpt_compression)codec->kind) {
+  case BPT_COMPRESSION_F16: bpt_comm_encode_f16(work, count, codec->f16_scale, payload); break;
+  case BPT_COMPRESSION_INT8: bpt_comm_encode_int8(work, count, codec->int8_step, codec->int8_limit, payload); break;
+  case BPT_COMPRESSION_TOPK: bpt_comm_select_top_k(work, count, codec->top_k, codec->top_k_scratch, payload); break;
+  case BPT_COMPRESSION_NONE: memcpy(payload, work, (size_t)count * sizeof *work); break;
+  }
+  if (!residual) return;
+  if (codec->kind == BPT_COMPRESSION_TOPK) { /* exact: the sent entries leave nothing behind */
+    memcpy(residual, work, (size_t)count * sizeof *work);
+    const bpt_comm_sparse_entry *entries = payload;
+    for (int64_t i = 0; i < codec->top_k && i < count; i++) residual[entries[i].index] = 0.0f;
+    return;
+  }
+  bpt_comm_decompress_local(codec, payload, count, residual);
+  for (int64_t i = 0; i < count; i++) residual[i] = work[i] - residual[i];
+}

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "bptrain/common.h"
+#include "bptrain/comm.h"
 
 /* Round-to-nearest-even conversions; NaN stays NaN, overflow goes to infinity (f16). */
 uint16_t bpt_float_to_f16(float value);
@@ -42,5 +42,21 @@ void bpt_comm_select_top_k(const float *values, int64_t count, int64_t k, float 
                            bpt_comm_sparse_entry *selected);
 /* values[entry.index] += scale * entry.value for each entry. */
 void bpt_comm_scatter_add(const bpt_comm_sparse_entry *entries, int64_t count, float scale, float *values);
+
+/* One bucket's compression: what the data-parallel layer sends for it. */
+typedef struct bpt_comm_codec {
+  int kind;             /* bpt_compression */
+  float f16_scale;      /* f16: values are multiplied by it before the cast (the average, against overflow) */
+  float int8_step;      /* int8: value of one step, the same on every rank */
+  int int8_limit;       /* int8: largest |q|, so that the sum over ranks fits in int8 */
+  int64_t top_k;        /* top-k: entries sent */
+  float *top_k_scratch; /* top-k: count floats */
+} bpt_comm_codec;
+
+/* Adds residual (when non-NULL) to work, encodes work into payload, and sets residual to what the payload
+ * leaves out: afterwards decode(payload) + residual == work (error feedback). */
+void bpt_comm_compress(const bpt_comm_codec *codec, float *work, int64_t count, float *residual, void *payload);
+/* Decodes this rank's own payload into values (count floats): the inverse used for error feedback. */
+void bpt_comm_decompress_local(const bpt_comm_codec *codec, const void *payload, int64_t count, float *values);
 
 #endif

@@ -132,41 +132,15 @@ static bpt_status allocate_bucket_buffers(bpt_data_parallel *dp) {
   return BPT_OK;
 }
 
-/* Encodes work (gradients plus the carried error) into the payload and keeps the new error. */
+/* Encodes the bucket's gradients plus the carried error into its payload and keeps the new error. */
 static void encode(bpt_data_parallel *dp, bucket *b) {
-  float *work = b->host;
-  int64_t n = b->count;
-  if (b->residual)
-    for (int64_t i = 0; i < n; i++) work[i] += b->residual[i];
-  switch (dp->options.compression) {
-  case BPT_COMPRESSION_F16:
-    /* Pre-scaled by the average so the sum of ranks cannot overflow f16 where the mean would not. */
-    bpt_comm_encode_f16(work, n, dp->average, b->payload);
-    if (b->residual) {
-      bpt_comm_decode_f16(b->payload, n, dp->average, b->residual);
-      for (int64_t i = 0; i < n; i++) b->residual[i] = work[i] - b->residual[i];
-    }
-    break;
-  case BPT_COMPRESSION_INT8: {
-    int limit = 127 / dp->comm->size; /* so that the int8 sum of all ranks cannot overflow */
-    bpt_comm_encode_int8(work, n, b->step, limit, b->payload);
-    if (b->residual) {
-      bpt_comm_decode_int8(b->payload, n, b->step, b->residual);
-      for (int64_t i = 0; i < n; i++) b->residual[i] = work[i] - b->residual[i];
-    }
-    break;
-  }
-  case BPT_COMPRESSION_TOPK: {
-    bpt_comm_sparse_entry *entries = b->payload;
-    bpt_comm_select_top_k(work, n, b->k, b->scratch, entries);
-    if (b->residual) {
-      memcpy(b->residual, work, (size_t)n * sizeof(float));
-      for (int64_t i = 0; i < b->k; i++) b->residual[entries[i].index] = 0.0f;
-    }
-    break;
-  }
-  case BPT_COMPRESSION_NONE: break;
-  }
+  bpt_comm_codec codec = {.kind = dp->options.compression,
+                          .f16_scale = dp->average,
+                          .int8_step = b->step,
+                          .int8_limit = 127 / dp->comm->size,
+                          .top_k = b->k,
+                          .top_k_scratch = b->scratch};
+  bpt_comm_compress(&codec, b->host, b->count, b->residual, b->payload);
 }
 
 static bpt_status launch(bpt_data_parallel *dp, int index) {
