@@ -8,6 +8,8 @@ packages=(
   libopenblas-openmp-dev zlib1g-dev libomp-dev
   libcmocka-dev
   dataset-fashion-mnist
+  # comm layer (issue 7): the MPI engine, its tests and ddp_mnist
+  openmpi-bin libopenmpi-dev
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -45,11 +45,12 @@ bpt_status bpt_comm_poll(bpt_comm *comm, bpt_comm_request **requests, int count)
   return BPT_OK;
 }
 
-static void pause_briefly(long rounds) {
-  /* Spin first (latency), then yield (the peer may share our core when oversubscribed), then sleep so a
-   * long wait for a slow or dead peer does not burn a core. */
-  if (rounds < 1000) return;
-  if (rounds < 100000) {
+static void pause_briefly(double waited) {
+  /* Spin first (latency: a peer a little behind arrives within milliseconds), then yield (the peer may
+   * share our core when oversubscribed), then sleep so a long wait for a slow or dead peer does not burn
+   * a core. */
+  if (waited < 0.01) return;
+  if (waited < 1.0) {
     sched_yield();
     return;
   }
@@ -64,12 +65,14 @@ bpt_status bpt_comm_wait_all(bpt_comm *comm, bpt_comm_request **requests, int co
     int pending = 0;
     for (int i = 0; i < count; i++) pending += requests[i] != NULL;
     if (!pending) return BPT_OK;
-    if (comm->timeout_seconds > 0 && (rounds & 63) == 0 && bpt_comm_seconds() - start > comm->timeout_seconds)
+    if ((rounds & 63) != 0) continue;
+    double waited = bpt_comm_seconds() - start;
+    if (comm->timeout_seconds > 0 && waited > comm->timeout_seconds)
       return bpt_comm_fail(comm, BPT_ERR_COMM,
                            "%s: %s did not complete within the %.3g s timeout: a peer died, hung or is not "
                            "calling the same collectives",
                            comm->engine->name, what, comm->timeout_seconds);
-    pause_briefly(rounds);
+    pause_briefly(waited);
   }
 }
 
