@@ -286,9 +286,19 @@ bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t handle, bpt_comm_
   BPT_CHECK(resolve(context, handle, &parent, where));
   MPI_Comm_rank(parent, rank);
   MPI_Comm_size(parent, size);
-  if (*rank == 0) BPT_CHECK(bpt_comm_nccl_unique_id(context, id));
-  if (MPI_Bcast(id, (int)sizeof *id, MPI_BYTE, 0, parent) != MPI_SUCCESS)
+  /* Rank 0's status travels with the id, so that a failure there fails every rank instead of hanging them. */
+  struct {
+    int32_t status;
+    bpt_comm_unique_id id;
+  } message;
+  memset(&message, 0, sizeof message);
+  if (*rank == 0) message.status = bpt_comm_nccl_unique_id(context, &message.id);
+  if (MPI_Bcast(&message, (int)sizeof message, MPI_BYTE, 0, parent) != MPI_SUCCESS)
     return bpt_error(context, BPT_ERR_COMM, "%s: broadcasting the NCCL id failed", where);
+  if (message.status != BPT_OK)
+    return *rank == 0 ? (bpt_status)message.status
+                      : bpt_error(context, (bpt_status)message.status, "%s: rank 0 could not make an NCCL id", where);
+  *id = message.id;
   MPI_Comm node;
   if (MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, *rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
     return bpt_error(context, BPT_ERR_COMM, "%s: finding the ranks on this node failed", where);

@@ -2,6 +2,7 @@
  * kernel or a deadlock, so only our timeout can notice; rank 0 must get BPT_ERR_COMM within its 2 s timeout,
  * destroy the communicator without blocking, and end the job (bpt_comm_abort_job). "kill": rank 1 dies
  * (SIGKILL); whichever notices first, the launcher or our timeout, the job must end with an error. */
+#define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
