@@ -9,5 +9,5 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBPT_BUILD_TESTS=ON > /dev/nu
 cmake --build "$build" -j 2 --target bench_comm > /dev/null
 # Benchmarks run OpenBLAS with its own kernel choice (see docs/benchmarks.md).
 exec env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=1 \
-  mpiexec --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none \
+  mpiexec --allow-run-as-root --oversubscribe --mca btl self,vader \
   -n 2 "$build/tests/mpi/bench_comm" "$@"
