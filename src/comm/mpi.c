@@ -15,6 +15,10 @@ typedef struct mpi_state {
   MPI_Comm comm;
   int tag_limit;     /* tags run from 0 to tag_limit - 1 */
   uint64_t sequence; /* all-reduces started, the same on every rank: gives each its own tags */
+  /* The last finished ring's chunk buffer, reused so that a step's buckets do not allocate and fault in
+   * fresh pages for every all-reduce. */
+  char *spare_scratch;
+  size_t spare_bytes;
 } mpi_state;
 
 typedef enum request_kind { REQUEST_RING, REQUEST_SINGLE } request_kind;
@@ -29,6 +33,7 @@ struct bpt_comm_request {
   bpt_dtype dtype;
   bpt_comm_reduction reduction;
   char *scratch; /* one chunk, received before it is reduced */
+  size_t scratch_bytes;
   int hop, hops; /* hops = 2 (size - 1): size - 1 reduce-scatter hops, then size - 1 all-gather hops */
   int tag;
 };
@@ -118,10 +123,17 @@ static bpt_status mpi_allreduce_start(bpt_comm *comm, void *buffer, int64_t coun
   request->tag = (int)((state->sequence++ * (uint64_t)(request->hops + 1)) % (uint64_t)state->tag_limit);
   if (dtype != BPT_DTYPE_U8) bpt_comm_scale(dtype, buffer, count, prescale);
   if (request->hops > 0 && count > 0) {
-    request->scratch = bpt_calloc(comm->context, (size_t)(count / comm->size + 1), bytes, "MPI ring chunk");
-    if (!request->scratch) {
+    size_t needed = (size_t)(count / comm->size + 1) * bytes;
+    if (state->spare_scratch && state->spare_bytes >= needed) {
+      request->scratch = state->spare_scratch;
+      request->scratch_bytes = state->spare_bytes;
+      state->spare_scratch = NULL;
+      state->spare_bytes = 0;
+    } else if ((request->scratch = malloc(needed))) {
+      request->scratch_bytes = needed;
+    } else {
       free(request);
-      return BPT_ERR_OUT_OF_MEMORY;
+      return bpt_error(comm->context, BPT_ERR_OUT_OF_MEMORY, "mpi: out of memory for a %zu-byte ring chunk", needed);
     }
     bpt_status status = post_hop(comm, request);
     if (status != BPT_OK) return status; /* the comm is failed; the request may be referenced by MPI */
@@ -184,7 +196,14 @@ static bpt_status mpi_test(bpt_comm *comm, bpt_comm_request *request, bool *done
       if (request->hop < comm->size - 1) reduce_received(comm, request);
       if (++request->hop < request->hops) BPT_CHECK(post_hop(comm, request));
     }
-    free(request->scratch);
+    mpi_state *state = state_of(comm);
+    if (request->scratch && request->scratch_bytes >= state->spare_bytes) {
+      free(state->spare_scratch);
+      state->spare_scratch = request->scratch;
+      state->spare_bytes = request->scratch_bytes;
+    } else {
+      free(request->scratch);
+    }
   }
   free(request);
   *done = true;
@@ -198,6 +217,7 @@ static void mpi_destroy(bpt_comm *comm) {
   MPI_Finalized(&finalized);
   /* After a failure a peer may be gone: freeing the communicator or finalising could wait for it. */
   if (!comm->failed && !finalized) MPI_Comm_free(&state->comm);
+  free(state->spare_scratch);
   free(state);
   comm->state = NULL;
   if (--open_communicators == 0 && initialised_by_us && !comm->failed && !finalized) {
