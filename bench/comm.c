@@ -4,7 +4,8 @@
  *      design would use) on the same f32 buffers, 1 to 64 MiB: the fastest and the median round of each
  *      and our overhead on both (on a loaded machine the fastest round is the better estimate of the cost).
  *   2. Data-parallel step time (forward + backward + all-reduce + SGD) of an MLP with 6.8 M parameters,
- *      with buckets overlapped with backward, started after backward, and without communication at all.
+ *      with buckets overlapped with backward (moved by the progress thread, or only by polls between
+ *      backward nodes), started after backward, and without communication at all.
  *
  *   mpirun -np 2 bench_comm [--rounds N] [--steps N] [--batch N] [--threads N]
  */
@@ -92,7 +93,9 @@ typedef struct trainer {
   bpt_data_parallel *parallel;
 } trainer;
 
-static void build(bpt_context *context, bpt_comm *comm, int mode, int64_t batch, trainer *t) {
+enum { OVERLAP_THREAD, OVERLAP_POLLING, AFTER_BACKWARD, NO_COMMUNICATION, MODES };
+
+static void build(bpt_context *context, bpt_comm *comm, bpt_comm *polling, int mode, int64_t batch, trainer *t) {
   const int64_t features = 784;
   bpt_node *x, *labels, *h, *loss;
   CHECK(context, bpt_graph_create(context, &t->graph));
@@ -111,11 +114,12 @@ static void build(bpt_context *context, bpt_comm *comm, int mode, int64_t batch,
   o.momentum = 0.9f;
   CHECK(context, bpt_optimizer_create(t->graph, &o, &t->optimizer));
   t->parallel = NULL;
-  if (mode < 2) {
+  if (mode != NO_COMMUNICATION) {
     bpt_data_parallel_options options = bpt_data_parallel_options_default();
     options.bucket_bytes = (size_t)4 << 20; /* several buckets, so that there is something to overlap */
-    options.overlap = mode == 0;
-    CHECK(context, bpt_data_parallel_create(t->graph, comm, &options, &t->parallel));
+    options.overlap = mode != AFTER_BACKWARD;
+    CHECK(context, bpt_data_parallel_create(t->graph, mode == OVERLAP_POLLING ? polling : comm, &options,
+                                            &t->parallel));
   }
   bpt_tensor *images, *targets;
   int64_t dims[2] = {batch, features};
@@ -137,14 +141,15 @@ static void step(bpt_context *context, trainer *t) {
   CHECK(context, bpt_optimizer_step(t->optimizer));
 }
 
-static void step_times(bpt_context *context, bpt_comm *comm, int rounds, int steps, int64_t batch) {
-  static const char *const names[] = {"overlapped with backward", "after backward", "no communication"};
-  trainer trainers[3];
-  for (int mode = 0; mode < 3; mode++) build(context, comm, mode, batch, &trainers[mode]);
-  double *times[3];
-  for (int mode = 0; mode < 3; mode++) times[mode] = malloc((size_t)rounds * sizeof(double));
+static void step_times(bpt_context *context, bpt_comm *comm, bpt_comm *polling, int rounds, int steps, int64_t batch) {
+  static const char *const names[] = {"overlapped, progress thread", "overlapped, polling only", "after backward",
+                                      "no communication"};
+  trainer trainers[MODES];
+  for (int mode = 0; mode < MODES; mode++) build(context, comm, polling, mode, batch, &trainers[mode]);
+  double *times[MODES];
+  for (int mode = 0; mode < MODES; mode++) times[mode] = malloc((size_t)rounds * sizeof(double));
   for (int round = -1; round < rounds; round++)
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < MODES; mode++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double start = MPI_Wtime();
       for (int s = 0; s < steps; s++) step(context, &trainers[mode]);
@@ -157,18 +162,18 @@ static void step_times(bpt_context *context, bpt_comm *comm, int rounds, int ste
            "per rank, %d threads per rank, median of %d rounds x %d steps\n",
            (long long)bpt_graph_parameter_count(trainers[0].graph), bpt_data_parallel_bucket_count(trainers[0].parallel),
            (long long)batch, bpt_context_num_threads(context), rounds, steps);
-    double middle[3], fastest[3];
-    for (int mode = 0; mode < 3; mode++) {
+    double middle[MODES], fastest[MODES];
+    for (int mode = 0; mode < MODES; mode++) {
       middle[mode] = median(times[mode], rounds);
       fastest[mode] = times[mode][0];
     }
-    printf("  %-26s %22s %22s\n", "", "fastest ms/step", "median ms/step");
-    for (int mode = 0; mode < 3; mode++)
-      printf("  %-26s %10.2f (%.2fx) %13.2f (%.2fx)\n", names[mode], 1e3 * fastest[mode], fastest[mode] / fastest[2],
-             1e3 * middle[mode], middle[mode] / middle[2]);
+    printf("  %-28s %20s %20s\n", "", "fastest ms/step", "median ms/step");
+    for (int mode = 0; mode < MODES; mode++)
+      printf("  %-28s %10.2f (%.2fx) %10.2f (%.2fx)\n", names[mode], 1e3 * fastest[mode],
+             fastest[mode] / fastest[NO_COMMUNICATION], 1e3 * middle[mode], middle[mode] / middle[NO_COMMUNICATION]);
     printf("  (x: relative to the step without communication)\n");
   }
-  for (int mode = 0; mode < 3; mode++) {
+  for (int mode = 0; mode < MODES; mode++) {
     free(times[mode]);
     bpt_data_parallel_destroy(trainers[mode].parallel);
     bpt_optimizer_destroy(trainers[mode].optimizer);
@@ -177,17 +182,23 @@ static void step_times(bpt_context *context, bpt_comm *comm, int rounds, int ste
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rounds = (int)option(argc, argv, "--rounds", 15), steps = (int)option(argc, argv, "--steps", 5);
   int64_t batch = option(argc, argv, "--batch", 64);
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = (int)option(argc, argv, "--threads", 1);
   bpt_context *context = NULL;
   CHECK(NULL, bpt_context_create(&context_options, &context));
-  bpt_comm *comm = NULL;
-  CHECK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, NULL, &comm));
+  bpt_comm *comm = NULL, *polling = NULL;
+  bpt_comm_options options = bpt_comm_options_default();
+  CHECK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &options, &comm));
+  options.progress_thread = 0;
+  CHECK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &options, &polling));
+  if (provided != MPI_THREAD_MULTIPLE) printf("note: MPI gives no MPI_THREAD_MULTIPLE, so no progress thread\n");
   allreduce_overhead(context, comm, rounds);
-  step_times(context, comm, rounds, steps, batch);
+  step_times(context, comm, polling, rounds, steps, batch);
+  bpt_comm_destroy(polling);
   bpt_comm_destroy(comm);
   bpt_context_destroy(context);
   MPI_Finalize();

@@ -44,9 +44,12 @@ typedef enum bpt_reduce_op {
 typedef struct bpt_comm_options {
   size_t size;            /**< sizeof(bpt_comm_options), set by the default function */
   double timeout_seconds; /**< how long a collective waits for its peers before ::BPT_ERR_COMM; 0: forever */
+  int progress_thread;    /**< MPI: non-zero (default) runs a thread that moves data while the caller computes,
+                               when MPI was initialised with MPI_THREAD_MULTIPLE (BPT_COMM_MPI_WORLD does);
+                               otherwise data moves only while the library polls (between backward nodes) */
 } bpt_comm_options;
 
-/** @return the default options: a 300 s timeout. */
+/** @return the default options: a 300 s timeout, a progress thread. */
 BPT_API bpt_comm_options bpt_comm_options_default(void);
 
 /**

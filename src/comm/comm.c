@@ -85,11 +85,12 @@ bpt_comm_options bpt_comm_options_default(void) {
   memset(&options, 0, sizeof options);
   options.size = sizeof options;
   options.timeout_seconds = 300.0;
+  options.progress_thread = 1;
   return options;
 }
 
 static bpt_status prepare(bpt_context *context, const bpt_comm_options *options, bpt_comm **out, bpt_comm **comm,
-                          const char *where) {
+                          bpt_comm_options *copied, const char *where) {
   if (!context) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: context is NULL", where);
   if (!out) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: out is NULL", where);
   *out = NULL;
@@ -105,6 +106,7 @@ static bpt_status prepare(bpt_context *context, const bpt_comm_options *options,
   (*comm)->context = context;
   (*comm)->timeout_seconds = copy.timeout_seconds;
   (*comm)->rank = -1;
+  *copied = copy;
   return BPT_OK;
 }
 
@@ -120,9 +122,10 @@ static bpt_status finish(bpt_comm *comm, bpt_status status, bpt_comm **out) {
 bpt_status bpt_comm_create_mpi(bpt_context *context, int64_t mpi_comm, const bpt_comm_options *options,
                                bpt_comm **out) {
   bpt_comm *comm = NULL;
-  BPT_CHECK(prepare(context, options, out, &comm, "bpt_comm_create_mpi"));
+  bpt_comm_options copy = bpt_comm_options_default();
+  BPT_CHECK(prepare(context, options, out, &comm, &copy, "bpt_comm_create_mpi"));
 #ifdef BPT_HAVE_MPI
-  return finish(comm, bpt_comm_mpi_open(comm, mpi_comm), out);
+  return finish(comm, bpt_comm_mpi_open(comm, mpi_comm, copy.progress_thread != 0), out);
 #else
   (void)mpi_comm;
   return finish(comm,
@@ -143,7 +146,8 @@ bpt_status bpt_comm_nccl_unique_id(bpt_context *context, bpt_comm_unique_id *out
 bpt_status bpt_comm_create_nccl(bpt_context *context, const bpt_comm_unique_id *id, int rank, int world_size,
                                 int device, const bpt_comm_options *options, bpt_comm **out) {
   bpt_comm *comm = NULL;
-  BPT_CHECK(prepare(context, options, out, &comm, "bpt_comm_create_nccl"));
+  bpt_comm_options copy = bpt_comm_options_default();
+  BPT_CHECK(prepare(context, options, out, &comm, &copy, "bpt_comm_create_nccl"));
   if (!id || world_size < 1 || rank < 0 || rank >= world_size || device < 0)
     return finish(comm,
                   bpt_error(context, BPT_ERR_INVALID_ARGUMENT,

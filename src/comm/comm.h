@@ -43,7 +43,7 @@ struct bpt_comm {
 };
 
 /* Engines, NULL-free only when built in. Each fills comm->state, rank and size. */
-bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t mpi_comm);
+bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t mpi_comm, bool progress_thread);
 bpt_status bpt_comm_nccl_open(bpt_comm *comm, const bpt_comm_unique_id *id, int rank, int world_size, int device);
 /* MPI helpers for NCCL's bootstrap: rank and node-local rank of mpi_comm, and a broadcast of the id. */
 bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t mpi_comm, bpt_comm_unique_id *id, int *rank,

@@ -1,12 +1,17 @@
 /* The MPI engine: host buffers, a duplicated communicator with MPI_ERRORS_RETURN, and every collective
  * non-blocking so comm.c can poll it with a timeout. All-reduce is our own ring (reduce-scatter then
- * all-gather over MPI_Isend/MPI_Irecv): it handles f16, bf16 and int8 without MPI user ops, advances one
- * hop per poll so buckets progress between backward nodes, and measures as fast as the blocking
- * MPI_Allreduce, where Open MPI's MPI_Iallreduce is 1.5-1.9x slower (see bench/allreduce.c). */
+ * all-gather over MPI_Isend/MPI_Irecv): it handles f16, bf16 and int8 without MPI user ops and measures as
+ * fast as the blocking MPI_Allreduce, where Open MPI's MPI_Iallreduce is 1.5-1.9x slower (bench/comm.c).
+ * MPI moves data only inside MPI calls, so when MPI provides MPI_THREAD_MULTIPLE a progress thread advances
+ * the requests in flight while the caller computes; otherwise they advance when the caller polls (between
+ * backward nodes). */
+#define _POSIX_C_SOURCE 200809L
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm.h"
 #include "comm/compress.h"
@@ -19,6 +24,13 @@ typedef struct mpi_state {
    * fresh pages for every all-reduce. */
   char *spare_scratch;
   size_t spare_bytes;
+  int size, rank;
+  /* Requests in flight, advanced by whoever holds the lock: the caller's polls or the progress thread. */
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  bpt_comm_request *active;
+  bool progress_thread_running, stopping;
+  pthread_t progress_thread;
 } mpi_state;
 
 typedef enum request_kind { REQUEST_RING, REQUEST_SINGLE } request_kind;
@@ -36,6 +48,10 @@ struct bpt_comm_request {
   size_t scratch_bytes;
   int hop, hops; /* hops = 2 (size - 1): size - 1 reduce-scatter hops, then size - 1 all-gather hops */
   int tag;
+  bool finished;
+  int error;              /* the MPI error code that stopped it, MPI_SUCCESS otherwise */
+  const char *error_call; /* and the call that returned it */
+  bpt_comm_request *next; /* in mpi_state.active */
 };
 
 /* Processes that called MPI_Init through us, so the last communicator destroyed finalises MPI. */
@@ -57,9 +73,9 @@ static int64_t chunk_begin(const bpt_comm_request *request, int size, int chunk)
   return request->count * chunk / size;
 }
 
-/* Posts the receive and the send of the request's current hop. */
-static bpt_status post_hop(bpt_comm *comm, bpt_comm_request *request) {
-  int size = comm->size, rank = comm->rank;
+/* Posts the receive and the send of the request's current hop; returns the MPI code. */
+static int post_hop(mpi_state *state, bpt_comm_request *request) {
+  int size = state->size, rank = state->rank;
   int right = (rank + 1) % size, left = modulo(rank - 1, size);
   int send_chunk, receive_chunk;
   char *receive_base;
@@ -77,27 +93,88 @@ static bpt_status post_hop(bpt_comm *comm, bpt_comm_request *request) {
   int64_t receive_count = chunk_begin(request, size, receive_chunk + 1) - receive_begin;
   receive_base = request->hop < size - 1 ? request->scratch
                                          : request->buffer + (size_t)receive_begin * request->element_size;
-  int tag = (request->tag + request->hop) % state_of(comm)->tag_limit;
-  MPI_Comm mpi_comm = state_of(comm)->comm;
+  int tag = (request->tag + request->hop) % state->tag_limit;
+  MPI_Comm mpi_comm = state->comm;
   int code = MPI_Irecv(receive_base, (int)((size_t)receive_count * request->element_size), MPI_BYTE, left, tag,
                        mpi_comm, &request->requests[1]);
-  if (code != MPI_SUCCESS) return mpi_failure(comm, code, "MPI_Irecv");
+  if (code != MPI_SUCCESS) {
+    request->error_call = "MPI_Irecv";
+    return code;
+  }
   code = MPI_Isend(request->buffer + (size_t)send_begin * request->element_size,
                    (int)((size_t)send_count * request->element_size), MPI_BYTE, right, tag, mpi_comm,
                    &request->requests[0]);
-  if (code != MPI_SUCCESS) return mpi_failure(comm, code, "MPI_Isend");
-  return BPT_OK;
+  if (code != MPI_SUCCESS) request->error_call = "MPI_Isend";
+  return code;
 }
 
-static void reduce_received(bpt_comm *comm, bpt_comm_request *request) {
-  int chunk = modulo(comm->rank - request->hop - 1, comm->size);
-  int64_t begin = chunk_begin(request, comm->size, chunk);
-  int64_t count = chunk_begin(request, comm->size, chunk + 1) - begin;
+static void reduce_received(const mpi_state *state, bpt_comm_request *request) {
+  int chunk = modulo(state->rank - request->hop - 1, state->size);
+  int64_t begin = chunk_begin(request, state->size, chunk);
+  int64_t count = chunk_begin(request, state->size, chunk + 1) - begin;
   char *target = request->buffer + (size_t)begin * request->element_size;
   if (request->reduction == BPT_COMM_REDUCE_MAX)
     bpt_comm_max_into((float *)target, (const float *)request->scratch, count);
   else
     bpt_comm_sum_into(request->dtype, target, request->scratch, count);
+}
+
+/* Moves the request on as far as it goes without waiting; sets finished or error. Touches only the request
+ * and MPI (never the context), so the progress thread may call it; the caller holds state->lock. */
+static void advance(mpi_state *state, bpt_comm_request *request) {
+  if (request->finished || request->error != MPI_SUCCESS) return;
+  int flag = 0;
+  if (request->kind == REQUEST_SINGLE) {
+    request->error = MPI_Test(&request->requests[0], &flag, MPI_STATUS_IGNORE);
+    request->error_call = "MPI_Test";
+    request->finished = request->error == MPI_SUCCESS && flag;
+    return;
+  }
+  while (request->hop < request->hops) { /* several hops may complete at once when the peer is ahead */
+    request->error = MPI_Testall(2, request->requests, &flag, MPI_STATUSES_IGNORE);
+    if (request->error != MPI_SUCCESS) {
+      request->error_call = "MPI_Testall (ring all-reduce)";
+      return;
+    }
+    if (!flag) return;
+    if (request->hop < state->size - 1) reduce_received(state, request);
+    if (++request->hop < request->hops && (request->error = post_hop(state, request)) != MPI_SUCCESS) return;
+  }
+  request->finished = true;
+}
+
+/* Adds a started request to the list in flight (and wakes the progress thread); the caller holds the lock. */
+static void track(mpi_state *state, bpt_comm_request *request) {
+  request->next = state->active;
+  state->active = request;
+  pthread_cond_signal(&state->wake);
+}
+
+static void untrack(mpi_state *state, bpt_comm_request *request) {
+  for (bpt_comm_request **link = &state->active; *link; link = &(*link)->next)
+    if (*link == request) {
+      *link = request->next;
+      return;
+    }
+}
+
+static void *progress_loop(void *argument) {
+  mpi_state *state = argument;
+  pthread_mutex_lock(&state->lock);
+  while (!state->stopping) {
+    if (!state->active) {
+      pthread_cond_wait(&state->wake, &state->lock);
+      continue;
+    }
+    for (bpt_comm_request *request = state->active; request; request = request->next) advance(state, request);
+    pthread_mutex_unlock(&state->lock);
+    /* Short enough that a hop starts soon after the peer posts it, long enough to leave the core to compute. */
+    struct timespec pause = {0, 20000};
+    nanosleep(&pause, NULL);
+    pthread_mutex_lock(&state->lock);
+  }
+  pthread_mutex_unlock(&state->lock);
+  return NULL;
 }
 
 static size_t element_size(bpt_dtype dtype) { return dtype == BPT_DTYPE_U8 ? 1 : bpt_dtype_size(dtype); }
@@ -135,10 +212,13 @@ static bpt_status mpi_allreduce_start(bpt_comm *comm, void *buffer, int64_t coun
       free(request);
       return bpt_error(comm->context, BPT_ERR_OUT_OF_MEMORY, "mpi: out of memory for a %zu-byte ring chunk", needed);
     }
-    bpt_status status = post_hop(comm, request);
-    if (status != BPT_OK) return status; /* the comm is failed; the request may be referenced by MPI */
+    pthread_mutex_lock(&state->lock);
+    int code = post_hop(state, request);
+    if (code == MPI_SUCCESS) track(state, request);
+    pthread_mutex_unlock(&state->lock);
+    if (code != MPI_SUCCESS) return mpi_failure(comm, code, request->error_call); /* MPI may still use it */
   } else {
-    request->hop = request->hops;
+    request->finished = true;
   }
   *out = request;
   return BPT_OK;
@@ -152,6 +232,10 @@ static bpt_status start_single(bpt_comm *comm, int code, const char *what, MPI_R
   request->kind = REQUEST_SINGLE;
   request->requests[0] = mpi_request;
   request->requests[1] = MPI_REQUEST_NULL;
+  mpi_state *state = state_of(comm);
+  pthread_mutex_lock(&state->lock);
+  track(state, request);
+  pthread_mutex_unlock(&state->lock);
   *out = request;
   return BPT_OK;
 }
@@ -181,30 +265,27 @@ static bpt_status mpi_barrier_start(bpt_comm *comm, bpt_comm_request **out) {
 
 static bpt_status mpi_test(bpt_comm *comm, bpt_comm_request *request, bool *done) {
   *done = false;
-  if (request->kind == REQUEST_SINGLE) {
-    int flag = 0;
-    int code = MPI_Test(&request->requests[0], &flag, MPI_STATUS_IGNORE);
-    if (code != MPI_SUCCESS) return mpi_failure(comm, code, "MPI_Test");
-    if (!flag) return BPT_OK;
-  } else {
-    /* Several hops may complete in one call when the peer is ahead. */
-    while (request->hop < request->hops) {
-      int flag = 0;
-      int code = MPI_Testall(2, request->requests, &flag, MPI_STATUSES_IGNORE);
-      if (code != MPI_SUCCESS) return mpi_failure(comm, code, "MPI_Testall (ring all-reduce)");
-      if (!flag) return BPT_OK;
-      if (request->hop < comm->size - 1) reduce_received(comm, request);
-      if (++request->hop < request->hops) BPT_CHECK(post_hop(comm, request));
-    }
-    mpi_state *state = state_of(comm);
-    if (request->scratch && request->scratch_bytes >= state->spare_bytes) {
-      free(state->spare_scratch);
-      state->spare_scratch = request->scratch;
-      state->spare_bytes = request->scratch_bytes;
-    } else {
-      free(request->scratch);
-    }
+  mpi_state *state = state_of(comm);
+  pthread_mutex_lock(&state->lock);
+  advance(state, request);
+  if (request->error != MPI_SUCCESS) {
+    untrack(state, request); /* left allocated: MPI may still reference its buffers */
+    pthread_mutex_unlock(&state->lock);
+    return mpi_failure(comm, request->error, request->error_call);
   }
+  if (!request->finished) {
+    pthread_mutex_unlock(&state->lock);
+    return BPT_OK;
+  }
+  untrack(state, request);
+  if (request->scratch && request->scratch_bytes >= state->spare_bytes) {
+    free(state->spare_scratch);
+    state->spare_scratch = request->scratch;
+    state->spare_bytes = request->scratch_bytes;
+  } else {
+    free(request->scratch);
+  }
+  pthread_mutex_unlock(&state->lock);
   free(request);
   *done = true;
   return BPT_OK;
@@ -213,6 +294,15 @@ static bpt_status mpi_test(bpt_comm *comm, bpt_comm_request *request, bool *done
 static void mpi_destroy(bpt_comm *comm) {
   mpi_state *state = state_of(comm);
   if (!state) return;
+  if (state->progress_thread_running) { /* it never blocks inside MPI, so it stops promptly */
+    pthread_mutex_lock(&state->lock);
+    state->stopping = true;
+    pthread_cond_signal(&state->wake);
+    pthread_mutex_unlock(&state->lock);
+    pthread_join(state->progress_thread, NULL);
+  }
+  pthread_mutex_destroy(&state->lock);
+  pthread_cond_destroy(&state->wake);
   int finalized = 0;
   MPI_Finalized(&finalized);
   /* After a failure a peer may be gone: freeing the communicator or finalising could wait for it. */
@@ -253,7 +343,7 @@ static bpt_status resolve(bpt_context *context, int64_t handle, MPI_Comm *out, c
   if (handle == BPT_COMM_MPI_WORLD) {
     if (!initialised) {
       int provided = 0;
-      if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         return bpt_error(context, BPT_ERR_COMM, "%s: MPI_Init_thread failed", where);
       initialised_by_us = 1;
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -273,7 +363,7 @@ static bpt_status resolve(bpt_context *context, int64_t handle, MPI_Comm *out, c
   return BPT_OK;
 }
 
-bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t handle) {
+bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t handle, bool progress_thread) {
   const char *where = "bpt_comm_create_mpi";
   MPI_Comm parent;
   BPT_CHECK(resolve(comm->context, handle, &parent, where));
@@ -293,6 +383,14 @@ bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t handle) {
   int *tag_upper_bound = NULL, found = 0;
   MPI_Comm_get_attr(state->comm, MPI_TAG_UB, &tag_upper_bound, &found);
   state->tag_limit = found && tag_upper_bound && *tag_upper_bound > 0 ? *tag_upper_bound : 32767;
+  state->rank = comm->rank;
+  state->size = comm->size;
+  pthread_mutex_init(&state->lock, NULL);
+  pthread_cond_init(&state->wake, NULL);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (progress_thread && provided == MPI_THREAD_MULTIPLE && comm->size > 1)
+    state->progress_thread_running = pthread_create(&state->progress_thread, NULL, progress_loop, state) == 0;
   comm->state = state;
   comm->engine = &mpi_engine;
   open_communicators++;

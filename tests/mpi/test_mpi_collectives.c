@@ -1,7 +1,7 @@
 /* Collectives over MPI on every rank of the job: all-reduce sum and average for sizes 0, 1, 2, odd and
  * larger than the default first bucket, in f32, f16 and bf16, against exact integer sums; f32 against
  * MPI_Allreduce on the same random buffers; broadcast from a non-zero root; barrier; argument errors;
- * a one-rank communicator (MPI_COMM_SELF). */
+ * a one-rank communicator (MPI_COMM_SELF). Sums run with and without the progress thread. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +100,8 @@ static void single_rank(bpt_context *context) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   bpt_context_options options = bpt_context_options_default();
   options.num_threads = 1;
   bpt_context *context = NULL;
@@ -110,6 +111,12 @@ int main(int argc, char **argv) {
   bpt_comm *comm = NULL;
   MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &comm));
   exact_sums(context, comm);
+  /* Again with requests advanced only by our polls, never by a progress thread. */
+  bpt_comm *polling = NULL;
+  comm_options.progress_thread = 0;
+  MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &polling));
+  exact_sums(context, polling);
+  bpt_comm_destroy(polling);
   matches_mpi_allreduce(context, comm);
   broadcast_barrier_and_errors(context, comm);
   single_rank(context);

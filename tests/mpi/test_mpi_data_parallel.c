@@ -155,7 +155,8 @@ static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   make_data();
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = 1;
@@ -163,8 +164,10 @@ int main(int argc, char **argv) {
   MPI_CHECK_OK(NULL, bpt_context_create(&context_options, &context));
   bpt_comm_options comm_options = bpt_comm_options_default();
   comm_options.timeout_seconds = 60.0;
-  bpt_comm *comm = NULL;
+  bpt_comm *comm = NULL, *polling = NULL; /* with a progress thread (when MPI allows), and without */
   MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &comm));
+  comm_options.progress_thread = 0;
+  MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &polling));
   int rank = bpt_comm_rank(comm);
   MPI_CHECK(global_batch % (2 * bpt_comm_size(comm)) == 0, "run with 1, 2, 4 or 8 ranks");
 
@@ -175,14 +178,16 @@ int main(int argc, char **argv) {
     size_t bucket_bytes, first_bucket_bytes;
     int overlap, accumulation_steps, compression;
     double tolerance;
+    int polling;
   } runs[] = {
-      {"one bucket", 25u << 20, 1u << 20, 1, 1, BPT_COMPRESSION_NONE, 1e-5},
-      {"small buckets, overlapped", 2048, 512, 1, 1, BPT_COMPRESSION_NONE, 1e-5},
-      {"small buckets, after backward", 2048, 512, 0, 1, BPT_COMPRESSION_NONE, 1e-5},
-      {"2 micro-batches", 4096, 1024, 1, 2, BPT_COMPRESSION_NONE, 1e-5},
-      {"f16 compression", 4096, 1024, 1, 1, BPT_COMPRESSION_F16, 2e-2},
-      {"int8 compression", 4096, 1024, 1, 1, BPT_COMPRESSION_INT8, -1.0},
-      {"top-k compression", 4096, 1024, 1, 1, BPT_COMPRESSION_TOPK, -1.0},
+      {"one bucket", 25u << 20, 1u << 20, 1, 1, BPT_COMPRESSION_NONE, 1e-5, 0},
+      {"small buckets, overlapped", 2048, 512, 1, 1, BPT_COMPRESSION_NONE, 1e-5, 0},
+      {"same, no progress thread", 2048, 512, 1, 1, BPT_COMPRESSION_NONE, 1e-5, 1},
+      {"small buckets, after backward", 2048, 512, 0, 1, BPT_COMPRESSION_NONE, 1e-5, 0},
+      {"2 micro-batches", 4096, 1024, 1, 2, BPT_COMPRESSION_NONE, 1e-5, 0},
+      {"f16 compression", 4096, 1024, 1, 1, BPT_COMPRESSION_F16, 2e-2, 0},
+      {"int8 compression", 4096, 1024, 1, 1, BPT_COMPRESSION_INT8, -1.0, 0},
+      {"top-k compression", 4096, 1024, 1, 1, BPT_COMPRESSION_TOPK, -1.0, 1},
   };
   for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
     bpt_data_parallel_options options = bpt_data_parallel_options_default();
@@ -193,7 +198,7 @@ int main(int argc, char **argv) {
     options.compression = (bpt_compression)runs[r].compression;
     options.topk_ratio = 0.1f;
     int buckets = 0;
-    float *values = train(context, comm, &options, &buckets);
+    float *values = train(context, runs[r].polling ? polling : comm, &options, &buckets);
     double difference = largest_difference(values, reference, count);
     if (rank == 0) printf("%-32s %2d buckets, largest difference %.3g\n", runs[r].name, buckets, difference);
     if (runs[r].tolerance > 0)
@@ -205,8 +210,11 @@ int main(int argc, char **argv) {
     free(values);
   }
   accumulation_errors(context, comm);
-  if (rank == 0) printf("data parallel over %d ranks: ok\n", bpt_comm_size(comm));
+  if (rank == 0)
+    printf("data parallel over %d ranks: ok (MPI thread level %s)\n", bpt_comm_size(comm),
+           provided == MPI_THREAD_MULTIPLE ? "multiple: progress thread tested" : "below multiple: polling only");
   free(reference);
+  bpt_comm_destroy(polling);
   bpt_comm_destroy(comm);
   bpt_context_destroy(context);
   MPI_Finalize();
