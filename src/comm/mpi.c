@@ -266,7 +266,13 @@ static bpt_status mpi_barrier_start(bpt_comm *comm, bpt_comm_request **out) {
 static bpt_status mpi_test(bpt_comm *comm, bpt_comm_request *request, bool *done) {
   *done = false;
   mpi_state *state = state_of(comm);
-  pthread_mutex_lock(&state->lock);
+  /* When the progress thread holds the lock it is advancing (maybe reducing a large chunk): do not wait for
+   * it in the middle of backward; the caller polls again. */
+  if (state->progress_thread_running) {
+    if (pthread_mutex_trylock(&state->lock) != 0) return BPT_OK;
+  } else {
+    pthread_mutex_lock(&state->lock);
+  }
   advance(state, request);
   if (request->error != MPI_SUCCESS) {
     untrack(state, request); /* left allocated: MPI may still reference its buffers */
