@@ -14,6 +14,7 @@
 #include "bptrain/graph.h"
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
+#include "bptrain/profiler.h"
 #include "bptrain/comm.h"
 
 #endif

@@ -11,6 +11,8 @@ packages=(
   # comm layer (issue 7): the MPI engine, its tests and ddp_mnist
   openmpi-bin libopenmpi-dev
 )
+# --- packaging (issue 8): ABI check (abidw/abidiff), API reference, --plot, Python binding and its tests ---
+packages+=(abigail-tools doxygen gnuplot-nox python3)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2

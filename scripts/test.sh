@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" -eq 0 ]; then bash scripts/install-deps.sh; fi
 
+# Tests run two at a time on shared cores: OpenMP threads that spin while waiting would starve each other.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 build=${BPT_BUILD_DIR:-build-test}
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBPT_BUILD_TESTS=ON

@@ -31,7 +31,7 @@ typedef struct bpt_comm bpt_comm;
 
 /** An opaque id that names one NCCL communicator; made on one rank, copied to the others. */
 typedef struct bpt_comm_unique_id {
-  unsigned char bytes[BPT_COMM_UNIQUE_ID_BYTES];
+  unsigned char bytes[BPT_COMM_UNIQUE_ID_BYTES]; /**< the ncclUniqueId, copied as is */
 } bpt_comm_unique_id;
 
 /** How all-reduce combines the buffers of the ranks. */
@@ -135,7 +135,7 @@ typedef struct bpt_data_parallel_options {
   int overlap;               /**< non-zero (default): start each bucket during backward as soon as its
                                   gradients are final; 0: start all of them after backward */
   int accumulation_steps;    /**< micro-batches per optimiser step (default 1); only the last communicates */
-  bpt_compression compression;
+  bpt_compression compression; /**< what gradients are sent as (default ::BPT_COMPRESSION_NONE) */
   float topk_ratio;   /**< ::BPT_COMPRESSION_TOPK: fraction of each bucket sent (default 0.01) */
   int error_feedback; /**< non-zero (default): lossy compression carries its error into the next step */
   int broadcast_parameters; /**< non-zero (default): rank 0's initial parameters are copied to every rank */

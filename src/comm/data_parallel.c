@@ -4,12 +4,14 @@
  * waits for all of them before the optimiser step. Buckets start in index order on every rank, which
  * keeps the ranks' collectives matched. Compression encodes a bucket on the host before it is sent. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
 #include "comm/compress.h"
 #include "core/graph.h"
+#include "core/profiler.h"
 
 typedef enum bucket_phase { BUCKET_IDLE, BUCKET_IN_FLIGHT, BUCKET_DONE } bucket_phase;
 
@@ -24,6 +26,7 @@ typedef struct bucket {
   float *scratch;  /* top-k: magnitudes for the selection */
   int64_t k;       /* top-k: entries per rank */
   float step;      /* int8: the value of one quantisation step, agreed by all ranks */
+  uint64_t started; /* profiler timestamp of the launch, when the context profiles */
 } bucket;
 
 struct bpt_data_parallel {
@@ -150,6 +153,7 @@ static bpt_status launch(bpt_data_parallel *dp, int index) {
   bpt_backend *backend = graph->backend;
   float *gradients = graph->gradient_block + b->offset;
   bpt_comm_request **request = &dp->requests[index];
+  b->started = graph->context->profiler ? bpt_profiler_now() : 0;
   if (comm->engine->device_memory) {
     /* The gradients must be written before the comm stream reads them. */
     if (backend->vtable->synchronize && backend->vtable->synchronize(backend) != BPT_OK)
@@ -205,9 +209,22 @@ static bpt_status launch(bpt_data_parallel *dp, int index) {
 }
 
 /* Turns a reduced bucket back into averaged f32 gradients in the gradient block. */
+static void profile(bpt_data_parallel *dp, const bucket *b) {
+  bpt_context *context = context_of(dp);
+  if (!context->profiler) return;
+  static const char *const kinds[] = {"f32", "f16", "int8", "top-k"};
+  char name[48], kind[48];
+  snprintf(name, sizeof name, "bucket %d", (int)(b - dp->buckets));
+  snprintf(kind, sizeof kind, "%s all-reduce (%s)", dp->comm->engine->name, kinds[dp->options.compression]);
+  bpt_profiler_record(context, BPT_PROFILE_COMM, name, kind, b->started, (double)b->count * sizeof(float), 0.0);
+}
+
 static bpt_status finish(bpt_data_parallel *dp, bucket *b) {
   b->phase = BUCKET_DONE;
-  if (dp->comm->engine->device_memory) return BPT_OK;
+  if (dp->comm->engine->device_memory) {
+    profile(dp, b);
+    return BPT_OK;
+  }
   switch (dp->options.compression) {
   case BPT_COMPRESSION_NONE: break;
   case BPT_COMPRESSION_F16: bpt_comm_decode_f16(b->payload, b->count, 1.0f, b->host); break;
@@ -221,6 +238,7 @@ static bpt_status finish(bpt_data_parallel *dp, bucket *b) {
   if (!dp->zero_copy && backend->vtable->upload(backend, dp->graph->gradient_block + b->offset, b->host,
                                                 (size_t)b->count * sizeof(float)) != BPT_OK)
     return device_error(dp, "data parallel: copying reduced gradients back");
+  profile(dp, b);
   return BPT_OK;
 }
 

@@ -1,7 +1,7 @@
 /* The MPI engine: host buffers, a duplicated communicator with MPI_ERRORS_RETURN, and every collective
  * non-blocking so comm.c can poll it with a timeout. All-reduce is our own ring (reduce-scatter then
  * all-gather over MPI_Isend/MPI_Irecv): it handles f16, bf16 and int8 without MPI user ops and measures as
- * fast as the blocking MPI_Allreduce, where Open MPI's MPI_Iallreduce is 1.5-1.9x slower (bench/comm.c).
+ * fast as the blocking MPI_Allreduce, where Open MPI's MPI_Iallreduce is 1.5-1.9x slower (bench/mpi/comm.c).
  * MPI moves data only inside MPI calls, so when MPI provides MPI_THREAD_MULTIPLE a progress thread advances
  * the requests in flight while the caller computes; otherwise they advance when the caller polls (between
  * backward nodes). */

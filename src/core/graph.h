@@ -43,8 +43,9 @@ struct bpt_node {
 
 /* Moments a graph hook is told about. position is the index in graph->order of the node whose backward
  * just ran (NODE_BACKWARD, for every node in reverse order, with or without a backward of its own), 1 or 0
- * for BACKWARD_BEGIN (accumulating or not), -1 otherwise. Data-parallel training uses them to start each gradient bucket's all-reduce as soon as the
- * last node touching it is done, and to wait for them all before the update. */
+ * for BACKWARD_BEGIN (accumulating or not), -1 otherwise. Data-parallel training uses them to start each
+ * gradient bucket's all-reduce as soon as the last node touching it is done, and to wait for them all
+ * before the update. */
 typedef enum bpt_graph_event {
   BPT_GRAPH_EVENT_BACKWARD_BEGIN, /* before parameter gradients are cleared (or kept, to accumulate) */
   BPT_GRAPH_EVENT_NODE_BACKWARD,

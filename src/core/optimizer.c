@@ -6,6 +6,7 @@
 
 #include "bptrain/optimizer.h"
 #include "core/graph.h"
+#include "core/profiler.h"
 
 struct bpt_optimizer {
   bpt_graph *graph;
@@ -99,7 +100,24 @@ void bpt_optimizer_destroy(bpt_optimizer *optimizer) {
   free(optimizer);
 }
 
+static bpt_status optimizer_step(bpt_optimizer *optimizer);
+
+/* The profiler (core/profiler.h) times the whole step, every update kernel call included. */
 bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
+  bpt_context *context = optimizer ? optimizer->graph->context : NULL;
+  if (__builtin_expect(!context || !context->profiler, 1)) return optimizer_step(optimizer);
+  uint64_t start = bpt_profiler_begin(context);
+  bpt_status status = optimizer_step(optimizer);
+  if (status != BPT_OK) return status;
+  /* Reads parameters, gradients and each state buffer; writes the parameters and the state back. */
+  int buffers = 1 + (optimizer->state0 != NULL) + (optimizer->state1 != NULL);
+  double bytes = (double)optimizer->graph->parameter_elements * sizeof(float) * (double)(2 * buffers + 1);
+  const char *kind = optimizer->options.kind == BPT_OPTIMIZER_SGD ? "sgd" : "adam";
+  bpt_profiler_record(context, BPT_PROFILE_OPTIMIZER, "step", kind, start, bytes, 0.0);
+  return BPT_OK;
+}
+
+static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_step: optimizer is NULL");
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/graph.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 
 static bpt_status require_compiled(bpt_graph *graph, const char *where) {
@@ -66,7 +67,7 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
   graph->forward_done = false;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_get(node->op);
+    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (definition->forward) BPT_CHECK(definition->forward(node));
   }
   graph->forward_done = true;
@@ -99,7 +100,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, where);
   for (int i = graph->node_count - 1; i >= 0; i--) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_get(node->op);
+    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
     if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_NODE_BACKWARD, i));
   }

@@ -133,6 +133,26 @@ static double largest_difference(const float *a, const float *b, int64_t count) 
   return largest;
 }
 
+/* With the profiler on, every bucket's all-reduce appears as a comm region. */
+static void profiled(bpt_context *context, bpt_comm *comm) {
+  model m;
+  build(context, 4, &m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.bucket_bytes = 2048;
+  options.first_bucket_bytes = 512;
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
+  MPI_CHECK_OK(context, bpt_profiler_enable(context, 1));
+  forward_backward(context, &m, 0, 4 * bpt_comm_rank(comm), 4, 0);
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  static char summary[1 << 16];
+  bpt_profiler_summary(context, summary, sizeof summary);
+  MPI_CHECK(strstr(summary, "mpi all-reduce (f32)") != NULL, "no comm region in the profile:\n%s", summary);
+  MPI_CHECK_OK(context, bpt_profiler_enable(context, 0));
+  bpt_data_parallel_destroy(dp);
+  destroy(&m);
+}
+
 static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
   model m;
   build(context, 2, &m);
@@ -210,6 +230,7 @@ int main(int argc, char **argv) {
     free(values);
   }
   accumulation_errors(context, comm);
+  profiled(context, comm);
   if (rank == 0)
     printf("data parallel over %d ranks: ok (MPI thread level %s)\n", bpt_comm_size(comm),
            provided == MPI_THREAD_MULTIPLE ? "multiple: progress thread tested" : "below multiple: polling only");

@@ -7,7 +7,7 @@
  *      with buckets overlapped with backward (moved by the progress thread, or only by polls between
  *      backward nodes), started after backward, and without communication at all.
  *
- *   mpirun -np 2 bench_comm [--rounds N] [--steps N] [--batch N] [--threads N]
+ *   mpirun -np 2 comm_bench [--rounds N] [--steps N] [--batch N] [--threads N]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
