@@ -40,8 +40,9 @@ static int default_threads(void) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--threads", "--seed",
-                                       "--bucket-kb", "--accumulate", "--compression", "--timeout", NULL};
+  static const char *const valued[] = {"--data",       "--epochs",      "--batch",   "--lr",
+                                       "--momentum",   "--threads",     "--seed",    "--bucket-kb",
+                                       "--accumulate", "--compression", "--timeout", NULL};
   static const char *const flags[] = {"--no-overlap", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");

@@ -14,8 +14,8 @@ static void f16_and_bf16_conversions(void **state) {
   const struct {
     float value;
     uint16_t f16, bf16;
-  } cases[] = {{0.0f, 0x0000, 0x0000},          {1.0f, 0x3c00, 0x3f80},  {-2.0f, 0xc000, 0xc000},
-               {65504.0f, 0x7bff, 0x4780},      {1e6f, 0x7c00, 0x4974},  {5.9604645e-8f, 0x0001, 0x3380},
+  } cases[] = {{0.0f, 0x0000, 0x0000},          {1.0f, 0x3c00, 0x3f80}, {-2.0f, 0xc000, 0xc000},
+               {65504.0f, 0x7bff, 0x4780},      {1e6f, 0x7c00, 0x4974}, {5.9604645e-8f, 0x0001, 0x3380},
                {6.1035156e-5f, 0x0400, 0x3880}, {0.1f, 0x2e66, 0x3dcd}, {-INFINITY, 0xfc00, 0xff80}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     assert_int_equal(bpt_float_to_f16(cases[i].value), cases[i].f16);
@@ -40,8 +40,8 @@ static void hop_reductions(void **state) {
   assert_true(a[0] == 1.5f && a[1] == 2.0f && a[2] == 0.0f);
   bpt_comm_max_into(a, b, 3);
   assert_true(a[0] == 1.5f && a[1] == 4.0f && a[2] == 0.0f);
-  uint16_t h[2] = {bpt_float_to_f16(1.5f), bpt_float_to_bf16(3.0f)}, g[2] = {bpt_float_to_f16(2.25f),
-                                                                             bpt_float_to_bf16(-1.0f)};
+  uint16_t h[2] = {bpt_float_to_f16(1.5f), bpt_float_to_bf16(3.0f)},
+           g[2] = {bpt_float_to_f16(2.25f), bpt_float_to_bf16(-1.0f)};
   bpt_comm_sum_into(BPT_DTYPE_F16, h, g, 1);
   bpt_comm_sum_into(BPT_DTYPE_BF16, h + 1, g + 1, 1);
   assert_true(bpt_f16_to_float(h[0]) == 3.75f && bpt_bf16_to_float(h[1]) == 2.0f);
@@ -63,7 +63,8 @@ static void codec_round_trips(void **state) {
   uint16_t halves[n];
   bpt_comm_encode_f16(values, n, 0.5f, halves);
   bpt_comm_decode_f16(halves, n, 0.5f, decoded);
-  for (int i = 0; i < n; i++) assert_true(fabsf(decoded[i] - values[i]) <= fabsf(values[i]) * 0x1p-11f + 1e-7f);
+  for (int i = 0; i < n; i++)
+    assert_true(fabsf(decoded[i] - values[i]) <= fabsf(values[i]) * 0x1p-11f + 1e-7f);
   int8_t bytes[n];
   float largest = bpt_comm_max_abs(values, n), step = largest / 63.0f;
   bpt_comm_encode_int8(values, n, step, 63, bytes);
@@ -104,7 +105,8 @@ static void top_k_selects_the_largest(void **state) {
   bpt_comm_sparse_entry all[4];
   float few[4] = {0.0f, -1.0f, 0.0f, 2.0f}, few_scratch[4];
   bpt_comm_select_top_k(few, 4, 4, few_scratch, all);
-  for (int i = 0; i < 4; i++) assert_int_equal(all[i].index, i);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(all[i].index, i);
 }
 
 /* Over many steps, what was sent plus what is still held back must equal everything that came in. */
@@ -121,16 +123,18 @@ static void error_feedback_keeps_the_sum(void **state) {
     memset(residual, 0, sizeof residual);
     memset(sent, 0, sizeof sent);
     memset(incoming, 0, sizeof incoming);
-    bpt_comm_codec codec = {.kind = kinds[kind], .f16_scale = 0.5f, .int8_limit = 63, .top_k = 17,
-                            .top_k_scratch = scratch};
+    bpt_comm_codec codec = {
+        .kind = kinds[kind], .f16_scale = 0.5f, .int8_limit = 63, .top_k = 17, .top_k_scratch = scratch};
     double dropped = 0.0;
     for (int t = 0; t < steps; t++) {
       test_random_fill(&random, work, n, -1.0f, 1.0f);
-      for (int i = 0; i < n; i++) incoming[i] += work[i];
+      for (int i = 0; i < n; i++)
+        incoming[i] += work[i];
       codec.int8_step = (bpt_comm_max_abs(work, n) + bpt_comm_max_abs(residual, n)) / 63.0f;
       bpt_comm_compress(&codec, work, n, residual, payload);
       bpt_comm_decompress_local(&codec, payload, n, decoded);
-      for (int i = 0; i < n; i++) sent[i] += decoded[i];
+      for (int i = 0; i < n; i++)
+        sent[i] += decoded[i];
     }
     for (int i = 0; i < n; i++) {
       assert_true(fabs(sent[i] + residual[i] - incoming[i]) <= 1e-4 * (1.0 + fabs(incoming[i])));
@@ -138,7 +142,8 @@ static void error_feedback_keeps_the_sum(void **state) {
     }
     /* The codec is lossy (so the test means something), yet the carried error stays bounded. */
     assert_true(dropped > 0.0);
-    for (int i = 0; i < n; i++) assert_true(fabsf(residual[i]) < (kinds[kind] == BPT_COMPRESSION_TOPK ? 20.0f : 1.0f));
+    for (int i = 0; i < n; i++)
+      assert_true(fabsf(residual[i]) < (kinds[kind] == BPT_COMPRESSION_TOPK ? 20.0f : 1.0f));
   }
 }
 
@@ -152,8 +157,8 @@ static void api_errors(void **state) {
   assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "timeout_seconds", bpt_comm_create_mpi(context, 0, &options, &comm));
   assert_null(comm);
   assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "rank", bpt_comm_create_nccl(context, NULL, 0, 1, 0, NULL, &comm));
-  assert_fails(NULL, BPT_ERR_INVALID_ARGUMENT, "NULL", bpt_comm_allreduce(NULL, NULL, 0, BPT_DTYPE_F32,
-                                                                          BPT_REDUCE_SUM));
+  assert_fails(NULL, BPT_ERR_INVALID_ARGUMENT, "NULL",
+               bpt_comm_allreduce(NULL, NULL, 0, BPT_DTYPE_F32, BPT_REDUCE_SUM));
   assert_int_equal(bpt_comm_rank(NULL), -1);
   assert_int_equal(bpt_comm_size(NULL), 0);
   assert_string_equal(bpt_comm_engine(NULL), "");
@@ -170,9 +175,12 @@ static void api_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(f16_and_bf16_conversions), cmocka_unit_test(hop_reductions),
-      cmocka_unit_test(codec_round_trips),        cmocka_unit_test(top_k_selects_the_largest),
-      cmocka_unit_test(error_feedback_keeps_the_sum), cmocka_unit_test(api_errors),
+      cmocka_unit_test(f16_and_bf16_conversions),
+      cmocka_unit_test(hop_reductions),
+      cmocka_unit_test(codec_round_trips),
+      cmocka_unit_test(top_k_selects_the_largest),
+      cmocka_unit_test(error_feedback_keeps_the_sum),
+      cmocka_unit_test(api_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

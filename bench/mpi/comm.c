@@ -18,13 +18,13 @@
 
 #include "bptrain/comm_mpi.h"
 
-#define CHECK(context, expression)                                                                     \
-  do {                                                                                                 \
-    bpt_status check_status_ = (expression);                                                           \
-    if (check_status_ != BPT_OK) {                                                                     \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expression, bpt_context_last_error(context)); \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                                    \
-    }                                                                                                  \
+#define CHECK(context, expression)                                                                                     \
+  do {                                                                                                                 \
+    bpt_status check_status_ = (expression);                                                                           \
+    if (check_status_ != BPT_OK) {                                                                                     \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expression, bpt_context_last_error(context));            \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
 static int compare_doubles(const void *a, const void *b) {
@@ -59,9 +59,11 @@ static void allreduce_overhead(bpt_context *context, bpt_comm *comm, int rounds)
   for (int64_t bytes = 1 << 20; bytes <= (64 << 20); bytes *= 4) {
     int64_t count = bytes / 4;
     float *buffer = malloc((size_t)bytes);
-    for (int64_t i = 0; i < count; i++) buffer[i] = (float)(i % 17) * 0.25f;
+    for (int64_t i = 0; i < count; i++)
+      buffer[i] = (float)(i % 17) * 0.25f;
     double *times[3];
-    for (int c = 0; c < 3; c++) times[c] = malloc((size_t)rounds * sizeof(double));
+    for (int c = 0; c < 3; c++)
+      times[c] = malloc((size_t)rounds * sizeof(double));
     for (int round = -2; round < rounds; round++) { /* two warm-up rounds */
       for (int candidate = 0; candidate < 3; candidate++) {
         MPI_Barrier(MPI_COMM_WORLD);
@@ -74,12 +76,14 @@ static void allreduce_overhead(bpt_context *context, bpt_comm *comm, int rounds)
           MPI_Request request;
           int done = 0;
           MPI_Iallreduce(MPI_IN_PLACE, buffer, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
-          while (!done) MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+          while (!done)
+            MPI_Test(&request, &done, MPI_STATUS_IGNORE);
         }
         double elapsed = MPI_Wtime() - start, slowest;
         MPI_Allreduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (round >= 0) times[candidate][round] = slowest;
-        for (int64_t i = 0; i < count; i++) buffer[i] = (float)(i % 17) * 0.25f; /* keep values bounded */
+        for (int64_t i = 0; i < count; i++)
+          buffer[i] = (float)(i % 17) * 0.25f; /* keep values bounded */
       }
     }
     double middle[3], fastest[3];
@@ -91,7 +95,8 @@ static void allreduce_overhead(bpt_context *context, bpt_comm *comm, int rounds)
       printf("%10lld %8.3f / %7.3f %8.3f / %7.3f %8.3f / %7.3f %+8.1f%% / %+6.1f%%\n", (long long)bytes,
              1e3 * fastest[0], 1e3 * middle[0], 1e3 * fastest[1], 1e3 * middle[1], 1e3 * fastest[2], 1e3 * middle[2],
              100.0 * (fastest[1] / fastest[0] - 1.0), 100.0 * (middle[1] / middle[0] - 1.0));
-    for (int c = 0; c < 3; c++) free(times[c]);
+    for (int c = 0; c < 3; c++)
+      free(times[c]);
     free(buffer);
   }
 }
@@ -127,8 +132,8 @@ static void build(bpt_context *context, bpt_comm *comm, bpt_comm *polling, int m
     bpt_data_parallel_options options = bpt_data_parallel_options_default();
     options.bucket_bytes = (size_t)4 << 20; /* several buckets, so that there is something to overlap */
     options.overlap = mode != AFTER_BACKWARD;
-    CHECK(context, bpt_data_parallel_create(t->graph, mode == OVERLAP_POLLING ? polling : comm, &options,
-                                            &t->parallel));
+    CHECK(context,
+          bpt_data_parallel_create(t->graph, mode == OVERLAP_POLLING ? polling : comm, &options, &t->parallel));
   }
   bpt_tensor *images, *targets;
   int64_t dims[2] = {batch, features};
@@ -136,8 +141,10 @@ static void build(bpt_context *context, bpt_comm *comm, bpt_comm *polling, int m
   CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &targets));
   float *pixels = bpt_tensor_data(images);
   int32_t *classes = bpt_tensor_data(targets);
-  for (int64_t i = 0; i < batch * features; i++) pixels[i] = (float)((i * 31) % 255) / 255.0f;
-  for (int64_t i = 0; i < batch; i++) classes[i] = (int32_t)(i % 10);
+  for (int64_t i = 0; i < batch * features; i++)
+    pixels[i] = (float)((i * 31) % 255) / 255.0f;
+  for (int64_t i = 0; i < batch; i++)
+    classes[i] = (int32_t)(i % 10);
   CHECK(context, bpt_graph_set_input(t->graph, x, images));
   CHECK(context, bpt_graph_set_input(t->graph, labels, targets));
   bpt_tensor_destroy(images);
@@ -154,7 +161,8 @@ static void step_times(bpt_context *context, bpt_comm *comm, bpt_comm *polling, 
   static const char *const names[] = {"overlapped, progress thread", "overlapped, polling only", "after backward",
                                       "no communication"};
   trainer trainers[MODES];
-  for (int mode = 0; mode < MODES; mode++) build(context, comm, polling, mode, batch, &trainers[mode]);
+  for (int mode = 0; mode < MODES; mode++)
+    build(context, comm, polling, mode, batch, &trainers[mode]);
   double *times[MODES], *cpu[MODES];
   for (int mode = 0; mode < MODES; mode++) {
     times[mode] = malloc((size_t)rounds * sizeof(double));
@@ -164,7 +172,8 @@ static void step_times(bpt_context *context, bpt_comm *comm, bpt_comm *polling, 
     for (int mode = 0; mode < MODES; mode++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double start = MPI_Wtime(), cpu_start = thread_cpu_seconds();
-      for (int s = 0; s < steps; s++) step(context, &trainers[mode]);
+      for (int s = 0; s < steps; s++)
+        step(context, &trainers[mode]);
       double elapsed = (MPI_Wtime() - start) / steps, slowest;
       double used = (thread_cpu_seconds() - cpu_start) / steps, most;
       MPI_Allreduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -174,8 +183,9 @@ static void step_times(bpt_context *context, bpt_comm *comm, bpt_comm *polling, 
   if (bpt_comm_rank(comm) == 0) {
     printf("\ndata-parallel step, MLP 784-2048-2048-512-10 (%lld parameters, %d buckets of <= 4 MiB), batch %lld "
            "per rank, %d threads per rank, median of %d rounds x %d steps\n",
-           (long long)bpt_graph_parameter_count(trainers[0].graph), bpt_data_parallel_bucket_count(trainers[0].parallel),
-           (long long)batch, bpt_context_num_threads(context), rounds, steps);
+           (long long)bpt_graph_parameter_count(trainers[0].graph),
+           bpt_data_parallel_bucket_count(trainers[0].parallel), (long long)batch, bpt_context_num_threads(context),
+           rounds, steps);
     double middle[MODES], fastest[MODES], work[MODES];
     for (int mode = 0; mode < MODES; mode++) {
       middle[mode] = median(times[mode], rounds);

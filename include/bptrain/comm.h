@@ -72,9 +72,8 @@ BPT_API bpt_status bpt_comm_nccl_unique_id(bpt_context *context, bpt_comm_unique
  * non-blocking: initialisation and collectives are waited for with the timeout, and a failure or timeout
  * aborts it (ncclCommAbort). Collective over the ranks.
  */
-BPT_API bpt_status bpt_comm_create_nccl(bpt_context *context, const bpt_comm_unique_id *id, int rank,
-                                        int world_size, int device, const bpt_comm_options *options,
-                                        bpt_comm **out);
+BPT_API bpt_status bpt_comm_create_nccl(bpt_context *context, const bpt_comm_unique_id *id, int rank, int world_size,
+                                        int device, const bpt_comm_options *options, bpt_comm **out);
 
 /**
  * Bootstraps an NCCL communicator over MPI: rank 0 of @p mpi_comm (see bpt_comm_create_mpi()) makes the
@@ -107,8 +106,7 @@ BPT_API const char *bpt_comm_engine(const bpt_comm *comm);
  * (or average). @p dtype is ::BPT_DTYPE_F32, ::BPT_DTYPE_F16 or ::BPT_DTYPE_BF16; 16-bit values are summed
  * in f32 and rounded once per hop. Host memory for MPI, device memory for NCCL.
  */
-BPT_API bpt_status bpt_comm_allreduce(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype,
-                                      bpt_reduce_op op);
+BPT_API bpt_status bpt_comm_allreduce(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype, bpt_reduce_op op);
 
 /** Copies @p bytes of @p buffer from rank @p root to every other rank. */
 BPT_API bpt_status bpt_comm_broadcast(bpt_comm *comm, void *buffer, size_t bytes, int root);
@@ -129,16 +127,16 @@ typedef enum bpt_compression {
 
 /** Options for bpt_data_parallel_create(); get them from bpt_data_parallel_options_default(). */
 typedef struct bpt_data_parallel_options {
-  size_t size;               /**< sizeof(bpt_data_parallel_options), set by the default function */
-  size_t bucket_bytes;       /**< cap on the f32 gradient bytes of one bucket (default 25 MiB) */
-  size_t first_bucket_bytes; /**< cap on the first bucket, sent first, kept small so it starts early (1 MiB) */
-  int overlap;               /**< non-zero (default): start each bucket during backward as soon as its
-                                  gradients are final; 0: start all of them after backward */
-  int accumulation_steps;    /**< micro-batches per optimiser step (default 1); only the last communicates */
+  size_t size;                 /**< sizeof(bpt_data_parallel_options), set by the default function */
+  size_t bucket_bytes;         /**< cap on the f32 gradient bytes of one bucket (default 25 MiB) */
+  size_t first_bucket_bytes;   /**< cap on the first bucket, sent first, kept small so it starts early (1 MiB) */
+  int overlap;                 /**< non-zero (default): start each bucket during backward as soon as its
+                                    gradients are final; 0: start all of them after backward */
+  int accumulation_steps;      /**< micro-batches per optimiser step (default 1); only the last communicates */
   bpt_compression compression; /**< what gradients are sent as (default ::BPT_COMPRESSION_NONE) */
-  float topk_ratio;   /**< ::BPT_COMPRESSION_TOPK: fraction of each bucket sent (default 0.01) */
-  int error_feedback; /**< non-zero (default): lossy compression carries its error into the next step */
-  int broadcast_parameters; /**< non-zero (default): rank 0's initial parameters are copied to every rank */
+  float topk_ratio;            /**< ::BPT_COMPRESSION_TOPK: fraction of each bucket sent (default 0.01) */
+  int error_feedback;          /**< non-zero (default): lossy compression carries its error into the next step */
+  int broadcast_parameters;    /**< non-zero (default): rank 0's initial parameters are copied to every rank */
 } bpt_data_parallel_options;
 
 /** @return 25 MiB buckets, a 1 MiB first bucket, overlap on, no accumulation or compression. */

@@ -63,7 +63,8 @@ bpt_status bpt_comm_wait_all(bpt_comm *comm, bpt_comm_request **requests, int co
   for (long rounds = 0;; rounds++) {
     BPT_CHECK(bpt_comm_poll(comm, requests, count));
     int pending = 0;
-    for (int i = 0; i < count; i++) pending += requests[i] != NULL;
+    for (int i = 0; i < count; i++)
+      pending += requests[i] != NULL;
     if (!pending) return BPT_OK;
     if ((rounds & 63) != 0) continue;
     double waited = bpt_comm_seconds() - start;
@@ -165,8 +166,8 @@ bpt_status bpt_comm_create_nccl(bpt_context *context, const bpt_comm_unique_id *
 #endif
 }
 
-bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int device,
-                                    const bpt_comm_options *options, bpt_comm **out) {
+bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int device, const bpt_comm_options *options,
+                                    bpt_comm **out) {
   if (!context) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_comm_create_nccl_mpi: context is NULL");
 #if defined(BPT_HAVE_MPI) && defined(BPT_HAVE_NCCL)
   bpt_comm_unique_id id;
@@ -176,8 +177,7 @@ bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int 
 #else
   (void)mpi_comm, (void)device, (void)options;
   if (out) *out = NULL;
-  return bpt_error(context, BPT_ERR_UNSUPPORTED,
-                   "bpt_comm_create_nccl_mpi: libbptrain was built without %s",
+  return bpt_error(context, BPT_ERR_UNSUPPORTED, "bpt_comm_create_nccl_mpi: libbptrain was built without %s",
 #ifdef BPT_HAVE_MPI
                    "NCCL"
 #else
@@ -207,8 +207,8 @@ bpt_status bpt_comm_allreduce(bpt_comm *comm, void *buffer, int64_t count, bpt_d
   const char *where = "bpt_comm_allreduce";
   BPT_CHECK(bpt_comm_check_usable(comm, where));
   if (count < 0 || (count > 0 && !buffer))
-    return bpt_error(comm->context, BPT_ERR_INVALID_ARGUMENT, "%s: count %lld with buffer %p", where,
-                     (long long)count, buffer);
+    return bpt_error(comm->context, BPT_ERR_INVALID_ARGUMENT, "%s: count %lld with buffer %p", where, (long long)count,
+                     buffer);
   if (dtype != BPT_DTYPE_F32 && dtype != BPT_DTYPE_F16 && dtype != BPT_DTYPE_BF16)
     return bpt_error(comm->context, BPT_ERR_DTYPE, "%s: dtype %s is not f32, f16 or bf16", where,
                      bpt_dtype_name(dtype));
@@ -225,8 +225,8 @@ bpt_status bpt_comm_broadcast(bpt_comm *comm, void *buffer, size_t bytes, int ro
   const char *where = "bpt_comm_broadcast";
   BPT_CHECK(bpt_comm_check_usable(comm, where));
   if (root < 0 || root >= comm->size || (bytes > 0 && !buffer))
-    return bpt_error(comm->context, BPT_ERR_INVALID_ARGUMENT, "%s: root %d of %d ranks, %zu bytes at %p", where,
-                     root, comm->size, bytes, buffer);
+    return bpt_error(comm->context, BPT_ERR_INVALID_ARGUMENT, "%s: root %d of %d ranks, %zu bytes at %p", where, root,
+                     comm->size, bytes, buffer);
   if (bytes == 0) return BPT_OK;
   bpt_comm_request *request = NULL;
   BPT_CHECK(comm->engine->broadcast_start(comm, buffer, bytes, root, &request));

@@ -22,8 +22,7 @@ typedef struct bpt_comm_engine_table {
   bpt_status (*allreduce_start)(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype,
                                 bpt_comm_reduction reduction, float prescale, bpt_comm_request **out);
   /* receive gets size * bytes: rank r's send buffer at offset r * bytes. NULL when unsupported. */
-  bpt_status (*allgather_start)(bpt_comm *comm, const void *send, void *receive, size_t bytes,
-                                bpt_comm_request **out);
+  bpt_status (*allgather_start)(bpt_comm *comm, const void *send, void *receive, size_t bytes, bpt_comm_request **out);
   bpt_status (*broadcast_start)(bpt_comm *comm, void *buffer, size_t bytes, int root, bpt_comm_request **out);
   bpt_status (*barrier_start)(bpt_comm *comm, bpt_comm_request **out);
   /* Advances the request; sets *done (and frees it) once complete. An error marks the comm failed. */
@@ -46,8 +45,8 @@ struct bpt_comm {
 bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t mpi_comm, bool progress_thread);
 bpt_status bpt_comm_nccl_open(bpt_comm *comm, const bpt_comm_unique_id *id, int rank, int world_size, int device);
 /* MPI helpers for NCCL's bootstrap: rank and node-local rank of mpi_comm, and a broadcast of the id. */
-bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t mpi_comm, bpt_comm_unique_id *id, int *rank,
-                                 int *size, int *local_rank);
+bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t mpi_comm, bpt_comm_unique_id *id, int *rank, int *size,
+                                 int *local_rank);
 
 /* Records a failure on the communicator: it becomes unusable and the message lands on its context. */
 bpt_status bpt_comm_fail(bpt_comm *comm, bpt_status status, const char *format, ...)

@@ -59,13 +59,15 @@ void bpt_comm_sum_into(bpt_dtype dtype, void *accumulator, const void *source, i
   case BPT_DTYPE_F32: {
     float *a = accumulator;
     const float *s = source;
-    for (int64_t i = 0; i < count; i++) a[i] += s[i];
+    for (int64_t i = 0; i < count; i++)
+      a[i] += s[i];
     break;
   }
   case BPT_DTYPE_F16: {
     uint16_t *a = accumulator;
     const uint16_t *s = source;
-    for (int64_t i = 0; i < count; i++) a[i] = bpt_float_to_f16(bpt_f16_to_float(a[i]) + bpt_f16_to_float(s[i]));
+    for (int64_t i = 0; i < count; i++)
+      a[i] = bpt_float_to_f16(bpt_f16_to_float(a[i]) + bpt_f16_to_float(s[i]));
     break;
   }
   case BPT_DTYPE_BF16: {
@@ -96,13 +98,16 @@ void bpt_comm_scale(bpt_dtype dtype, void *buffer, int64_t count, float scale) {
   if (scale == 1.0f) return;
   if (dtype == BPT_DTYPE_F32) {
     float *values = buffer;
-    for (int64_t i = 0; i < count; i++) values[i] *= scale;
+    for (int64_t i = 0; i < count; i++)
+      values[i] *= scale;
   } else if (dtype == BPT_DTYPE_F16) {
     uint16_t *values = buffer;
-    for (int64_t i = 0; i < count; i++) values[i] = bpt_float_to_f16(bpt_f16_to_float(values[i]) * scale);
+    for (int64_t i = 0; i < count; i++)
+      values[i] = bpt_float_to_f16(bpt_f16_to_float(values[i]) * scale);
   } else if (dtype == BPT_DTYPE_BF16) {
     uint16_t *values = buffer;
-    for (int64_t i = 0; i < count; i++) values[i] = bpt_float_to_bf16(bpt_bf16_to_float(values[i]) * scale);
+    for (int64_t i = 0; i < count; i++)
+      values[i] = bpt_float_to_bf16(bpt_bf16_to_float(values[i]) * scale);
   }
 }
 
@@ -116,12 +121,14 @@ float bpt_comm_max_abs(const float *values, int64_t count) {
 }
 
 void bpt_comm_encode_f16(const float *values, int64_t count, float scale, uint16_t *encoded) {
-  for (int64_t i = 0; i < count; i++) encoded[i] = bpt_float_to_f16(values[i] * scale);
+  for (int64_t i = 0; i < count; i++)
+    encoded[i] = bpt_float_to_f16(values[i] * scale);
 }
 
 void bpt_comm_decode_f16(const uint16_t *encoded, int64_t count, float scale, float *values) {
   float inverse = 1.0f / scale;
-  for (int64_t i = 0; i < count; i++) values[i] = bpt_f16_to_float(encoded[i]) * inverse;
+  for (int64_t i = 0; i < count; i++)
+    values[i] = bpt_f16_to_float(encoded[i]) * inverse;
 }
 
 void bpt_comm_encode_int8(const float *values, int64_t count, float step, int limit, int8_t *encoded) {
@@ -133,7 +140,8 @@ void bpt_comm_encode_int8(const float *values, int64_t count, float step, int li
 }
 
 void bpt_comm_decode_int8(const int8_t *encoded, int64_t count, float step, float *values) {
-  for (int64_t i = 0; i < count; i++) values[i] = (float)encoded[i] * step;
+  for (int64_t i = 0; i < count; i++)
+    values[i] = (float)encoded[i] * step;
 }
 
 /* The value at ascending position kth after sorting (Hoare quickselect; reorders a). */
@@ -144,8 +152,10 @@ static float select_position(float *a, int64_t count, int64_t kth) {
     float pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
     int64_t i = low, j = high;
     while (i <= j) {
-      while (a[i] < pivot) i++;
-      while (a[j] > pivot) j--;
+      while (a[i] < pivot)
+        i++;
+      while (a[j] > pivot)
+        j--;
       if (i <= j) {
         float t = a[i];
         a[i++] = a[j];
@@ -166,10 +176,12 @@ void bpt_comm_select_top_k(const float *values, int64_t count, int64_t k, float 
                            bpt_comm_sparse_entry *selected) {
   if (k <= 0 || count <= 0) return;
   if (k > count) k = count;
-  for (int64_t i = 0; i < count; i++) scratch[i] = fabsf(values[i]);
+  for (int64_t i = 0; i < count; i++)
+    scratch[i] = fabsf(values[i]);
   float threshold = select_position(scratch, count, count - k);
   int64_t above = 0;
-  for (int64_t i = 0; i < count; i++) above += fabsf(values[i]) > threshold;
+  for (int64_t i = 0; i < count; i++)
+    above += fabsf(values[i]) > threshold;
   int64_t ties = k - above, filled = 0;
   for (int64_t i = 0; i < count && filled < k; i++) {
     float magnitude = fabsf(values[i]);
@@ -179,7 +191,8 @@ void bpt_comm_select_top_k(const float *values, int64_t count, int64_t k, float 
 }
 
 void bpt_comm_scatter_add(const bpt_comm_sparse_entry *entries, int64_t count, float scale, float *values) {
-  for (int64_t i = 0; i < count; i++) values[entries[i].index] += scale * entries[i].value;
+  for (int64_t i = 0; i < count; i++)
+    values[entries[i].index] += scale * entries[i].value;
 }
 
 void bpt_comm_decompress_local(const bpt_comm_codec *codec, const void *payload, int64_t count, float *values) {
@@ -196,7 +209,8 @@ void bpt_comm_decompress_local(const bpt_comm_codec *codec, const void *payload,
 
 void bpt_comm_compress(const bpt_comm_codec *codec, float *work, int64_t count, float *residual, void *payload) {
   if (residual)
-    for (int64_t i = 0; i < count; i++) work[i] += residual[i];
+    for (int64_t i = 0; i < count; i++)
+      work[i] += residual[i];
   switch ((bpt_compression)codec->kind) {
   case BPT_COMPRESSION_F16: bpt_comm_encode_f16(work, count, codec->f16_scale, payload); break;
   case BPT_COMPRESSION_INT8: bpt_comm_encode_int8(work, count, codec->int8_step, codec->int8_limit, payload); break;
@@ -207,9 +221,11 @@ void bpt_comm_compress(const bpt_comm_codec *codec, float *work, int64_t count, 
   if (codec->kind == BPT_COMPRESSION_TOPK) { /* exact: the sent entries leave nothing behind */
     memcpy(residual, work, (size_t)count * sizeof *work);
     const bpt_comm_sparse_entry *entries = payload;
-    for (int64_t i = 0; i < codec->top_k && i < count; i++) residual[entries[i].index] = 0.0f;
+    for (int64_t i = 0; i < codec->top_k && i < count; i++)
+      residual[entries[i].index] = 0.0f;
     return;
   }
   bpt_comm_decompress_local(codec, payload, count, residual);
-  for (int64_t i = 0; i < count; i++) residual[i] = work[i] - residual[i];
+  for (int64_t i = 0; i < count; i++)
+    residual[i] = work[i] - residual[i];
 }

@@ -19,13 +19,13 @@ typedef struct bucket {
   int64_t offset, count; /* elements of the flat gradient block, padding between parameters included */
   int ready_position;    /* its gradients are final once backward has run the node at this position */
   bucket_phase phase;
-  float *host;     /* the gradients in host memory: the block itself on the CPU backend, else staging */
-  float *residual; /* error feedback: what compression left out, added to the next step's gradients */
-  void *payload;   /* the encoded bucket that is sent (f16, int8 or top-k entries) */
-  void *gathered;  /* top-k: every rank's entries */
-  float *scratch;  /* top-k: magnitudes for the selection */
-  int64_t k;       /* top-k: entries per rank */
-  float step;      /* int8: the value of one quantisation step, agreed by all ranks */
+  float *host;      /* the gradients in host memory: the block itself on the CPU backend, else staging */
+  float *residual;  /* error feedback: what compression left out, added to the next step's gradients */
+  void *payload;    /* the encoded bucket that is sent (f16, int8 or top-k entries) */
+  void *gathered;   /* top-k: every rank's entries */
+  float *scratch;   /* top-k: magnitudes for the selection */
+  int64_t k;        /* top-k: entries per rank */
+  float step;       /* int8: the value of one quantisation step, agreed by all ranks */
   uint64_t started; /* profiler timestamp of the launch, when the context profiles */
 } bucket;
 
@@ -174,8 +174,8 @@ static bpt_status launch(bpt_data_parallel *dp, int index) {
     break;
   case BPT_COMPRESSION_F16:
     encode(dp, b);
-    status = comm->engine->allreduce_start(comm, b->payload, b->count, BPT_DTYPE_F16, BPT_COMM_REDUCE_SUM, 1.0f,
-                                           request);
+    status =
+        comm->engine->allreduce_start(comm, b->payload, b->count, BPT_DTYPE_F16, BPT_COMM_REDUCE_SUM, 1.0f, request);
     break;
   case BPT_COMPRESSION_INT8: {
     /* One scale for all ranks: the largest |work| anywhere. A small blocking all-reduce, started here so that
@@ -194,13 +194,14 @@ static bpt_status launch(bpt_data_parallel *dp, int index) {
     if (status != BPT_OK) break;
     b->step = largest > 0.0f ? largest / (float)(127 / comm->size) : 1.0f;
     encode(dp, b);
-    status = comm->engine->allreduce_start(comm, b->payload, b->count, BPT_DTYPE_U8, BPT_COMM_REDUCE_SUM, 1.0f, request);
+    status =
+        comm->engine->allreduce_start(comm, b->payload, b->count, BPT_DTYPE_U8, BPT_COMM_REDUCE_SUM, 1.0f, request);
     break;
   }
   case BPT_COMPRESSION_TOPK:
     encode(dp, b);
-    status = comm->engine->allgather_start(comm, b->payload, b->gathered,
-                                           (size_t)b->k * sizeof(bpt_comm_sparse_entry), request);
+    status = comm->engine->allgather_start(comm, b->payload, b->gathered, (size_t)b->k * sizeof(bpt_comm_sparse_entry),
+                                           request);
     break;
   }
   BPT_CHECK(relay(dp, status));
@@ -262,7 +263,8 @@ static bpt_status launch_ready(bpt_data_parallel *dp, int position) {
 bpt_status bpt_data_parallel_wait(bpt_data_parallel *dp) {
   if (!dp) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_data_parallel_wait: NULL");
   bool in_flight = false;
-  for (int i = 0; i < dp->next_launch; i++) in_flight |= dp->requests[i] != NULL;
+  for (int i = 0; i < dp->next_launch; i++)
+    in_flight |= dp->requests[i] != NULL;
   if (!in_flight) return finish_completed(dp);
   BPT_CHECK(relay(dp, bpt_comm_check_usable(dp->comm, "bpt_data_parallel_wait")));
   BPT_CHECK(relay(dp, bpt_comm_wait_all(dp->comm, dp->requests, dp->next_launch, "gradient all-reduce")));
@@ -285,7 +287,8 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
                        dp->micro_batch, steps, steps);
     dp->communicate = dp->micro_batch == steps;
     dp->next_launch = 0;
-    for (int i = 0; i < dp->bucket_count; i++) dp->buckets[i].phase = BUCKET_IDLE;
+    for (int i = 0; i < dp->bucket_count; i++)
+      dp->buckets[i].phase = BUCKET_IDLE;
     return BPT_OK;
   case BPT_GRAPH_EVENT_NODE_BACKWARD:
     if (!dp->communicate) return BPT_OK;
@@ -298,8 +301,8 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
   case BPT_GRAPH_EVENT_BEFORE_UPDATE:
     if (dp->micro_batch != steps)
       return bpt_error(graph->context, BPT_ERR_STATE,
-                       "bpt_optimizer_step: data parallel training accumulates %d micro-batches, %d done so far",
-                       steps, dp->micro_batch);
+                       "bpt_optimizer_step: data parallel training accumulates %d micro-batches, %d done so far", steps,
+                       dp->micro_batch);
     return bpt_data_parallel_wait(dp);
   }
   return BPT_OK;
@@ -358,10 +361,9 @@ bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_
   if (comm->failed) return bpt_error(context, BPT_ERR_STATE, "%s: the communicator failed earlier", where);
   bpt_data_parallel_options copy = bpt_data_parallel_options_default();
   if (options)
-    BPT_CHECK(bpt_copy_options(context, &copy, sizeof copy, options, options->size,
-                               offsetof(bpt_data_parallel_options, broadcast_parameters) +
-                                   sizeof copy.broadcast_parameters,
-                               where));
+    BPT_CHECK(bpt_copy_options(
+        context, &copy, sizeof copy, options, options->size,
+        offsetof(bpt_data_parallel_options, broadcast_parameters) + sizeof copy.broadcast_parameters, where));
   BPT_CHECK(validate(context, &copy, comm));
   bool cpu = strcmp(graph->backend->vtable->name, "cpu") == 0;
   if (comm->engine->device_memory && cpu)
@@ -398,7 +400,8 @@ void bpt_data_parallel_destroy(bpt_data_parallel *dp) {
   if (dp->requests && !dp->comm->failed) bpt_data_parallel_wait(dp);
   /* Buffers of in-flight buckets are still referenced by the engine after a failure: leave them. */
   bool in_flight = false;
-  for (int i = 0; dp->requests && i < dp->bucket_count; i++) in_flight |= dp->requests[i] != NULL;
+  for (int i = 0; dp->requests && i < dp->bucket_count; i++)
+    in_flight |= dp->requests[i] != NULL;
   if (!in_flight && dp->buckets) {
     for (int i = 0; i < dp->bucket_count; i++) {
       bucket *b = &dp->buckets[i];

@@ -91,8 +91,8 @@ static int post_hop(mpi_state *state, bpt_comm_request *request) {
   int64_t send_count = chunk_begin(request, size, send_chunk + 1) - send_begin;
   int64_t receive_begin = chunk_begin(request, size, receive_chunk);
   int64_t receive_count = chunk_begin(request, size, receive_chunk + 1) - receive_begin;
-  receive_base = request->hop < size - 1 ? request->scratch
-                                         : request->buffer + (size_t)receive_begin * request->element_size;
+  receive_base =
+      request->hop < size - 1 ? request->scratch : request->buffer + (size_t)receive_begin * request->element_size;
   int tag = (request->tag + request->hop) % state->tag_limit;
   MPI_Comm mpi_comm = state->comm;
   int code = MPI_Irecv(receive_base, (int)((size_t)receive_count * request->element_size), MPI_BYTE, left, tag,
@@ -166,7 +166,8 @@ static void *progress_loop(void *argument) {
       pthread_cond_wait(&state->wake, &state->lock);
       continue;
     }
-    for (bpt_comm_request *request = state->active; request; request = request->next) advance(state, request);
+    for (bpt_comm_request *request = state->active; request; request = request->next)
+      advance(state, request);
     pthread_mutex_unlock(&state->lock);
     /* Short enough that a hop starts soon after the peer posts it, long enough to leave the core to compute. */
     struct timespec pause = {0, 20000};

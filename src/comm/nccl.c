@@ -131,10 +131,10 @@ static bpt_status nccl_barrier_start(bpt_comm *comm, bpt_comm_request **out) {
   BPT_CHECK(begin(comm, &request));
   *out = request;
   nccl_state *state = state_of(comm);
-  return issued(comm, request,
-                ncclAllReduce(state->barrier_word, state->barrier_word, 1, ncclInt32, ncclSum, state->comm,
-                              state->stream),
-                "barrier (ncclAllReduce)");
+  return issued(
+      comm, request,
+      ncclAllReduce(state->barrier_word, state->barrier_word, 1, ncclInt32, ncclSum, state->comm, state->stream),
+      "barrier (ncclAllReduce)");
 }
 
 static bpt_status nccl_test(bpt_comm *comm, bpt_comm_request *request, bool *done) {
@@ -162,7 +162,8 @@ static void nccl_destroy(bpt_comm *comm) {
     if (!comm->failed) { /* finalise politely, but never wait past the timeout for peers */
       ncclResult_t result = ncclCommFinalize(state->comm);
       double start = bpt_comm_seconds();
-      while (result == ncclInProgress && (comm->timeout_seconds == 0 || bpt_comm_seconds() - start < comm->timeout_seconds))
+      while (result == ncclInProgress &&
+             (comm->timeout_seconds == 0 || bpt_comm_seconds() - start < comm->timeout_seconds))
         ncclCommGetAsyncError(state->comm, &result);
       clean = result == ncclSuccess;
     }

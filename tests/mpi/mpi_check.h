@@ -8,24 +8,23 @@
 
 #include "bptrain.h"
 
-#define MPI_CHECK(condition, ...)                                                                   \
-  do {                                                                                              \
-    if (!(condition)) {                                                                             \
-      int check_rank_ = -1;                                                                         \
-      MPI_Comm_rank(MPI_COMM_WORLD, &check_rank_);                                                  \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", check_rank_, __FILE__, __LINE__, #condition); \
-      fprintf(stderr, __VA_ARGS__);                                                                 \
-      fprintf(stderr, "\n");                                                                        \
-      fflush(stderr);                                                                               \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                                 \
-    }                                                                                               \
+#define MPI_CHECK(condition, ...)                                                                                      \
+  do {                                                                                                                 \
+    if (!(condition)) {                                                                                                \
+      int check_rank_ = -1;                                                                                            \
+      MPI_Comm_rank(MPI_COMM_WORLD, &check_rank_);                                                                     \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", check_rank_, __FILE__, __LINE__, #condition);              \
+      fprintf(stderr, __VA_ARGS__);                                                                                    \
+      fprintf(stderr, "\n");                                                                                           \
+      fflush(stderr);                                                                                                  \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
-#define MPI_CHECK_OK(context, expression)                                                          \
-  do {                                                                                              \
-    bpt_status check_status_ = (expression);                                                        \
-    MPI_CHECK(check_status_ == BPT_OK, "%s: %s", bpt_status_string(check_status_),                  \
-              bpt_context_last_error(context));                                                     \
+#define MPI_CHECK_OK(context, expression)                                                                              \
+  do {                                                                                                                 \
+    bpt_status check_status_ = (expression);                                                                           \
+    MPI_CHECK(check_status_ == BPT_OK, "%s: %s", bpt_status_string(check_status_), bpt_context_last_error(context));   \
   } while (0)
 
 #endif

@@ -35,19 +35,20 @@ static void exact_sums(bpt_context *context, bpt_comm *comm) {
     for (size_t d = 0; d < 3; d++)
       for (int average = 0; average <= 1; average++) {
         int64_t n = sizes[s];
-        for (int64_t i = 0; i < n; i++) store(dtypes[d], buffer, i, value_at(i, rank));
+        for (int64_t i = 0; i < n; i++)
+          store(dtypes[d], buffer, i, value_at(i, rank));
         MPI_CHECK_OK(context, bpt_comm_allreduce(comm, n ? buffer : NULL, n, dtypes[d],
                                                  average ? BPT_REDUCE_AVERAGE : BPT_REDUCE_SUM));
         for (int64_t i = 0; i < n; i++) {
           float expected = 0.0f;
-          for (int r = 0; r < size; r++) expected += value_at(i, r);
+          for (int r = 0; r < size; r++)
+            expected += value_at(i, r);
           if (average) expected /= (float)size;
           float got = load(dtypes[d], buffer, i);
           /* Integers and halves are exact in every dtype; averages over other rank counts are rounded. */
           float tolerance = size == 2 || !average ? 0.0f : 0.01f * fabsf(expected) + 1e-3f;
           MPI_CHECK(fabsf(got - expected) <= tolerance, "%s %s of %lld: element %lld is %g, expected %g",
-                    bpt_dtype_name(dtypes[d]), average ? "average" : "sum", (long long)n, (long long)i, got,
-                    expected);
+                    bpt_dtype_name(dtypes[d]), average ? "average" : "sum", (long long)n, (long long)i, got, expected);
         }
       }
   free(buffer);
@@ -58,7 +59,8 @@ static void matches_mpi_allreduce(bpt_context *context, bpt_comm *comm) {
   float *ours = malloc((size_t)n * sizeof *ours), *theirs = malloc((size_t)n * sizeof *theirs);
   MPI_CHECK(ours && theirs, "out of memory");
   srand(1234u + (unsigned)bpt_comm_rank(comm));
-  for (int64_t i = 0; i < n; i++) ours[i] = theirs[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+  for (int64_t i = 0; i < n; i++)
+    ours[i] = theirs[i] = (float)rand() / (float)RAND_MAX - 0.5f;
   MPI_CHECK_OK(context, bpt_comm_allreduce(comm, ours, n, BPT_DTYPE_F32, BPT_REDUCE_SUM));
   MPI_Allreduce(MPI_IN_PLACE, theirs, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   for (int64_t i = 0; i < n; i++)
@@ -71,9 +73,11 @@ static void matches_mpi_allreduce(bpt_context *context, bpt_comm *comm) {
 static void broadcast_barrier_and_errors(bpt_context *context, bpt_comm *comm) {
   int rank = bpt_comm_rank(comm), size = bpt_comm_size(comm), root = size - 1;
   unsigned char bytes[12345];
-  for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (unsigned char)(rank == root ? i * 13 : 0);
+  for (size_t i = 0; i < sizeof bytes; i++)
+    bytes[i] = (unsigned char)(rank == root ? i * 13 : 0);
   MPI_CHECK_OK(context, bpt_comm_broadcast(comm, bytes, sizeof bytes, root));
-  for (size_t i = 0; i < sizeof bytes; i++) MPI_CHECK(bytes[i] == (unsigned char)(i * 13), "byte %zu", i);
+  for (size_t i = 0; i < sizeof bytes; i++)
+    MPI_CHECK(bytes[i] == (unsigned char)(i * 13), "byte %zu", i);
   MPI_CHECK_OK(context, bpt_comm_barrier(comm));
 
   int32_t integers[4] = {0};

@@ -32,7 +32,8 @@ static void make_data(void) {
       }
       for (int c = 0; c < classes; c++) { /* label: argmax of a fixed linear map, so the task is learnable */
         float score = 0.0f;
-        for (int f = 0; f < features; f++) score += inputs[s][b][f] * (float)(((c + 3) * (f + 5)) % 7 - 3);
+        for (int f = 0; f < features; f++)
+          score += inputs[s][b][f] * (float)(((c + 3) * (f + 5)) % 7 - 3);
         if (score > best) best = score, targets[s][b] = c;
       }
     }
@@ -106,7 +107,8 @@ static float *train(bpt_context *context, bpt_comm *comm, const bpt_data_paralle
   MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, options, &dp));
   *buckets = bpt_data_parallel_bucket_count(dp);
   for (int s = 0; s < steps; s++) {
-    for (int k = 0; k < micro; k++) forward_backward(context, &m, s, (rank * micro + k) * share, share, k > 0);
+    for (int k = 0; k < micro; k++)
+      forward_backward(context, &m, s, (rank * micro + k) * share, share, k > 0);
     MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
   }
   int64_t count = bpt_graph_parameter_count(m.graph);

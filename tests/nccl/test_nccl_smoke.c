@@ -12,22 +12,21 @@
 
 static int failures;
 
-#define EXPECT(condition, ...)                                             \
-  do {                                                                     \
-    if (!(condition)) {                                                    \
-      failures++;                                                          \
-      fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #condition);      \
-      fprintf(stderr, __VA_ARGS__);                                        \
-      fprintf(stderr, "\n");                                               \
-    }                                                                      \
+#define EXPECT(condition, ...)                                                                                         \
+  do {                                                                                                                 \
+    if (!(condition)) {                                                                                                \
+      failures++;                                                                                                      \
+      fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, #condition);                                                  \
+      fprintf(stderr, __VA_ARGS__);                                                                                    \
+      fprintf(stderr, "\n");                                                                                           \
+    }                                                                                                                  \
   } while (0)
 
-#define EXPECT_OK(context, expression)                                                               \
-  do {                                                                                               \
-    bpt_status expect_status_ = (expression);                                                        \
-    EXPECT(expect_status_ == BPT_OK, "%s: %s", bpt_status_string(expect_status_),                    \
-           bpt_context_last_error(context));                                                         \
-    if (expect_status_ != BPT_OK) return;                                                            \
+#define EXPECT_OK(context, expression)                                                                                 \
+  do {                                                                                                                 \
+    bpt_status expect_status_ = (expression);                                                                          \
+    EXPECT(expect_status_ == BPT_OK, "%s: %s", bpt_status_string(expect_status_), bpt_context_last_error(context));    \
+    if (expect_status_ != BPT_OK) return;                                                                              \
   } while (0)
 
 static void collectives(bpt_context *context, bpt_comm *comm) {
@@ -51,7 +50,8 @@ static void collectives(bpt_context *context, bpt_comm *comm) {
       cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
       EXPECT_OK(context, bpt_comm_allreduce(comm, device, n, dtypes[d], average ? BPT_REDUCE_AVERAGE : BPT_REDUCE_SUM));
       cudaMemcpy(back, device, bytes, cudaMemcpyDeviceToHost);
-      EXPECT(memcmp(host, back, bytes) == 0, "%s all-reduce over one rank changed the values", bpt_dtype_name(dtypes[d]));
+      EXPECT(memcmp(host, back, bytes) == 0, "%s all-reduce over one rank changed the values",
+             bpt_dtype_name(dtypes[d]));
     }
   EXPECT_OK(context, bpt_comm_broadcast(comm, device, 100, 0));
   EXPECT_OK(context, bpt_comm_barrier(comm));
@@ -80,8 +80,10 @@ static bpt_status feed(bpt_context *context, bpt_graph *graph, int first, int co
   bpt_status status = bpt_tensor_create(context, BPT_DTYPE_F32, 2, dims, &x);
   if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &labels);
   if (status == BPT_OK) {
-    for (int i = 0; i < count * 8; i++) ((float *)bpt_tensor_data(x))[i] = (float)(((first * 8 + i) * 37) % 19) / 9.0f - 1.0f;
-    for (int i = 0; i < count; i++) ((int32_t *)bpt_tensor_data(labels))[i] = (first + i) % 4;
+    for (int i = 0; i < count * 8; i++)
+      ((float *)bpt_tensor_data(x))[i] = (float)(((first * 8 + i) * 37) % 19) / 9.0f - 1.0f;
+    for (int i = 0; i < count; i++)
+      ((int32_t *)bpt_tensor_data(labels))[i] = (first + i) % 4;
     status = bpt_graph_find_node(graph, "x", &x_node);
   }
   if (status == BPT_OK) status = bpt_graph_find_node(graph, "labels", &labels_node);
@@ -121,10 +123,12 @@ static void data_parallel(bpt_comm *comm) {
     EXPECT_OK(context, bpt_optimizer_step(parallel_optimizer));
   }
   float a[36], b[36];
-  EXPECT(bpt_graph_parameter_count(parallel) == 36, "parameter count %lld", (long long)bpt_graph_parameter_count(parallel));
+  EXPECT(bpt_graph_parameter_count(parallel) == 36, "parameter count %lld",
+         (long long)bpt_graph_parameter_count(parallel));
   EXPECT_OK(context, bpt_graph_read_parameters(reference, a, 36));
   EXPECT_OK(context, bpt_graph_read_parameters(parallel, b, 36));
-  for (int i = 0; i < 36; i++) EXPECT(fabsf(a[i] - b[i]) <= 1e-5f, "parameter %d: %g vs %g", i, a[i], b[i]);
+  for (int i = 0; i < 36; i++)
+    EXPECT(fabsf(a[i] - b[i]) <= 1e-5f, "parameter %d: %g vs %g", i, a[i], b[i]);
   bpt_data_parallel_destroy(dp);
   bpt_optimizer_destroy(reference_optimizer);
   bpt_optimizer_destroy(parallel_optimizer);
