@@ -167,6 +167,12 @@ typedef struct bpt_backend_vtable {
                                      int32_t *found_nonfinite);
 
   /* Later kernels are appended below, one block per feature, never inserted above. */
+
+  /* Comm layer (issue 7). Optional: *stream = the backend's native stream (a cudaStream_t for "cuda"), on
+   * which every member enqueues its work. The NCCL engine records an event there and makes its own stream
+   * wait for it, so a gradient bucket's all-reduce follows the kernels that wrote it without the host
+   * waiting; NULL makes the comm layer call synchronize instead. */
+  bpt_status (*native_stream)(bpt_backend *backend, void **stream);
 } bpt_backend_vtable;
 
 /* A backend instance. The core owns it; error_message is filled by a failing member. */

@@ -25,6 +25,9 @@ typedef struct bpt_comm_engine_table {
   bpt_status (*allgather_start)(bpt_comm *comm, const void *send, void *receive, size_t bytes, bpt_comm_request **out);
   bpt_status (*broadcast_start)(bpt_comm *comm, void *buffer, size_t bytes, int root, bpt_comm_request **out);
   bpt_status (*barrier_start)(bpt_comm *comm, bpt_comm_request **out);
+  /* Optional (device engines): collectives started from now on run after the work already queued on the
+   * native stream (a cudaStream_t), ordered by an event rather than by waiting on the host. */
+  bpt_status (*order_after)(bpt_comm *comm, void *stream);
   /* Advances the request; sets *done (and frees it) once complete. An error marks the comm failed. */
   bpt_status (*test)(bpt_comm *comm, bpt_comm_request *request, bool *done);
   /* Frees local resources without talking to peers when comm->failed. */

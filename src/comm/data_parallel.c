@@ -155,9 +155,15 @@ static bpt_status launch(bpt_data_parallel *dp, int index) {
   bpt_comm_request **request = &dp->requests[index];
   b->started = graph->context->profiler ? bpt_profiler_now() : 0;
   if (comm->engine->device_memory) {
-    /* The gradients must be written before the comm stream reads them. */
-    if (backend->vtable->synchronize && backend->vtable->synchronize(backend) != BPT_OK)
+    /* The gradients must be written before the comm stream reads them: an event on the backend's stream
+     * when it shows it, else wait for the device. */
+    void *stream = NULL;
+    if (backend->vtable->native_stream && comm->engine->order_after &&
+        backend->vtable->native_stream(backend, &stream) == BPT_OK && stream) {
+      BPT_CHECK(relay(dp, comm->engine->order_after(comm, stream)));
+    } else if (backend->vtable->synchronize && backend->vtable->synchronize(backend) != BPT_OK) {
       return device_error(dp, "data parallel: synchronising before an all-reduce");
+    }
     BPT_CHECK(relay(dp, comm->engine->allreduce_start(comm, gradients, b->count, BPT_DTYPE_F32, BPT_COMM_REDUCE_SUM,
                                                       dp->average, request)));
     b->phase = BUCKET_IN_FLIGHT;
@@ -335,8 +341,12 @@ static bpt_status broadcast_parameters(bpt_data_parallel *dp) {
   bpt_graph *graph = dp->graph;
   bpt_backend *backend = graph->backend;
   size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
-  if (dp->zero_copy || dp->comm->engine->device_memory)
+  if (dp->zero_copy) return relay(dp, bpt_comm_broadcast(dp->comm, graph->parameter_block, bytes, 0));
+  if (dp->comm->engine->device_memory) { /* the initial upload may still be queued on the backend's stream */
+    if (backend->vtable->synchronize && backend->vtable->synchronize(backend) != BPT_OK)
+      return device_error(dp, "bpt_data_parallel_create: waiting for the parameters");
     return relay(dp, bpt_comm_broadcast(dp->comm, graph->parameter_block, bytes, 0));
+  }
   float *host = bpt_calloc(graph->context, (size_t)graph->parameter_elements, sizeof *host, "parameter broadcast");
   if (!host) return BPT_ERR_OUT_OF_MEMORY;
   bpt_status status = backend->vtable->download(backend, host, graph->parameter_block, bytes) == BPT_OK

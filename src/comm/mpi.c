@@ -336,6 +336,7 @@ static const bpt_comm_engine_table mpi_engine = {
     /* .allgather_start = */ mpi_allgather_start,
     /* .broadcast_start = */ mpi_broadcast_start,
     /* .barrier_start = */ mpi_barrier_start,
+    /* .order_after = */ NULL,
     /* .test = */ mpi_test,
     /* .destroy = */ mpi_destroy,
     /* .abort_job = */ mpi_abort_job,

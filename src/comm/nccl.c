@@ -15,7 +15,8 @@ typedef struct nccl_state {
   ncclComm_t comm;
   cudaStream_t stream; /* collectives run here, beside the backend's compute stream */
   int device;
-  int32_t *barrier_word; /* device: the one value a barrier all-reduces */
+  int32_t *barrier_word;    /* device: the one value a barrier all-reduces */
+  cudaEvent_t compute_done; /* recorded on the backend's stream, waited for by ours (order_after) */
 } nccl_state;
 
 struct bpt_comm_request {
@@ -137,6 +138,14 @@ static bpt_status nccl_barrier_start(bpt_comm *comm, bpt_comm_request **out) {
       "barrier (ncclAllReduce)");
 }
 
+static bpt_status nccl_order_after(bpt_comm *comm, void *stream) {
+  nccl_state *state = state_of(comm);
+  cudaError_t error = cudaSetDevice(state->device);
+  if (error == cudaSuccess) error = cudaEventRecord(state->compute_done, (cudaStream_t)stream);
+  if (error == cudaSuccess) error = cudaStreamWaitEvent(state->stream, state->compute_done, 0);
+  return error == cudaSuccess ? BPT_OK : cuda_failure(comm, error, "ordering after the compute stream");
+}
+
 static bpt_status nccl_test(bpt_comm *comm, bpt_comm_request *request, bool *done) {
   *done = false;
   nccl_state *state = state_of(comm);
@@ -173,6 +182,7 @@ static void nccl_destroy(bpt_comm *comm) {
       ncclCommAbort(state->comm);
   }
   if (state->barrier_word) cudaFree(state->barrier_word);
+  if (state->compute_done) cudaEventDestroy(state->compute_done);
   if (state->stream) cudaStreamDestroy(state->stream);
   free(state);
   comm->state = NULL;
@@ -195,6 +205,7 @@ static const bpt_comm_engine_table nccl_engine = {
     /* .allgather_start = */ nccl_allgather_start,
     /* .broadcast_start = */ nccl_broadcast_start,
     /* .barrier_start = */ nccl_barrier_start,
+    /* .order_after = */ nccl_order_after,
     /* .test = */ nccl_test,
     /* .destroy = */ nccl_destroy,
     /* .abort_job = */ nccl_abort_job,
@@ -230,7 +241,8 @@ bpt_status bpt_comm_nccl_open(bpt_comm *comm, const bpt_comm_unique_id *id, int 
   comm->size = world_size;
   if ((error = cudaSetDevice(device)) != cudaSuccess ||
       (error = cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-      (error = cudaMalloc((void **)&state->barrier_word, sizeof *state->barrier_word)) != cudaSuccess) {
+      (error = cudaMalloc((void **)&state->barrier_word, sizeof *state->barrier_word)) != cudaSuccess ||
+      (error = cudaEventCreateWithFlags(&state->compute_done, cudaEventDisableTiming)) != cudaSuccess) {
     comm->failed = true;
     nccl_destroy(comm);
     comm->engine = NULL;
