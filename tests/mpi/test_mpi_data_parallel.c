@@ -235,7 +235,8 @@ int main(int argc, char **argv) {
   profiled(context, comm);
   if (rank == 0)
     printf("data parallel over %d ranks: ok (MPI thread level %s)\n", bpt_comm_size(comm),
-           provided == MPI_THREAD_MULTIPLE ? "multiple: progress thread tested" : "below multiple: polling only");
+           provided == MPI_THREAD_MULTIPLE && bpt_comm_size(comm) > 1 ? "multiple: progress thread tested"
+                                                                      : "polling only");
   free(reference);
   bpt_comm_destroy(polling);
   bpt_comm_destroy(comm);
