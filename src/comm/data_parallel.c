@@ -39,6 +39,7 @@ struct bpt_data_parallel {
   int next_launch;  /* buckets start strictly in index order */
   int micro_batch;  /* backward passes since the last non-accumulating one */
   bool communicate; /* this backward pass is the last micro-batch, so it reduces */
+  bool reduced;     /* the last cycle's gradients are averaged and a step has used them */
   bool zero_copy;   /* the engine can read the backend's gradient memory directly */
   float average;    /* 1 / (ranks * micro-batches) */
 };
@@ -285,12 +286,14 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
     /* A previous pass's buckets may still be reading the gradients that are about to be cleared. */
     BPT_CHECK(bpt_data_parallel_wait(dp));
     BPT_CHECK(relay(dp, bpt_comm_check_usable(dp->comm, "data parallel backward")));
-    dp->micro_batch = position ? dp->micro_batch + 1 : 1;
-    if (dp->micro_batch > steps)
+    /* A pass that does not accumulate starts a new cycle; one that does continues it (after a step, a new one). */
+    if (position && dp->micro_batch >= steps)
       return bpt_error(graph->context, BPT_ERR_STATE,
-                       "data parallel: backward pass %d after %d accumulated micro-batches; run bpt_optimizer_step "
-                       "(accumulation_steps is %d)",
-                       dp->micro_batch, steps, steps);
+                       "data parallel: an accumulating backward pass after %d micro-batches; run bpt_optimizer_step "
+                       "first (accumulation_steps is %d)",
+                       dp->micro_batch, steps);
+    dp->micro_batch = position ? dp->micro_batch + 1 : 1;
+    dp->reduced = false;
     dp->communicate = dp->micro_batch == steps;
     dp->next_launch = 0;
     for (int i = 0; i < dp->bucket_count; i++)
@@ -305,11 +308,15 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
     BPT_CHECK(launch_ready(dp, -1));
     return poll(dp);
   case BPT_GRAPH_EVENT_BEFORE_UPDATE:
+    if (dp->reduced) return BPT_OK; /* another step on the same averaged gradients */
     if (dp->micro_batch != steps)
       return bpt_error(graph->context, BPT_ERR_STATE,
                        "bpt_optimizer_step: data parallel training accumulates %d micro-batches, %d done so far", steps,
                        dp->micro_batch);
-    return bpt_data_parallel_wait(dp);
+    BPT_CHECK(bpt_data_parallel_wait(dp));
+    dp->micro_batch = 0;
+    dp->reduced = true;
+    return BPT_OK;
   }
   return BPT_OK;
 }

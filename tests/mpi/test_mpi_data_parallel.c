@@ -167,6 +167,15 @@ static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
   MPI_CHECK(bpt_optimizer_step(m.optimizer) == BPT_ERR_STATE && strstr(bpt_context_last_error(context), "1 done"),
             "step after 1 of 2 micro-batches: %s", bpt_context_last_error(context));
   forward_backward(context, &m, 0, 2, 2, 1);
+  MPI_CHECK(bpt_graph_backward_accumulate(m.graph) == BPT_ERR_STATE &&
+                strstr(bpt_context_last_error(context), "accumulation_steps is 2"),
+            "a third micro-batch accepted: %s", bpt_context_last_error(context));
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer)); /* again on the same averaged gradients */
+  /* Accumulating passes only (the caller clears gradients itself) start a new cycle after a step. */
+  MPI_CHECK_OK(context, bpt_graph_zero_gradients(m.graph));
+  forward_backward(context, &m, 0, 0, 2, 1);
+  forward_backward(context, &m, 0, 2, 2, 1);
   MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
   options.accumulation_steps = 0;
   bpt_data_parallel_destroy(dp);
