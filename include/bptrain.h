@@ -15,6 +15,9 @@
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
 #include "bptrain/profiler.h"
+/* Robustness (issue 9) */
+#include "bptrain/checkpoint.h"
+#include "bptrain/anomaly.h"
 #include "bptrain/comm.h"
 
 #endif

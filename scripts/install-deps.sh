@@ -8,6 +8,8 @@ packages=(
   libopenblas-openmp-dev zlib1g-dev libomp-dev
   libcmocka-dev
   dataset-fashion-mnist
+  # Robustness (issue 9): valgrind runs and the libFuzzer/ASan runtime for clang
+  valgrind libclang-rt-14-dev
   # comm layer (issue 7): the MPI engine, its tests and ddp_mnist
   openmpi-bin libopenmpi-dev
 )

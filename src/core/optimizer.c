@@ -7,6 +7,7 @@
 #include "bptrain/optimizer.h"
 #include "core/graph.h"
 #include "core/profiler.h"
+#include "core/optimizer_state.h"
 
 struct bpt_optimizer {
   bpt_graph *graph;
@@ -165,3 +166,12 @@ float bpt_optimizer_learning_rate(const bpt_optimizer *optimizer) {
 }
 
 int64_t bpt_optimizer_step_count(const bpt_optimizer *optimizer) { return optimizer ? optimizer->steps : 0; }
+
+/* Robustness (issue 9): checkpoints read and restore the state through this view (core/optimizer_state.h). */
+void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *view) {
+  view->graph = optimizer->graph;
+  view->options = &optimizer->options;
+  view->steps = &optimizer->steps;
+  view->buffers[0] = optimizer->state0;
+  view->buffers[1] = optimizer->state1;
+}

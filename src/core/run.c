@@ -69,7 +69,9 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (definition->forward) BPT_CHECK(definition->forward(node));
+    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check(node)); /* robustness (issue 9) */
   }
+  graph->forward_count++;
   graph->forward_done = true;
   graph->backward_done = false;
   return BPT_OK;
@@ -102,6 +104,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
+    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check_backward(node)); /* robustness (issue 9) */
     if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_NODE_BACKWARD, i));
   }
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_END, -1));
