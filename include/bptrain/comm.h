@@ -136,7 +136,8 @@ typedef struct bpt_data_parallel_options {
   bpt_compression compression; /**< what gradients are sent as (default ::BPT_COMPRESSION_NONE) */
   float topk_ratio;            /**< ::BPT_COMPRESSION_TOPK: fraction of each bucket sent (default 0.01) */
   int error_feedback;          /**< non-zero (default): lossy compression carries its error into the next step */
-  int broadcast_parameters;    /**< non-zero (default): rank 0's initial parameters are copied to every rank */
+  int broadcast_parameters;    /**< non-zero (default): rank 0's initial parameters and registered state
+                                    (batch-norm running statistics) are copied to every rank */
 } bpt_data_parallel_options;
 
 /** @return 25 MiB buckets, a 1 MiB first bucket, overlap on, no accumulation or compression. */

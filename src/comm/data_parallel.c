@@ -344,25 +344,40 @@ static bpt_status validate(bpt_context *context, const bpt_data_parallel_options
   return BPT_OK;
 }
 
-static bpt_status broadcast_parameters(bpt_data_parallel *dp) {
+/* Copies count floats of backend memory from rank 0 to every rank: in place where the engine can read the
+ * backend's memory, through a host copy otherwise. */
+static bpt_status broadcast_block(bpt_data_parallel *dp, float *device, int64_t count, const char *what) {
   bpt_graph *graph = dp->graph;
   bpt_backend *backend = graph->backend;
-  size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
-  if (dp->zero_copy) return relay(dp, bpt_comm_broadcast(dp->comm, graph->parameter_block, bytes, 0));
+  size_t bytes = (size_t)count * sizeof(float);
+  if (dp->zero_copy) return relay(dp, bpt_comm_broadcast(dp->comm, device, bytes, 0));
   if (dp->comm->engine->device_memory) { /* the initial upload may still be queued on the backend's stream */
     if (backend->vtable->synchronize && backend->vtable->synchronize(backend) != BPT_OK)
-      return device_error(dp, "bpt_data_parallel_create: waiting for the parameters");
-    return relay(dp, bpt_comm_broadcast(dp->comm, graph->parameter_block, bytes, 0));
+      return device_error(dp, "bpt_data_parallel_create: waiting for the device");
+    return relay(dp, bpt_comm_broadcast(dp->comm, device, bytes, 0));
   }
-  float *host = bpt_calloc(graph->context, (size_t)graph->parameter_elements, sizeof *host, "parameter broadcast");
+  float *host = bpt_calloc(graph->context, (size_t)(count ? count : 1), sizeof *host, what);
   if (!host) return BPT_ERR_OUT_OF_MEMORY;
-  bpt_status status = backend->vtable->download(backend, host, graph->parameter_block, bytes) == BPT_OK
+  bpt_status status = backend->vtable->download(backend, host, device, bytes) == BPT_OK
                           ? relay(dp, bpt_comm_broadcast(dp->comm, host, bytes, 0))
-                          : device_error(dp, "bpt_data_parallel_create: reading parameters");
-  if (status == BPT_OK && backend->vtable->upload(backend, graph->parameter_block, host, bytes) != BPT_OK)
-    status = device_error(dp, "bpt_data_parallel_create: writing parameters");
+                          : device_error(dp, "bpt_data_parallel_create: reading the values to broadcast");
+  if (status == BPT_OK && backend->vtable->upload(backend, device, host, bytes) != BPT_OK)
+    status = device_error(dp, "bpt_data_parallel_create: writing the broadcast values");
   free(host);
   return status;
+}
+
+/* Rank 0's parameters and registered buffers (such as batch-norm running statistics) for every rank. The
+ * buffers are copied once here, not averaged during training. */
+static bpt_status broadcast_state(bpt_data_parallel *dp) {
+  bpt_graph *graph = dp->graph;
+  BPT_CHECK(broadcast_block(dp, graph->parameter_block, graph->parameter_elements, "parameter broadcast"));
+  for (int i = 0; i < graph->buffer_count; i++) {
+    const bpt_graph_buffer *buffer = &graph->buffers[i];
+    float *values = buffer->owner ? (float *)((char *)buffer->owner->saved + buffer->byte_offset) : buffer->values;
+    if (values && buffer->count > 0) BPT_CHECK(broadcast_block(dp, values, buffer->count, "buffer broadcast"));
+  }
+  return BPT_OK;
 }
 
 bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_data_parallel_options *options,
@@ -395,7 +410,7 @@ bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_
   dp->average = 1.0f / ((float)comm->size * (float)copy.accumulation_steps);
   bpt_status status = plan_buckets(dp);
   if (status == BPT_OK) status = allocate_bucket_buffers(dp);
-  if (status == BPT_OK && copy.broadcast_parameters) status = broadcast_parameters(dp);
+  if (status == BPT_OK && copy.broadcast_parameters) status = broadcast_state(dp);
   if (status != BPT_OK) {
     bpt_data_parallel_destroy(dp);
     return status;

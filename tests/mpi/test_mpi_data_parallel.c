@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bptrain/comm_mpi.h"
+#include "core/graph.h"
 #include "mpi_check.h"
 
 enum { features = 20, classes = 10, global_batch = 16, steps = 5 };
@@ -135,6 +136,33 @@ static double largest_difference(const float *a, const float *b, int64_t count) 
   return largest;
 }
 
+/* Creation copies rank 0's parameters and registered buffers (non-trainable state) to every rank. */
+static void initial_state_from_rank_0(bpt_context *context, bpt_comm *comm) {
+  model m;
+  build(context, 2, &m);
+  int rank = bpt_comm_rank(comm);
+  int64_t count = bpt_graph_parameter_count(m.graph);
+  float *values = malloc((size_t)count * sizeof *values);
+  MPI_CHECK(values != NULL, "out of memory");
+  for (int64_t i = 0; i < count; i++)
+    values[i] = (float)(rank * 1000 + i % 97);
+  MPI_CHECK_OK(context, bpt_graph_write_parameters(m.graph, values, count));
+  float statistics[5]; /* the CPU backend's memory is host memory */
+  for (int i = 0; i < 5; i++)
+    statistics[i] = (float)(rank + i);
+  MPI_CHECK_OK(context, bpt_graph_register_buffer(m.graph, "statistics", statistics, 5));
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, NULL, &dp));
+  MPI_CHECK_OK(context, bpt_graph_read_parameters(m.graph, values, count));
+  for (int64_t i = 0; i < count; i++)
+    MPI_CHECK(values[i] == (float)(i % 97), "parameter %lld not rank 0's", (long long)i);
+  for (int i = 0; i < 5; i++)
+    MPI_CHECK(statistics[i] == (float)i, "buffer value %d is %g", i, statistics[i]);
+  bpt_data_parallel_destroy(dp);
+  free(values);
+  destroy(&m);
+}
+
 /* With the profiler on, every bucket's all-reduce appears as a comm region. */
 static void profiled(bpt_context *context, bpt_comm *comm) {
   model m;
@@ -242,6 +270,7 @@ int main(int argc, char **argv) {
   }
   accumulation_errors(context, comm);
   profiled(context, comm);
+  initial_state_from_rank_0(context, comm);
   if (rank == 0)
     printf("data parallel over %d ranks: ok (MPI thread level %s)\n", bpt_comm_size(comm),
            provided == MPI_THREAD_MULTIPLE && bpt_comm_size(comm) > 1 ? "multiple: progress thread tested"
