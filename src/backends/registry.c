@@ -6,9 +6,11 @@
 #include "backends/backend.h"
 
 const bpt_backend_vtable *bpt_cpu_backend_register(void);
+const bpt_backend_vtable *bpt_fpga_backend_register(void);
 
 static const bpt_backend_register_fn backend_registrations[] = {
     bpt_cpu_backend_register,
+    bpt_fpga_backend_register,
 };
 
 int bpt_backend_registry_count(void) {
