@@ -21,5 +21,6 @@
 /* issue 6: FPGA simulation backend and speculative backpropagation */
 #include "bptrain/fpga.h"
 #include "bptrain/speculative.h"
+#include "bptrain/comm.h"
 
 #endif

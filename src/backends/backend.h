@@ -173,6 +173,12 @@ typedef struct bpt_backend_vtable {
    * 0, until engine_join, the ping-pong buffer swap, which charges the longer of the two. */
   bpt_status (*engine_select)(bpt_backend *backend, int engine);
   bpt_status (*engine_join)(bpt_backend *backend);
+
+  /* Comm layer (issue 7). Optional: *stream = the backend's native stream (a cudaStream_t for "cuda"), on
+   * which every member enqueues its work. The NCCL engine records an event there and makes its own stream
+   * wait for it, so a gradient bucket's all-reduce follows the kernels that wrote it without the host
+   * waiting; NULL makes the comm layer call synchronize instead. */
+  bpt_status (*native_stream)(bpt_backend *backend, void **stream);
 } bpt_backend_vtable;
 
 /* A backend instance. The core owns it; error_message is filled by a failing member. */

@@ -123,6 +123,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
+  if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BEFORE_UPDATE, -1));
   const bpt_optimizer_options *o = &optimizer->options;
   bpt_update_args args = {.count = graph->parameter_elements,
                           .parameters = graph->parameter_block,
