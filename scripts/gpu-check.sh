@@ -114,6 +114,14 @@ row "test_cuda_parity: exit $status $( [ $status = 0 ] && echo PASSED || echo '(
 BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1 "$build/tests/test_cuda_parity" >"$logs/test_cuda_parity_tf32.log" 2>&1
 row "test_cuda_parity with BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1: exit $? (tf32 may exceed the f32 tolerances: informative)"
 
+# ---- 3b. the NCCL engine on one GPU (comm layer, issue 7) ----
+if cmake --build "$build" -j "$jobs" --target test_nccl_smoke >>"$logs/build.log" 2>&1; then
+  "$build/tests/nccl/test_nccl_smoke" >"$logs/test_nccl_smoke.log" 2>&1
+  row "test_nccl_smoke (world size 1): exit $? (0 ok, 77 no GPU, else FAILED)"
+else
+  row "test_nccl_smoke: not built (NCCL or MPI not found on this machine)"
+fi
+
 # ---- 4. gemm against cuBLAS through PyTorch ----
 # Linked against the static library and the libraries the configure step found.
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -1; }
