@@ -168,6 +168,18 @@ typedef struct bpt_backend_vtable {
 
   /* Later kernels are appended below, one block per feature, never inserted above. */
 
+  /* Speculative backprop (issue 6). Optional, NULL on backends without a time model: a backend that simulates
+   * time (fpga-sim) runs kernels issued after engine_select(1) on its second engine, concurrently with engine
+   * 0, until engine_join, the ping-pong buffer swap, which charges the longer of the two. */
+  bpt_status (*engine_select)(bpt_backend *backend, int engine);
+  bpt_status (*engine_join)(bpt_backend *backend);
+
+  /* Comm layer (issue 7). Optional: *stream = the backend's native stream (a cudaStream_t for "cuda"), on
+   * which every member enqueues its work. The NCCL engine records an event there and makes its own stream
+   * wait for it, so a gradient bucket's all-reduce follows the kernels that wrote it without the host
+   * waiting; NULL makes the comm layer call synchronize instead. */
+  bpt_status (*native_stream)(bpt_backend *backend, void **stream);
+
   /* Precision, binary stochastic neurons and activation memory (issue 4). Random bits for element i of a
    * call come from bpt_number_format_random_bits(seed, i) (src/core/number_format.h), so every backend draws
    * the same numbers for the same seed. */

@@ -185,7 +185,7 @@ bpt_status bpt_precision_before_backward_node(bpt_node *node) {
   return round_buffer(node->graph, node->grad, bpt_node_count(node), "gradient", node->name);
 }
 
-bpt_status bpt_precision_after_backward(bpt_graph *graph) {
+bpt_status bpt_precision_round_gradients(bpt_graph *graph) {
   if (compute_dtype(graph) == BPT_DTYPE_F32) return BPT_OK;
   return round_buffer(graph, graph->gradient_block, graph->parameter_elements, "parameter gradients", "all");
 }
@@ -253,6 +253,9 @@ bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip) {
           BPT_OK)
     return bpt_backend_error(context, BPT_ERR_OUT_OF_MEMORY, "bpt_optimizer_step: allocating a flag");
   bpt_precision_state *state = graph->precision;
+  /* Parameter gradients in the compute dtype, as a device would hold them before the unscale. Done here rather
+   * than at the end of backward so that data-parallel all-reduces (started during backward) are finished. */
+  BPT_CHECK(bpt_precision_round_gradients(graph));
   float loss = 0.0f;
   BPT_CHECK(bpt_graph_loss(graph, &loss));
   if (!isfinite(loss)) {

@@ -28,9 +28,10 @@ void bpt_precision_destroy(bpt_graph *graph);
 /* Forward: refresh the weight copies from the f32 masters, then round every op's output. */
 bpt_status bpt_precision_before_forward(bpt_graph *graph);
 bpt_status bpt_precision_after_forward_node(bpt_node *node);
-/* Backward: round each activation gradient once complete, and the parameter gradients at the end. */
+/* Backward: round each activation gradient once complete. */
 bpt_status bpt_precision_before_backward_node(bpt_node *node);
-bpt_status bpt_precision_after_backward(bpt_graph *graph);
+/* Rounds the parameter gradients to the compute dtype (called by bpt_precision_before_step). */
+bpt_status bpt_precision_round_gradients(bpt_graph *graph);
 /* Before an optimiser update: unscale and check the gradients (one kernel pass), update the loss scale,
  * and set *skip when the update must be skipped. Fails with BPT_ERR_NUMERIC, naming the first op whose
  * output went non-finite, when the loss or (without scaling) a gradient is not finite. */

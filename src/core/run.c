@@ -97,6 +97,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   BPT_CHECK(require_compiled(graph, where));
   if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "%s: the graph was compiled without a loss", where);
   if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_forward first", where);
+  if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_BEGIN, accumulate));
   if (!accumulate) BPT_CHECK(bpt_graph_zero_gradients(graph));
   BPT_CHECK(zero_activation_gradients(graph));
   bpt_backend *backend = graph->backend;
@@ -111,8 +112,9 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
       BPT_CHECK(definition->backward(node));
     }
     if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check_backward(node)); /* robustness (issue 9) */
+    if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_NODE_BACKWARD, i));
   }
-  BPT_CHECK(bpt_precision_after_backward(graph));
+  if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_END, -1));
   graph->backward_done = true;
   return BPT_OK;
 }
