@@ -69,26 +69,42 @@ bpt_status bpt_cpu_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype
 bpt_status bpt_cpu_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
                                         int32_t *found_nonfinite) {
   (void)backend;
-  int nonfinite = 0;
-#pragma omp parallel for reduction(| : nonfinite) if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t i = 0; i < count; i++) {
-    /* x - x is 0 for finite x and NaN for inf and NaN: one compare, no classification branch. */
-    nonfinite |= (gradients[i] - gradients[i]) != 0.0f;
-    gradients[i] *= inverse_scale;
+  /* Per-chunk flags rather than an OpenMP reduction clause: clang implements those with a global lock
+   * symbol that the shared library would export. */
+  int nonfinite[BPT_CPU_REDUCTION_CHUNKS] = {0};
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++) {
+    int found = 0;
+    for (int64_t i = count * chunk / BPT_CPU_REDUCTION_CHUNKS; i < count * (chunk + 1) / BPT_CPU_REDUCTION_CHUNKS;
+         i++) {
+      /* x - x is 0 for finite x and NaN for inf and NaN: one compare, no classification branch. */
+      found |= (gradients[i] - gradients[i]) != 0.0f;
+      gradients[i] *= inverse_scale;
+    }
+    nonfinite[chunk] = found;
   }
+  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++)
+    if (nonfinite[chunk]) *found_nonfinite = 1;
   /* Only ever set, never cleared: the caller zeroes the flag, then may check several buffers into it. */
-  if (nonfinite) *found_nonfinite = 1;
   return BPT_OK;
 }
 
 bpt_status bpt_cpu_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum) {
   (void)backend;
-  float result = 0.0f;
-#pragma omp parallel for reduction(max : result) if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t i = 0; i < count; i++) {
-    float magnitude = fabsf(x[i]);
-    if (magnitude > result && isfinite(magnitude)) result = magnitude;
+  float partial[BPT_CPU_REDUCTION_CHUNKS] = {0};
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++) {
+    float largest = 0.0f;
+    for (int64_t i = count * chunk / BPT_CPU_REDUCTION_CHUNKS; i < count * (chunk + 1) / BPT_CPU_REDUCTION_CHUNKS;
+         i++) {
+      float magnitude = fabsf(x[i]);
+      if (magnitude > largest && isfinite(magnitude)) largest = magnitude;
+    }
+    partial[chunk] = largest;
   }
+  float result = 0.0f;
+  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++)
+    result = partial[chunk] > result ? partial[chunk] : result;
   *maximum = result;
   return BPT_OK;
 }

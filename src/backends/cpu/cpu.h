@@ -6,6 +6,8 @@
 
 /* Loops shorter than this run on one thread: waking the OpenMP team costs more than it saves. */
 #define BPT_CPU_PARALLEL_THRESHOLD 32768
+/* Reductions sum a fixed number of chunks in a fixed order, so results do not depend on thread timing. */
+#define BPT_CPU_REDUCTION_CHUNKS 64
 
 bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args);
 bpt_status bpt_cpu_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);

@@ -5,7 +5,7 @@
 
 #include "backends/cpu/cpu.h"
 
-#define LOSS_CHUNKS 64
+#define LOSS_CHUNKS BPT_CPU_REDUCTION_CHUNKS
 
 static double sum_in_order(const double *partial) {
   double total = 0.0;
