@@ -14,5 +14,6 @@
 #include "bptrain/graph.h"
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
+#include "bptrain/cnn.h"
 
 #endif
