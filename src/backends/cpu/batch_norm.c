@@ -50,12 +50,13 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
       mean = running_mean[c];
       inverse_std = (float)(1.0 / sqrt((double)running_variance[c] + (double)a->epsilon));
     }
-    /* y = gamma (x - mean) / std + beta, as one multiply-add per value */
-    const float scale = gamma[c] * inverse_std, offset = beta[c] - mean * scale;
+    /* y = gamma (x - mean) / std + beta. Subtracting first (rather than x scale + (beta - mean scale)) keeps
+     * a channel with |mean| >> std from losing its digits to the large offset. */
+    const float scale = gamma[c] * inverse_std, shift = beta[c];
     for (int64_t n = 0; n < N; n++) {
       const float *in = x + (n * C + c) * S;
       float *out = y + (n * C + c) * S;
-      for (int64_t i = 0; i < S; i++) out[i] = in[i] * scale + offset;
+      for (int64_t i = 0; i < S; i++) out[i] = (in[i] - mean) * scale + shift;
     }
   }
   return BPT_OK;
