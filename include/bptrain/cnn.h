@@ -224,6 +224,12 @@ BPT_API bpt_node *bpt_graph_parameter_node(const bpt_graph *graph, int index);
 /** @return 1 for a trainable parameter, 0 for buffers and non-parameters. */
 BPT_API int bpt_node_is_trainable(const bpt_node *node);
 
+/** @return the number of nodes in the graph (inputs, parameters and ops), or 0 for NULL. */
+BPT_API int bpt_graph_node_count(const bpt_graph *graph);
+
+/** @return node @p index in creation order (a topological order), or NULL. */
+BPT_API bpt_node *bpt_graph_node(const bpt_graph *graph, int index);
+
 /** @return the node's op name ("conv2d", "relu", "parameter", ...), or "" for NULL. */
 BPT_API const char *bpt_node_op_name(const bpt_node *node);
 

@@ -37,4 +37,10 @@ int bpt_node_is_trainable(const bpt_node *node) {
   return node && node->op == BPT_OP_PARAMETER && node->requires_grad;
 }
 
+int bpt_graph_node_count(const bpt_graph *graph) { return graph ? graph->node_count : 0; }
+
+bpt_node *bpt_graph_node(const bpt_graph *graph, int index) {
+  return graph && index >= 0 && index < graph->node_count ? graph->nodes[index] : NULL;
+}
+
 const char *bpt_node_op_name(const bpt_node *node) { return node ? bpt_op_get(node->op)->name : ""; }
