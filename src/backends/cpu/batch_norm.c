@@ -28,6 +28,7 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
       for (int64_t n = 0; n < N; n++) {
         const float *row = x + (n * C + c) * S;
         float row_sum = 0.0f, row_squares = 0.0f;
+#pragma omp simd reduction(+ : row_sum, row_squares)
         for (int64_t i = 0; i < S; i++) {
           const float centred = row[i] - shift;
           row_sum += centred;
@@ -56,6 +57,7 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
     for (int64_t n = 0; n < N; n++) {
       const float *in = x + (n * C + c) * S;
       float *out = y + (n * C + c) * S;
+#pragma omp simd
       for (int64_t i = 0; i < S; i++) out[i] = (in[i] - mean) * scale + shift;
     }
   }
@@ -76,6 +78,7 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
     for (int64_t n = 0; n < N; n++) {
       const float *in = x + (n * C + c) * S, *d = dy + (n * C + c) * S;
       float row_dy = 0.0f, row_dy_centred = 0.0f;
+#pragma omp simd reduction(+ : row_dy, row_dy_centred)
       for (int64_t i = 0; i < S; i++) {
         row_dy += d[i];
         row_dy_centred += d[i] * (in[i] - mean);
@@ -95,6 +98,7 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
     for (int64_t n = 0; n < N; n++) {
       const float *in = x + (n * C + c) * S, *d = dy + (n * C + c) * S;
       float *out = dx + (n * C + c) * S;
+#pragma omp simd
       for (int64_t i = 0; i < S; i++) out[i] += scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
     }
   }

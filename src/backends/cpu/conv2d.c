@@ -109,9 +109,10 @@ static void col2im(const bpt_conv2d_args *a, const conv_plan *p, const float *co
           if (ih < 0 || ih >= H) continue;
           const float *in = row + oh * OW;
           float *target = plane + ih * W + column_offset;
-          if (sw == 1)
+          if (sw == 1) {
+#pragma omp simd
             for (int64_t ow = low; ow < high; ow++) target[ow] += in[ow];
-          else
+          } else
             for (int64_t ow = low; ow < high; ow++) target[ow * sw] += in[ow];
         }
       }
