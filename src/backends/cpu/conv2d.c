@@ -84,12 +84,15 @@ static void im2col(const bpt_conv2d_args *a, const conv_plan *p, const float *x,
             memset(out, 0, (size_t)OW * sizeof *out);
             continue;
           }
+          /* Rows are short (OW values): inline loops beat a memcpy call per row. */
           const float *source = plane + ih * W;
           for (int64_t ow = 0; ow < low; ow++) out[ow] = 0.0f;
-          if (sw == 1)
-            memcpy(out + low, source + low + column_offset, (size_t)(high - low) * sizeof *out);
-          else
+          if (sw == 1) {
+#pragma omp simd
+            for (int64_t ow = low; ow < high; ow++) out[ow] = source[ow + column_offset];
+          } else {
             for (int64_t ow = low; ow < high; ow++) out[ow] = source[ow * sw + column_offset];
+          }
           for (int64_t ow = high; ow < OW; ow++) out[ow] = 0.0f;
         }
       }
@@ -114,12 +117,12 @@ static void col2im(const bpt_conv2d_args *a, const conv_plan *p, const float *co
           const int64_t ih = oh * sh + row_offset;
           if (ih < 0 || ih >= H) continue;
           const float *in = row + oh * OW;
-          float *target = plane + ih * W + column_offset;
+          float *target = plane + ih * W;
           if (sw == 1) {
 #pragma omp simd
-            for (int64_t ow = low; ow < high; ow++) target[ow] += in[ow];
+            for (int64_t ow = low; ow < high; ow++) target[ow + column_offset] += in[ow];
           } else
-            for (int64_t ow = low; ow < high; ow++) target[ow * sw] += in[ow];
+            for (int64_t ow = low; ow < high; ow++) target[ow * sw + column_offset] += in[ow];
         }
       }
   }
