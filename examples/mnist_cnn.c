@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(e.context, bpt_softmax_cross_entropy(e.graph, "loss", e.logits, e.labels, &loss));
   EXAMPLE_CHECK(e.context, bpt_graph_compile(e.graph, loss, e.batch));
   printf("model: %lld parameters\n", (long long)bpt_graph_parameter_count(e.graph));
+  fflush(stdout);
 
   double test_loss = 0.0, accuracy = 0.0;
   const char *eval_path = example_option(argc, argv, "--eval");
