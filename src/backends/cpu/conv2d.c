@@ -61,8 +61,16 @@ static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, conv
   return BPT_OK;
 }
 
+/* Wider vectors for the gathers: the library is built for baseline x86-64, so without clones these loops
+ * would use 4-wide SSE on machines with AVX-512. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CONV_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CONV_VECTOR_CLONES
+#endif
+
 /* col (C/g * kh * kw rows, leading dimension ld) = receptive fields of the channels of one sample's group. */
-static void im2col(const bpt_conv2d_args *a, const conv_plan *p, const float *x, float *col, int64_t ld) {
+CONV_VECTOR_CLONES static void im2col(const bpt_conv2d_args *a, const conv_plan *p, const float *x, float *col, int64_t ld) {
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
   const int64_t sh = a->stride_height, sw = a->stride_width;
   for (int64_t c = 0; c < p->group_in; c++) {
@@ -100,7 +108,7 @@ static void im2col(const bpt_conv2d_args *a, const conv_plan *p, const float *x,
 }
 
 /* dx (channels of one sample's group) += the columns scattered back to their pixels (im2col's adjoint). */
-static void col2im(const bpt_conv2d_args *a, const conv_plan *p, const float *col, int64_t ld, float *dx) {
+CONV_VECTOR_CLONES static void col2im(const bpt_conv2d_args *a, const conv_plan *p, const float *col, int64_t ld, float *dx) {
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
   const int64_t sh = a->stride_height, sw = a->stride_width;
   for (int64_t c = 0; c < p->group_in; c++) {
