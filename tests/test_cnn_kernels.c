@@ -320,12 +320,44 @@ static void train_and_eval_modes(void **state) {
   bpt_context_destroy(context);
 }
 
+/* ---- bad input gets a status and a message naming the problem ---- */
+
+static void shape_errors_are_reported(void **state) {
+  (void)state;
+  bpt_context *context = test_context(5);
+  bpt_graph *graph;
+  bpt_node *x, *flat, *weight, *y, *gamma, *beta, *mean, *variance;
+  int64_t image[3] = {3, 8, 8}, weight_dims[4] = {4, 2, 3, 3}, channels = 5, wrong[2] = {7, 9};
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image, &x));
+  assert_ok(context, bpt_graph_parameter(graph, "w", 4, weight_dims, BPT_INIT_HE_NORMAL, &weight));
+  assert_fails(context, BPT_ERR_SHAPE, "has 3 channels", bpt_conv2d(graph, "conv", x, weight, NULL, NULL, &y));
+  bpt_conv2d_options options = bpt_conv2d_options_default();
+  options.stride_height = 0;
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "stride", bpt_conv2d(graph, "conv", x, weight, NULL, &options, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "does not fit", bpt_max_pool2d(graph, "pool", x, 9, 1, 0, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "new shape", bpt_reshape(graph, "reshape", x, 2, wrong, &y));
+  assert_ok(context, bpt_flatten(graph, "flat", x, &flat));
+  assert_fails(context, BPT_ERR_SHAPE, "(N, C, H, W)", bpt_global_avg_pool(graph, "gap", flat, &y));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "probability", bpt_dropout(graph, "drop", x, 1.0f, &y));
+  assert_ok(context, bpt_graph_parameter(graph, "gamma", 1, &channels, BPT_INIT_ONES, &gamma));
+  assert_ok(context, bpt_graph_parameter(graph, "beta", 1, &channels, BPT_INIT_ZEROS, &beta));
+  assert_ok(context, bpt_graph_buffer(graph, "mean", 1, &channels, BPT_INIT_ZEROS, &mean));
+  assert_ok(context, bpt_graph_buffer(graph, "variance", 1, &channels, BPT_INIT_ONES, &variance));
+  assert_fails(context, BPT_ERR_SHAPE, "3 values",
+               bpt_batch_norm(graph, "bn", x, gamma, beta, mean, variance, 0.1f, 1e-5f, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "differ in shape", bpt_add(graph, "add", x, flat, &y));
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(conv_matches_direct_loops),
       cmocka_unit_test(batch_norm_statistics_match_two_pass),
       cmocka_unit_test(max_pool_ties_route_to_first),
       cmocka_unit_test(train_and_eval_modes),
+      cmocka_unit_test(shape_errors_are_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
