@@ -134,12 +134,14 @@ typedef enum bpt_layer_kind {
   BPT_LAYER_SIGMOID = 11
 } bpt_layer_kind;
 
-/** One layer of a sequential stack; unused fields are ignored. */
+/** One layer of a sequential stack; unused fields are ignored (designated initialisers read best). */
 typedef struct bpt_layer_spec {
   bpt_layer_kind kind;
-  int64_t units; /**< output channels or features */
-  int64_t kernel, stride, padding;
-  float rate; /**< dropout probability */
+  int64_t units;   /**< output channels or features */
+  int64_t kernel;  /**< square kernel or window size */
+  int64_t stride;  /**< 0 means 1 for convolutions and blocks, the window size for pooling */
+  int64_t padding; /**< zeros on each side */
+  float rate;      /**< dropout probability */
 } bpt_layer_spec;
 
 /**
