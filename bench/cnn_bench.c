@@ -13,12 +13,12 @@
 
 #include "bptrain.h"
 
-#define CHECK(expression)                                                                                   \
-  do {                                                                                                      \
-    if ((expression) != BPT_OK) {                                                                           \
-      fprintf(stderr, "error: %s: %s\n", #expression, bpt_context_last_error(context));                    \
-      exit(1);                                                                                              \
-    }                                                                                                       \
+#define CHECK(expression)                                                                                              \
+  do {                                                                                                                 \
+    if ((expression) != BPT_OK) {                                                                                      \
+      fprintf(stderr, "error: %s: %s\n", #expression, bpt_context_last_error(context));                                \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
   } while (0)
 
 static double seconds(void) {
@@ -38,12 +38,18 @@ static bpt_node *build(bpt_context *context, bpt_graph *graph, const char *model
   bpt_node *y;
   if (strcmp(model, "lenet") == 0) {
     const bpt_layer_spec lenet[] = {
-        {.kind = BPT_LAYER_CONV2D, .units = 6, .kernel = 5, .padding = 2}, {.kind = BPT_LAYER_RELU},
-        {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},                         {.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 5},
-        {.kind = BPT_LAYER_RELU},                                          {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
-        {.kind = BPT_LAYER_FLATTEN},                                       {.kind = BPT_LAYER_LINEAR, .units = 120},
-        {.kind = BPT_LAYER_RELU},                                          {.kind = BPT_LAYER_LINEAR, .units = 84},
-        {.kind = BPT_LAYER_RELU},                                          {.kind = BPT_LAYER_LINEAR, .units = 10},
+        {.kind = BPT_LAYER_CONV2D, .units = 6, .kernel = 5, .padding = 2},
+        {.kind = BPT_LAYER_RELU},
+        {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
+        {.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 5},
+        {.kind = BPT_LAYER_RELU},
+        {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
+        {.kind = BPT_LAYER_FLATTEN},
+        {.kind = BPT_LAYER_LINEAR, .units = 120},
+        {.kind = BPT_LAYER_RELU},
+        {.kind = BPT_LAYER_LINEAR, .units = 84},
+        {.kind = BPT_LAYER_RELU},
+        {.kind = BPT_LAYER_LINEAR, .units = 10},
     };
     CHECK(bpt_layer_sequential(graph, "lenet", x, lenet, 12, &y));
     return y;
@@ -71,16 +77,21 @@ static bpt_node *build(bpt_context *context, bpt_graph *graph, const char *model
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: cnn_bench lenet|resnet8|resnet14|resnet20 [--batch N] [--threads N] [--steps N] [--fold-eval]\n");
+    fprintf(stderr,
+            "usage: cnn_bench lenet|resnet8|resnet14|resnet20 [--batch N] [--threads N] [--steps N] [--fold-eval]\n");
     return 2;
   }
   const char *model = argv[1];
   int batch = 128, threads = 2, steps = 30, fold_eval = 0;
   for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--fold-eval") == 0) fold_eval = 1;
+    if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
+      batch = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+      threads = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+      steps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--fold-eval") == 0)
+      fold_eval = 1;
     else {
       fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -115,7 +126,8 @@ int main(int argc, char **argv) {
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;
     pixels[i] = (float)((state >> 40) & 0xffff) / 65536.0f - 0.5f;
   }
-  for (int n = 0; n < batch; n++) classes[n] = n % 10;
+  for (int n = 0; n < batch; n++)
+    classes[n] = n % 10;
   CHECK(bpt_graph_set_input(graph, x, images));
   CHECK(bpt_graph_set_input(graph, labels, label_values));
   const int warmup = 5;

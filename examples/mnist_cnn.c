@@ -16,8 +16,8 @@ static const char usage[] =
     "  --eval FILE    skip training: load FILE and report the test accuracy\n";
 
 int main(int argc, char **argv) {
-  static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--threads",
-                                       "--seed", "--save", "--eval", NULL};
+  static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum",
+                                       "--threads", "--seed",   "--save",  "--eval", NULL};
   static const char *const flags[] = {"--grad-stats", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");

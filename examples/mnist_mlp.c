@@ -2,20 +2,23 @@
  * and momentum, printing a progress bar per epoch and the test accuracy after each one.
  *
  *   mnist_mlp [--data DIR] [--epochs 5] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N]
- *             [--seed 42] [--backend cpu]
+ *             [--seed 42] [--backend cpu] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  */
+#include <math.h>
 #include <stdlib.h>
 
+#include "example_metrics.h"
 #include "example_util.h"
 
 static const char usage[] =
     "usage: mnist_mlp [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N]\n"
     "                 [--seed N] [--backend NAME]\n"
-    "  --data DIR   IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n";
+    "  --data DIR   IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
+    EXAMPLE_METRICS_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--threads",
-                                       "--seed", "--backend", NULL};
+                                       "--seed", "--backend", EXAMPLE_METRICS_OPTIONS, NULL};
   example_check_arguments(argc, argv, valued, NULL, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -33,6 +36,7 @@ int main(int argc, char **argv) {
   if (backend) context_options.backend = backend;
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
+  example_metrics *metrics = example_metrics_open(argc, argv, context, "mnist_mlp");
 
   bpt_dataset *train = NULL, *test = NULL;
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "train", &train));
@@ -77,7 +81,7 @@ int main(int argc, char **argv) {
     example_progress progress;
     int64_t batches = bpt_dataset_batch_count(train, batch);
     example_progress_start(&progress, label, (long)bpt_dataset_size(train));
-    double running_loss = 0.0;
+    double running_loss = 0.0, loss_sum = 0.0;
     long seen = 0;
     for (int64_t b = 0; b < batches; b++) {
       EXAMPLE_CHECK(context, bpt_dataset_batch(train, b, batch, batch_images, batch_labels));
@@ -89,17 +93,22 @@ int main(int argc, char **argv) {
       float batch_loss;
       EXAMPLE_CHECK(context, bpt_graph_loss(graph, &batch_loss));
       running_loss = b == 0 ? batch_loss : 0.98 * running_loss + 0.02 * batch_loss;
+      loss_sum += (double)batch_loss * (double)bpt_tensor_dim(batch_images, 0);
       seen += (long)bpt_tensor_dim(batch_images, 0);
+      example_metrics_step(metrics, epoch, batch_loss, bpt_optimizer_learning_rate(optimizer));
       example_progress_update(&progress, seen, running_loss);
     }
     example_progress_finish(&progress, running_loss);
     double test_loss;
     EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test, batch, &accuracy, &test_loss));
+    example_metrics_epoch(metrics, epoch, loss_sum / (double)seen, NAN, test_loss, accuracy,
+                          bpt_optimizer_learning_rate(optimizer));
     printf("epoch %ld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", epoch, 100.0 * accuracy, test_loss,
            example_seconds() - start);
     fflush(stdout);
   }
   printf("final test accuracy: %.2f%%\n", 100.0 * accuracy);
+  int status = example_metrics_close(metrics);
 
   bpt_tensor_destroy(batch_images);
   bpt_tensor_destroy(batch_labels);
@@ -108,5 +117,5 @@ int main(int argc, char **argv) {
   bpt_dataset_destroy(train);
   bpt_dataset_destroy(test);
   bpt_context_destroy(context);
-  return 0;
+  return status;
 }

@@ -59,8 +59,8 @@ static void evaluate(cnn_example *e, const char *path, bool fold) {
   double loss, start = example_seconds();
   double accuracy = cnn_example_test_accuracy(e, &loss);
   double seconds = example_seconds() - start;
-  printf("%s: test accuracy %.2f%%, test loss %.4f, %.2f s (%.0f samples/s)\n", path, 100.0 * accuracy, loss,
-         seconds, (double)bpt_dataset_size(e->test) / seconds);
+  printf("%s: test accuracy %.2f%%, test loss %.4f, %.2f s (%.0f samples/s)\n", path, 100.0 * accuracy, loss, seconds,
+         (double)bpt_dataset_size(e->test) / seconds);
   if (!fold) return;
   int folded = 0;
   EXAMPLE_CHECK(e->context, bpt_graph_fold_batch_norm(e->graph, &folded));
@@ -73,9 +73,9 @@ static void evaluate(cnn_example *e, const char *path, bool fold) {
 }
 
 int main(int argc, char **argv) {
-  static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum", "--weight-decay",
-                                       "--threads", "--seed",   "--save",  "--eval", "--depth",    "--clip",
-                                       NULL};
+  static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
+                                       "--weight-decay", "--threads", "--seed",  "--save", "--eval",
+                                       "--depth",        "--clip",    NULL};
   static const char *const flags[] = {"--grad-stats", "--no-augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");

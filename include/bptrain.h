@@ -14,6 +14,11 @@
 #include "bptrain/graph.h"
 #include "bptrain/optimizer.h"
 #include "bptrain/data.h"
+#include "bptrain/profiler.h"
+/* Robustness (issue 9) */
+#include "bptrain/checkpoint.h"
+#include "bptrain/anomaly.h"
+/* Convolutional networks and the training toolkit (issue 3) */
 #include "bptrain/cnn.h"
 
 #endif

@@ -8,7 +8,11 @@ packages=(
   libopenblas-openmp-dev zlib1g-dev libomp-dev
   libcmocka-dev
   dataset-fashion-mnist
+  # Robustness (issue 9): valgrind runs and the libFuzzer/ASan runtime for clang
+  valgrind libclang-rt-14-dev
 )
+# --- packaging (issue 8): ABI check (abidw/abidiff), API reference, --plot, Python binding and its tests ---
+packages+=(abigail-tools doxygen gnuplot-nox python3)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2

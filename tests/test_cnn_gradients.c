@@ -14,8 +14,19 @@ typedef struct op_case {
   int kind;
 } op_case;
 
-enum { CONV, BATCH_NORM_2D, BATCH_NORM_1D, MAX_POOL, AVG_POOL, GLOBAL_POOL, ADD_RESIDUAL, RESHAPE, DROPOUT,
-       RESNET_BLOCK, RESNET_PROJECTION };
+enum {
+  CONV,
+  BATCH_NORM_2D,
+  BATCH_NORM_1D,
+  MAX_POOL,
+  AVG_POOL,
+  GLOBAL_POOL,
+  ADD_RESIDUAL,
+  RESHAPE,
+  DROPOUT,
+  RESNET_BLOCK,
+  RESNET_PROJECTION
+};
 
 static bpt_node *build_op(bpt_context *context, bpt_graph *graph, const op_case *c, bpt_node *x) {
   bpt_node *y = NULL;
@@ -78,7 +89,8 @@ static void check_case(const op_case *c, uint64_t seed, double step, double abso
   assert_ok(context, bpt_conv2d(graph, "pre", x, pre_weight, pre_bias, &same, &pre));
   y = build_op(context, graph, c, pre);
   int64_t outputs = 1;
-  for (int i = 1; i < bpt_node_rank(y); i++) outputs *= bpt_node_dim(y, i);
+  for (int i = 1; i < bpt_node_rank(y); i++)
+    outputs *= bpt_node_dim(y, i);
   assert_ok(context, bpt_graph_input(graph, "target", BPT_DTYPE_F32, 1, &outputs, &target));
   assert_ok(context, bpt_mse_loss(graph, "loss", y, target, &loss));
   assert_ok(context, bpt_graph_compile(graph, loss, c->batch));
@@ -91,7 +103,8 @@ static void check_case(const op_case *c, uint64_t seed, double step, double abso
   /* Random weights and biases everywhere, but batch-norm running variances must stay positive. */
   float *noise = malloc((size_t)count * sizeof *noise);
   test_random_fill(&random, noise, count, -0.6f, 0.6f);
-  for (int64_t i = 0; i < count; i++) parameters[i] = parameters[i] == 1.0f ? 1.0f + noise[i] : noise[i];
+  for (int64_t i = 0; i < count; i++)
+    parameters[i] = parameters[i] == 1.0f ? 1.0f + noise[i] : noise[i];
   assert_ok(context, bpt_graph_write_parameters(graph, parameters, count));
   free(noise);
   free(parameters);
@@ -109,13 +122,15 @@ static void check_case(const op_case *c, uint64_t seed, double step, double abso
      * output makes the loss small, so float rounding allows a step small enough to rarely cross a kink. */
     assert_ok(context, bpt_graph_forward(graph));
     int64_t y_dims[5] = {c->batch};
-    for (int i = 1; i < bpt_node_rank(y); i++) y_dims[i] = bpt_node_dim(y, i);
+    for (int i = 1; i < bpt_node_rank(y); i++)
+      y_dims[i] = bpt_node_dim(y, i);
     bpt_tensor *y_values;
     assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, bpt_node_rank(y), y_dims, &y_values));
     assert_ok(context, bpt_graph_read(graph, y, y_values));
     float *t = bpt_tensor_data(t_values);
     const float *now = bpt_tensor_data(y_values);
-    for (int64_t i = 0; i < c->batch * outputs; i++) t[i] = now[i] + 0.05f * t[i];
+    for (int64_t i = 0; i < c->batch * outputs; i++)
+      t[i] = now[i] + 0.05f * t[i];
     assert_ok(context, bpt_graph_set_input(graph, target, t_values));
     bpt_tensor_destroy(y_values);
   }
@@ -140,7 +155,8 @@ static void conv2d_grid(void **state) {
       {"1x1 stride 2 projection", 2, 3, 7, 7, 5, 1, 1, 2, 0, 1, 1, 0, CONV},
       {"5x3 kernel, pad 1, 3x3 planes chunked", 6, 2, 5, 3, 3, 5, 3, 1, 1, 1, 1, 1, CONV},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 10 + i, 1e-2, 3e-4, 2e-2);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_case(&cases[i], 10 + i, 1e-2, 3e-4, 2e-2);
 }
 
 static void batch_norm_grid(void **state) {
@@ -150,7 +166,8 @@ static void batch_norm_grid(void **state) {
       {"2-D, batch 1", 1, 2, 4, 5, 0, 0, 0, 0, 0, 0, 0, 0, BATCH_NORM_2D},
       {"1-D over (N, C)", 6, 2, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, BATCH_NORM_1D},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 30 + i, 1e-2, 3e-4, 3e-2);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_case(&cases[i], 30 + i, 1e-2, 3e-4, 3e-2);
 }
 
 static void pooling_grid(void **state) {
@@ -164,7 +181,8 @@ static void pooling_grid(void **state) {
       {"global average", 3, 3, 5, 4, 0, 0, 0, 0, 0, 0, 0, 0, GLOBAL_POOL},
   };
   /* A smaller step keeps max pooling's winners from changing under the perturbation. */
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 40 + i, 2e-3, 5e-4, 3e-2);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_case(&cases[i], 40 + i, 2e-3, 5e-4, 3e-2);
 }
 
 static void residual_reshape_dropout(void **state) {
@@ -174,7 +192,8 @@ static void residual_reshape_dropout(void **state) {
       {"reshape", 2, 2, 3, 5, 0, 0, 0, 0, 0, 0, 0, 0, RESHAPE},
       {"dropout 0.3 (fixed mask between steps)", 3, 2, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, DROPOUT},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 50 + i, 1e-2, 3e-4, 2e-2);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_case(&cases[i], 50 + i, 1e-2, 3e-4, 2e-2);
 }
 
 static void resnet_blocks(void **state) {
@@ -183,15 +202,14 @@ static void resnet_blocks(void **state) {
       {"basic block, identity shortcut", 3, 3, 6, 6, 0, 0, 0, 0, 0, 0, 0, 0, RESNET_BLOCK},
       {"basic block, projection shortcut, stride 2", 3, 2, 7, 7, 4, 0, 0, 0, 0, 0, 0, 0, RESNET_PROJECTION},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], 60 + i, 1e-3, 5e-4, 4e-2);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_case(&cases[i], 60 + i, 1e-3, 5e-4, 4e-2);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(conv2d_grid),
-      cmocka_unit_test(batch_norm_grid),
-      cmocka_unit_test(pooling_grid),
-      cmocka_unit_test(residual_reshape_dropout),
+      cmocka_unit_test(conv2d_grid),   cmocka_unit_test(batch_norm_grid),
+      cmocka_unit_test(pooling_grid),  cmocka_unit_test(residual_reshape_dropout),
       cmocka_unit_test(resnet_blocks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

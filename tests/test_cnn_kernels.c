@@ -10,7 +10,9 @@
 
 /* ---- convolution ---- */
 
-static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
 
 /* y[n][o][oh][ow] = b[o] + sum over c in o's group, i, j of x[n][c][ih][iw] w[o][c'][i][j] (7 loops). */
 static void reference_conv(const bpt_conv2d_args *a, const float *x, const float *w, const float *b, double *y) {
@@ -61,8 +63,10 @@ static void reference_conv_backward(const bpt_conv2d_args *a, const float *x, co
 
 static double max_relative_error(const float *actual, const double *expected, int64_t count) {
   double scale = 1e-6, worst = 0.0;
-  for (int64_t i = 0; i < count; i++) scale = fmax(scale, fabs(expected[i]));
-  for (int64_t i = 0; i < count; i++) worst = fmax(worst, fabs((double)actual[i] - expected[i]) / scale);
+  for (int64_t i = 0; i < count; i++)
+    scale = fmax(scale, fabs(expected[i]));
+  for (int64_t i = 0; i < count; i++)
+    worst = fmax(worst, fabs((double)actual[i] - expected[i]) / scale);
   return worst;
 }
 
@@ -88,21 +92,25 @@ static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
   test_random_fill(&random, dx, x_count, -1.0f, 1.0f);
   test_random_fill(&random, dw, w_count, -1.0f, 1.0f);
   test_random_fill(&random, db, a.out_channels, -1.0f, 1.0f);
-  for (int64_t i = 0; i < x_count; i++) rdx[i] = dx[i];
-  for (int64_t i = 0; i < w_count; i++) rdw[i] = dw[i];
-  for (int64_t i = 0; i < a.out_channels; i++) rdb[i] = db[i];
+  for (int64_t i = 0; i < x_count; i++)
+    rdx[i] = dx[i];
+  for (int64_t i = 0; i < w_count; i++)
+    rdw[i] = dw[i];
+  for (int64_t i = 0; i < a.out_channels; i++)
+    rdb[i] = db[i];
 
   reference_conv(&a, x, w, b, ry);
   reference_conv_backward(&a, x, w, dy, rdx, rdw, rdb);
   assert_int_equal(backend->vtable->conv2d_forward(backend, &a, x, w, b, y), BPT_OK);
   assert_int_equal(backend->vtable->conv2d_backward_data(backend, &a, dy, w, dx), BPT_OK);
   assert_int_equal(backend->vtable->conv2d_backward_filter(backend, &a, x, dy, dw, db), BPT_OK);
-  print_message("[ conv     ] N%lld C%lld %lldx%lld O%lld k%lldx%lld s%lld p%lld d%lld g%lld: errors %.2g %.2g %.2g %.2g\n",
-                (long long)a.batch, (long long)a.in_channels, (long long)a.in_height, (long long)a.in_width,
-                (long long)a.out_channels, (long long)a.kernel_height, (long long)a.kernel_width,
-                (long long)a.stride_height, (long long)a.padding_height, (long long)a.dilation_height,
-                (long long)a.groups, max_relative_error(y, ry, y_count), max_relative_error(dx, rdx, x_count),
-                max_relative_error(dw, rdw, w_count), max_relative_error(db, rdb, a.out_channels));
+  print_message(
+      "[ conv     ] N%lld C%lld %lldx%lld O%lld k%lldx%lld s%lld p%lld d%lld g%lld: errors %.2g %.2g %.2g %.2g\n",
+      (long long)a.batch, (long long)a.in_channels, (long long)a.in_height, (long long)a.in_width,
+      (long long)a.out_channels, (long long)a.kernel_height, (long long)a.kernel_width, (long long)a.stride_height,
+      (long long)a.padding_height, (long long)a.dilation_height, (long long)a.groups,
+      max_relative_error(y, ry, y_count), max_relative_error(dx, rdx, x_count), max_relative_error(dw, rdw, w_count),
+      max_relative_error(db, rdb, a.out_channels));
   assert_true(max_relative_error(y, ry, y_count) < 1e-5);
   assert_true(max_relative_error(dx, rdx, x_count) < 1e-5);
   assert_true(max_relative_error(dw, rdw, w_count) < 1e-5);
@@ -113,9 +121,19 @@ static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
 
 static bpt_conv2d_args conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t kh, int64_t kw, int64_t s,
                             int64_t p, int64_t d, int64_t g) {
-  return (bpt_conv2d_args){.batch = n, .in_channels = c, .in_height = h, .in_width = w, .out_channels = o,
-                           .kernel_height = kh, .kernel_width = kw, .stride_height = s, .stride_width = s,
-                           .padding_height = p, .padding_width = p, .dilation_height = d, .dilation_width = d,
+  return (bpt_conv2d_args){.batch = n,
+                           .in_channels = c,
+                           .in_height = h,
+                           .in_width = w,
+                           .out_channels = o,
+                           .kernel_height = kh,
+                           .kernel_width = kw,
+                           .stride_height = s,
+                           .stride_width = s,
+                           .padding_height = p,
+                           .padding_width = p,
+                           .dilation_height = d,
+                           .dilation_width = d,
                            .groups = g};
 }
 
@@ -155,18 +173,20 @@ static void batch_norm_statistics_match_two_pass(void **state) {
     for (int c = 0; c < C; c++)
       for (int s = 0; s < S; s++)
         x[(n * C + c) * S + s] = means[c] + spreads[c] * test_random_uniform(&random, -1.0f, 1.0f);
-  bpt_batch_norm_args args = {.batch = N, .channels = C, .spatial = S, .epsilon = 1e-5f, .momentum = 0.1f,
-                              .training = true};
-  assert_int_equal(backend->vtable->batch_norm_forward(backend, &args, x, gamma, beta, running_mean,
-                                                       running_variance, y, saved_mean, saved_inverse_std),
+  bpt_batch_norm_args args = {
+      .batch = N, .channels = C, .spatial = S, .epsilon = 1e-5f, .momentum = 0.1f, .training = true};
+  assert_int_equal(backend->vtable->batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance,
+                                                       y, saved_mean, saved_inverse_std),
                    BPT_OK);
   for (int c = 0; c < C; c++) {
     double sum = 0.0, squares = 0.0;
     for (int n = 0; n < N; n++)
-      for (int s = 0; s < S; s++) sum += x[(n * C + c) * S + s];
+      for (int s = 0; s < S; s++)
+        sum += x[(n * C + c) * S + s];
     const double mean = sum / (N * S);
     for (int n = 0; n < N; n++)
-      for (int s = 0; s < S; s++) squares += (x[(n * C + c) * S + s] - mean) * (x[(n * C + c) * S + s] - mean);
+      for (int s = 0; s < S; s++)
+        squares += (x[(n * C + c) * S + s] - mean) * (x[(n * C + c) * S + s] - mean);
     const double variance = squares / (N * S);
     assert_true(fabs(saved_mean[c] - mean) <= 1e-6 * fabs(mean) + 1e-7);
     const double expected_inverse_std = 1.0 / sqrt(variance + 1e-5);
@@ -186,8 +206,8 @@ static void batch_norm_statistics_match_two_pass(void **state) {
   /* Evaluation mode: normalise with the running statistics and leave them alone. */
   args.training = false;
   const float frozen_mean[C] = {running_mean[0], running_mean[1], running_mean[2]};
-  assert_int_equal(backend->vtable->batch_norm_forward(backend, &args, x, gamma, beta, running_mean,
-                                                       running_variance, y, saved_mean, saved_inverse_std),
+  assert_int_equal(backend->vtable->batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance,
+                                                       y, saved_mean, saved_inverse_std),
                    BPT_OK);
   for (int c = 0; c < C; c++) {
     assert_true(running_mean[c] == frozen_mean[c]);
@@ -209,27 +229,50 @@ static void max_pool_ties_route_to_first(void **state) {
   /* One 4x4 plane of equal values, 2x2 windows with stride 2: each window's gradient goes to its top-left. */
   float x[16], y[4], dy[4] = {1.0f, 2.0f, 3.0f, 4.0f}, dx[16] = {0};
   int32_t argmax[4];
-  for (int i = 0; i < 16; i++) x[i] = 0.5f;
-  bpt_pool2d_args args = {.kind = BPT_POOL_MAX, .batch = 1, .channels = 1, .in_height = 4, .in_width = 4,
-                          .out_height = 2, .out_width = 2, .kernel_height = 2, .kernel_width = 2,
-                          .stride_height = 2, .stride_width = 2};
+  for (int i = 0; i < 16; i++)
+    x[i] = 0.5f;
+  bpt_pool2d_args args = {.kind = BPT_POOL_MAX,
+                          .batch = 1,
+                          .channels = 1,
+                          .in_height = 4,
+                          .in_width = 4,
+                          .out_height = 2,
+                          .out_width = 2,
+                          .kernel_height = 2,
+                          .kernel_width = 2,
+                          .stride_height = 2,
+                          .stride_width = 2};
   assert_int_equal(backend->vtable->pool2d_forward(backend, &args, x, y, argmax), BPT_OK);
   assert_int_equal(backend->vtable->pool2d_backward(backend, &args, dy, argmax, dx), BPT_OK);
   const float expected[16] = {1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0};
-  for (int i = 0; i < 16; i++) assert_true(dx[i] == expected[i]);
-  for (int i = 0; i < 4; i++) assert_true(y[i] == 0.5f);
+  for (int i = 0; i < 16; i++)
+    assert_true(dx[i] == expected[i]);
+  for (int i = 0; i < 4; i++)
+    assert_true(y[i] == 0.5f);
   /* Overlapping 3x3 windows, stride 1, padding 1 over negative values: padding never wins, and an input
    * that wins several windows collects all their gradients. */
   float plane[9] = {-5, -4, -3, -2, -1, -6, -7, -8, -9}, out[9], d[9], grad[9] = {0};
   int32_t winners[9];
-  for (int i = 0; i < 9; i++) d[i] = 1.0f;
-  bpt_pool2d_args overlapping = {.kind = BPT_POOL_MAX, .batch = 1, .channels = 1, .in_height = 3, .in_width = 3,
-                                 .out_height = 3, .out_width = 3, .kernel_height = 3, .kernel_width = 3,
-                                 .stride_height = 1, .stride_width = 1, .padding_height = 1, .padding_width = 1};
+  for (int i = 0; i < 9; i++)
+    d[i] = 1.0f;
+  bpt_pool2d_args overlapping = {.kind = BPT_POOL_MAX,
+                                 .batch = 1,
+                                 .channels = 1,
+                                 .in_height = 3,
+                                 .in_width = 3,
+                                 .out_height = 3,
+                                 .out_width = 3,
+                                 .kernel_height = 3,
+                                 .kernel_width = 3,
+                                 .stride_height = 1,
+                                 .stride_width = 1,
+                                 .padding_height = 1,
+                                 .padding_width = 1};
   assert_int_equal(backend->vtable->pool2d_forward(backend, &overlapping, plane, out, winners), BPT_OK);
   assert_int_equal(backend->vtable->pool2d_backward(backend, &overlapping, d, winners, grad), BPT_OK);
   const float expected_out[9] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
-  for (int i = 0; i < 9; i++) assert_true(out[i] == expected_out[i]);
+  for (int i = 0; i < 9; i++)
+    assert_true(out[i] == expected_out[i]);
   assert_true(grad[4] == 9.0f);
   /* Average pooling with padding divides by the full window. */
   bpt_pool2d_args average = overlapping;
@@ -265,7 +308,8 @@ static void train_and_eval_modes(void **state) {
   test_random random;
   test_random_seed(&random, 4);
   float *v = bpt_tensor_data(values);
-  for (int64_t i = 0; i < 64 * 32; i++) v[i] = 3.0f + test_random_uniform(&random, -1.0f, 1.0f);
+  for (int64_t i = 0; i < 64 * 32; i++)
+    v[i] = 3.0f + test_random_uniform(&random, -1.0f, 1.0f);
   assert_ok(context, bpt_graph_set_input(graph, x, values));
   assert_ok(context, bpt_graph_set_input(graph, target, targets));
 
@@ -277,10 +321,13 @@ static void train_and_eval_modes(void **state) {
   double channel_sum = 0.0;
   int zeros = 0;
   for (int64_t n = 0; n < 64; n++)
-    for (int s = 0; s < 16; s++) channel_sum += b[n * 32 + s];
+    for (int s = 0; s < 16; s++)
+      channel_sum += b[n * 32 + s];
   for (int64_t i = 0; i < 64 * 32; i++) {
-    if (d[i] == 0.0f) zeros++;
-    else assert_true(fabsf(d[i] - 2.0f * b[i]) < 1e-5f);
+    if (d[i] == 0.0f)
+      zeros++;
+    else
+      assert_true(fabsf(d[i] - 2.0f * b[i]) < 1e-5f);
   }
   assert_true(fabs(channel_sum / (64 * 16)) < 1e-4);
   assert_true(zeros > 64 * 32 * 0.4 && zeros < 64 * 32 * 0.6);
@@ -298,7 +345,8 @@ static void train_and_eval_modes(void **state) {
   assert_ok(context, bpt_graph_forward(graph));
   assert_ok(context, bpt_graph_read(graph, normalised, bn_out));
   assert_ok(context, bpt_graph_read(graph, dropped, drop_out));
-  for (int64_t i = 0; i < 64 * 32; i++) assert_true(d[i] == b[i]);
+  for (int64_t i = 0; i < 64 * 32; i++)
+    assert_true(d[i] == b[i]);
   assert_true(fabs(b[0] - (v[0] - 0.1 * 3.0) / sqrt(0.9 + 0.1 * (1.0 / 3.0) + 1e-5)) < 0.05);
   assert_fails(context, BPT_ERR_STATE, "evaluation", bpt_graph_backward(graph));
 
@@ -342,8 +390,8 @@ static void shape_errors_are_reported(void **state) {
   assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "probability", bpt_dropout(graph, "drop", x, 1.0f, &y));
   assert_ok(context, bpt_graph_parameter(graph, "gamma", 1, &channels, BPT_INIT_ONES, &gamma));
   assert_ok(context, bpt_graph_parameter(graph, "beta", 1, &channels, BPT_INIT_ZEROS, &beta));
-  assert_ok(context, bpt_graph_buffer(graph, "mean", 1, &channels, BPT_INIT_ZEROS, &mean));
-  assert_ok(context, bpt_graph_buffer(graph, "variance", 1, &channels, BPT_INIT_ONES, &variance));
+  assert_ok(context, bpt_graph_nontrainable_parameter(graph, "mean", 1, &channels, BPT_INIT_ZEROS, &mean));
+  assert_ok(context, bpt_graph_nontrainable_parameter(graph, "variance", 1, &channels, BPT_INIT_ONES, &variance));
   assert_fails(context, BPT_ERR_SHAPE, "3 values",
                bpt_batch_norm(graph, "bn", x, gamma, beta, mean, variance, 0.1f, 1e-5f, &y));
   assert_fails(context, BPT_ERR_SHAPE, "differ in shape", bpt_add(graph, "add", x, flat, &y));
@@ -353,10 +401,8 @@ static void shape_errors_are_reported(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(conv_matches_direct_loops),
-      cmocka_unit_test(batch_norm_statistics_match_two_pass),
-      cmocka_unit_test(max_pool_ties_route_to_first),
-      cmocka_unit_test(train_and_eval_modes),
+      cmocka_unit_test(conv_matches_direct_loops),    cmocka_unit_test(batch_norm_statistics_match_two_pass),
+      cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(train_and_eval_modes),
       cmocka_unit_test(shape_errors_are_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

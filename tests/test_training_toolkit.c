@@ -63,7 +63,7 @@ static void tiny_model_create(tiny_model *m) {
   assert_ok(m->context, bpt_graph_input(m->graph, "x", BPT_DTYPE_F32, 1, &two, &m->x));
   assert_ok(m->context, bpt_graph_input(m->graph, "target", BPT_DTYPE_F32, 1, &one, &m->target));
   assert_ok(m->context, bpt_graph_parameter(m->graph, "w", 2, weight_dims, BPT_INIT_ONES, &m->weight));
-  assert_ok(m->context, bpt_graph_buffer(m->graph, "counts", 1, &two, BPT_INIT_ONES, &m->buffer));
+  assert_ok(m->context, bpt_graph_nontrainable_parameter(m->graph, "counts", 1, &two, BPT_INIT_ONES, &m->buffer));
   assert_ok(m->context, bpt_graph_parameter(m->graph, "b", 1, &one, BPT_INIT_ONES, &m->bias));
   assert_ok(m->context, bpt_linear(m->graph, "fc", m->x, m->weight, m->bias, &y));
   assert_ok(m->context, bpt_mse_loss(m->graph, "loss", y, m->target, &loss));

@@ -56,8 +56,8 @@ static void cnn_example_load(const cnn_example *e, const char *path) {
     exit(1);
   }
   if (stored != count) {
-    fprintf(stderr, "error: %s holds %lld parameters, this model has %lld (another depth?)\n", path,
-            (long long)stored, (long long)count);
+    fprintf(stderr, "error: %s holds %lld parameters, this model has %lld (another depth?)\n", path, (long long)stored,
+            (long long)count);
     exit(1);
   }
   float *values = malloc((size_t)count * sizeof *values);

@@ -19,11 +19,14 @@ BPT_EXTERN_C_BEGIN
 /** Geometry of a convolution; get it from bpt_conv2d_options_default() (stride 1, no padding, dilation 1,
  * one group) and change what you need. */
 typedef struct bpt_conv2d_options {
-  size_t size; /**< sizeof(bpt_conv2d_options), set by the default function */
-  int64_t stride_height, stride_width;     /**< >= 1 */
-  int64_t padding_height, padding_width;   /**< >= 0, zeros added on both sides */
-  int64_t dilation_height, dilation_width; /**< >= 1 */
-  int64_t groups; /**< >= 1, divides both channel counts */
+  size_t size;             /**< sizeof(bpt_conv2d_options), set by the default function */
+  int64_t stride_height;   /**< >= 1 */
+  int64_t stride_width;    /**< >= 1 */
+  int64_t padding_height;  /**< >= 0, zeros added on both sides */
+  int64_t padding_width;   /**< >= 0, zeros added on both sides */
+  int64_t dilation_height; /**< >= 1 */
+  int64_t dilation_width;  /**< >= 1 */
+  int64_t groups;          /**< >= 1, divides both channel counts */
 } bpt_conv2d_options;
 
 /** @return stride 1, padding 0, dilation 1, groups 1. */
@@ -45,7 +48,8 @@ BPT_API bpt_status bpt_conv2d(bpt_graph *graph, const char *name, bpt_node *x, b
  * In training mode it normalises with the batch's statistics and updates the running statistics
  * (running = (1 - momentum) running + momentum batch, unbiased variance); in evaluation mode it uses them.
  * @param gamma, beta (C) trainable scale and shift
- * @param running_mean, running_variance (C) buffers from bpt_graph_buffer(), initialised to zeros and ones
+ * @param running_mean, running_variance (C) buffers from bpt_graph_nontrainable_parameter(), initialised to zeros and
+ * ones
  * @param momentum in (0, 1], typically 0.1; @param epsilon > 0, typically 1e-5
  */
 BPT_API bpt_status bpt_batch_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, bpt_node *beta,
@@ -86,8 +90,8 @@ BPT_API bpt_status bpt_dropout(bpt_graph *graph, const char *name, bpt_node *x, 
  * the flat parameter block, so bpt_graph_read_parameters() and checkpoints include it, but it has no
  * gradient and optimisers never change it.
  */
-BPT_API bpt_status bpt_graph_buffer(bpt_graph *graph, const char *name, int rank, const int64_t *dims,
-                                    bpt_initializer initializer, bpt_node **out);
+BPT_API bpt_status bpt_graph_nontrainable_parameter(bpt_graph *graph, const char *name, int rank, const int64_t *dims,
+                                                    bpt_initializer initializer, bpt_node **out);
 
 /* ---- Train and eval mode ------------------------------------------------------------------------------- */
 
@@ -115,41 +119,41 @@ BPT_API bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_
  * The shortcut is the identity when shape is unchanged, else a 1x1 convolution with @p stride followed by
  * batch norm (the "projection" shortcut). Nodes are named "<name>.conv1", "<name>.bn1", ...
  */
-BPT_API bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x,
-                                                int64_t out_channels, int64_t stride, bpt_node **out);
+BPT_API bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
+                                                int64_t stride, bpt_node **out);
 
 /** Kinds of layer in a bpt_layer_spec. Values are fixed; new kinds are appended. */
 typedef enum bpt_layer_kind {
-  BPT_LAYER_CONV2D = 0,         /**< units output channels, kernel, stride, padding; bias unless followed by BN */
-  BPT_LAYER_BATCH_NORM = 1,     /**< 2-D or 1-D by the input's rank */
+  BPT_LAYER_CONV2D = 0,     /**< units output channels, kernel, stride, padding; bias unless followed by BN */
+  BPT_LAYER_BATCH_NORM = 1, /**< 2-D or 1-D by the input's rank */
   BPT_LAYER_RELU = 2,
-  BPT_LAYER_MAX_POOL = 3,       /**< kernel, stride, padding */
-  BPT_LAYER_AVG_POOL = 4,       /**< kernel, stride, padding */
+  BPT_LAYER_MAX_POOL = 3, /**< kernel, stride, padding */
+  BPT_LAYER_AVG_POOL = 4, /**< kernel, stride, padding */
   BPT_LAYER_GLOBAL_AVG_POOL = 5,
   BPT_LAYER_FLATTEN = 6,
-  BPT_LAYER_LINEAR = 7,         /**< units outputs, He-uniform weights, zero bias */
-  BPT_LAYER_DROPOUT = 8,        /**< rate */
-  BPT_LAYER_RESNET_BLOCK = 9,   /**< units output channels, stride */
+  BPT_LAYER_LINEAR = 7,       /**< units outputs, He-uniform weights, zero bias */
+  BPT_LAYER_DROPOUT = 8,      /**< rate */
+  BPT_LAYER_RESNET_BLOCK = 9, /**< units output channels, stride */
   BPT_LAYER_TANH = 10,
   BPT_LAYER_SIGMOID = 11
 } bpt_layer_kind;
 
 /** One layer of a sequential stack; unused fields are ignored (designated initialisers read best). */
 typedef struct bpt_layer_spec {
-  bpt_layer_kind kind;
-  int64_t units;   /**< output channels or features */
-  int64_t kernel;  /**< square kernel or window size */
-  int64_t stride;  /**< 0 means 1 for convolutions and blocks, the window size for pooling */
-  int64_t padding; /**< zeros on each side */
-  float rate;      /**< dropout probability */
+  bpt_layer_kind kind; /**< which layer */
+  int64_t units;       /**< output channels or features */
+  int64_t kernel;      /**< square kernel or window size */
+  int64_t stride;      /**< 0 means 1 for convolutions and blocks, the window size for pooling */
+  int64_t padding;     /**< zeros on each side */
+  float rate;          /**< dropout probability */
 } bpt_layer_spec;
 
 /**
  * Builds the layers in order on top of @p x, naming them "<prefix><index>.<kind>" (for example
  * "features3.conv"), and returns the last node. Reads like the architecture's table.
  */
-BPT_API bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *x,
-                                        const bpt_layer_spec *layers, int count, bpt_node **out);
+BPT_API bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *x, const bpt_layer_spec *layers,
+                                        int count, bpt_node **out);
 
 /* ---- Inference folding --------------------------------------------------------------------------------- */
 
@@ -173,14 +177,14 @@ typedef enum bpt_schedule_kind {
 
 /** A learning-rate schedule; get it from bpt_schedule_options_default(). Steps count from 0. */
 typedef struct bpt_schedule_options {
-  size_t size; /**< sizeof(bpt_schedule_options), set by the default function */
-  bpt_schedule_kind kind;
-  float base_learning_rate;
-  int64_t warmup_steps;      /**< linear warm-up from warmup_start_factor * base to base over these steps */
-  float warmup_start_factor; /**< in [0, 1] */
-  int64_t step_size;         /**< STEP: steps between decays (counted after warm-up) */
-  float gamma;               /**< STEP: decay factor */
-  int64_t total_steps;       /**< COSINE: length of the annealing, counted after warm-up */
+  size_t size;                 /**< sizeof(bpt_schedule_options), set by the default function */
+  bpt_schedule_kind kind;      /**< the shape after warm-up */
+  float base_learning_rate;    /**< the rate after warm-up, before any decay */
+  int64_t warmup_steps;        /**< linear warm-up from warmup_start_factor * base to base over these steps */
+  float warmup_start_factor;   /**< in [0, 1] */
+  int64_t step_size;           /**< STEP: steps between decays (counted after warm-up) */
+  float gamma;                 /**< STEP: decay factor */
+  int64_t total_steps;         /**< COSINE: length of the annealing, counted after warm-up */
   float minimum_learning_rate; /**< COSINE: the floor */
 } bpt_schedule_options;
 
@@ -188,8 +192,7 @@ typedef struct bpt_schedule_options {
 BPT_API bpt_schedule_options bpt_schedule_options_default(void);
 
 /** Computes the learning rate at @p step (>= 0) into @p learning_rate. */
-BPT_API bpt_status bpt_schedule_learning_rate(const bpt_schedule_options *schedule, int64_t step,
-                                              float *learning_rate);
+BPT_API bpt_status bpt_schedule_learning_rate(const bpt_schedule_options *schedule, int64_t step, float *learning_rate);
 
 /** Makes bpt_optimizer_step() set the learning rate from @p schedule at its step count before each update. */
 BPT_API bpt_status bpt_optimizer_set_schedule(bpt_optimizer *optimizer, const bpt_schedule_options *schedule);
@@ -240,15 +243,14 @@ BPT_API bpt_status bpt_graph_gradient_norm(bpt_graph *graph, const bpt_node *par
 
 /** Statistics of a node's values from the last forward pass (per layer: dead ReLUs show as zeros). */
 typedef struct bpt_value_statistics {
-  double mean;
-  double standard_deviation;
-  double zero_fraction; /**< fraction of values exactly 0 */
-  int64_t count;
+  double mean;               /**< mean of the values */
+  double standard_deviation; /**< population standard deviation */
+  double zero_fraction;      /**< fraction of values exactly 0 */
+  int64_t count;             /**< number of values (batch included) */
 } bpt_value_statistics;
 
 /** Computes statistics of @p node's values for the current batch. */
-BPT_API bpt_status bpt_graph_value_statistics(bpt_graph *graph, const bpt_node *node,
-                                              bpt_value_statistics *statistics);
+BPT_API bpt_status bpt_graph_value_statistics(bpt_graph *graph, const bpt_node *node, bpt_value_statistics *statistics);
 
 BPT_EXTERN_C_END
 

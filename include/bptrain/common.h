@@ -12,18 +12,24 @@
 #define BPT_EXTERN_C_BEGIN extern "C" {
 #define BPT_EXTERN_C_END }
 #else
+/** Opens C linkage (extern "C" {) around a header's declarations when it is compiled as C++. */
 #define BPT_EXTERN_C_BEGIN
+/** Closes ::BPT_EXTERN_C_BEGIN. */
 #define BPT_EXTERN_C_END
 #endif
 
+/** Marks a function as part of the public ABI: exported from the shared library, which hides all else. */
 #if defined(BPT_BUILDING_LIBRARY)
 #define BPT_API __attribute__((visibility("default")))
 #else
 #define BPT_API
 #endif
 
+/** Major version of these headers; bpt_version() gives the library's. */
 #define BPT_VERSION_MAJOR 0
+/** Minor version of these headers. */
 #define BPT_VERSION_MINOR 1
+/** Patch version of these headers. */
 #define BPT_VERSION_PATCH 0
 /** Bumped with every incompatible ABI change; it is the SONAME suffix (libbptrain.so.0). */
 #define BPT_ABI_VERSION 0
@@ -34,7 +40,7 @@ BPT_EXTERN_C_BEGIN
 
 /** Result of every call that can fail. Values are fixed: bindings may hard-code them. */
 typedef enum bpt_status {
-  BPT_OK = 0,
+  BPT_OK = 0,                    /**< success */
   BPT_ERR_INVALID_ARGUMENT = 1, /**< a NULL handle, an out-of-range option, a bad name */
   BPT_ERR_OUT_OF_MEMORY = 2,    /**< host or device allocation failed */
   BPT_ERR_IO = 3,               /**< a file could not be opened, read or written */
@@ -51,13 +57,13 @@ typedef enum bpt_status {
 
 /** Element types. The numeric values are stored in checkpoints and never change. */
 typedef enum bpt_dtype {
-  BPT_DTYPE_F32 = 0,
-  BPT_DTYPE_F16 = 1,
-  BPT_DTYPE_BF16 = 2,
-  BPT_DTYPE_FP8_E4M3 = 3,
-  BPT_DTYPE_FP8_E5M2 = 4,
-  BPT_DTYPE_I32 = 5,
-  BPT_DTYPE_U8 = 6
+  BPT_DTYPE_F32 = 0,      /**< IEEE 754 binary32 */
+  BPT_DTYPE_F16 = 1,      /**< IEEE 754 binary16 */
+  BPT_DTYPE_BF16 = 2,     /**< bfloat16: the upper half of an f32 */
+  BPT_DTYPE_FP8_E4M3 = 3, /**< 8-bit float, 4 exponent and 3 mantissa bits */
+  BPT_DTYPE_FP8_E5M2 = 4, /**< 8-bit float, 5 exponent and 2 mantissa bits */
+  BPT_DTYPE_I32 = 5,      /**< 32-bit signed integer (class labels) */
+  BPT_DTYPE_U8 = 6        /**< 8-bit unsigned integer (raw image bytes) */
 } bpt_dtype;
 
 /** @return the library version as "major.minor.patch". */

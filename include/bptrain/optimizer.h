@@ -23,8 +23,8 @@ typedef enum bpt_optimizer_kind {
 /** Options for bpt_optimizer_create(); get them from bpt_optimizer_options_default(). */
 typedef struct bpt_optimizer_options {
   size_t size; /**< sizeof(bpt_optimizer_options), set by the default function */
-  bpt_optimizer_kind kind;
-  float learning_rate;
+  bpt_optimizer_kind kind; /**< the update rule */
+  float learning_rate;     /**< step size, >= 0 */
   float momentum;     /**< SGD only, in [0, 1) */
   int nesterov;       /**< SGD only: non-zero for Nesterov momentum (needs momentum > 0) */
   float weight_decay; /**< >= 0 */

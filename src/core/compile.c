@@ -133,6 +133,8 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
   if (!host) return BPT_ERR_OUT_OF_MEMORY;
   bpt_rng rng;
   bpt_rng_seed(&rng, context->seed);
+  /* Stochastic ops draw from their own stream, so adding one does not change the initial weights. */
+  bpt_rng_seed(&graph->rng, context->seed ^ UINT64_C(0x5851f42d4c957f2d));
   for (int p = 0; p < graph->parameter_count; p++)
     initialise(graph->parameters[p], &rng, host + graph->parameters[p]->param_offset);
   bpt_status status = backend->vtable->upload(backend, graph->parameter_block, host, parameter_bytes);
@@ -155,6 +157,15 @@ bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch
                        loss->name);
     if (loss->batched || bpt_node_inner_count(loss) != 1 || loss->dtype != BPT_DTYPE_F32)
       return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_compile: loss '%s' is not a scalar f32", loss->name);
+  }
+  /* Robustness (issue 9): refuse nodes whose batch-sized buffers cannot exist before size arithmetic overflows. */
+  for (int i = 0; i < graph->node_count; i++) {
+    const bpt_node *node = graph->nodes[i];
+    int64_t inner = bpt_node_inner_count(node), batch = node->batched ? max_batch : 1;
+    if (inner > (INT64_C(1) << 40) / batch)
+      return bpt_error(context, BPT_ERR_OUT_OF_MEMORY,
+                       "bpt_graph_compile: %s '%s' needs %lld x %lld elements, more than 2^40",
+                       bpt_op_get(node->op)->name, node->name, (long long)batch, (long long)inner);
   }
   graph->loss = loss;
   graph->max_batch = max_batch;

@@ -1,5 +1,6 @@
 /* Context creation (backend selection by name, threads, seed) and the error reporting helpers. */
 #include "core/context.h"
+#include "core/profiler.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,6 +97,7 @@ bpt_status bpt_context_create(const bpt_context_options *user_options, bpt_conte
 
 void bpt_context_destroy(bpt_context *context) {
   if (!context) return;
+  bpt_profiler_destroy(context);
   if (context->backend.vtable && context->backend.vtable->destroy) context->backend.vtable->destroy(&context->backend);
   free(context);
 }

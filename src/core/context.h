@@ -15,6 +15,8 @@ struct bpt_context {
   uint64_t seed;
   char backend_name[32];
   char last_error[BPT_ERROR_MESSAGE_SIZE];
+  /* profiler: NULL until bpt_profiler_enable(); the hot paths test only this pointer (core/profiler.h). */
+  struct bpt_profiler *profiler;
 };
 
 /* Records a printf-style message on context (or, when NULL, on this thread) and returns status. */

@@ -11,7 +11,8 @@
 static int consumers(const bpt_graph *graph, const bpt_node *node) {
   int count = 0;
   for (int i = 0; i < graph->node_count; i++)
-    for (int j = 0; j < graph->nodes[i]->input_count; j++) count += graph->nodes[i]->inputs[j] == node;
+    for (int j = 0; j < graph->nodes[i]->input_count; j++)
+      count += graph->nodes[i]->inputs[j] == node;
   return count;
 }
 
@@ -22,11 +23,13 @@ static bpt_status transfer(bpt_graph *graph, bpt_node *node, double *values, boo
   if (!host) return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_fold_batch_norm: out of memory");
   bpt_status status = BPT_OK;
   if (to_device) {
-    for (int64_t i = 0; i < count; i++) host[i] = (float)values[i];
+    for (int64_t i = 0; i < count; i++)
+      host[i] = (float)values[i];
     status = backend->vtable->upload(backend, node->value, host, (size_t)count * sizeof *host);
   } else {
     status = backend->vtable->download(backend, host, node->value, (size_t)count * sizeof *host);
-    for (int64_t i = 0; status == BPT_OK && i < count; i++) values[i] = host[i];
+    for (int64_t i = 0; status == BPT_OK && i < count; i++)
+      values[i] = host[i];
   }
   free(host);
   return status == BPT_OK ? BPT_OK : bpt_backend_error(graph->context, status, "bpt_graph_fold_batch_norm");
@@ -46,13 +49,15 @@ static bpt_status fold(bpt_graph *graph, bpt_node *norm, bpt_node *conv) {
   if (status == BPT_OK) status = transfer(graph, beta, b, false);
   if (status == BPT_OK) status = transfer(graph, mean, m, false);
   if (status == BPT_OK) status = transfer(graph, variance, v, false);
-  for (int64_t o = 0; o < channels; o++) c[o] = 0.0;
+  for (int64_t o = 0; o < channels; o++)
+    c[o] = 0.0;
   if (status == BPT_OK && bias) status = transfer(graph, bias, c, false);
   if (status == BPT_OK) {
     const double epsilon = norm->float_attributes[1];
     for (int64_t o = 0; o < channels; o++) {
       const double scale = g[o] / sqrt(v[o] + epsilon);
-      for (int64_t i = 0; i < per_channel; i++) w[o * per_channel + i] *= scale;
+      for (int64_t i = 0; i < per_channel; i++)
+        w[o * per_channel + i] *= scale;
       c[o] = (c[o] - m[o]) * scale + b[o];
     }
     status = transfer(graph, weight, w, true);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checkpoint.h"
+
 bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
   if (!out) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_create: out is NULL");
   *out = NULL;
@@ -22,6 +24,7 @@ bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
 void bpt_graph_destroy(bpt_graph *graph) {
   if (!graph) return;
   bpt_graph_release_memory(graph);
+  bpt_graph_free_buffers(graph); /* robustness (issue 9) */
   for (int i = 0; i < graph->node_count; i++) free(graph->nodes[i]);
   free(graph->nodes);
   free(graph);
@@ -112,10 +115,16 @@ static bpt_status check_dims(bpt_graph *graph, const char *what, const char *nam
                      rank, minimum_rank, maximum_rank);
   if (rank > 0 && !dims)
     return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s '%s': dims is NULL", what, name ? name : "");
-  for (int i = 0; i < rank; i++)
+  int64_t count = 1;
+  for (int i = 0; i < rank; i++) {
     if (dims[i] <= 0 || dims[i] > (INT64_C(1) << 31))
       return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': dimension %d is %lld, must be in [1, 2^31]", what,
                        name ? name : "", i, (long long)dims[i]);
+    /* Bound the element count so that later size arithmetic cannot overflow (robustness, issue 9). */
+    if (dims[i] > (INT64_C(1) << 40) / count)
+      return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': more than 2^40 elements", what, name ? name : "");
+    count *= dims[i];
+  }
   return BPT_OK;
 }
 

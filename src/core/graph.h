@@ -64,6 +64,13 @@ struct bpt_graph {
   size_t activation_bytes;
   float *loss_gradient; /* device: the constant 1 that seeds backward */
 
+  /* Robustness (issue 9): checkpoints, anomaly detection. */
+  bpt_rng rng;               /* stream for stochastic ops, seeded at compile; saved in checkpoints */
+  int64_t forward_count;     /* forward passes run since compile (the "step" anomaly reports name) */
+  bool anomaly_detection;    /* check every op's output for inf/NaN (bpt_graph_set_anomaly_detection) */
+  struct bpt_graph_buffer *buffers; /* non-trainable state saved in checkpoints (bpt_graph_register_buffer) */
+  int buffer_count, buffer_capacity;
+
   /* cnn (issue 3) */
   bool evaluation; /* inference mode: batch norm uses running statistics, dropout passes values through */
   bool folded;     /* batch norms were folded into convolutions: forward only */
@@ -99,5 +106,25 @@ const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size);
        : bpt_node_error((node), BPT_ERR_UNSUPPORTED, "kernel '%s' is not supported on backend '%s'", #member, \
                         (node)->graph->backend->vtable->name))
 bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char *kernel);
+
+/* Robustness (issue 9). A named range of device floats that is not a trainable parameter (batch-norm
+ * running statistics, say) but must survive a checkpoint; the graph keeps a view, not a copy. Either an
+ * absolute device pointer, registered once memory exists, or a place inside a node's saved buffer
+ * (node->saved + byte_offset), which an op's builder can register before compile. Re-registering a name
+ * updates it. Declared here, defined in checkpoint.c. */
+typedef struct bpt_graph_buffer {
+  char name[BPT_NAME_SIZE];
+  float *values;        /* device, or NULL when owner is set */
+  const bpt_node *owner; /* values live at owner->saved + byte_offset */
+  size_t byte_offset;
+  int64_t count;
+} bpt_graph_buffer;
+bpt_status bpt_graph_register_buffer(bpt_graph *graph, const char *name, float *values, int64_t count);
+bpt_status bpt_graph_register_node_buffer(bpt_graph *graph, const char *name, const bpt_node *owner,
+                                          size_t byte_offset, int64_t count);
+/* Check node's value (after its forward), or its inputs' gradients (after its backward), for inf/NaN when
+ * anomaly detection is on (anomaly.c; called from the loops in run.c). */
+bpt_status bpt_anomaly_check(bpt_node *node);
+bpt_status bpt_anomaly_check_backward(bpt_node *node);
 
 #endif

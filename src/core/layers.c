@@ -49,9 +49,9 @@ bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_node *x,
   snprintf(parameter_name, sizeof parameter_name, "%s.beta", name);
   BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ZEROS, &beta));
   snprintf(parameter_name, sizeof parameter_name, "%s.running_mean", name);
-  BPT_CHECK(bpt_graph_buffer(graph, parameter_name, 1, &channels, BPT_INIT_ZEROS, &running_mean));
+  BPT_CHECK(bpt_graph_nontrainable_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ZEROS, &running_mean));
   snprintf(parameter_name, sizeof parameter_name, "%s.running_variance", name);
-  BPT_CHECK(bpt_graph_buffer(graph, parameter_name, 1, &channels, BPT_INIT_ONES, &running_variance));
+  BPT_CHECK(bpt_graph_nontrainable_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ONES, &running_variance));
   return bpt_batch_norm(graph, name, x, gamma, beta, running_mean, running_variance, 0.1f, 1e-5f, out);
 }
 

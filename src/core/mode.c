@@ -3,8 +3,8 @@
 #include "bptrain/cnn.h"
 #include "core/graph.h"
 
-bpt_status bpt_graph_buffer(bpt_graph *graph, const char *name, int rank, const int64_t *dims,
-                            bpt_initializer initializer, bpt_node **out) {
+bpt_status bpt_graph_nontrainable_parameter(bpt_graph *graph, const char *name, int rank, const int64_t *dims,
+                                            bpt_initializer initializer, bpt_node **out) {
   BPT_CHECK(bpt_graph_parameter(graph, name, rank, dims, initializer, out));
   /* No gradient flows into a buffer, so optimisers, clipping and gradient checks leave it alone. */
   (*out)->requires_grad = false;
@@ -33,9 +33,7 @@ bpt_node *bpt_graph_parameter_node(const bpt_graph *graph, int index) {
   return graph->parameters[index];
 }
 
-int bpt_node_is_trainable(const bpt_node *node) {
-  return node && node->op == BPT_OP_PARAMETER && node->requires_grad;
-}
+int bpt_node_is_trainable(const bpt_node *node) { return node && node->op == BPT_OP_PARAMETER && node->requires_grad; }
 
 int bpt_graph_node_count(const bpt_graph *graph) { return graph ? graph->node_count : 0; }
 

@@ -26,6 +26,9 @@ typedef struct bpt_op_definition {
   bpt_status (*forward)(bpt_node *node);
   /* Adds (+=) this node's contribution to each input gradient that is required. */
   bpt_status (*backward)(bpt_node *node);
+  /* profiler: optional. Sets the floating-point operations and bytes moved by forward (backward == 0) or
+   * backward for the current batch (graph->batch). NULL: the profiler estimates bytes from the shapes. */
+  void (*cost)(const bpt_node *node, int backward, double *flops, double *bytes);
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;

@@ -8,6 +8,8 @@
 #include "bptrain/cnn.h"
 #include "bptrain/optimizer.h"
 #include "core/graph.h"
+#include "core/profiler.h"
+#include "core/optimizer_state.h"
 #include "core/schedule.h"
 
 struct bpt_optimizer {
@@ -119,7 +121,24 @@ void bpt_optimizer_destroy(bpt_optimizer *optimizer) {
   free(optimizer);
 }
 
+static bpt_status optimizer_step(bpt_optimizer *optimizer);
+
+/* The profiler (core/profiler.h) times the whole step, every update kernel call included. */
 bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
+  bpt_context *context = optimizer ? optimizer->graph->context : NULL;
+  if (__builtin_expect(!context || !context->profiler, 1)) return optimizer_step(optimizer);
+  uint64_t start = bpt_profiler_begin(context);
+  bpt_status status = optimizer_step(optimizer);
+  if (status != BPT_OK) return status;
+  /* Reads parameters, gradients and each state buffer; writes the parameters and the state back. */
+  int buffers = 1 + (optimizer->state0 != NULL) + (optimizer->state1 != NULL);
+  double bytes = (double)optimizer->graph->parameter_elements * sizeof(float) * (double)(2 * buffers + 1);
+  const char *kind = optimizer->options.kind == BPT_OPTIMIZER_SGD ? "sgd" : "adam";
+  bpt_profiler_record(context, BPT_PROFILE_OPTIMIZER, "step", kind, start, bytes, 0.0);
+  return BPT_OK;
+}
+
+static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_step: optimizer is NULL");
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
@@ -238,4 +257,13 @@ bpt_status bpt_optimizer_no_decay_on_vectors(bpt_optimizer *optimizer) {
   for (int p = 0; p < graph->parameter_count; p++)
     if (graph->parameters[p]->rank == 1) optimizer->weight_decays[p] = 0.0f;
   return BPT_OK;
+}
+
+/* Robustness (issue 9): checkpoints read and restore the state through this view (core/optimizer_state.h). */
+void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *view) {
+  view->graph = optimizer->graph;
+  view->options = &optimizer->options;
+  view->steps = &optimizer->steps;
+  view->buffers[0] = optimizer->state0;
+  view->buffers[1] = optimizer->state1;
 }

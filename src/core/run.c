@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/graph.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 
 static bpt_status require_compiled(bpt_graph *graph, const char *where) {
@@ -66,9 +67,11 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
   graph->forward_done = false;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_get(node->op);
+    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (definition->forward) BPT_CHECK(definition->forward(node));
+    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check(node)); /* robustness (issue 9) */
   }
+  graph->forward_count++;
   graph->forward_done = true;
   graph->backward_done = false;
   return BPT_OK;
@@ -98,8 +101,9 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, where);
   for (int i = graph->node_count - 1; i >= 0; i--) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_get(node->op);
+    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
+    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check_backward(node)); /* robustness (issue 9) */
   }
   graph->backward_done = true;
   return BPT_OK;

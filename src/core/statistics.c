@@ -9,8 +9,7 @@
 static bpt_status require_backward(bpt_graph *graph, const char *where) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
   if (!graph->compiled) return bpt_error(graph->context, BPT_ERR_STATE, "%s: compile the graph first", where);
-  if (!graph->backward_done)
-    return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_backward first", where);
+  if (!graph->backward_done) return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_backward first", where);
   return BPT_OK;
 }
 
@@ -47,8 +46,7 @@ bpt_status bpt_graph_clip_gradient_norm(bpt_graph *graph, float max_norm, float 
   BPT_CHECK(statistics_of(graph, graph->parameter_elements, graph->gradient_block, NULL, &squares, NULL, where));
   const double total = sqrt(squares);
   if (norm) *norm = (float)total;
-  if (!isfinite(total))
-    return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: the gradient norm is not finite", where);
+  if (!isfinite(total)) return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: the gradient norm is not finite", where);
   /* PyTorch's clip_grad_norm_ convention: scale by max_norm / (norm + 1e-6) only when that is below 1. */
   const double factor = (double)max_norm / (total + 1e-6);
   if (factor < 1.0) BPT_CHECK(scale_clamp(graph, (float)factor, -INFINITY, INFINITY, where));

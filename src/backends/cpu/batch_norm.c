@@ -64,7 +64,8 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
       const float *in = x + (n * C + c) * S;
       float *out = y + (n * C + c) * S;
 #pragma omp simd
-      for (int64_t i = 0; i < S; i++) out[i] = (in[i] - mean) * scale + shift;
+      for (int64_t i = 0; i < S; i++)
+        out[i] = (in[i] - mean) * scale + shift;
     }
   }
   return BPT_OK;
@@ -105,7 +106,8 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
       const float *in = x + (n * C + c) * S, *d = dy + (n * C + c) * S;
       float *out = dx + (n * C + c) * S;
 #pragma omp simd
-      for (int64_t i = 0; i < S; i++) out[i] += scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
+      for (int64_t i = 0; i < S; i++)
+        out[i] += scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
     }
   }
   return BPT_OK;

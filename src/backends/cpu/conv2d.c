@@ -21,24 +21,26 @@
 /* Columns per GEMM we aim for: below this OpenBLAS spends its time in packing, not multiplying. */
 #define CONV_MIN_COLUMNS 512
 
-#define CONV_CHECK(expression)                  \
-  do {                                          \
-    bpt_status conv_status_ = (expression);     \
-    if (conv_status_ != BPT_OK) return conv_status_; \
+#define CONV_CHECK(expression)                                                                                         \
+  do {                                                                                                                 \
+    bpt_status conv_status_ = (expression);                                                                            \
+    if (conv_status_ != BPT_OK) return conv_status_;                                                                   \
   } while (0)
 
 typedef struct conv_plan {
   int64_t group_in, group_out, kernel_area, column_rows; /* C/g, O/g, kh * kw, C/g * kh * kw */
-  int64_t in_plane, out_plane;                            /* H * W, OH * OW */
-  int64_t chunk, chunks;                                  /* samples per chunk, number of chunks */
-  int threads;                                            /* threads running chunks (1: BLAS threads instead) */
+  int64_t in_plane, out_plane;                           /* H * W, OH * OW */
+  int64_t chunk, chunks;                                 /* samples per chunk, number of chunks */
+  int threads;                                           /* threads running chunks (1: BLAS threads instead) */
   bool pointwise;
 } conv_plan;
 
 static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, conv_plan *p) {
   if (a->groups < 1 || a->in_channels % a->groups || a->out_channels % a->groups)
-    return bpt_backend_fail(backend, BPT_ERR_SHAPE, "conv2d: %lld groups do not divide %lld input and %lld output "
-                            "channels", (long long)a->groups, (long long)a->in_channels, (long long)a->out_channels);
+    return bpt_backend_fail(backend, BPT_ERR_SHAPE,
+                            "conv2d: %lld groups do not divide %lld input and %lld output "
+                            "channels",
+                            (long long)a->groups, (long long)a->in_channels, (long long)a->out_channels);
   p->group_in = a->in_channels / a->groups;
   p->group_out = a->out_channels / a->groups;
   p->kernel_area = a->kernel_height * a->kernel_width;
@@ -70,7 +72,8 @@ static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, conv
 #endif
 
 /* col (C/g * kh * kw rows, leading dimension ld) = receptive fields of the channels of one sample's group. */
-CONV_VECTOR_CLONES static void im2col(const bpt_conv2d_args *a, const conv_plan *p, const float *x, float *col, int64_t ld) {
+CONV_VECTOR_CLONES static void im2col(const bpt_conv2d_args *a, const conv_plan *p, const float *x, float *col,
+                                      int64_t ld) {
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
   const int64_t sh = a->stride_height, sw = a->stride_width;
   for (int64_t c = 0; c < p->group_in; c++) {
@@ -94,21 +97,26 @@ CONV_VECTOR_CLONES static void im2col(const bpt_conv2d_args *a, const conv_plan 
           }
           /* Rows are short (OW values): inline loops beat a memcpy call per row. */
           const float *source = plane + ih * W;
-          for (int64_t ow = 0; ow < low; ow++) out[ow] = 0.0f;
+          for (int64_t ow = 0; ow < low; ow++)
+            out[ow] = 0.0f;
           if (sw == 1) {
 #pragma omp simd
-            for (int64_t ow = low; ow < high; ow++) out[ow] = source[ow + column_offset];
+            for (int64_t ow = low; ow < high; ow++)
+              out[ow] = source[ow + column_offset];
           } else {
-            for (int64_t ow = low; ow < high; ow++) out[ow] = source[ow * sw + column_offset];
+            for (int64_t ow = low; ow < high; ow++)
+              out[ow] = source[ow * sw + column_offset];
           }
-          for (int64_t ow = high; ow < OW; ow++) out[ow] = 0.0f;
+          for (int64_t ow = high; ow < OW; ow++)
+            out[ow] = 0.0f;
         }
       }
   }
 }
 
 /* dx (channels of one sample's group) += the columns scattered back to their pixels (im2col's adjoint). */
-CONV_VECTOR_CLONES static void col2im(const bpt_conv2d_args *a, const conv_plan *p, const float *col, int64_t ld, float *dx) {
+CONV_VECTOR_CLONES static void col2im(const bpt_conv2d_args *a, const conv_plan *p, const float *col, int64_t ld,
+                                      float *dx) {
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
   const int64_t sh = a->stride_height, sw = a->stride_width;
   for (int64_t c = 0; c < p->group_in; c++) {
@@ -128,9 +136,11 @@ CONV_VECTOR_CLONES static void col2im(const bpt_conv2d_args *a, const conv_plan 
           float *target = plane + ih * W;
           if (sw == 1) {
 #pragma omp simd
-            for (int64_t ow = low; ow < high; ow++) target[ow + column_offset] += in[ow];
+            for (int64_t ow = low; ow < high; ow++)
+              target[ow + column_offset] += in[ow];
           } else
-            for (int64_t ow = low; ow < high; ow++) target[ow * sw + column_offset] += in[ow];
+            for (int64_t ow = low; ow < high; ow++)
+              target[ow * sw + column_offset] += in[ow];
         }
       }
   }
@@ -148,8 +158,8 @@ static int64_t chunk_samples(const bpt_conv2d_args *a, const conv_plan *p, int64
 }
 
 /* Gathers dy of one group for the chunk's samples into (O/g, S * OH * OW). */
-static void gather_output(const bpt_conv2d_args *a, const conv_plan *p, const float *dy, int64_t first,
-                          int64_t samples, int64_t group, float *out) {
+static void gather_output(const bpt_conv2d_args *a, const conv_plan *p, const float *dy, int64_t first, int64_t samples,
+                          int64_t group, float *out) {
   const int64_t ld = samples * p->out_plane;
   for (int64_t s = 0; s < samples; s++)
     for (int64_t o = 0; o < p->group_out; o++)
@@ -158,13 +168,13 @@ static void gather_output(const bpt_conv2d_args *a, const conv_plan *p, const fl
              (size_t)p->out_plane * sizeof *out);
 }
 
-bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
-                                  const float *weight, const float *bias, float *y) {
+bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
+                                  const float *bias, float *y) {
   conv_plan p;
   CONV_CHECK(make_plan(backend, a, &p));
   const int64_t columns = p.chunk * p.out_plane;
-  const size_t scratch = (size_t)(p.pointwise ? 0 : p.column_rows * columns) +
-                         (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
+  const size_t scratch =
+      (size_t)(p.pointwise ? 0 : p.column_rows * columns) + (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
   if (scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, scratch));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
@@ -198,7 +208,8 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
         for (int64_t o = 0; o < a->out_channels; o++) {
           float *plane = y + ((first + s) * a->out_channels + o) * p.out_plane;
           const float value = bias[o];
-          for (int64_t i = 0; i < p.out_plane; i++) plane[i] += value;
+          for (int64_t i = 0; i < p.out_plane; i++)
+            plane[i] += value;
         }
   }
   return BPT_OK;
@@ -209,8 +220,8 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
   conv_plan p;
   CONV_CHECK(make_plan(backend, a, &p));
   const int64_t columns = p.chunk * p.out_plane;
-  const size_t scratch = (size_t)(p.pointwise ? 0 : p.column_rows * columns) +
-                         (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
+  const size_t scratch =
+      (size_t)(p.pointwise ? 0 : p.column_rows * columns) + (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
   if (scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, scratch));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
@@ -248,8 +259,8 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
   const int64_t weight_count = a->out_channels * p.column_rows;
   /* Each thread accumulates its own weight gradient; they are summed into dweight at the end. */
   const size_t partial = p.threads > 1 ? (size_t)weight_count : 0;
-  const size_t scratch = partial + (size_t)(p.pointwise ? 0 : p.column_rows * columns) +
-                         (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
+  const size_t scratch =
+      partial + (size_t)(p.pointwise ? 0 : p.column_rows * columns) + (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
   if (scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, scratch));
 #pragma omp parallel num_threads(p.threads) if (p.threads > 1)
   {
@@ -270,8 +281,7 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
         const float *b = x + (first * a->in_channels + g * p.group_in) * p.in_plane;
         if (!p.pointwise) {
           for (int64_t s = 0; s < samples; s++)
-            im2col(a, &p, x + ((first + s) * a->in_channels + g * p.group_in) * p.in_plane, col + s * p.out_plane,
-                   ld);
+            im2col(a, &p, x + ((first + s) * a->in_channels + g * p.group_in) * p.in_plane, col + s * p.out_plane, ld);
           b = col;
         }
         /* dW_g (O/g, C/g * kh * kw) += dy (O/g, S * OH * OW) . col^T (S * OH * OW, C/g * kh * kw) */
@@ -287,7 +297,8 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
       const int64_t begin = thread * slice, end = begin + slice < weight_count ? begin + slice : weight_count;
       for (int t = 0; t < threads; t++) {
         const float *source = bpt_cpu_scratch(backend, t);
-        for (int64_t i = begin; i < end; i++) dweight[i] += source[i];
+        for (int64_t i = begin; i < end; i++)
+          dweight[i] += source[i];
       }
     }
   }
@@ -298,7 +309,8 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
       for (int64_t n = 0; n < a->batch; n++) {
         const float *plane = dy + (n * a->out_channels + o) * p.out_plane;
         float partial_sum = 0.0f;
-        for (int64_t i = 0; i < p.out_plane; i++) partial_sum += plane[i];
+        for (int64_t i = 0; i < p.out_plane; i++)
+          partial_sum += plane[i];
         sum += partial_sum;
       }
       dbias[o] += (float)sum;

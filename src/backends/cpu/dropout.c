@@ -36,6 +36,7 @@ bpt_status bpt_cpu_dropout_backward(bpt_backend *backend, int64_t count, const f
                                     float *dx) {
   (void)backend;
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * mask[i];
+  for (int64_t i = 0; i < count; i++)
+    dx[i] += dy[i] * mask[i];
   return BPT_OK;
 }

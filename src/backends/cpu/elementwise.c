@@ -1,5 +1,6 @@
 /* Element-wise CPU kernels: bias broadcast and reduction, and the activation pairs.
- * Loops are flat and OpenMP-parallel above a size threshold so small layers stay single-threaded. */
+ * Loops are flat and OpenMP-parallel above a size threshold so small layers stay single-threaded, and
+ * branch-free: a data-dependent branch per element mispredicts half the time on ReLU inputs. */
 #include <math.h>
 
 #include "backends/cpu/cpu.h"
@@ -32,11 +33,17 @@ bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind,
   switch (kind) {
   case BPT_ACTIVATION_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < count; i++) {
+      float value = x[i];
+      y[i] = value > 0.0f ? value : 0.0f;
+    }
     return BPT_OK;
   case BPT_ACTIVATION_LEAKY_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : parameter * x[i];
+    for (int64_t i = 0; i < count; i++) {
+      float value = x[i];
+      y[i] = value > 0.0f ? value : parameter * value;
+    }
     return BPT_OK;
   case BPT_ACTIVATION_SIGMOID:
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
@@ -57,11 +64,14 @@ bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind
     /* A 0/1 factor rather than a select: compilers keep this branch-free and vectorised (the select was
      * compiled to a scalar branch that mispredicts on every other value). */
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) dx[i] += (float)(x[i] > 0.0f) * dy[i];
+    for (int64_t i = 0; i < count; i++) {
+      float gradient = dy[i]; /* loaded unconditionally so the select vectorises */
+      dx[i] += x[i] > 0.0f ? gradient : 0.0f;
+    }
     return BPT_OK;
   case BPT_ACTIVATION_LEAKY_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) dx[i] += x[i] > 0.0f ? dy[i] : parameter * dy[i];
+    for (int64_t i = 0; i < count; i++) dx[i] += (x[i] > 0.0f ? 1.0f : parameter) * dy[i];
     return BPT_OK;
   case BPT_ACTIVATION_SIGMOID:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)

@@ -1,8 +1,18 @@
 /* Loss kernels on the CPU: fused softmax + cross-entropy and mean squared error.
- * Sums are accumulated in double so the mean does not depend on the batch size's rounding. */
+ * Sums are accumulated in double over a fixed number of chunks, then added in chunk order: OpenMP's own
+ * reduction clause combines in thread arrival order, which would make two runs differ in the last bit. */
 #include <math.h>
 
 #include "backends/cpu/cpu.h"
+
+#define LOSS_CHUNKS 64
+
+static double sum_in_order(const double *partial) {
+  double total = 0.0;
+  for (int c = 0; c < LOSS_CHUNKS; c++)
+    total += partial[c];
+  return total;
+}
 
 bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
                                                  const float *logits, const int32_t *labels, float *probabilities,
@@ -11,24 +21,27 @@ bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t b
     if (labels[n] < 0 || labels[n] >= classes)
       return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
                               labels[n], (long long)n, (long long)classes);
-  double total = 0.0;
-#pragma omp parallel for reduction(+ : total) if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t n = 0; n < batch; n++) {
-    const float *row = logits + n * classes;
-    float *p = probabilities + n * classes;
-    /* Subtracting the row maximum keeps exp() finite; log-sum-exp gives the loss without log(0). */
-    float maximum = row[0];
-    for (int64_t c = 1; c < classes; c++) maximum = row[c] > maximum ? row[c] : maximum;
-    double sum = 0.0;
-    for (int64_t c = 0; c < classes; c++) {
-      p[c] = expf(row[c] - maximum);
-      sum += p[c];
+  double partial[LOSS_CHUNKS] = {0};
+#pragma omp parallel for if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int chunk = 0; chunk < LOSS_CHUNKS; chunk++)
+    for (int64_t n = batch * chunk / LOSS_CHUNKS; n < batch * (chunk + 1) / LOSS_CHUNKS; n++) {
+      const float *row = logits + n * classes;
+      float *p = probabilities + n * classes;
+      /* Subtracting the row maximum keeps exp() finite; log-sum-exp gives the loss without log(0). */
+      float maximum = row[0];
+      for (int64_t c = 1; c < classes; c++)
+        maximum = row[c] > maximum ? row[c] : maximum;
+      double sum = 0.0;
+      for (int64_t c = 0; c < classes; c++) {
+        p[c] = expf(row[c] - maximum);
+        sum += p[c];
+      }
+      float inverse = (float)(1.0 / sum);
+      for (int64_t c = 0; c < classes; c++)
+        p[c] *= inverse;
+      partial[chunk] += log(sum) + (double)maximum - (double)row[labels[n]];
     }
-    float inverse = (float)(1.0 / sum);
-    for (int64_t c = 0; c < classes; c++) p[c] *= inverse;
-    total += log(sum) + (double)maximum - (double)row[labels[n]];
-  }
-  *loss = (float)(total / (double)batch);
+  *loss = (float)(sum_in_order(partial) / (double)batch);
   return BPT_OK;
 }
 
@@ -41,7 +54,8 @@ bpt_status bpt_cpu_softmax_cross_entropy_backward(bpt_backend *backend, int64_t 
   for (int64_t n = 0; n < batch; n++) {
     const float *p = probabilities + n * classes;
     float *d = dlogits + n * classes;
-    for (int64_t c = 0; c < classes; c++) d[c] += scale * (p[c] - (c == labels[n] ? 1.0f : 0.0f));
+    for (int64_t c = 0; c < classes; c++)
+      d[c] += scale * (p[c] - (c == labels[n] ? 1.0f : 0.0f));
   }
   return BPT_OK;
 }
@@ -49,13 +63,14 @@ bpt_status bpt_cpu_softmax_cross_entropy_backward(bpt_backend *backend, int64_t 
 bpt_status bpt_cpu_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
                                float *loss) {
   (void)backend;
-  double total = 0.0;
-#pragma omp parallel for reduction(+ : total) if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t i = 0; i < count; i++) {
-    double difference = (double)prediction[i] - (double)target[i];
-    total += difference * difference;
-  }
-  *loss = (float)(total / (double)count);
+  double partial[LOSS_CHUNKS] = {0};
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int chunk = 0; chunk < LOSS_CHUNKS; chunk++)
+    for (int64_t i = count * chunk / LOSS_CHUNKS; i < count * (chunk + 1) / LOSS_CHUNKS; i++) {
+      double difference = (double)prediction[i] - (double)target[i];
+      partial[chunk] += difference * difference;
+    }
+  *loss = (float)(sum_in_order(partial) / (double)count);
   return BPT_OK;
 }
 

@@ -45,7 +45,8 @@ bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *a
         } else {
           float sum = 0.0f;
           for (int64_t h = h_begin; h < h_end; h++)
-            for (int64_t w = w_begin; w < w_end; w++) sum += in[h * W + w];
+            for (int64_t w = w_begin; w < w_end; w++)
+              sum += in[h * W + w];
           out[oh * OW + ow] = sum * inverse_area;
         }
       }
@@ -66,7 +67,8 @@ bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *
     float *out = dx + plane * H * W;
     if (a->kind == BPT_POOL_MAX) {
       const int32_t *winner = argmax + plane * OH * OW;
-      for (int64_t i = 0; i < OH * OW; i++) out[winner[i]] += d[i];
+      for (int64_t i = 0; i < OH * OW; i++)
+        out[winner[i]] += d[i];
       continue;
     }
     for (int64_t oh = 0; oh < OH; oh++)
@@ -77,7 +79,8 @@ bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *
         const int64_t w_end = w0 + a->kernel_width < W ? w0 + a->kernel_width : W;
         const float share = d[oh * OW + ow] * inverse_area;
         for (int64_t h = h_begin; h < h_end; h++)
-          for (int64_t w = w_begin; w < w_end; w++) out[h * W + w] += share;
+          for (int64_t w = w_begin; w < w_end; w++)
+            out[h * W + w] += share;
       }
   }
   return BPT_OK;

@@ -23,7 +23,8 @@ bpt_status bpt_cpu_state_create(bpt_backend *backend) {
 void bpt_cpu_state_destroy(bpt_backend *backend) {
   bpt_cpu_state *state = backend->state;
   if (!state) return;
-  for (int i = 0; state->scratch && i < state->slots; i++) free(state->scratch[i]);
+  for (int i = 0; state->scratch && i < state->slots; i++)
+    free(state->scratch[i]);
   free(state->scratch);
   free(state->scratch_floats);
   free(state);

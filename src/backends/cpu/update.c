@@ -10,20 +10,20 @@ bpt_status bpt_cpu_sgd_update(bpt_backend *backend, const bpt_update_args *args)
   const float lr = args->learning_rate, decay = args->weight_decay, mu = args->momentum;
   const int64_t count = args->count;
   if (!velocity || mu == 0.0f) {
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) w[i] -= lr * (g[i] + decay * w[i]);
     return BPT_OK;
   }
   /* PyTorch's convention: v = mu v + g; Nesterov steps along g + mu v. */
   if (args->nesterov) {
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) {
       float gradient = g[i] + decay * w[i];
       velocity[i] = mu * velocity[i] + gradient;
       w[i] -= lr * (gradient + mu * velocity[i]);
     }
   } else {
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) {
       velocity[i] = mu * velocity[i] + g[i] + decay * w[i];
       w[i] -= lr * velocity[i];
@@ -44,7 +44,7 @@ bpt_status bpt_cpu_adam_update(bpt_backend *backend, const bpt_update_args *args
   const float lr_decay = args->decoupled_weight_decay ? args->learning_rate * decay : 0.0f;
   const float l2_decay = args->decoupled_weight_decay ? 0.0f : decay;
   const int64_t count = args->count;
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++) {
     float gradient = g[i] + l2_decay * w[i];
     w[i] -= lr_decay * w[i];

@@ -13,10 +13,12 @@ bpt_status bpt_cpu_add_scaled(bpt_backend *backend, int64_t count, float alpha, 
   (void)backend;
   if (alpha == 1.0f) {
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) y[i] += x[i];
+    for (int64_t i = 0; i < count; i++)
+      y[i] += x[i];
   } else {
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) y[i] += alpha * x[i];
+    for (int64_t i = 0; i < count; i++)
+      y[i] += alpha * x[i];
   }
   return BPT_OK;
 }

@@ -1,11 +1,13 @@
 /* Data sets over IDX files: samples stay uint8 (a quarter of the memory of floats) and are normalised
  * per batch; a permutation array gives seeded shuffling without moving the samples. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bptrain/data.h"
 #include "core/context.h"
+#include "core/data/dataset_order.h"
 #include "core/data/idx.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -107,8 +109,9 @@ int bpt_dataset_sample_shape(const bpt_dataset *dataset, int64_t *dims) {
 
 bpt_status bpt_dataset_set_normalization(bpt_dataset *dataset, float mean, float std) {
   if (!dataset) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_dataset_set_normalization: data set is NULL");
-  if (!(std > 0.0f))
-    return bpt_error(dataset->context, BPT_ERR_INVALID_ARGUMENT, "bpt_dataset_set_normalization: std %g must be > 0",
+  if (!(std > 0.0f) || !isfinite(std) || !isfinite(mean))
+    return bpt_error(dataset->context, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_dataset_set_normalization: mean %g and std %g must be finite, std > 0", (double)mean,
                      (double)std);
   dataset->mean = mean;
   dataset->std = std;
@@ -171,11 +174,20 @@ bpt_status bpt_dataset_batch(bpt_dataset *dataset, int64_t batch_index, int64_t 
   const float scale = 1.0f / (255.0f * dataset->std), shift = dataset->mean / dataset->std;
   float *x = images->data;
   int32_t *y = labels ? labels->data : NULL;
+#pragma omp parallel for if (count * inner > 65536)
   for (int64_t n = 0; n < count; n++) {
     int64_t sample = dataset->order[first + n];
-    const uint8_t *source = dataset->images.data + sample * inner;
-    for (int64_t i = 0; i < inner; i++) x[n * inner + i] = (float)source[i] * scale - shift;
+    /* restrict: a uint8_t pointer may alias anything, which would otherwise block vectorisation. */
+    const uint8_t *restrict source = dataset->images.data + sample * inner;
+    float *restrict destination = x + n * inner;
+    for (int64_t i = 0; i < inner; i++) destination[i] = (float)source[i] * scale - shift;
     if (y) y[n] = dataset->labels.data[sample];
   }
   return BPT_OK;
+}
+
+/* Robustness (issue 9): checkpoints save and restore the sample order through this (core/data/dataset_order.h). */
+int64_t *bpt_dataset_order_view(bpt_dataset *dataset, int64_t *size) {
+  *size = dataset->size;
+  return dataset->order;
 }

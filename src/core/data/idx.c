@@ -20,6 +20,34 @@ static int64_t read_fully(gzFile file, void *buffer, int64_t bytes) {
   return done;
 }
 
+/* Reads up to bytes into a malloc'd *data that grows as data actually arrives (robustness, issue 9): a
+ * corrupt 20-byte header promising 16 GiB must not allocate 16 GiB before the file turns out short.
+ * Returns the bytes read, -1 on a decompression error, -2 when memory runs out. */
+static int64_t read_growing(gzFile file, uint8_t **data, int64_t bytes) {
+  int64_t capacity = bytes < (INT64_C(1) << 24) ? bytes : (INT64_C(1) << 24), done = 0;
+  uint8_t *buffer = malloc((size_t)capacity);
+  if (!buffer) return -2;
+  for (;;) {
+    int64_t got = read_fully(file, buffer + done, capacity - done);
+    if (got < 0) {
+      free(buffer);
+      return -1;
+    }
+    done += got;
+    if (done < capacity || capacity == bytes) break;
+    int64_t grown = capacity > bytes / 2 ? bytes : capacity * 2;
+    uint8_t *larger = realloc(buffer, (size_t)grown);
+    if (!larger) {
+      free(buffer);
+      return -2;
+    }
+    buffer = larger;
+    capacity = grown;
+  }
+  *data = buffer;
+  return done;
+}
+
 static const char *dtype_byte_name(int code) {
   switch (code) {
   case 0x08: return "unsigned byte";
@@ -82,15 +110,12 @@ bpt_status bpt_idx_read(bpt_context *context, const char *path, bpt_idx *out) {
   memset(&idx, 0, sizeof idx);
   bpt_status status = read_header(context, file, path, &idx);
   if (status == BPT_OK) {
-    idx.data = malloc((size_t)idx.count);
-    if (!idx.data)
+    int64_t got = read_growing(file, &idx.data, idx.count);
+    unsigned char extra;
+    if (got == -2)
       status = bpt_error(context, BPT_ERR_OUT_OF_MEMORY, "IDX file '%s': cannot allocate %lld bytes", path,
                          (long long)idx.count);
-  }
-  if (status == BPT_OK) {
-    int64_t got = read_fully(file, idx.data, idx.count);
-    unsigned char extra;
-    if (got < 0)
+    else if (got < 0)
       status = bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': corrupt compressed data", path);
     else if (got < idx.count)
       status = bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': truncated: header promises %lld data bytes, found %lld",

@@ -1,5 +1,7 @@
 /* Element-wise activations (ReLU, LeakyReLU, sigmoid, tanh): one shape rule and one kernel pair,
  * told apart by bpt_activation; the slope of LeakyReLU is float attribute 0. */
+#include <math.h>
+
 #include "core/graph.h"
 
 static bpt_activation activation_kind(const bpt_node *node) {
@@ -47,6 +49,9 @@ bpt_status bpt_relu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **
 }
 
 bpt_status bpt_leaky_relu(bpt_graph *graph, const char *name, bpt_node *x, float slope, bpt_node **out) {
+  if (graph && !isfinite(slope))
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "leaky_relu '%s': slope %g must be finite",
+                     name ? name : "", (double)slope);
   BPT_CHECK(bpt_graph_add_node(graph, BPT_OP_LEAKY_RELU, name, &x, 1, out));
   (*out)->float_attributes[0] = slope;
   return BPT_OK;

@@ -10,14 +10,16 @@ static bpt_status add_infer_shape(bpt_node *node) {
   if (a->dtype != BPT_DTYPE_F32 || b->dtype != BPT_DTYPE_F32)
     return bpt_node_error(node, BPT_ERR_DTYPE, "inputs '%s' and '%s' must be f32", a->name, b->name);
   bool same = a->batched == b->batched && a->rank == b->rank;
-  for (int i = a->batched ? 1 : 0; same && i < a->rank; i++) same = a->dims[i] == b->dims[i];
+  for (int i = a->batched ? 1 : 0; same && i < a->rank; i++)
+    same = a->dims[i] == b->dims[i];
   if (!same)
     return bpt_node_error(node, BPT_ERR_SHAPE, "inputs '%s' (%s) and '%s' (%s) differ in shape", a->name,
                           bpt_shape_string(a, shape_a, sizeof shape_a), b->name,
                           bpt_shape_string(b, shape_b, sizeof shape_b));
   node->batched = a->batched;
   node->rank = a->rank;
-  for (int i = 0; i < a->rank; i++) node->dims[i] = a->dims[i];
+  for (int i = 0; i < a->rank; i++)
+    node->dims[i] = a->dims[i];
   return BPT_OK;
 }
 

@@ -22,9 +22,10 @@ static bpt_status batch_norm_infer_shape(bpt_node *node) {
   for (int i = 3; i < 5; i++) {
     const bpt_node *running = node->inputs[i];
     if (running->batched || running->requires_grad || bpt_node_inner_count(running) != channels)
-      return bpt_node_error(node, BPT_ERR_SHAPE,
-                            "running statistics '%s' must be a buffer of %lld values made with bpt_graph_buffer()",
-                            running->name, (long long)channels);
+      return bpt_node_error(
+          node, BPT_ERR_SHAPE,
+          "running statistics '%s' must be a buffer of %lld values made with bpt_graph_nontrainable_parameter()",
+          running->name, (long long)channels);
   }
   const float momentum = node->float_attributes[0], epsilon = node->float_attributes[1];
   if (!(momentum > 0.0f && momentum <= 1.0f) || !(epsilon > 0.0f))
@@ -32,16 +33,19 @@ static bpt_status batch_norm_infer_shape(bpt_node *node) {
                           (double)momentum, (double)epsilon);
   node->batched = true;
   node->rank = x->rank;
-  for (int i = 0; i < x->rank; i++) node->dims[i] = x->dims[i];
+  for (int i = 0; i < x->rank; i++)
+    node->dims[i] = x->dims[i];
   return BPT_OK;
 }
 
 static size_t batch_norm_saved_bytes(const bpt_node *node) { return 2 * (size_t)node->dims[1] * sizeof(float); }
 
 static bpt_batch_norm_args batch_norm_args(const bpt_node *node) {
-  return (bpt_batch_norm_args){.batch = node->graph->batch, .channels = node->dims[1],
+  return (bpt_batch_norm_args){.batch = node->graph->batch,
+                               .channels = node->dims[1],
                                .spatial = bpt_node_inner_count(node) / node->dims[1],
-                               .epsilon = node->float_attributes[1], .momentum = node->float_attributes[0],
+                               .epsilon = node->float_attributes[1],
+                               .momentum = node->float_attributes[0],
                                .training = !node->graph->evaluation};
 }
 

@@ -46,7 +46,8 @@ static bpt_status conv2d_infer_shape(bpt_node *node) {
   const int64_t height = output_size(x->dims[2], weight->dims[2], a[STRIDE_H], a[PADDING_H], a[DILATION_H]);
   const int64_t width = output_size(x->dims[3], weight->dims[3], a[STRIDE_W], a[PADDING_W], a[DILATION_W]);
   if (height < 1 || width < 1)
-    return bpt_node_error(node, BPT_ERR_SHAPE, "a %lldx%lld kernel (dilation %lldx%lld) does not fit the %lldx%lld "
+    return bpt_node_error(node, BPT_ERR_SHAPE,
+                          "a %lldx%lld kernel (dilation %lldx%lld) does not fit the %lldx%lld "
                           "input with padding %lldx%lld",
                           (long long)weight->dims[2], (long long)weight->dims[3], (long long)a[DILATION_H],
                           (long long)a[DILATION_W], (long long)x->dims[2], (long long)x->dims[3],
@@ -63,12 +64,22 @@ static bpt_status conv2d_infer_shape(bpt_node *node) {
 static bpt_conv2d_args conv2d_args(const bpt_node *node) {
   const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
   const int64_t *a = node->int_attributes;
-  return (bpt_conv2d_args){.batch = node->graph->batch, .in_channels = x->dims[1], .in_height = x->dims[2],
-                           .in_width = x->dims[3], .out_channels = node->dims[1], .out_height = node->dims[2],
-                           .out_width = node->dims[3], .kernel_height = weight->dims[2],
-                           .kernel_width = weight->dims[3], .stride_height = a[STRIDE_H], .stride_width = a[STRIDE_W],
-                           .padding_height = a[PADDING_H], .padding_width = a[PADDING_W],
-                           .dilation_height = a[DILATION_H], .dilation_width = a[DILATION_W], .groups = a[GROUPS]};
+  return (bpt_conv2d_args){.batch = node->graph->batch,
+                           .in_channels = x->dims[1],
+                           .in_height = x->dims[2],
+                           .in_width = x->dims[3],
+                           .out_channels = node->dims[1],
+                           .out_height = node->dims[2],
+                           .out_width = node->dims[3],
+                           .kernel_height = weight->dims[2],
+                           .kernel_width = weight->dims[3],
+                           .stride_height = a[STRIDE_H],
+                           .stride_width = a[STRIDE_W],
+                           .padding_height = a[PADDING_H],
+                           .padding_width = a[PADDING_W],
+                           .dilation_height = a[DILATION_H],
+                           .dilation_width = a[DILATION_W],
+                           .groups = a[GROUPS]};
 }
 
 static bpt_status conv2d_forward(bpt_node *node) {

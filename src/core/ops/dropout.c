@@ -15,7 +15,8 @@ static bpt_status dropout_infer_shape(bpt_node *node) {
     return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "probability %g is outside [0, 1)", (double)probability);
   node->batched = true;
   node->rank = x->rank;
-  for (int i = 0; i < x->rank; i++) node->dims[i] = x->dims[i];
+  for (int i = 0; i < x->rank; i++)
+    node->dims[i] = x->dims[i];
   return BPT_OK;
 }
 

@@ -19,9 +19,16 @@ static bpt_status global_avg_pool_infer_shape(bpt_node *node) {
 
 static bpt_pool2d_args global_avg_pool_args(const bpt_node *node) {
   const bpt_node *x = node->inputs[0];
-  return (bpt_pool2d_args){.kind = BPT_POOL_AVERAGE, .batch = node->graph->batch, .channels = x->dims[1],
-                           .in_height = x->dims[2], .in_width = x->dims[3], .out_height = 1, .out_width = 1,
-                           .kernel_height = x->dims[2], .kernel_width = x->dims[3], .stride_height = 1,
+  return (bpt_pool2d_args){.kind = BPT_POOL_AVERAGE,
+                           .batch = node->graph->batch,
+                           .channels = x->dims[1],
+                           .in_height = x->dims[2],
+                           .in_width = x->dims[3],
+                           .out_height = 1,
+                           .out_width = 1,
+                           .kernel_height = x->dims[2],
+                           .kernel_width = x->dims[3],
+                           .stride_height = 1,
                            .stride_width = 1};
 }
 

@@ -56,8 +56,27 @@ static bpt_status linear_backward(bpt_node *node) {
   return BPT_OK;
 }
 
-const bpt_op_definition bpt_op_linear = {
-    .name = "linear", .infer_shape = linear_infer_shape, .forward = linear_forward, .backward = linear_backward};
+/* For the profiler: each GEMM is 2 m n k FLOPs over its three f32 operands. */
+static void linear_cost(const bpt_node *node, int backward, double *flops, double *bytes) {
+  const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
+  double batch = (double)node->graph->batch, in = (double)weight->dims[1], out = (double)weight->dims[0];
+  double gemm_flops = 2.0 * batch * in * out, gemm_bytes = 4.0 * (batch * in + in * out + batch * out);
+  bool has_bias = node->input_count > 2 && node->inputs[2];
+  if (!backward) {
+    *flops = gemm_flops + (has_bias ? batch * out : 0.0);
+    *bytes = gemm_bytes + (has_bias ? 4.0 * out : 0.0);
+    return;
+  }
+  int products = (weight->requires_grad ? 1 : 0) + (x->requires_grad ? 1 : 0);
+  *flops = products * gemm_flops + (has_bias ? batch * out : 0.0);
+  *bytes = products * gemm_bytes + (has_bias ? 4.0 * (batch * out + out) : 0.0);
+}
+
+const bpt_op_definition bpt_op_linear = {.name = "linear",
+                                         .infer_shape = linear_infer_shape,
+                                         .forward = linear_forward,
+                                         .backward = linear_backward,
+                                         .cost = linear_cost};
 
 bpt_status bpt_linear(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight, bpt_node *bias,
                       bpt_node **out) {

@@ -21,7 +21,8 @@ static bpt_status pool2d_infer_shape(bpt_node *node) {
                           "padding in [0, kernel / 2]",
                           (long long)a[KERNEL_H], (long long)a[KERNEL_W], (long long)a[STRIDE_H],
                           (long long)a[STRIDE_W], (long long)a[PADDING_H], (long long)a[PADDING_W]);
-  const int64_t height = x->dims[2] + 2 * a[PADDING_H] - a[KERNEL_H], width = x->dims[3] + 2 * a[PADDING_W] - a[KERNEL_W];
+  const int64_t height = x->dims[2] + 2 * a[PADDING_H] - a[KERNEL_H],
+                width = x->dims[3] + 2 * a[PADDING_W] - a[KERNEL_W];
   if (height < 0 || width < 0)
     return bpt_node_error(node, BPT_ERR_SHAPE, "a %lldx%lld window does not fit the %lldx%lld input",
                           (long long)a[KERNEL_H], (long long)a[KERNEL_W], (long long)x->dims[2], (long long)x->dims[3]);
@@ -42,10 +43,17 @@ static bpt_pool2d_args pool2d_args(const bpt_node *node) {
   const bpt_node *x = node->inputs[0];
   const int64_t *a = node->int_attributes;
   return (bpt_pool2d_args){.kind = node->op == BPT_OP_MAX_POOL2D ? BPT_POOL_MAX : BPT_POOL_AVERAGE,
-                           .batch = node->graph->batch, .channels = x->dims[1], .in_height = x->dims[2],
-                           .in_width = x->dims[3], .out_height = node->dims[2], .out_width = node->dims[3],
-                           .kernel_height = a[KERNEL_H], .kernel_width = a[KERNEL_W], .stride_height = a[STRIDE_H],
-                           .stride_width = a[STRIDE_W], .padding_height = a[PADDING_H],
+                           .batch = node->graph->batch,
+                           .channels = x->dims[1],
+                           .in_height = x->dims[2],
+                           .in_width = x->dims[3],
+                           .out_height = node->dims[2],
+                           .out_width = node->dims[3],
+                           .kernel_height = a[KERNEL_H],
+                           .kernel_width = a[KERNEL_W],
+                           .stride_height = a[STRIDE_H],
+                           .stride_width = a[STRIDE_W],
+                           .padding_height = a[PADDING_H],
                            .padding_width = a[PADDING_W]};
 }
 

@@ -23,7 +23,8 @@ static bpt_status reshape_infer_shape(bpt_node *node) {
   node->batched = true;
   node->rank = (int)rank + 1;
   node->dims[0] = x->dims[0];
-  for (int64_t i = 0; i < rank; i++) node->dims[1 + i] = node->int_attributes[1 + i];
+  for (int64_t i = 0; i < rank; i++)
+    node->dims[1 + i] = node->int_attributes[1 + i];
   return BPT_OK;
 }
 
@@ -44,13 +45,13 @@ static bpt_status reshape_backward(bpt_node *node) {
 const bpt_op_definition bpt_op_reshape = {
     .name = "reshape", .infer_shape = reshape_infer_shape, .forward = reshape_forward, .backward = reshape_backward};
 
-bpt_status bpt_reshape(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *dims,
-                       bpt_node **out) {
+bpt_status bpt_reshape(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *dims, bpt_node **out) {
   int64_t attributes[BPT_MAX_RANK] = {rank};
   if (rank < 1 || rank > BPT_MAX_RANK - 1 || !dims)
     return bpt_error(graph ? graph->context : NULL, BPT_ERR_INVALID_ARGUMENT,
                      "bpt_reshape: rank %d must be in [1, %d] with non-NULL dims", rank, BPT_MAX_RANK - 1);
-  for (int i = 0; i < rank; i++) attributes[1 + i] = dims[i];
+  for (int i = 0; i < rank; i++)
+    attributes[1 + i] = dims[i];
   return bpt_graph_add_node_with_attributes(graph, BPT_OP_RESHAPE, name, &x, 1, attributes, rank + 1, NULL, 0, out);
 }
 

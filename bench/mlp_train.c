@@ -1,0 +1,79 @@
+/* Training throughput and peak memory of the 784-512-256-10 MLP (SGD lr 0.05, momentum 0.9) on
+ * Fashion-MNIST, for one batch size per process so peak RSS belongs to that run alone.
+ * Prints one line: "libbptrain batch=B samples_per_second=S peak_rss_mb=M".
+ *
+ *   mlp_train_bench --batch 128 [--samples 60000] [--threads 2] [--data DIR]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+
+#include "example_util.h"
+
+int main(int argc, char **argv) {
+  static const char *const valued[] = {"--batch", "--samples", "--threads", "--data", NULL};
+  example_check_arguments(argc, argv, valued, NULL,
+                          "usage: mlp_train_bench --batch N [--samples N] [--threads N] [--data DIR]\n");
+  long batch = example_option_long(argc, argv, "--batch", 128);
+  long samples = example_option_long(argc, argv, "--samples", 60000);
+  const char *data = example_option(argc, argv, "--data");
+  if (!data) data = "/usr/share/datasets/fashion-mnist";
+  bpt_context_options options = bpt_context_options_default();
+  options.num_threads = (int)example_option_long(argc, argv, "--threads", 2);
+  bpt_context *context;
+  EXAMPLE_CHECK(NULL, bpt_context_create(&options, &context));
+  bpt_dataset *train;
+  EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "train", &train));
+  int64_t features = bpt_dataset_sample_size(train);
+
+  bpt_graph *graph;
+  bpt_node *images, *labels, *hidden, *logits, *loss;
+  EXAMPLE_CHECK(context, bpt_graph_create(context, &graph));
+  EXAMPLE_CHECK(context, bpt_graph_input(graph, "images", BPT_DTYPE_F32, 1, &features, &images));
+  EXAMPLE_CHECK(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc1", images, 512, BPT_INIT_HE_UNIFORM, &hidden));
+  EXAMPLE_CHECK(context, bpt_relu(graph, "relu1", hidden, &hidden));
+  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc2", hidden, 256, BPT_INIT_HE_UNIFORM, &hidden));
+  EXAMPLE_CHECK(context, bpt_relu(graph, "relu2", hidden, &hidden));
+  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc3", hidden, 10, BPT_INIT_HE_UNIFORM, &logits));
+  EXAMPLE_CHECK(context, bpt_softmax_cross_entropy(graph, "loss", logits, labels, &loss));
+  EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, batch));
+  bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
+  optimizer_options.learning_rate = 0.05f;
+  optimizer_options.momentum = 0.9f;
+  bpt_optimizer *optimizer;
+  EXAMPLE_CHECK(context, bpt_optimizer_create(graph, &optimizer_options, &optimizer));
+  int64_t dims[2] = {batch, features};
+  bpt_tensor *x, *y;
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, dims, &x));
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &y));
+  EXAMPLE_CHECK(context, bpt_dataset_shuffle(train, 1));
+
+  /* Full batches only, so every timed step does the same work; the first 20 warm up caches and threads. */
+  int64_t full_batches = bpt_dataset_size(train) / batch;
+  long steps = samples / batch, warmup = 20;
+  double start = 0.0;
+  for (long step = 0; step < warmup + steps; step++) {
+    if (step == warmup) start = example_seconds();
+    EXAMPLE_CHECK(context, bpt_dataset_batch(train, step % full_batches, batch, x, y));
+    EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, x));
+    EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, y));
+    EXAMPLE_CHECK(context, bpt_graph_forward(graph));
+    EXAMPLE_CHECK(context, bpt_graph_backward(graph));
+    EXAMPLE_CHECK(context, bpt_optimizer_step(optimizer));
+  }
+  float final_loss;
+  EXAMPLE_CHECK(context, bpt_graph_loss(graph, &final_loss));
+  double seconds = example_seconds() - start;
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  printf("libbptrain batch=%ld samples_per_second=%.0f peak_rss_mb=%.1f loss=%.4f\n", batch,
+         (double)(steps * batch) / seconds, (double)usage.ru_maxrss / 1024.0, final_loss);
+  bpt_tensor_destroy(x);
+  bpt_tensor_destroy(y);
+  bpt_optimizer_destroy(optimizer);
+  bpt_graph_destroy(graph);
+  bpt_dataset_destroy(train);
+  bpt_context_destroy(context);
+  return 0;
+}

@@ -1,0 +1,53 @@
+# Extras for the examples: every C example links the metrics/plot/profile helpers
+# (examples/common/example_metrics.c), and each examples/cpp/*.cpp builds as C++11 with -pedantic -Werror to
+# show that the public headers are clean C++.
+foreach(source ${BPT_EXAMPLES})
+  get_filename_component(name ${source} NAME_WE)
+  target_sources(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/examples/common/example_metrics.c)
+endforeach()
+
+include(CheckLanguage)
+check_language(CXX)
+if(CMAKE_CXX_COMPILER)
+  enable_language(CXX)
+  file(GLOB BPT_CXX_EXAMPLES CONFIGURE_DEPENDS examples/cpp/*.cpp)
+  foreach(source ${BPT_CXX_EXAMPLES})
+    get_filename_component(name ${source} NAME_WE)
+    set(target ${name}_cpp)
+    add_executable(${target} ${source} examples/common/example_metrics.c)
+    set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name}_cpp CXX_STANDARD 11 CXX_STANDARD_REQUIRED ON
+                                               CXX_EXTENSIONS OFF)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-pedantic -Werror>)
+    target_include_directories(${target} PRIVATE examples/common)
+    target_link_libraries(${target} PRIVATE bptrain m)
+  endforeach()
+else()
+  message(STATUS "bptrain: no C++ compiler, skipping examples/cpp")
+endif()
+
+# Short training runs of the C++ and Python examples with every observation option (tests/examples/).
+if(BPT_BUILD_TESTS AND TARGET mnist_mlp_cpp)
+  add_test(NAME example_cpp_mnist_mlp
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/examples/check_example.sh ${CMAKE_BINARY_DIR}/example-cpp 70
+                   $<TARGET_FILE:mnist_mlp_cpp> --epochs 1 --limit 4000 --batch 100 --threads 1)
+  set_tests_properties(example_cpp_mnist_mlp PROPERTIES LABELS "package;example" SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(BPT_BUILD_TESTS AND Python3_FOUND AND NOT BPT_SANITIZE)
+  add_test(NAME example_python_mnist_mlp
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/examples/check_example.sh ${CMAKE_BINARY_DIR}/example-python 70
+                   ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/examples/python/mnist_mlp.py --epochs 1
+                   --limit 4000 --batch 100 --threads 1)
+  set_tests_properties(example_python_mnist_mlp PROPERTIES LABELS "package;example" SKIP_RETURN_CODE 77 TIMEOUT 300
+    ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+endif()
+# --plot without gnuplot: training still completes and the message says how to get gnuplot.
+if(BPT_BUILD_TESTS AND TARGET mnist_mlp_cpp)
+  add_test(NAME example_plot_without_gnuplot
+           COMMAND sh -c "test -d /usr/share/datasets/fashion-mnist || { echo 'skipped: no Fashion-MNIST'; exit 0; }
+                          BPT_GNUPLOT=/nonexistent/gnuplot \"$0\" --epochs 1 --limit 200 --batch 100 --threads 1 --plot \"$1\" 2>&1"
+                   $<TARGET_FILE:mnist_mlp_cpp> ${CMAKE_BINARY_DIR}/example-no-gnuplot.png)
+  set_tests_properties(example_plot_without_gnuplot PROPERTIES LABELS "package;example"
+    PASS_REGULAR_EXPRESSION "gnuplot not found.*apt-get install gnuplot-nox"
+    SKIP_REGULAR_EXPRESSION "skipped: no Fashion-MNIST")
+endif()

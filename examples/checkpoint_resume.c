@@ -1,0 +1,152 @@
+/* Trains the 784-512-256-10 MLP of mnist_mlp with checkpoints: one every --save-every steps and one per epoch,
+ * written atomically, so a run killed at any moment (or stopped with --stop-after) continues with --resume
+ * exactly as if it had never stopped. The parameter checksum printed at the end is equal for both.
+ *
+ *   checkpoint_resume --checkpoint FILE [--resume] [--stop-after STEPS] [--save-every STEPS] [--data DIR]
+ *                     [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "example_util.h"
+
+static const char usage[] =
+    "usage: checkpoint_resume --checkpoint FILE [--resume] [--stop-after STEPS] [--save-every STEPS]\n"
+    "                         [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
+    "  --resume          continue from FILE (epoch, step, weights, optimizer state, sample order)\n"
+    "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint)\n";
+
+/* FNV-1a over the parameters' bytes: equal checksums mean bit-identical weights. */
+static uint64_t parameter_checksum(bpt_context *context, bpt_graph *graph) {
+  int64_t count = bpt_graph_parameter_count(graph);
+  float *values = malloc((size_t)count * sizeof *values);
+  if (!values) {
+    fprintf(stderr, "error: out of memory\n");
+    exit(1);
+  }
+  EXAMPLE_CHECK(context, bpt_graph_read_parameters(graph, values, count));
+  uint64_t hash = 1469598103934665603ULL;
+  const unsigned char *bytes = (const unsigned char *)values;
+  for (size_t i = 0; i < (size_t)count * sizeof *values; i++)
+    hash = (hash ^ bytes[i]) * 1099511628211ULL;
+  free(values);
+  return hash;
+}
+
+static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_optimizer *optimizer, bpt_dataset *train,
+                 long epoch, long step) {
+  bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();
+  contents.optimizer = optimizer;
+  contents.dataset = train;
+  contents.epoch = epoch;
+  contents.step = step;
+  EXAMPLE_CHECK(context, bpt_checkpoint_save(graph, path, &contents));
+}
+
+int main(int argc, char **argv) {
+  static const char *const valued[] = {"--checkpoint", "--stop-after", "--save-every", "--data", "--epochs", "--batch",
+                                       "--lr",         "--momentum",   "--threads",    "--seed", NULL};
+  static const char *const flags[] = {"--resume", NULL};
+  example_check_arguments(argc, argv, valued, flags, usage);
+  const char *path = example_option(argc, argv, "--checkpoint");
+  const char *data = example_option(argc, argv, "--data");
+  if (!data) data = "/usr/share/datasets/fashion-mnist";
+  long epochs = example_option_long(argc, argv, "--epochs", 2);
+  long batch = example_option_long(argc, argv, "--batch", 128);
+  long stop_after = example_option_long(argc, argv, "--stop-after", 0);
+  long save_every = example_option_long(argc, argv, "--save-every", 100);
+  uint64_t seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
+  if (!path || epochs < 1 || batch < 1 || stop_after < 0 || save_every < 0) {
+    fprintf(stderr, "error: --checkpoint is required; --epochs and --batch must be positive\n%s", usage);
+    return 2;
+  }
+
+  bpt_context_options context_options = bpt_context_options_default();
+  context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  context_options.seed = seed;
+  bpt_context *context = NULL;
+  EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
+  bpt_dataset *train = NULL, *test = NULL;
+  EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "train", &train));
+  EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "t10k", &test));
+  int64_t features = bpt_dataset_sample_size(train), classes = bpt_dataset_class_count(train);
+
+  bpt_graph *graph = NULL;
+  bpt_node *images, *labels, *hidden, *logits, *loss;
+  EXAMPLE_CHECK(context, bpt_graph_create(context, &graph));
+  EXAMPLE_CHECK(context, bpt_graph_input(graph, "images", BPT_DTYPE_F32, 1, &features, &images));
+  EXAMPLE_CHECK(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc1", images, 512, BPT_INIT_HE_UNIFORM, &hidden));
+  EXAMPLE_CHECK(context, bpt_relu(graph, "relu1", hidden, &hidden));
+  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc2", hidden, 256, BPT_INIT_HE_UNIFORM, &hidden));
+  EXAMPLE_CHECK(context, bpt_relu(graph, "relu2", hidden, &hidden));
+  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc3", hidden, classes, BPT_INIT_HE_UNIFORM, &logits));
+  EXAMPLE_CHECK(context, bpt_softmax_cross_entropy(graph, "loss", logits, labels, &loss));
+  EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, batch));
+  bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
+  optimizer_options.learning_rate = (float)example_option_double(argc, argv, "--lr", 0.05);
+  optimizer_options.momentum = (float)example_option_double(argc, argv, "--momentum", 0.9);
+  bpt_optimizer *optimizer = NULL;
+  EXAMPLE_CHECK(context, bpt_optimizer_create(graph, &optimizer_options, &optimizer));
+
+  long epoch = 0, step = 0;
+  if (example_flag(argc, argv, "--resume")) {
+    bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();
+    contents.optimizer = optimizer;
+    contents.dataset = train;
+    EXAMPLE_CHECK(context, bpt_checkpoint_load(graph, path, &contents));
+    epoch = (long)contents.epoch;
+    step = (long)contents.step;
+    printf("resumed from %s: epoch %ld, step %ld, %lld optimizer steps taken\n", path, epoch + 1, step,
+           (long long)bpt_optimizer_step_count(optimizer));
+  }
+
+  int64_t batch_dims[2] = {batch, features};
+  bpt_tensor *batch_images = NULL, *batch_labels = NULL;
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, batch_dims, &batch_images));
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, batch_dims, &batch_labels));
+  long batches = (long)bpt_dataset_batch_count(train, batch), done = 0;
+  bool stopped = false;
+  while (epoch < epochs && !stopped) {
+    /* Shuffles compose, so a resumed epoch keeps the order restored from the checkpoint. */
+    if (step == 0) EXAMPLE_CHECK(context, bpt_dataset_shuffle(train, seed + (uint64_t)epoch));
+    for (; step < batches; step++) {
+      if (stop_after && done == stop_after) {
+        save(context, graph, path, optimizer, train, epoch, step);
+        printf("stopped after %ld steps at epoch %ld, step %ld; continue with --resume\n", done, epoch + 1, step);
+        stopped = true;
+        break;
+      }
+      EXAMPLE_CHECK(context, bpt_dataset_batch(train, step, batch, batch_images, batch_labels));
+      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, batch_images));
+      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, batch_labels));
+      EXAMPLE_CHECK(context, bpt_graph_forward(graph));
+      EXAMPLE_CHECK(context, bpt_graph_backward(graph));
+      EXAMPLE_CHECK(context, bpt_optimizer_step(optimizer));
+      done++;
+      if (save_every && bpt_optimizer_step_count(optimizer) % save_every == 0)
+        save(context, graph, path, optimizer, train, epoch, step + 1);
+    }
+    if (stopped) break;
+    step = 0;
+    epoch++;
+    save(context, graph, path, optimizer, train, epoch, 0);
+    double accuracy, test_loss;
+    EXAMPLE_CHECK(context,
+                  example_accuracy(context, graph, images, labels, logits, test, batch, &accuracy, &test_loss));
+    printf("epoch %ld: test accuracy %.2f%%, test loss %.4f (checkpoint %s)\n", epoch, 100.0 * accuracy, test_loss,
+           path);
+    fflush(stdout);
+  }
+  printf("parameter checksum: %016llx after %lld optimizer steps\n",
+         (unsigned long long)parameter_checksum(context, graph), (long long)bpt_optimizer_step_count(optimizer));
+
+  bpt_tensor_destroy(batch_images);
+  bpt_tensor_destroy(batch_labels);
+  bpt_optimizer_destroy(optimizer);
+  bpt_graph_destroy(graph);
+  bpt_dataset_destroy(train);
+  bpt_dataset_destroy(test);
+  bpt_context_destroy(context);
+  return 0;
+}

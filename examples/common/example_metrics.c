@@ -1,0 +1,258 @@
+/* See example_metrics.h. The CSV format is shared with the Python binding (python/bptrain), so one plot
+ * script and one reader serve both. */
+#define _POSIX_C_SOURCE 200809L
+#include "example_metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct example_metrics {
+  bpt_context *context;
+  FILE *csv;
+  char csv_path[1024];
+  const char *plot_path, *profile_path;
+  char title[128];
+  long step;
+  double start;
+};
+
+static double seconds_now(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
+
+static const char *option_value(int argc, char **argv, const char *name) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (strcmp(argv[i], name) == 0) return argv[i + 1];
+  return NULL;
+}
+
+example_metrics *example_metrics_open(int argc, char **argv, bpt_context *context, const char *title) {
+  const char *csv_path = option_value(argc, argv, "--metrics");
+  const char *plot_path = option_value(argc, argv, "--plot");
+  const char *profile_path = option_value(argc, argv, "--profile");
+  if (!csv_path && !plot_path && !profile_path) return NULL;
+  example_metrics *metrics = calloc(1, sizeof *metrics);
+  if (!metrics) {
+    fprintf(stderr, "error: out of memory\n");
+    exit(1);
+  }
+  metrics->context = context;
+  metrics->plot_path = plot_path;
+  metrics->profile_path = profile_path;
+  snprintf(metrics->title, sizeof metrics->title, "%s", title ? title : "training");
+  metrics->start = seconds_now();
+  /* A plot needs the numbers: without --metrics they go next to the PNG. */
+  if (csv_path || plot_path) {
+    if (csv_path)
+      snprintf(metrics->csv_path, sizeof metrics->csv_path, "%s", csv_path);
+    else
+      snprintf(metrics->csv_path, sizeof metrics->csv_path, "%s.csv", plot_path);
+    metrics->csv = fopen(metrics->csv_path, "w");
+    if (!metrics->csv) {
+      fprintf(stderr, "error: --metrics: cannot create '%s'\n", metrics->csv_path);
+      exit(2);
+    }
+    fprintf(metrics->csv, "kind,epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,learning_rate,seconds\n");
+  }
+  if (profile_path && bpt_profiler_enable(context, 1) != BPT_OK) {
+    fprintf(stderr, "error: --profile: %s\n", bpt_context_last_error(context));
+    exit(1);
+  }
+  return metrics;
+}
+
+/* Unknown values (NaN) stay empty, which both gnuplot and CSV readers take as missing. */
+static void write_value(FILE *file, double value) {
+  if (!isnan(value)) fprintf(file, "%.6g", value);
+  fputc(',', file);
+}
+
+void example_metrics_step(example_metrics *metrics, long epoch, double loss, double learning_rate) {
+  if (!metrics) return;
+  metrics->step++;
+  if (!metrics->csv) return;
+  fprintf(metrics->csv, "step,%ld,%ld,", epoch, metrics->step);
+  write_value(metrics->csv, loss);
+  fprintf(metrics->csv, ",,,");
+  write_value(metrics->csv, learning_rate);
+  fprintf(metrics->csv, "%.3f\n", seconds_now() - metrics->start);
+}
+
+void example_metrics_epoch(example_metrics *metrics, long epoch, double train_loss, double train_accuracy,
+                           double test_loss, double test_accuracy, double learning_rate) {
+  if (!metrics || !metrics->csv) return;
+  fprintf(metrics->csv, "epoch,%ld,%ld,", epoch, metrics->step);
+  write_value(metrics->csv, train_loss);
+  write_value(metrics->csv, train_accuracy);
+  write_value(metrics->csv, test_loss);
+  write_value(metrics->csv, test_accuracy);
+  write_value(metrics->csv, learning_rate);
+  fprintf(metrics->csv, "%.3f\n", seconds_now() - metrics->start);
+  fflush(metrics->csv);
+}
+
+/* Finds an executable in PATH (popen would only tell us through the shell's "not found"). */
+static int find_program(const char *name, char *path, size_t size) {
+  const char *search = getenv("PATH");
+  while (search && *search) {
+    size_t length = strcspn(search, ":");
+    snprintf(path, size, "%.*s/%s", (int)length, search, name);
+    if (length && access(path, X_OK) == 0) return 1;
+    search += length + (search[length] == ':');
+  }
+  return 0;
+}
+
+/* gnuplot single-quoted strings escape a quote by doubling it. */
+static void write_quoted(FILE *file, const char *text) {
+  fputc('\'', file);
+  for (; *text; text++) {
+    if (*text == '\'') fputc('\'', file);
+    fputc(*text, file);
+  }
+  fputc('\'', file);
+}
+
+/* Splits one CSV line in place into at most `capacity` fields; returns the field count. */
+static int split_fields(char *line, char **fields, int capacity) {
+  int count = 0;
+  line[strcspn(line, "\r\n")] = 0;
+  for (char *field = line; count < capacity;) {
+    fields[count++] = field;
+    char *comma = strchr(field, ',');
+    if (!comma) break;
+    *comma = 0;
+    field = comma + 1;
+  }
+  return count;
+}
+
+/* Copies the CSV into two inline gnuplot data blocks, $steps (step loss) and $epochs (epoch step train_loss
+ * train_accuracy test_loss test_accuracy), so each curve is a plain series whose gaps never break its line.
+ * Sets has[column] for the epoch columns that hold at least one value. */
+static int write_data_blocks(FILE *gnuplot, FILE *csv, int has[6]) {
+  char line[1024], *fields[9];
+  if (!fgets(line, sizeof line, csv)) return 0;
+  fprintf(gnuplot, "$steps << EOD\n");
+  long position = ftell(csv);
+  int steps = 0, epochs = 0;
+  while (fgets(line, sizeof line, csv))
+    if (split_fields(line, fields, 9) == 9 && strcmp(fields[0], "step") == 0 && *fields[3]) {
+      fprintf(gnuplot, "%s %s\n", fields[2], fields[3]);
+      steps++;
+    }
+  fprintf(gnuplot, "EOD\n$epochs << EOD\n");
+  fseek(csv, position, SEEK_SET);
+  while (fgets(line, sizeof line, csv)) {
+    if (split_fields(line, fields, 9) != 9 || strcmp(fields[0], "epoch") != 0) continue;
+    for (int column = 1; column < 7; column++) {
+      fprintf(gnuplot, "%s%s", column > 1 ? " " : "", *fields[column] ? fields[column] : "NaN");
+      if (column >= 3 && *fields[column]) has[column - 1] = 1;
+    }
+    fputc('\n', gnuplot);
+    epochs++;
+  }
+  fprintf(gnuplot, "EOD\n");
+  return steps + epochs;
+}
+
+int example_plot_metrics(const char *csv_path, const char *png_path, const char *title) {
+  char program[4096];
+  const char *override = getenv("BPT_GNUPLOT");
+  if (override) {
+    snprintf(program, sizeof program, "%s", override);
+  } else if (!find_program("gnuplot", program, sizeof program)) {
+    snprintf(program, sizeof program, "gnuplot");
+  }
+  if (access(program, X_OK) != 0) {
+    fprintf(stderr,
+            "warning: --plot: gnuplot not found, so no %s was drawn. Install it (Debian: apt-get install gnuplot-nox)"
+            " or plot %s with any CSV tool.\n",
+            png_path, csv_path);
+    return 1;
+  }
+  FILE *csv = fopen(csv_path, "r");
+  if (!csv) {
+    fprintf(stderr, "warning: --plot: cannot read %s\n", csv_path);
+    return 1;
+  }
+  char command[4200];
+  snprintf(command, sizeof command, "'%s'", program);
+  FILE *gnuplot = popen(command, "w");
+  if (!gnuplot) {
+    fclose(csv);
+    fprintf(stderr, "warning: --plot: cannot run %s\n", program);
+    return 1;
+  }
+  int has[6] = {0}; /* indexed like the $epochs columns, 1-based: 2 train_loss ... 5 test_accuracy */
+  int rows = write_data_blocks(gnuplot, csv, has);
+  fclose(csv);
+  fprintf(gnuplot, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,420 noenhanced }"
+                   " else { set terminal png size 1000,420 noenhanced }\n");
+  fprintf(gnuplot, "set output ");
+  write_quoted(gnuplot, png_path);
+  fprintf(gnuplot, "\nset multiplot layout 1,2 title ");
+  write_quoted(gnuplot, title);
+  fprintf(gnuplot, "\nset grid\nset key top right\nset xlabel 'step'\nset ylabel 'loss'\n");
+  if (rows == 0) fprintf(gnuplot, "set label 'no data recorded' at graph 0.5, 0.5 center\n");
+  fprintf(gnuplot, "plot $steps using 1:2 with lines lc rgb '#9fb7df' title 'train (batch)'");
+  if (has[2]) fprintf(gnuplot, ", $epochs using 2:3 with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train (epoch)'");
+  if (has[4]) fprintf(gnuplot, ", $epochs using 2:5 with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'");
+  fprintf(gnuplot, "\nset xlabel 'epoch'\nset ylabel 'accuracy (%%)'\nset key bottom right\nset xtics 1\n");
+  if (has[5] || has[3]) {
+    fprintf(gnuplot, "plot ");
+    if (has[5]) fprintf(gnuplot, "$epochs using 1:(100 * $6) with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'");
+    if (has[5] && has[3]) fprintf(gnuplot, ", ");
+    if (has[3])
+      fprintf(gnuplot, "$epochs using 1:(100 * $4) with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train'");
+    fprintf(gnuplot, "\n");
+  } else {
+    fprintf(gnuplot, "set label 'no accuracy recorded' at graph 0.5, 0.5 center\nplot [0:1] NaN notitle\n");
+  }
+  fprintf(gnuplot, "unset multiplot\n");
+  int status = pclose(gnuplot);
+  if (status != 0) {
+    fprintf(stderr, "warning: --plot: gnuplot failed (status %d) drawing %s from %s\n", status, png_path, csv_path);
+    return 1;
+  }
+  return 0;
+}
+
+int example_metrics_close(example_metrics *metrics) {
+  if (!metrics) return 0;
+  int failures = 0;
+  if (metrics->csv && fclose(metrics->csv) != 0) {
+    fprintf(stderr, "error: --metrics: writing '%s' failed\n", metrics->csv_path);
+    failures++;
+  }
+  if (metrics->csv && metrics->plot_path) {
+    if (example_plot_metrics(metrics->csv_path, metrics->plot_path, metrics->title) == 0)
+      printf("plot: %s (data in %s)\n", metrics->plot_path, metrics->csv_path);
+    else
+      failures++;
+  }
+  if (metrics->profile_path) {
+    size_t length = bpt_profiler_summary(metrics->context, NULL, 0);
+    char *summary = malloc(length + 1);
+    if (summary) {
+      bpt_profiler_summary(metrics->context, summary, length + 1);
+      fputs(summary, stdout);
+      free(summary);
+    }
+    if (bpt_profiler_write_trace(metrics->context, metrics->profile_path) == BPT_OK) {
+      printf("profile: Chrome trace in %s (open in chrome://tracing or https://ui.perfetto.dev)\n",
+             metrics->profile_path);
+    } else {
+      fprintf(stderr, "error: --profile: %s\n", bpt_context_last_error(metrics->context));
+      failures++;
+    }
+  }
+  free(metrics);
+  return failures ? 1 : 0;
+}

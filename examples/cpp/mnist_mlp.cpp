@@ -1,0 +1,218 @@
+// The MLP example in C++11: the same 784-512-256-10 network as examples/mnist_mlp.c, written against the C
+// API through small RAII wrappers, so handles are released on every path and errors become exceptions.
+//
+//   mnist_mlp_cpp [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--limit N] [--seed 42] [--threads N]
+//                 [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+#include <bptrain.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "example_metrics.h"
+
+namespace {
+
+// Turns a failed call into an exception carrying the context's message.
+class error : public std::runtime_error {
+public:
+  error(const bpt_context *context, bpt_status status, const char *call)
+      : std::runtime_error(std::string(call) + ": " + bpt_context_last_error(context) + " (" +
+                           bpt_status_string(status) + ")") {}
+};
+
+void check(const bpt_context *context, bpt_status status, const char *call) {
+  if (status != BPT_OK) throw error(context, status, call);
+}
+#define CHECK(context, expression) check((context), (expression), #expression)
+
+// One owning pointer type per handle, each with the library's destroy function as deleter.
+template <typename T, void (*destroy)(T *)> struct deleter {
+  void operator()(T *handle) const { destroy(handle); }
+};
+typedef std::unique_ptr<bpt_context, deleter<bpt_context, bpt_context_destroy>> context_ptr;
+typedef std::unique_ptr<bpt_graph, deleter<bpt_graph, bpt_graph_destroy>> graph_ptr;
+typedef std::unique_ptr<bpt_optimizer, deleter<bpt_optimizer, bpt_optimizer_destroy>> optimizer_ptr;
+typedef std::unique_ptr<bpt_tensor, deleter<bpt_tensor, bpt_tensor_destroy>> tensor_ptr;
+typedef std::unique_ptr<bpt_dataset, deleter<bpt_dataset, bpt_dataset_destroy>> dataset_ptr;
+
+struct options {
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  long epochs = 2, batch = 128, limit = 0, seed = 42, threads = 0;
+  double learning_rate = 0.05;
+};
+
+const char usage[] =
+    "usage: mnist_mlp_cpp [--data DIR] [--epochs N] [--batch N] [--lr X] [--limit N] [--seed N] [--threads N]\n"
+    "  --limit N            train on the first N samples of each (shuffled) epoch, 0 for all\n" EXAMPLE_METRICS_USAGE;
+
+options parse(int argc, char **argv) {
+  options parsed;
+  const char *valued[] = {"--data",  "--epochs", "--batch",   "--lr",
+                          "--limit", "--seed",   "--threads", EXAMPLE_METRICS_OPTIONS};
+  for (int i = 1; i < argc; i++) {
+    std::string argument = argv[i];
+    if (argument == "--help" || argument == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    bool known = false;
+    for (const char *name : valued)
+      known = known || argument == name;
+    if (!known || i + 1 >= argc) {
+      std::fprintf(stderr, "error: %s '%s'\n%s", known ? "missing value for" : "unknown argument", argv[i], usage);
+      std::exit(2);
+    }
+    const char *value = argv[++i];
+    char *end = nullptr;
+    if (argument == "--data")
+      parsed.data = value;
+    else if (argument == "--epochs")
+      parsed.epochs = std::strtol(value, &end, 10);
+    else if (argument == "--batch")
+      parsed.batch = std::strtol(value, &end, 10);
+    else if (argument == "--limit")
+      parsed.limit = std::strtol(value, &end, 10);
+    else if (argument == "--seed")
+      parsed.seed = std::strtol(value, &end, 10);
+    else if (argument == "--threads")
+      parsed.threads = std::strtol(value, &end, 10);
+    else if (argument == "--lr")
+      parsed.learning_rate = std::strtod(value, &end);
+    if (end && (*end || end == value)) {
+      std::fprintf(stderr, "error: %s expects a number, got '%s'\n", argv[i - 1], value);
+      std::exit(2);
+    }
+  }
+  if (parsed.epochs < 1 || parsed.batch < 1 || parsed.limit < 0 || parsed.threads < 0) {
+    std::fprintf(stderr, "error: --epochs and --batch must be positive, --limit and --threads >= 0\n");
+    std::exit(2);
+  }
+  return parsed;
+}
+
+tensor_ptr make_tensor(bpt_context *context, bpt_dtype dtype, std::vector<int64_t> dims) {
+  bpt_tensor *tensor = nullptr;
+  CHECK(context, bpt_tensor_create(context, dtype, static_cast<int>(dims.size()), dims.data(), &tensor));
+  return tensor_ptr(tensor);
+}
+
+int run(int argc, char **argv) {
+  options o = parse(argc, argv);
+  bpt_context_options context_options = bpt_context_options_default();
+  context_options.seed = static_cast<uint64_t>(o.seed);
+  context_options.num_threads = static_cast<int>(o.threads);
+  bpt_context *raw_context = nullptr;
+  CHECK(nullptr, bpt_context_create(&context_options, &raw_context));
+  context_ptr context(raw_context);
+  bpt_context *c = context.get();
+  example_metrics *metrics = example_metrics_open(argc, argv, c, "mnist_mlp (C++)");
+
+  bpt_dataset *raw = nullptr;
+  CHECK(c, bpt_dataset_load_idx_directory(c, o.data.c_str(), "train", &raw));
+  dataset_ptr train(raw);
+  CHECK(c, bpt_dataset_load_idx_directory(c, o.data.c_str(), "t10k", &raw));
+  dataset_ptr test(raw);
+  int64_t features = bpt_dataset_sample_size(train.get());
+  int64_t classes = bpt_dataset_class_count(train.get());
+
+  bpt_graph *raw_graph = nullptr;
+  CHECK(c, bpt_graph_create(c, &raw_graph));
+  graph_ptr graph(raw_graph);
+  bpt_graph *g = graph.get();
+  bpt_node *images = nullptr, *labels = nullptr, *hidden = nullptr, *logits = nullptr, *loss = nullptr;
+  CHECK(c, bpt_graph_input(g, "images", BPT_DTYPE_F32, 1, &features, &images));
+  CHECK(c, bpt_graph_input(g, "labels", BPT_DTYPE_I32, 0, nullptr, &labels));
+  CHECK(c, bpt_layer_linear(g, "fc1", images, 512, BPT_INIT_HE_UNIFORM, &hidden));
+  CHECK(c, bpt_relu(g, "relu1", hidden, &hidden));
+  CHECK(c, bpt_layer_linear(g, "fc2", hidden, 256, BPT_INIT_HE_UNIFORM, &hidden));
+  CHECK(c, bpt_relu(g, "relu2", hidden, &hidden));
+  CHECK(c, bpt_layer_linear(g, "fc3", hidden, classes, BPT_INIT_HE_UNIFORM, &logits));
+  CHECK(c, bpt_softmax_cross_entropy(g, "loss", logits, labels, &loss));
+  CHECK(c, bpt_graph_compile(g, loss, o.batch));
+
+  bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
+  optimizer_options.learning_rate = static_cast<float>(o.learning_rate);
+  optimizer_options.momentum = 0.9f;
+  bpt_optimizer *raw_optimizer = nullptr;
+  CHECK(c, bpt_optimizer_create(g, &optimizer_options, &raw_optimizer));
+  optimizer_ptr optimizer(raw_optimizer);
+
+  tensor_ptr batch_images = make_tensor(c, BPT_DTYPE_F32, {o.batch, features});
+  tensor_ptr batch_labels = make_tensor(c, BPT_DTYPE_I32, {o.batch});
+  tensor_ptr batch_logits = make_tensor(c, BPT_DTYPE_F32, {o.batch, classes});
+  std::printf("libbptrain %s (ABI %d) from C++: %lld training samples%s\n", bpt_version(), bpt_abi_version(),
+              static_cast<long long>(bpt_dataset_size(train.get())), o.limit ? " (limited)" : "");
+
+  double accuracy = 0.0;
+  for (long epoch = 1; epoch <= o.epochs; epoch++) {
+    CHECK(c, bpt_dataset_shuffle(train.get(), static_cast<uint64_t>(o.seed + epoch)));
+    int64_t batches = bpt_dataset_batch_count(train.get(), o.batch);
+    if (o.limit) batches = std::min<int64_t>(batches, (o.limit + o.batch - 1) / o.batch);
+    double loss_sum = 0.0;
+    int64_t seen = 0;
+    for (int64_t b = 0; b < batches; b++) {
+      CHECK(c, bpt_dataset_batch(train.get(), b, o.batch, batch_images.get(), batch_labels.get()));
+      CHECK(c, bpt_graph_set_input(g, images, batch_images.get()));
+      CHECK(c, bpt_graph_set_input(g, labels, batch_labels.get()));
+      CHECK(c, bpt_graph_forward(g));
+      CHECK(c, bpt_graph_backward(g));
+      CHECK(c, bpt_optimizer_step(optimizer.get()));
+      float batch_loss = 0.0f;
+      CHECK(c, bpt_graph_loss(g, &batch_loss));
+      int64_t count = bpt_tensor_dim(batch_images.get(), 0);
+      loss_sum += batch_loss * static_cast<double>(count);
+      seen += count;
+      example_metrics_step(metrics, epoch, batch_loss, optimizer_options.learning_rate);
+    }
+
+    // Evaluation: argmax of the logits against the labels over the whole test set.
+    int64_t correct = 0, test_batches = bpt_dataset_batch_count(test.get(), o.batch);
+    double test_loss = 0.0;
+    for (int64_t b = 0; b < test_batches; b++) {
+      CHECK(c, bpt_dataset_batch(test.get(), b, o.batch, batch_images.get(), batch_labels.get()));
+      CHECK(c, bpt_graph_set_input(g, images, batch_images.get()));
+      CHECK(c, bpt_graph_set_input(g, labels, batch_labels.get()));
+      CHECK(c, bpt_graph_forward(g));
+      float batch_loss = 0.0f;
+      CHECK(c, bpt_graph_loss(g, &batch_loss));
+      CHECK(c, bpt_graph_read(g, logits, batch_logits.get()));
+      const float *values = static_cast<const float *>(bpt_tensor_data(batch_logits.get()));
+      const int32_t *truth = static_cast<const int32_t *>(bpt_tensor_data(batch_labels.get()));
+      int64_t count = bpt_tensor_dim(batch_labels.get(), 0);
+      test_loss += batch_loss * static_cast<double>(count);
+      for (int64_t n = 0; n < count; n++) {
+        const float *row = values + n * classes;
+        int64_t best = 0;
+        for (int64_t k = 1; k < classes; k++)
+          if (row[k] > row[best]) best = k;
+        correct += best == truth[n];
+      }
+    }
+    double test_count = static_cast<double>(bpt_dataset_size(test.get()));
+    accuracy = static_cast<double>(correct) / test_count;
+    example_metrics_epoch(metrics, epoch, loss_sum / static_cast<double>(seen), NAN, test_loss / test_count, accuracy,
+                          optimizer_options.learning_rate);
+    std::printf("epoch %ld: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n", epoch,
+                loss_sum / static_cast<double>(seen), test_loss / test_count, 100.0 * accuracy);
+    std::fflush(stdout);
+  }
+  std::printf("final test accuracy: %.2f%%\n", 100.0 * accuracy);
+  return example_metrics_close(metrics);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &failure) {
+    std::fprintf(stderr, "error: %s\n", failure.what());
+    return 1;
+  }
+}

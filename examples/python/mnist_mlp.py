@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Trains the 784-512-256-10 MLP of examples/mnist_mlp.c on Fashion-MNIST from Python, through the ctypes
+binding in python/bptrain (no compiler needed). Run from the repository after building:
+
+    BPTRAIN_LIBRARY=build/libbptrain.so PYTHONPATH=python python3 examples/python/mnist_mlp.py --epochs 2
+
+or, after `cmake --install`, with PYTHONPATH=<prefix>/share/bptrain/python.
+"""
+import argparse
+import sys
+import time
+
+import bptrain
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="IDX directory")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--limit", type=int, default=None, help="train on the first N samples of each epoch")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--backend", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads, 0 for all cores")
+    parser.add_argument("--metrics", help="write per-step and per-epoch metrics to this CSV file")
+    parser.add_argument("--plot", help="draw loss and accuracy curves to this PNG (needs gnuplot)")
+    parser.add_argument("--profile", help="profile and write a Chrome trace to this JSON file")
+    parser.add_argument("--save", help="save the trained parameters to this file")
+    arguments = parser.parse_args()
+
+    with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
+        train = bptrain.Dataset(context, arguments.data, "train", limit=arguments.limit)
+        test = bptrain.Dataset(context, arguments.data, "t10k")
+        print("libbptrain %s (ABI %d), backend %s: %d training and %d test samples" %
+              (bptrain.version(), bptrain.abi_version(), context.backend, len(train), len(test)), flush=True)
+
+        model = bptrain.Model(context)
+        images = model.input("images", (train.sample_size,))
+        labels = model.input("labels", (), dtype="i32")
+        hidden = model.relu(model.linear(images, 512, name="fc1"), name="relu1")
+        hidden = model.relu(model.linear(hidden, 256, name="fc2"), name="relu2")
+        logits = model.linear(hidden, train.classes, name="fc3")
+        model.compile(model.softmax_cross_entropy(logits, labels), max_batch=arguments.batch)
+        optimizer = bptrain.Optimizer(model, "sgd", learning_rate=arguments.lr, momentum=arguments.momentum)
+
+        if arguments.profile:
+            bptrain.profile(context)
+        metrics = arguments.metrics or (arguments.plot + ".csv" if arguments.plot else None)
+        start = time.monotonic()
+        history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch,
+                            seed=arguments.seed, evaluation=test, metrics=metrics, verbose=True)
+        print("trained in %.1f s; final test accuracy: %.2f%%" %
+              (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
+        status = 0
+        if arguments.plot:
+            try:
+                bptrain.plot_metrics(metrics, arguments.plot, "mnist_mlp (Python)")
+                print("plot: %s (data in %s)" % (arguments.plot, metrics))
+            except RuntimeError as error:
+                print("warning: --plot: %s" % error, file=sys.stderr)
+                status = 1
+        if arguments.profile:
+            print(bptrain.profile_summary(context), end="")
+            bptrain.write_profile_trace(context, arguments.profile)
+            print("profile: Chrome trace in %s" % arguments.profile)
+        if arguments.save:
+            model.save(arguments.save)
+            print("parameters saved to %s" % arguments.save)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

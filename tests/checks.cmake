@@ -1,0 +1,46 @@
+# Checks on the library as users see it: the ABI against its baseline, a downstream consumer of the
+# installed package, the Python binding and the API reference (exported symbols: tests/CMakeLists.txt). Included from
+# tests/CMakeLists.txt; each check is a CTest test labelled "package" (ctest -L package runs them alone).
+set(BPT_CHECKS_ENVIRONMENT "BPT_SOURCE_DIR=${CMAKE_SOURCE_DIR};BPT_BINARY_DIR=${CMAKE_BINARY_DIR}")
+
+# The ABI check builds its own debug-info copy of the library (scripts/abi-dump.sh), so it holds for any
+# build type and set of optional dependencies.
+find_program(BPT_ABIDIFF abidiff)
+if(BPT_ABIDIFF)
+  add_test(NAME check_abi COMMAND ${CMAKE_SOURCE_DIR}/scripts/check-abi.sh ${CMAKE_BINARY_DIR}/abi-reference)
+else()
+  add_test(NAME check_abi COMMAND sh -c "echo 'abidiff not found: install abigail-tools'; exit 77")
+endif()
+
+# Sanitizer builds need the sanitizer runtime first in every consumer, which a plain consumer does not have.
+if(NOT BPT_SANITIZE)
+  add_test(NAME check_downstream
+           COMMAND ${CMAKE_SOURCE_DIR}/tests/downstream/check_downstream.sh ${CMAKE_BINARY_DIR}
+                   ${CMAKE_BINARY_DIR}/downstream)
+  set_tests_properties(check_downstream PROPERTIES ENVIRONMENT "CC=${CMAKE_C_COMPILER}")
+endif()
+
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_FOUND AND NOT BPT_SANITIZE)
+  add_test(NAME check_python COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/python/test_bptrain.py)
+  set_tests_properties(check_python PROPERTIES ENVIRONMENT
+    "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+endif()
+
+find_program(BPT_DOXYGEN doxygen)
+if(BPT_DOXYGEN)
+  # The Doxyfile's own output folder is for manual runs; the test writes into the build tree instead.
+  add_test(NAME check_doxygen
+           COMMAND sh -c "(cat docs/Doxyfile && echo 'OUTPUT_DIRECTORY = ${CMAKE_BINARY_DIR}/api') | '${BPT_DOXYGEN}' -"
+           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+else()
+  add_test(NAME check_doxygen COMMAND sh -c "echo 'doxygen not found: install doxygen'; exit 77")
+endif()
+
+get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)
+foreach(test check_abi check_downstream check_python check_doxygen)
+  if(test IN_LIST BPT_CHECK_TESTS)
+    set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${BPT_CHECKS_ENVIRONMENT})
+    set_tests_properties(${test} PROPERTIES LABELS package TIMEOUT 600 SKIP_RETURN_CODE 77)
+  endif()
+endforeach()
