@@ -2,6 +2,7 @@
  * weight decay, buffers never updated), gradient clipping by norm and by value, per-parameter gradient
  * norms, and batch-norm folding (equal outputs in evaluation mode). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -217,12 +218,69 @@ static void folding_keeps_eval_outputs(void **state) {
   bpt_context_destroy(context);
 }
 
+/* A trained conv + batch-norm model survives a checkpoint: the running statistics are parameters (buffers
+ * in the flat block), so a fresh graph that loads the file gives the same evaluation outputs. */
+static void checkpoint_keeps_running_statistics(void **state) {
+  (void)state;
+  bpt_graph *graphs[2];
+  bpt_node *inputs[2], *labels[2], *outputs[2];
+  bpt_context *contexts[2] = {test_context(7), test_context(8)};
+  int64_t image[3] = {2, 6, 6}, dims[4] = {4, 2, 6, 6}, logit_dims[2] = {4, 3};
+  for (int g = 0; g < 2; g++) {
+    bpt_context *context = contexts[g];
+    bpt_node *y, *loss;
+    assert_ok(context, bpt_graph_create(context, &graphs[g]));
+    assert_ok(context, bpt_graph_input(graphs[g], "x", BPT_DTYPE_F32, 3, image, &inputs[g]));
+    assert_ok(context, bpt_graph_input(graphs[g], "labels", BPT_DTYPE_I32, 0, NULL, &labels[g]));
+    assert_ok(context, bpt_layer_conv2d(graphs[g], "c", inputs[g], 4, 3, 1, 1, 0, &y));
+    assert_ok(context, bpt_layer_batch_norm(graphs[g], "bn", y, &y));
+    assert_ok(context, bpt_global_avg_pool(graphs[g], "gap", y, &y));
+    assert_ok(context, bpt_layer_linear(graphs[g], "fc", y, 3, BPT_INIT_HE_UNIFORM, &outputs[g]));
+    assert_ok(context, bpt_softmax_cross_entropy(graphs[g], "loss", outputs[g], labels[g], &loss));
+    assert_ok(context, bpt_graph_compile(graphs[g], loss, 4));
+  }
+  bpt_tensor *values, *label_values, *before, *after;
+  assert_ok(contexts[0], bpt_tensor_create(contexts[0], BPT_DTYPE_F32, 4, dims, &values));
+  assert_ok(contexts[0], bpt_tensor_create(contexts[0], BPT_DTYPE_I32, 1, dims, &label_values));
+  assert_ok(contexts[0], bpt_tensor_create(contexts[0], BPT_DTYPE_F32, 2, logit_dims, &before));
+  assert_ok(contexts[0], bpt_tensor_create(contexts[0], BPT_DTYPE_F32, 2, logit_dims, &after));
+  test_random random;
+  test_random_seed(&random, 7);
+  test_random_fill(&random, bpt_tensor_data(values), 4 * 72, 1.0f, 3.0f);
+  for (int g = 0; g < 2; g++) {
+    assert_ok(contexts[g], bpt_graph_set_input(graphs[g], inputs[g], values));
+    assert_ok(contexts[g], bpt_graph_set_input(graphs[g], labels[g], label_values));
+  }
+  for (int i = 0; i < 3; i++)
+    assert_ok(contexts[0], bpt_graph_forward(graphs[0]));
+  assert_ok(contexts[0], bpt_graph_set_training(graphs[0], 0));
+  assert_ok(contexts[0], bpt_graph_forward(graphs[0]));
+  assert_ok(contexts[0], bpt_graph_read(graphs[0], outputs[0], before));
+  const char *path = test_write_file("cnn.ckpt", "", 0);
+  assert_ok(contexts[0], bpt_checkpoint_save(graphs[0], path, NULL));
+  assert_ok(contexts[1], bpt_checkpoint_load(graphs[1], path, NULL));
+  assert_ok(contexts[1], bpt_graph_set_training(graphs[1], 0));
+  assert_ok(contexts[1], bpt_graph_forward(graphs[1]));
+  assert_ok(contexts[1], bpt_graph_read(graphs[1], outputs[1], after));
+  assert_true(test_relative_error(bpt_tensor_data(after), bpt_tensor_data(before), 12) == 0.0);
+  remove(path);
+  bpt_tensor_destroy(values);
+  bpt_tensor_destroy(label_values);
+  bpt_tensor_destroy(before);
+  bpt_tensor_destroy(after);
+  for (int g = 0; g < 2; g++) {
+    bpt_graph_destroy(graphs[g]);
+    bpt_context_destroy(contexts[g]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(schedules_at_chosen_steps),
       cmocka_unit_test(parameter_groups_and_buffers),
       cmocka_unit_test(clipping),
       cmocka_unit_test(folding_keeps_eval_outputs),
+      cmocka_unit_test(checkpoint_keeps_running_statistics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
