@@ -7,20 +7,22 @@
  *   global average pool - fc 10
  *
  * with depth = 6n + 2 (--depth 8, 14 or 20), SGD with Nesterov momentum, weight decay (none on batch-norm
- * scales and shifts or biases), linear warm-up and cosine annealing, and random flips and shifts.
+ * scales and shifts or biases), linear warm-up and cosine annealing, and optionally random flips and shifts.
+ * The defaults reach 92.6% test accuracy in 6 epochs (docs/cnn.md).
  *
- *   resnet [--depth 8] [--epochs 10] [--batch 128] [--lr 0.1] [--momentum 0.9] [--weight-decay 5e-4]
- *          [--no-augment] [--clip NORM] [--threads N] [--seed 42] [--data DIR] [--grad-stats]
+ *   resnet [--depth 8] [--epochs 6] [--batch 128] [--lr 0.1] [--momentum 0.9] [--weight-decay 5e-4]
+ *          [--augment] [--clip NORM] [--threads N] [--seed 42] [--data DIR] [--grad-stats]
  *          [--save FILE] [--eval FILE] [--fold]
  */
 #include "cnn_example.h"
 
 static const char usage[] =
     "usage: resnet [--depth 8|14|20] [--epochs N] [--batch N] [--lr X] [--momentum X] [--weight-decay X]\n"
-    "              [--no-augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats]\n"
+    "              [--augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats]\n"
     "              [--save FILE] [--eval FILE] [--fold]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
+    "  --augment      random horizontal flips and shifts of up to 2 pixels (needs more epochs)\n"
     "  --clip NORM    clip the global gradient norm to NORM\n"
     "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE\n"
     "  --eval FILE    skip training: load FILE and report the test accuracy\n"
@@ -76,15 +78,15 @@ int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
                                        "--depth",        "--clip",    NULL};
-  static const char *const flags[] = {"--grad-stats", "--no-augment", "--fold", NULL};
+  static const char *const flags[] = {"--grad-stats", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
-  const long epochs = example_option_long(argc, argv, "--epochs", 10);
+  const long epochs = example_option_long(argc, argv, "--epochs", 6);
   const long depth = example_option_long(argc, argv, "--depth", 8);
   cnn_example e = {.batch = example_option_long(argc, argv, "--batch", 128),
                    .grad_stats = example_flag(argc, argv, "--grad-stats"),
-                   .augment = !example_flag(argc, argv, "--no-augment"),
+                   .augment = example_flag(argc, argv, "--augment"),
                    .clip_norm = (float)example_option_double(argc, argv, "--clip", 0.0)};
   if (epochs < 1 || e.batch < 1 || (depth != 8 && depth != 14 && depth != 20)) {
     fprintf(stderr, "error: --epochs and --batch must be positive and --depth 8, 14 or 20\n");
