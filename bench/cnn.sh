@@ -5,7 +5,7 @@
 # (process CPU time, which a shared machine's load disturbs far less). OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE are unset for both.
 #
-#   bench/cnn.sh [BUILD_DIR] [THREADS] [BATCH] [ROUNDS] [STEPS]   (defaults: build 1 128 3 20)
+#   [MODELS="lenet resnet8"] bench/cnn.sh [BUILD_DIR] [THREADS] [BATCH] [ROUNDS] [STEPS]   (defaults: build 1 128 3 20)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -17,7 +17,7 @@ run() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads" 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 echo "cnn benchmark: threads $threads, batch $batch, $rounds alternating rounds of $steps timed steps; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-for model in lenet resnet8; do
+for model in ${MODELS:-lenet resnet8}; do
   ours=() theirs=() our_cpu=() their_cpu=() our_rss=() their_rss=()
   for ((round = 0; round < rounds; round++)); do
     line=$(run "$build/bench/cnn_bench" "$model" --threads "$threads" --batch "$batch" --steps "$steps")
