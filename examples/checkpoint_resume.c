@@ -72,16 +72,11 @@ int main(int argc, char **argv) {
   int64_t features = bpt_dataset_sample_size(train), classes = bpt_dataset_class_count(train);
 
   bpt_graph *graph = NULL;
-  bpt_node *images, *labels, *hidden, *logits, *loss;
   EXAMPLE_CHECK(context, bpt_graph_create(context, &graph));
-  EXAMPLE_CHECK(context, bpt_graph_input(graph, "images", BPT_DTYPE_F32, 1, &features, &images));
-  EXAMPLE_CHECK(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
-  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc1", images, 512, BPT_INIT_HE_UNIFORM, &hidden));
-  EXAMPLE_CHECK(context, bpt_relu(graph, "relu1", hidden, &hidden));
-  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc2", hidden, 256, BPT_INIT_HE_UNIFORM, &hidden));
-  EXAMPLE_CHECK(context, bpt_relu(graph, "relu2", hidden, &hidden));
-  EXAMPLE_CHECK(context, bpt_layer_linear(graph, "fc3", hidden, classes, BPT_INIT_HE_UNIFORM, &logits));
-  EXAMPLE_CHECK(context, bpt_softmax_cross_entropy(graph, "loss", logits, labels, &loss));
+  static const int64_t widths[2] = {512, 256};
+  example_classifier mlp;
+  EXAMPLE_CHECK(context, example_build_mlp(graph, features, widths, 2, classes, &mlp));
+  bpt_node *images = mlp.images, *labels = mlp.labels, *logits = mlp.logits, *loss = mlp.loss;
   EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, batch));
   bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
   optimizer_options.learning_rate = (float)example_option_double(argc, argv, "--lr", 0.05);

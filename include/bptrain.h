@@ -18,6 +18,12 @@
 /* Robustness (issue 9) */
 #include "bptrain/checkpoint.h"
 #include "bptrain/anomaly.h"
+/* issue 6: FPGA simulation backend and speculative backpropagation */
+#include "bptrain/fpga.h"
+#include "bptrain/speculative.h"
+#include "bptrain/comm.h"
+/* Precision, number formats, binary stochastic neurons, activation memory (issue 4). */
+#include "bptrain/precision.h"
 /* Convolutional networks and the training toolkit (issue 3) */
 #include "bptrain/cnn.h"
 

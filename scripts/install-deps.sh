@@ -10,6 +10,8 @@ packages=(
   dataset-fashion-mnist
   # Robustness (issue 9): valgrind runs and the libFuzzer/ASan runtime for clang
   valgrind libclang-rt-14-dev
+  # comm layer (issue 7): the MPI engine, its tests and ddp_mnist
+  openmpi-bin libopenmpi-dev
 )
 # --- packaging (issue 8): ABI check (abidw/abidiff), API reference, --plot, Python binding and its tests ---
 packages+=(abigail-tools doxygen gnuplot-nox python3)

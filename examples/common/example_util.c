@@ -7,6 +7,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#define BPT_EXAMPLE_TRY(expression)        \
+  do {                                      \
+    bpt_status try_status_ = (expression);  \
+    if (try_status_ != BPT_OK) return try_status_; \
+  } while (0)
+
 void example_fail(const bpt_context *context, bpt_status status, const char *expression, const char *file, int line) {
   fprintf(stderr, "\nerror: %s (%s)\n  in %s at %s:%d\n", bpt_context_last_error(context), bpt_status_string(status),
           expression, file, line);
@@ -113,6 +119,24 @@ void example_progress_update(example_progress *progress, long done, double runni
 
 void example_progress_finish(example_progress *progress, double running_loss) {
   draw(progress, running_loss, true);
+}
+
+bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *widths, int width_count,
+                             int64_t classes, example_classifier *out) {
+  bpt_node *hidden;
+  char name[32];
+  BPT_EXAMPLE_TRY(bpt_graph_input(graph, "images", BPT_DTYPE_F32, 1, &features, &out->images));
+  BPT_EXAMPLE_TRY(bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &out->labels));
+  hidden = out->images;
+  for (int layer = 0; layer < width_count; layer++) {
+    snprintf(name, sizeof name, "fc%d", layer + 1);
+    BPT_EXAMPLE_TRY(bpt_layer_linear(graph, name, hidden, widths[layer], BPT_INIT_HE_UNIFORM, &hidden));
+    snprintf(name, sizeof name, "relu%d", layer + 1);
+    BPT_EXAMPLE_TRY(bpt_relu(graph, name, hidden, &hidden));
+  }
+  snprintf(name, sizeof name, "fc%d", width_count + 1);
+  BPT_EXAMPLE_TRY(bpt_layer_linear(graph, name, hidden, classes, BPT_INIT_HE_UNIFORM, &out->logits));
+  return bpt_softmax_cross_entropy(graph, "loss", out->logits, out->labels, &out->loss);
 }
 
 bpt_status example_accuracy(bpt_context *context, bpt_graph *graph, bpt_node *images_input, bpt_node *labels_input,

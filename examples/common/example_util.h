@@ -39,6 +39,15 @@ void example_progress_start(example_progress *progress, const char *label, long 
 void example_progress_update(example_progress *progress, long done, double running_loss);
 void example_progress_finish(example_progress *progress, double running_loss);
 
+/* The examples' MLP classifier: inputs "images" (features f32) and "labels" (i32), ReLU layers of the given
+ * widths ("fc1", "relu1", ...; He-uniform weights), a last linear layer to the classes and a softmax
+ * cross-entropy "loss". examples/mnist_mlp.c spells the same graph out call by call. */
+typedef struct example_classifier {
+  bpt_node *images, *labels, *logits, *loss;
+} example_classifier;
+bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *widths, int width_count,
+                             int64_t classes, example_classifier *out);
+
 /* Runs the graph forward over a data set and returns the fraction of argmax(logits) equal to the label. */
 bpt_status example_accuracy(bpt_context *context, bpt_graph *graph, bpt_node *images_input, bpt_node *labels_input,
                             bpt_node *logits, bpt_dataset *dataset, long batch, double *accuracy, double *mean_loss);

@@ -168,6 +168,41 @@ typedef struct bpt_backend_vtable {
 
   /* Later kernels are appended below, one block per feature, never inserted above. */
 
+  /* Speculative backprop (issue 6). Optional, NULL on backends without a time model: a backend that simulates
+   * time (fpga-sim) runs kernels issued after engine_select(1) on its second engine, concurrently with engine
+   * 0, until engine_join, the ping-pong buffer swap, which charges the longer of the two. */
+  bpt_status (*engine_select)(bpt_backend *backend, int engine);
+  bpt_status (*engine_join)(bpt_backend *backend);
+
+  /* Comm layer (issue 7). Optional: *stream = the backend's native stream (a cudaStream_t for "cuda"), on
+   * which every member enqueues its work. The NCCL engine records an event there and makes its own stream
+   * wait for it, so a gradient bucket's all-reduce follows the kernels that wrote it without the host
+   * waiting; NULL makes the comm layer call synchronize instead. */
+  bpt_status (*native_stream)(bpt_backend *backend, void **stream);
+
+  /* Precision, binary stochastic neurons and activation memory (issue 4). Random bits for element i of a
+   * call come from bpt_number_format_random_bits(seed, i) (src/core/number_format.h), so every backend draws
+   * the same numbers for the same seed. */
+  /* Like cast from f32, but rounding stochastically (unbiased); FP8 saturates, f16 and bf16 overflow to inf. */
+  bpt_status (*cast_stochastic)(bpt_backend *backend, int64_t count, const float *source, bpt_dtype destination_dtype,
+                                void *destination, float scale, uint64_t seed);
+  /* values = f32(dtype(values)) in place, nearest even, f16/bf16 overflowing to inf: an f32 buffer then holds
+   * exactly what a dtype buffer would (the CPU's storage-precision emulation of mixed precision). */
+  bpt_status (*round_to_dtype)(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values);
+  /* Binary stochastic neuron: a = 1[u < sigmoid(z)] with u = (bits >> 8) * 2^-24; deterministic: a = 1[z > 0]. */
+  bpt_status (*binary_stochastic_forward)(bpt_backend *backend, int64_t count, const float *z, float *a,
+                                          uint64_t seed, bool deterministic);
+  /* Straight-through backward: dz += da, or dz += da * s (1 - s) with s = sigmoid(z) when sigmoid_adjusted
+   * (z is only read then and may be NULL otherwise). */
+  bpt_status (*binary_stochastic_backward)(bpt_backend *backend, int64_t count, bool sigmoid_adjusted,
+                                           const float *z, const float *da, float *dz);
+  /* ReLU keeping a 1-bit mask for backward: y = max(x, 0), bit i % 8 of mask[i / 8] = x_i > 0 ((count + 7) / 8
+   * bytes); backward: dx += dy where the bit is set, masked-out elements untouched. */
+  bpt_status (*relu_mask_forward)(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
+  bpt_status (*relu_mask_backward)(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
+                                   float *dx);
+  /* *maximum (device float) = max |x_i| over finite values, for per-tensor FP8 scales of saved activations. */
+  bpt_status (*absolute_max)(bpt_backend *backend, int64_t count, const float *x, float *maximum);
   /* cnn: dropout and the training toolkit (issue 3). */
   /* Dropout: mask[i] is 0 with probability p and 1 / (1 - p) otherwise, drawn from a counter-based hash of
    * (seed, i) (splitmix64 of seed + i * golden ratio, top 24 bits compared with p), so that every backend

@@ -6,9 +6,17 @@
 #include "backends/backend.h"
 
 const bpt_backend_vtable *bpt_cpu_backend_register(void);
+const bpt_backend_vtable *bpt_fpga_backend_register(void);
+#ifdef BPT_HAVE_CUDA
+const bpt_backend_vtable *bpt_cuda_backend_register(void);
+#endif
 
 static const bpt_backend_register_fn backend_registrations[] = {
     bpt_cpu_backend_register,
+#ifdef BPT_HAVE_CUDA
+    bpt_cuda_backend_register,
+#endif
+    bpt_fpga_backend_register,
 };
 
 int bpt_backend_registry_count(void) {

@@ -5,15 +5,12 @@
 #include <string.h>
 
 #include "core/graph.h"
+#include "core/memory_plan.h"
+#include "core/precision.h"
 
 #define BPT_ALIGNMENT 64
 
 static size_t align_up(size_t bytes) { return (bytes + BPT_ALIGNMENT - 1) / BPT_ALIGNMENT * BPT_ALIGNMENT; }
-
-static size_t node_bytes(const bpt_node *node) {
-  return (size_t)bpt_node_inner_count(node) * (node->batched ? (size_t)node->graph->max_batch : 1) *
-         bpt_dtype_size(node->dtype);
-}
 
 /* Fills a parameter with its initialiser. Fan-in is the product of dims[1..]; fan-out is dims[0] times
  * the receptive field (dims[2..]), the convention He and Glorot use for linear and conv weights. */
@@ -41,6 +38,7 @@ static void initialise(const bpt_node *node, bpt_rng *rng, float *values) {
 
 void bpt_graph_release_memory(bpt_graph *graph) {
   bpt_backend *backend = graph->backend;
+  bpt_precision_release(graph);
   void *blocks[] = {graph->parameter_block, graph->gradient_block, graph->activation_arena, graph->loss_gradient};
   for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
     if (blocks[i]) backend->vtable->free(backend, blocks[i]);
@@ -73,7 +71,6 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
   if (!graph->parameters || !graph->order) return BPT_ERR_OUT_OF_MEMORY;
 
   /* Nodes can only be built from existing nodes, so creation order is already topological. */
-  size_t arena_bytes = 0;
   int64_t parameter_elements = 0;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->nodes[i];
@@ -86,21 +83,29 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
       parameter_elements += (int64_t)(align_up((size_t)bpt_node_inner_count(node) * sizeof(float)) / sizeof(float));
       continue;
     }
-    arena_bytes += align_up(node_bytes(node));
-    if (node->requires_grad) arena_bytes += align_up(node_bytes(node));
-    const bpt_op_definition *definition = bpt_op_get(node->op);
-    if (definition->saved_bytes) arena_bytes += align_up(definition->saved_bytes(node));
   }
   graph->parameter_elements = parameter_elements;
+  /* Activation memory (issue 4): values backward does not need share a reused region (memory_plan.c). */
+  bpt_memory_plan plan = {0};
+  BPT_CHECK(bpt_memory_plan_build(graph, graph->precision && graph->precision->options.keep_all_values, &plan));
+  size_t arena_bytes = plan.arena_bytes;
   graph->activation_bytes = arena_bytes;
+  graph->held_bytes = plan.held_bytes;
+  graph->transient_bytes = plan.transient_bytes;
+  graph->gradient_bytes = plan.gradient_bytes;
+  graph->input_bytes = plan.input_bytes;
 
   size_t parameter_bytes = (size_t)parameter_elements * sizeof(float);
-  BPT_CHECK(allocate(graph, parameter_bytes, (void **)&graph->parameter_block, "parameters"));
-  BPT_CHECK(allocate(graph, parameter_bytes, (void **)&graph->gradient_block, "gradients"));
-  BPT_CHECK(allocate(graph, arena_bytes, &graph->activation_arena, "activations"));
-  BPT_CHECK(allocate(graph, sizeof(float), (void **)&graph->loss_gradient, "loss gradient"));
+  bpt_status status = allocate(graph, parameter_bytes, (void **)&graph->parameter_block, "parameters");
+  if (status == BPT_OK) status = allocate(graph, parameter_bytes, (void **)&graph->gradient_block, "gradients");
+  if (status == BPT_OK) status = allocate(graph, arena_bytes, &graph->activation_arena, "activations");
+  if (status == BPT_OK) status = allocate(graph, sizeof(float), (void **)&graph->loss_gradient, "loss gradient");
+  if (status != BPT_OK) {
+    bpt_memory_plan_free(&plan);
+    return status;
+  }
 
-  char *cursor = graph->activation_arena;
+  char *arena = graph->activation_arena;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->nodes[i];
     if (node->op == BPT_OP_PARAMETER) {
@@ -108,18 +113,11 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
       node->grad = graph->gradient_block + node->param_offset;
       continue;
     }
-    node->value = cursor;
-    cursor += align_up(node_bytes(node));
-    if (node->requires_grad) {
-      node->grad = (float *)cursor;
-      cursor += align_up(node_bytes(node));
-    }
-    const bpt_op_definition *definition = bpt_op_get(node->op);
-    if (definition->saved_bytes) {
-      node->saved = cursor;
-      cursor += align_up(definition->saved_bytes(node));
-    }
+    node->value = arena + plan.value_offset[i];
+    node->grad = plan.grad_offset[i] != BPT_NO_OFFSET ? (float *)(arena + plan.grad_offset[i]) : NULL;
+    node->saved = plan.saved_offset[i] != BPT_NO_OFFSET ? arena + plan.saved_offset[i] : NULL;
   }
+  bpt_memory_plan_free(&plan);
   bpt_backend *backend = graph->backend;
   if (backend->vtable->memset_zero(backend, graph->gradient_block, parameter_bytes) != BPT_OK ||
       backend->vtable->memset_zero(backend, graph->activation_arena, arena_bytes) != BPT_OK)
@@ -137,7 +135,7 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
   bpt_rng_seed(&graph->rng, context->seed ^ UINT64_C(0x5851f42d4c957f2d));
   for (int p = 0; p < graph->parameter_count; p++)
     initialise(graph->parameters[p], &rng, host + graph->parameters[p]->param_offset);
-  bpt_status status = backend->vtable->upload(backend, graph->parameter_block, host, parameter_bytes);
+  status = backend->vtable->upload(backend, graph->parameter_block, host, parameter_bytes);
   free(host);
   if (status != BPT_OK) return bpt_backend_error(context, status, "bpt_graph_compile: uploading parameters");
   return BPT_OK;
@@ -170,6 +168,8 @@ bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch
   graph->loss = loss;
   graph->max_batch = max_batch;
   bpt_status status = plan_and_allocate(graph);
+  /* Precision policy (issue 4): weight copies and the loss scale. */
+  if (status == BPT_OK) status = bpt_precision_compile(graph);
   if (status != BPT_OK) {
     bpt_graph_release_memory(graph);
     graph->parameter_count = 0;

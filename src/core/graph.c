@@ -1,6 +1,7 @@
 /* Building a graph: creation, inputs, parameters, generic node creation and node queries.
  * Ops add their nodes through bpt_graph_add_node(); compile.c and run.c take it from there. */
 #include "core/graph.h"
+#include "core/precision.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@ void bpt_graph_destroy(bpt_graph *graph) {
   if (!graph) return;
   bpt_graph_release_memory(graph);
   bpt_graph_free_buffers(graph); /* robustness (issue 9) */
+  bpt_precision_destroy(graph);
   for (int i = 0; i < graph->node_count; i++) free(graph->nodes[i]);
   free(graph->nodes);
   free(graph);

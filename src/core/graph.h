@@ -39,7 +39,24 @@ struct bpt_node {
   void *saved;          /* op-private buffer kept from forward to backward (size from op->saved_bytes) */
   int64_t param_offset; /* parameters: element offset in the flat block */
   int64_t input_batch;  /* inputs: batch set by the last bpt_graph_set_input, 0 if none */
+
+  /* Activation memory (issue 4): the value shares memory with later nodes once forward is past it. */
+  const bpt_node *value_reused_by;
 };
+
+/* Moments a graph hook is told about. position is the index in graph->order of the node whose backward
+ * just ran (NODE_BACKWARD, for every node in reverse order, with or without a backward of its own), 1 or 0
+ * for BACKWARD_BEGIN (accumulating or not), -1 otherwise. Data-parallel training uses them to start each
+ * gradient bucket's all-reduce as soon as the last node touching it is done, and to wait for them all
+ * before the update. */
+typedef enum bpt_graph_event {
+  BPT_GRAPH_EVENT_BACKWARD_BEGIN, /* before parameter gradients are cleared (or kept, to accumulate) */
+  BPT_GRAPH_EVENT_NODE_BACKWARD,
+  BPT_GRAPH_EVENT_BACKWARD_END,
+  BPT_GRAPH_EVENT_BEFORE_UPDATE /* bpt_optimizer_step, before it reads the gradients */
+} bpt_graph_event;
+/* A failure aborts the backward pass or the step with that status (the hook reports its own message). */
+typedef bpt_status (*bpt_graph_hook)(void *data, bpt_graph *graph, bpt_graph_event event, int position);
 
 struct bpt_graph {
   bpt_context *context;
@@ -70,6 +87,15 @@ struct bpt_graph {
   bool anomaly_detection;    /* check every op's output for inf/NaN (bpt_graph_set_anomaly_detection) */
   struct bpt_graph_buffer *buffers; /* non-trainable state saved in checkpoints (bpt_graph_register_buffer) */
   int buffer_count, buffer_capacity;
+  /* Comm layer (issue 7): one observer of backward and of the optimiser step, NULL when none. */
+  bpt_graph_hook hook;
+  void *hook_data;
+
+  /* Precision, stochastic ops and activation memory (issue 4). */
+  struct bpt_precision_state *precision; /* NULL until bpt_graph_set_precision(): f32, no scaling */
+  bool deterministic;                    /* stochastic ops use their evaluation form */
+  uint64_t forward_seed;                 /* drawn from rng for each forward pass */
+  size_t held_bytes, transient_bytes, gradient_bytes, input_bytes; /* memory plan, for bpt_graph_memory() */
 
   /* cnn (issue 3) */
   bool evaluation; /* inference mode: batch norm uses running statistics, dropout passes values through */

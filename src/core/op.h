@@ -3,6 +3,7 @@
 #ifndef BPT_CORE_OP_H
 #define BPT_CORE_OP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "bptrain/common.h"
@@ -29,6 +30,11 @@ typedef struct bpt_op_definition {
   /* profiler: optional. Sets the floating-point operations and bytes moved by forward (backward == 0) or
    * backward for the current batch (graph->batch). NULL: the profiler estimates bytes from the shapes. */
   void (*cost)(const bpt_node *node, int backward, double *flops, double *bytes);
+
+  /* Activation memory (issue 4), optional: whether backward reads the value of input `input`, and the
+   * node's own value. NULL means yes; values nothing reads after forward share memory (compile.c). */
+  bool (*backward_reads_input)(const bpt_node *node, int input);
+  bool (*backward_reads_output)(const bpt_node *node);
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;

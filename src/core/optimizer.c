@@ -10,6 +10,7 @@
 #include "core/graph.h"
 #include "core/profiler.h"
 #include "core/optimizer_state.h"
+#include "core/precision.h"
 #include "core/schedule.h"
 
 struct bpt_optimizer {
@@ -143,6 +144,11 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
+  if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BEFORE_UPDATE, -1));
+  /* Loss scaling and non-finite checks (issue 4): unscales the gradients, may skip this update. */
+  bool skip = false;
+  BPT_CHECK(bpt_precision_before_step(graph, &skip));
+  if (skip) return BPT_OK;
   bpt_optimizer_options *o = &optimizer->options;
   if (optimizer->has_schedule) {
     float rate = o->learning_rate;

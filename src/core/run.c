@@ -5,6 +5,7 @@
 
 #include "core/graph.h"
 #include "core/profiler.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 
 static bpt_status require_compiled(bpt_graph *graph, const char *where) {
@@ -65,10 +66,13 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
   }
   graph->batch = batch ? batch : 1;
   graph->forward_done = false;
+  graph->forward_seed = bpt_rng_next(&graph->rng); /* stochastic ops (issue 4) */
+  BPT_CHECK(bpt_precision_before_forward(graph));
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     if (definition->forward) BPT_CHECK(definition->forward(node));
+    BPT_CHECK(bpt_precision_after_forward_node(node));
     if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check(node)); /* robustness (issue 9) */
   }
   graph->forward_count++;
@@ -93,6 +97,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   BPT_CHECK(require_compiled(graph, where));
   if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "%s: the graph was compiled without a loss", where);
   if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_forward first", where);
+  if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_BEGIN, accumulate));
   if (!accumulate) BPT_CHECK(bpt_graph_zero_gradients(graph));
   BPT_CHECK(zero_activation_gradients(graph));
   bpt_backend *backend = graph->backend;
@@ -102,9 +107,14 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   for (int i = graph->node_count - 1; i >= 0; i--) {
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
-    if (node->requires_grad && definition->backward) BPT_CHECK(definition->backward(node));
+    if (node->requires_grad && definition->backward) {
+      BPT_CHECK(bpt_precision_before_backward_node(node));
+      BPT_CHECK(definition->backward(node));
+    }
     if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check_backward(node)); /* robustness (issue 9) */
+    if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_NODE_BACKWARD, i));
   }
+  if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_END, -1));
   graph->backward_done = true;
   return BPT_OK;
 }
@@ -144,6 +154,11 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
                      node->name);
   if (!graph->forward_done && node->op != BPT_OP_PARAMETER)
     return bpt_error(context, BPT_ERR_STATE, "bpt_graph_read: run forward before reading '%s'", node->name);
+  if (node->value_reused_by)
+    return bpt_error(context, BPT_ERR_STATE,
+                     "bpt_graph_read: the value of '%s' is not kept after forward (its memory is reused by '%s'); "
+                     "set keep_all_values in bpt_precision_options to keep every value",
+                     node->name, node->value_reused_by->name);
   if (tensor->dtype != node->dtype)
     return bpt_error(context, BPT_ERR_DTYPE, "bpt_graph_read: node '%s' is %s, tensor is %s", node->name,
                      bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));

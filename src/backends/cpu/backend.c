@@ -67,6 +67,16 @@ static const bpt_backend_vtable cpu_vtable = {
     .mse_backward = bpt_cpu_mse_backward,
     .sgd_update = bpt_cpu_sgd_update,
     .adam_update = bpt_cpu_adam_update,
+    /* Precision, binary stochastic neurons and activation memory (issue 4). */
+    .cast = bpt_cpu_cast,
+    .unscale_check_finite = bpt_cpu_unscale_check_finite,
+    .cast_stochastic = bpt_cpu_cast_stochastic,
+    .round_to_dtype = bpt_cpu_round_to_dtype,
+    .binary_stochastic_forward = bpt_cpu_binary_stochastic_forward,
+    .binary_stochastic_backward = bpt_cpu_binary_stochastic_backward,
+    .relu_mask_forward = bpt_cpu_relu_mask_forward,
+    .relu_mask_backward = bpt_cpu_relu_mask_backward,
+    .absolute_max = bpt_cpu_absolute_max,
     /* cnn (issue 3) */
     .conv2d_forward = bpt_cpu_conv2d_forward,
     .conv2d_backward_data = bpt_cpu_conv2d_backward_data,

@@ -28,6 +28,24 @@ bpt_status bpt_cpu_mse_backward(bpt_backend *backend, int64_t count, const float
 bpt_status bpt_cpu_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_cpu_adam_update(bpt_backend *backend, const bpt_update_args *args);
 
+/* Precision, binary stochastic neurons and activation memory (issue 4). */
+bpt_status bpt_cpu_gemm_mixed(bpt_backend *backend, const bpt_gemm_args *args);
+bpt_status bpt_cpu_cast(bpt_backend *backend, int64_t count, bpt_dtype source_dtype, const void *source,
+                        bpt_dtype destination_dtype, void *destination, float scale);
+bpt_status bpt_cpu_cast_stochastic(bpt_backend *backend, int64_t count, const float *source,
+                                   bpt_dtype destination_dtype, void *destination, float scale, uint64_t seed);
+bpt_status bpt_cpu_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values);
+bpt_status bpt_cpu_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
+                                        int32_t *found_nonfinite);
+bpt_status bpt_cpu_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
+bpt_status bpt_cpu_binary_stochastic_forward(bpt_backend *backend, int64_t count, const float *z, float *a,
+                                             uint64_t seed, bool deterministic);
+bpt_status bpt_cpu_binary_stochastic_backward(bpt_backend *backend, int64_t count, bool sigmoid_adjusted,
+                                              const float *z, const float *da, float *dz);
+bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
+bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
+                                      float *dx);
+
 /* cnn (issue 3): scratch memory, convolution, batch norm, pooling, dropout and the training toolkit. */
 #include <stddef.h>
 

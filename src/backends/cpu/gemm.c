@@ -8,6 +8,9 @@ bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
     return bpt_backend_fail(backend, BPT_ERR_SHAPE, "gemm dimensions %lld x %lld x %lld are out of range",
                             (long long)args->m, (long long)args->n, (long long)args->k);
   if (args->m == 0 || args->n == 0) return BPT_OK;
+  /* Narrow operands (issue 4): widened to f32 scratch in gemm_mixed.c. */
+  if (args->a_dtype != BPT_DTYPE_F32 || args->b_dtype != BPT_DTYPE_F32 || args->c_dtype != BPT_DTYPE_F32)
+    return bpt_cpu_gemm_mixed(backend, args);
   cblas_sgemm(CblasRowMajor, args->transpose_a ? CblasTrans : CblasNoTrans,
               args->transpose_b ? CblasTrans : CblasNoTrans, (blasint)args->m, (blasint)args->n, (blasint)args->k,
               args->alpha, args->a, (blasint)args->lda, args->b, (blasint)args->ldb, args->beta, args->c,

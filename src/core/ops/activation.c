@@ -1,5 +1,6 @@
 /* Element-wise activations (ReLU, LeakyReLU, sigmoid, tanh): one shape rule and one kernel pair,
- * told apart by bpt_activation; the slope of LeakyReLU is float attribute 0. */
+ * told apart by bpt_activation; the slope of LeakyReLU is float attribute 0. The relu op definition itself
+ * lives in relu.c (it keeps a 1-bit mask for backward); its builder stays here with the others. */
 #include <math.h>
 
 #include "core/graph.h"
@@ -39,7 +40,6 @@ static bpt_status activation_backward(bpt_node *node) {
                                               .infer_shape = activation_infer_shape,             \
                                               .forward = activation_forward,                     \
                                               .backward = activation_backward};
-BPT_ACTIVATION_OP(relu)
 BPT_ACTIVATION_OP(leaky_relu)
 BPT_ACTIVATION_OP(sigmoid)
 BPT_ACTIVATION_OP(tanh)

@@ -1,6 +1,50 @@
 /* linear: y = x W^T + b, with x (N, in), W (out, in), b (out), y (N, out).
  * All three products run as one GEMM each through the backend. */
 #include "core/graph.h"
+#include "core/precision.h"
+
+/* Compressed saved activations (issue 4): when the precision policy asks for it, the forward keeps x for the
+ * weight gradient in node->saved as f16, bf16 or FP8 E4M3 (per-tensor power-of-two scale in float
+ * attribute 0), so x itself need not stay in memory. The first 64 bytes of saved hold the device amax. */
+#define LINEAR_SAVED_HEADER 64
+
+static bpt_dtype saved_input_dtype(const bpt_node *node) {
+  const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
+  const bpt_precision_state *precision = node->graph->precision;
+  if (!precision || !weight->requires_grad || x->op == BPT_OP_INPUT || !node->graph->loss) return BPT_DTYPE_F32;
+  switch (precision->options.saved_activation_storage) {
+  case BPT_ACTIVATION_STORAGE_F16: return BPT_DTYPE_F16;
+  case BPT_ACTIVATION_STORAGE_BF16: return BPT_DTYPE_BF16;
+  case BPT_ACTIVATION_STORAGE_FP8: return BPT_DTYPE_FP8_E4M3;
+  default: return BPT_DTYPE_F32;
+  }
+}
+
+static size_t linear_saved_bytes(const bpt_node *node) {
+  bpt_dtype dtype = saved_input_dtype(node);
+  if (dtype == BPT_DTYPE_F32) return 0;
+  int64_t count = node->graph->max_batch * bpt_node_inner_count(node->inputs[0]);
+  return LINEAR_SAVED_HEADER + (size_t)count * bpt_dtype_size(dtype);
+}
+
+static bpt_status save_input(bpt_node *node) {
+  const bpt_node *x = node->inputs[0];
+  bpt_dtype dtype = saved_input_dtype(node);
+  int64_t count = bpt_node_count(x);
+  float scale = 1.0f;
+  if (dtype == BPT_DTYPE_FP8_E4M3) {
+    /* The largest power of two that keeps max |x| within E4M3's 448. */
+    float maximum = 0.0f;
+    bpt_backend *backend = node->graph->backend;
+    BPT_CHECK(BPT_KERNEL(node, absolute_max, count, x->value, (float *)node->saved));
+    if (backend->vtable->download(backend, &maximum, node->saved, sizeof maximum) != BPT_OK)
+      return bpt_node_error(node, BPT_ERR_DEVICE, "reading the activation maximum");
+    BPT_CHECK(bpt_fp8_scale(node->graph->context, dtype, &maximum, 1, &scale));
+  }
+  node->float_attributes[0] = scale;
+  return BPT_KERNEL(node, cast, count, BPT_DTYPE_F32, x->value, dtype, (char *)node->saved + LINEAR_SAVED_HEADER,
+                    scale);
+}
 
 static bpt_status linear_infer_shape(bpt_node *node) {
   bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
@@ -32,6 +76,7 @@ static bpt_status linear_forward(bpt_node *node) {
                            .c = node->value, .ldc = out};
   BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   if (bias) BPT_CHECK(BPT_KERNEL(node, bias_add, batch, out, bias->value, node->value));
+  if (node->saved) BPT_CHECK(save_input(node));
   return BPT_OK;
 }
 
@@ -43,6 +88,12 @@ static bpt_status linear_backward(bpt_node *node) {
     bpt_gemm_args product = {.transpose_a = true, .transpose_b = false, .m = out, .n = in, .k = batch, .alpha = 1.0f,
                              .a = node->grad, .lda = out, .b = x->value, .ldb = in, .beta = 1.0f,
                              .c = weight->grad, .ldc = in};
+    if (node->saved) {
+      /* x from its compressed copy; alpha undoes the FP8 scale. */
+      product.b_dtype = saved_input_dtype(node);
+      product.b = (const float *)((const char *)node->saved + LINEAR_SAVED_HEADER);
+      product.alpha = 1.0f / node->float_attributes[0];
+    }
     BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   }
   if (bias && bias->requires_grad) BPT_CHECK(BPT_KERNEL(node, bias_backward, batch, out, node->grad, bias->grad));
@@ -54,6 +105,18 @@ static bpt_status linear_backward(bpt_node *node) {
     BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   }
   return BPT_OK;
+}
+
+/* Backward reads x for the weight gradient (unless it kept a compressed copy) and W for the input gradient. */
+static bool linear_backward_reads_input(const bpt_node *node, int input) {
+  if (input == 0) return node->inputs[1]->requires_grad && saved_input_dtype(node) == BPT_DTYPE_F32;
+  if (input == 1) return node->inputs[0]->requires_grad;
+  return false;
+}
+
+static bool linear_backward_reads_output(const bpt_node *node) {
+  (void)node;
+  return false;
 }
 
 /* For the profiler: each GEMM is 2 m n k FLOPs over its three f32 operands. */
@@ -74,8 +137,11 @@ static void linear_cost(const bpt_node *node, int backward, double *flops, doubl
 
 const bpt_op_definition bpt_op_linear = {.name = "linear",
                                          .infer_shape = linear_infer_shape,
+                                         .saved_bytes = linear_saved_bytes,
                                          .forward = linear_forward,
                                          .backward = linear_backward,
+                                         .backward_reads_input = linear_backward_reads_input,
+                                         .backward_reads_output = linear_backward_reads_output,
                                          .cost = linear_cost};
 
 bpt_status bpt_linear(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight, bpt_node *bias,

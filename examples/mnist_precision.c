@@ -1,0 +1,212 @@
+/* Trains the 784-512-256-10 ReLU MLP of mnist_mlp under a precision policy and reports the test accuracy, the
+ * loss scaler's state and the activation memory the graph holds between forward and backward. With --all it
+ * runs f32, bf16, f16 with loss scaling, and f32 with each compressed saved-activation storage, then prints
+ * one table (the figures in docs/precision.md come from it).
+ *
+ *   mnist_precision [--data DIR] [--epochs 5] [--batch 128] [--lr 0.05] [--momentum 0.9] [--dtype f32|bf16|f16]
+ *                   [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--all]
+ *                   [--threads N] [--seed 42]
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "example_util.h"
+
+static const char usage[] =
+    "usage: mnist_precision [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--dtype f32|bf16|f16]\n"
+    "                       [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--all]\n"
+    "                       [--threads N] [--seed N]\n"
+    "  --dtype         compute dtype of activations, their gradients and weight copies (default f32)\n"
+    "  --storage       format of the activations kept for backward (default: the compute dtype)\n"
+    "  --all           run every configuration and print a table\n";
+
+typedef struct run_result {
+  double accuracy;
+  float loss_scale;
+  int64_t skipped;
+  bpt_graph_memory_stats memory;
+} run_result;
+
+typedef struct settings {
+  const char *data;
+  long epochs, batch;
+  float learning_rate, momentum;
+  bpt_context_options context_options;
+} settings;
+
+static run_result train(const settings *s, const bpt_precision_options *precision, bpt_dataset *train_set,
+                        bpt_dataset *test_set) {
+  bpt_context *context = NULL;
+  EXAMPLE_CHECK(NULL, bpt_context_create(&s->context_options, &context));
+  int64_t features = bpt_dataset_sample_size(train_set), classes = bpt_dataset_class_count(train_set);
+  bpt_graph *graph = NULL;
+  EXAMPLE_CHECK(context, bpt_graph_create(context, &graph));
+  EXAMPLE_CHECK(context, bpt_graph_set_precision(graph, precision));
+  static const int64_t widths[2] = {512, 256};
+  example_classifier mlp;
+  EXAMPLE_CHECK(context, example_build_mlp(graph, features, widths, 2, classes, &mlp));
+  bpt_node *images = mlp.images, *labels = mlp.labels, *logits = mlp.logits, *loss = mlp.loss;
+  EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, s->batch));
+  bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
+  optimizer_options.learning_rate = s->learning_rate;
+  optimizer_options.momentum = s->momentum;
+  bpt_optimizer *optimizer = NULL;
+  EXAMPLE_CHECK(context, bpt_optimizer_create(graph, &optimizer_options, &optimizer));
+  int64_t dims[2] = {s->batch, features};
+  bpt_tensor *x = NULL, *y = NULL;
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, dims, &x));
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &y));
+  run_result result = {0};
+  for (long epoch = 1; epoch <= s->epochs; epoch++) {
+    EXAMPLE_CHECK(context, bpt_dataset_shuffle(train_set, s->context_options.seed + (uint64_t)epoch));
+    char label[64];
+    snprintf(label, sizeof label, "%s epoch %ld/%ld", bpt_dtype_name(precision->compute_dtype), epoch, s->epochs);
+    example_progress progress;
+    example_progress_start(&progress, label, (long)bpt_dataset_size(train_set));
+    double running_loss = 0.0;
+    long seen = 0;
+    for (int64_t b = 0; b < bpt_dataset_batch_count(train_set, s->batch); b++) {
+      EXAMPLE_CHECK(context, bpt_dataset_batch(train_set, b, s->batch, x, y));
+      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, x));
+      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, y));
+      EXAMPLE_CHECK(context, bpt_graph_forward(graph));
+      EXAMPLE_CHECK(context, bpt_graph_backward(graph));
+      EXAMPLE_CHECK(context, bpt_optimizer_step(optimizer));
+      float batch_loss;
+      EXAMPLE_CHECK(context, bpt_graph_loss(graph, &batch_loss));
+      running_loss = b == 0 ? batch_loss : 0.98 * running_loss + 0.02 * batch_loss;
+      seen += (long)bpt_tensor_dim(x, 0);
+      example_progress_update(&progress, seen, running_loss);
+    }
+    example_progress_finish(&progress, running_loss);
+    EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test_set, s->batch,
+                                            &result.accuracy, NULL));
+    printf("epoch %ld: test accuracy %.2f%%, loss scale %g, %lld skipped steps\n", epoch, 100.0 * result.accuracy,
+           (double)bpt_graph_loss_scale(graph), (long long)bpt_graph_skipped_steps(graph));
+    fflush(stdout);
+  }
+  result.loss_scale = bpt_graph_loss_scale(graph);
+  result.skipped = bpt_graph_skipped_steps(graph);
+  result.memory.size = sizeof result.memory;
+  EXAMPLE_CHECK(context, bpt_graph_memory(graph, &result.memory));
+  bpt_tensor_destroy(x);
+  bpt_tensor_destroy(y);
+  bpt_optimizer_destroy(optimizer);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+  return result;
+}
+
+static const char *storage_name(bpt_activation_storage storage) {
+  static const char *const names[] = {"compute", "f16", "bf16", "fp8"};
+  return names[storage];
+}
+
+static void print_result(const bpt_precision_options *p, const run_result *r) {
+  double per_sample = (double)r->memory.max_batch;
+  printf("| %-5s | %-7s | %-7s | %7.2f%% | %11g | %7lld | %13.0f | %16.0f | %18.0f |\n",
+         bpt_dtype_name(p->compute_dtype),
+         r->loss_scale != 1.0f || p->loss_scaling == BPT_LOSS_SCALING_DYNAMIC ? "dynamic" : "none",
+         storage_name(p->saved_activation_storage), 100.0 * r->accuracy, (double)r->loss_scale,
+         (long long)r->skipped, (double)r->memory.activation_bytes_held / per_sample,
+         (double)(r->memory.activation_bytes_held - r->memory.input_bytes) / per_sample,
+         (double)r->memory.transient_bytes / per_sample);
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--dtype",
+                                       "--loss-scaling", "--storage", "--threads", "--seed", NULL};
+  static const char *const flags[] = {"--all", NULL};
+  example_check_arguments(argc, argv, valued, flags, usage);
+  settings s = {0};
+  s.data = example_option(argc, argv, "--data");
+  if (!s.data) s.data = "/usr/share/datasets/fashion-mnist";
+  s.epochs = example_option_long(argc, argv, "--epochs", 5);
+  s.batch = example_option_long(argc, argv, "--batch", 128);
+  s.learning_rate = (float)example_option_double(argc, argv, "--lr", 0.05);
+  s.momentum = (float)example_option_double(argc, argv, "--momentum", 0.9);
+  if (s.epochs < 1 || s.batch < 1) {
+    fprintf(stderr, "error: --epochs and --batch must be positive\n");
+    return 2;
+  }
+  s.context_options = bpt_context_options_default();
+  s.context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  s.context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
+
+  bpt_precision_options one = bpt_precision_options_default();
+  const char *dtype = example_option(argc, argv, "--dtype"), *scaling = example_option(argc, argv, "--loss-scaling"),
+             *storage = example_option(argc, argv, "--storage");
+  if (dtype && strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0 && strcmp(dtype, "f16") != 0) {
+    fprintf(stderr, "error: --dtype must be f32, bf16 or f16\n%s", usage);
+    return 2;
+  }
+  one.compute_dtype = !dtype || strcmp(dtype, "f32") == 0 ? BPT_DTYPE_F32
+                      : strcmp(dtype, "bf16") == 0        ? BPT_DTYPE_BF16
+                                                          : BPT_DTYPE_F16;
+  if (scaling) {
+    if (strcmp(scaling, "auto") == 0) one.loss_scaling = BPT_LOSS_SCALING_AUTO;
+    else if (strcmp(scaling, "none") == 0) one.loss_scaling = BPT_LOSS_SCALING_NONE;
+    else if (strcmp(scaling, "dynamic") == 0) one.loss_scaling = BPT_LOSS_SCALING_DYNAMIC;
+    else {
+      fprintf(stderr, "error: --loss-scaling must be auto, none or dynamic\n%s", usage);
+      return 2;
+    }
+  }
+  if (storage) {
+    bool found = false;
+    for (int i = 0; i <= BPT_ACTIVATION_STORAGE_FP8; i++)
+      if (strcmp(storage, storage_name((bpt_activation_storage)i)) == 0) {
+        one.saved_activation_storage = (bpt_activation_storage)i;
+        found = true;
+      }
+    if (!found) {
+      fprintf(stderr, "error: --storage must be compute, f16, bf16 or fp8\n%s", usage);
+      return 2;
+    }
+  }
+
+  bpt_context *context = NULL;
+  EXAMPLE_CHECK(NULL, bpt_context_create(&s.context_options, &context));
+  bpt_dataset *train_set = NULL, *test_set = NULL;
+  EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, s.data, "train", &train_set));
+  EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, s.data, "t10k", &test_set));
+  printf("libbptrain %s: %lld training and %lld test samples from %s, %ld epochs, batch %ld\n", bpt_version(),
+         (long long)bpt_dataset_size(train_set), (long long)bpt_dataset_size(test_set), s.data, s.epochs, s.batch);
+
+  bpt_precision_options runs[7];
+  int run_count = 0;
+  if (example_flag(argc, argv, "--all")) {
+    bpt_dtype dtypes[3] = {BPT_DTYPE_F32, BPT_DTYPE_BF16, BPT_DTYPE_F16};
+    for (int i = 0; i < 3; i++) {
+      runs[run_count] = bpt_precision_options_default();
+      runs[run_count++].compute_dtype = dtypes[i];
+    }
+    for (int storage_kind = BPT_ACTIVATION_STORAGE_F16; storage_kind <= BPT_ACTIVATION_STORAGE_FP8; storage_kind++) {
+      runs[run_count] = bpt_precision_options_default();
+      runs[run_count++].saved_activation_storage = (bpt_activation_storage)storage_kind;
+    }
+    runs[run_count] = bpt_precision_options_default();
+    runs[run_count++].keep_all_values = 1;
+  } else {
+    runs[run_count++] = one;
+  }
+  run_result results[7];
+  for (int i = 0; i < run_count; i++) {
+    printf("run %d/%d: compute %s, saved activations %s%s\n", i + 1, run_count, bpt_dtype_name(runs[i].compute_dtype),
+           storage_name(runs[i].saved_activation_storage), runs[i].keep_all_values ? ", every value kept" : "");
+    results[i] = train(&s, &runs[i], train_set, test_set);
+  }
+  printf("\n| dtype | scaling | storage | test acc | final scale | skipped | held B/sample | held w/o inputs | "
+         "transient B/sample |\n");
+  printf("|-------|---------|---------|----------|-------------|---------|---------------|------------------|"
+         "--------------------|\n");
+  for (int i = 0; i < run_count; i++) {
+    print_result(&runs[i], &results[i]);
+    if (runs[i].keep_all_values) printf("  (previous row: every value kept, as before the memory plan)\n");
+  }
+  bpt_dataset_destroy(train_set);
+  bpt_dataset_destroy(test_set);
+  bpt_context_destroy(context);
+  return 0;
+}

@@ -1,0 +1,190 @@
+/* The CUDA backend's private header, shared by its .c files (host API: memory, cuBLAS, cuDNN) and its .cu
+ * files (own kernels). Only backend.c exports anything: the table. Every kernel runs on the context's one
+ * stream, so work is ordered without host synchronisation; errors from a launch are checked right after it. */
+#ifndef BPT_CUDA_H
+#define BPT_CUDA_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bptrain/common.h"
+
+#ifdef __cplusplus
+/* backend.h is a C header without linkage markers; the .cu files must see its functions as C. */
+extern "C" {
+#endif
+#include "backends/backend.h"
+
+/* Host-to-device uploads go through pinned staging slots so cudaMemcpyAsync is truly asynchronous and the
+ * caller's buffer can be reused as soon as upload returns. Large uploads travel on a copy stream into a
+ * device staging slot while the compute stream runs the current step, and only a device-to-device copy
+ * (at device bandwidth) lands in the compute stream's order. Two slots: one fills while the other copies. */
+#define BPT_CUDA_STAGING_SLOTS 2
+#define BPT_CUDA_STAGING_BYTES (8u << 20)
+/* Uploads smaller than this go straight into the compute stream: overlap would not pay for two copies. */
+#define BPT_CUDA_OVERLAP_BYTES (64u << 10)
+/* cuBLAS's workspace (32 MiB is what it asks for on Hopper). */
+#define BPT_CUDA_CUBLAS_WORKSPACE (32u << 20)
+/* Per-shape convolution plans kept (descriptors and the chosen algorithms). */
+#define BPT_CUDA_CONV_CACHE 64
+
+/* Returns from the calling function when a status is not BPT_OK. */
+#define BPT_CUDA_TRY(expression)              \
+  do {                                        \
+    bpt_status bpt_cuda_try_ = (expression);  \
+    if (bpt_cuda_try_ != BPT_OK) return bpt_cuda_try_; \
+  } while (0)
+
+typedef struct bpt_cuda_conv_plan bpt_cuda_conv_plan;
+
+/* The cuBLAS entry points the backend uses, loaded at run time (cublas_library.c says why). */
+typedef cublasStatus_t (*bpt_cuda_gemm_ex_fn)(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                              int m, int n, int k, const void *alpha, const void *a,
+                                              cudaDataType_t a_type, int lda, const void *b, cudaDataType_t b_type,
+                                              int ldb, const void *beta, void *c, cudaDataType_t c_type, int ldc,
+                                              cublasComputeType_t compute_type, cublasGemmAlgo_t algorithm);
+typedef struct bpt_cuda_cublas_api {
+  bool loaded;
+  cublasStatus_t (*create)(cublasHandle_t *handle);
+  cublasStatus_t (*destroy)(cublasHandle_t handle);
+  cublasStatus_t (*set_stream)(cublasHandle_t handle, cudaStream_t stream);
+  cublasStatus_t (*set_pointer_mode)(cublasHandle_t handle, cublasPointerMode_t mode);
+  cublasStatus_t (*set_workspace)(cublasHandle_t handle, void *workspace, size_t bytes);
+  const char *(*status_string)(cublasStatus_t status);
+  bpt_cuda_gemm_ex_fn gemm_ex;
+} bpt_cuda_cublas_api;
+
+/* Loads cuBLAS once per process; NULL (with the backend's message set) when it cannot be loaded. */
+const bpt_cuda_cublas_api *bpt_cuda_cublas(bpt_backend *backend);
+
+typedef struct bpt_cuda_state {
+  int device;
+  int multiprocessors;
+  cudaStream_t stream;
+  cudaMemPool_t pool; /* the caching allocator: stream-ordered, memory kept by the pool between steps */
+  const bpt_cuda_cublas_api *blas;
+  cublasHandle_t cublas;
+  void *cublas_workspace;
+  cudnnHandle_t cudnn;
+  cudaStream_t copy_stream;
+  void *staging[BPT_CUDA_STAGING_SLOTS];        /* pinned host */
+  void *device_staging[BPT_CUDA_STAGING_SLOTS]; /* device, filled on copy_stream */
+  cudaEvent_t staging_done[BPT_CUDA_STAGING_SLOTS]; /* the slot's last use has finished on the device */
+  cudaEvent_t staging_copied[BPT_CUDA_STAGING_SLOTS]; /* the slot's host-to-device copy has finished */
+  int staging_next;
+  /* Scratch reused by kernels that need it (partial sums, cuDNN workspaces); grows, never shrinks. */
+  void *scratch;
+  size_t scratch_bytes;
+  void *workspace;
+  size_t workspace_bytes;
+  bool benchmark; /* BPT_CUDA_BENCHMARK=1: time the convolution algorithms once per shape, keep the fastest */
+  bool tf32;      /* BPT_CUDA_TF32=1: f32 products and convolutions may round operands to tf32 */
+  int conv_plan_count;
+  bpt_cuda_conv_plan *conv_plans[BPT_CUDA_CONV_CACHE];
+} bpt_cuda_state;
+
+static inline bpt_cuda_state *bpt_cuda(bpt_backend *backend) { return (bpt_cuda_state *)backend->state; }
+
+/* Threads per block for element-wise kernels, and a grid-stride grid that fills the device without
+ * launching more blocks than there is work for. */
+#define BPT_CUDA_THREADS 256
+static inline unsigned bpt_cuda_blocks(const bpt_cuda_state *state, int64_t count) {
+  int64_t blocks = (count + BPT_CUDA_THREADS - 1) / BPT_CUDA_THREADS;
+  int64_t limit = (int64_t)state->multiprocessors * 16;
+  if (blocks > limit) blocks = limit;
+  return blocks > 0 ? (unsigned)blocks : 1u;
+}
+
+/* Error translation: each returns BPT_OK or a failed status with the backend's message filled in. */
+bpt_status bpt_cuda_check(bpt_backend *backend, cudaError_t error, const char *where);
+bpt_status bpt_cuda_check_launch(bpt_backend *backend, const char *where);
+bpt_status bpt_cuda_check_cublas(bpt_backend *backend, cublasStatus_t status, const char *where);
+bpt_status bpt_cuda_check_cudnn(bpt_backend *backend, cudnnStatus_t status, const char *where);
+
+/* Memory (memory.c). scratch and workspace grow in stream order through the pool; their contents are not
+ * kept across calls. */
+bpt_status bpt_cuda_memory_create(bpt_backend *backend);
+void bpt_cuda_memory_destroy(bpt_backend *backend);
+bpt_status bpt_cuda_alloc(bpt_backend *backend, size_t bytes, void **out);
+void bpt_cuda_free(bpt_backend *backend, void *pointer);
+bpt_status bpt_cuda_upload(bpt_backend *backend, void *device_dst, const void *host_src, size_t bytes);
+bpt_status bpt_cuda_download(bpt_backend *backend, void *host_dst, const void *device_src, size_t bytes);
+bpt_status bpt_cuda_copy(bpt_backend *backend, void *device_dst, const void *device_src, size_t bytes);
+bpt_status bpt_cuda_memset_zero(bpt_backend *backend, void *device_dst, size_t bytes);
+bpt_status bpt_cuda_synchronize(bpt_backend *backend);
+bpt_status bpt_cuda_scratch(bpt_backend *backend, size_t bytes, void **out);
+bpt_status bpt_cuda_workspace(bpt_backend *backend, size_t bytes, void **out);
+
+/* Kernels, one file per job. */
+bpt_status bpt_cuda_gemm(bpt_backend *backend, const bpt_gemm_args *args);
+bpt_status bpt_cuda_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
+bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
+                                  float *bias_gradient);
+bpt_status bpt_cuda_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                       const float *x, float *y);
+bpt_status bpt_cuda_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                        const float *x, const float *y, const float *dy, float *dx);
+bpt_status bpt_cuda_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
+bpt_status bpt_cuda_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
+                                                  const float *logits, const int32_t *labels, float *probabilities,
+                                                  float *loss);
+bpt_status bpt_cuda_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
+                                                   const float *probabilities, const int32_t *labels,
+                                                   const float *loss_gradient, float *dlogits);
+bpt_status bpt_cuda_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
+                                float *loss);
+bpt_status bpt_cuda_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
+                                 const float *loss_gradient, float *dprediction, float *dtarget);
+bpt_status bpt_cuda_sgd_update(bpt_backend *backend, const bpt_update_args *args);
+bpt_status bpt_cuda_adam_update(bpt_backend *backend, const bpt_update_args *args);
+bpt_status bpt_cuda_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
+                                   const float *weight, const float *bias, float *y);
+bpt_status bpt_cuda_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
+                                         const float *weight, float *dx);
+bpt_status bpt_cuda_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
+                                           const float *dy, float *dweight, float *dbias);
+void bpt_cuda_conv_plans_destroy(bpt_backend *backend);
+bpt_status bpt_cuda_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                       const float *gamma, const float *beta, float *running_mean,
+                                       float *running_variance, float *y, float *saved_mean,
+                                       float *saved_inverse_std);
+bpt_status bpt_cuda_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                        const float *dy, const float *gamma, const float *saved_mean,
+                                        const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
+bpt_status bpt_cuda_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
+                                   int32_t *argmax);
+bpt_status bpt_cuda_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
+                                    const int32_t *argmax, float *dx);
+bpt_status bpt_cuda_cast(bpt_backend *backend, int64_t count, bpt_dtype source_dtype, const void *source,
+                         bpt_dtype destination_dtype, void *destination, float scale);
+bpt_status bpt_cuda_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
+                                         int32_t *found_nonfinite);
+/* Kernels for vtable members that the CNN branch (issue 3: dropout, reduce_statistics, scale_clamp) and the
+ * precision branch (issue 4: round_to_dtype, relu_mask, absolute_max) append to backend.h; backend.c lists
+ * them in the table once those members are merged (docs/cuda.md gives the lines). Same signatures. */
+bpt_status bpt_cuda_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
+                                    const float *x, float *y, float *mask);
+bpt_status bpt_cuda_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy,
+                                     float *dx);
+bpt_status bpt_cuda_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
+                                      double *sum_of_squares, int64_t *zeros);
+bpt_status bpt_cuda_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);
+bpt_status bpt_cuda_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values);
+bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
+bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
+                                       float *dx);
+bpt_status bpt_cuda_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
+/* Fills count floats with value (batch norm's default gamma and beta). */
+bpt_status bpt_cuda_fill(bpt_backend *backend, int64_t count, float value, float *y);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,150 @@
+// Element-wise CUDA kernels: bias broadcast and its column reduction, activation pairs, y += alpha x and
+// fills. Loops are grid-stride over int64 indices; reductions run in a fixed order so results are
+// deterministic from run to run.
+#include "backends/cuda/cuda.h"
+
+#define GRID_STRIDE(i, count) \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void bias_add_kernel(int64_t rows, int64_t cols, const float *bias, float *y) {
+  GRID_STRIDE(i, rows * cols) y[i] += bias[i % cols];
+}
+
+// dbias (cols) += column sums of dy (rows, cols). A block owns 32 columns; its 8 row lanes stride down the
+// rows (adjacent threads read adjacent columns), then fold their partial sums in shared memory.
+__global__ void bias_backward_kernel(int64_t rows, int64_t cols, const float *dy, float *bias_gradient) {
+  __shared__ float partial[8][33];
+  int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += 8) sum += dy[r * cols + col];
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    for (int lane = 1; lane < 8; lane++) sum += partial[lane][threadIdx.x];
+    bias_gradient[col] += sum;
+  }
+}
+
+__global__ void activation_forward_kernel(bpt_activation kind, float parameter, int64_t count, const float *x,
+                                          float *y) {
+  GRID_STRIDE(i, count) {
+    float v = x[i];
+    switch (kind) {
+    case BPT_ACTIVATION_RELU: y[i] = v > 0.0f ? v : 0.0f; break;
+    case BPT_ACTIVATION_LEAKY_RELU: y[i] = v > 0.0f ? v : parameter * v; break;
+    case BPT_ACTIVATION_SIGMOID: y[i] = 1.0f / (1.0f + expf(-v)); break;
+    case BPT_ACTIVATION_TANH: y[i] = tanhf(v); break;
+    }
+  }
+}
+
+__global__ void activation_backward_kernel(bpt_activation kind, float parameter, int64_t count, const float *x,
+                                           const float *y, const float *dy, float *dx) {
+  GRID_STRIDE(i, count) {
+    switch (kind) {
+    case BPT_ACTIVATION_RELU: dx[i] += x[i] > 0.0f ? dy[i] : 0.0f; break;
+    case BPT_ACTIVATION_LEAKY_RELU: dx[i] += x[i] > 0.0f ? dy[i] : parameter * dy[i]; break;
+    case BPT_ACTIVATION_SIGMOID: dx[i] += dy[i] * y[i] * (1.0f - y[i]); break;
+    case BPT_ACTIVATION_TANH: dx[i] += dy[i] * (1.0f - y[i] * y[i]); break;
+    }
+  }
+}
+
+__global__ void add_scaled_kernel(int64_t count, float alpha, const float *x, float *y) {
+  GRID_STRIDE(i, count) y[i] += alpha * x[i];
+}
+
+// ReLU keeping one bit per element for backward (the precision branch's member, issue 4): a thread owns a
+// whole mask byte, so no two threads write the same byte.
+__global__ void relu_mask_forward_kernel(int64_t count, const float *x, float *y, uint8_t *mask) {
+  GRID_STRIDE(byte, (count + 7) / 8) {
+    int64_t first = byte * 8, last = first + 8 < count ? first + 8 : count;
+    unsigned bits = 0;
+    for (int64_t i = first; i < last; i++) {
+      bool positive = x[i] > 0.0f;
+      y[i] = positive ? x[i] : 0.0f;
+      bits |= (unsigned)positive << (i - first);
+    }
+    mask[byte] = (uint8_t)bits;
+  }
+}
+
+__global__ void relu_mask_backward_kernel(int64_t count, const uint8_t *mask, const float *dy, float *dx) {
+  GRID_STRIDE(i, count) if (mask[i / 8] >> (i % 8) & 1) dx[i] += dy[i];
+}
+
+__global__ void fill_kernel(int64_t count, float value, float *y) {
+  GRID_STRIDE(i, count) y[i] = value;
+}
+
+bpt_status bpt_cuda_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (rows * cols == 0) return BPT_OK;
+  bias_add_kernel<<<bpt_cuda_blocks(state, rows * cols), BPT_CUDA_THREADS, 0, state->stream>>>(rows, cols, bias, y);
+  return bpt_cuda_check_launch(backend, "bias_add");
+}
+
+bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
+                                  float *bias_gradient) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (rows * cols == 0) return BPT_OK;
+  bias_backward_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, 8), 0, state->stream>>>(rows, cols, dy, bias_gradient);
+  return bpt_cuda_check_launch(backend, "bias_backward");
+}
+
+static bool known_activation(bpt_activation kind) {
+  return kind == BPT_ACTIVATION_RELU || kind == BPT_ACTIVATION_LEAKY_RELU || kind == BPT_ACTIVATION_SIGMOID ||
+         kind == BPT_ACTIVATION_TANH;
+}
+
+bpt_status bpt_cuda_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                       const float *x, float *y) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (!known_activation(kind)) return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+  if (count == 0) return BPT_OK;
+  activation_forward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(kind, parameter,
+                                                                                                  count, x, y);
+  return bpt_cuda_check_launch(backend, "activation_forward");
+}
+
+bpt_status bpt_cuda_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                        const float *x, const float *y, const float *dy, float *dx) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (!known_activation(kind)) return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+  if (count == 0) return BPT_OK;
+  activation_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
+      kind, parameter, count, x, y, dy, dx);
+  return bpt_cuda_check_launch(backend, "activation_backward");
+}
+
+bpt_status bpt_cuda_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (count == 0) return BPT_OK;
+  add_scaled_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, alpha, x, y);
+  return bpt_cuda_check_launch(backend, "add_scaled");
+}
+
+bpt_status bpt_cuda_fill(bpt_backend *backend, int64_t count, float value, float *y) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (count == 0) return BPT_OK;
+  fill_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, value, y);
+  return bpt_cuda_check_launch(backend, "fill");
+}
+
+bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (count == 0) return BPT_OK;
+  relu_mask_forward_kernel<<<bpt_cuda_blocks(state, (count + 7) / 8), BPT_CUDA_THREADS, 0, state->stream>>>(count, x,
+                                                                                                          y, mask);
+  return bpt_cuda_check_launch(backend, "relu_mask_forward");
+}
+
+bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
+                                       float *dx) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (count == 0) return BPT_OK;
+  relu_mask_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, mask, dy,
+                                                                                                  dx);
+  return bpt_cuda_check_launch(backend, "relu_mask_backward");
+}

@@ -1,0 +1,141 @@
+/* Planning activation memory (see memory_plan.h). A value is held when backward reads it (asked of each
+ * consumer's op definition, conservatively yes when an op does not say), when it is an input or a graph
+ * output, or when it is not batched; all other values are transient and placed first-fit in a shared region
+ * by their forward lifetime [creation, last consumer]. Gradients and saved buffers keep their own space. */
+#include <stdlib.h>
+
+#include "core/memory_plan.h"
+
+#define BPT_PLAN_ALIGNMENT 64
+
+static size_t align_up(size_t bytes) {
+  return (bytes + BPT_PLAN_ALIGNMENT - 1) / BPT_PLAN_ALIGNMENT * BPT_PLAN_ALIGNMENT;
+}
+
+static size_t value_bytes(const bpt_node *node) {
+  return (size_t)bpt_node_inner_count(node) * (node->batched ? (size_t)node->graph->max_batch : 1) *
+         bpt_dtype_size(node->dtype);
+}
+
+static bool backward_reads_input(const bpt_node *consumer, int input) {
+  if (!consumer->requires_grad) return false; /* its backward never runs */
+  const bpt_op_definition *definition = bpt_op_get(consumer->op);
+  if (!definition->backward) return false;
+  return !definition->backward_reads_input || definition->backward_reads_input(consumer, input);
+}
+
+static bool backward_reads_output(const bpt_node *node) {
+  const bpt_op_definition *definition = bpt_op_get(node->op);
+  if (!node->requires_grad || !definition->backward) return false;
+  return !definition->backward_reads_output || definition->backward_reads_output(node);
+}
+
+typedef struct block {
+  size_t offset, bytes;
+  int last_use;
+} block;
+
+static int by_offset(const void *a, const void *b) {
+  size_t x = ((const block *)a)->offset, y = ((const block *)b)->offset;
+  return x < y ? -1 : x > y;
+}
+
+void bpt_memory_plan_free(bpt_memory_plan *plan) {
+  free(plan->value_offset);
+  free(plan->grad_offset);
+  free(plan->saved_offset);
+  plan->value_offset = plan->grad_offset = plan->saved_offset = NULL;
+}
+
+bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_plan *plan) {
+  int n = graph->node_count;
+  bpt_context *context = graph->context;
+  plan->value_offset = bpt_calloc(context, (size_t)n, sizeof(size_t), "memory plan");
+  plan->grad_offset = bpt_calloc(context, (size_t)n, sizeof(size_t), "memory plan");
+  plan->saved_offset = bpt_calloc(context, (size_t)n, sizeof(size_t), "memory plan");
+  int *last_use = bpt_calloc(context, (size_t)n, sizeof(int), "memory plan");
+  bool *held = bpt_calloc(context, (size_t)n, sizeof(bool), "memory plan");
+  block *active = bpt_calloc(context, (size_t)n, sizeof(block), "memory plan");
+  bpt_status status = BPT_OK;
+  if (!plan->value_offset || !plan->grad_offset || !plan->saved_offset || !last_use || !held || !active) {
+    status = BPT_ERR_OUT_OF_MEMORY;
+    goto done;
+  }
+  /* Lifetimes and who reads what in backward. Creation order is topological. */
+  for (int i = 0; i < n; i++) {
+    bpt_node *node = graph->nodes[i];
+    last_use[i] = i;
+    held[i] = keep_all || !graph->loss || node->op == BPT_OP_INPUT || !node->batched || backward_reads_output(node);
+  }
+  for (int j = 0; j < n; j++) {
+    bpt_node *consumer = graph->nodes[j];
+    for (int k = 0; k < consumer->input_count; k++) {
+      int i = consumer->inputs[k]->index;
+      last_use[i] = j;
+      if (backward_reads_input(consumer, k)) held[i] = true;
+    }
+  }
+  /* Dedicated space: held values, gradients, saved buffers. */
+  size_t cursor = 0;
+  for (int i = 0; i < n; i++) {
+    bpt_node *node = graph->nodes[i];
+    plan->value_offset[i] = plan->grad_offset[i] = plan->saved_offset[i] = BPT_NO_OFFSET;
+    node->value_reused_by = NULL;
+    if (node->op == BPT_OP_PARAMETER) continue;
+    if (last_use[i] == i) held[i] = true; /* a graph output: the caller reads it */
+    if (held[i]) {
+      plan->value_offset[i] = cursor;
+      cursor += align_up(value_bytes(node));
+      plan->held_bytes += align_up(value_bytes(node));
+      if (node->op == BPT_OP_INPUT) plan->input_bytes += align_up(value_bytes(node));
+    }
+    const bpt_op_definition *definition = bpt_op_get(node->op);
+    size_t saved = definition->saved_bytes ? definition->saved_bytes(node) : 0;
+    if (saved) {
+      plan->saved_offset[i] = cursor;
+      cursor += align_up(saved);
+      plan->held_bytes += align_up(saved);
+    }
+    if (node->requires_grad) {
+      plan->grad_offset[i] = cursor;
+      cursor += align_up(value_bytes(node));
+      plan->gradient_bytes += align_up(value_bytes(node));
+    }
+  }
+  /* The transient region, first fit by lifetime. */
+  size_t region = 0;
+  int active_count = 0;
+  for (int i = 0; i < n; i++) {
+    bpt_node *node = graph->nodes[i];
+    if (node->op == BPT_OP_PARAMETER || held[i]) continue;
+    int kept = 0;
+    for (int b = 0; b < active_count; b++)
+      if (active[b].last_use >= i) active[kept++] = active[b];
+    active_count = kept;
+    qsort(active, (size_t)active_count, sizeof *active, by_offset);
+    size_t bytes = align_up(value_bytes(node)), offset = 0;
+    for (int b = 0; b < active_count && active[b].offset < offset + bytes; b++)
+      if (active[b].offset + active[b].bytes > offset) offset = active[b].offset + active[b].bytes;
+    active[active_count++] = (block){.offset = offset, .bytes = bytes, .last_use = last_use[i]};
+    plan->value_offset[i] = cursor + offset;
+    if (offset + bytes > region) region = offset + bytes;
+  }
+  plan->transient_bytes = region;
+  plan->arena_bytes = cursor + region;
+  /* A transient value is overwritten once a later node (created after its last consumer) shares its bytes. */
+  for (int i = 0; i < n; i++) {
+    if (held[i] || graph->nodes[i]->op == BPT_OP_PARAMETER) continue;
+    size_t start = plan->value_offset[i], end = start + align_up(value_bytes(graph->nodes[i]));
+    for (int j = last_use[i] + 1; j < n && !graph->nodes[i]->value_reused_by; j++) {
+      if (held[j] || graph->nodes[j]->op == BPT_OP_PARAMETER) continue;
+      size_t other = plan->value_offset[j], other_end = other + align_up(value_bytes(graph->nodes[j]));
+      if (other < end && start < other_end) graph->nodes[i]->value_reused_by = graph->nodes[j];
+    }
+  }
+done:
+  free(last_use);
+  free(held);
+  free(active);
+  if (status != BPT_OK) bpt_memory_plan_free(plan);
+  return status;
+}

@@ -1,0 +1,65 @@
+/* binary_stochastic: a = 1[u < sigmoid(z)], u ~ U(0, 1) per element and forward pass, or 1[z > 0] in the
+ * graph's deterministic mode; backward is a straight-through estimator (int attribute 0): identity,
+ * dz = da, or sigmoid-adjusted, dz = da * sigmoid'(z) (Bengio, Leonard & Courville 2013, section 4). */
+#include "bptrain/precision.h"
+#include "core/graph.h"
+#include "core/number_format.h"
+
+static bpt_status binary_stochastic_infer_shape(bpt_node *node) {
+  const bpt_node *z = node->inputs[0];
+  if (z->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", z->name);
+  node->batched = z->batched;
+  node->rank = z->rank;
+  for (int i = 0; i < z->rank; i++) node->dims[i] = z->dims[i];
+  return BPT_OK;
+}
+
+/* A stream per node and forward pass, so two neurons never share uniforms. */
+static uint64_t node_seed(const bpt_node *node) {
+  uint64_t high = bpt_number_format_random_bits(node->graph->forward_seed, (uint64_t)node->index);
+  uint64_t low = bpt_number_format_random_bits(node->graph->forward_seed ^ UINT64_C(0xa0761d6478bd642f),
+                                               (uint64_t)node->index);
+  return high << 32 | low;
+}
+
+static bpt_status binary_stochastic_forward(bpt_node *node) {
+  return BPT_KERNEL(node, binary_stochastic_forward, bpt_node_count(node), node->inputs[0]->value, node->value,
+                    node_seed(node), node->graph->deterministic);
+}
+
+static bpt_status binary_stochastic_backward(bpt_node *node) {
+  bpt_node *z = node->inputs[0];
+  if (!z->requires_grad) return BPT_OK;
+  bool sigmoid_adjusted = node->int_attributes[0] == BPT_STRAIGHT_THROUGH_SIGMOID;
+  return BPT_KERNEL(node, binary_stochastic_backward, bpt_node_count(node), sigmoid_adjusted,
+                    sigmoid_adjusted ? z->value : NULL, node->grad, z->grad);
+}
+
+static bool binary_stochastic_backward_reads_input(const bpt_node *node, int input) {
+  (void)input;
+  return node->int_attributes[0] == BPT_STRAIGHT_THROUGH_SIGMOID;
+}
+
+static bool reads_nothing_of_output(const bpt_node *node) {
+  (void)node;
+  return false;
+}
+
+const bpt_op_definition bpt_op_binary_stochastic = {.name = "binary_stochastic",
+                                                    .infer_shape = binary_stochastic_infer_shape,
+                                                    .forward = binary_stochastic_forward,
+                                                    .backward = binary_stochastic_backward,
+                                                    .backward_reads_input = binary_stochastic_backward_reads_input,
+                                                    .backward_reads_output = reads_nothing_of_output};
+
+bpt_status bpt_binary_stochastic(bpt_graph *graph, const char *name, bpt_node *z, bpt_straight_through estimator,
+                                 bpt_node **out) {
+  if (graph && (unsigned)estimator > (unsigned)BPT_STRAIGHT_THROUGH_SIGMOID) {
+    if (out) *out = NULL;
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "binary_stochastic '%s': unknown estimator %d",
+                     name ? name : "", (int)estimator);
+  }
+  BPT_CHECK(bpt_graph_add_node(graph, BPT_OP_BINARY_STOCHASTIC, name, &z, 1, out));
+  (*out)->int_attributes[0] = estimator;
+  return BPT_OK;
+}

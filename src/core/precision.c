@@ -1,0 +1,290 @@
+/* A graph's precision policy: options, f16/bf16 storage emulation at op boundaries, weight copies, and
+ * dynamic loss scaling with its one-pass unscale-and-check. The design is in docs/precision.md. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/graph.h"
+#include "core/precision.h"
+
+bpt_precision_options bpt_precision_options_default(void) {
+  bpt_precision_options options;
+  memset(&options, 0, sizeof options);
+  options.size = sizeof options;
+  options.compute_dtype = BPT_DTYPE_F32;
+  options.loss_scaling = BPT_LOSS_SCALING_AUTO;
+  options.initial_loss_scale = 65536.0f;
+  options.growth_interval = 2000;
+  options.growth_factor = 2.0f;
+  options.backoff_factor = 0.5f;
+  options.saved_activation_storage = BPT_ACTIVATION_STORAGE_COMPUTE;
+  options.keep_all_values = 0;
+  return options;
+}
+
+static bpt_status validate(bpt_context *context, const bpt_precision_options *o) {
+  const char *where = "bpt_graph_set_precision";
+  if (o->compute_dtype != BPT_DTYPE_F32 && o->compute_dtype != BPT_DTYPE_F16 && o->compute_dtype != BPT_DTYPE_BF16)
+    return bpt_error(context, BPT_ERR_DTYPE, "%s: compute dtype %s is not f32, f16 or bf16", where,
+                     bpt_dtype_name(o->compute_dtype));
+  if ((unsigned)o->loss_scaling > (unsigned)BPT_LOSS_SCALING_DYNAMIC)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: unknown loss scaling %d", where, (int)o->loss_scaling);
+  if (!(o->initial_loss_scale >= 1.0f) || !isfinite(o->initial_loss_scale))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: initial_loss_scale %g must be finite and >= 1", where,
+                     (double)o->initial_loss_scale);
+  if (o->growth_interval < 1)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: growth_interval %lld must be >= 1", where,
+                     (long long)o->growth_interval);
+  if (!(o->growth_factor >= 1.0f) || !isfinite(o->growth_factor) || !(o->backoff_factor > 0.0f) ||
+      !(o->backoff_factor < 1.0f))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
+                     "%s: growth_factor %g must be >= 1 and backoff_factor %g in (0, 1)", where,
+                     (double)o->growth_factor, (double)o->backoff_factor);
+  if ((unsigned)o->saved_activation_storage > (unsigned)BPT_ACTIVATION_STORAGE_FP8)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: unknown saved activation storage %d", where,
+                     (int)o->saved_activation_storage);
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_set_precision(bpt_graph *graph, const bpt_precision_options *options) {
+  const char *where = "bpt_graph_set_precision";
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
+  bpt_context *context = graph->context;
+  if (graph->compiled) return bpt_error(context, BPT_ERR_STATE, "%s: set the precision before compiling", where);
+  bpt_precision_options copy = bpt_precision_options_default();
+  if (options)
+    BPT_CHECK(bpt_copy_options(context, &copy, sizeof copy, options, options->size,
+                               offsetof(bpt_precision_options, keep_all_values) + sizeof copy.keep_all_values, where));
+  BPT_CHECK(validate(context, &copy));
+  if (!graph->precision) {
+    graph->precision = bpt_calloc(context, 1, sizeof *graph->precision, "precision state");
+    if (!graph->precision) return BPT_ERR_OUT_OF_MEMORY;
+  }
+  graph->precision->options = copy;
+  return BPT_OK;
+}
+
+bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stats) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: graph is NULL");
+  bpt_context *context = graph->context;
+  if (!stats) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: stats is NULL");
+  if (!graph->compiled) return bpt_error(context, BPT_ERR_STATE, "bpt_graph_memory: compile the graph first");
+  if (stats->size < offsetof(bpt_graph_memory_stats, input_bytes) + sizeof stats->input_bytes)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: set stats->size to sizeof(bpt_graph_memory_stats)");
+  size_t parameter_bytes = (size_t)graph->parameter_elements * sizeof(float);
+  bool copies = graph->precision && graph->precision->weight_copies;
+  stats->size = sizeof *stats;
+  stats->max_batch = graph->max_batch;
+  stats->activation_bytes_held = graph->held_bytes;
+  stats->transient_bytes = graph->transient_bytes;
+  stats->gradient_bytes = graph->gradient_bytes;
+  stats->parameter_bytes = parameter_bytes * (copies ? 3 : 2);
+  stats->input_bytes = graph->input_bytes;
+  return BPT_OK;
+}
+
+float bpt_graph_loss_scale(const bpt_graph *graph) {
+  if (!graph) return 0.0f;
+  return graph->precision && graph->precision->scaling ? graph->precision->loss_scale : 1.0f;
+}
+
+int64_t bpt_graph_skipped_steps(const bpt_graph *graph) {
+  return graph && graph->precision ? graph->precision->skipped_steps : 0;
+}
+
+bpt_status bpt_graph_set_deterministic(bpt_graph *graph, int deterministic) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_set_deterministic: graph is NULL");
+  graph->deterministic = deterministic != 0;
+  return BPT_OK;
+}
+
+static bpt_dtype compute_dtype(const bpt_graph *graph) {
+  return graph->precision ? graph->precision->options.compute_dtype : BPT_DTYPE_F32;
+}
+
+static bpt_status upload_loss_scale(bpt_graph *graph) {
+  bpt_backend *backend = graph->backend;
+  float scale = graph->precision->loss_scale;
+  if (backend->vtable->upload(backend, graph->loss_gradient, &scale, sizeof scale) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "loss scaling: uploading the scale");
+  return BPT_OK;
+}
+
+bpt_status bpt_precision_compile(bpt_graph *graph) {
+  bpt_precision_state *state = graph->precision;
+  if (!state) return BPT_OK;
+  bpt_backend *backend = graph->backend;
+  const bpt_precision_options *o = &state->options;
+  state->scaling = o->loss_scaling == BPT_LOSS_SCALING_DYNAMIC ||
+                   (o->loss_scaling == BPT_LOSS_SCALING_AUTO && o->compute_dtype == BPT_DTYPE_F16);
+  state->loss_scale = state->scaling ? o->initial_loss_scale : 1.0f;
+  state->clean_steps = state->skipped_steps = 0;
+  if (backend->vtable->alloc(backend, sizeof(int32_t), (void **)&state->found_nonfinite) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating a flag");
+  if (state->scaling) BPT_CHECK(upload_loss_scale(graph));
+  if (o->compute_dtype == BPT_DTYPE_F32) return BPT_OK;
+  if (!backend->vtable->round_to_dtype)
+    return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "bpt_graph_compile: backend '%s' cannot compute in %s",
+                     backend->vtable->name, bpt_dtype_name(o->compute_dtype));
+  size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
+  if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)&state->weight_copies) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating weight copies");
+  for (int p = 0; p < graph->parameter_count; p++)
+    graph->parameters[p]->value = state->weight_copies + graph->parameters[p]->param_offset;
+  return bpt_precision_before_forward(graph);
+}
+
+void bpt_precision_release(bpt_graph *graph) {
+  bpt_precision_state *state = graph->precision;
+  if (!state) return;
+  bpt_backend *backend = graph->backend;
+  if (state->weight_copies) backend->vtable->free(backend, state->weight_copies);
+  if (state->found_nonfinite) backend->vtable->free(backend, state->found_nonfinite);
+  state->weight_copies = NULL;
+  state->found_nonfinite = NULL;
+}
+
+void bpt_precision_destroy(bpt_graph *graph) {
+  free(graph->precision);
+  graph->precision = NULL;
+}
+
+static bpt_status round_buffer(bpt_graph *graph, float *values, int64_t count, const char *what, const char *name) {
+  bpt_backend *backend = graph->backend;
+  backend->error_message[0] = 0;
+  if (backend->vtable->round_to_dtype(backend, count, compute_dtype(graph), values) != BPT_OK)
+    return bpt_error(graph->context, BPT_ERR_DEVICE, "rounding %s '%s' to %s: %s", what, name,
+                     bpt_dtype_name(compute_dtype(graph)), backend->error_message);
+  return BPT_OK;
+}
+
+bpt_status bpt_precision_before_forward(bpt_graph *graph) {
+  bpt_precision_state *state = graph->precision;
+  if (!state || !state->weight_copies) return BPT_OK;
+  bpt_backend *backend = graph->backend;
+  size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
+  if (backend->vtable->copy(backend, state->weight_copies, graph->parameter_block, bytes) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "forward: copying weights");
+  return round_buffer(graph, state->weight_copies, graph->parameter_elements, "weight copies", "all");
+}
+
+/* Values and gradients of batched f32 nodes other than parameters are activations; unbatched results
+ * (the loss) stay f32, as autocast keeps reductions and losses in f32. */
+static bool is_activation(const bpt_node *node) {
+  return node->batched && node->dtype == BPT_DTYPE_F32 && node->op != BPT_OP_PARAMETER;
+}
+
+bpt_status bpt_precision_after_forward_node(bpt_node *node) {
+  if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node)) return BPT_OK;
+  return round_buffer(node->graph, node->value, bpt_node_count(node), "value", node->name);
+}
+
+bpt_status bpt_precision_before_backward_node(bpt_node *node) {
+  if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node) || !node->grad) return BPT_OK;
+  return round_buffer(node->graph, node->grad, bpt_node_count(node), "gradient", node->name);
+}
+
+bpt_status bpt_precision_round_gradients(bpt_graph *graph) {
+  if (compute_dtype(graph) == BPT_DTYPE_F32) return BPT_OK;
+  return round_buffer(graph, graph->gradient_block, graph->parameter_elements, "parameter gradients", "all");
+}
+
+/* Runs unscale_check_finite over count values at device pointer values; *found says whether any was not
+ * finite. With inverse_scale 1 it is a pure check. */
+static bpt_status check_finite(bpt_graph *graph, float *values, int64_t count, float inverse_scale, bool *found) {
+  bpt_backend *backend = graph->backend;
+  bpt_precision_state *state = graph->precision;
+  int32_t flag = 0;
+  backend->error_message[0] = 0;
+  if (!backend->vtable->unscale_check_finite)
+    return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "backend '%s' has no unscale_check_finite kernel",
+                     backend->vtable->name);
+  if (backend->vtable->memset_zero(backend, state->found_nonfinite, sizeof flag) != BPT_OK ||
+      backend->vtable->unscale_check_finite(backend, count, values, inverse_scale, state->found_nonfinite) != BPT_OK ||
+      backend->vtable->download(backend, &flag, state->found_nonfinite, sizeof flag) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "checking values are finite");
+  *found = flag != 0;
+  return BPT_OK;
+}
+
+/* Replays forward with the same inputs and random numbers, checking each op's output, and reports the first
+ * op whose output is not finite. Only runs when a step is refused, so forward itself pays nothing. */
+static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
+  const char *where = "bpt_optimizer_step";
+  if (!graph->backend->vtable->unscale_check_finite)
+    return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: %s (backend '%s' cannot check which op went non-finite)",
+                     where, what, graph->backend->vtable->name);
+  BPT_CHECK(bpt_precision_before_forward(graph));
+  for (int i = 0; i < graph->node_count; i++) {
+    bpt_node *node = graph->order[i];
+    const bpt_op_definition *definition = bpt_op_get(node->op);
+    if (definition->forward) BPT_CHECK(definition->forward(node));
+    BPT_CHECK(bpt_precision_after_forward_node(node));
+    if (node->dtype != BPT_DTYPE_F32) continue;
+    bool found = false;
+    BPT_CHECK(check_finite(graph, node->value, bpt_node_count(node), 1.0f, &found));
+    if (found && node->op == BPT_OP_PARAMETER)
+      return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: %s; parameter '%s' is not finite", where, what,
+                       node->name);
+    if (found && node->op == BPT_OP_INPUT)
+      return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: %s; input '%s' holds inf or NaN", where, what,
+                       node->name);
+    if (found)
+      return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: %s; the first op whose output went non-finite is %s '%s'",
+                       where, what, definition->name, node->name);
+  }
+  return bpt_error(graph->context, BPT_ERR_NUMERIC,
+                   "%s: %s; every op's output is finite, so the overflow happened in backward", where, what);
+}
+
+bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip) {
+  *skip = false;
+  bpt_context *context = graph->context;
+  if (!graph->precision) {
+    /* A graph without a policy computes in f32 without scaling; it still needs the flag to check steps. */
+    graph->precision = bpt_calloc(context, 1, sizeof *graph->precision, "precision state");
+    if (!graph->precision) return BPT_ERR_OUT_OF_MEMORY;
+    graph->precision->options = bpt_precision_options_default();
+    graph->precision->loss_scale = 1.0f;
+  }
+  if (!graph->precision->found_nonfinite &&
+      graph->backend->vtable->alloc(graph->backend, sizeof(int32_t), (void **)&graph->precision->found_nonfinite) !=
+          BPT_OK)
+    return bpt_backend_error(context, BPT_ERR_OUT_OF_MEMORY, "bpt_optimizer_step: allocating a flag");
+  bpt_precision_state *state = graph->precision;
+  /* Parameter gradients in the compute dtype, as a device would hold them before the unscale. Done here rather
+   * than at the end of backward so that data-parallel all-reduces (started during backward) are finished. */
+  BPT_CHECK(bpt_precision_round_gradients(graph));
+  float loss = 0.0f;
+  BPT_CHECK(bpt_graph_loss(graph, &loss));
+  if (!isfinite(loss)) {
+    char what[96];
+    snprintf(what, sizeof what, "the loss '%s' is %g", graph->loss->name, (double)loss);
+    return report_nonfinite(graph, what);
+  }
+  /* A backend without the kernel can still train without scaling: only the loss is checked then. */
+  if (!state->scaling && !graph->backend->vtable->unscale_check_finite) return BPT_OK;
+  bool found = false;
+  BPT_CHECK(check_finite(graph, graph->gradient_block, graph->parameter_elements, 1.0f / state->loss_scale, &found));
+  if (!state->scaling) {
+    if (found) return report_nonfinite(graph, "a parameter gradient is inf or NaN");
+    return BPT_OK;
+  }
+  const bpt_precision_options *o = &state->options;
+  if (found) {
+    /* Overflow at this scale: drop the update and retry the next batch at a smaller scale. */
+    state->skipped_steps++;
+    state->clean_steps = 0;
+    state->loss_scale = fmaxf(state->loss_scale * o->backoff_factor, 0x1p-24f);
+    *skip = true;
+    return upload_loss_scale(graph);
+  }
+  if (++state->clean_steps >= o->growth_interval) {
+    state->clean_steps = 0;
+    float grown = state->loss_scale * o->growth_factor;
+    if (isfinite(grown) && grown <= 0x1p64f) state->loss_scale = grown;
+    return upload_loss_scale(graph);
+  }
+  return BPT_OK;
+}

@@ -1,0 +1,40 @@
+/* The engine side of a graph's precision policy (see include/bptrain/precision.h and docs/precision.md):
+ * hooks that compile.c, run.c and optimizer.c call at fixed points, so the policy lives in one file. */
+#ifndef BPT_CORE_PRECISION_H
+#define BPT_CORE_PRECISION_H
+
+#include <stdbool.h>
+
+#include "bptrain/precision.h"
+
+typedef struct bpt_precision_state {
+  bpt_precision_options options;
+  bool scaling;             /* dynamic loss scaling is on */
+  float loss_scale;         /* 1 without scaling */
+  int64_t clean_steps;      /* since the last change of the scale */
+  int64_t skipped_steps;
+  float *weight_copies;     /* device: parameters rounded to the compute dtype (NULL for f32) */
+  int32_t *found_nonfinite; /* device: one flag for unscale_check_finite */
+} bpt_precision_state;
+
+/* After the memory plan: allocates weight copies and the flag, points parameters at the copies, seeds the
+ * loss gradient with the loss scale. */
+bpt_status bpt_precision_compile(bpt_graph *graph);
+/* Frees what bpt_precision_compile allocated (the options survive, so compile can be retried). */
+void bpt_precision_release(bpt_graph *graph);
+/* Frees the state itself, with the graph. */
+void bpt_precision_destroy(bpt_graph *graph);
+
+/* Forward: refresh the weight copies from the f32 masters, then round every op's output. */
+bpt_status bpt_precision_before_forward(bpt_graph *graph);
+bpt_status bpt_precision_after_forward_node(bpt_node *node);
+/* Backward: round each activation gradient once complete. */
+bpt_status bpt_precision_before_backward_node(bpt_node *node);
+/* Rounds the parameter gradients to the compute dtype (called by bpt_precision_before_step). */
+bpt_status bpt_precision_round_gradients(bpt_graph *graph);
+/* Before an optimiser update: unscale and check the gradients (one kernel pass), update the loss scale,
+ * and set *skip when the update must be skipped. Fails with BPT_ERR_NUMERIC, naming the first op whose
+ * output went non-finite, when the loss or (without scaling) a gradient is not finite. */
+bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip);
+
+#endif

@@ -1,0 +1,284 @@
+/* Data-parallel training over MPI: k SGD steps on all ranks, each with its share of a global batch B, must
+ * end with the parameters of one process training on the whole batch B (within float tolerance), for one
+ * bucket and for many small ones, with and without overlap, and with gradient accumulation. Compressed
+ * runs must keep every rank's parameters bit-identical. Also the state errors of accumulation. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bptrain/comm_mpi.h"
+#include "core/graph.h"
+#include "mpi_check.h"
+
+enum { features = 20, classes = 10, global_batch = 16, steps = 5 };
+
+typedef struct model {
+  bpt_graph *graph;
+  bpt_node *x, *labels, *loss;
+  bpt_optimizer *optimizer;
+  bpt_tensor *x_batch, *label_batch;
+} model;
+
+static float inputs[steps][global_batch][features];
+static int32_t targets[steps][global_batch];
+
+static void make_data(void) {
+  uint64_t state = 99;
+  for (int s = 0; s < steps; s++)
+    for (int b = 0; b < global_batch; b++) {
+      float best = -1e9f;
+      for (int f = 0; f < features; f++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        inputs[s][b][f] = (float)((state >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+      }
+      for (int c = 0; c < classes; c++) { /* label: argmax of a fixed linear map, so the task is learnable */
+        float score = 0.0f;
+        for (int f = 0; f < features; f++)
+          score += inputs[s][b][f] * (float)(((c + 3) * (f + 5)) % 7 - 3);
+        if (score > best) best = score, targets[s][b] = c;
+      }
+    }
+}
+
+static void build(bpt_context *context, int64_t batch, model *m) {
+  memset(m, 0, sizeof *m);
+  int64_t dims = features;
+  bpt_node *h;
+  MPI_CHECK_OK(context, bpt_graph_create(context, &m->graph));
+  MPI_CHECK_OK(context, bpt_graph_input(m->graph, "x", BPT_DTYPE_F32, 1, &dims, &m->x));
+  MPI_CHECK_OK(context, bpt_graph_input(m->graph, "labels", BPT_DTYPE_I32, 0, NULL, &m->labels));
+  MPI_CHECK_OK(context, bpt_layer_linear(m->graph, "fc1", m->x, 64, BPT_INIT_HE_UNIFORM, &h));
+  MPI_CHECK_OK(context, bpt_relu(m->graph, "relu1", h, &h));
+  MPI_CHECK_OK(context, bpt_layer_linear(m->graph, "fc2", h, 48, BPT_INIT_HE_UNIFORM, &h));
+  MPI_CHECK_OK(context, bpt_relu(m->graph, "relu2", h, &h));
+  MPI_CHECK_OK(context, bpt_layer_linear(m->graph, "fc3", h, classes, BPT_INIT_HE_UNIFORM, &h));
+  MPI_CHECK_OK(context, bpt_softmax_cross_entropy(m->graph, "loss", h, m->labels, &m->loss));
+  MPI_CHECK_OK(context, bpt_graph_compile(m->graph, m->loss, batch));
+  bpt_optimizer_options o = bpt_optimizer_options_default();
+  o.learning_rate = 0.1f;
+  o.momentum = 0.9f;
+  MPI_CHECK_OK(context, bpt_optimizer_create(m->graph, &o, &m->optimizer));
+  int64_t x_dims[2] = {batch, features};
+  MPI_CHECK_OK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, x_dims, &m->x_batch));
+  MPI_CHECK_OK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, x_dims, &m->label_batch));
+}
+
+static void destroy(model *m) {
+  bpt_tensor_destroy(m->x_batch);
+  bpt_tensor_destroy(m->label_batch);
+  bpt_optimizer_destroy(m->optimizer);
+  bpt_graph_destroy(m->graph);
+}
+
+/* Runs forward and backward on samples [first, first + count) of step s. */
+static void forward_backward(bpt_context *context, model *m, int s, int first, int count, int accumulate) {
+  MPI_CHECK_OK(context, bpt_tensor_set_batch(m->x_batch, count));
+  MPI_CHECK_OK(context, bpt_tensor_set_batch(m->label_batch, count));
+  memcpy(bpt_tensor_data(m->x_batch), inputs[s][first], sizeof(float) * features * (size_t)count);
+  memcpy(bpt_tensor_data(m->label_batch), &targets[s][first], sizeof(int32_t) * (size_t)count);
+  MPI_CHECK_OK(context, bpt_graph_set_input(m->graph, m->x, m->x_batch));
+  MPI_CHECK_OK(context, bpt_graph_set_input(m->graph, m->labels, m->label_batch));
+  MPI_CHECK_OK(context, bpt_graph_forward(m->graph));
+  MPI_CHECK_OK(context, accumulate ? bpt_graph_backward_accumulate(m->graph) : bpt_graph_backward(m->graph));
+}
+
+/* One process, whole batch: the parameters data-parallel training must reproduce. */
+static float *reference_parameters(bpt_context *context, int64_t *count) {
+  model m;
+  build(context, global_batch, &m);
+  for (int s = 0; s < steps; s++) {
+    forward_backward(context, &m, s, 0, global_batch, 0);
+    MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  }
+  *count = bpt_graph_parameter_count(m.graph);
+  float *values = malloc((size_t)*count * sizeof *values);
+  MPI_CHECK(values != NULL, "out of memory");
+  MPI_CHECK_OK(context, bpt_graph_read_parameters(m.graph, values, *count));
+  destroy(&m);
+  return values;
+}
+
+/* Trains data-parallel with the options and returns the parameters, checking that all ranks agree. */
+static float *train(bpt_context *context, bpt_comm *comm, const bpt_data_parallel_options *options, int *buckets) {
+  int rank = bpt_comm_rank(comm), size = bpt_comm_size(comm);
+  int micro = options->accumulation_steps, share = global_batch / size / micro;
+  model m;
+  build(context, share, &m);
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, options, &dp));
+  *buckets = bpt_data_parallel_bucket_count(dp);
+  for (int s = 0; s < steps; s++) {
+    for (int k = 0; k < micro; k++)
+      forward_backward(context, &m, s, (rank * micro + k) * share, share, k > 0);
+    MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  }
+  int64_t count = bpt_graph_parameter_count(m.graph);
+  float *values = malloc((size_t)count * sizeof *values), *first = malloc((size_t)count * sizeof *first);
+  MPI_CHECK(values && first, "out of memory");
+  MPI_CHECK_OK(context, bpt_graph_read_parameters(m.graph, values, count));
+  memcpy(first, values, (size_t)count * sizeof *values);
+  MPI_Bcast(first, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  MPI_CHECK(memcmp(first, values, (size_t)count * sizeof *values) == 0, "rank %d's parameters differ from rank 0's",
+            rank);
+  free(first);
+  bpt_data_parallel_destroy(dp);
+  destroy(&m);
+  return values;
+}
+
+static double largest_difference(const float *a, const float *b, int64_t count) {
+  double largest = 0.0;
+  for (int64_t i = 0; i < count; i++) {
+    MPI_CHECK(isfinite(a[i]), "parameter %lld is %g", (long long)i, a[i]);
+    double difference = fabs((double)a[i] - (double)b[i]);
+    if (difference > largest) largest = difference;
+  }
+  return largest;
+}
+
+/* Creation copies rank 0's parameters and registered buffers (non-trainable state) to every rank. */
+static void initial_state_from_rank_0(bpt_context *context, bpt_comm *comm) {
+  model m;
+  build(context, 2, &m);
+  int rank = bpt_comm_rank(comm);
+  int64_t count = bpt_graph_parameter_count(m.graph);
+  float *values = malloc((size_t)count * sizeof *values);
+  MPI_CHECK(values != NULL, "out of memory");
+  for (int64_t i = 0; i < count; i++)
+    values[i] = (float)(rank * 1000 + i % 97);
+  MPI_CHECK_OK(context, bpt_graph_write_parameters(m.graph, values, count));
+  float statistics[5]; /* the CPU backend's memory is host memory */
+  for (int i = 0; i < 5; i++)
+    statistics[i] = (float)(rank + i);
+  MPI_CHECK_OK(context, bpt_graph_register_buffer(m.graph, "statistics", statistics, 5));
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, NULL, &dp));
+  MPI_CHECK_OK(context, bpt_graph_read_parameters(m.graph, values, count));
+  for (int64_t i = 0; i < count; i++)
+    MPI_CHECK(values[i] == (float)(i % 97), "parameter %lld not rank 0's", (long long)i);
+  for (int i = 0; i < 5; i++)
+    MPI_CHECK(statistics[i] == (float)i, "buffer value %d is %g", i, statistics[i]);
+  bpt_data_parallel_destroy(dp);
+  free(values);
+  destroy(&m);
+}
+
+/* With the profiler on, every bucket's all-reduce appears as a comm region. */
+static void profiled(bpt_context *context, bpt_comm *comm) {
+  model m;
+  build(context, 4, &m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.bucket_bytes = 2048;
+  options.first_bucket_bytes = 512;
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
+  MPI_CHECK_OK(context, bpt_profiler_enable(context, 1));
+  forward_backward(context, &m, 0, 4 * bpt_comm_rank(comm), 4, 0);
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  static char summary[1 << 16];
+  bpt_profiler_summary(context, summary, sizeof summary);
+  MPI_CHECK(strstr(summary, "mpi all-reduce (f32)") != NULL, "no comm region in the profile:\n%s", summary);
+  MPI_CHECK_OK(context, bpt_profiler_enable(context, 0));
+  bpt_data_parallel_destroy(dp);
+  destroy(&m);
+}
+
+static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
+  model m;
+  build(context, 2, &m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.accumulation_steps = 2;
+  bpt_data_parallel *dp = NULL, *second = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
+  MPI_CHECK(bpt_data_parallel_create(m.graph, comm, &options, &second) == BPT_ERR_STATE, "attached twice");
+  forward_backward(context, &m, 0, 0, 2, 0);
+  MPI_CHECK(bpt_optimizer_step(m.optimizer) == BPT_ERR_STATE && strstr(bpt_context_last_error(context), "1 done"),
+            "step after 1 of 2 micro-batches: %s", bpt_context_last_error(context));
+  forward_backward(context, &m, 0, 2, 2, 1);
+  MPI_CHECK(bpt_graph_backward_accumulate(m.graph) == BPT_ERR_STATE &&
+                strstr(bpt_context_last_error(context), "accumulation_steps is 2"),
+            "a third micro-batch accepted: %s", bpt_context_last_error(context));
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer)); /* again on the same averaged gradients */
+  /* Accumulating passes only (the caller clears gradients itself) start a new cycle after a step. */
+  MPI_CHECK_OK(context, bpt_graph_zero_gradients(m.graph));
+  forward_backward(context, &m, 0, 0, 2, 1);
+  forward_backward(context, &m, 0, 2, 2, 1);
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  options.accumulation_steps = 0;
+  bpt_data_parallel_destroy(dp);
+  MPI_CHECK(bpt_data_parallel_create(m.graph, comm, &options, &dp) == BPT_ERR_INVALID_ARGUMENT &&
+                strstr(bpt_context_last_error(context), "accumulation_steps"),
+            "accumulation_steps 0 accepted");
+  destroy(&m);
+}
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  make_data();
+  bpt_context_options context_options = bpt_context_options_default();
+  context_options.num_threads = 1;
+  bpt_context *context = NULL;
+  MPI_CHECK_OK(NULL, bpt_context_create(&context_options, &context));
+  bpt_comm_options comm_options = bpt_comm_options_default();
+  comm_options.timeout_seconds = 60.0;
+  bpt_comm *comm = NULL, *polling = NULL; /* with a progress thread (when MPI allows), and without */
+  MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &comm));
+  comm_options.progress_thread = 0;
+  MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &polling));
+  int rank = bpt_comm_rank(comm);
+  MPI_CHECK(global_batch % (2 * bpt_comm_size(comm)) == 0, "run with 1, 2, 4 or 8 ranks");
+
+  int64_t count = 0;
+  float *reference = reference_parameters(context, &count);
+  struct {
+    const char *name;
+    size_t bucket_bytes, first_bucket_bytes;
+    int overlap, accumulation_steps, compression;
+    double tolerance;
+    int polling;
+  } runs[] = {
+      {"one bucket", 25u << 20, 1u << 20, 1, 1, BPT_COMPRESSION_NONE, 1e-5, 0},
+      {"small buckets, overlapped", 2048, 512, 1, 1, BPT_COMPRESSION_NONE, 1e-5, 0},
+      {"same, no progress thread", 2048, 512, 1, 1, BPT_COMPRESSION_NONE, 1e-5, 1},
+      {"small buckets, after backward", 2048, 512, 0, 1, BPT_COMPRESSION_NONE, 1e-5, 0},
+      {"2 micro-batches", 4096, 1024, 1, 2, BPT_COMPRESSION_NONE, 1e-5, 0},
+      {"f16 compression", 4096, 1024, 1, 1, BPT_COMPRESSION_F16, 2e-2, 0},
+      {"int8 compression", 4096, 1024, 1, 1, BPT_COMPRESSION_INT8, -1.0, 0},
+      {"top-k compression", 4096, 1024, 1, 1, BPT_COMPRESSION_TOPK, -1.0, 1},
+  };
+  for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+    bpt_data_parallel_options options = bpt_data_parallel_options_default();
+    options.bucket_bytes = runs[r].bucket_bytes;
+    options.first_bucket_bytes = runs[r].first_bucket_bytes;
+    options.overlap = runs[r].overlap;
+    options.accumulation_steps = runs[r].accumulation_steps;
+    options.compression = (bpt_compression)runs[r].compression;
+    options.topk_ratio = 0.1f;
+    int buckets = 0;
+    float *values = train(context, runs[r].polling ? polling : comm, &options, &buckets);
+    double difference = largest_difference(values, reference, count);
+    if (rank == 0) printf("%-32s %2d buckets, largest difference %.3g\n", runs[r].name, buckets, difference);
+    if (runs[r].tolerance > 0)
+      MPI_CHECK(difference <= runs[r].tolerance, "%s: parameters differ from one process by %g", runs[r].name,
+                difference);
+    else /* lossy: the run must still have trained (moved away from the initial parameters) */
+      MPI_CHECK(difference < 1.0, "%s: parameters diverged (%g)", runs[r].name, difference);
+    if (runs[r].bucket_bytes == 2048) MPI_CHECK(buckets > 4, "%s: only %d buckets", runs[r].name, buckets);
+    free(values);
+  }
+  accumulation_errors(context, comm);
+  profiled(context, comm);
+  initial_state_from_rank_0(context, comm);
+  if (rank == 0)
+    printf("data parallel over %d ranks: ok (MPI thread level %s)\n", bpt_comm_size(comm),
+           provided == MPI_THREAD_MULTIPLE && bpt_comm_size(comm) > 1 ? "multiple: progress thread tested"
+                                                                      : "polling only");
+  free(reference);
+  bpt_comm_destroy(polling);
+  bpt_comm_destroy(comm);
+  bpt_context_destroy(context);
+  MPI_Finalize();
+  return 0;
+}

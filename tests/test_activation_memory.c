@@ -1,0 +1,192 @@
+/* Activation memory: the ReLU mask kernels against a reference, the memory plan's held and transient bytes
+ * for a small MLP computed by hand, values whose memory is reused refusing to be read, and compressed saved
+ * activations (f16, bf16, FP8) giving gradients close to the uncompressed ones with fewer bytes held. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+#include "test_support.h"
+
+static void relu_mask_kernels_match_reference(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  bpt_backend *backend = &context->backend;
+  enum { COUNT = 70003 };
+  float *x = malloc(COUNT * sizeof *x), *y = malloc(COUNT * sizeof *y), *dy = malloc(COUNT * sizeof *dy),
+        *dx = malloc(COUNT * sizeof *dx);
+  uint8_t *mask = malloc((COUNT + 7) / 8);
+  test_random random;
+  test_random_seed(&random, 2);
+  test_random_fill(&random, x, COUNT, -1.0f, 1.0f);
+  test_random_fill(&random, dy, COUNT, -1.0f, 1.0f);
+  for (int i = 0; i < COUNT; i++) dx[i] = 0.5f;
+  assert_int_equal(backend->vtable->relu_mask_forward(backend, COUNT, x, y, mask), BPT_OK);
+  assert_int_equal(backend->vtable->relu_mask_backward(backend, COUNT, mask, dy, dx), BPT_OK);
+  for (int i = 0; i < COUNT; i++) {
+    assert_true(y[i] == (x[i] > 0.0f ? x[i] : 0.0f));
+    assert_int_equal((mask[i / 8] >> (i % 8)) & 1, x[i] > 0.0f);
+    assert_true(dx[i] == (x[i] > 0.0f ? 0.5f + dy[i] : 0.5f)); /* masked-out elements untouched */
+  }
+  free(x);
+  free(y);
+  free(dy);
+  free(dx);
+  free(mask);
+  bpt_context_destroy(context);
+}
+
+enum { BATCH = 16, FEATURES = 24, HIDDEN = 40, CLASSES = 5 };
+
+typedef struct mlp {
+  bpt_context *context;
+  bpt_graph *graph;
+  bpt_node *x, *labels, *z, *h, *logits, *loss;
+  bpt_tensor *x_values, *label_values;
+} mlp;
+
+static void mlp_create(mlp *m, bpt_dtype compute, bpt_activation_storage storage, int keep_all) {
+  m->context = test_context(7);
+  bpt_context *context = m->context;
+  int64_t features = FEATURES;
+  assert_ok(context, bpt_graph_create(context, &m->graph));
+  bpt_precision_options options = bpt_precision_options_default();
+  options.compute_dtype = compute;
+  options.loss_scaling = BPT_LOSS_SCALING_NONE;
+  options.saved_activation_storage = storage;
+  options.keep_all_values = keep_all;
+  assert_ok(context, bpt_graph_set_precision(m->graph, &options));
+  assert_ok(context, bpt_graph_input(m->graph, "x", BPT_DTYPE_F32, 1, &features, &m->x));
+  assert_ok(context, bpt_graph_input(m->graph, "labels", BPT_DTYPE_I32, 0, NULL, &m->labels));
+  assert_ok(context, bpt_layer_linear(m->graph, "fc1", m->x, HIDDEN, BPT_INIT_HE_UNIFORM, &m->z));
+  assert_ok(context, bpt_relu(m->graph, "relu", m->z, &m->h));
+  assert_ok(context, bpt_layer_linear(m->graph, "fc2", m->h, CLASSES, BPT_INIT_HE_UNIFORM, &m->logits));
+  assert_ok(context, bpt_softmax_cross_entropy(m->graph, "loss", m->logits, m->labels, &m->loss));
+  assert_ok(context, bpt_graph_compile(m->graph, m->loss, BATCH));
+  int64_t dims[2] = {BATCH, FEATURES};
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, dims, &m->x_values));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &m->label_values));
+  test_random random;
+  test_random_seed(&random, 8);
+  test_random_fill(&random, bpt_tensor_data(m->x_values), BATCH * FEATURES, -1.0f, 1.0f);
+  int32_t *labels = bpt_tensor_data(m->label_values);
+  for (int n = 0; n < BATCH; n++) labels[n] = n % CLASSES;
+  assert_ok(context, bpt_graph_set_input(m->graph, m->x, m->x_values));
+  assert_ok(context, bpt_graph_set_input(m->graph, m->labels, m->label_values));
+}
+
+static void mlp_destroy(mlp *m) {
+  bpt_tensor_destroy(m->x_values);
+  bpt_tensor_destroy(m->label_values);
+  bpt_graph_destroy(m->graph);
+  bpt_context_destroy(m->context);
+}
+
+static size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+static bpt_graph_memory_stats memory_of(mlp *m) {
+  bpt_graph_memory_stats stats = {.size = sizeof stats};
+  assert_ok(m->context, bpt_graph_memory(m->graph, &stats));
+  return stats;
+}
+
+/* Held between forward and backward: the inputs, relu's output (fc2 reads it for its weight gradient), the
+ * loss, relu's 1-bit mask and the softmax probabilities. fc1's output (read by nobody in backward now that relu
+ * keeps a mask) and the logits (softmax keeps probabilities) are transient and share memory. */
+static void plan_holds_only_what_backward_reads(void **state) {
+  (void)state;
+  mlp m;
+  mlp_create(&m, BPT_DTYPE_F32, BPT_ACTIVATION_STORAGE_COMPUTE, 0);
+  bpt_graph_memory_stats stats = memory_of(&m);
+  size_t held = aligned(BATCH * FEATURES * 4) + aligned(BATCH * 4) + aligned(BATCH * HIDDEN * 4) + aligned(4) +
+                aligned(BATCH * HIDDEN / 8) + aligned(BATCH * CLASSES * 4);
+  assert_int_equal(stats.max_batch, BATCH);
+  assert_int_equal(stats.activation_bytes_held, held);
+  /* fc1's output lives from fc1 to relu, the logits from fc2 to the loss: the logits reuse its memory. */
+  assert_int_equal(stats.transient_bytes, aligned(BATCH * HIDDEN * 4));
+  assert_int_equal(stats.gradient_bytes, aligned(BATCH * HIDDEN * 4) * 2 + aligned(BATCH * CLASSES * 4) + aligned(4));
+  mlp keep;
+  mlp_create(&keep, BPT_DTYPE_F32, BPT_ACTIVATION_STORAGE_COMPUTE, 1);
+  bpt_graph_memory_stats kept = memory_of(&keep);
+  assert_int_equal(kept.transient_bytes, 0);
+  assert_int_equal(kept.activation_bytes_held, held + aligned(BATCH * HIDDEN * 4) + aligned(BATCH * CLASSES * 4));
+  /* Same gradients either way. */
+  int64_t count = bpt_graph_parameter_count(m.graph);
+  float *a = malloc((size_t)count * sizeof *a), *b = malloc((size_t)count * sizeof *b);
+  assert_ok(m.context, bpt_graph_forward(m.graph));
+  assert_ok(m.context, bpt_graph_backward(m.graph));
+  assert_ok(keep.context, bpt_graph_forward(keep.graph));
+  assert_ok(keep.context, bpt_graph_backward(keep.graph));
+  assert_ok(m.context, bpt_graph_read_gradients(m.graph, a, count));
+  assert_ok(keep.context, bpt_graph_read_gradients(keep.graph, b, count));
+  assert_memory_equal(a, b, (size_t)count * sizeof *a);
+  free(a);
+  free(b);
+  mlp_destroy(&keep);
+  mlp_destroy(&m);
+}
+
+/* fc1's output shares memory with the logits (its lifetime ended at relu), so reading it is refused with a
+ * message that says how to keep it; the logits, a graph output in all but name, stay readable. */
+static void reused_values_refuse_to_be_read(void **state) {
+  (void)state;
+  mlp m;
+  mlp_create(&m, BPT_DTYPE_F32, BPT_ACTIVATION_STORAGE_COMPUTE, 0);
+  assert_ok(m.context, bpt_graph_forward(m.graph));
+  int64_t dims[2] = {BATCH, HIDDEN};
+  bpt_tensor *tensor;
+  assert_ok(m.context, bpt_tensor_create(m.context, BPT_DTYPE_F32, 2, dims, &tensor));
+  assert_fails(m.context, BPT_ERR_STATE, "keep_all_values", bpt_graph_read(m.graph, m.z, tensor));
+  assert_ok(m.context, bpt_graph_read(m.graph, m.logits, tensor));
+  assert_ok(m.context, bpt_graph_read(m.graph, m.h, tensor));
+  bpt_tensor_destroy(tensor);
+  mlp_destroy(&m);
+}
+
+/* Compressed saved activations: relu's output is no longer held in f32; fc2 keeps a copy in the storage
+ * format instead, and the weight gradient of fc2 stays close to the f32 one. */
+static void compressed_saved_activations(void **state) {
+  (void)state;
+  mlp reference;
+  mlp_create(&reference, BPT_DTYPE_F32, BPT_ACTIVATION_STORAGE_COMPUTE, 0);
+  size_t reference_held = memory_of(&reference).activation_bytes_held;
+  int64_t count = bpt_graph_parameter_count(reference.graph);
+  float *expected = malloc((size_t)count * sizeof *expected), *got = malloc((size_t)count * sizeof *got);
+  assert_ok(reference.context, bpt_graph_forward(reference.graph));
+  assert_ok(reference.context, bpt_graph_backward(reference.graph));
+  assert_ok(reference.context, bpt_graph_read_gradients(reference.graph, expected, count));
+  struct {
+    bpt_activation_storage storage;
+    size_t bytes;
+    double tolerance;
+  } cases[] = {{BPT_ACTIVATION_STORAGE_F16, 2, 2e-3}, {BPT_ACTIVATION_STORAGE_BF16, 2, 1e-2},
+               {BPT_ACTIVATION_STORAGE_FP8, 1, 8e-2}};
+  for (size_t c = 0; c < 3; c++) {
+    mlp m;
+    mlp_create(&m, BPT_DTYPE_F32, cases[c].storage, 0);
+    size_t held = memory_of(&m).activation_bytes_held;
+    size_t expected_held = reference_held - aligned(BATCH * HIDDEN * 4) + aligned(64 + BATCH * HIDDEN * cases[c].bytes);
+    assert_int_equal(held, expected_held);
+    assert_ok(m.context, bpt_graph_forward(m.graph));
+    assert_ok(m.context, bpt_graph_backward(m.graph));
+    assert_ok(m.context, bpt_graph_read_gradients(m.graph, got, count));
+    double error = test_relative_error(got, expected, count);
+    if (error > cases[c].tolerance || error == 0.0)
+      fail_msg("storage %d: gradient relative error %g (tolerance %g)", (int)cases[c].storage, error,
+               cases[c].tolerance);
+    mlp_destroy(&m);
+  }
+  free(expected);
+  free(got);
+  mlp_destroy(&reference);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(relu_mask_kernels_match_reference),
+      cmocka_unit_test(plan_holds_only_what_backward_reads),
+      cmocka_unit_test(reused_values_refuse_to_be_read),
+      cmocka_unit_test(compressed_saved_activations),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
