@@ -107,7 +107,8 @@ static void cnn_example_print_statistics(const cnn_example *e, long step) {
     const char *op = bpt_node_op_name(node);
     if (strcmp(op, "relu") != 0 && strcmp(op, "global_avg_pool") != 0) continue;
     bpt_value_statistics s;
-    EXAMPLE_CHECK(e->context, bpt_graph_value_statistics(e->graph, node, &s));
+    /* A value that backward never reads shares its memory after forward and cannot be inspected. */
+    if (bpt_graph_value_statistics(e->graph, node, &s) == BPT_ERR_STATE) continue;
     printf("  act   %-28s mean %.4f  std %.4f  zeros %.1f%%\n", bpt_node_name(node), s.mean, s.standard_deviation,
            100.0 * s.zero_fraction);
   }
