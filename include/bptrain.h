@@ -24,5 +24,7 @@
 #include "bptrain/comm.h"
 /* Precision, number formats, binary stochastic neurons, activation memory (issue 4). */
 #include "bptrain/precision.h"
+/* Convolutional networks and the training toolkit (issue 3) */
+#include "bptrain/cnn.h"
 
 #endif

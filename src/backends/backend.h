@@ -203,6 +203,18 @@ typedef struct bpt_backend_vtable {
                                    float *dx);
   /* *maximum (device float) = max |x_i| over finite values, for per-tensor FP8 scales of saved activations. */
   bpt_status (*absolute_max)(bpt_backend *backend, int64_t count, const float *x, float *maximum);
+  /* cnn: dropout and the training toolkit (issue 3). */
+  /* Dropout: mask[i] is 0 with probability p and 1 / (1 - p) otherwise, drawn from a counter-based hash of
+   * (seed, i) (splitmix64 of seed + i * golden ratio, top 24 bits compared with p), so that every backend
+   * draws the same mask for the same seed; y = x * mask. Backward: dx += dy * mask. */
+  bpt_status (*dropout_forward)(bpt_backend *backend, int64_t count, float probability, uint64_t seed, const float *x,
+                                float *y, float *mask);
+  bpt_status (*dropout_backward)(bpt_backend *backend, int64_t count, const float *mask, const float *dy, float *dx);
+  /* Statistics of x returned to the host: sum, sum of squares (in double) and the number of exact zeros. */
+  bpt_status (*reduce_statistics)(bpt_backend *backend, int64_t count, const float *x, double *sum,
+                                  double *sum_of_squares, int64_t *zeros);
+  /* x = min(max(x * scale, low), high): gradient clipping by norm (scale) and by value (low, high). */
+  bpt_status (*scale_clamp)(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);
 } bpt_backend_vtable;
 
 /* A backend instance. The core owns it; error_message is filled by a failing member. */

@@ -40,7 +40,17 @@ static bool name_taken(const bpt_graph *graph, const char *name) {
 
 bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
                               int input_count, bpt_node **out) {
+  return bpt_graph_add_node_with_attributes(graph, op, name, inputs, input_count, NULL, 0, NULL, 0, out);
+}
+
+bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, const char *name,
+                                              bpt_node *const *inputs, int input_count, const int64_t *int_attributes,
+                                              int int_count, const float *float_attributes, int float_count,
+                                              bpt_node **out) {
   const bpt_op_definition *definition = bpt_op_get(op);
+  if (int_count > BPT_MAX_INT_ATTRIBUTES || float_count > BPT_MAX_FLOAT_ATTRIBUTES)
+    return bpt_error(graph ? graph->context : NULL, BPT_ERR_INTERNAL, "%s: %d integer and %d float attributes",
+                     definition->name, int_count, float_count);
   if (out) *out = NULL;
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", definition->name);
   bpt_context *context = graph->context;
@@ -85,6 +95,8 @@ bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, 
     node->inputs[i] = inputs[i];
     if (inputs[i]->requires_grad) node->requires_grad = true;
   }
+  for (int i = 0; i < int_count; i++) node->int_attributes[i] = int_attributes[i];
+  for (int i = 0; i < float_count; i++) node->float_attributes[i] = float_attributes[i];
   node->dtype = BPT_DTYPE_F32;
   if (definition->infer_shape) {
     bpt_status status = definition->infer_shape(node);

@@ -10,7 +10,7 @@
 #include "core/op.h"
 
 #define BPT_NAME_SIZE 64
-#define BPT_MAX_INPUTS 4
+#define BPT_MAX_INPUTS 5 /* batch_norm: x, gamma, beta, running mean, running variance */
 #define BPT_MAX_INT_ATTRIBUTES 16
 #define BPT_MAX_FLOAT_ATTRIBUTES 4
 
@@ -96,6 +96,11 @@ struct bpt_graph {
   bool deterministic;                    /* stochastic ops use their evaluation form */
   uint64_t forward_seed;                 /* drawn from rng for each forward pass */
   size_t held_bytes, transient_bytes, gradient_bytes, input_bytes; /* memory plan, for bpt_graph_memory() */
+
+  /* cnn (issue 3) */
+  bool evaluation; /* inference mode: batch norm uses running statistics, dropout passes values through */
+  bool folded;     /* batch norms were folded into convolutions: forward only */
+  uint64_t random_step; /* advanced by every optimiser step: dropout masks stay fixed between two steps */
 };
 
 /* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */
@@ -105,6 +110,12 @@ int64_t bpt_node_count(const bpt_node *node);
 /* Adds a node of op with the given inputs; ops then fill attributes. */
 bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
                               int input_count, bpt_node **out);
+/* Like bpt_graph_add_node() but sets attributes before infer_shape runs, for ops whose shape depends on
+ * them (strides, kernel sizes). Either array may be NULL with a count of 0. */
+bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, const char *name,
+                                              bpt_node *const *inputs, int input_count, const int64_t *int_attributes,
+                                              int int_count, const float *float_attributes, int float_count,
+                                              bpt_node **out);
 /* Frees the device memory of a compiled (or half-compiled) graph. */
 void bpt_graph_release_memory(bpt_graph *graph);
 /* Shorthand for "<op> '<node>': <message>" errors. */

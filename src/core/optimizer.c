@@ -1,20 +1,28 @@
 /* Optimisers: validate options, own the state buffers (velocity, Adam moments) laid out like the flat
- * parameter block, and run one backend update kernel over the whole block per step. */
+ * parameter block, and run the backend update kernel over it each step: once per run of consecutive
+ * parameters that share a learning rate and weight decay (parameter groups), skipping buffers. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bptrain/cnn.h"
 #include "bptrain/optimizer.h"
 #include "core/graph.h"
 #include "core/profiler.h"
 #include "core/optimizer_state.h"
 #include "core/precision.h"
+#include "core/schedule.h"
 
 struct bpt_optimizer {
   bpt_graph *graph;
   bpt_optimizer_options options;
   float *state0, *state1; /* device, graph->parameter_elements floats each (state1: Adam only) */
   int64_t steps;
+  /* Parameter groups, per parameter in declaration order (cnn, issue 3). */
+  float *learning_rate_scales;
+  float *weight_decays;
+  bool has_schedule;
+  bpt_schedule_options schedule;
 };
 
 bpt_optimizer_options bpt_optimizer_options_default(void) {
@@ -83,6 +91,16 @@ bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *o
   if (!optimizer) return BPT_ERR_OUT_OF_MEMORY;
   optimizer->graph = graph;
   optimizer->options = copy;
+  optimizer->learning_rate_scales = calloc((size_t)graph->parameter_count + 1, sizeof(float));
+  optimizer->weight_decays = calloc((size_t)graph->parameter_count + 1, sizeof(float));
+  if (!optimizer->learning_rate_scales || !optimizer->weight_decays) {
+    bpt_optimizer_destroy(optimizer);
+    return bpt_error(context, BPT_ERR_OUT_OF_MEMORY, "bpt_optimizer_create: out of memory for parameter groups");
+  }
+  for (int p = 0; p < graph->parameter_count; p++) {
+    optimizer->learning_rate_scales[p] = 1.0f;
+    optimizer->weight_decays[p] = copy.weight_decay;
+  }
   bool needs_velocity = copy.kind != BPT_OPTIMIZER_SGD || copy.momentum > 0.0f;
   bpt_status status = needs_velocity ? allocate_state(optimizer, &optimizer->state0) : BPT_OK;
   if (status == BPT_OK && copy.kind != BPT_OPTIMIZER_SGD) status = allocate_state(optimizer, &optimizer->state1);
@@ -99,6 +117,8 @@ void bpt_optimizer_destroy(bpt_optimizer *optimizer) {
   bpt_backend *backend = optimizer->graph->backend;
   if (optimizer->state0) backend->vtable->free(backend, optimizer->state0);
   if (optimizer->state1) backend->vtable->free(backend, optimizer->state1);
+  free(optimizer->learning_rate_scales);
+  free(optimizer->weight_decays);
   free(optimizer);
 }
 
@@ -129,21 +149,13 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   bool skip = false;
   BPT_CHECK(bpt_precision_before_step(graph, &skip));
   if (skip) return BPT_OK;
-  const bpt_optimizer_options *o = &optimizer->options;
-  bpt_update_args args = {.count = graph->parameter_elements,
-                          .parameters = graph->parameter_block,
-                          .gradients = graph->gradient_block,
-                          .state0 = optimizer->state0,
-                          .state1 = optimizer->state1,
-                          .learning_rate = o->learning_rate,
-                          .weight_decay = o->weight_decay,
-                          .momentum = o->momentum,
-                          .nesterov = o->nesterov != 0,
-                          .beta1 = o->beta1,
-                          .beta2 = o->beta2,
-                          .epsilon = o->epsilon,
-                          .decoupled_weight_decay = o->kind == BPT_OPTIMIZER_ADAMW,
-                          .step = optimizer->steps + 1};
+  bpt_optimizer_options *o = &optimizer->options;
+  if (optimizer->has_schedule) {
+    float rate = o->learning_rate;
+    if (bpt_schedule_learning_rate(&optimizer->schedule, optimizer->steps, &rate) != BPT_OK)
+      return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_step: %s", bpt_context_last_error(NULL));
+    o->learning_rate = rate;
+  }
   bpt_backend *backend = graph->backend;
   bpt_status (*kernel)(bpt_backend *, const bpt_update_args *) =
       o->kind == BPT_OPTIMIZER_SGD ? backend->vtable->sgd_update : backend->vtable->adam_update;
@@ -151,8 +163,40 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "bpt_optimizer_step: backend '%s' has no %s update kernel",
                      backend->vtable->name, o->kind == BPT_OPTIMIZER_SGD ? "SGD" : "Adam");
   backend->error_message[0] = 0;
-  bpt_status status = kernel(backend, &args);
-  if (status != BPT_OK) return bpt_backend_error(graph->context, status, "bpt_optimizer_step");
+  /* One kernel call per run of consecutive trainable parameters with equal settings; a run ends where the
+   * next parameter begins, so alignment padding (zero values, zero gradients) rides along unchanged. */
+  for (int first = 0; first < graph->parameter_count;) {
+    if (!graph->parameters[first]->requires_grad) {
+      first++;
+      continue;
+    }
+    int last = first;
+    while (last + 1 < graph->parameter_count && graph->parameters[last + 1]->requires_grad &&
+           optimizer->learning_rate_scales[last + 1] == optimizer->learning_rate_scales[first] &&
+           optimizer->weight_decays[last + 1] == optimizer->weight_decays[first])
+      last++;
+    const int64_t begin = graph->parameters[first]->param_offset;
+    const int64_t end = last + 1 < graph->parameter_count ? graph->parameters[last + 1]->param_offset
+                                                          : graph->parameter_elements;
+    bpt_update_args args = {.count = end - begin,
+                            .parameters = graph->parameter_block + begin,
+                            .gradients = graph->gradient_block + begin,
+                            .state0 = optimizer->state0 ? optimizer->state0 + begin : NULL,
+                            .state1 = optimizer->state1 ? optimizer->state1 + begin : NULL,
+                            .learning_rate = o->learning_rate * optimizer->learning_rate_scales[first],
+                            .weight_decay = optimizer->weight_decays[first],
+                            .momentum = o->momentum,
+                            .nesterov = o->nesterov != 0,
+                            .beta1 = o->beta1,
+                            .beta2 = o->beta2,
+                            .epsilon = o->epsilon,
+                            .decoupled_weight_decay = o->kind == BPT_OPTIMIZER_ADAMW,
+                            .step = optimizer->steps + 1};
+    bpt_status status = kernel(backend, &args);
+    if (status != BPT_OK) return bpt_backend_error(graph->context, status, "bpt_optimizer_step");
+    first = last + 1;
+  }
+  graph->random_step++;
   optimizer->steps++;
   return BPT_OK;
 }
@@ -171,6 +215,55 @@ float bpt_optimizer_learning_rate(const bpt_optimizer *optimizer) {
 }
 
 int64_t bpt_optimizer_step_count(const bpt_optimizer *optimizer) { return optimizer ? optimizer->steps : 0; }
+
+bpt_status bpt_optimizer_set_schedule(bpt_optimizer *optimizer, const bpt_schedule_options *schedule) {
+  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_set_schedule: optimizer is NULL");
+  bpt_context *context = optimizer->graph->context;
+  if (bpt_schedule_validate(schedule, "bpt_optimizer_set_schedule") != BPT_OK)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s", bpt_context_last_error(NULL));
+  optimizer->schedule = bpt_schedule_options_default();
+  memcpy(&optimizer->schedule, schedule,
+         schedule->size < sizeof optimizer->schedule ? schedule->size : sizeof optimizer->schedule);
+  optimizer->schedule.size = sizeof optimizer->schedule;
+  optimizer->has_schedule = true;
+  return bpt_schedule_learning_rate(&optimizer->schedule, optimizer->steps, &optimizer->options.learning_rate);
+}
+
+bpt_status bpt_optimizer_set_group(bpt_optimizer *optimizer, bpt_node *const *parameters, int count,
+                                   float learning_rate_scale, float weight_decay) {
+  const char *where = "bpt_optimizer_set_group";
+  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", where);
+  bpt_graph *graph = optimizer->graph;
+  if ((count > 0 && !parameters) || count < 0)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: %d parameters from a NULL list", where, count);
+  if (!(learning_rate_scale >= 0.0f) || !isfinite(learning_rate_scale) || !(weight_decay >= 0.0f) ||
+      !isfinite(weight_decay))
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT,
+                     "%s: learning-rate scale %g and weight decay %g must be finite and >= 0", where,
+                     (double)learning_rate_scale, (double)weight_decay);
+  for (int i = 0; i < count; i++) {
+    const bpt_node *node = parameters[i];
+    if (!node || node->graph != graph || node->op != BPT_OP_PARAMETER)
+      return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: entry %d is not a parameter of the graph", where,
+                       i);
+  }
+  for (int i = 0; i < count; i++)
+    for (int p = 0; p < graph->parameter_count; p++)
+      if (graph->parameters[p] == parameters[i]) {
+        optimizer->learning_rate_scales[p] = learning_rate_scale;
+        optimizer->weight_decays[p] = weight_decay;
+      }
+  return BPT_OK;
+}
+
+bpt_status bpt_optimizer_no_decay_on_vectors(bpt_optimizer *optimizer) {
+  if (!optimizer)
+    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_no_decay_on_vectors: optimizer is NULL");
+  bpt_graph *graph = optimizer->graph;
+  for (int p = 0; p < graph->parameter_count; p++)
+    if (graph->parameters[p]->rank == 1) optimizer->weight_decays[p] = 0.0f;
+  return BPT_OK;
+}
 
 /* Robustness (issue 9): checkpoints read and restore the state through this view (core/optimizer_state.h). */
 void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *view) {

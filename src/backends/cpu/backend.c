@@ -14,10 +14,10 @@ static bpt_status cpu_create(bpt_backend *backend, const bpt_backend_options *op
   /* Both calls: the OpenMP build of OpenBLAS follows omp_set_num_threads, the pthread build does not. */
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
-  return BPT_OK;
+  return bpt_cpu_state_create(backend);
 }
 
-static void cpu_destroy(bpt_backend *backend) { (void)backend; }
+static void cpu_destroy(bpt_backend *backend) { bpt_cpu_state_destroy(backend); }
 
 static bpt_status cpu_alloc(bpt_backend *backend, size_t bytes, void **out) {
   size_t rounded = (bytes + 63) / 64 * 64;
@@ -77,6 +77,19 @@ static const bpt_backend_vtable cpu_vtable = {
     .relu_mask_forward = bpt_cpu_relu_mask_forward,
     .relu_mask_backward = bpt_cpu_relu_mask_backward,
     .absolute_max = bpt_cpu_absolute_max,
+    /* cnn (issue 3) */
+    .conv2d_forward = bpt_cpu_conv2d_forward,
+    .conv2d_backward_data = bpt_cpu_conv2d_backward_data,
+    .conv2d_backward_filter = bpt_cpu_conv2d_backward_filter,
+    .batch_norm_forward = bpt_cpu_batch_norm_forward,
+    .batch_norm_backward = bpt_cpu_batch_norm_backward,
+    .pool2d_forward = bpt_cpu_pool2d_forward,
+    .pool2d_backward = bpt_cpu_pool2d_backward,
+    .add_scaled = bpt_cpu_add_scaled,
+    .dropout_forward = bpt_cpu_dropout_forward,
+    .dropout_backward = bpt_cpu_dropout_backward,
+    .reduce_statistics = bpt_cpu_reduce_statistics,
+    .scale_clamp = bpt_cpu_scale_clamp,
 };
 
 const bpt_backend_vtable *bpt_cpu_backend_register(void) { return &cpu_vtable; }

@@ -48,4 +48,46 @@ bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const 
 bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
                                       float *dx);
 
+/* cnn (issue 3): scratch memory, convolution, batch norm, pooling, dropout and the training toolkit. */
+#include <stddef.h>
+
+/* The backend's state: one growing scratch buffer per thread for im2col columns and partial sums, so a
+ * training step allocates nothing once the largest layer has run. */
+typedef struct bpt_cpu_state {
+  int slots;
+  float **scratch;
+  size_t *scratch_floats;
+} bpt_cpu_state;
+
+bpt_status bpt_cpu_state_create(bpt_backend *backend);
+void bpt_cpu_state_destroy(bpt_backend *backend);
+/* Makes scratch slot 0..slots-1 hold at least floats values (contents not kept); call outside parallel regions. */
+bpt_status bpt_cpu_scratch_reserve(bpt_backend *backend, int slots, size_t floats);
+float *bpt_cpu_scratch(bpt_backend *backend, int slot);
+
+bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
+                                  const float *weight, const float *bias, float *y);
+bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
+                                        const float *weight, float *dx);
+bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
+                                          const float *dy, float *dweight, float *dbias);
+bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                      const float *gamma, const float *beta, float *running_mean,
+                                      float *running_variance, float *y, float *saved_mean, float *saved_inverse_std);
+bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                       const float *dy, const float *gamma, const float *saved_mean,
+                                       const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
+bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
+                                  int32_t *argmax);
+bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
+                                   const int32_t *argmax, float *dx);
+bpt_status bpt_cpu_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
+bpt_status bpt_cpu_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
+                                   const float *x, float *y, float *mask);
+bpt_status bpt_cpu_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy,
+                                    float *dx);
+bpt_status bpt_cpu_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
+                                     double *sum_of_squares, int64_t *zeros);
+bpt_status bpt_cpu_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);
+
 #endif

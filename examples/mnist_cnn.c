@@ -1,0 +1,115 @@
+/* Trains LeNet-5 on an MNIST-style IDX data set (Fashion-MNIST by default) with SGD and momentum:
+ *
+ *   conv 6@5x5 pad 2 - ReLU - maxpool 2 - conv 16@5x5 - ReLU - maxpool 2 - fc 120 - ReLU - fc 84 - ReLU - fc 10
+ *
+ *   mnist_cnn [--data DIR] [--epochs 3] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
+ *             [--grad-stats] [--save FILE] [--eval FILE]
+ */
+#include "cnn_example.h"
+
+static const char usage[] =
+    "usage: mnist_cnn [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
+    "                 [--grad-stats] [--save FILE] [--eval FILE]\n"
+    "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
+    "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
+    "  --save FILE    write the trained parameters to FILE\n"
+    "  --eval FILE    skip training: load FILE and report the test accuracy\n";
+
+int main(int argc, char **argv) {
+  static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum",
+                                       "--threads", "--seed",   "--save",  "--eval", NULL};
+  static const char *const flags[] = {"--grad-stats", NULL};
+  example_check_arguments(argc, argv, valued, flags, usage);
+  const char *data = example_option(argc, argv, "--data");
+  if (!data) data = "/usr/share/datasets/fashion-mnist";
+  const long epochs = example_option_long(argc, argv, "--epochs", 3);
+  cnn_example e = {.batch = example_option_long(argc, argv, "--batch", 128),
+                   .grad_stats = example_flag(argc, argv, "--grad-stats")};
+  if (epochs < 1 || e.batch < 1) {
+    fprintf(stderr, "error: --epochs and --batch must be positive\n");
+    return 2;
+  }
+  bpt_context_options context_options = bpt_context_options_default();
+  context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
+  EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &e.context));
+  EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "train", &e.train));
+  EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "t10k", &e.test));
+  /* Fashion-MNIST's pixel mean and standard deviation. */
+  EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
+  EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
+  printf("libbptrain %s, backend %s, %d threads: LeNet-5 on %lld training and %lld test samples from %s\n",
+         bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context),
+         (long long)bpt_dataset_size(e.train), (long long)bpt_dataset_size(e.test), data);
+  fflush(stdout);
+
+  int64_t image[3] = {1, 28, 28};
+  bpt_node *loss;
+  EXAMPLE_CHECK(e.context, bpt_graph_create(e.context, &e.graph));
+  EXAMPLE_CHECK(e.context, bpt_graph_input(e.graph, "images", BPT_DTYPE_F32, 3, image, &e.images));
+  EXAMPLE_CHECK(e.context, bpt_graph_input(e.graph, "labels", BPT_DTYPE_I32, 0, NULL, &e.labels));
+  const bpt_layer_spec lenet[] = {
+      {.kind = BPT_LAYER_CONV2D, .units = 6, .kernel = 5, .padding = 2},
+      {.kind = BPT_LAYER_RELU},
+      {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
+      {.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 5},
+      {.kind = BPT_LAYER_RELU},
+      {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
+      {.kind = BPT_LAYER_FLATTEN},
+      {.kind = BPT_LAYER_LINEAR, .units = 120},
+      {.kind = BPT_LAYER_RELU},
+      {.kind = BPT_LAYER_LINEAR, .units = 84},
+      {.kind = BPT_LAYER_RELU},
+      {.kind = BPT_LAYER_LINEAR, .units = 10},
+  };
+  EXAMPLE_CHECK(e.context, bpt_layer_sequential(e.graph, "lenet", e.images, lenet,
+                                                (int)(sizeof lenet / sizeof lenet[0]), &e.logits));
+  EXAMPLE_CHECK(e.context, bpt_softmax_cross_entropy(e.graph, "loss", e.logits, e.labels, &loss));
+  EXAMPLE_CHECK(e.context, bpt_graph_compile(e.graph, loss, e.batch));
+  printf("model: %lld parameters\n", (long long)bpt_graph_parameter_count(e.graph));
+  fflush(stdout);
+
+  double test_loss = 0.0, accuracy = 0.0;
+  const char *eval_path = example_option(argc, argv, "--eval");
+  if (eval_path) {
+    cnn_example_load(&e, eval_path);
+    double start = example_seconds();
+    accuracy = cnn_example_test_accuracy(&e, &test_loss);
+    printf("%s: test accuracy %.2f%%, test loss %.4f (%.2f s)\n", eval_path, 100.0 * accuracy, test_loss,
+           example_seconds() - start);
+  } else {
+    bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
+    optimizer_options.kind = BPT_OPTIMIZER_SGD;
+    optimizer_options.learning_rate = (float)example_option_double(argc, argv, "--lr", 0.05);
+    optimizer_options.momentum = (float)example_option_double(argc, argv, "--momentum", 0.9);
+    bpt_optimizer *optimizer = NULL;
+    EXAMPLE_CHECK(e.context, bpt_optimizer_create(e.graph, &optimizer_options, &optimizer));
+    int64_t batch_dims[3] = {e.batch, 28, 28};
+    bpt_tensor *batch_images = NULL, *batch_labels = NULL;
+    EXAMPLE_CHECK(e.context, bpt_tensor_create(e.context, BPT_DTYPE_F32, 3, batch_dims, &batch_images));
+    EXAMPLE_CHECK(e.context, bpt_tensor_create(e.context, BPT_DTYPE_I32, 1, batch_dims, &batch_labels));
+    const double start = example_seconds();
+    double training_seconds = 0.0;
+    for (long epoch = 1; epoch <= epochs; epoch++) {
+      const double epoch_start = example_seconds();
+      cnn_example_train_epoch(&e, optimizer, epoch, epochs, batch_images, batch_labels, context_options.seed);
+      training_seconds += example_seconds() - epoch_start;
+      accuracy = cnn_example_test_accuracy(&e, &test_loss);
+      printf("epoch %ld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", epoch, 100.0 * accuracy, test_loss,
+             example_seconds() - start);
+      fflush(stdout);
+    }
+    printf("final test accuracy: %.2f%% after %ld epochs, %.1f s of training (%.0f samples/s)\n", 100.0 * accuracy,
+           epochs, training_seconds, (double)epochs * (double)bpt_dataset_size(e.train) / training_seconds);
+    const char *save_path = example_option(argc, argv, "--save");
+    if (save_path) cnn_example_save(&e, save_path);
+    bpt_tensor_destroy(batch_images);
+    bpt_tensor_destroy(batch_labels);
+    bpt_optimizer_destroy(optimizer);
+  }
+  bpt_graph_destroy(e.graph);
+  bpt_dataset_destroy(e.train);
+  bpt_dataset_destroy(e.test);
+  bpt_context_destroy(e.context);
+  return 0;
+}

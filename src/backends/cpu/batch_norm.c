@@ -1,0 +1,114 @@
+/* Batch normalisation on the CPU over (batch, channels, spatial) tensors, one channel per loop iteration.
+ * Statistics take one pass over the data: sums of (x - shift) and (x - shift)^2, with shift the channel's
+ * first value, so that var = E[(x-k)^2] - E[x-k]^2 does not cancel catastrophically when |mean| >> std
+ * (Chan, Golub and LeVeque's shifted-data algorithm). Rows of `spatial` values sum in float (short and
+ * already centred), rows are combined in double. */
+#include <math.h>
+
+#include "backends/cpu/cpu.h"
+
+/* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
+ * would turn that note into an error under -Werror. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+static bool parallel(const bpt_batch_norm_args *a) {
+  return a->channels > 1 && a->batch * a->channels * a->spatial > BPT_CPU_PARALLEL_THRESHOLD;
+}
+
+bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *a, const float *x,
+                                      const float *gamma, const float *beta, float *running_mean,
+                                      float *running_variance, float *y, float *saved_mean, float *saved_inverse_std) {
+  const int64_t N = a->batch, C = a->channels, S = a->spatial, count = N * S;
+  if (a->training && count < 2)
+    return bpt_backend_fail(backend, BPT_ERR_SHAPE,
+                            "batch_norm: training needs at least 2 values per channel, got batch %lld x spatial %lld",
+                            (long long)N, (long long)S);
+#pragma omp parallel for if (parallel(a))
+  for (int64_t c = 0; c < C; c++) {
+    float mean, inverse_std;
+    if (a->training) {
+      const float shift = x[c * S];
+      double sum = 0.0, sum_of_squares = 0.0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *row = x + (n * C + c) * S;
+        float row_sum = 0.0f, row_squares = 0.0f;
+#pragma omp simd reduction(+ : row_sum, row_squares)
+        for (int64_t i = 0; i < S; i++) {
+          const float centred = row[i] - shift;
+          row_sum += centred;
+          row_squares += centred * centred;
+        }
+        sum += row_sum;
+        sum_of_squares += row_squares;
+      }
+      const double shifted_mean = sum / (double)count;
+      double variance = sum_of_squares / (double)count - shifted_mean * shifted_mean;
+      if (variance < 0.0) variance = 0.0;
+      mean = (float)(shifted_mean + shift);
+      inverse_std = (float)(1.0 / sqrt(variance + (double)a->epsilon));
+      saved_mean[c] = mean;
+      saved_inverse_std[c] = inverse_std;
+      const double unbiased = variance * (double)count / (double)(count - 1);
+      running_mean[c] = (1.0f - a->momentum) * running_mean[c] + a->momentum * mean;
+      running_variance[c] = (float)((1.0 - a->momentum) * running_variance[c] + a->momentum * unbiased);
+    } else {
+      mean = running_mean[c];
+      inverse_std = (float)(1.0 / sqrt((double)running_variance[c] + (double)a->epsilon));
+    }
+    /* y = gamma (x - mean) / std + beta. Subtracting first (rather than x scale + (beta - mean scale)) keeps
+     * a channel with |mean| >> std from losing its digits to the large offset. */
+    const float scale = gamma[c] * inverse_std, shift = beta[c];
+    for (int64_t n = 0; n < N; n++) {
+      const float *in = x + (n * C + c) * S;
+      float *out = y + (n * C + c) * S;
+#pragma omp simd
+      for (int64_t i = 0; i < S; i++)
+        out[i] = (in[i] - mean) * scale + shift;
+    }
+  }
+  return BPT_OK;
+}
+
+bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *a, const float *x,
+                                       const float *dy, const float *gamma, const float *saved_mean,
+                                       const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta) {
+  const int64_t N = a->batch, C = a->channels, S = a->spatial, count = N * S;
+  if (!a->training)
+    return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED,
+                            "batch_norm: backward needs the batch statistics of a training-mode forward pass");
+#pragma omp parallel for if (parallel(a))
+  for (int64_t c = 0; c < C; c++) {
+    const float mean = saved_mean[c], inverse_std = saved_inverse_std[c];
+    double sum_dy = 0.0, sum_dy_centred = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+      const float *in = x + (n * C + c) * S, *d = dy + (n * C + c) * S;
+      float row_dy = 0.0f, row_dy_centred = 0.0f;
+#pragma omp simd reduction(+ : row_dy, row_dy_centred)
+      for (int64_t i = 0; i < S; i++) {
+        row_dy += d[i];
+        row_dy_centred += d[i] * (in[i] - mean);
+      }
+      sum_dy += row_dy;
+      sum_dy_centred += row_dy_centred;
+    }
+    /* dgamma = sum dy * xhat; dbeta = sum dy;
+     * dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat)) (Ioffe and Szegedy, section 3) */
+    const float gradient_gamma = (float)(sum_dy_centred * inverse_std);
+    if (dgamma) dgamma[c] += gradient_gamma;
+    if (dbeta) dbeta[c] += (float)sum_dy;
+    if (!dx) continue;
+    const float scale = gamma[c] * inverse_std;
+    const float mean_dy = (float)(sum_dy / (double)count);
+    const float xhat_coefficient = (float)(sum_dy_centred / (double)count) * inverse_std * inverse_std;
+    for (int64_t n = 0; n < N; n++) {
+      const float *in = x + (n * C + c) * S, *d = dy + (n * C + c) * S;
+      float *out = dx + (n * C + c) * S;
+#pragma omp simd
+      for (int64_t i = 0; i < S; i++)
+        out[i] += scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
+    }
+  }
+  return BPT_OK;
+}

@@ -1,0 +1,320 @@
+/* 2-D convolution on the CPU, lowered to SGEMM. im2col gathers each receptive field into a column, so the
+ * forward pass, the input gradient and the weight gradient are each one GEMM per group and chunk of samples.
+ *
+ * Samples are processed in chunks of S consecutive images whose columns sit side by side, (C/g * kh * kw,
+ * S * OH * OW), so late layers with small planes (7x7) still give the GEMM a wide matrix. Chunks run in
+ * parallel with one single-threaded GEMM each (OpenBLAS's OpenMP build does not nest), which also
+ * parallelises im2col and col2im. Pointwise convolutions (1x1, stride 1, no padding) skip im2col. */
+#include <omp.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "backends/cpu/cpu.h"
+
+/* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
+ * would turn that note into an error under -Werror. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+/* Columns per GEMM we aim for: below this OpenBLAS spends its time in packing, not multiplying. */
+#define CONV_MIN_COLUMNS 512
+
+#define CONV_CHECK(expression)                                                                                         \
+  do {                                                                                                                 \
+    bpt_status conv_status_ = (expression);                                                                            \
+    if (conv_status_ != BPT_OK) return conv_status_;                                                                   \
+  } while (0)
+
+typedef struct conv_plan {
+  int64_t group_in, group_out, kernel_area, column_rows; /* C/g, O/g, kh * kw, C/g * kh * kw */
+  int64_t in_plane, out_plane;                           /* H * W, OH * OW */
+  int64_t chunk, chunks;                                 /* samples per chunk, number of chunks */
+  int threads;                                           /* threads running chunks (1: BLAS threads instead) */
+  bool pointwise;
+} conv_plan;
+
+static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, conv_plan *p) {
+  if (a->groups < 1 || a->in_channels % a->groups || a->out_channels % a->groups)
+    return bpt_backend_fail(backend, BPT_ERR_SHAPE,
+                            "conv2d: %lld groups do not divide %lld input and %lld output "
+                            "channels",
+                            (long long)a->groups, (long long)a->in_channels, (long long)a->out_channels);
+  p->group_in = a->in_channels / a->groups;
+  p->group_out = a->out_channels / a->groups;
+  p->kernel_area = a->kernel_height * a->kernel_width;
+  p->column_rows = p->group_in * p->kernel_area;
+  p->in_plane = a->in_height * a->in_width;
+  p->out_plane = a->out_height * a->out_width;
+  p->pointwise = a->kernel_height == 1 && a->kernel_width == 1 && a->stride_height == 1 && a->stride_width == 1 &&
+                 a->padding_height == 0 && a->padding_width == 0;
+  int threads = backend->num_threads > 0 ? backend->num_threads : 1;
+  int64_t chunk = (CONV_MIN_COLUMNS + p->out_plane - 1) / p->out_plane;
+  int64_t per_thread = (a->batch + threads - 1) / threads;
+  if (chunk > per_thread) chunk = per_thread;
+  if (chunk < 1) chunk = 1;
+  if (p->pointwise) chunk = 1;
+  p->chunk = chunk;
+  p->chunks = (a->batch + chunk - 1) / chunk;
+  /* Too few chunks to share, or too little work: run chunks in order and let OpenBLAS use the threads. */
+  double work = (double)a->batch * (double)p->out_plane * (double)p->column_rows * (double)a->out_channels;
+  p->threads = p->chunks >= threads && work > 2e6 ? threads : 1;
+  return BPT_OK;
+}
+
+/* Wider vectors for the gathers: the library is built for baseline x86-64, so without clones these loops
+ * would use 4-wide SSE on machines with AVX-512. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CONV_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CONV_VECTOR_CLONES
+#endif
+
+/* col (C/g * kh * kw rows, leading dimension ld) = receptive fields of the channels of one sample's group. */
+CONV_VECTOR_CLONES static void im2col(const bpt_conv2d_args *a, const conv_plan *p, const float *x, float *col,
+                                      int64_t ld) {
+  const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
+  const int64_t sh = a->stride_height, sw = a->stride_width;
+  for (int64_t c = 0; c < p->group_in; c++) {
+    const float *plane = x + c * p->in_plane;
+    for (int64_t i = 0; i < a->kernel_height; i++)
+      for (int64_t j = 0; j < a->kernel_width; j++) {
+        float *row = col + ((c * a->kernel_height + i) * a->kernel_width + j) * ld;
+        const int64_t row_offset = i * a->dilation_height - a->padding_height;
+        const int64_t column_offset = j * a->dilation_width - a->padding_width;
+        /* Output columns whose input column lies inside the image: [low, high). */
+        int64_t low = column_offset >= 0 ? 0 : (-column_offset + sw - 1) / sw;
+        int64_t high = W - 1 - column_offset >= 0 ? (W - 1 - column_offset) / sw + 1 : 0;
+        if (high > OW) high = OW;
+        if (low > high) low = high;
+        for (int64_t oh = 0; oh < OH; oh++) {
+          float *out = row + oh * OW;
+          const int64_t ih = oh * sh + row_offset;
+          if (ih < 0 || ih >= H) {
+            memset(out, 0, (size_t)OW * sizeof *out);
+            continue;
+          }
+          /* Rows are short (OW values): inline loops beat a memcpy call per row. */
+          const float *source = plane + ih * W;
+          for (int64_t ow = 0; ow < low; ow++)
+            out[ow] = 0.0f;
+          if (sw == 1) {
+#pragma omp simd
+            for (int64_t ow = low; ow < high; ow++)
+              out[ow] = source[ow + column_offset];
+          } else {
+            for (int64_t ow = low; ow < high; ow++)
+              out[ow] = source[ow * sw + column_offset];
+          }
+          for (int64_t ow = high; ow < OW; ow++)
+            out[ow] = 0.0f;
+        }
+      }
+  }
+}
+
+/* dx (channels of one sample's group) += the columns scattered back to their pixels (im2col's adjoint). */
+CONV_VECTOR_CLONES static void col2im(const bpt_conv2d_args *a, const conv_plan *p, const float *col, int64_t ld,
+                                      float *dx) {
+  const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
+  const int64_t sh = a->stride_height, sw = a->stride_width;
+  for (int64_t c = 0; c < p->group_in; c++) {
+    float *plane = dx + c * p->in_plane;
+    for (int64_t i = 0; i < a->kernel_height; i++)
+      for (int64_t j = 0; j < a->kernel_width; j++) {
+        const float *row = col + ((c * a->kernel_height + i) * a->kernel_width + j) * ld;
+        const int64_t row_offset = i * a->dilation_height - a->padding_height;
+        const int64_t column_offset = j * a->dilation_width - a->padding_width;
+        int64_t low = column_offset >= 0 ? 0 : (-column_offset + sw - 1) / sw;
+        int64_t high = W - 1 - column_offset >= 0 ? (W - 1 - column_offset) / sw + 1 : 0;
+        if (high > OW) high = OW;
+        for (int64_t oh = 0; oh < OH; oh++) {
+          const int64_t ih = oh * sh + row_offset;
+          if (ih < 0 || ih >= H) continue;
+          const float *in = row + oh * OW;
+          float *target = plane + ih * W;
+          if (sw == 1) {
+#pragma omp simd
+            for (int64_t ow = low; ow < high; ow++)
+              target[ow + column_offset] += in[ow];
+          } else
+            for (int64_t ow = low; ow < high; ow++)
+              target[ow * sw + column_offset] += in[ow];
+        }
+      }
+  }
+}
+
+static void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+              (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+}
+
+static int64_t chunk_samples(const bpt_conv2d_args *a, const conv_plan *p, int64_t chunk_index) {
+  int64_t first = chunk_index * p->chunk;
+  return first + p->chunk <= a->batch ? p->chunk : a->batch - first;
+}
+
+/* Gathers dy of one group for the chunk's samples into (O/g, S * OH * OW). */
+static void gather_output(const bpt_conv2d_args *a, const conv_plan *p, const float *dy, int64_t first, int64_t samples,
+                          int64_t group, float *out) {
+  const int64_t ld = samples * p->out_plane;
+  for (int64_t s = 0; s < samples; s++)
+    for (int64_t o = 0; o < p->group_out; o++)
+      memcpy(out + o * ld + s * p->out_plane,
+             dy + ((first + s) * a->out_channels + group * p->group_out + o) * p->out_plane,
+             (size_t)p->out_plane * sizeof *out);
+}
+
+bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
+                                  const float *bias, float *y) {
+  conv_plan p;
+  CONV_CHECK(make_plan(backend, a, &p));
+  const int64_t columns = p.chunk * p.out_plane;
+  const size_t scratch =
+      (size_t)(p.pointwise ? 0 : p.column_rows * columns) + (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
+  if (scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, scratch));
+#pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
+  for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
+    float *col = scratch ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    float *product = p.chunk > 1 ? col + p.column_rows * columns : NULL;
+    const int64_t first = chunk * p.chunk, samples = chunk_samples(a, &p, chunk), ld = samples * p.out_plane;
+    for (int64_t g = 0; g < a->groups; g++) {
+      const float *w = weight + g * p.group_out * p.column_rows;
+      const float *b = NULL;
+      if (p.pointwise) {
+        b = x + (first * a->in_channels + g * p.group_in) * p.in_plane;
+      } else {
+        for (int64_t s = 0; s < samples; s++)
+          im2col(a, &p, x + ((first + s) * a->in_channels + g * p.group_in) * p.in_plane, col + s * p.out_plane, ld);
+        b = col;
+      }
+      /* y (O/g, S * OH * OW) = W_g (O/g, C/g * kh * kw) . col (C/g * kh * kw, S * OH * OW) */
+      if (samples == 1) {
+        gemm(false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f,
+             y + (first * a->out_channels + g * p.group_out) * p.out_plane, p.out_plane);
+        continue;
+      }
+      gemm(false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, product, ld);
+      for (int64_t s = 0; s < samples; s++)
+        for (int64_t o = 0; o < p.group_out; o++)
+          memcpy(y + ((first + s) * a->out_channels + g * p.group_out + o) * p.out_plane,
+                 product + o * ld + s * p.out_plane, (size_t)p.out_plane * sizeof *y);
+    }
+    if (bias)
+      for (int64_t s = 0; s < samples; s++)
+        for (int64_t o = 0; o < a->out_channels; o++) {
+          float *plane = y + ((first + s) * a->out_channels + o) * p.out_plane;
+          const float value = bias[o];
+          for (int64_t i = 0; i < p.out_plane; i++)
+            plane[i] += value;
+        }
+  }
+  return BPT_OK;
+}
+
+bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
+                                        const float *weight, float *dx) {
+  conv_plan p;
+  CONV_CHECK(make_plan(backend, a, &p));
+  const int64_t columns = p.chunk * p.out_plane;
+  const size_t scratch =
+      (size_t)(p.pointwise ? 0 : p.column_rows * columns) + (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
+  if (scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, scratch));
+#pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
+  for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
+    float *dcol = scratch ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    float *gathered = p.chunk > 1 ? dcol + p.column_rows * columns : NULL;
+    const int64_t first = chunk * p.chunk, samples = chunk_samples(a, &p, chunk), ld = samples * p.out_plane;
+    for (int64_t g = 0; g < a->groups; g++) {
+      const float *w = weight + g * p.group_out * p.column_rows;
+      const float *d = dy + (first * a->out_channels + g * p.group_out) * p.out_plane;
+      if (samples > 1) {
+        gather_output(a, &p, dy, first, samples, g, gathered);
+        d = gathered;
+      }
+      float *dx_group = dx + (first * a->in_channels + g * p.group_in) * p.in_plane;
+      if (p.pointwise) {
+        /* dx (C/g, H * W) += W_g^T (C/g, O/g) . dy (O/g, H * W) */
+        gemm(true, false, p.group_in, p.in_plane, p.group_out, w, p.column_rows, d, p.out_plane, 1.0f, dx_group,
+             p.in_plane);
+        continue;
+      }
+      /* dcol (C/g * kh * kw, S * OH * OW) = W_g^T . dy, then scattered back with col2im */
+      gemm(true, false, p.column_rows, ld, p.group_out, w, p.column_rows, d, ld, 0.0f, dcol, ld);
+      for (int64_t s = 0; s < samples; s++)
+        col2im(a, &p, dcol + s * p.out_plane, ld, dx_group + s * a->in_channels * p.in_plane);
+    }
+  }
+  return BPT_OK;
+}
+
+bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
+                                          const float *dy, float *dweight, float *dbias) {
+  conv_plan p;
+  CONV_CHECK(make_plan(backend, a, &p));
+  const int64_t columns = p.chunk * p.out_plane;
+  const int64_t weight_count = a->out_channels * p.column_rows;
+  /* Each thread accumulates its own weight gradient; they are summed into dweight at the end. */
+  const size_t partial = p.threads > 1 ? (size_t)weight_count : 0;
+  const size_t scratch =
+      partial + (size_t)(p.pointwise ? 0 : p.column_rows * columns) + (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
+  if (scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, scratch));
+#pragma omp parallel num_threads(p.threads) if (p.threads > 1)
+  {
+    float *base = scratch ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    float *accumulator = partial ? base : dweight;
+    float *col = p.pointwise ? NULL : base + partial;
+    float *gathered = p.chunk > 1 ? base + partial + p.column_rows * columns : NULL;
+    if (partial) memset(accumulator, 0, partial * sizeof *accumulator);
+#pragma omp for schedule(static)
+    for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
+      const int64_t first = chunk * p.chunk, samples = chunk_samples(a, &p, chunk), ld = samples * p.out_plane;
+      for (int64_t g = 0; g < a->groups; g++) {
+        const float *d = dy + (first * a->out_channels + g * p.group_out) * p.out_plane;
+        if (samples > 1) {
+          gather_output(a, &p, dy, first, samples, g, gathered);
+          d = gathered;
+        }
+        const float *b = x + (first * a->in_channels + g * p.group_in) * p.in_plane;
+        if (!p.pointwise) {
+          for (int64_t s = 0; s < samples; s++)
+            im2col(a, &p, x + ((first + s) * a->in_channels + g * p.group_in) * p.in_plane, col + s * p.out_plane, ld);
+          b = col;
+        }
+        /* dW_g (O/g, C/g * kh * kw) += dy (O/g, S * OH * OW) . col^T (S * OH * OW, C/g * kh * kw) */
+        gemm(false, true, p.group_out, p.column_rows, ld, d, ld, b, ld, 1.0f,
+             accumulator + g * p.group_out * p.column_rows, p.column_rows);
+      }
+    }
+    if (partial) {
+      /* Each thread sums one slice of the weight gradient over every thread's partial. */
+#pragma omp barrier
+      const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
+      const int64_t slice = (weight_count + threads - 1) / threads;
+      const int64_t begin = thread * slice, end = begin + slice < weight_count ? begin + slice : weight_count;
+      for (int t = 0; t < threads; t++) {
+        const float *source = bpt_cpu_scratch(backend, t);
+        for (int64_t i = begin; i < end; i++)
+          dweight[i] += source[i];
+      }
+    }
+  }
+  if (dbias) {
+#pragma omp parallel for if (a->batch * a->out_channels * p.out_plane > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t o = 0; o < a->out_channels; o++) {
+      double sum = 0.0;
+      for (int64_t n = 0; n < a->batch; n++) {
+        const float *plane = dy + (n * a->out_channels + o) * p.out_plane;
+        float partial_sum = 0.0f;
+        for (int64_t i = 0; i < p.out_plane; i++)
+          partial_sum += plane[i];
+        sum += partial_sum;
+      }
+      dbias[o] += (float)sum;
+    }
+  }
+  return BPT_OK;
+}

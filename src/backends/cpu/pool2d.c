@@ -1,0 +1,87 @@
+/* Max and average pooling on the CPU over NCHW, one (sample, channel) plane per loop iteration.
+ * Max pooling records, per output value, the index of the winning input inside its H x W plane (int32 is
+ * enough for any plane, unlike an index into the whole tensor); ties go to the first value in row-major
+ * window order, as in PyTorch, so exactly one input receives each gradient. Average pooling divides by the
+ * full window, padding included. */
+#include <float.h>
+
+#include "backends/cpu/cpu.h"
+
+static bool parallel(const bpt_pool2d_args *a) {
+  return a->batch * a->channels > 1 &&
+         a->batch * a->channels * a->out_height * a->out_width * a->kernel_height * a->kernel_width >
+             BPT_CPU_PARALLEL_THRESHOLD;
+}
+
+bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *a, const float *x, float *y,
+                                  int32_t *argmax) {
+  if (a->kind == BPT_POOL_MAX && !argmax)
+    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
+  const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
+  const int64_t planes = a->batch * a->channels;
+  const float inverse_area = 1.0f / (float)(a->kernel_height * a->kernel_width);
+#pragma omp parallel for if (parallel(a))
+  for (int64_t plane = 0; plane < planes; plane++) {
+    const float *in = x + plane * H * W;
+    float *out = y + plane * OH * OW;
+    int32_t *winner = argmax ? argmax + plane * OH * OW : NULL;
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        const int64_t h0 = oh * a->stride_height - a->padding_height, w0 = ow * a->stride_width - a->padding_width;
+        const int64_t h_begin = h0 < 0 ? 0 : h0, w_begin = w0 < 0 ? 0 : w0;
+        const int64_t h_end = h0 + a->kernel_height < H ? h0 + a->kernel_height : H;
+        const int64_t w_end = w0 + a->kernel_width < W ? w0 + a->kernel_width : W;
+        if (a->kind == BPT_POOL_MAX) {
+          float best = -FLT_MAX;
+          int64_t best_index = h_begin * W + w_begin;
+          for (int64_t h = h_begin; h < h_end; h++)
+            for (int64_t w = w_begin; w < w_end; w++)
+              if (in[h * W + w] > best) {
+                best = in[h * W + w];
+                best_index = h * W + w;
+              }
+          out[oh * OW + ow] = in[best_index];
+          winner[oh * OW + ow] = (int32_t)best_index;
+        } else {
+          float sum = 0.0f;
+          for (int64_t h = h_begin; h < h_end; h++)
+            for (int64_t w = w_begin; w < w_end; w++)
+              sum += in[h * W + w];
+          out[oh * OW + ow] = sum * inverse_area;
+        }
+      }
+  }
+  return BPT_OK;
+}
+
+bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *a, const float *dy,
+                                   const int32_t *argmax, float *dx) {
+  if (a->kind == BPT_POOL_MAX && !argmax)
+    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
+  const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
+  const int64_t planes = a->batch * a->channels;
+  const float inverse_area = 1.0f / (float)(a->kernel_height * a->kernel_width);
+#pragma omp parallel for if (parallel(a))
+  for (int64_t plane = 0; plane < planes; plane++) {
+    const float *d = dy + plane * OH * OW;
+    float *out = dx + plane * H * W;
+    if (a->kind == BPT_POOL_MAX) {
+      const int32_t *winner = argmax + plane * OH * OW;
+      for (int64_t i = 0; i < OH * OW; i++)
+        out[winner[i]] += d[i];
+      continue;
+    }
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        const int64_t h0 = oh * a->stride_height - a->padding_height, w0 = ow * a->stride_width - a->padding_width;
+        const int64_t h_begin = h0 < 0 ? 0 : h0, w_begin = w0 < 0 ? 0 : w0;
+        const int64_t h_end = h0 + a->kernel_height < H ? h0 + a->kernel_height : H;
+        const int64_t w_end = w0 + a->kernel_width < W ? w0 + a->kernel_width : W;
+        const float share = d[oh * OW + ow] * inverse_area;
+        for (int64_t h = h_begin; h < h_end; h++)
+          for (int64_t w = w_begin; w < w_end; w++)
+            out[h * W + w] += share;
+      }
+  }
+  return BPT_OK;
+}

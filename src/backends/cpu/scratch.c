@@ -1,0 +1,50 @@
+/* The CPU backend's state: per-thread scratch buffers that grow to the largest request and are then reused,
+ * so convolutions allocate nothing in the steady state of training. */
+#include <stdlib.h>
+
+#include "backends/cpu/cpu.h"
+
+bpt_status bpt_cpu_state_create(bpt_backend *backend) {
+  bpt_cpu_state *state = calloc(1, sizeof *state);
+  int slots = backend->num_threads > 0 ? backend->num_threads : 1;
+  if (state) {
+    state->slots = slots;
+    state->scratch = calloc((size_t)slots, sizeof *state->scratch);
+    state->scratch_floats = calloc((size_t)slots, sizeof *state->scratch_floats);
+  }
+  backend->state = state;
+  if (!state || !state->scratch || !state->scratch_floats) {
+    bpt_cpu_state_destroy(backend);
+    return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "cannot allocate the CPU backend state");
+  }
+  return BPT_OK;
+}
+
+void bpt_cpu_state_destroy(bpt_backend *backend) {
+  bpt_cpu_state *state = backend->state;
+  if (!state) return;
+  for (int i = 0; state->scratch && i < state->slots; i++)
+    free(state->scratch[i]);
+  free(state->scratch);
+  free(state->scratch_floats);
+  free(state);
+  backend->state = NULL;
+}
+
+bpt_status bpt_cpu_scratch_reserve(bpt_backend *backend, int slots, size_t floats) {
+  bpt_cpu_state *state = backend->state;
+  if (slots > state->slots)
+    return bpt_backend_fail(backend, BPT_ERR_INTERNAL, "scratch: %d slots requested, %d exist", slots, state->slots);
+  for (int i = 0; i < slots; i++) {
+    if (state->scratch_floats[i] >= floats) continue;
+    free(state->scratch[i]);
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    state->scratch[i] = aligned_alloc(64, bytes);
+    state->scratch_floats[i] = state->scratch[i] ? floats : 0;
+    if (!state->scratch[i])
+      return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of scratch memory", bytes);
+  }
+  return BPT_OK;
+}
+
+float *bpt_cpu_scratch(bpt_backend *backend, int slot) { return ((bpt_cpu_state *)backend->state)->scratch[slot]; }

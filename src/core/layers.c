@@ -1,0 +1,149 @@
+/* Layer helpers on top of the graph API: a layer creates its named parameters and ops in one call, a
+ * ResNet basic block wires two conv-BN pairs and its shortcut, and a sequential stack builds a table of
+ * layers, so an example's model reads like the architecture's diagram. */
+#include <stdio.h>
+
+#include "bptrain/cnn.h"
+#include "core/graph.h"
+
+#define NAME_SIZE (BPT_NAME_SIZE + 16)
+
+static bpt_status check(bpt_graph *graph, const char *where, const void *x, const char *name, const void *out) {
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
+  if (!x || !name || !out)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: x, name and out must be non-NULL", where);
+  return BPT_OK;
+}
+
+bpt_status bpt_layer_conv2d(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels, int64_t kernel,
+                            int64_t stride, int64_t padding, int with_bias, bpt_node **out) {
+  BPT_CHECK(check(graph, "bpt_layer_conv2d", x, name, out));
+  if (x->rank != 4 || !x->batched)
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "bpt_layer_conv2d '%s': input '%s' is not (N, C, H, W)", name,
+                     x->name);
+  char parameter_name[NAME_SIZE];
+  bpt_node *weight, *bias = NULL;
+  const int64_t weight_dims[4] = {out_channels, x->dims[1], kernel, kernel};
+  snprintf(parameter_name, sizeof parameter_name, "%s.weight", name);
+  BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 4, weight_dims, BPT_INIT_HE_NORMAL, &weight));
+  if (with_bias) {
+    snprintf(parameter_name, sizeof parameter_name, "%s.bias", name);
+    BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 1, &out_channels, BPT_INIT_ZEROS, &bias));
+  }
+  bpt_conv2d_options options = bpt_conv2d_options_default();
+  options.stride_height = options.stride_width = stride;
+  options.padding_height = options.padding_width = padding;
+  return bpt_conv2d(graph, name, x, weight, bias, &options, out);
+}
+
+bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
+  BPT_CHECK(check(graph, "bpt_layer_batch_norm", x, name, out));
+  if (x->rank < 2 || !x->batched)
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "bpt_layer_batch_norm '%s': input '%s' has no channel axis", name,
+                     x->name);
+  char parameter_name[NAME_SIZE];
+  bpt_node *gamma, *beta, *running_mean, *running_variance;
+  const int64_t channels = x->dims[1];
+  snprintf(parameter_name, sizeof parameter_name, "%s.gamma", name);
+  BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ONES, &gamma));
+  snprintf(parameter_name, sizeof parameter_name, "%s.beta", name);
+  BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ZEROS, &beta));
+  snprintf(parameter_name, sizeof parameter_name, "%s.running_mean", name);
+  BPT_CHECK(bpt_graph_nontrainable_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ZEROS, &running_mean));
+  snprintf(parameter_name, sizeof parameter_name, "%s.running_variance", name);
+  BPT_CHECK(bpt_graph_nontrainable_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ONES, &running_variance));
+  return bpt_batch_norm(graph, name, x, gamma, beta, running_mean, running_variance, 0.1f, 1e-5f, out);
+}
+
+bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
+                                        int64_t stride, bpt_node **out) {
+  BPT_CHECK(check(graph, "bpt_layer_resnet_basic_block", x, name, out));
+  if (x->rank != 4 || !x->batched)
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "bpt_layer_resnet_basic_block '%s': input '%s' is not (N, C, H, W)",
+                     name, x->name);
+  char layer[NAME_SIZE];
+  bpt_node *y, *shortcut = x;
+  /* Convolutions before batch norm carry no bias: BN's beta would cancel it. */
+  snprintf(layer, sizeof layer, "%s.conv1", name);
+  BPT_CHECK(bpt_layer_conv2d(graph, layer, x, out_channels, 3, stride, 1, 0, &y));
+  snprintf(layer, sizeof layer, "%s.bn1", name);
+  BPT_CHECK(bpt_layer_batch_norm(graph, layer, y, &y));
+  snprintf(layer, sizeof layer, "%s.relu1", name);
+  BPT_CHECK(bpt_relu(graph, layer, y, &y));
+  snprintf(layer, sizeof layer, "%s.conv2", name);
+  BPT_CHECK(bpt_layer_conv2d(graph, layer, y, out_channels, 3, 1, 1, 0, &y));
+  snprintf(layer, sizeof layer, "%s.bn2", name);
+  BPT_CHECK(bpt_layer_batch_norm(graph, layer, y, &y));
+  if (stride != 1 || x->dims[1] != out_channels) {
+    snprintf(layer, sizeof layer, "%s.shortcut", name);
+    BPT_CHECK(bpt_layer_conv2d(graph, layer, x, out_channels, 1, stride, 0, 0, &shortcut));
+    snprintf(layer, sizeof layer, "%s.shortcut_bn", name);
+    BPT_CHECK(bpt_layer_batch_norm(graph, layer, shortcut, &shortcut));
+  }
+  snprintf(layer, sizeof layer, "%s.add", name);
+  BPT_CHECK(bpt_add(graph, layer, y, shortcut, &y));
+  snprintf(layer, sizeof layer, "%s.relu2", name);
+  return bpt_relu(graph, layer, y, out);
+}
+
+static const char *kind_name(bpt_layer_kind kind) {
+  switch (kind) {
+  case BPT_LAYER_CONV2D: return "conv";
+  case BPT_LAYER_BATCH_NORM: return "bn";
+  case BPT_LAYER_RELU: return "relu";
+  case BPT_LAYER_MAX_POOL: return "maxpool";
+  case BPT_LAYER_AVG_POOL: return "avgpool";
+  case BPT_LAYER_GLOBAL_AVG_POOL: return "gap";
+  case BPT_LAYER_FLATTEN: return "flatten";
+  case BPT_LAYER_LINEAR: return "fc";
+  case BPT_LAYER_DROPOUT: return "dropout";
+  case BPT_LAYER_RESNET_BLOCK: return "block";
+  case BPT_LAYER_TANH: return "tanh";
+  case BPT_LAYER_SIGMOID: return "sigmoid";
+  }
+  return NULL;
+}
+
+bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *x, const bpt_layer_spec *layers,
+                                int count, bpt_node **out) {
+  BPT_CHECK(check(graph, "bpt_layer_sequential", x, prefix, out));
+  if (count < 1 || !layers)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_sequential '%s': no layers", prefix);
+  bpt_node *y = x;
+  for (int i = 0; i < count; i++) {
+    const bpt_layer_spec *l = &layers[i];
+    const char *kind = kind_name(l->kind);
+    if (!kind)
+      return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_sequential '%s': layer %d has kind %d",
+                       prefix, i, (int)l->kind);
+    char layer[NAME_SIZE];
+    snprintf(layer, sizeof layer, "%s%d.%s", prefix, i, kind);
+    /* A convolution directly followed by batch norm needs no bias. */
+    const int followed_by_bn = i + 1 < count && layers[i + 1].kind == BPT_LAYER_BATCH_NORM;
+    switch (l->kind) {
+    case BPT_LAYER_CONV2D:
+      BPT_CHECK(bpt_layer_conv2d(graph, layer, y, l->units, l->kernel, l->stride ? l->stride : 1, l->padding,
+                                 !followed_by_bn, &y));
+      break;
+    case BPT_LAYER_BATCH_NORM: BPT_CHECK(bpt_layer_batch_norm(graph, layer, y, &y)); break;
+    case BPT_LAYER_RELU: BPT_CHECK(bpt_relu(graph, layer, y, &y)); break;
+    case BPT_LAYER_TANH: BPT_CHECK(bpt_tanh(graph, layer, y, &y)); break;
+    case BPT_LAYER_SIGMOID: BPT_CHECK(bpt_sigmoid(graph, layer, y, &y)); break;
+    case BPT_LAYER_MAX_POOL:
+      BPT_CHECK(bpt_max_pool2d(graph, layer, y, l->kernel, l->stride ? l->stride : l->kernel, l->padding, &y));
+      break;
+    case BPT_LAYER_AVG_POOL:
+      BPT_CHECK(bpt_avg_pool2d(graph, layer, y, l->kernel, l->stride ? l->stride : l->kernel, l->padding, &y));
+      break;
+    case BPT_LAYER_GLOBAL_AVG_POOL: BPT_CHECK(bpt_global_avg_pool(graph, layer, y, &y)); break;
+    case BPT_LAYER_FLATTEN: BPT_CHECK(bpt_flatten(graph, layer, y, &y)); break;
+    case BPT_LAYER_LINEAR: BPT_CHECK(bpt_layer_linear(graph, layer, y, l->units, BPT_INIT_HE_UNIFORM, &y)); break;
+    case BPT_LAYER_DROPOUT: BPT_CHECK(bpt_dropout(graph, layer, y, l->rate, &y)); break;
+    case BPT_LAYER_RESNET_BLOCK:
+      BPT_CHECK(bpt_layer_resnet_basic_block(graph, layer, y, l->units, l->stride ? l->stride : 1, &y));
+      break;
+    }
+  }
+  *out = y;
+  return BPT_OK;
+}

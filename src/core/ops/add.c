@@ -1,0 +1,64 @@
+/* add: y = a + b for two nodes of the same shape, the join of a residual connection. Backward passes dy to
+ * both inputs unchanged; a node that also feeds another consumer sums both gradients because every backward
+ * accumulates. */
+#include "bptrain/cnn.h"
+#include "core/graph.h"
+
+static bpt_status add_infer_shape(bpt_node *node) {
+  bpt_node *a = node->inputs[0], *b = node->inputs[1];
+  char shape_a[96], shape_b[96];
+  if (a->dtype != BPT_DTYPE_F32 || b->dtype != BPT_DTYPE_F32)
+    return bpt_node_error(node, BPT_ERR_DTYPE, "inputs '%s' and '%s' must be f32", a->name, b->name);
+  bool same = a->batched == b->batched && a->rank == b->rank;
+  for (int i = a->batched ? 1 : 0; same && i < a->rank; i++)
+    same = a->dims[i] == b->dims[i];
+  if (!same)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "inputs '%s' (%s) and '%s' (%s) differ in shape", a->name,
+                          bpt_shape_string(a, shape_a, sizeof shape_a), b->name,
+                          bpt_shape_string(b, shape_b, sizeof shape_b));
+  node->batched = a->batched;
+  node->rank = a->rank;
+  for (int i = 0; i < a->rank; i++)
+    node->dims[i] = a->dims[i];
+  return BPT_OK;
+}
+
+static bpt_status add_forward(bpt_node *node) {
+  bpt_backend *backend = node->graph->backend;
+  int64_t count = bpt_node_count(node);
+  if (backend->vtable->copy(backend, node->value, node->inputs[0]->value, (size_t)count * sizeof(float)) != BPT_OK)
+    return bpt_kernel_result(node, BPT_ERR_DEVICE, "copy");
+  return BPT_KERNEL(node, add_scaled, count, 1.0f, node->inputs[1]->value, node->value);
+}
+
+static bpt_status add_backward(bpt_node *node) {
+  int64_t count = bpt_node_count(node);
+  for (int i = 0; i < 2; i++)
+    if (node->inputs[i]->requires_grad)
+      BPT_CHECK(BPT_KERNEL(node, add_scaled, count, 1.0f, node->grad, node->inputs[i]->grad));
+  return BPT_OK;
+}
+
+/* Activation memory: backward reads no activation value (only gradients and what forward saved). */
+static bool reads_no_input(const bpt_node *node, int input) {
+  (void)node;
+  (void)input;
+  return false;
+}
+
+static bool reads_no_output(const bpt_node *node) {
+  (void)node;
+  return false;
+}
+
+const bpt_op_definition bpt_op_add = {.name = "add",
+                                      .infer_shape = add_infer_shape,
+                                      .forward = add_forward,
+                                      .backward = add_backward,
+                                      .backward_reads_input = reads_no_input,
+                                      .backward_reads_output = reads_no_output};
+
+bpt_status bpt_add(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out) {
+  bpt_node *inputs[2] = {a, b};
+  return bpt_graph_add_node(graph, BPT_OP_ADD, name, inputs, 2, out);
+}

@@ -1,0 +1,145 @@
+/* conv2d: y (N, O, OH, OW) = x (N, C, H, W) * weight (O, C / groups, kh, kw) + bias (O), NCHW throughout.
+ * Integer attributes: stride (0, 1), padding (2, 3), dilation (4, 5), groups (6). The three products
+ * (forward, input gradient, weight gradient) are backend kernels; on the CPU they are im2col + SGEMM. */
+#include <string.h>
+
+#include "bptrain/cnn.h"
+#include "core/graph.h"
+
+enum { STRIDE_H, STRIDE_W, PADDING_H, PADDING_W, DILATION_H, DILATION_W, GROUPS };
+
+static int64_t output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
+  int64_t span = dilation * (kernel - 1) + 1;
+  return in + 2 * padding < span ? 0 : (in + 2 * padding - span) / stride + 1;
+}
+
+static bpt_status conv2d_infer_shape(bpt_node *node) {
+  bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
+  const int64_t *a = node->int_attributes;
+  char shape[96];
+  if (x->dtype != BPT_DTYPE_F32 || weight->dtype != BPT_DTYPE_F32)
+    return bpt_node_error(node, BPT_ERR_DTYPE, "input and weight must be f32");
+  if (!x->batched || x->rank != 4)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has shape %s; expected (N, C, H, W)", x->name,
+                          bpt_shape_string(x, shape, sizeof shape));
+  if (weight->batched || weight->rank != 4)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "weight '%s' has shape %s; expected (O, C / groups, kh, kw)",
+                          weight->name, bpt_shape_string(weight, shape, sizeof shape));
+  if (a[STRIDE_H] < 1 || a[STRIDE_W] < 1 || a[PADDING_H] < 0 || a[PADDING_W] < 0 || a[DILATION_H] < 1 ||
+      a[DILATION_W] < 1 || a[GROUPS] < 1)
+    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT,
+                          "stride %lldx%lld, padding %lldx%lld, dilation %lldx%lld, groups %lld: strides, "
+                          "dilations and groups must be >= 1, paddings >= 0",
+                          (long long)a[STRIDE_H], (long long)a[STRIDE_W], (long long)a[PADDING_H],
+                          (long long)a[PADDING_W], (long long)a[DILATION_H], (long long)a[DILATION_W],
+                          (long long)a[GROUPS]);
+  const int64_t channels = x->dims[1], out_channels = weight->dims[0], groups = a[GROUPS];
+  if (channels % groups || out_channels % groups)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "%lld groups do not divide %lld input and %lld output channels",
+                          (long long)groups, (long long)channels, (long long)out_channels);
+  if (weight->dims[1] * groups != channels)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld channels, weight '%s' expects %lld (x %lld groups)",
+                          x->name, (long long)channels, weight->name, (long long)weight->dims[1], (long long)groups);
+  if (bias && (bias->batched || bpt_node_inner_count(bias) != out_channels))
+    return bpt_node_error(node, BPT_ERR_SHAPE, "bias '%s' has %lld values, weight '%s' has %lld output channels",
+                          bias->name, (long long)bpt_node_inner_count(bias), weight->name, (long long)out_channels);
+  const int64_t height = output_size(x->dims[2], weight->dims[2], a[STRIDE_H], a[PADDING_H], a[DILATION_H]);
+  const int64_t width = output_size(x->dims[3], weight->dims[3], a[STRIDE_W], a[PADDING_W], a[DILATION_W]);
+  if (height < 1 || width < 1)
+    return bpt_node_error(node, BPT_ERR_SHAPE,
+                          "a %lldx%lld kernel (dilation %lldx%lld) does not fit the %lldx%lld "
+                          "input with padding %lldx%lld",
+                          (long long)weight->dims[2], (long long)weight->dims[3], (long long)a[DILATION_H],
+                          (long long)a[DILATION_W], (long long)x->dims[2], (long long)x->dims[3],
+                          (long long)a[PADDING_H], (long long)a[PADDING_W]);
+  node->batched = true;
+  node->rank = 4;
+  node->dims[0] = x->dims[0];
+  node->dims[1] = out_channels;
+  node->dims[2] = height;
+  node->dims[3] = width;
+  return BPT_OK;
+}
+
+static bpt_conv2d_args conv2d_args(const bpt_node *node) {
+  const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
+  const int64_t *a = node->int_attributes;
+  return (bpt_conv2d_args){.batch = node->graph->batch,
+                           .in_channels = x->dims[1],
+                           .in_height = x->dims[2],
+                           .in_width = x->dims[3],
+                           .out_channels = node->dims[1],
+                           .out_height = node->dims[2],
+                           .out_width = node->dims[3],
+                           .kernel_height = weight->dims[2],
+                           .kernel_width = weight->dims[3],
+                           .stride_height = a[STRIDE_H],
+                           .stride_width = a[STRIDE_W],
+                           .padding_height = a[PADDING_H],
+                           .padding_width = a[PADDING_W],
+                           .dilation_height = a[DILATION_H],
+                           .dilation_width = a[DILATION_W],
+                           .groups = a[GROUPS]};
+}
+
+static bpt_status conv2d_forward(bpt_node *node) {
+  bpt_node *bias = node->input_count > 2 ? node->inputs[2] : NULL;
+  bpt_conv2d_args args = conv2d_args(node);
+  return BPT_KERNEL(node, conv2d_forward, &args, node->inputs[0]->value, node->inputs[1]->value,
+                    bias ? bias->value : NULL, node->value);
+}
+
+static bpt_status conv2d_backward(bpt_node *node) {
+  bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
+  bpt_conv2d_args args = conv2d_args(node);
+  bool bias_gradient = bias && bias->requires_grad;
+  if (weight->requires_grad)
+    BPT_CHECK(BPT_KERNEL(node, conv2d_backward_filter, &args, x->value, node->grad, weight->grad,
+                         bias_gradient ? bias->grad : NULL));
+  else if (bias_gradient)
+    return bpt_node_error(node, BPT_ERR_UNSUPPORTED, "a trainable bias needs a trainable weight");
+  /* Skipped for the image input, which saves the costliest col2im of the network. */
+  if (x->requires_grad) BPT_CHECK(BPT_KERNEL(node, conv2d_backward_data, &args, node->grad, weight->value, x->grad));
+  return BPT_OK;
+}
+
+/* Activation memory: backward reads x (weight gradient) and the weight (input gradient), never y. */
+static bool conv2d_reads_input(const bpt_node *node, int input) {
+  (void)node;
+  return input < 2;
+}
+
+static bool conv2d_reads_output(const bpt_node *node) {
+  (void)node;
+  return false;
+}
+
+const bpt_op_definition bpt_op_conv2d = {.name = "conv2d",
+                                         .infer_shape = conv2d_infer_shape,
+                                         .forward = conv2d_forward,
+                                         .backward = conv2d_backward,
+                                         .backward_reads_input = conv2d_reads_input,
+                                         .backward_reads_output = conv2d_reads_output};
+
+bpt_conv2d_options bpt_conv2d_options_default(void) {
+  bpt_conv2d_options options;
+  memset(&options, 0, sizeof options);
+  options.size = sizeof options;
+  options.stride_height = options.stride_width = 1;
+  options.dilation_height = options.dilation_width = 1;
+  options.groups = 1;
+  return options;
+}
+
+bpt_status bpt_conv2d(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight, bpt_node *bias,
+                      const bpt_conv2d_options *options, bpt_node **out) {
+  bpt_conv2d_options o = bpt_conv2d_options_default();
+  if (options && graph)
+    BPT_CHECK(bpt_copy_options(graph->context, &o, sizeof o, options, options->size,
+                               offsetof(bpt_conv2d_options, groups) + sizeof o.groups, "bpt_conv2d"));
+  const int64_t attributes[] = {o.stride_height,   o.stride_width,   o.padding_height, o.padding_width,
+                                o.dilation_height, o.dilation_width, o.groups};
+  bpt_node *inputs[3] = {x, weight, bias};
+  return bpt_graph_add_node_with_attributes(graph, BPT_OP_CONV2D, name, inputs, bias ? 3 : 2, attributes, 7, NULL, 0,
+                                            out);
+}

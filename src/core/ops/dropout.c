@@ -1,0 +1,71 @@
+/* dropout: inverted dropout in training mode, identity in evaluation mode. Float attribute 0 is the drop
+ * probability. The mask derives from the context's seed, the node's index and the graph's random step,
+ * which each optimiser step advances: forwards between two steps (a finite-difference check, a second look
+ * at the activations) see the same mask, and equal seeds replay equal runs. The mask (0 or 1 / (1 - p)) is
+ * kept in node->saved for backward. */
+#include "bptrain/cnn.h"
+#include "core/graph.h"
+
+static bpt_status dropout_infer_shape(bpt_node *node) {
+  bpt_node *x = node->inputs[0];
+  const float probability = node->float_attributes[0];
+  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
+  if (!x->batched) return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has no batch dimension", x->name);
+  if (!(probability >= 0.0f && probability < 1.0f))
+    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "probability %g is outside [0, 1)", (double)probability);
+  node->batched = true;
+  node->rank = x->rank;
+  for (int i = 0; i < x->rank; i++)
+    node->dims[i] = x->dims[i];
+  return BPT_OK;
+}
+
+static size_t dropout_saved_bytes(const bpt_node *node) {
+  return (size_t)bpt_node_inner_count(node) * (size_t)node->graph->max_batch * sizeof(float);
+}
+
+static bpt_status dropout_forward(bpt_node *node) {
+  bpt_backend *backend = node->graph->backend;
+  const int64_t count = bpt_node_count(node);
+  if (node->graph->evaluation) {
+    if (backend->vtable->copy(backend, node->value, node->inputs[0]->value, (size_t)count * sizeof(float)) != BPT_OK)
+      return bpt_kernel_result(node, BPT_ERR_DEVICE, "copy");
+    return BPT_OK;
+  }
+  uint64_t seed = node->graph->context->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)node->index * 0xd1b54a32d192ed03ULL +
+                  node->graph->random_step * 0x8cb92ba72f3d8dd7ULL;
+  return BPT_KERNEL(node, dropout_forward, count, node->float_attributes[0], seed, node->inputs[0]->value, node->value,
+                    node->saved);
+}
+
+static bpt_status dropout_backward(bpt_node *node) {
+  bpt_node *x = node->inputs[0];
+  if (!x->requires_grad) return BPT_OK;
+  const int64_t count = bpt_node_count(node);
+  if (node->graph->evaluation) return BPT_KERNEL(node, add_scaled, count, 1.0f, node->grad, x->grad);
+  return BPT_KERNEL(node, dropout_backward, count, node->saved, node->grad, x->grad);
+}
+
+/* Activation memory: backward reads no activation value (only gradients and what forward saved). */
+static bool reads_no_input(const bpt_node *node, int input) {
+  (void)node;
+  (void)input;
+  return false;
+}
+
+static bool reads_no_output(const bpt_node *node) {
+  (void)node;
+  return false;
+}
+
+const bpt_op_definition bpt_op_dropout = {.name = "dropout",
+                                          .infer_shape = dropout_infer_shape,
+                                          .saved_bytes = dropout_saved_bytes,
+                                          .forward = dropout_forward,
+                                          .backward = dropout_backward,
+                                          .backward_reads_input = reads_no_input,
+                                          .backward_reads_output = reads_no_output};
+
+bpt_status bpt_dropout(bpt_graph *graph, const char *name, bpt_node *x, float probability, bpt_node **out) {
+  return bpt_graph_add_node_with_attributes(graph, BPT_OP_DROPOUT, name, &x, 1, NULL, 0, &probability, 1, out);
+}

@@ -1,0 +1,68 @@
+/* global_avg_pool: (N, C, H, W) -> (N, C), the mean of each channel's plane. It runs as an average pool
+ * whose window is the whole plane, so backends need no extra kernel. */
+#include "bptrain/cnn.h"
+#include "core/graph.h"
+
+static bpt_status global_avg_pool_infer_shape(bpt_node *node) {
+  bpt_node *x = node->inputs[0];
+  char shape[96];
+  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
+  if (!x->batched || x->rank != 4)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has shape %s; expected (N, C, H, W)", x->name,
+                          bpt_shape_string(x, shape, sizeof shape));
+  node->batched = true;
+  node->rank = 2;
+  node->dims[0] = x->dims[0];
+  node->dims[1] = x->dims[1];
+  return BPT_OK;
+}
+
+static bpt_pool2d_args global_avg_pool_args(const bpt_node *node) {
+  const bpt_node *x = node->inputs[0];
+  return (bpt_pool2d_args){.kind = BPT_POOL_AVERAGE,
+                           .batch = node->graph->batch,
+                           .channels = x->dims[1],
+                           .in_height = x->dims[2],
+                           .in_width = x->dims[3],
+                           .out_height = 1,
+                           .out_width = 1,
+                           .kernel_height = x->dims[2],
+                           .kernel_width = x->dims[3],
+                           .stride_height = 1,
+                           .stride_width = 1};
+}
+
+static bpt_status global_avg_pool_forward(bpt_node *node) {
+  bpt_pool2d_args args = global_avg_pool_args(node);
+  return BPT_KERNEL(node, pool2d_forward, &args, node->inputs[0]->value, node->value, NULL);
+}
+
+static bpt_status global_avg_pool_backward(bpt_node *node) {
+  bpt_node *x = node->inputs[0];
+  if (!x->requires_grad) return BPT_OK;
+  bpt_pool2d_args args = global_avg_pool_args(node);
+  return BPT_KERNEL(node, pool2d_backward, &args, node->grad, NULL, x->grad);
+}
+
+/* Activation memory: backward reads no activation value (only gradients and what forward saved). */
+static bool reads_no_input(const bpt_node *node, int input) {
+  (void)node;
+  (void)input;
+  return false;
+}
+
+static bool reads_no_output(const bpt_node *node) {
+  (void)node;
+  return false;
+}
+
+const bpt_op_definition bpt_op_global_avg_pool = {.name = "global_avg_pool",
+                                                  .infer_shape = global_avg_pool_infer_shape,
+                                                  .forward = global_avg_pool_forward,
+                                                  .backward = global_avg_pool_backward,
+                                                  .backward_reads_input = reads_no_input,
+                                                  .backward_reads_output = reads_no_output};
+
+bpt_status bpt_global_avg_pool(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
+  return bpt_graph_add_node(graph, BPT_OP_GLOBAL_AVG_POOL, name, &x, 1, out);
+}

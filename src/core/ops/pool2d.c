@@ -1,0 +1,112 @@
+/* max_pool2d and avg_pool2d over NCHW: one shape rule and one kernel pair, told apart by bpt_pool_kind.
+ * Integer attributes: kernel (0, 1), stride (2, 3), padding (4, 5). Max pooling keeps the winning index of
+ * every output (int32, in node->saved) so backward routes each gradient to exactly one input. */
+#include "bptrain/cnn.h"
+#include "core/graph.h"
+
+enum { KERNEL_H, KERNEL_W, STRIDE_H, STRIDE_W, PADDING_H, PADDING_W };
+
+static bpt_status pool2d_infer_shape(bpt_node *node) {
+  bpt_node *x = node->inputs[0];
+  const int64_t *a = node->int_attributes;
+  char shape[96];
+  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
+  if (!x->batched || x->rank != 4)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has shape %s; expected (N, C, H, W)", x->name,
+                          bpt_shape_string(x, shape, sizeof shape));
+  if (a[KERNEL_H] < 1 || a[KERNEL_W] < 1 || a[STRIDE_H] < 1 || a[STRIDE_W] < 1 || a[PADDING_H] < 0 ||
+      a[PADDING_W] < 0 || 2 * a[PADDING_H] > a[KERNEL_H] || 2 * a[PADDING_W] > a[KERNEL_W])
+    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT,
+                          "kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld: kernel and stride must be >= 1, "
+                          "padding in [0, kernel / 2]",
+                          (long long)a[KERNEL_H], (long long)a[KERNEL_W], (long long)a[STRIDE_H],
+                          (long long)a[STRIDE_W], (long long)a[PADDING_H], (long long)a[PADDING_W]);
+  const int64_t height = x->dims[2] + 2 * a[PADDING_H] - a[KERNEL_H],
+                width = x->dims[3] + 2 * a[PADDING_W] - a[KERNEL_W];
+  if (height < 0 || width < 0)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "a %lldx%lld window does not fit the %lldx%lld input",
+                          (long long)a[KERNEL_H], (long long)a[KERNEL_W], (long long)x->dims[2], (long long)x->dims[3]);
+  node->batched = true;
+  node->rank = 4;
+  node->dims[0] = x->dims[0];
+  node->dims[1] = x->dims[1];
+  node->dims[2] = height / a[STRIDE_H] + 1;
+  node->dims[3] = width / a[STRIDE_W] + 1;
+  return BPT_OK;
+}
+
+static size_t max_pool2d_saved_bytes(const bpt_node *node) {
+  return (size_t)bpt_node_inner_count(node) * (size_t)node->graph->max_batch * sizeof(int32_t);
+}
+
+static bpt_pool2d_args pool2d_args(const bpt_node *node) {
+  const bpt_node *x = node->inputs[0];
+  const int64_t *a = node->int_attributes;
+  return (bpt_pool2d_args){.kind = node->op == BPT_OP_MAX_POOL2D ? BPT_POOL_MAX : BPT_POOL_AVERAGE,
+                           .batch = node->graph->batch,
+                           .channels = x->dims[1],
+                           .in_height = x->dims[2],
+                           .in_width = x->dims[3],
+                           .out_height = node->dims[2],
+                           .out_width = node->dims[3],
+                           .kernel_height = a[KERNEL_H],
+                           .kernel_width = a[KERNEL_W],
+                           .stride_height = a[STRIDE_H],
+                           .stride_width = a[STRIDE_W],
+                           .padding_height = a[PADDING_H],
+                           .padding_width = a[PADDING_W]};
+}
+
+static bpt_status pool2d_forward(bpt_node *node) {
+  bpt_pool2d_args args = pool2d_args(node);
+  return BPT_KERNEL(node, pool2d_forward, &args, node->inputs[0]->value, node->value, node->saved);
+}
+
+static bpt_status pool2d_backward(bpt_node *node) {
+  bpt_node *x = node->inputs[0];
+  if (!x->requires_grad) return BPT_OK;
+  bpt_pool2d_args args = pool2d_args(node);
+  return BPT_KERNEL(node, pool2d_backward, &args, node->grad, node->saved, x->grad);
+}
+
+/* Activation memory: backward reads no activation value (max pooling saved its winners). */
+static bool reads_no_input(const bpt_node *node, int input) {
+  (void)node;
+  (void)input;
+  return false;
+}
+
+static bool reads_no_output(const bpt_node *node) {
+  (void)node;
+  return false;
+}
+
+const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",
+                                             .infer_shape = pool2d_infer_shape,
+                                             .saved_bytes = max_pool2d_saved_bytes,
+                                             .forward = pool2d_forward,
+                                             .backward = pool2d_backward,
+                                             .backward_reads_input = reads_no_input,
+                                             .backward_reads_output = reads_no_output};
+const bpt_op_definition bpt_op_avg_pool2d = {.name = "avg_pool2d",
+                                             .infer_shape = pool2d_infer_shape,
+                                             .forward = pool2d_forward,
+                                             .backward = pool2d_backward,
+                                             .backward_reads_input = reads_no_input,
+                                             .backward_reads_output = reads_no_output};
+
+static bpt_status add_pool(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *x, int64_t kernel,
+                           int64_t stride, int64_t padding, bpt_node **out) {
+  const int64_t attributes[] = {kernel, kernel, stride, stride, padding, padding};
+  return bpt_graph_add_node_with_attributes(graph, op, name, &x, 1, attributes, 6, NULL, 0, out);
+}
+
+bpt_status bpt_max_pool2d(bpt_graph *graph, const char *name, bpt_node *x, int64_t kernel, int64_t stride,
+                          int64_t padding, bpt_node **out) {
+  return add_pool(graph, BPT_OP_MAX_POOL2D, name, x, kernel, stride, padding, out);
+}
+
+bpt_status bpt_avg_pool2d(bpt_graph *graph, const char *name, bpt_node *x, int64_t kernel, int64_t stride,
+                          int64_t padding, bpt_node **out) {
+  return add_pool(graph, BPT_OP_AVG_POOL2D, name, x, kernel, stride, padding, out);
+}

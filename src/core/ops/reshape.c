@@ -1,0 +1,78 @@
+/* reshape and flatten: the same values under a new per-sample shape. Integer attribute 0 is the new
+ * per-sample rank, 1.. the dims. Values are copied (the memory plan gives every node its own buffer). */
+#include "bptrain/cnn.h"
+#include "core/graph.h"
+
+static bpt_status reshape_infer_shape(bpt_node *node) {
+  bpt_node *x = node->inputs[0];
+  const int64_t rank = node->int_attributes[0];
+  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
+  if (!x->batched) return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has no batch dimension", x->name);
+  if (rank < 1 || rank > BPT_MAX_RANK - 1)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "rank %lld is outside [1, %d]", (long long)rank, BPT_MAX_RANK - 1);
+  int64_t count = 1;
+  for (int64_t i = 0; i < rank; i++) {
+    if (node->int_attributes[1 + i] < 1)
+      return bpt_node_error(node, BPT_ERR_SHAPE, "dimension %lld is %lld", (long long)i,
+                            (long long)node->int_attributes[1 + i]);
+    count *= node->int_attributes[1 + i];
+  }
+  if (count != bpt_node_inner_count(x))
+    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld values per sample, the new shape %lld", x->name,
+                          (long long)bpt_node_inner_count(x), (long long)count);
+  node->batched = true;
+  node->rank = (int)rank + 1;
+  node->dims[0] = x->dims[0];
+  for (int64_t i = 0; i < rank; i++)
+    node->dims[1 + i] = node->int_attributes[1 + i];
+  return BPT_OK;
+}
+
+static bpt_status reshape_forward(bpt_node *node) {
+  bpt_backend *backend = node->graph->backend;
+  size_t bytes = (size_t)bpt_node_count(node) * sizeof(float);
+  if (backend->vtable->copy(backend, node->value, node->inputs[0]->value, bytes) != BPT_OK)
+    return bpt_kernel_result(node, BPT_ERR_DEVICE, "copy");
+  return BPT_OK;
+}
+
+static bpt_status reshape_backward(bpt_node *node) {
+  bpt_node *x = node->inputs[0];
+  if (!x->requires_grad) return BPT_OK;
+  return BPT_KERNEL(node, add_scaled, bpt_node_count(node), 1.0f, node->grad, x->grad);
+}
+
+/* Activation memory: backward reads no activation value (only gradients and what forward saved). */
+static bool reads_no_input(const bpt_node *node, int input) {
+  (void)node;
+  (void)input;
+  return false;
+}
+
+static bool reads_no_output(const bpt_node *node) {
+  (void)node;
+  return false;
+}
+
+const bpt_op_definition bpt_op_reshape = {.name = "reshape",
+                                          .infer_shape = reshape_infer_shape,
+                                          .forward = reshape_forward,
+                                          .backward = reshape_backward,
+                                          .backward_reads_input = reads_no_input,
+                                          .backward_reads_output = reads_no_output};
+
+bpt_status bpt_reshape(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *dims, bpt_node **out) {
+  int64_t attributes[BPT_MAX_RANK] = {rank};
+  if (rank < 1 || rank > BPT_MAX_RANK - 1 || !dims)
+    return bpt_error(graph ? graph->context : NULL, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_reshape: rank %d must be in [1, %d] with non-NULL dims", rank, BPT_MAX_RANK - 1);
+  for (int i = 0; i < rank; i++)
+    attributes[1 + i] = dims[i];
+  return bpt_graph_add_node_with_attributes(graph, BPT_OP_RESHAPE, name, &x, 1, attributes, rank + 1, NULL, 0, out);
+}
+
+bpt_status bpt_flatten(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
+  if (!x) return bpt_error(graph ? graph->context : NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_flatten: x is NULL");
+  int64_t features = bpt_node_inner_count(x);
+  return bpt_reshape(graph, name, x, 1, &features, out);
+}

@@ -1,0 +1,409 @@
+/* The CPU's convolution, batch-norm and pooling kernels against plain references: a direct 7-loop
+ * convolution (and its two adjoints) in double, two-pass double batch statistics, pooling ties; and the
+ * train/eval semantics of batch norm and dropout in a graph. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+#include "test_support.h"
+
+/* ---- convolution ---- */
+
+static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+/* y[n][o][oh][ow] = b[o] + sum over c in o's group, i, j of x[n][c][ih][iw] w[o][c'][i][j] (7 loops). */
+static void reference_conv(const bpt_conv2d_args *a, const float *x, const float *w, const float *b, double *y) {
+  const int64_t cg = a->in_channels / a->groups, og = a->out_channels / a->groups;
+  for (int64_t n = 0; n < a->batch; n++)
+    for (int64_t o = 0; o < a->out_channels; o++)
+      for (int64_t oh = 0; oh < a->out_height; oh++)
+        for (int64_t ow = 0; ow < a->out_width; ow++) {
+          double sum = b ? b[o] : 0.0;
+          const int64_t g = o / og;
+          for (int64_t c = 0; c < cg; c++)
+            for (int64_t i = 0; i < a->kernel_height; i++)
+              for (int64_t j = 0; j < a->kernel_width; j++) {
+                int64_t ih = oh * a->stride_height - a->padding_height + i * a->dilation_height;
+                int64_t iw = ow * a->stride_width - a->padding_width + j * a->dilation_width;
+                if (ih < 0 || ih >= a->in_height || iw < 0 || iw >= a->in_width) continue;
+                sum += (double)x[((n * a->in_channels + g * cg + c) * a->in_height + ih) * a->in_width + iw] *
+                       (double)w[((o * cg + c) * a->kernel_height + i) * a->kernel_width + j];
+              }
+          y[((n * a->out_channels + o) * a->out_height + oh) * a->out_width + ow] = sum;
+        }
+}
+
+/* The adjoints of the same loop nest: dx += W^T dy and dW += dy x^T. */
+static void reference_conv_backward(const bpt_conv2d_args *a, const float *x, const float *w, const float *dy,
+                                    double *dx, double *dw, double *db) {
+  const int64_t cg = a->in_channels / a->groups, og = a->out_channels / a->groups;
+  for (int64_t n = 0; n < a->batch; n++)
+    for (int64_t o = 0; o < a->out_channels; o++)
+      for (int64_t oh = 0; oh < a->out_height; oh++)
+        for (int64_t ow = 0; ow < a->out_width; ow++) {
+          const double d = dy[((n * a->out_channels + o) * a->out_height + oh) * a->out_width + ow];
+          const int64_t g = o / og;
+          db[o] += d;
+          for (int64_t c = 0; c < cg; c++)
+            for (int64_t i = 0; i < a->kernel_height; i++)
+              for (int64_t j = 0; j < a->kernel_width; j++) {
+                int64_t ih = oh * a->stride_height - a->padding_height + i * a->dilation_height;
+                int64_t iw = ow * a->stride_width - a->padding_width + j * a->dilation_width;
+                if (ih < 0 || ih >= a->in_height || iw < 0 || iw >= a->in_width) continue;
+                const int64_t xi = ((n * a->in_channels + g * cg + c) * a->in_height + ih) * a->in_width + iw;
+                const int64_t wi = ((o * cg + c) * a->kernel_height + i) * a->kernel_width + j;
+                dx[xi] += d * w[wi];
+                dw[wi] += d * x[xi];
+              }
+        }
+}
+
+static double max_relative_error(const float *actual, const double *expected, int64_t count) {
+  double scale = 1e-6, worst = 0.0;
+  for (int64_t i = 0; i < count; i++)
+    scale = fmax(scale, fabs(expected[i]));
+  for (int64_t i = 0; i < count; i++)
+    worst = fmax(worst, fabs((double)actual[i] - expected[i]) / scale);
+  return worst;
+}
+
+static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
+  a.out_height = out_size(a.in_height, a.kernel_height, a.stride_height, a.padding_height, a.dilation_height);
+  a.out_width = out_size(a.in_width, a.kernel_width, a.stride_width, a.padding_width, a.dilation_width);
+  const int64_t x_count = a.batch * a.in_channels * a.in_height * a.in_width;
+  const int64_t w_count = a.out_channels * (a.in_channels / a.groups) * a.kernel_height * a.kernel_width;
+  const int64_t y_count = a.batch * a.out_channels * a.out_height * a.out_width;
+  float *x = malloc((size_t)x_count * sizeof *x), *w = malloc((size_t)w_count * sizeof *w);
+  float *b = malloc((size_t)a.out_channels * sizeof *b), *y = malloc((size_t)y_count * sizeof *y);
+  float *dy = malloc((size_t)y_count * sizeof *dy), *dx = malloc((size_t)x_count * sizeof *dx);
+  float *dw = malloc((size_t)w_count * sizeof *dw), *db = malloc((size_t)a.out_channels * sizeof *db);
+  double *ry = calloc((size_t)y_count, sizeof *ry), *rdx = calloc((size_t)x_count, sizeof *rdx);
+  double *rdw = calloc((size_t)w_count, sizeof *rdw), *rdb = calloc((size_t)a.out_channels, sizeof *rdb);
+  test_random random;
+  test_random_seed(&random, seed);
+  test_random_fill(&random, x, x_count, -1.0f, 1.0f);
+  test_random_fill(&random, w, w_count, -1.0f, 1.0f);
+  test_random_fill(&random, b, a.out_channels, -1.0f, 1.0f);
+  test_random_fill(&random, dy, y_count, -1.0f, 1.0f);
+  /* Gradients accumulate: start from non-zero values and add them to the reference. */
+  test_random_fill(&random, dx, x_count, -1.0f, 1.0f);
+  test_random_fill(&random, dw, w_count, -1.0f, 1.0f);
+  test_random_fill(&random, db, a.out_channels, -1.0f, 1.0f);
+  for (int64_t i = 0; i < x_count; i++)
+    rdx[i] = dx[i];
+  for (int64_t i = 0; i < w_count; i++)
+    rdw[i] = dw[i];
+  for (int64_t i = 0; i < a.out_channels; i++)
+    rdb[i] = db[i];
+
+  reference_conv(&a, x, w, b, ry);
+  reference_conv_backward(&a, x, w, dy, rdx, rdw, rdb);
+  assert_int_equal(backend->vtable->conv2d_forward(backend, &a, x, w, b, y), BPT_OK);
+  assert_int_equal(backend->vtable->conv2d_backward_data(backend, &a, dy, w, dx), BPT_OK);
+  assert_int_equal(backend->vtable->conv2d_backward_filter(backend, &a, x, dy, dw, db), BPT_OK);
+  print_message(
+      "[ conv     ] N%lld C%lld %lldx%lld O%lld k%lldx%lld s%lld p%lld d%lld g%lld: errors %.2g %.2g %.2g %.2g\n",
+      (long long)a.batch, (long long)a.in_channels, (long long)a.in_height, (long long)a.in_width,
+      (long long)a.out_channels, (long long)a.kernel_height, (long long)a.kernel_width, (long long)a.stride_height,
+      (long long)a.padding_height, (long long)a.dilation_height, (long long)a.groups,
+      max_relative_error(y, ry, y_count), max_relative_error(dx, rdx, x_count), max_relative_error(dw, rdw, w_count),
+      max_relative_error(db, rdb, a.out_channels));
+  assert_true(max_relative_error(y, ry, y_count) < 1e-5);
+  assert_true(max_relative_error(dx, rdx, x_count) < 1e-5);
+  assert_true(max_relative_error(dw, rdw, w_count) < 1e-5);
+  assert_true(max_relative_error(db, rdb, a.out_channels) < 1e-5);
+  free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db);
+  free(ry), free(rdx), free(rdw), free(rdb);
+}
+
+static bpt_conv2d_args conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o, int64_t kh, int64_t kw, int64_t s,
+                            int64_t p, int64_t d, int64_t g) {
+  return (bpt_conv2d_args){.batch = n,
+                           .in_channels = c,
+                           .in_height = h,
+                           .in_width = w,
+                           .out_channels = o,
+                           .kernel_height = kh,
+                           .kernel_width = kw,
+                           .stride_height = s,
+                           .stride_width = s,
+                           .padding_height = p,
+                           .padding_width = p,
+                           .dilation_height = d,
+                           .dilation_width = d,
+                           .groups = g};
+}
+
+static void conv_matches_direct_loops(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  bpt_backend *backend = &context->backend;
+  check_conv(backend, conv(2, 3, 7, 5, 4, 3, 3, 1, 1, 1, 1), 1);
+  check_conv(backend, conv(3, 4, 9, 9, 6, 3, 3, 2, 1, 1, 2), 2);   /* stride 2, groups */
+  check_conv(backend, conv(2, 2, 8, 7, 3, 3, 3, 1, 2, 2, 1), 3);   /* dilation */
+  check_conv(backend, conv(1, 5, 6, 6, 7, 1, 1, 1, 0, 1, 1), 4);   /* pointwise, batch 1 */
+  check_conv(backend, conv(3, 4, 7, 7, 8, 1, 1, 2, 0, 1, 1), 5);   /* projection shortcut */
+  check_conv(backend, conv(2, 1, 28, 28, 6, 5, 5, 1, 2, 1, 1), 6); /* LeNet conv1 */
+  /* Big enough to run chunks of several samples on both threads (gathers and partial weight sums). */
+  check_conv(backend, conv(12, 16, 9, 9, 16, 3, 3, 1, 1, 1, 1), 7);
+  check_conv(backend, conv(13, 8, 7, 7, 16, 3, 3, 1, 1, 1, 2), 8);
+  check_conv(backend, conv(9, 32, 8, 8, 32, 1, 1, 1, 0, 1, 1), 9); /* threaded pointwise */
+  bpt_context_destroy(context);
+}
+
+/* ---- batch norm ---- */
+
+static void batch_norm_statistics_match_two_pass(void **state) {
+  (void)state;
+  bpt_context *context = test_context(2);
+  bpt_backend *backend = &context->backend;
+  enum { N = 7, C = 3, S = 37 };
+  /* A large mean over a small spread is where a naive sum of squares cancels catastrophically. */
+  static const float means[C] = {1000.0f, -3.0f, 0.0f}, spreads[C] = {0.01f, 2.0f, 1.0f};
+  float *x = malloc(N * C * S * sizeof *x), *y = malloc(N * C * S * sizeof *y);
+  float gamma[C] = {1.5f, 0.5f, -1.0f}, beta[C] = {0.1f, -0.2f, 0.3f};
+  float running_mean[C] = {0.5f, 0.5f, 0.5f}, running_variance[C] = {2.0f, 2.0f, 2.0f};
+  float saved_mean[C], saved_inverse_std[C];
+  test_random random;
+  test_random_seed(&random, 2);
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      for (int s = 0; s < S; s++)
+        x[(n * C + c) * S + s] = means[c] + spreads[c] * test_random_uniform(&random, -1.0f, 1.0f);
+  bpt_batch_norm_args args = {
+      .batch = N, .channels = C, .spatial = S, .epsilon = 1e-5f, .momentum = 0.1f, .training = true};
+  assert_int_equal(backend->vtable->batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance,
+                                                       y, saved_mean, saved_inverse_std),
+                   BPT_OK);
+  for (int c = 0; c < C; c++) {
+    double sum = 0.0, squares = 0.0;
+    for (int n = 0; n < N; n++)
+      for (int s = 0; s < S; s++)
+        sum += x[(n * C + c) * S + s];
+    const double mean = sum / (N * S);
+    for (int n = 0; n < N; n++)
+      for (int s = 0; s < S; s++)
+        squares += (x[(n * C + c) * S + s] - mean) * (x[(n * C + c) * S + s] - mean);
+    const double variance = squares / (N * S);
+    assert_true(fabs(saved_mean[c] - mean) <= 1e-6 * fabs(mean) + 1e-7);
+    const double expected_inverse_std = 1.0 / sqrt(variance + 1e-5);
+    assert_true(fabs(saved_inverse_std[c] - expected_inverse_std) < 1e-3 * expected_inverse_std);
+    assert_true(fabs(running_mean[c] - (0.9 * 0.5 + 0.1 * mean)) < 1e-4 * fmax(1.0, fabs(mean)));
+    const double unbiased = squares / (N * S - 1);
+    assert_true(fabs(running_variance[c] - (0.9 * 2.0 + 0.1 * unbiased)) < 1e-4 * (0.9 * 2.0 + 0.1 * unbiased));
+    for (int n = 0; n < N; n++)
+      for (int s = 0; s < S; s++) {
+        const int i = (n * C + c) * S + s;
+        const double expected = gamma[c] * (x[i] - mean) * expected_inverse_std + beta[c];
+        /* The saved mean is a float: its rounding (half an ulp of the mean) is amplified by gamma / std. */
+        const double allowed = 1e-4 + 6e-8 * fabs(mean) * fabs(gamma[c]) * expected_inverse_std;
+        assert_true(fabs(y[i] - expected) < allowed);
+      }
+  }
+  /* Evaluation mode: normalise with the running statistics and leave them alone. */
+  args.training = false;
+  const float frozen_mean[C] = {running_mean[0], running_mean[1], running_mean[2]};
+  assert_int_equal(backend->vtable->batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance,
+                                                       y, saved_mean, saved_inverse_std),
+                   BPT_OK);
+  for (int c = 0; c < C; c++) {
+    assert_true(running_mean[c] == frozen_mean[c]);
+    const int i = (2 * C + c) * S + 5;
+    const double expected = gamma[c] * (x[i] - running_mean[c]) / sqrt(running_variance[c] + 1e-5) + beta[c];
+    assert_true(fabs(y[i] - expected) < 1e-3 * fmax(1.0, fabs(expected)));
+  }
+  free(x);
+  free(y);
+  bpt_context_destroy(context);
+}
+
+/* ---- pooling ---- */
+
+static void max_pool_ties_route_to_first(void **state) {
+  (void)state;
+  bpt_context *context = test_context(3);
+  bpt_backend *backend = &context->backend;
+  /* One 4x4 plane of equal values, 2x2 windows with stride 2: each window's gradient goes to its top-left. */
+  float x[16], y[4], dy[4] = {1.0f, 2.0f, 3.0f, 4.0f}, dx[16] = {0};
+  int32_t argmax[4];
+  for (int i = 0; i < 16; i++)
+    x[i] = 0.5f;
+  bpt_pool2d_args args = {.kind = BPT_POOL_MAX,
+                          .batch = 1,
+                          .channels = 1,
+                          .in_height = 4,
+                          .in_width = 4,
+                          .out_height = 2,
+                          .out_width = 2,
+                          .kernel_height = 2,
+                          .kernel_width = 2,
+                          .stride_height = 2,
+                          .stride_width = 2};
+  assert_int_equal(backend->vtable->pool2d_forward(backend, &args, x, y, argmax), BPT_OK);
+  assert_int_equal(backend->vtable->pool2d_backward(backend, &args, dy, argmax, dx), BPT_OK);
+  const float expected[16] = {1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0};
+  for (int i = 0; i < 16; i++)
+    assert_true(dx[i] == expected[i]);
+  for (int i = 0; i < 4; i++)
+    assert_true(y[i] == 0.5f);
+  /* Overlapping 3x3 windows, stride 1, padding 1 over negative values: padding never wins, and an input
+   * that wins several windows collects all their gradients. */
+  float plane[9] = {-5, -4, -3, -2, -1, -6, -7, -8, -9}, out[9], d[9], grad[9] = {0};
+  int32_t winners[9];
+  for (int i = 0; i < 9; i++)
+    d[i] = 1.0f;
+  bpt_pool2d_args overlapping = {.kind = BPT_POOL_MAX,
+                                 .batch = 1,
+                                 .channels = 1,
+                                 .in_height = 3,
+                                 .in_width = 3,
+                                 .out_height = 3,
+                                 .out_width = 3,
+                                 .kernel_height = 3,
+                                 .kernel_width = 3,
+                                 .stride_height = 1,
+                                 .stride_width = 1,
+                                 .padding_height = 1,
+                                 .padding_width = 1};
+  assert_int_equal(backend->vtable->pool2d_forward(backend, &overlapping, plane, out, winners), BPT_OK);
+  assert_int_equal(backend->vtable->pool2d_backward(backend, &overlapping, d, winners, grad), BPT_OK);
+  const float expected_out[9] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
+  for (int i = 0; i < 9; i++)
+    assert_true(out[i] == expected_out[i]);
+  assert_true(grad[4] == 9.0f);
+  /* Average pooling with padding divides by the full window. */
+  bpt_pool2d_args average = overlapping;
+  average.kind = BPT_POOL_AVERAGE;
+  assert_int_equal(backend->vtable->pool2d_forward(backend, &average, plane, out, NULL), BPT_OK);
+  assert_true(fabsf(out[0] - (-5 - 4 - 2 - 1) / 9.0f) < 1e-6f);
+  bpt_context_destroy(context);
+}
+
+/* ---- train and eval semantics in a graph ---- */
+
+static void train_and_eval_modes(void **state) {
+  (void)state;
+  bpt_context *context = test_context(4);
+  bpt_graph *graph;
+  bpt_node *x, *normalised, *dropped, *target, *loss;
+  int64_t image[3] = {2, 4, 4}, features = 32;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image, &x));
+  assert_ok(context, bpt_layer_batch_norm(graph, "bn", x, &normalised));
+  assert_ok(context, bpt_dropout(graph, "drop", normalised, 0.5f, &dropped));
+  assert_ok(context, bpt_graph_input(graph, "target", BPT_DTYPE_F32, 1, &features, &target));
+  assert_ok(context, bpt_mse_loss(graph, "loss", dropped, target, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, 64));
+  assert_int_equal(bpt_graph_is_training(graph), 1);
+
+  int64_t dims[4] = {64, 2, 4, 4}, target_dims[2] = {64, 32};
+  bpt_tensor *values, *targets, *bn_out, *drop_out;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, dims, &values));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, target_dims, &targets));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, dims, &bn_out));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, dims, &drop_out));
+  test_random random;
+  test_random_seed(&random, 4);
+  float *v = bpt_tensor_data(values);
+  for (int64_t i = 0; i < 64 * 32; i++)
+    v[i] = 3.0f + test_random_uniform(&random, -1.0f, 1.0f);
+  assert_ok(context, bpt_graph_set_input(graph, x, values));
+  assert_ok(context, bpt_graph_set_input(graph, target, targets));
+
+  /* Training: batch statistics give mean 0 per channel; dropout zeroes about half and doubles the rest. */
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, normalised, bn_out));
+  assert_ok(context, bpt_graph_read(graph, dropped, drop_out));
+  const float *b = bpt_tensor_data(bn_out), *d = bpt_tensor_data(drop_out);
+  double channel_sum = 0.0;
+  int zeros = 0;
+  for (int64_t n = 0; n < 64; n++)
+    for (int s = 0; s < 16; s++)
+      channel_sum += b[n * 32 + s];
+  for (int64_t i = 0; i < 64 * 32; i++) {
+    if (d[i] == 0.0f)
+      zeros++;
+    else
+      assert_true(fabsf(d[i] - 2.0f * b[i]) < 1e-5f);
+  }
+  assert_true(fabs(channel_sum / (64 * 16)) < 1e-4);
+  assert_true(zeros > 64 * 32 * 0.4 && zeros < 64 * 32 * 0.6);
+  bpt_value_statistics statistics;
+  assert_ok(context, bpt_graph_value_statistics(graph, dropped, &statistics));
+  assert_true(fabs(statistics.zero_fraction - zeros / (64.0 * 32.0)) < 1e-9);
+
+  /* The running mean moved a tenth of the way to the batch mean (about 3). */
+  bpt_node *running_mean;
+  assert_ok(context, bpt_graph_find_node(graph, "bn.running_mean", &running_mean));
+  assert_int_equal(bpt_node_is_trainable(running_mean), 0);
+
+  /* Evaluation: dropout passes values through; batch norm uses running statistics (mean ~0.3, var ~1). */
+  assert_ok(context, bpt_graph_set_training(graph, 0));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, normalised, bn_out));
+  assert_ok(context, bpt_graph_read(graph, dropped, drop_out));
+  for (int64_t i = 0; i < 64 * 32; i++)
+    assert_true(d[i] == b[i]);
+  assert_true(fabs(b[0] - (v[0] - 0.1 * 3.0) / sqrt(0.9 + 0.1 * (1.0 / 3.0) + 1e-5)) < 0.05);
+  assert_fails(context, BPT_ERR_STATE, "evaluation", bpt_graph_backward(graph));
+
+  /* Back to training: equal masks between optimiser steps, fresh masks after one. */
+  assert_ok(context, bpt_graph_set_training(graph, 1));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, dropped, drop_out));
+  float first = d[0] + 3 * d[1] + 7 * d[2] + 11 * d[3], second;
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, dropped, drop_out));
+  second = d[0] + 3 * d[1] + 7 * d[2] + 11 * d[3];
+  assert_true(first == second);
+
+  bpt_tensor_destroy(values);
+  bpt_tensor_destroy(targets);
+  bpt_tensor_destroy(bn_out);
+  bpt_tensor_destroy(drop_out);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
+/* ---- bad input gets a status and a message naming the problem ---- */
+
+static void shape_errors_are_reported(void **state) {
+  (void)state;
+  bpt_context *context = test_context(5);
+  bpt_graph *graph;
+  bpt_node *x, *flat, *weight, *y, *gamma, *beta, *mean, *variance;
+  int64_t image[3] = {3, 8, 8}, weight_dims[4] = {4, 2, 3, 3}, channels = 5, wrong[2] = {7, 9};
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image, &x));
+  assert_ok(context, bpt_graph_parameter(graph, "w", 4, weight_dims, BPT_INIT_HE_NORMAL, &weight));
+  assert_fails(context, BPT_ERR_SHAPE, "has 3 channels", bpt_conv2d(graph, "conv", x, weight, NULL, NULL, &y));
+  bpt_conv2d_options options = bpt_conv2d_options_default();
+  options.stride_height = 0;
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "stride", bpt_conv2d(graph, "conv", x, weight, NULL, &options, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "does not fit", bpt_max_pool2d(graph, "pool", x, 9, 1, 0, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "new shape", bpt_reshape(graph, "reshape", x, 2, wrong, &y));
+  assert_ok(context, bpt_flatten(graph, "flat", x, &flat));
+  assert_fails(context, BPT_ERR_SHAPE, "(N, C, H, W)", bpt_global_avg_pool(graph, "gap", flat, &y));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "probability", bpt_dropout(graph, "drop", x, 1.0f, &y));
+  assert_ok(context, bpt_graph_parameter(graph, "gamma", 1, &channels, BPT_INIT_ONES, &gamma));
+  assert_ok(context, bpt_graph_parameter(graph, "beta", 1, &channels, BPT_INIT_ZEROS, &beta));
+  assert_ok(context, bpt_graph_nontrainable_parameter(graph, "mean", 1, &channels, BPT_INIT_ZEROS, &mean));
+  assert_ok(context, bpt_graph_nontrainable_parameter(graph, "variance", 1, &channels, BPT_INIT_ONES, &variance));
+  assert_fails(context, BPT_ERR_SHAPE, "3 values",
+               bpt_batch_norm(graph, "bn", x, gamma, beta, mean, variance, 0.1f, 1e-5f, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "differ in shape", bpt_add(graph, "add", x, flat, &y));
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(conv_matches_direct_loops),    cmocka_unit_test(batch_norm_statistics_match_two_pass),
+      cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(train_and_eval_modes),
+      cmocka_unit_test(shape_errors_are_reported),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
