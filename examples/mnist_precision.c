@@ -15,7 +15,7 @@
 static const char usage[] =
     "usage: mnist_precision [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--dtype f32|bf16|f16]\n"
     "                       [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--all]\n"
-    "                       [--threads N] [--seed N]\n"
+    "                       [--threads N] [--seed N] [--backend cpu|cuda]\n"
     "  --dtype         compute dtype of activations, their gradients and weight copies (default f32)\n"
     "  --storage       format of the activations kept for backward (default: the compute dtype)\n"
     "  --all           run every configuration and print a table\n";
@@ -116,7 +116,7 @@ static void print_result(const bpt_precision_options *p, const run_result *r) {
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--dtype",
-                                       "--loss-scaling", "--storage", "--threads", "--seed", NULL};
+                                       "--loss-scaling", "--storage", "--threads", "--seed", "--backend", NULL};
   static const char *const flags[] = {"--all", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   settings s = {0};
@@ -133,6 +133,7 @@ int main(int argc, char **argv) {
   s.context_options = bpt_context_options_default();
   s.context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
   s.context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
+  if (example_option(argc, argv, "--backend")) s.context_options.backend = example_option(argc, argv, "--backend");
 
   bpt_precision_options one = bpt_precision_options_default();
   const char *dtype = example_option(argc, argv, "--dtype"), *scaling = example_option(argc, argv, "--loss-scaling"),

@@ -19,7 +19,7 @@
 static const char usage[] =
     "usage: resnet [--depth 8|14|20] [--epochs N] [--batch N] [--lr X] [--momentum X] [--weight-decay X]\n"
     "              [--augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats]\n"
-    "              [--save FILE] [--eval FILE] [--fold]\n"
+    "              [--save FILE] [--eval FILE] [--fold] [--backend cpu|cuda] [--dtype f32|bf16|f16]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --augment      random horizontal flips and shifts of up to 2 pixels (needs more epochs)\n"
@@ -28,10 +28,16 @@ static const char usage[] =
     "  --eval FILE    skip training: load FILE and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n";
 
-static void build_resnet(cnn_example *e, long depth) {
+static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype) {
   int64_t image[3] = {1, 28, 28};
   bpt_node *x, *loss;
   EXAMPLE_CHECK(e->context, bpt_graph_create(e->context, &e->graph));
+  if (compute_dtype != BPT_DTYPE_F32) {
+    /* 16-bit activations and weight copies, f32 master weights; f16 gets dynamic loss scaling. */
+    bpt_precision_options precision = bpt_precision_options_default();
+    precision.compute_dtype = compute_dtype;
+    EXAMPLE_CHECK(e->context, bpt_graph_set_precision(e->graph, &precision));
+  }
   EXAMPLE_CHECK(e->context, bpt_graph_input(e->graph, "images", BPT_DTYPE_F32, 3, image, &e->images));
   EXAMPLE_CHECK(e->context, bpt_graph_input(e->graph, "labels", BPT_DTYPE_I32, 0, NULL, &e->labels));
   const bpt_layer_spec stem[] = {
@@ -77,7 +83,7 @@ static void evaluate(cnn_example *e, const char *path, bool fold) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
-                                       "--depth",        "--clip",    NULL};
+                                       "--depth",        "--clip",    "--backend", "--dtype", NULL};
   static const char *const flags[] = {"--grad-stats", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -92,15 +98,24 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: --epochs and --batch must be positive and --depth 8, 14 or 20\n");
     return 2;
   }
+  const char *dtype = example_option(argc, argv, "--dtype");
+  bpt_dtype compute_dtype = BPT_DTYPE_F32;
+  if (dtype && strcmp(dtype, "bf16") == 0) compute_dtype = BPT_DTYPE_BF16;
+  else if (dtype && strcmp(dtype, "f16") == 0) compute_dtype = BPT_DTYPE_F16;
+  else if (dtype && strcmp(dtype, "f32") != 0) {
+    fprintf(stderr, "error: --dtype must be f32, bf16 or f16\n%s", usage);
+    return 2;
+  }
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
+  if (example_option(argc, argv, "--backend")) context_options.backend = example_option(argc, argv, "--backend");
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &e.context));
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "train", &e.train));
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "t10k", &e.test));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
-  build_resnet(&e, depth);
+  build_resnet(&e, depth, compute_dtype);
   printf("libbptrain %s, backend %s, %d threads: ResNet-%ld (%lld parameters) on %lld training and %lld test "
          "samples from %s\n",
          bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context), depth,

@@ -199,9 +199,9 @@ theirs mlp_torch_amp_bf16 mlp amp-bf16
 ours mlp_ours_f16_loss_scaling "" mnist_precision --dtype f16 --loss-scaling dynamic
 theirs mlp_torch_amp_f16 mlp amp-f16
 ours mlp_ours_f32_tf32 "BPT_CUDA_TF32=1" mnist_mlp
-# ResNet-20 without augmentation (PyTorch's side has none). PyTorch lets convolutions use tf32 and
-# torch_bench.py turns cudnn.benchmark on: the first of ours matches both.
-resnet=(--depth 20 --no-augment)
+# ResNet-20 without augmentation (the example's default; PyTorch's side has none). PyTorch lets convolutions
+# use tf32 and torch_bench.py turns cudnn.benchmark on: the first of ours matches both.
+resnet=(--depth 20)
 ours resnet_ours_f32_tf32 "BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1" resnet "${resnet[@]}"
 theirs resnet_torch_eager resnet eager --blocks 3
 ours resnet_ours_bf16 "BPT_CUDA_BENCHMARK=1 BPT_CUDA_TF32=1" resnet "${resnet[@]}" --dtype bf16

@@ -149,6 +149,11 @@ static const bpt_backend_vtable cuda_vtable = {
     .relu_mask_forward = bpt_cuda_relu_mask_forward,
     .relu_mask_backward = bpt_cuda_relu_mask_backward,
     .absolute_max = bpt_cuda_absolute_max,
+    /* Convolutional networks' training toolkit (issue 3). */
+    .dropout_forward = bpt_cuda_dropout_forward,
+    .dropout_backward = bpt_cuda_dropout_backward,
+    .reduce_statistics = bpt_cuda_reduce_statistics,
+    .scale_clamp = bpt_cuda_scale_clamp,
 };
 
 const bpt_backend_vtable *bpt_cuda_backend_register(void) { return &cuda_vtable; }
