@@ -44,5 +44,9 @@ typedef struct bpt_op_definition {
 const bpt_op_definition *bpt_op_get(bpt_op_id id);
 /* The most inputs an op takes, from ops.def (optional inputs such as a bias may be absent). */
 int bpt_op_max_inputs(bpt_op_id id);
+/* For ops whose backward reads no activation value, only gradients and what forward saved: lets the memory
+ * plan reuse their inputs' and output's memory. */
+bool bpt_op_reads_no_input(const bpt_node *node, int input);
+bool bpt_op_reads_no_output(const bpt_node *node);
 
 #endif

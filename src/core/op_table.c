@@ -22,3 +22,14 @@ const bpt_op_definition *bpt_op_get(bpt_op_id id) {
 }
 
 int bpt_op_max_inputs(bpt_op_id id) { return (unsigned)id < (unsigned)BPT_OP_COUNT ? op_max_inputs[id] : 0; }
+
+bool bpt_op_reads_no_input(const bpt_node *node, int input) {
+  (void)node;
+  (void)input;
+  return false;
+}
+
+bool bpt_op_reads_no_output(const bpt_node *node) {
+  (void)node;
+  return false;
+}

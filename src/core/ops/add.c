@@ -39,24 +39,12 @@ static bpt_status add_backward(bpt_node *node) {
   return BPT_OK;
 }
 
-/* Activation memory: backward reads no activation value (only gradients and what forward saved). */
-static bool reads_no_input(const bpt_node *node, int input) {
-  (void)node;
-  (void)input;
-  return false;
-}
-
-static bool reads_no_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_add = {.name = "add",
                                       .infer_shape = add_infer_shape,
                                       .forward = add_forward,
                                       .backward = add_backward,
-                                      .backward_reads_input = reads_no_input,
-                                      .backward_reads_output = reads_no_output};
+                                      .backward_reads_input = bpt_op_reads_no_input,
+                                      .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_status bpt_add(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out) {
   bpt_node *inputs[2] = {a, b};

@@ -76,18 +76,13 @@ static bool batch_norm_reads_input(const bpt_node *node, int input) {
   return input < 2;
 }
 
-static bool batch_norm_reads_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_batch_norm = {.name = "batch_norm",
                                              .infer_shape = batch_norm_infer_shape,
                                              .saved_bytes = batch_norm_saved_bytes,
                                              .forward = batch_norm_forward,
                                              .backward = batch_norm_backward,
                                              .backward_reads_input = batch_norm_reads_input,
-                                             .backward_reads_output = batch_norm_reads_output};
+                                             .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_status bpt_batch_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, bpt_node *beta,
                           bpt_node *running_mean, bpt_node *running_variance, float momentum, float epsilon,

@@ -40,17 +40,12 @@ static bool binary_stochastic_backward_reads_input(const bpt_node *node, int inp
   return node->int_attributes[0] == BPT_STRAIGHT_THROUGH_SIGMOID;
 }
 
-static bool reads_nothing_of_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_binary_stochastic = {.name = "binary_stochastic",
                                                     .infer_shape = binary_stochastic_infer_shape,
                                                     .forward = binary_stochastic_forward,
                                                     .backward = binary_stochastic_backward,
                                                     .backward_reads_input = binary_stochastic_backward_reads_input,
-                                                    .backward_reads_output = reads_nothing_of_output};
+                                                    .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_status bpt_binary_stochastic(bpt_graph *graph, const char *name, bpt_node *z, bpt_straight_through estimator,
                                  bpt_node **out) {

@@ -109,17 +109,12 @@ static bool conv2d_reads_input(const bpt_node *node, int input) {
   return input < 2;
 }
 
-static bool conv2d_reads_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_conv2d = {.name = "conv2d",
                                          .infer_shape = conv2d_infer_shape,
                                          .forward = conv2d_forward,
                                          .backward = conv2d_backward,
                                          .backward_reads_input = conv2d_reads_input,
-                                         .backward_reads_output = conv2d_reads_output};
+                                         .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_conv2d_options bpt_conv2d_options_default(void) {
   bpt_conv2d_options options;

@@ -46,25 +46,13 @@ static bpt_status dropout_backward(bpt_node *node) {
   return BPT_KERNEL(node, dropout_backward, count, node->saved, node->grad, x->grad);
 }
 
-/* Activation memory: backward reads no activation value (only gradients and what forward saved). */
-static bool reads_no_input(const bpt_node *node, int input) {
-  (void)node;
-  (void)input;
-  return false;
-}
-
-static bool reads_no_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_dropout = {.name = "dropout",
                                           .infer_shape = dropout_infer_shape,
                                           .saved_bytes = dropout_saved_bytes,
                                           .forward = dropout_forward,
                                           .backward = dropout_backward,
-                                          .backward_reads_input = reads_no_input,
-                                          .backward_reads_output = reads_no_output};
+                                          .backward_reads_input = bpt_op_reads_no_input,
+                                          .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_status bpt_dropout(bpt_graph *graph, const char *name, bpt_node *x, float probability, bpt_node **out) {
   return bpt_graph_add_node_with_attributes(graph, BPT_OP_DROPOUT, name, &x, 1, NULL, 0, &probability, 1, out);

@@ -44,24 +44,12 @@ static bpt_status global_avg_pool_backward(bpt_node *node) {
   return BPT_KERNEL(node, pool2d_backward, &args, node->grad, NULL, x->grad);
 }
 
-/* Activation memory: backward reads no activation value (only gradients and what forward saved). */
-static bool reads_no_input(const bpt_node *node, int input) {
-  (void)node;
-  (void)input;
-  return false;
-}
-
-static bool reads_no_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_global_avg_pool = {.name = "global_avg_pool",
                                                   .infer_shape = global_avg_pool_infer_shape,
                                                   .forward = global_avg_pool_forward,
                                                   .backward = global_avg_pool_backward,
-                                                  .backward_reads_input = reads_no_input,
-                                                  .backward_reads_output = reads_no_output};
+                                                  .backward_reads_input = bpt_op_reads_no_input,
+                                                  .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_status bpt_global_avg_pool(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
   return bpt_graph_add_node(graph, BPT_OP_GLOBAL_AVG_POOL, name, &x, 1, out);

@@ -114,11 +114,6 @@ static bool linear_backward_reads_input(const bpt_node *node, int input) {
   return false;
 }
 
-static bool linear_backward_reads_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 /* For the profiler: each GEMM is 2 m n k FLOPs over its three f32 operands. */
 static void linear_cost(const bpt_node *node, int backward, double *flops, double *bytes) {
   const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
@@ -141,7 +136,7 @@ const bpt_op_definition bpt_op_linear = {.name = "linear",
                                          .forward = linear_forward,
                                          .backward = linear_backward,
                                          .backward_reads_input = linear_backward_reads_input,
-                                         .backward_reads_output = linear_backward_reads_output,
+                                         .backward_reads_output = bpt_op_reads_no_output,
                                          .cost = linear_cost};
 
 bpt_status bpt_linear(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight, bpt_node *bias,

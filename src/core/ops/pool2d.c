@@ -69,31 +69,19 @@ static bpt_status pool2d_backward(bpt_node *node) {
   return BPT_KERNEL(node, pool2d_backward, &args, node->grad, node->saved, x->grad);
 }
 
-/* Activation memory: backward reads no activation value (max pooling saved its winners). */
-static bool reads_no_input(const bpt_node *node, int input) {
-  (void)node;
-  (void)input;
-  return false;
-}
-
-static bool reads_no_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",
                                              .infer_shape = pool2d_infer_shape,
                                              .saved_bytes = max_pool2d_saved_bytes,
                                              .forward = pool2d_forward,
                                              .backward = pool2d_backward,
-                                             .backward_reads_input = reads_no_input,
-                                             .backward_reads_output = reads_no_output};
+                                             .backward_reads_input = bpt_op_reads_no_input,
+                                             .backward_reads_output = bpt_op_reads_no_output};
 const bpt_op_definition bpt_op_avg_pool2d = {.name = "avg_pool2d",
                                              .infer_shape = pool2d_infer_shape,
                                              .forward = pool2d_forward,
                                              .backward = pool2d_backward,
-                                             .backward_reads_input = reads_no_input,
-                                             .backward_reads_output = reads_no_output};
+                                             .backward_reads_input = bpt_op_reads_no_input,
+                                             .backward_reads_output = bpt_op_reads_no_output};
 
 static bpt_status add_pool(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *x, int64_t kernel,
                            int64_t stride, int64_t padding, bpt_node **out) {

@@ -42,24 +42,12 @@ static bpt_status reshape_backward(bpt_node *node) {
   return BPT_KERNEL(node, add_scaled, bpt_node_count(node), 1.0f, node->grad, x->grad);
 }
 
-/* Activation memory: backward reads no activation value (only gradients and what forward saved). */
-static bool reads_no_input(const bpt_node *node, int input) {
-  (void)node;
-  (void)input;
-  return false;
-}
-
-static bool reads_no_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_reshape = {.name = "reshape",
                                           .infer_shape = reshape_infer_shape,
                                           .forward = reshape_forward,
                                           .backward = reshape_backward,
-                                          .backward_reads_input = reads_no_input,
-                                          .backward_reads_output = reads_no_output};
+                                          .backward_reads_input = bpt_op_reads_no_input,
+                                          .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_status bpt_reshape(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *dims, bpt_node **out) {
   int64_t attributes[BPT_MAX_RANK] = {rank};

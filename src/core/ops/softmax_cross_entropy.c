@@ -37,18 +37,13 @@ static bool softmax_cross_entropy_backward_reads_input(const bpt_node *node, int
   return input == 1;
 }
 
-static bool softmax_cross_entropy_backward_reads_output(const bpt_node *node) {
-  (void)node;
-  return false;
-}
-
 const bpt_op_definition bpt_op_softmax_cross_entropy = {.name = "softmax_cross_entropy",
                                                         .infer_shape = softmax_cross_entropy_infer_shape,
                                                         .saved_bytes = softmax_cross_entropy_saved_bytes,
                                                         .forward = softmax_cross_entropy_forward,
                                                         .backward = softmax_cross_entropy_backward,
                                                         .backward_reads_input = softmax_cross_entropy_backward_reads_input,
-                                                        .backward_reads_output = softmax_cross_entropy_backward_reads_output};
+                                                        .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_node *logits, bpt_node *labels,
                                      bpt_node **out) {
