@@ -168,14 +168,23 @@ static void gather_output(const bpt_conv2d_args *a, const conv_plan *p, const fl
              (size_t)p->out_plane * sizeof *out);
 }
 
+/* Plans a forward or data-gradient pass and reserves each thread's scratch: the column matrix of one chunk
+ * (none for pointwise convolutions) plus, for chunks of several samples, their stacked product. */
+static bpt_status plan_with_columns(bpt_backend *backend, const bpt_conv2d_args *a, conv_plan *p, size_t *scratch) {
+  CONV_CHECK(make_plan(backend, a, p));
+  const int64_t columns = p->chunk * p->out_plane;
+  *scratch =
+      (size_t)(p->pointwise ? 0 : p->column_rows * columns) + (size_t)(p->chunk > 1 ? p->group_out * columns : 0);
+  if (*scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p->threads, *scratch));
+  return BPT_OK;
+}
+
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
                                   const float *bias, float *y) {
   conv_plan p;
-  CONV_CHECK(make_plan(backend, a, &p));
+  size_t scratch;
+  CONV_CHECK(plan_with_columns(backend, a, &p, &scratch));
   const int64_t columns = p.chunk * p.out_plane;
-  const size_t scratch =
-      (size_t)(p.pointwise ? 0 : p.column_rows * columns) + (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
-  if (scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, scratch));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
     float *col = scratch ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
@@ -218,11 +227,9 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
 bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                         const float *weight, float *dx) {
   conv_plan p;
-  CONV_CHECK(make_plan(backend, a, &p));
+  size_t scratch;
+  CONV_CHECK(plan_with_columns(backend, a, &p, &scratch));
   const int64_t columns = p.chunk * p.out_plane;
-  const size_t scratch =
-      (size_t)(p.pointwise ? 0 : p.column_rows * columns) + (size_t)(p.chunk > 1 ? p.group_out * columns : 0);
-  if (scratch) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, scratch));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
     float *dcol = scratch ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
