@@ -20,6 +20,7 @@ static const char usage[] =
     "usage: resnet [--depth 8|14|20] [--epochs N] [--batch N] [--lr X] [--momentum X] [--weight-decay X]\n"
     "              [--augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats]\n"
     "              [--save FILE] [--eval FILE] [--fold] [--backend cpu|cuda] [--dtype f32|bf16|f16]\n"
+    "              [--storage compute|f16|bf16|fp8]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --augment      random horizontal flips and shifts of up to 2 pixels (needs more epochs)\n"
@@ -28,14 +29,15 @@ static const char usage[] =
     "  --eval FILE    skip training: load FILE and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n";
 
-static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype) {
+static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bpt_activation_storage storage) {
   int64_t image[3] = {1, 28, 28};
   bpt_node *x, *loss;
   EXAMPLE_CHECK(e->context, bpt_graph_create(e->context, &e->graph));
-  if (compute_dtype != BPT_DTYPE_F32) {
+  if (compute_dtype != BPT_DTYPE_F32 || storage != BPT_ACTIVATION_STORAGE_COMPUTE) {
     /* 16-bit activations and weight copies, f32 master weights; f16 gets dynamic loss scaling. */
     bpt_precision_options precision = bpt_precision_options_default();
     precision.compute_dtype = compute_dtype;
+    precision.saved_activation_storage = storage;
     EXAMPLE_CHECK(e->context, bpt_graph_set_precision(e->graph, &precision));
   }
   EXAMPLE_CHECK(e->context, bpt_graph_input(e->graph, "images", BPT_DTYPE_F32, 3, image, &e->images));
@@ -61,6 +63,12 @@ static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype) {
   EXAMPLE_CHECK(e->context, bpt_layer_sequential(e->graph, "head", x, head, 2, &e->logits));
   EXAMPLE_CHECK(e->context, bpt_softmax_cross_entropy(e->graph, "loss", e->logits, e->labels, &loss));
   EXAMPLE_CHECK(e->context, bpt_graph_compile(e->graph, loss, e->batch));
+  bpt_graph_memory_stats memory = {.size = sizeof memory};
+  EXAMPLE_CHECK(e->context, bpt_graph_memory(e->graph, &memory));
+  printf("activation memory: %.0f bytes per sample held for backward (%.0f without the input), %.0f transient\n",
+         (double)memory.activation_bytes_held / (double)memory.max_batch,
+         (double)(memory.activation_bytes_held - memory.input_bytes) / (double)memory.max_batch,
+         (double)memory.transient_bytes / (double)memory.max_batch);
 }
 
 static void evaluate(cnn_example *e, const char *path, bool fold) {
@@ -83,7 +91,7 @@ static void evaluate(cnn_example *e, const char *path, bool fold) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
-                                       "--depth",        "--clip",    "--backend", "--dtype", NULL};
+                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", NULL};
   static const char *const flags[] = {"--grad-stats", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -106,6 +114,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: --dtype must be f32, bf16 or f16\n%s", usage);
     return 2;
   }
+  static const char *const storage_names[] = {"compute", "f16", "bf16", "fp8"};
+  const char *storage_option = example_option(argc, argv, "--storage");
+  bpt_activation_storage storage = BPT_ACTIVATION_STORAGE_COMPUTE;
+  bool storage_known = !storage_option;
+  for (int i = 0; storage_option && i <= BPT_ACTIVATION_STORAGE_FP8; i++)
+    if (strcmp(storage_option, storage_names[i]) == 0) {
+      storage = (bpt_activation_storage)i;
+      storage_known = true;
+    }
+  if (!storage_known) {
+    fprintf(stderr, "error: --storage must be compute, f16, bf16 or fp8\n%s", usage);
+    return 2;
+  }
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
@@ -115,7 +136,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "t10k", &e.test));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
-  build_resnet(&e, depth, compute_dtype);
+  build_resnet(&e, depth, compute_dtype, storage);
   printf("libbptrain %s, backend %s, %d threads: ResNet-%ld (%lld parameters) on %lld training and %lld test "
          "samples from %s\n",
          bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context), depth,
