@@ -22,7 +22,7 @@ mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DBPT_SANITIZE=ON -DBPT_WITH_CUDA=OFF > "$build/configure.log" ||
   { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j "$jobs"
-(cd "$build" && ctest --output-on-failure -j "$jobs")
+(cd "$build" && ctest --output-on-failure -j "$jobs" -LE long)
 
 # Short example runs on a slice of the real data (the examples are part of "no crashes" too), and a
 # checkpoint stop/resume that must end with the same weights as the uninterrupted run.

@@ -25,6 +25,7 @@ static void cast_kernel_matches_scalar_reference(void **state) {
   for (int i = 0; i < COUNT; i++) values[i] = ldexpf(test_random_uniform(&random, -1.0f, 1.0f), i % 40 - 20);
   values[7] = INFINITY;
   values[8] = 70000.0f;
+  values[9] = NAN;
   bpt_dtype dtypes[] = {BPT_DTYPE_F16, BPT_DTYPE_BF16, BPT_DTYPE_FP8_E4M3, BPT_DTYPE_FP8_E5M2};
   for (size_t d = 0; d < 4; d++) {
     const bpt_number_format *format = bpt_number_format_of(dtypes[d]);
