@@ -9,8 +9,22 @@
 #include "core/number_format.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define BPT_HAVE_F16C_PATH 1
+
+/* F16C needs AVX's YMM registers saved by the OS (XCR0 bits 1 and 2); __builtin_cpu_supports would say it
+ * for gcc only, clang 14 does not know the name. CPUID leaf 1, ECX: 27 OSXSAVE, 28 AVX, 29 F16C. */
+static bool cpu_has_f16c(void) {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const unsigned needed = (1u << 27) | (1u << 28) | (1u << 29);
+  if ((ecx & needed) != needed) return false;
+  unsigned xcr0_low, xcr0_high;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  (void)xcr0_high;
+  return (xcr0_low & 6u) == 6u;
+}
 #endif
 
 static float load(bpt_dtype dtype, const bpt_number_format *format, const void *values, int64_t i) {
@@ -100,13 +114,20 @@ static void round_to_bf16(int64_t count, float *values) {
 }
 
 #if BPT_HAVE_F16C_PATH
-__attribute__((target("avx,f16c"))) static void round_to_f16_f16c(int64_t count, float *values) {
+/* The target attribute sits on a plain range function: OpenMP's outlined loop bodies do not inherit it. */
+__attribute__((target("avx,f16c"))) static void round_range_f16c(float *values, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i + 8 <= end; i += 8) {
+    __m256 x = _mm256_loadu_ps(values + i);
+    _mm256_storeu_ps(values + i, _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)));
+  }
+}
+
+static void round_to_f16_f16c(int64_t count, float *values) {
   const int64_t vectors = count / 8;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t v = 0; v < vectors; v++) {
-    __m256 x = _mm256_loadu_ps(values + v * 8);
-    _mm256_storeu_ps(values + v * 8, _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)));
-  }
+  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++)
+    round_range_f16c(values, 8 * (vectors * chunk / BPT_CPU_REDUCTION_CHUNKS),
+                     8 * (vectors * (chunk + 1) / BPT_CPU_REDUCTION_CHUNKS));
   const bpt_number_format *format = bpt_number_format_of(BPT_DTYPE_F16);
   bool nan = false;
   for (int64_t i = vectors * 8; i < count; i++) values[i] = round_through(format, values[i], false);
@@ -127,7 +148,7 @@ bpt_status bpt_cpu_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype
     return BPT_OK;
   }
 #if BPT_HAVE_F16C_PATH
-  if (dtype == BPT_DTYPE_F16 && __builtin_cpu_supports("f16c")) {
+  if (dtype == BPT_DTYPE_F16 && cpu_has_f16c()) {
     round_to_f16_f16c(count, values);
     return BPT_OK;
   }
