@@ -119,25 +119,8 @@ static double train(const run_settings *settings, bpt_dataset *train_set, bpt_da
     EXAMPLE_CHECK(context, bpt_graph_set_deterministic(graph, 0));
     char label[64];
     snprintf(label, sizeof label, "%s epoch %ld/%ld", kind, epoch, settings->epochs);
-    example_progress progress;
-    example_progress_start(&progress, label, (long)bpt_dataset_size(train_set));
-    double running_loss = 0.0;
-    long seen = 0;
-    int64_t batches = bpt_dataset_batch_count(train_set, batch);
-    for (int64_t b = 0; b < batches; b++) {
-      EXAMPLE_CHECK(context, bpt_dataset_batch(train_set, b, batch, batch_images, batch_labels));
-      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, batch_images));
-      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, batch_labels));
-      EXAMPLE_CHECK(context, bpt_graph_forward(graph));
-      EXAMPLE_CHECK(context, bpt_graph_backward(graph));
-      EXAMPLE_CHECK(context, bpt_optimizer_step(optimizer));
-      float batch_loss;
-      EXAMPLE_CHECK(context, bpt_graph_loss(graph, &batch_loss));
-      running_loss = b == 0 ? batch_loss : 0.98 * running_loss + 0.02 * batch_loss;
-      seen += (long)bpt_tensor_dim(batch_images, 0);
-      example_progress_update(&progress, seen, running_loss);
-    }
-    example_progress_finish(&progress, running_loss);
+    EXAMPLE_CHECK(context, example_train_epoch(graph, optimizer, images, labels, train_set, batch, batch_images,
+                                               batch_labels, label, NULL));
     /* Evaluation uses the deterministic neuron: a = 1[sigmoid(z) > 0.5]. */
     EXAMPLE_CHECK(context, bpt_graph_set_deterministic(graph, 1));
     double test_loss;

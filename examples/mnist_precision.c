@@ -61,24 +61,8 @@ static run_result train(const settings *s, const bpt_precision_options *precisio
     EXAMPLE_CHECK(context, bpt_dataset_shuffle(train_set, s->context_options.seed + (uint64_t)epoch));
     char label[64];
     snprintf(label, sizeof label, "%s epoch %ld/%ld", bpt_dtype_name(precision->compute_dtype), epoch, s->epochs);
-    example_progress progress;
-    example_progress_start(&progress, label, (long)bpt_dataset_size(train_set));
-    double running_loss = 0.0;
-    long seen = 0;
-    for (int64_t b = 0; b < bpt_dataset_batch_count(train_set, s->batch); b++) {
-      EXAMPLE_CHECK(context, bpt_dataset_batch(train_set, b, s->batch, x, y));
-      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, x));
-      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, y));
-      EXAMPLE_CHECK(context, bpt_graph_forward(graph));
-      EXAMPLE_CHECK(context, bpt_graph_backward(graph));
-      EXAMPLE_CHECK(context, bpt_optimizer_step(optimizer));
-      float batch_loss;
-      EXAMPLE_CHECK(context, bpt_graph_loss(graph, &batch_loss));
-      running_loss = b == 0 ? batch_loss : 0.98 * running_loss + 0.02 * batch_loss;
-      seen += (long)bpt_tensor_dim(x, 0);
-      example_progress_update(&progress, seen, running_loss);
-    }
-    example_progress_finish(&progress, running_loss);
+    EXAMPLE_CHECK(context,
+                  example_train_epoch(graph, optimizer, images, labels, train_set, s->batch, x, y, label, NULL));
     EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test_set, s->batch,
                                             &result.accuracy, NULL));
     printf("epoch %ld: test accuracy %.2f%%, loss scale %g, %lld skipped steps\n", epoch, 100.0 * result.accuracy,

@@ -139,6 +139,32 @@ bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *
   return bpt_softmax_cross_entropy(graph, "loss", out->logits, out->labels, &out->loss);
 }
 
+bpt_status example_train_epoch(bpt_graph *graph, bpt_optimizer *optimizer, bpt_node *images, bpt_node *labels,
+                               bpt_dataset *train, long batch, bpt_tensor *x, bpt_tensor *y, const char *label,
+                               double *running_loss) {
+  example_progress progress;
+  example_progress_start(&progress, label, (long)bpt_dataset_size(train));
+  double smoothed = 0.0;
+  long seen = 0;
+  const int64_t batches = bpt_dataset_batch_count(train, batch);
+  for (int64_t b = 0; b < batches; b++) {
+    BPT_EXAMPLE_TRY(bpt_dataset_batch(train, b, batch, x, y));
+    BPT_EXAMPLE_TRY(bpt_graph_set_input(graph, images, x));
+    BPT_EXAMPLE_TRY(bpt_graph_set_input(graph, labels, y));
+    BPT_EXAMPLE_TRY(bpt_graph_forward(graph));
+    BPT_EXAMPLE_TRY(bpt_graph_backward(graph));
+    BPT_EXAMPLE_TRY(bpt_optimizer_step(optimizer));
+    float batch_loss;
+    BPT_EXAMPLE_TRY(bpt_graph_loss(graph, &batch_loss));
+    smoothed = b == 0 ? batch_loss : 0.98 * smoothed + 0.02 * batch_loss;
+    seen += (long)bpt_tensor_dim(x, 0);
+    example_progress_update(&progress, seen, smoothed);
+  }
+  example_progress_finish(&progress, smoothed);
+  if (running_loss) *running_loss = smoothed;
+  return BPT_OK;
+}
+
 bpt_status example_accuracy(bpt_context *context, bpt_graph *graph, bpt_node *images_input, bpt_node *labels_input,
                             bpt_node *logits, bpt_dataset *dataset, long batch, double *accuracy, double *mean_loss) {
   int64_t sample_dims[BPT_MAX_RANK + 1];

@@ -48,6 +48,13 @@ typedef struct example_classifier {
 bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *widths, int width_count,
                              int64_t classes, example_classifier *out);
 
+/* One epoch of forward, backward and optimiser step over every batch of train in its current order, with a
+ * progress bar named label; *running_loss ends as the smoothed training loss. examples/mnist_mlp.c spells
+ * the same loop out. x (f32) and y (i32) are batch tensors with room for batch samples. */
+bpt_status example_train_epoch(bpt_graph *graph, bpt_optimizer *optimizer, bpt_node *images, bpt_node *labels,
+                               bpt_dataset *train, long batch, bpt_tensor *x, bpt_tensor *y, const char *label,
+                               double *running_loss);
+
 /* Runs the graph forward over a data set and returns the fraction of argmax(logits) equal to the label. */
 bpt_status example_accuracy(bpt_context *context, bpt_graph *graph, bpt_node *images_input, bpt_node *labels_input,
                             bpt_node *logits, bpt_dataset *dataset, long batch, double *accuracy, double *mean_loss);
