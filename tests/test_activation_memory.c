@@ -1,11 +1,13 @@
 /* Activation memory: the ReLU mask kernels against a reference, the memory plan's held and transient bytes
- * for a small MLP computed by hand, values whose memory is reused refusing to be read, and compressed saved
- * activations (f16, bf16, FP8) giving gradients close to the uncompressed ones with fewer bytes held. */
+ * for a small MLP computed by hand, values whose memory is reused refusing to be read, compressed saved
+ * activations (f16, bf16, FP8) giving gradients close to the uncompressed ones with fewer bytes held, and
+ * activation gradients sharing memory only between nodes whose backward lifetimes do not overlap. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/context.h"
+#include "core/graph.h"
 #include "test_support.h"
 
 static void relu_mask_kernels_match_reference(void **state) {
@@ -102,7 +104,10 @@ static void plan_holds_only_what_backward_reads(void **state) {
                 aligned(BATCH * HIDDEN / 8) + aligned(BATCH * CLASSES * 4);
   assert_int_equal(stats.max_batch, BATCH);
   assert_int_equal(stats.activation_bytes_held, held);
-  /* fc1's output lives from fc1 to relu, the logits from fc2 to the loss: the logits reuse its memory. */
+  /* fc1's output lives from fc1 to relu, the logits from fc2 to the loss: the logits reuse its memory.
+   * Gradients, in backward steps of the 10 nodes: the loss [0, 1], the logits [1, 2], relu's [2, 5], fc1's
+   * [5, 6]. Each overlaps the next, and the loss's 64 bytes, free from step 2, are too few for relu's, so this
+   * short chain shares nothing. */
   assert_int_equal(stats.transient_bytes, aligned(BATCH * HIDDEN * 4));
   assert_int_equal(stats.gradient_bytes, aligned(BATCH * HIDDEN * 4) * 2 + aligned(BATCH * CLASSES * 4) + aligned(4));
   mlp keep;
@@ -127,7 +132,8 @@ static void plan_holds_only_what_backward_reads(void **state) {
 }
 
 /* fc1's output shares memory with the logits (its lifetime ended at relu), so reading it is refused with a
- * message that says how to keep it; the logits, a graph output in all but name, stay readable. */
+ * message that says how to keep it; the logits, a graph output in all but name, stay readable until backward
+ * reuses their bytes for gradients. */
 static void reused_values_refuse_to_be_read(void **state) {
   (void)state;
   mlp m;
@@ -139,6 +145,13 @@ static void reused_values_refuse_to_be_read(void **state) {
   assert_fails(m.context, BPT_ERR_STATE, "keep_all_values", bpt_graph_read(m.graph, m.z, tensor));
   assert_ok(m.context, bpt_graph_read(m.graph, m.logits, tensor));
   assert_ok(m.context, bpt_graph_read(m.graph, m.h, tensor));
+  /* The logits are transient all the same: after backward their bytes hold gradients, until the next forward. */
+  assert_ok(m.context, bpt_graph_backward(m.graph));
+  assert_fails(m.context, BPT_ERR_STATE, "the value of 'fc2' is not kept after backward",
+               bpt_graph_read(m.graph, m.logits, tensor));
+  assert_ok(m.context, bpt_graph_read(m.graph, m.h, tensor));
+  assert_ok(m.context, bpt_graph_forward(m.graph));
+  assert_ok(m.context, bpt_graph_read(m.graph, m.logits, tensor));
   bpt_tensor_destroy(tensor);
   mlp_destroy(&m);
 }
@@ -181,12 +194,106 @@ static void compressed_saved_activations(void **state) {
   mlp_destroy(&reference);
 }
 
+/* Backward step (0 first) at which a node's gradient is first added into: its latest consumer that runs a
+ * backward, counted independently of the plan's own bookkeeping. */
+static int first_write_step(const bpt_graph *graph, const bpt_node *node) {
+  if (node == graph->loss) return 0;
+  int writer = node->index;
+  for (int j = node->index + 1; j < graph->node_count; j++) {
+    const bpt_node *consumer = graph->nodes[j];
+    for (int k = 0; k < consumer->input_count; k++)
+      if (consumer->inputs[k] == node && consumer->requires_grad) writer = j;
+  }
+  return graph->node_count - writer;
+}
+
+/* A ResNet stem and two basic blocks (fan-out into the shortcut, a projection, batch norms): every pair of
+ * gradients whose bytes overlap must have disjoint backward lifetimes, the region must be well under the sum
+ * of the gradients, and the parameter gradients must not depend on the sharing (checked against the same
+ * graph run twice, where stale bytes from the first backward would show if a gradient were not cleared). */
+static void gradients_share_memory_only_when_lifetimes_are_disjoint(void **state) {
+  (void)state;
+  bpt_context *context = test_context(3);
+  bpt_graph *graph;
+  bpt_node *x, *labels, *y, *loss;
+  int64_t image[3] = {2, 9, 9};
+  enum { IMAGES = 3 };
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image, &x));
+  assert_ok(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+  const bpt_layer_spec stem[] = {{.kind = BPT_LAYER_CONV2D, .units = 4, .kernel = 3, .padding = 1},
+                                 {.kind = BPT_LAYER_BATCH_NORM},
+                                 {.kind = BPT_LAYER_RELU}};
+  assert_ok(context, bpt_layer_sequential(graph, "stem", x, stem, 3, &y));
+  assert_ok(context, bpt_layer_resnet_basic_block(graph, "block1", y, 4, 1, &y));
+  assert_ok(context, bpt_layer_resnet_basic_block(graph, "block2", y, 6, 2, &y));
+  const bpt_layer_spec head[] = {{.kind = BPT_LAYER_GLOBAL_AVG_POOL}, {.kind = BPT_LAYER_LINEAR, .units = 3}};
+  assert_ok(context, bpt_layer_sequential(graph, "head", y, head, 2, &y));
+  assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", y, labels, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, IMAGES));
+
+  size_t total = 0;
+  int n = graph->node_count, gradients = 0;
+  for (int a = 0; a < n; a++) {
+    const bpt_node *p = graph->nodes[a];
+    if (!p->requires_grad || p->op == BPT_OP_PARAMETER) continue;
+    gradients++;
+    size_t bytes = (size_t)bpt_node_inner_count(p) * IMAGES * sizeof(float);
+    total += aligned(bytes);
+    for (int b = a + 1; b < n; b++) {
+      const bpt_node *q = graph->nodes[b];
+      if (!q->requires_grad || q->op == BPT_OP_PARAMETER) continue;
+      size_t other = (size_t)bpt_node_inner_count(q) * IMAGES * sizeof(float);
+      const char *pa = (const char *)p->grad, *qa = (const char *)q->grad;
+      bool bytes_overlap = pa < qa + other && qa < pa + bytes;
+      /* Live over [first write, own backward] in backward steps. */
+      int p_start = first_write_step(graph, p), p_end = n - a, q_start = first_write_step(graph, q), q_end = n - b;
+      bool lifetimes_overlap = p_start <= q_end && q_start <= p_end;
+      if (bytes_overlap && lifetimes_overlap)
+        fail_msg("gradients of '%s' [%d, %d] and '%s' [%d, %d] share bytes while both live", p->name, p_start, p_end,
+                 q->name, q_start, q_end);
+    }
+  }
+  bpt_graph_memory_stats stats = {.size = sizeof stats};
+  assert_ok(context, bpt_graph_memory(graph, &stats));
+  assert_true(gradients > 15);
+  if (stats.gradient_bytes * 2 > total)
+    fail_msg("gradient region %zu bytes, sum of the gradients %zu: expected sharing to halve it at least",
+             stats.gradient_bytes, total);
+
+  int64_t dims[4] = {IMAGES, 2, 9, 9};
+  bpt_tensor *images, *classes;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, dims, &images));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &classes));
+  test_random random;
+  test_random_seed(&random, 4);
+  test_random_fill(&random, bpt_tensor_data(images), IMAGES * 2 * 9 * 9, -1.0f, 1.0f);
+  for (int i = 0; i < IMAGES; i++) ((int32_t *)bpt_tensor_data(classes))[i] = i;
+  assert_ok(context, bpt_graph_set_input(graph, x, images));
+  assert_ok(context, bpt_graph_set_input(graph, labels, classes));
+  int64_t count = bpt_graph_parameter_count(graph);
+  float *first = malloc((size_t)count * sizeof *first), *second = malloc((size_t)count * sizeof *second);
+  for (int run = 0; run < 2; run++) {
+    assert_ok(context, bpt_graph_forward(graph));
+    assert_ok(context, bpt_graph_backward(graph));
+    assert_ok(context, bpt_graph_read_gradients(graph, run ? second : first, count));
+  }
+  assert_memory_equal(first, second, (size_t)count * sizeof *first);
+  free(first);
+  free(second);
+  bpt_tensor_destroy(images);
+  bpt_tensor_destroy(classes);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(relu_mask_kernels_match_reference),
       cmocka_unit_test(plan_holds_only_what_backward_reads),
       cmocka_unit_test(reused_values_refuse_to_be_read),
       cmocka_unit_test(compressed_saved_activations),
+      cmocka_unit_test(gradients_share_memory_only_when_lifetimes_are_disjoint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

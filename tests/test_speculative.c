@@ -353,6 +353,35 @@ static void graphs_outside_the_chain_are_refused(void **state) {
                bpt_speculative_create(graph, x, labels, optimizer, NULL, &trainer));
   bpt_optimizer_destroy(optimizer);
   bpt_graph_destroy(graph);
+
+  /* A ReLU keeps a 1-bit mask, so the linear output before it is transient: the cache could not snapshot it,
+   * unless every value is kept. */
+  for (int keep_all = 0; keep_all < 2; keep_all++) {
+    bpt_node *hidden;
+    assert_ok(context, bpt_graph_create(context, &graph));
+    bpt_precision_options precision = bpt_precision_options_default();
+    precision.keep_all_values = keep_all;
+    assert_ok(context, bpt_graph_set_precision(graph, &precision));
+    assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 1, &features, &x));
+    assert_ok(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+    assert_ok(context, bpt_layer_linear(graph, "fc1", x, 5, BPT_INIT_HE_NORMAL, &hidden));
+    assert_ok(context, bpt_relu(graph, "relu", hidden, &hidden));
+    assert_ok(context, bpt_layer_linear(graph, "fc2", hidden, 3, BPT_INIT_HE_NORMAL, &logits));
+    assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", logits, labels, &loss));
+    assert_ok(context, bpt_graph_compile(graph, loss, 2));
+    assert_ok(context, bpt_optimizer_create(graph, NULL, &optimizer));
+    if (keep_all) {
+      assert_ok(context, bpt_speculative_create(graph, x, labels, optimizer, NULL, &trainer));
+      bpt_speculative_destroy(trainer);
+      trainer = NULL;
+    } else {
+      assert_fails(context, BPT_ERR_STATE, "the value of 'fc1' is not kept after forward; set keep_all_values",
+                   bpt_speculative_create(graph, x, labels, optimizer, NULL, &trainer));
+      assert_null(trainer);
+    }
+    bpt_optimizer_destroy(optimizer);
+    bpt_graph_destroy(graph);
+  }
   bpt_context_destroy(context);
 }
 

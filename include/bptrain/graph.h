@@ -109,7 +109,9 @@ BPT_API bpt_status bpt_graph_loss(bpt_graph *graph, float *loss);
 
 /**
  * Copies @p node's value from the last forward pass into @p tensor, whose dimension 0 is set to the batch
- * size. The tensor must have the node's dtype and enough capacity.
+ * size. The tensor must have the node's dtype and enough capacity. Values that only forward needs share
+ * memory (see docs/precision.md): reading one fails with BPT_ERR_STATE once a later node or backward has
+ * reused its bytes, unless the graph keeps every value (keep_all_values in bpt_precision_options).
  */
 BPT_API bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *tensor);
 

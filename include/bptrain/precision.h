@@ -114,7 +114,8 @@ typedef struct bpt_graph_memory_stats {
   int64_t max_batch;             /**< the batch the figures below are for */
   size_t activation_bytes_held;  /**< values and op buffers kept from forward until backward */
   size_t transient_bytes;        /**< memory reused by values that only forward needs */
-  size_t gradient_bytes;         /**< activation gradients */
+  size_t gradient_bytes;         /**< activation gradients, shared by backward lifetime; the same bytes as the
+                                      transient values, so the two overlap rather than add */
   size_t parameter_bytes;        /**< master parameters, their gradients and compute-dtype weight copies */
   size_t input_bytes;            /**< the part of activation_bytes_held that is graph inputs */
 } bpt_graph_memory_stats;

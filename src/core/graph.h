@@ -42,7 +42,16 @@ struct bpt_node {
 
   /* Activation memory (issue 4): the value shares memory with later nodes once forward is past it. */
   const bpt_node *value_reused_by;
+  bool value_transient; /* only forward reads it: its bytes are reused in forward or by gradients in backward */
+  /* Activation gradients share memory too (memory_plan.c): the index of the node whose backward first adds
+   * into this node's gradient (run.c zeroes the gradient just before it), or node_count for the loss, whose
+   * gradient is seeded before backward starts. */
+  int gradient_first_writer;
 };
+
+/* BPT_OK when node's value can still be read (forward ran and its memory has not been reused since); a
+ * BPT_ERR_STATE error naming node and where otherwise. */
+bpt_status bpt_node_check_value_readable(const bpt_node *node, const char *where);
 
 /* Moments a graph hook is told about. position is the index in graph->order of the node whose backward
  * just ran (NODE_BACKWARD, for every node in reverse order, with or without a backward of its own), 1 or 0
@@ -70,6 +79,8 @@ struct bpt_graph {
   int64_t batch;   /* batch of the current run */
   bool forward_done;
   bool backward_done;
+  /* Backward ran since the last forward: transient values' bytes then hold activation gradients. */
+  bool transient_values_overwritten;
 
   bpt_node **order; /* topological order of the nodes the loss or outputs need: all nodes, creation order */
   bpt_node **parameters;

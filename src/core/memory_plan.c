@@ -1,7 +1,13 @@
 /* Planning activation memory (see memory_plan.h). A value is held when backward reads it (asked of each
  * consumer's op definition, conservatively yes when an op does not say), when it is an input or a graph
  * output, or when it is not batched; all other values are transient and placed first-fit in a shared region
- * by their forward lifetime [creation, last consumer]. Gradients and saved buffers keep their own space. */
+ * by their forward lifetime [creation, last consumer]. Saved buffers keep their own space.
+ *
+ * Activation gradients get a region of their own, placed the same way by their backward lifetime: backward
+ * visits nodes from the last to the first, and node i's gradient is live from the backward of its latest
+ * consumer (the first to add into it) until its own backward has read it. A ResNet then holds the gradients
+ * of a block or two at a time instead of one per node, which for a deep network is most of the memory. The
+ * two regions overlap: transient values are dead by the time backward starts. */
 #include <stdlib.h>
 
 #include "core/memory_plan.h"
@@ -32,12 +38,46 @@ static bool backward_reads_output(const bpt_node *node) {
 
 typedef struct block {
   size_t offset, bytes;
-  int last_use;
+  int last_use; /* in the lifetime's own clock: forward step, or backward step counted from the end */
 } block;
 
 static int by_offset(const void *a, const void *b) {
   size_t x = ((const block *)a)->offset, y = ((const block *)b)->offset;
   return x < y ? -1 : x > y;
+}
+
+/* Places bytes live from step now to step last_use at the lowest offset free of the blocks still live, given
+ * blocks are placed in order of their first step; returns the offset and grows *region to cover it. */
+static size_t first_fit(block *active, int *active_count, size_t bytes, int now, int last_use, size_t *region) {
+  int kept = 0;
+  for (int b = 0; b < *active_count; b++)
+    if (active[b].last_use >= now) active[kept++] = active[b];
+  qsort(active, (size_t)kept, sizeof *active, by_offset);
+  size_t offset = 0;
+  for (int b = 0; b < kept && active[b].offset < offset + bytes; b++)
+    if (active[b].offset + active[b].bytes > offset) offset = active[b].offset + active[b].bytes;
+  active[kept++] = (block){.offset = offset, .bytes = bytes, .last_use = last_use};
+  *active_count = kept;
+  if (offset + bytes > *region) *region = offset + bytes;
+  return offset;
+}
+
+/* Backward step (0 first) at which node's gradient is first written, and after which it is last read. */
+static int gradient_first_step(const bpt_graph *graph, const bpt_node *node) {
+  return graph->node_count - node->gradient_first_writer;
+}
+
+static int gradient_last_step(const bpt_graph *graph, const bpt_node *node) {
+  /* Without a backward of its own nothing reads it in backward; keep it to the end all the same (tests and
+   * anomaly reports look at leaves' gradients). */
+  return bpt_op_get(node->op)->backward ? graph->node_count - node->index : graph->node_count;
+}
+
+static int by_first_step(const void *a, const void *b) {
+  const bpt_node *x = *(bpt_node *const *)a, *y = *(bpt_node *const *)b;
+  if (x->gradient_first_writer != y->gradient_first_writer)
+    return x->gradient_first_writer > y->gradient_first_writer ? -1 : 1;
+  return x->index > y->index ? -1 : x->index < y->index;
 }
 
 void bpt_memory_plan_free(bpt_memory_plan *plan) {
@@ -56,8 +96,10 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
   int *last_use = bpt_calloc(context, (size_t)n, sizeof(int), "memory plan");
   bool *held = bpt_calloc(context, (size_t)n, sizeof(bool), "memory plan");
   block *active = bpt_calloc(context, (size_t)n, sizeof(block), "memory plan");
+  bpt_node **by_gradient_start = bpt_calloc(context, (size_t)n, sizeof(bpt_node *), "memory plan");
   bpt_status status = BPT_OK;
-  if (!plan->value_offset || !plan->grad_offset || !plan->saved_offset || !last_use || !held || !active) {
+  if (!plan->value_offset || !plan->grad_offset || !plan->saved_offset || !last_use || !held || !active ||
+      !by_gradient_start) {
     status = BPT_ERR_OUT_OF_MEMORY;
     goto done;
   }
@@ -65,6 +107,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
   for (int i = 0; i < n; i++) {
     bpt_node *node = graph->nodes[i];
     last_use[i] = i;
+    node->gradient_first_writer = node == graph->loss ? n : i;
     held[i] = keep_all || !graph->loss || node->op == BPT_OP_INPUT || !node->batched || backward_reads_output(node);
   }
   for (int j = 0; j < n; j++) {
@@ -73,6 +116,8 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
       int i = consumer->inputs[k]->index;
       last_use[i] = j;
       if (backward_reads_input(consumer, k)) held[i] = true;
+      if (consumer->requires_grad && bpt_op_get(consumer->op)->backward && consumer->inputs[k]->gradient_first_writer < j)
+        consumer->inputs[k]->gradient_first_writer = j;
     }
   }
   /* Dedicated space: held values, gradients, saved buffers. */
@@ -96,32 +141,34 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
       cursor += align_up(saved);
       plan->held_bytes += align_up(saved);
     }
-    if (node->requires_grad) {
-      plan->grad_offset[i] = cursor;
-      cursor += align_up(value_bytes(node));
-      plan->gradient_bytes += align_up(value_bytes(node));
-    }
   }
-  /* The transient region, first fit by lifetime. */
-  size_t region = 0;
+  /* The gradient region, first fit by backward lifetime. */
+  int gradient_count = 0;
+  for (int i = 0; i < n; i++)
+    if (graph->nodes[i]->requires_grad && graph->nodes[i]->op != BPT_OP_PARAMETER)
+      by_gradient_start[gradient_count++] = graph->nodes[i];
+  qsort(by_gradient_start, (size_t)gradient_count, sizeof *by_gradient_start, by_first_step);
+  size_t gradient_region = 0;
   int active_count = 0;
+  for (int g = 0; g < gradient_count; g++) {
+    const bpt_node *node = by_gradient_start[g];
+    size_t offset = first_fit(active, &active_count, align_up(value_bytes(node)), gradient_first_step(graph, node),
+                              gradient_last_step(graph, node), &gradient_region);
+    plan->grad_offset[node->index] = cursor + offset;
+  }
+  plan->gradient_bytes = gradient_region;
+  /* The transient region, first fit by forward lifetime, over the same bytes as the gradients: transient values
+   * are dead once forward is over, and gradients are born in backward. */
+  size_t region = 0;
+  active_count = 0;
   for (int i = 0; i < n; i++) {
     bpt_node *node = graph->nodes[i];
-    if (node->op == BPT_OP_PARAMETER || held[i]) continue;
-    int kept = 0;
-    for (int b = 0; b < active_count; b++)
-      if (active[b].last_use >= i) active[kept++] = active[b];
-    active_count = kept;
-    qsort(active, (size_t)active_count, sizeof *active, by_offset);
-    size_t bytes = align_up(value_bytes(node)), offset = 0;
-    for (int b = 0; b < active_count && active[b].offset < offset + bytes; b++)
-      if (active[b].offset + active[b].bytes > offset) offset = active[b].offset + active[b].bytes;
-    active[active_count++] = (block){.offset = offset, .bytes = bytes, .last_use = last_use[i]};
-    plan->value_offset[i] = cursor + offset;
-    if (offset + bytes > region) region = offset + bytes;
+    node->value_transient = node->op != BPT_OP_PARAMETER && !held[i];
+    if (!node->value_transient) continue;
+    plan->value_offset[i] = cursor + first_fit(active, &active_count, align_up(value_bytes(node)), i, last_use[i], &region);
   }
   plan->transient_bytes = region;
-  plan->arena_bytes = cursor + region;
+  plan->arena_bytes = cursor + (region > gradient_region ? region : gradient_region);
   /* A transient value is overwritten once a later node (created after its last consumer) shares its bytes. */
   for (int i = 0; i < n; i++) {
     if (held[i] || graph->nodes[i]->op == BPT_OP_PARAMETER) continue;
@@ -136,6 +183,7 @@ done:
   free(last_use);
   free(held);
   free(active);
+  free(by_gradient_start);
   if (status != BPT_OK) bpt_memory_plan_free(plan);
   return status;
 }

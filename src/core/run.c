@@ -77,19 +77,25 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
   }
   graph->forward_count++;
   graph->forward_done = true;
+  graph->transient_values_overwritten = false;
   graph->backward_done = false;
   return BPT_OK;
 }
 
-static bpt_status zero_activation_gradients(bpt_graph *graph) {
+/* Activation gradients share memory (memory_plan.c), so each is cleared just before the backward that first
+ * adds into it, rather than all of them before backward starts; that is also while the bytes are about to
+ * be touched anyway. */
+static bpt_status clear_gradient(bpt_graph *graph, bpt_node *node, int writer) {
+  if (!node->requires_grad || node->op == BPT_OP_PARAMETER || node->gradient_first_writer != writer) return BPT_OK;
   bpt_backend *backend = graph->backend;
-  for (int i = 0; i < graph->node_count; i++) {
-    bpt_node *node = graph->order[i];
-    if (!node->requires_grad || node->op == BPT_OP_PARAMETER) continue;
-    size_t bytes = (size_t)bpt_node_count(node) * sizeof(float);
-    if (backend->vtable->memset_zero(backend, node->grad, bytes) != BPT_OK)
-      return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "backward: clearing gradients");
-  }
+  if (backend->vtable->memset_zero(backend, node->grad, (size_t)bpt_node_count(node) * sizeof(float)) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "backward: clearing an activation gradient");
+  return BPT_OK;
+}
+
+static bpt_status clear_gradients_first_written_by(bpt_graph *graph, bpt_node *node, int position) {
+  BPT_CHECK(clear_gradient(graph, node, position)); /* a node no backward writes into (not the loss) */
+  for (int k = 0; k < node->input_count; k++) BPT_CHECK(clear_gradient(graph, node->inputs[k], position));
   return BPT_OK;
 }
 
@@ -99,7 +105,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_forward first", where);
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_BEGIN, accumulate));
   if (!accumulate) BPT_CHECK(bpt_graph_zero_gradients(graph));
-  BPT_CHECK(zero_activation_gradients(graph));
+  graph->transient_values_overwritten = true;
   bpt_backend *backend = graph->backend;
   if (graph->loss->requires_grad &&
       backend->vtable->copy(backend, graph->loss->grad, graph->loss_gradient, sizeof(float)) != BPT_OK)
@@ -107,6 +113,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   for (int i = graph->node_count - 1; i >= 0; i--) {
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
+    BPT_CHECK(clear_gradients_first_written_by(graph, node, i));
     if (node->requires_grad && definition->backward) {
       BPT_CHECK(bpt_precision_before_backward_node(node));
       BPT_CHECK(definition->backward(node));
@@ -145,6 +152,23 @@ bpt_status bpt_graph_loss(bpt_graph *graph, float *loss) {
   return BPT_OK;
 }
 
+bpt_status bpt_node_check_value_readable(const bpt_node *node, const char *where) {
+  const bpt_graph *graph = node->graph;
+  if (!graph->forward_done && node->op != BPT_OP_PARAMETER)
+    return bpt_error(graph->context, BPT_ERR_STATE, "%s: run forward before reading '%s'", where, node->name);
+  if (node->value_reused_by)
+    return bpt_error(graph->context, BPT_ERR_STATE,
+                     "%s: the value of '%s' is not kept after forward (its memory is reused by '%s'); "
+                     "set keep_all_values in bpt_precision_options to keep every value",
+                     where, node->name, node->value_reused_by->name);
+  if (node->value_transient && graph->transient_values_overwritten)
+    return bpt_error(graph->context, BPT_ERR_STATE,
+                     "%s: the value of '%s' is not kept after backward (its memory holds activation gradients); "
+                     "read it before backward, or set keep_all_values in bpt_precision_options",
+                     where, node->name);
+  return BPT_OK;
+}
+
 bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *tensor) {
   BPT_CHECK(require_compiled(graph, "bpt_graph_read"));
   bpt_context *context = graph->context;
@@ -152,13 +176,7 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
   if (node->graph != graph)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_read: node '%s' belongs to another graph",
                      node->name);
-  if (!graph->forward_done && node->op != BPT_OP_PARAMETER)
-    return bpt_error(context, BPT_ERR_STATE, "bpt_graph_read: run forward before reading '%s'", node->name);
-  if (node->value_reused_by)
-    return bpt_error(context, BPT_ERR_STATE,
-                     "bpt_graph_read: the value of '%s' is not kept after forward (its memory is reused by '%s'); "
-                     "set keep_all_values in bpt_precision_options to keep every value",
-                     node->name, node->value_reused_by->name);
+  BPT_CHECK(bpt_node_check_value_readable(node, "bpt_graph_read"));
   if (tensor->dtype != node->dtype)
     return bpt_error(context, BPT_ERR_DTYPE, "bpt_graph_read: node '%s' is %s, tensor is %s", node->name,
                      bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));

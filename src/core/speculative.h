@@ -18,6 +18,9 @@ typedef struct bpt_speculative_layer {
   int64_t input_offset, output_offset; /* element offsets of input and output values in a cache slot */
   float *retract_dy, *retract_x;       /* linear: rows of speculative gradient vectors (max_rows x out / in) */
   float *worker_gradient;              /* the worker's own gradient of this layer's output (out floats) */
+  /* The main thread's gradient of this layer's output (out floats): not node->grad, whose bytes the graph's
+   * memory plan shares with other nodes' gradients once backward is past them. */
+  float *main_gradient;
 } bpt_speculative_layer;
 
 /* A cached forward state: every chain value and the softmax output of one sample. */

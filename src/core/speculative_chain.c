@@ -37,6 +37,14 @@ bpt_status bpt_speculative_build_chain(bpt_speculative_trainer *trainer) {
         (node->inputs[0]->op == BPT_OP_INPUT && node->inputs[0] != trainer->images))
       return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: node '%s' does not lead back to input '%s'", where,
                        node->name, trainer->images->name);
+    /* The cache snapshots the chain's values after backward, and the speculative backward reads every one of
+     * them except the logits of a final linear layer: none may be a transient value, whose bytes forward or
+     * backward reuse (a ReLU keeping a 1-bit mask makes its input transient, for one). */
+    if (node->value_transient && (node != trainer->logits || is_activation(node->op)))
+      return bpt_error(context, BPT_ERR_STATE,
+                       "%s: the value of '%s' is not kept after forward; set keep_all_values in "
+                       "bpt_precision_options before compiling the graph",
+                       where, node->name);
     count++;
   }
   trainer->layers = bpt_calloc(context, (size_t)count, sizeof *trainer->layers, "speculative layers");
@@ -131,6 +139,14 @@ bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t row
     if (!labels) return BPT_ERR_OUT_OF_MEMORY;
     for (int64_t c = 0; c < trainer->classes; c++)
       labels[c] = (int32_t)c;
+    for (int i = 0; i < trainer->layer_count; i++) {
+      bpt_status status = device_alloc(trainer, (size_t)trainer->layers[i].out_features * sizeof(float),
+                                       (void **)&trainer->layers[i].main_gradient, where);
+      if (status != BPT_OK) {
+        free(labels);
+        return status;
+      }
+    }
     bpt_status status =
         backend->vtable->upload(backend, trainer->label_values, labels, (size_t)trainer->classes * sizeof *labels);
     free(labels);
@@ -166,7 +182,8 @@ void bpt_speculative_release(bpt_speculative_trainer *trainer) {
   release_rows(trainer);
   for (int i = 0; i < trainer->layer_count; i++) {
     device_free(trainer, trainer->layers[i].worker_gradient);
-    trainer->layers[i].worker_gradient = NULL;
+    device_free(trainer, trainer->layers[i].main_gradient);
+    trainer->layers[i].worker_gradient = trainer->layers[i].main_gradient = NULL;
   }
   device_free(trainer, trainer->speculative_gradients);
   trainer->speculative_gradients = NULL;
@@ -223,20 +240,22 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
   /* Gradients of the chain's values start at zero, as in the graph's own backward. */
   for (int i = 0; i < trainer->layer_count; i++) {
     const bpt_speculative_layer *layer = &trainer->layers[i];
-    float *gradient = worker_buffers ? layer->worker_gradient : layer->node->grad;
+    float *gradient = worker_buffers ? layer->worker_gradient : layer->main_gradient;
     if (layer->node->requires_grad)
       SPECULATIVE_KERNEL(memset_zero, gradient, (size_t)layer->out_features * sizeof(float));
   }
   const bpt_speculative_layer *last = &trainer->layers[trainer->layer_count - 1];
   SPECULATIVE_KERNEL(softmax_cross_entropy_backward, 1, trainer->classes, state->probabilities,
                      trainer->label_values + label, trainer->graph->loss_gradient,
-                     worker_buffers ? last->worker_gradient : last->node->grad);
+                     worker_buffers ? last->worker_gradient : last->main_gradient);
   for (int i = trainer->layer_count - 1; i >= 0; i--) {
     const bpt_speculative_layer *layer = &trainer->layers[i];
     const float *x = state->values + layer->input_offset, *y = state->values + layer->output_offset;
     bpt_node *node = layer->node, *input = layer->input;
-    float *dy = worker_buffers ? layer->worker_gradient : node->grad;
-    float *dx = i == 0 ? NULL : worker_buffers ? trainer->layers[i - 1].worker_gradient : input->grad;
+    float *dy = worker_buffers ? layer->worker_gradient : layer->main_gradient;
+    float *dx = i == 0                 ? NULL
+                : worker_buffers ? trainer->layers[i - 1].worker_gradient
+                                 : trainer->layers[i - 1].main_gradient;
     if (!layer->weight) {
       if (input->requires_grad)
         SPECULATIVE_KERNEL(activation_backward, activation_of(node->op), node->float_attributes[0], layer->out_features,
@@ -292,7 +311,7 @@ bpt_status bpt_speculative_record_discard(bpt_speculative_trainer *trainer, cons
     const bpt_speculative_layer *layer = &trainer->layers[i];
     if (!layer->weight) continue;
     BPT_CHECK(
-        copy(trainer, layer->retract_dy + row * layer->out_features, layer->node->grad, layer->out_features, where));
+        copy(trainer, layer->retract_dy + row * layer->out_features, layer->main_gradient, layer->out_features, where));
     BPT_CHECK(copy(trainer, layer->retract_x + row * layer->in_features, state->values + layer->input_offset,
                    layer->in_features, where));
   }

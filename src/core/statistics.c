@@ -78,14 +78,9 @@ bpt_status bpt_graph_value_statistics(bpt_graph *graph, const bpt_node *node, bp
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
   if (!node || !statistics || node->graph != graph)
     return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: needs a node of this graph and a result", where);
-  if (!graph->forward_done && node->op != BPT_OP_PARAMETER)
-    return bpt_error(graph->context, BPT_ERR_STATE, "%s: run forward before reading '%s'", where, node->name);
+  BPT_CHECK(bpt_node_check_value_readable(node, where));
   if (node->dtype != BPT_DTYPE_F32)
     return bpt_error(graph->context, BPT_ERR_DTYPE, "%s: node '%s' is not f32", where, node->name);
-  if (node->value_reused_by)
-    return bpt_error(graph->context, BPT_ERR_STATE,
-                     "%s: the value of '%s' is not kept after forward (its memory is reused by '%s')", where,
-                     node->name, node->value_reused_by->name);
   const int64_t count = bpt_node_count(node);
   double sum = 0.0, squares = 0.0;
   int64_t zeros = 0;
