@@ -71,6 +71,8 @@ static void model_create(model *m, bpt_optimizer_kind kind, int64_t hidden, uint
   assert_ok(c, bpt_graph_input(m->graph, "y", BPT_DTYPE_I32, 0, NULL, &m->y));
   assert_ok(c, bpt_layer_linear(m->graph, "fc1", m->x, hidden, BPT_INIT_HE_UNIFORM, &h));
   assert_ok(c, bpt_relu(m->graph, "relu1", h, &h));
+  /* Dropout's masks follow the optimiser step count, which a resumed run must pick up where it stopped. */
+  assert_ok(c, bpt_dropout(m->graph, "dropout1", h, 0.2f, &h));
   assert_ok(c, bpt_layer_linear(m->graph, "fc2", h, CLASSES, BPT_INIT_XAVIER_UNIFORM, &m->logits));
   assert_ok(c, bpt_softmax_cross_entropy(m->graph, "loss", m->logits, m->y, &m->loss));
   assert_ok(c, bpt_graph_compile(m->graph, m->loss, BATCH));
@@ -262,6 +264,7 @@ static void mismatching_files_are_refused(void **state) {
     assert_ok(c, bpt_graph_input(graph, "target", BPT_DTYPE_F32, 1, &classes, &target));
     assert_ok(c, bpt_layer_linear(graph, "fc1", x, HIDDEN, BPT_INIT_HE_UNIFORM, &h));
     assert_ok(c, bpt_tanh(graph, "act", h, &h));
+    assert_ok(c, bpt_dropout(graph, "dropout", h, 0.2f, &h)); /* as many nodes as the saved model */
     assert_ok(c, bpt_layer_linear(graph, "fc2", h, CLASSES, BPT_INIT_HE_UNIFORM, &h));
     assert_ok(c, bpt_mse_loss(graph, "loss", h, target, &loss));
     assert_ok(c, bpt_graph_compile(graph, loss, BATCH));

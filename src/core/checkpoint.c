@@ -634,6 +634,7 @@ static bpt_status apply(const loader *l, const bpt_checkpoint_contents *contents
                                 (size_t)graph->buffers[i].count * sizeof(float)) != BPT_OK)
       return bpt_backend_error(l->context, BPT_ERR_DEVICE, "bpt_checkpoint_load: writing buffers");
   if (d->has_rng) graph->rng = d->rng;
+  graph->dropout_seed = d->seed; /* with the step count below, a resumed run draws the same dropout masks */
   graph->forward_count = d->forward_count;
   graph->forward_done = graph->backward_done = false;
   if (contents->optimizer) {
@@ -643,6 +644,9 @@ static bpt_status apply(const loader *l, const bpt_checkpoint_contents *contents
       if (view.buffers[b]) BPT_CHECK(upload_packed(graph, view.buffers[b], d->optimizer_buffers[b]));
     *view.steps = d->optimizer_steps;
     view.options->learning_rate = d->optimizer_options.learning_rate;
+    /* Dropout's masks follow the optimiser step count (fixed between two steps, so accumulated
+     * micro-batches share one mask); the graph's counter advances with the optimiser's. */
+    graph->random_step = (uint64_t)d->optimizer_steps;
   }
   if (contents->dataset) {
     int64_t size;

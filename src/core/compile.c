@@ -133,6 +133,7 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
   bpt_rng_seed(&rng, context->seed);
   /* Stochastic ops draw from their own stream, so adding one does not change the initial weights. */
   bpt_rng_seed(&graph->rng, context->seed ^ UINT64_C(0x5851f42d4c957f2d));
+  graph->dropout_seed = context->seed;
   for (int p = 0; p < graph->parameter_count; p++)
     initialise(graph->parameters[p], &rng, host + graph->parameters[p]->param_offset);
   status = backend->vtable->upload(backend, graph->parameter_block, host, parameter_bytes);

@@ -112,6 +112,7 @@ struct bpt_graph {
   bool evaluation; /* inference mode: batch norm uses running statistics, dropout passes values through */
   bool folded;     /* batch norms were folded into convolutions: forward only */
   uint64_t random_step; /* advanced by every optimiser step: dropout masks stay fixed between two steps */
+  uint64_t dropout_seed; /* the context seed at compile, or the one a loaded checkpoint was saved with */
 };
 
 /* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */

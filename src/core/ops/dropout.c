@@ -32,7 +32,7 @@ static bpt_status dropout_forward(bpt_node *node) {
       return bpt_kernel_result(node, BPT_ERR_DEVICE, "copy");
     return BPT_OK;
   }
-  uint64_t seed = node->graph->context->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)node->index * 0xd1b54a32d192ed03ULL +
+  uint64_t seed = node->graph->dropout_seed * 0x9e3779b97f4a7c15ULL + (uint64_t)node->index * 0xd1b54a32d192ed03ULL +
                   node->graph->random_step * 0x8cb92ba72f3d8dd7ULL;
   return BPT_KERNEL(node, dropout_forward, count, node->float_attributes[0], seed, node->inputs[0]->value, node->value,
                     node->saved);
