@@ -12,6 +12,7 @@
 #include "core/data/dataset_order.h"
 #include "core/graph.h"
 #include "core/optimizer_state.h"
+#include "core/precision.h"
 
 enum {
   TAG_META = BPT_TAG('M', 'E', 'T', 'A'),
@@ -21,7 +22,7 @@ enum {
   TAG_RNG = BPT_TAG('R', 'N', 'G', ' '),
   TAG_OPTIMIZER = BPT_TAG('O', 'P', 'T', 'M'),
   TAG_ORDER = BPT_TAG('D', 'O', 'R', 'D'),
-  /* Reserved for the dynamic loss scaler (scale, growth counter); written as an optional section. */
+  /* The dynamic loss scaler (scale, steps since its last change, skipped steps), when the graph has one. */
   TAG_LOSS_SCALER = BPT_TAG('L', 'S', 'C', 'L'),
 };
 
@@ -207,6 +208,15 @@ static void write_rng(bpt_writer *writer, const bpt_graph *graph) {
   bpt_section_end(writer, start);
 }
 
+/* Optional, so that files of runs without loss scaling, and readers that do not know it, still work. */
+static void write_loss_scaler(bpt_writer *writer, const bpt_precision_state *state) {
+  size_t start = bpt_section_begin(writer, TAG_LOSS_SCALER, BPT_SECTION_OPTIONAL);
+  bpt_put_f32(writer, state->loss_scale);
+  bpt_put_i64(writer, state->clean_steps);
+  bpt_put_i64(writer, state->skipped_steps);
+  bpt_section_end(writer, start);
+}
+
 static bpt_status write_optimizer(bpt_writer *writer, bpt_graph *graph, bpt_optimizer *optimizer, float *host) {
   bpt_optimizer_state view;
   bpt_optimizer_state_view(optimizer, &view);
@@ -286,6 +296,10 @@ bpt_status bpt_checkpoint_save(bpt_graph *graph, const char *path, const bpt_che
     write_order(&writer, copy.dataset);
     sections++;
   }
+  if (status == BPT_OK && graph->precision && graph->precision->scaling) {
+    write_loss_scaler(&writer, graph->precision);
+    sections++;
+  }
   bpt_writer_finish(&writer, sections);
   free(host);
   if (status == BPT_OK && writer.failed)
@@ -309,6 +323,9 @@ typedef struct decoded {
   int64_t optimizer_steps;
   float *optimizer_buffers[2];
   int64_t *order;
+  bool has_loss_scaler;
+  float loss_scale;
+  int64_t clean_steps, skipped_steps;
 } decoded;
 
 static void free_decoded(decoded *d, int buffer_count) {
@@ -565,6 +582,18 @@ static bpt_status read_order(const loader *l, bpt_reader *r, bpt_dataset *datase
   return status;
 }
 
+static bpt_status read_loss_scaler(const loader *l, bpt_reader *r, decoded *d) {
+  if (!bpt_get_f32(r, &d->loss_scale) || !bpt_get_i64(r, &d->clean_steps) || !bpt_get_i64(r, &d->skipped_steps) ||
+      bpt_reader_left(r) != 0)
+    return truncated(l, "LSCL");
+  /* The scaler never leaves [2^-24, 2^64] (precision.c). */
+  if (!(d->loss_scale >= 0x1p-24f && d->loss_scale <= 0x1p64f) || d->clean_steps < 0 || d->skipped_steps < 0)
+    return bpt_error(l->context, BPT_ERR_FORMAT, "%s: the saved loss scaler (scale %g, %lld, %lld steps) is invalid",
+                     l->where, (double)d->loss_scale, (long long)d->clean_steps, (long long)d->skipped_steps);
+  d->has_loss_scaler = true;
+  return BPT_OK;
+}
+
 static bpt_status find_sections(const loader *l, bpt_section *sections, int count, bpt_section **found,
                                 const uint32_t *tags, int tag_count) {
   char name[5];
@@ -613,6 +642,7 @@ static bpt_status decode(const loader *l, bpt_section *sections, int count, cons
     BPT_CHECK(read_buffers(l, &found[BUFFERS]->payload, d));
   }
   if (found[RNG]) BPT_CHECK(read_rng(l, &found[RNG]->payload, d));
+  if (found[LOSS_SCALER]) BPT_CHECK(read_loss_scaler(l, &found[LOSS_SCALER]->payload, d));
   if (contents->optimizer) {
     if (!found[OPTIMIZER]) return missing(l, "optimizer state (OPTM section), but an optimizer was given");
     BPT_CHECK(read_optimizer(l, &found[OPTIMIZER]->payload, contents->optimizer, d));
@@ -648,6 +678,10 @@ static bpt_status apply(const loader *l, const bpt_checkpoint_contents *contents
      * micro-batches share one mask); the graph's counter advances with the optimiser's. */
     graph->random_step = (uint64_t)d->optimizer_steps;
   }
+  /* A graph without dynamic scaling (an f32 evaluation of an f16 run, say) has no use for the saved scaler;
+   * one whose file has none (an older file) keeps its initial scale. */
+  if (d->has_loss_scaler && graph->precision && graph->precision->scaling)
+    BPT_CHECK(bpt_precision_restore_scaler(graph, d->loss_scale, d->clean_steps, d->skipped_steps));
   if (contents->dataset) {
     int64_t size;
     int64_t *order = bpt_dataset_order_view(contents->dataset, &size);

@@ -111,6 +111,15 @@ static bpt_status upload_loss_scale(bpt_graph *graph) {
   return BPT_OK;
 }
 
+bpt_status bpt_precision_restore_scaler(bpt_graph *graph, float loss_scale, int64_t clean_steps,
+                                        int64_t skipped_steps) {
+  bpt_precision_state *state = graph->precision;
+  state->loss_scale = loss_scale;
+  state->clean_steps = clean_steps;
+  state->skipped_steps = skipped_steps;
+  return upload_loss_scale(graph);
+}
+
 bpt_status bpt_precision_compile(bpt_graph *graph) {
   bpt_precision_state *state = graph->precision;
   if (!state) return BPT_OK;

@@ -36,5 +36,8 @@ bpt_status bpt_precision_round_gradients(bpt_graph *graph);
  * and set *skip when the update must be skipped. Fails with BPT_ERR_NUMERIC, naming the first op whose
  * output went non-finite, when the loss or (without scaling) a gradient is not finite. */
 bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip);
+/* Checkpoints: puts back a saved dynamic loss scaler (the scale seeds the loss gradient). */
+bpt_status bpt_precision_restore_scaler(bpt_graph *graph, float loss_scale, int64_t clean_steps,
+                                        int64_t skipped_steps);
 
 #endif
