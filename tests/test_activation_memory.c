@@ -268,7 +268,8 @@ static void gradients_share_memory_only_when_lifetimes_are_disjoint(void **state
   test_random random;
   test_random_seed(&random, 4);
   test_random_fill(&random, bpt_tensor_data(images), IMAGES * 2 * 9 * 9, -1.0f, 1.0f);
-  for (int i = 0; i < IMAGES; i++) ((int32_t *)bpt_tensor_data(classes))[i] = i;
+  for (int i = 0; i < IMAGES; i++)
+    ((int32_t *)bpt_tensor_data(classes))[i] = i;
   assert_ok(context, bpt_graph_set_input(graph, x, images));
   assert_ok(context, bpt_graph_set_input(graph, labels, classes));
   int64_t count = bpt_graph_parameter_count(graph);

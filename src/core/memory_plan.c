@@ -3,11 +3,11 @@
  * output, or when it is not batched; all other values are transient and placed first-fit in a shared region
  * by their forward lifetime [creation, last consumer]. Saved buffers keep their own space.
  *
- * Activation gradients get a region of their own, placed the same way by their backward lifetime: backward
- * visits nodes from the last to the first, and node i's gradient is live from the backward of its latest
- * consumer (the first to add into it) until its own backward has read it. A ResNet then holds the gradients
- * of a block or two at a time instead of one per node, which for a deep network is most of the memory. The
- * two regions overlap: transient values are dead by the time backward starts. */
+ * Activation gradients are placed the same way by their backward lifetime: backward visits nodes from the last
+ * to the first, and node i's gradient is live from the backward of its latest consumer (the first to add into
+ * it) until its own backward has read it. A ResNet then holds the gradients of a block or two at a time
+ * instead of one per node, which for a deep network is most of the memory. They share bytes with the
+ * transient values, which are dead by the time backward starts. */
 #include <stdlib.h>
 
 #include "core/memory_plan.h"
@@ -116,7 +116,8 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
       int i = consumer->inputs[k]->index;
       last_use[i] = j;
       if (backward_reads_input(consumer, k)) held[i] = true;
-      if (consumer->requires_grad && bpt_op_get(consumer->op)->backward && consumer->inputs[k]->gradient_first_writer < j)
+      if (consumer->requires_grad && bpt_op_get(consumer->op)->backward &&
+          consumer->inputs[k]->gradient_first_writer < j)
         consumer->inputs[k]->gradient_first_writer = j;
     }
   }
@@ -165,7 +166,8 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     bpt_node *node = graph->nodes[i];
     node->value_transient = node->op != BPT_OP_PARAMETER && !held[i];
     if (!node->value_transient) continue;
-    plan->value_offset[i] = cursor + first_fit(active, &active_count, align_up(value_bytes(node)), i, last_use[i], &region);
+    plan->value_offset[i] =
+        cursor + first_fit(active, &active_count, align_up(value_bytes(node)), i, last_use[i], &region);
   }
   plan->transient_bytes = region;
   plan->arena_bytes = cursor + (region > gradient_region ? region : gradient_region);

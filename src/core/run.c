@@ -95,7 +95,8 @@ static bpt_status clear_gradient(bpt_graph *graph, bpt_node *node, int writer) {
 
 static bpt_status clear_gradients_first_written_by(bpt_graph *graph, bpt_node *node, int position) {
   BPT_CHECK(clear_gradient(graph, node, position)); /* a node no backward writes into (not the loss) */
-  for (int k = 0; k < node->input_count; k++) BPT_CHECK(clear_gradient(graph, node->inputs[k], position));
+  for (int k = 0; k < node->input_count; k++)
+    BPT_CHECK(clear_gradient(graph, node->inputs[k], position));
   return BPT_OK;
 }
 

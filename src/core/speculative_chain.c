@@ -253,9 +253,8 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
     const float *x = state->values + layer->input_offset, *y = state->values + layer->output_offset;
     bpt_node *node = layer->node, *input = layer->input;
     float *dy = worker_buffers ? layer->worker_gradient : layer->main_gradient;
-    float *dx = i == 0                 ? NULL
-                : worker_buffers ? trainer->layers[i - 1].worker_gradient
-                                 : trainer->layers[i - 1].main_gradient;
+    float *dx = NULL;
+    if (i > 0) dx = worker_buffers ? trainer->layers[i - 1].worker_gradient : trainer->layers[i - 1].main_gradient;
     if (!layer->weight) {
       if (input->requires_grad)
         SPECULATIVE_KERNEL(activation_backward, activation_of(node->op), node->float_attributes[0], layer->out_features,
