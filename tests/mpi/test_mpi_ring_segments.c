@@ -55,15 +55,16 @@ static bpt_comm_request *start_sum(bpt_context *context, bpt_comm *comm, void *b
   return request;
 }
 
-/* Elements for a chunk of about `quarter_mebibytes` x 256 KiB per rank, made odd and not a multiple of the
- * rank count so chunks and segments come out unequal. */
-static int64_t count_for(double quarter_mebibytes, bpt_dtype dtype, int size) {
-  int64_t count = (int64_t)(quarter_mebibytes * (256 << 10) / (double)element_bytes(dtype)) * size;
+/* Elements for a chunk of about `mebibytes` per rank, made odd and not a multiple of the rank count so chunks
+ * and segments come out unequal. */
+static int64_t count_for(double mebibytes, bpt_dtype dtype, int size) {
+  int64_t count = (int64_t)(mebibytes * (1 << 20) / (double)element_bytes(dtype)) * size;
   return count + (count % 2 == 0) + (count % size == 0 ? 2 : 0);
 }
 
 static void segmented_sums(bpt_context *context, bpt_comm *comm) {
-  const double chunk_sizes[] = {0.6, 1.5, 5.3, 23.7}; /* one segment, one, five uneven, the most */
+  /* For segments of 1 MiB or more, at most 16 (mpi.c): one segment, two, five uneven, the most. */
+  const double chunk_sizes[] = {0.6, 2.5, 5.3, 17.3};
   const bpt_dtype dtypes[] = {BPT_DTYPE_F32, BPT_DTYPE_F16, BPT_DTYPE_BF16, BPT_DTYPE_U8};
   int rank = bpt_comm_rank(comm), size = bpt_comm_size(comm);
   size_t largest = 0;
