@@ -2,12 +2,13 @@
  * non-blocking so comm.c can poll it with a timeout. All-reduce is our own ring (reduce-scatter then
  * all-gather over MPI_Isend/MPI_Irecv): it handles f16, bf16 and int8 without MPI user ops, and Open MPI's
  * MPI_Iallreduce is 2-3x slower than its blocking MPI_Allreduce (bench/mpi/comm.c).
- * The ring is pipelined: each rank's chunk is cut into segments (1 MiB or more, at most 16), every segment's
- * messages of a hop are posted at once with their own tags, and each segment moves to its next hop as soon
- * as its own transfers are done, reduced right after it arrives. A whole-chunk ring waits for the slowest
- * byte of a hop before any of the next starts; segments let one segment's all-gather overlap another's
- * reduction, which brought 4 MiB from +15-25% over MPI_Allreduce to within a few percent (segments of
- * 256 KiB, one at a time, made 64 MiB 10x slower: each paid a full poll latency).
+ * The ring is pipelined: each rank's chunk is cut into segments (512 KiB or more, at most 16), each with its
+ * own tags, and each segment moves to its next hop as soon as its own send and receive are done, reduced
+ * right after it arrives while it is still in cache. A whole-chunk ring receives a chunk into a scratch as
+ * large as the chunk (cold by the time it is reduced) and starts no all-gather before the slowest byte of
+ * the reduce-scatter; here segments overlap one another's transfers, all-gathers and reductions, and the
+ * scratch is two segments that stay in cache. Segments go out several at a time: 256 KiB segments sent one
+ * after another made 64 MiB 10x slower, each paying a full poll latency.
  * MPI moves data only inside MPI calls, so when MPI provides MPI_THREAD_MULTIPLE a progress thread advances
  * the requests in flight while the caller computes; otherwise they advance when the caller polls (between
  * backward nodes). */
@@ -24,7 +25,7 @@
 
 typedef struct mpi_state {
   MPI_Comm comm;
-  int tag_limit;     /* tags run from 0 to tag_limit - 1 */
+  int tag_limit; /* tags run from 0 to tag_limit - 1 */
   /* The first tag of the next all-reduce: each takes the next hops * segments tags, in the same order on
    * every rank, so all-reduces in flight together never match each other's messages. */
   int next_tag;
@@ -44,11 +45,14 @@ typedef struct mpi_state {
 typedef enum request_kind { REQUEST_RING, REQUEST_SINGLE } request_kind;
 
 /* A ring chunk travels in at most SEGMENTS_MAX segments of at least SEGMENT_MIN_BYTES each (smaller chunks
- * stay one segment). Measured on 2 ranks over shared memory: 1 MiB segments beat 256 and 512 KiB ones at
- * 1-16 MiB buffers (each message costs a rendezvous and a completion), and the cap keeps the request small
- * and the per-poll scan short for large buffers. */
-enum { SEGMENTS_MAX = 16 };
-#define SEGMENT_MIN_BYTES ((size_t)1 << 20)
+ * stay one segment); at most RECEIVE_SLOTS segments are in the reduce-scatter at once, each receiving into
+ * its own slot of the scratch buffer, and the next segment starts when the one before it in that slot has
+ * left the reduce-scatter. So the scratch is a few segments whatever the buffer size (1 MiB up to 16 MiB
+ * buffers on 2 ranks, 4 MiB at 64 MiB, where a whole chunk was 32 MiB) and stays in cache between reuses.
+ * Measured on 2 ranks over shared memory (bench/comm.sh): smaller segments pay a rendezvous per message,
+ * larger ones or every segment at once leave the scratch colder; neither did better. */
+enum { SEGMENTS_MAX = 16, RECEIVE_SLOTS = 2 };
+#define SEGMENT_MIN_BYTES ((size_t)512 << 10)
 
 struct bpt_comm_request {
   request_kind kind;
@@ -60,9 +64,9 @@ struct bpt_comm_request {
   size_t element_size;
   bpt_dtype dtype;
   bpt_comm_reduction reduction;
-  char *scratch; /* segment s of a chunk is received into its own slot of slot_bytes before it is reduced */
+  char *scratch; /* segment s is received into slot s % slots (of slot_bytes each) before it is reduced */
   size_t scratch_bytes, slot_bytes;
-  int segments, segments_finished;
+  int segments, slots, segments_started, segments_finished;
   int hop[SEGMENTS_MAX]; /* per segment; hops = 2 (size - 1): size - 1 reduce-scatter hops, then all-gather */
   int hops;
   int tag; /* segment s at hop h uses tag + h * segments + s */
@@ -117,7 +121,7 @@ static int post_segment(mpi_state *state, bpt_comm_request *request, int segment
   segment_range(request, size, send_chunk, segment, &send_begin, &send_end);
   segment_range(request, size, receive_chunk, segment, &receive_begin, &receive_end);
   size_t bytes = request->element_size;
-  char *receive_base = hop < size - 1 ? request->scratch + (size_t)segment * request->slot_bytes
+  char *receive_base = hop < size - 1 ? request->scratch + (size_t)(segment % request->slots) * request->slot_bytes
                                       : request->buffer + (size_t)receive_begin * bytes;
   int tag = (int)(((int64_t)request->tag + (int64_t)hop * request->segments + segment) % state->tag_limit);
   MPI_Request *pair = &request->requests[2 * segment];
@@ -138,7 +142,7 @@ static void reduce_segment(const mpi_state *state, bpt_comm_request *request, in
   int64_t begin, end;
   segment_range(request, state->size, chunk, segment, &begin, &end);
   char *target = request->buffer + (size_t)begin * request->element_size;
-  const char *source = request->scratch + (size_t)segment * request->slot_bytes;
+  const char *source = request->scratch + (size_t)(segment % request->slots) * request->slot_bytes;
   if (request->reduction == BPT_COMM_REDUCE_MAX)
     bpt_comm_max_into((float *)target, (const float *)source, end - begin);
   else
@@ -178,6 +182,11 @@ static void advance(mpi_state *state, bpt_comm_request *request) {
         request->segments_finished++;
       else if ((request->error = post_segment(state, request, segment)) != MPI_SUCCESS)
         return;
+    }
+    while (request->segments_started < request->segments &&
+           request->hop[request->segments_started - request->slots] >= state->size - 1) { /* its slot is free */
+      moved = true;
+      if ((request->error = post_segment(state, request, request->segments_started++)) != MPI_SUCCESS) return;
     }
   }
   request->finished = request->segments_finished == request->segments;
@@ -248,7 +257,8 @@ static bpt_status mpi_allreduce_start(bpt_comm *comm, void *buffer, int64_t coun
   state->next_tag = (int)(((int64_t)state->next_tag + (int64_t)request->hops * request->segments) % state->tag_limit);
   if (dtype != BPT_DTYPE_U8) bpt_comm_scale(dtype, buffer, count, prescale);
   if (request->hops > 0 && count > 0) {
-    size_t needed = (size_t)request->segments * request->slot_bytes;
+    request->slots = request->segments < RECEIVE_SLOTS ? request->segments : RECEIVE_SLOTS;
+    size_t needed = (size_t)request->slots * request->slot_bytes;
     if (state->spare_scratch && state->spare_bytes >= needed) {
       request->scratch = state->spare_scratch;
       request->scratch_bytes = state->spare_bytes;
@@ -262,8 +272,8 @@ static bpt_status mpi_allreduce_start(bpt_comm *comm, void *buffer, int64_t coun
     }
     pthread_mutex_lock(&state->lock);
     int code = MPI_SUCCESS;
-    for (int segment = 0; segment < request->segments && code == MPI_SUCCESS; segment++)
-      code = post_segment(state, request, segment);
+    for (; request->segments_started < request->slots && code == MPI_SUCCESS; request->segments_started++)
+      code = post_segment(state, request, request->segments_started);
     if (code == MPI_SUCCESS) track(state, request);
     pthread_mutex_unlock(&state->lock);
     if (code != MPI_SUCCESS) return mpi_failure(comm, code, request->error_call); /* MPI may still use it */

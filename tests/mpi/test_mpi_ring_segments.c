@@ -1,10 +1,10 @@
 /* The MPI engine's ring all-reduce splits each rank's chunk into segments that move through the hops on
- * their own (src/comm/mpi.c). These sizes give one, several and the most segments per chunk, with chunks and
- * segments of unequal lengths, in every dtype the engine sums (f32, f16, bf16, and int8 in u8 storage for
- * the int8 codec), with and without the progress thread; and two all-reduces of different segment counts
- * in flight at once, whose messages must not be matched with each other's. Every element is checked exactly
- * against the sum over ranks, with values that change along the buffer so a segment landing in another
- * segment's place shows up. */
+ * their own, received into a few shared slots (src/comm/mpi.c). These sizes give one, several and the most
+ * segments per chunk, with chunks and segments of unequal lengths, in every dtype the engine sums (f32,
+ * f16, bf16, and int8 in u8 storage for the int8 codec), with and without the progress thread; and two
+ * all-reduces of different segment counts in flight at once, whose messages must not be matched with each
+ * other's. Every element is checked exactly against the sum over ranks, with values that change along the
+ * buffer so a segment landing in another segment's place shows up. */
 #include <stdlib.h>
 
 #include "bptrain/comm_mpi.h"
@@ -48,8 +48,7 @@ static void check_sums(bpt_dtype dtype, const void *buffer, int64_t count, int s
 }
 
 /* Starts an in-place sum through the engine: the public call takes no int8, which the codec sums. */
-static bpt_comm_request *start_sum(bpt_context *context, bpt_comm *comm, void *buffer, int64_t count,
-                                   bpt_dtype dtype) {
+static bpt_comm_request *start_sum(bpt_context *context, bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype) {
   bpt_comm_request *request = NULL;
   MPI_CHECK_OK(context, comm->engine->allreduce_start(comm, buffer, count, dtype, BPT_COMM_REDUCE_SUM, 1.0f, &request));
   return request;
@@ -63,8 +62,9 @@ static int64_t count_for(double mebibytes, bpt_dtype dtype, int size) {
 }
 
 static void segmented_sums(bpt_context *context, bpt_comm *comm) {
-  /* For segments of 1 MiB or more, at most 16 (mpi.c): one segment, two, five uneven, the most. */
-  const double chunk_sizes[] = {0.6, 2.5, 5.3, 17.3};
+  /* For segments of 512 KiB or more, at most 16, two receive slots (mpi.c): one segment; four, so slots are
+   * reused; ten of unequal lengths; more than 16 wanted. */
+  const double chunk_sizes[] = {0.6, 2.5, 5.3, 8.7};
   const bpt_dtype dtypes[] = {BPT_DTYPE_F32, BPT_DTYPE_F16, BPT_DTYPE_BF16, BPT_DTYPE_U8};
   int rank = bpt_comm_rank(comm), size = bpt_comm_size(comm);
   size_t largest = 0;
