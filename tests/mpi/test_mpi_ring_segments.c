@@ -6,6 +6,7 @@
  * other's. Every element is checked exactly against the sum over ranks, with values that change along the
  * buffer so a segment landing in another segment's place shows up. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "bptrain/comm_mpi.h"
 #include "comm/comm.h"
@@ -63,7 +64,8 @@ static int64_t count_for(double mebibytes, bpt_dtype dtype, int size) {
 
 static void segmented_sums(bpt_context *context, bpt_comm *comm) {
   /* For segments of 512 KiB or more, at most 16, two receive slots (mpi.c): one segment; four, so slots are
-   * reused; ten of unequal lengths; more than 16 wanted. */
+   * reused; ten of unequal lengths; more than 16 wanted (f32 only: it is the slowest case under sanitizers,
+   * and the segment arithmetic is in elements, the same for every dtype). */
   const double chunk_sizes[] = {0.6, 2.5, 5.3, 8.7};
   const bpt_dtype dtypes[] = {BPT_DTYPE_F32, BPT_DTYPE_F16, BPT_DTYPE_BF16, BPT_DTYPE_U8};
   int rank = bpt_comm_rank(comm), size = bpt_comm_size(comm);
@@ -75,7 +77,7 @@ static void segmented_sums(bpt_context *context, bpt_comm *comm) {
   void *buffer = malloc(largest);
   MPI_CHECK(buffer != NULL, "out of memory");
   for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
-    for (size_t s = 0; s < sizeof chunk_sizes / sizeof chunk_sizes[0]; s++) {
+    for (size_t s = 0; s < sizeof chunk_sizes / sizeof chunk_sizes[0] - (dtypes[d] != BPT_DTYPE_F32); s++) {
       int64_t count = count_for(chunk_sizes[s], dtypes[d], size);
       fill(dtypes[d], buffer, count, rank);
       if (dtypes[d] == BPT_DTYPE_U8) {
@@ -118,7 +120,9 @@ int main(int argc, char **argv) {
   MPI_CHECK_OK(NULL, bpt_context_create(&options, &context));
   bpt_comm_options comm_options = bpt_comm_options_default();
   comm_options.timeout_seconds = 30.0;
-  for (int progress_thread = 1; progress_thread >= 0; progress_thread--) {
+  /* "polling-only" (the 3-rank run, oversubscribed on small machines) skips the progress thread's pass. */
+  int first_pass = argc > 1 && strcmp(argv[1], "polling-only") == 0 ? 0 : 1;
+  for (int progress_thread = first_pass; progress_thread >= 0; progress_thread--) {
     comm_options.progress_thread = progress_thread;
     bpt_comm *comm = NULL;
     MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &comm));
