@@ -2,13 +2,13 @@
  * non-blocking so comm.c can poll it with a timeout. All-reduce is our own ring (reduce-scatter then
  * all-gather over MPI_Isend/MPI_Irecv): it handles f16, bf16 and int8 without MPI user ops, and Open MPI's
  * MPI_Iallreduce is 2-3x slower than its blocking MPI_Allreduce (bench/mpi/comm.c).
- * The ring is pipelined: each rank's chunk is cut into segments (512 KiB or more, at most 16), each with its
- * own tags, and each segment moves to its next hop as soon as its own send and receive are done, reduced
- * right after it arrives while it is still in cache. A whole-chunk ring receives a chunk into a scratch as
- * large as the chunk (cold by the time it is reduced) and starts no all-gather before the slowest byte of
- * the reduce-scatter; here segments overlap one another's transfers, all-gathers and reductions, and the
- * scratch is two segments that stay in cache. Segments go out several at a time: 256 KiB segments sent one
- * after another made 64 MiB 10x slower, each paying a full poll latency.
+ * The ring is pipelined: each rank's chunk of 1 MiB or more is cut into segments (256 KiB or more, at most
+ * 16), each with its own tags, and each segment moves to its next hop as soon as its own send and receive
+ * are done, reduced right after it arrives while it is still in cache. A whole-chunk ring receives a chunk
+ * into a scratch as large as the chunk (cold by the time it is reduced) and starts no all-gather before the
+ * slowest byte of the reduce-scatter; here segments overlap one another's transfers, all-gathers and
+ * reductions, and the scratch is two segments, reused. Segments go out several at a time: 256 KiB segments
+ * sent strictly one after another made 64 MiB 10x slower, each paying a full poll latency.
  * MPI moves data only inside MPI calls, so when MPI provides MPI_THREAD_MULTIPLE a progress thread advances
  * the requests in flight while the caller computes; otherwise they advance when the caller polls (between
  * backward nodes). */
@@ -44,15 +44,18 @@ typedef struct mpi_state {
 
 typedef enum request_kind { REQUEST_RING, REQUEST_SINGLE } request_kind;
 
-/* A ring chunk travels in at most SEGMENTS_MAX segments of at least SEGMENT_MIN_BYTES each (smaller chunks
- * stay one segment); at most RECEIVE_SLOTS segments are in the reduce-scatter at once, each receiving into
- * its own slot of the scratch buffer, and the next segment starts when the one before it in that slot has
- * left the reduce-scatter. So the scratch is a few segments whatever the buffer size (1 MiB up to 16 MiB
- * buffers on 2 ranks, 4 MiB at 64 MiB, where a whole chunk was 32 MiB) and stays in cache between reuses.
- * Measured on 2 ranks over shared memory (bench/comm.sh): smaller segments pay a rendezvous per message,
- * larger ones or every segment at once leave the scratch colder; neither did better. */
+/* A chunk of SEGMENTED_CHUNK_BYTES or more travels in at most SEGMENTS_MAX segments of at least
+ * SEGMENT_MIN_BYTES each; a smaller one is one message. At most RECEIVE_SLOTS segments are in the
+ * reduce-scatter at once, each receiving into its own slot of the scratch buffer, and the next segment
+ * starts when the one before it in that slot has left the reduce-scatter. So the scratch is two segments
+ * whatever the buffer size (512 KiB up to 8 MiB buffers on 2 ranks, 4 MiB at 64 MiB, where a whole chunk
+ * was 32 MiB) and is likely still in cache when reused. Measured on 2 ranks over shared memory
+ * (bench/comm.sh and ad-hoc drivers): at 4 MiB, 256 KiB segments in two slots beat 512 KiB ones, 1 MiB ones
+ * and whole chunks, which all left a scratch that was cold after other work; at 1 MiB two 256 KiB messages
+ * lost to one (each message costs a rendezvous and a completion). */
 enum { SEGMENTS_MAX = 16, RECEIVE_SLOTS = 2 };
-#define SEGMENT_MIN_BYTES ((size_t)512 << 10)
+#define SEGMENT_MIN_BYTES ((size_t)256 << 10)
+#define SEGMENTED_CHUNK_BYTES ((size_t)1 << 20)
 
 struct bpt_comm_request {
   request_kind kind;
@@ -249,7 +252,8 @@ static bpt_status mpi_allreduce_start(bpt_comm *comm, void *buffer, int64_t coun
   request->reduction = reduction;
   request->hops = 2 * (comm->size - 1);
   /* Every rank derives the same segment count from count and size alone, so segments match up. */
-  size_t wanted = (size_t)largest_chunk * bytes / SEGMENT_MIN_BYTES;
+  size_t chunk_bytes = (size_t)largest_chunk * bytes;
+  size_t wanted = chunk_bytes < SEGMENTED_CHUNK_BYTES ? 1 : chunk_bytes / SEGMENT_MIN_BYTES;
   request->segments = wanted < 1 ? 1 : wanted > SEGMENTS_MAX ? SEGMENTS_MAX : (int)wanted;
   request->slot_bytes = (size_t)((largest_chunk + request->segments - 1) / request->segments) * bytes;
   mpi_state *state = state_of(comm);

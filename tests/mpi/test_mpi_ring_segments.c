@@ -63,10 +63,11 @@ static int64_t count_for(double mebibytes, bpt_dtype dtype, int size) {
 }
 
 static void segmented_sums(bpt_context *context, bpt_comm *comm) {
-  /* For segments of 512 KiB or more, at most 16, two receive slots (mpi.c): one segment; four, so slots are
-   * reused; ten of unequal lengths; more than 16 wanted (f32 only: it is the slowest case under sanitizers,
-   * and the segment arithmetic is in elements, the same for every dtype). */
-  const double chunk_sizes[] = {0.6, 2.5, 5.3, 8.7};
+  /* For chunks of 1 MiB or more cut into segments of 256 KiB or more, at most 16, in two receive slots
+   * (mpi.c): one segment; five of unequal lengths, so slots are reused; ten; more than 16 wanted (f32 only:
+   * it is the slowest case under sanitizers, and the segment arithmetic is in elements, the same for every
+   * dtype). */
+  const double chunk_sizes[] = {0.6, 1.3, 2.5, 8.7};
   const bpt_dtype dtypes[] = {BPT_DTYPE_F32, BPT_DTYPE_F16, BPT_DTYPE_BF16, BPT_DTYPE_U8};
   int rank = bpt_comm_rank(comm), size = bpt_comm_size(comm);
   size_t largest = 0;
