@@ -169,11 +169,18 @@ static void advance(mpi_state *state, bpt_comm_request *request) {
   int completed = 0, indices[2 * SEGMENTS_MAX];
   for (bool moved = true; moved && request->segments_finished < request->segments;) {
     moved = false;
-    request->error = MPI_Testsome(2 * request->segments, request->requests, &completed, indices, MPI_STATUSES_IGNORE);
-    if (request->error != MPI_SUCCESS) {
+    /* One segment is polled as the whole-chunk ring was (1 MiB measured a few points slower with
+     * MPI_Testsome, which returns a half-done pair without advancing MPI). */
+    if (request->segments == 1) {
+      request->error = MPI_Testall(2, request->requests, &flag, MPI_STATUSES_IGNORE);
+      request->error_call = "MPI_Testall (ring all-reduce)";
+      completed = flag ? 2 : 0;
+      indices[0] = 0, indices[1] = 1;
+    } else {
+      request->error = MPI_Testsome(2 * request->segments, request->requests, &completed, indices, MPI_STATUSES_IGNORE);
       request->error_call = "MPI_Testsome (ring all-reduce)";
-      return;
     }
+    if (request->error != MPI_SUCCESS) return;
     for (int i = 0; i < completed && completed != MPI_UNDEFINED; i++) {
       int segment = indices[i] / 2;
       MPI_Request *pair = &request->requests[2 * segment];
