@@ -7,10 +7,13 @@
  *      with buckets overlapped with backward (moved by the progress thread, or only by polls between
  *      backward nodes), started after backward, and without communication at all.
  *
- *   mpirun -np 2 comm_bench [--rounds N] [--steps N] [--batch N] [--threads N]
+ *   mpirun -np 2 comm_bench [--rounds N] [--steps N] [--batch N] [--threads N] [--rotate 1]
+ * --rotate 1 rotates the all-reduce candidates' order round by round instead of always MPI_Allreduce, ours,
+ * MPI_Iallreduce: the one that runs first after the MPI_Iallreduce finds a different cache state.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,12 +53,13 @@ static long option(int argc, char **argv, const char *name, long fallback) {
   return fallback;
 }
 
-static void allreduce_overhead(bpt_context *context, bpt_comm *comm, int rounds) {
+static void allreduce_overhead(bpt_context *context, bpt_comm *comm, int rounds, bool rotate) {
   int rank = bpt_comm_rank(comm);
   if (rank == 0)
-    printf("all-reduce, f32 sum, %d ranks, %d rounds (candidates interleaved); each cell: fastest / median ms\n"
-           "%10s %18s %18s %18s %18s\n",
-           bpt_comm_size(comm), rounds, "bytes", "MPI_Allreduce", "bpt (ours)", "MPI_Iallreduce", "ours vs MPI");
+    printf("all-reduce, f32 sum, %d ranks, %d rounds (candidates interleaved, %s order); each cell: fastest / median "
+           "ms\n%10s %18s %18s %18s %18s\n",
+           bpt_comm_size(comm), rounds, rotate ? "rotating" : "fixed", "bytes", "MPI_Allreduce", "bpt (ours)",
+           "MPI_Iallreduce", "ours vs MPI");
   for (int64_t bytes = 1 << 20; bytes <= (64 << 20); bytes *= 4) {
     int64_t count = bytes / 4;
     float *buffer = malloc((size_t)bytes);
@@ -65,7 +69,10 @@ static void allreduce_overhead(bpt_context *context, bpt_comm *comm, int rounds)
     for (int c = 0; c < 3; c++)
       times[c] = malloc((size_t)rounds * sizeof(double));
     for (int round = -2; round < rounds; round++) { /* two warm-up rounds */
-      for (int candidate = 0; candidate < 3; candidate++) {
+      for (int slot = 0; slot < 3; slot++) {
+        /* Each candidate finds the caches as the one before it left them: rotating gives every candidate
+         * every predecessor equally often. */
+        int candidate = rotate ? (slot + round + 3) % 3 : slot;
         MPI_Barrier(MPI_COMM_WORLD);
         double start = MPI_Wtime();
         if (candidate == 0) {
@@ -224,7 +231,7 @@ int main(int argc, char **argv) {
   CHECK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &options, &polling));
   if (provided != MPI_THREAD_MULTIPLE) printf("note: MPI gives no MPI_THREAD_MULTIPLE, so no progress thread\n");
   /* One thread per rank on both sides: a helper thread would also win CPU share on a loaded machine. */
-  allreduce_overhead(context, polling, rounds);
+  allreduce_overhead(context, polling, rounds, option(argc, argv, "--rotate", 0) != 0);
   step_times(context, comm, polling, rounds, steps, batch);
   bpt_comm_destroy(polling);
   bpt_comm_destroy(comm);

@@ -1,7 +1,14 @@
 /* The MPI engine: host buffers, a duplicated communicator with MPI_ERRORS_RETURN, and every collective
  * non-blocking so comm.c can poll it with a timeout. All-reduce is our own ring (reduce-scatter then
- * all-gather over MPI_Isend/MPI_Irecv): it handles f16, bf16 and int8 without MPI user ops and measures as
- * fast as the blocking MPI_Allreduce, where Open MPI's MPI_Iallreduce is 1.5-1.9x slower (bench/mpi/comm.c).
+ * all-gather over MPI_Isend/MPI_Irecv): it handles f16, bf16 and int8 without MPI user ops, and Open MPI's
+ * MPI_Iallreduce is 2-3x slower than its blocking MPI_Allreduce (bench/mpi/comm.c).
+ * The ring is pipelined: each rank's chunk of 1 MiB or more is cut into segments (256 KiB or more, at most
+ * 16), each with its own tags, and each segment moves to its next hop as soon as its own send and receive
+ * are done, reduced right after it arrives while it is still in cache. A whole-chunk ring receives a chunk
+ * into a scratch as large as the chunk (cold by the time it is reduced) and starts no all-gather before the
+ * slowest byte of the reduce-scatter; here segments overlap one another's transfers, all-gathers and
+ * reductions, and the scratch is two segments, reused. Segments go out several at a time: 256 KiB segments
+ * sent strictly one after another made 64 MiB 10x slower, each paying a full poll latency.
  * MPI moves data only inside MPI calls, so when MPI provides MPI_THREAD_MULTIPLE a progress thread advances
  * the requests in flight while the caller computes; otherwise they advance when the caller polls (between
  * backward nodes). */
@@ -18,8 +25,10 @@
 
 typedef struct mpi_state {
   MPI_Comm comm;
-  int tag_limit;     /* tags run from 0 to tag_limit - 1 */
-  uint64_t sequence; /* all-reduces started, the same on every rank: gives each its own tags */
+  int tag_limit; /* tags run from 0 to tag_limit - 1 */
+  /* The first tag of the next all-reduce: each takes the next hops * segments tags, in the same order on
+   * every rank, so all-reduces in flight together never match each other's messages. */
+  int next_tag;
   /* The last finished ring's chunk buffer, reused so that a step's buckets do not allocate and fault in
    * fresh pages for every all-reduce. */
   char *spare_scratch;
@@ -35,19 +44,35 @@ typedef struct mpi_state {
 
 typedef enum request_kind { REQUEST_RING, REQUEST_SINGLE } request_kind;
 
+/* A chunk of SEGMENTED_CHUNK_BYTES or more travels in at most SEGMENTS_MAX segments of at least
+ * SEGMENT_MIN_BYTES each; a smaller one is one message. At most RECEIVE_SLOTS segments are in the
+ * reduce-scatter at once, each receiving into its own slot of the scratch buffer, and the next segment
+ * starts when the one before it in that slot has left the reduce-scatter. So the scratch is two segments
+ * whatever the buffer size (512 KiB up to 8 MiB buffers on 2 ranks, 4 MiB at 64 MiB, where a whole chunk
+ * was 32 MiB) and is likely still in cache when reused. Measured on 2 ranks over shared memory
+ * (bench/comm.sh and ad-hoc drivers): at 4 MiB, 256 KiB segments in two slots beat 512 KiB ones, 1 MiB ones
+ * and whole chunks, which all left a scratch that was cold after other work; at 1 MiB two 256 KiB messages
+ * lost to one (each message costs a rendezvous and a completion). */
+enum { SEGMENTS_MAX = 16, RECEIVE_SLOTS = 2 };
+#define SEGMENT_MIN_BYTES ((size_t)256 << 10)
+#define SEGMENTED_CHUNK_BYTES ((size_t)1 << 20)
+
 struct bpt_comm_request {
   request_kind kind;
-  MPI_Request requests[2]; /* ring: send and receive of the current hop; single: requests[0] */
-  /* Ring all-reduce of buffer (count elements of element_size bytes) in size chunks. */
+  /* ring: segment s's send and receive of its current hop at 2 s and 2 s + 1; single: requests[0] */
+  MPI_Request requests[2 * SEGMENTS_MAX];
+  /* Ring all-reduce of buffer (count elements of element_size bytes) in size chunks of segments each. */
   char *buffer;
   int64_t count;
   size_t element_size;
   bpt_dtype dtype;
   bpt_comm_reduction reduction;
-  char *scratch; /* one chunk, received before it is reduced */
-  size_t scratch_bytes;
-  int hop, hops; /* hops = 2 (size - 1): size - 1 reduce-scatter hops, then size - 1 all-gather hops */
-  int tag;
+  char *scratch; /* segment s is received into slot s % slots (of slot_bytes each) before it is reduced */
+  size_t scratch_bytes, slot_bytes;
+  int segments, slots, segments_started, segments_finished;
+  int hop[SEGMENTS_MAX]; /* per segment; hops = 2 (size - 1): size - 1 reduce-scatter hops, then all-gather */
+  int hops;
+  int tag; /* segment s at hop h uses tag + h * segments + s */
   bool finished;
   int error;              /* the MPI error code that stopped it, MPI_SUCCESS otherwise */
   const char *error_call; /* and the call that returned it */
@@ -73,54 +98,65 @@ static int64_t chunk_begin(const bpt_comm_request *request, int size, int chunk)
   return request->count * chunk / size;
 }
 
-/* Posts the receive and the send of the request's current hop; returns the MPI code. */
-static int post_hop(mpi_state *state, bpt_comm_request *request) {
-  int size = state->size, rank = state->rank;
+/* Element range [*begin, *end) of segment `segment` of chunk `chunk`: the same on every rank and every hop,
+ * so a segment only ever touches its own slice of each chunk. */
+static void segment_range(const bpt_comm_request *request, int size, int chunk, int segment, int64_t *begin,
+                          int64_t *end) {
+  int64_t first = chunk_begin(request, size, chunk), length = chunk_begin(request, size, chunk + 1) - first;
+  *begin = first + length * segment / request->segments;
+  *end = first + length * (segment + 1) / request->segments;
+}
+
+/* Posts the receive and the send of segment's current hop; returns the MPI code. */
+static int post_segment(mpi_state *state, bpt_comm_request *request, int segment) {
+  int size = state->size, rank = state->rank, hop = request->hop[segment];
   int right = (rank + 1) % size, left = modulo(rank - 1, size);
   int send_chunk, receive_chunk;
-  char *receive_base;
-  if (request->hop < size - 1) { /* reduce-scatter: pass partial sums around the ring */
-    send_chunk = modulo(rank - request->hop, size);
-    receive_chunk = modulo(rank - request->hop - 1, size);
+  if (hop < size - 1) { /* reduce-scatter: pass partial sums around the ring */
+    send_chunk = modulo(rank - hop, size);
+    receive_chunk = modulo(rank - hop - 1, size);
   } else { /* all-gather: pass the finished chunks around */
-    int step = request->hop - (size - 1);
+    int step = hop - (size - 1);
     send_chunk = modulo(rank + 1 - step, size);
     receive_chunk = modulo(rank - step, size);
   }
-  int64_t send_begin = chunk_begin(request, size, send_chunk);
-  int64_t send_count = chunk_begin(request, size, send_chunk + 1) - send_begin;
-  int64_t receive_begin = chunk_begin(request, size, receive_chunk);
-  int64_t receive_count = chunk_begin(request, size, receive_chunk + 1) - receive_begin;
-  receive_base =
-      request->hop < size - 1 ? request->scratch : request->buffer + (size_t)receive_begin * request->element_size;
-  int tag = (request->tag + request->hop) % state->tag_limit;
-  MPI_Comm mpi_comm = state->comm;
-  int code = MPI_Irecv(receive_base, (int)((size_t)receive_count * request->element_size), MPI_BYTE, left, tag,
-                       mpi_comm, &request->requests[1]);
+  int64_t send_begin, send_end, receive_begin, receive_end;
+  segment_range(request, size, send_chunk, segment, &send_begin, &send_end);
+  segment_range(request, size, receive_chunk, segment, &receive_begin, &receive_end);
+  size_t bytes = request->element_size;
+  char *receive_base = hop < size - 1 ? request->scratch + (size_t)(segment % request->slots) * request->slot_bytes
+                                      : request->buffer + (size_t)receive_begin * bytes;
+  int tag = (int)(((int64_t)request->tag + (int64_t)hop * request->segments + segment) % state->tag_limit);
+  MPI_Request *pair = &request->requests[2 * segment];
+  int code = MPI_Irecv(receive_base, (int)((size_t)(receive_end - receive_begin) * bytes), MPI_BYTE, left, tag,
+                       state->comm, &pair[1]);
   if (code != MPI_SUCCESS) {
     request->error_call = "MPI_Irecv";
     return code;
   }
-  code = MPI_Isend(request->buffer + (size_t)send_begin * request->element_size,
-                   (int)((size_t)send_count * request->element_size), MPI_BYTE, right, tag, mpi_comm,
-                   &request->requests[0]);
+  code = MPI_Isend(request->buffer + (size_t)send_begin * bytes, (int)((size_t)(send_end - send_begin) * bytes),
+                   MPI_BYTE, right, tag, state->comm, &pair[0]);
   if (code != MPI_SUCCESS) request->error_call = "MPI_Isend";
   return code;
 }
 
-static void reduce_received(const mpi_state *state, bpt_comm_request *request) {
-  int chunk = modulo(state->rank - request->hop - 1, state->size);
-  int64_t begin = chunk_begin(request, state->size, chunk);
-  int64_t count = chunk_begin(request, state->size, chunk + 1) - begin;
+static void reduce_segment(const mpi_state *state, bpt_comm_request *request, int segment) {
+  int chunk = modulo(state->rank - request->hop[segment] - 1, state->size);
+  int64_t begin, end;
+  segment_range(request, state->size, chunk, segment, &begin, &end);
   char *target = request->buffer + (size_t)begin * request->element_size;
+  const char *source = request->scratch + (size_t)(segment % request->slots) * request->slot_bytes;
   if (request->reduction == BPT_COMM_REDUCE_MAX)
-    bpt_comm_max_into((float *)target, (const float *)request->scratch, count);
+    bpt_comm_max_into((float *)target, (const float *)source, end - begin);
   else
-    bpt_comm_sum_into(request->dtype, target, request->scratch, count);
+    bpt_comm_sum_into(request->dtype, target, source, end - begin);
 }
 
 /* Moves the request on as far as it goes without waiting; sets finished or error. Touches only the request
- * and MPI (never the context), so the progress thread may call it; the caller holds state->lock. */
+ * and MPI (never the context), so the progress thread may call it; the caller holds state->lock. Each
+ * segment moves through the hops on its own: as soon as both halves of its hop are done it is reduced
+ * (while the received bytes are still in cache) and its next hop is posted, so the all-gather of early
+ * segments overlaps the reduce-scatter of later ones. */
 static void advance(mpi_state *state, bpt_comm_request *request) {
   if (request->finished || request->error != MPI_SUCCESS) return;
   int flag = 0;
@@ -130,17 +166,40 @@ static void advance(mpi_state *state, bpt_comm_request *request) {
     request->finished = request->error == MPI_SUCCESS && flag;
     return;
   }
-  while (request->hop < request->hops) { /* several hops may complete at once when the peer is ahead */
-    request->error = MPI_Testall(2, request->requests, &flag, MPI_STATUSES_IGNORE);
-    if (request->error != MPI_SUCCESS) {
+  int completed = 0, indices[2 * SEGMENTS_MAX];
+  for (bool moved = true; moved && request->segments_finished < request->segments;) {
+    moved = false;
+    /* One segment is polled as the whole-chunk ring was (1 MiB measured a few points slower with
+     * MPI_Testsome, which returns a half-done pair without advancing MPI). */
+    if (request->segments == 1) {
+      request->error = MPI_Testall(2, request->requests, &flag, MPI_STATUSES_IGNORE);
       request->error_call = "MPI_Testall (ring all-reduce)";
-      return;
+      completed = flag ? 2 : 0;
+      indices[0] = 0, indices[1] = 1;
+    } else {
+      request->error = MPI_Testsome(2 * request->segments, request->requests, &completed, indices, MPI_STATUSES_IGNORE);
+      request->error_call = "MPI_Testsome (ring all-reduce)";
     }
-    if (!flag) return;
-    if (request->hop < state->size - 1) reduce_received(state, request);
-    if (++request->hop < request->hops && (request->error = post_hop(state, request)) != MPI_SUCCESS) return;
+    if (request->error != MPI_SUCCESS) return;
+    for (int i = 0; i < completed && completed != MPI_UNDEFINED; i++) {
+      int segment = indices[i] / 2;
+      MPI_Request *pair = &request->requests[2 * segment];
+      if (request->hop[segment] >= request->hops || pair[0] != MPI_REQUEST_NULL || pair[1] != MPI_REQUEST_NULL)
+        continue; /* its other half is still in flight, or both completed in this call and it moved on */
+      if (request->hop[segment] < state->size - 1) reduce_segment(state, request, segment);
+      moved = true;
+      if (++request->hop[segment] == request->hops)
+        request->segments_finished++;
+      else if ((request->error = post_segment(state, request, segment)) != MPI_SUCCESS)
+        return;
+    }
+    while (request->segments_started < request->segments &&
+           request->hop[request->segments_started - request->slots] >= state->size - 1) { /* its slot is free */
+      moved = true;
+      if ((request->error = post_segment(state, request, request->segments_started++)) != MPI_SUCCESS) return;
+    }
   }
-  request->finished = true;
+  request->finished = request->segments_finished == request->segments;
 }
 
 /* Adds a started request to the list in flight (and wakes the progress thread); the caller holds the lock. */
@@ -183,25 +242,34 @@ static size_t element_size(bpt_dtype dtype) { return dtype == BPT_DTYPE_U8 ? 1 :
 static bpt_status mpi_allreduce_start(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype,
                                       bpt_comm_reduction reduction, float prescale, bpt_comm_request **out) {
   size_t bytes = element_size(dtype);
-  if ((size_t)(count / comm->size + 1) * bytes > (size_t)INT_MAX)
+  int64_t largest_chunk = (count + comm->size - 1) / comm->size;
+  if ((size_t)largest_chunk * bytes > (size_t)INT_MAX)
     return bpt_error(comm->context, BPT_ERR_UNSUPPORTED,
                      "mpi: all-reduce of %lld elements: each rank's share must stay under 2 GiB; split the buffer",
                      (long long)count);
   bpt_comm_request *request = bpt_calloc(comm->context, 1, sizeof *request, "MPI all-reduce request");
   if (!request) return BPT_ERR_OUT_OF_MEMORY;
   request->kind = REQUEST_RING;
-  request->requests[0] = request->requests[1] = MPI_REQUEST_NULL;
+  for (int i = 0; i < 2 * SEGMENTS_MAX; i++)
+    request->requests[i] = MPI_REQUEST_NULL;
   request->buffer = buffer;
   request->count = count;
   request->element_size = bytes;
   request->dtype = dtype;
   request->reduction = reduction;
   request->hops = 2 * (comm->size - 1);
+  /* Every rank derives the same segment count from count and size alone, so segments match up. */
+  size_t chunk_bytes = (size_t)largest_chunk * bytes;
+  size_t wanted = chunk_bytes < SEGMENTED_CHUNK_BYTES ? 1 : chunk_bytes / SEGMENT_MIN_BYTES;
+  request->segments = wanted < 1 ? 1 : wanted > SEGMENTS_MAX ? SEGMENTS_MAX : (int)wanted;
+  request->slot_bytes = (size_t)((largest_chunk + request->segments - 1) / request->segments) * bytes;
   mpi_state *state = state_of(comm);
-  request->tag = (int)((state->sequence++ * (uint64_t)(request->hops + 1)) % (uint64_t)state->tag_limit);
+  request->tag = state->next_tag;
+  state->next_tag = (int)(((int64_t)state->next_tag + (int64_t)request->hops * request->segments) % state->tag_limit);
   if (dtype != BPT_DTYPE_U8) bpt_comm_scale(dtype, buffer, count, prescale);
   if (request->hops > 0 && count > 0) {
-    size_t needed = (size_t)(count / comm->size + 1) * bytes;
+    request->slots = request->segments < RECEIVE_SLOTS ? request->segments : RECEIVE_SLOTS;
+    size_t needed = (size_t)request->slots * request->slot_bytes;
     if (state->spare_scratch && state->spare_bytes >= needed) {
       request->scratch = state->spare_scratch;
       request->scratch_bytes = state->spare_bytes;
@@ -214,7 +282,9 @@ static bpt_status mpi_allreduce_start(bpt_comm *comm, void *buffer, int64_t coun
       return bpt_error(comm->context, BPT_ERR_OUT_OF_MEMORY, "mpi: out of memory for a %zu-byte ring chunk", needed);
     }
     pthread_mutex_lock(&state->lock);
-    int code = post_hop(state, request);
+    int code = MPI_SUCCESS;
+    for (; request->segments_started < request->slots && code == MPI_SUCCESS; request->segments_started++)
+      code = post_segment(state, request, request->segments_started);
     if (code == MPI_SUCCESS) track(state, request);
     pthread_mutex_unlock(&state->lock);
     if (code != MPI_SUCCESS) return mpi_failure(comm, code, request->error_call); /* MPI may still use it */
@@ -232,7 +302,6 @@ static bpt_status start_single(bpt_comm *comm, int code, const char *what, MPI_R
   if (!request) return bpt_comm_fail(comm, BPT_ERR_OUT_OF_MEMORY, "mpi: out of memory tracking %s", what);
   request->kind = REQUEST_SINGLE;
   request->requests[0] = mpi_request;
-  request->requests[1] = MPI_REQUEST_NULL;
   mpi_state *state = state_of(comm);
   pthread_mutex_lock(&state->lock);
   track(state, request);
