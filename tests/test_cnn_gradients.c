@@ -154,6 +154,11 @@ static void conv2d_grid(void **state) {
       {"pointwise 1x1, batch 1", 1, 3, 5, 6, 4, 1, 1, 1, 0, 1, 1, 1, CONV},
       {"1x1 stride 2 projection", 2, 3, 7, 7, 5, 1, 1, 2, 0, 1, 1, 0, CONV},
       {"5x3 kernel, pad 1, 3x3 planes chunked", 6, 2, 5, 3, 3, 5, 3, 1, 1, 1, 1, 1, CONV},
+      /* Wide enough planes for the padded-width lowering of stride-1 convolutions. */
+      {"3x3 pad 1, 12-wide (padded lowering), bias", 2, 2, 5, 12, 3, 3, 3, 1, 1, 1, 1, 1, CONV},
+      {"3x3 dilation 2, no pad, 20-wide (padded lowering)", 2, 2, 6, 20, 3, 3, 3, 1, 0, 2, 1, 0, CONV},
+      {"3x3 dilation 2 pad 2, 16-wide, batch 1 (padded lowering)", 1, 2, 6, 16, 3, 3, 3, 1, 2, 2, 1, 1, CONV},
+      {"groups 2, 3x3 pad 1, 12-wide (padded lowering)", 2, 4, 5, 12, 6, 3, 3, 1, 1, 1, 2, 0, CONV},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     check_case(&cases[i], 10 + i, 1e-2, 3e-4, 2e-2);

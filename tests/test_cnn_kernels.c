@@ -151,6 +151,16 @@ static void conv_matches_direct_loops(void **state) {
   check_conv(backend, conv(12, 16, 9, 9, 16, 3, 3, 1, 1, 1, 1), 7);
   check_conv(backend, conv(13, 8, 7, 7, 16, 3, 3, 1, 1, 1, 2), 8);
   check_conv(backend, conv(9, 32, 8, 8, 32, 1, 1, 1, 0, 1, 1), 9); /* threaded pointwise */
+  /* Stride-1 convolutions on planes wide enough for the padded-width lowering: padding 0, 1 and 2, dilation,
+   * groups, batch 1, a rectangular kernel with padding only along the width, and threaded chunks. */
+  check_conv(backend, conv(2, 3, 9, 17, 5, 3, 3, 1, 2, 2, 1), 10);
+  check_conv(backend, conv(2, 3, 9, 20, 4, 3, 3, 1, 0, 2, 1), 11);
+  check_conv(backend, conv(3, 4, 10, 16, 6, 3, 3, 1, 1, 1, 2), 12);
+  check_conv(backend, conv(1, 2, 6, 12, 3, 3, 3, 1, 1, 1, 1), 13);
+  bpt_conv2d_args wide_only = conv(2, 3, 5, 16, 4, 1, 5, 1, 0, 1, 1);
+  wide_only.padding_width = 2;
+  check_conv(backend, wide_only, 14);
+  check_conv(backend, conv(24, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1), 15);
   bpt_context_destroy(context);
 }
 
