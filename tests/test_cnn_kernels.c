@@ -161,6 +161,15 @@ static void conv_matches_direct_loops(void **state) {
   wide_only.padding_width = 2;
   check_conv(backend, wide_only, 14);
   check_conv(backend, conv(24, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1), 15);
+  /* Strided convolutions through phase planes: odd sizes, groups, dilation (one phase used), stride 3, a
+   * 2x2 stride-2 kernel without padding, LeNet-sized 5x5; and a small one left on the bounds-checked path. */
+  check_conv(backend, conv(3, 4, 15, 15, 6, 3, 3, 2, 1, 1, 2), 16);
+  check_conv(backend, conv(2, 3, 17, 17, 4, 3, 3, 2, 2, 2, 1), 17);
+  check_conv(backend, conv(2, 2, 20, 19, 3, 3, 3, 3, 1, 1, 1), 18);
+  check_conv(backend, conv(2, 3, 16, 16, 5, 2, 2, 2, 0, 1, 1), 19);
+  check_conv(backend, conv(1, 2, 28, 28, 4, 5, 5, 2, 2, 1, 1), 20);
+  check_conv(backend, conv(24, 8, 14, 14, 16, 3, 3, 2, 1, 1, 1), 21);
+  check_conv(backend, conv(2, 3, 7, 7, 4, 3, 3, 2, 0, 1, 1), 22);
   bpt_context_destroy(context);
 }
 

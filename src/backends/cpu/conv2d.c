@@ -6,7 +6,7 @@
  * parallel with one single-threaded GEMM each (OpenBLAS's OpenMP build does not nest), which also
  * parallelises im2col and col2im. Pointwise convolutions (1x1, stride 1, no padding) skip im2col.
  *
- * Stride-1 convolutions use a padded-width lowering instead. Each input plane is first copied once into a
+ * Most convolutions use a padded-width lowering instead. Each input plane is first copied once into a
  * zero-padded plane (Hp x Wp, Wp = W + 2 pad_w, plus (kw - 1) dil_w zeros of slack at the end), and a
  * sample's columns keep the padded row width: column t = oh * Wp + ow for t in [0, OH * Wp). Row
  * (c, i, j) of the column matrix is then one contiguous run of the padded plane starting at
@@ -15,7 +15,13 @@
  * the next row's pixels), which the GEMM computes and the forward pass drops when it copies the product
  * into y. The gradients keep them harmless by gathering dy into the same layout with zeros there: the
  * weight gradient's products with garbage columns vanish, and the data gradient's column matrix is exactly
- * zero there, so col2im becomes contiguous adds into a padded plane whose interior is added into dx. */
+ * zero there, so col2im becomes contiguous adds into a padded plane whose interior is added into dx.
+ *
+ * Strides s > 1 split the padded plane into s_h * s_w phase planes (every s-th row and column from each
+ * offset), in which a tap's receptive fields are again one contiguous run, of phase rows Wq = ceil(Wp / s_w)
+ * wide. The forward pass and the weight gradient use them; the data gradient of a strided convolution
+ * keeps the bounds-checked col2im, which measured faster. Planes so narrow that the garbage columns would
+ * exceed a quarter of the columns (7x7 with padding 1) keep the bounds-checked im2col. */
 #include <omp.h>
 #include <string.h>
 
@@ -31,6 +37,8 @@
 
 /* Columns per GEMM we aim for: below this OpenBLAS spends its time in packing, not multiplying. */
 #define CONV_MIN_COLUMNS 512
+/* Strides above this use the bounds-checked im2col (phase usage is kept in bit masks). */
+#define CONV_MAX_PHASE_STRIDE 8
 
 #define CONV_CHECK(expression)                                                                                         \
   do {                                                                                                                 \
@@ -42,13 +50,15 @@ typedef struct conv_plan {
   int64_t group_in, group_out, kernel_area, column_rows; /* C/g, O/g, kh * kw, C/g * kh * kw */
   int64_t in_plane, out_plane;                           /* H * W, OH * OW */
   int64_t sample_columns;                                /* one sample's columns: OH * OW, or OH * Wp if padded */
-  int64_t padded_width, padded_plane;                    /* padded lowering: Wp, floats per padded plane */
+  int64_t phase_width, phase_plane, padded_plane;        /* padded lowering: Wq, floats per phase, per channel */
+  unsigned phase_rows_used, phase_columns_used;          /* bit r: some tap reads phase row (column) r */
   int64_t chunk, chunks;                                 /* samples per chunk, number of chunks */
   int threads;                                           /* threads running chunks (1: BLAS threads instead) */
   bool pointwise, padded;
 } conv_plan;
 
-static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, conv_plan *p) {
+/* strided_phases: whether strided convolutions may use the padded lowering (see the use below). */
+static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool strided_phases, conv_plan *p) {
   if (a->groups < 1 || a->in_channels % a->groups || a->out_channels % a->groups)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE,
                             "conv2d: %lld groups do not divide %lld input and %lld output "
@@ -60,18 +70,31 @@ static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, conv
   p->column_rows = p->group_in * p->kernel_area;
   p->in_plane = a->in_height * a->in_width;
   p->out_plane = a->out_height * a->out_width;
-  const bool unit_stride = a->stride_height == 1 && a->stride_width == 1;
-  p->pointwise = a->kernel_height == 1 && a->kernel_width == 1 && unit_stride && a->padding_height == 0 &&
+  const int64_t sh = a->stride_height, sw = a->stride_width;
+  p->pointwise = a->kernel_height == 1 && a->kernel_width == 1 && sh == 1 && sw == 1 && a->padding_height == 0 &&
                  a->padding_width == 0;
-  p->padded_width = a->in_width + 2 * a->padding_width;
-  /* The garbage columns cost GEMM work: measured on ResNet-8, 2 extra per 28 or 14 (7-14%) win, 2 per 7
-   * (29%) lose slightly to the bounds-checked gather. */
-  p->padded = unit_stride && !p->pointwise && 4 * (p->padded_width - a->out_width) <= a->out_width;
-  /* Slack for the last row's garbage columns; planes rounded to 16 floats keep each one 64-byte aligned. */
-  const int64_t padded_floats = (a->in_height + 2 * a->padding_height) * p->padded_width +
-                                (a->kernel_width - 1) * a->dilation_width;
-  p->padded_plane = (padded_floats + 15) / 16 * 16;
-  p->sample_columns = p->padded ? a->out_height * p->padded_width : p->out_plane;
+  /* Padded lowering: phase planes of the zero-padded input (Hp x Wp), phase (r, q) holding pixels
+   * (a sh + r, b sw + q) as a Hq x Wq plane, Hq = ceil(Hp / sh), Wq = ceil(Wp / sw), plus slack for the
+   * last row's garbage columns; planes rounded to 16 floats stay 64-byte aligned. */
+  const int64_t padded_height = a->in_height + 2 * a->padding_height, padded_width = a->in_width + 2 * a->padding_width;
+  const int64_t phase_height = (padded_height + sh - 1) / sh;
+  p->phase_width = (padded_width + sw - 1) / sw;
+  p->phase_plane = (phase_height * p->phase_width + (a->kernel_width - 1) * a->dilation_width / sw + 15) / 16 * 16;
+  p->padded_plane = sh * sw * p->phase_plane;
+  p->phase_rows_used = p->phase_columns_used = 0;
+  for (int64_t i = 0; i < a->kernel_height && sh <= CONV_MAX_PHASE_STRIDE; i++)
+    p->phase_rows_used |= 1u << (i * a->dilation_height % sh);
+  for (int64_t j = 0; j < a->kernel_width && sw <= CONV_MAX_PHASE_STRIDE; j++)
+    p->phase_columns_used |= 1u << (j * a->dilation_width % sw);
+  /* The garbage columns (Wq - OW per output row) cost GEMM work: measured on ResNet-8, 1 or 2 extra per 14
+   * or 28 (7-14%) win, 2 per 7 (29%) lose slightly to the bounds-checked gather. A 1x1 convolution without
+   * padding would copy each pixel twice for nothing. */
+  const bool strided = sh > 1 || sw > 1;
+  p->padded = !p->pointwise && (!strided || strided_phases) && sh <= CONV_MAX_PHASE_STRIDE &&
+              sw <= CONV_MAX_PHASE_STRIDE &&
+              (p->kernel_area > 1 || a->padding_height > 0 || a->padding_width > 0) &&
+              4 * (p->phase_width - a->out_width) <= a->out_width;
+  p->sample_columns = p->padded ? a->out_height * p->phase_width : p->out_plane;
   int threads = backend->num_threads > 0 ? backend->num_threads : 1;
   int64_t chunk = (CONV_MIN_COLUMNS + p->sample_columns - 1) / p->sample_columns;
   int64_t per_thread = (a->batch + threads - 1) / threads;
@@ -169,31 +192,58 @@ CONV_VECTOR_CLONES static void col2im(const bpt_conv2d_args *a, const conv_plan 
   }
 }
 
-/* padded (C/g planes of padded_plane floats) = one sample's group channels inside a zero border. */
+/* padded (C/g groups of sh * sw phase planes) = one sample's group channels inside a zero border, split
+ * into stride phases: phase (r, q) row a, column b holds padded pixel (a sh + r, b sw + q). Phases no tap
+ * reads are left unwritten. */
 CONV_VECTOR_CLONES static void pad_planes(const bpt_conv2d_args *a, const conv_plan *p, const float *x,
                                           float *padded) {
-  const int64_t H = a->in_height, W = a->in_width, Wp = p->padded_width;
-  const int64_t ph = a->padding_height, pw = a->padding_width;
-  for (int64_t c = 0; c < p->group_in; c++) {
-    const float *in = x + c * p->in_plane;
-    float *plane = padded + c * p->padded_plane;
-    memset(plane, 0, (size_t)(ph * Wp) * sizeof *plane);
-    for (int64_t h = 0; h < H; h++) {
-      float *row = plane + (ph + h) * Wp;
-      const float *source = in + h * W;
-      for (int64_t w = 0; w < pw; w++)
-        row[w] = 0.0f;
+  const int64_t H = a->in_height, W = a->in_width, sh = a->stride_height, sw = a->stride_width;
+  const int64_t ph = a->padding_height, pw = a->padding_width, Wq = p->phase_width;
+  const int64_t phase_height = (H + 2 * ph + sh - 1) / sh;
+  for (int64_t c = 0; c < p->group_in; c++)
+    for (int64_t r = 0; r < sh; r++)
+      for (int64_t q = 0; q < sw; q++) {
+        if (!(p->phase_rows_used >> r & 1) || !(p->phase_columns_used >> q & 1)) continue;
+        float *plane = padded + c * p->padded_plane + (r * sw + q) * p->phase_plane;
+        /* Phase columns b whose source column b sw + q - pw lies inside the image: [low, high). */
+        int64_t low = q >= pw ? 0 : (pw - q + sw - 1) / sw;
+        int64_t high = W - 1 + pw - q >= 0 ? (W - 1 + pw - q) / sw + 1 : 0;
+        if (high > Wq) high = Wq;
+        if (low > high) low = high;
+        for (int64_t row = 0; row < phase_height; row++) {
+          float *out = plane + row * Wq;
+          const int64_t source_row = row * sh + r - ph;
+          if (source_row < 0 || source_row >= H) {
+            memset(out, 0, (size_t)Wq * sizeof *out);
+            continue;
+          }
+          const float *source = x + c * p->in_plane + source_row * W + q - pw;
+          for (int64_t b = 0; b < low; b++)
+            out[b] = 0.0f;
+          if (sw == 1) {
 #pragma omp simd
-      for (int64_t w = 0; w < W; w++)
-        row[pw + w] = source[w];
-      for (int64_t w = pw + W; w < Wp; w++)
-        row[w] = 0.0f;
-    }
-    memset(plane + (ph + H) * Wp, 0, (size_t)(p->padded_plane - (ph + H) * Wp) * sizeof *plane);
-  }
+            for (int64_t b = low; b < high; b++)
+              out[b] = source[b];
+          } else {
+#pragma omp simd
+            for (int64_t b = low; b < high; b++)
+              out[b] = source[b * sw];
+          }
+          for (int64_t b = high; b < Wq; b++)
+            out[b] = 0.0f;
+        }
+        memset(plane + phase_height * Wq, 0, (size_t)(p->phase_plane - phase_height * Wq) * sizeof *plane);
+      }
 }
 
-/* col (C/g * kh * kw rows, leading dimension ld; OH * Wp columns) from padded planes: one copy per row. */
+/* The phase plane and offset where tap (i, j)'s run of columns starts, within one channel's phases. */
+static int64_t tap_offset(const bpt_conv2d_args *a, const conv_plan *p, int64_t i, int64_t j) {
+  const int64_t row = i * a->dilation_height, column = j * a->dilation_width;
+  const int64_t sh = a->stride_height, sw = a->stride_width;
+  return (row % sh * sw + column % sw) * p->phase_plane + row / sh * p->phase_width + column / sw;
+}
+
+/* col (C/g * kh * kw rows, leading dimension ld; OH * Wq columns) from phase planes: one copy per row. */
 static void im2col_padded(const bpt_conv2d_args *a, const conv_plan *p, const float *padded, float *col,
                           int64_t ld) {
   const size_t bytes = (size_t)p->sample_columns * sizeof *col;
@@ -201,25 +251,26 @@ static void im2col_padded(const bpt_conv2d_args *a, const conv_plan *p, const fl
     for (int64_t i = 0; i < a->kernel_height; i++)
       for (int64_t j = 0; j < a->kernel_width; j++)
         memcpy(col + ((c * a->kernel_height + i) * a->kernel_width + j) * ld,
-               padded + c * p->padded_plane + i * a->dilation_height * p->padded_width + j * a->dilation_width, bytes);
+               padded + c * p->padded_plane + tap_offset(a, p, i, j), bytes);
 }
 
-/* dx (one sample's group channels) += col2im of padded-width columns: each row is added, contiguously,
- * into a padded plane (scratch of padded_plane floats) at its tap's offset, and the plane's interior into dx. */
+/* dx (one sample's group channels) += col2im of padded-width columns, for unit strides only (see
+ * bpt_cpu_conv2d_backward_data): each row is added, contiguously, into a padded plane (scratch of
+ * padded_plane floats) at its tap's offset, and the plane's interior into dx. */
 CONV_VECTOR_CLONES static void col2im_padded(const bpt_conv2d_args *a, const conv_plan *p, const float *col,
                                              int64_t ld, float *plane, float *dx) {
-  const int64_t L = p->sample_columns, Wp = p->padded_width, W = a->in_width;
+  const int64_t L = p->sample_columns, Wp = p->phase_width, W = a->in_width;
   for (int64_t c = 0; c < p->group_in; c++) {
+    /* The first tap starts at offset 0 and covers [0, L): it is copied and the rest zeroed. */
+    memset(plane + L, 0, (size_t)(p->padded_plane - L) * sizeof *plane);
     for (int64_t i = 0; i < a->kernel_height; i++)
       for (int64_t j = 0; j < a->kernel_width; j++) {
         const float *row = col + ((c * a->kernel_height + i) * a->kernel_width + j) * ld;
-        float *target = plane + i * a->dilation_height * Wp + j * a->dilation_width;
         if (i == 0 && j == 0) {
-          /* The first tap starts at offset 0 and covers [0, L): copy it, zero the rest. */
           memcpy(plane, row, (size_t)L * sizeof *plane);
-          memset(plane + L, 0, (size_t)(p->padded_plane - L) * sizeof *plane);
           continue;
         }
+        float *target = plane + tap_offset(a, p, i, j);
 #pragma omp simd
         for (int64_t t = 0; t < L; t++)
           target[t] += row[t];
@@ -250,7 +301,7 @@ static int64_t chunk_samples(const bpt_conv2d_args *a, const conv_plan *p, int64
  * garbage columns (ow >= OW) are zero, so they add nothing to either gradient. */
 CONV_VECTOR_CLONES static void gather_output(const bpt_conv2d_args *a, const conv_plan *p, const float *dy,
                                              int64_t first, int64_t samples, int64_t group, float *out) {
-  const int64_t ld = samples * p->sample_columns, OW = a->out_width, Wp = p->padded_width;
+  const int64_t ld = samples * p->sample_columns, OW = a->out_width, Wq = p->phase_width;
   for (int64_t s = 0; s < samples; s++)
     for (int64_t o = 0; o < p->group_out; o++) {
       const float *source = dy + ((first + s) * a->out_channels + group * p->group_out + o) * p->out_plane;
@@ -260,11 +311,11 @@ CONV_VECTOR_CLONES static void gather_output(const bpt_conv2d_args *a, const con
         continue;
       }
       for (int64_t oh = 0; oh < a->out_height; oh++) {
-        float *row = target + oh * Wp;
+        float *row = target + oh * Wq;
 #pragma omp simd
         for (int64_t ow = 0; ow < OW; ow++)
           row[ow] = source[oh * OW + ow];
-        for (int64_t ow = OW; ow < Wp; ow++)
+        for (int64_t ow = OW; ow < Wq; ow++)
           row[ow] = 0.0f;
       }
     }
@@ -276,7 +327,7 @@ CONV_VECTOR_CLONES static void scatter_product(const bpt_conv2d_args *a, const c
                                                int64_t first, int64_t samples, int64_t group, const float *bias,
                                                float *y) {
   const int64_t ld = samples * p->sample_columns, OW = a->out_width;
-  const int64_t row_stride = p->padded ? p->padded_width : OW;
+  const int64_t row_stride = p->padded ? p->phase_width : OW;
   for (int64_t s = 0; s < samples; s++)
     for (int64_t o = 0; o < p->group_out; o++) {
       const float *source = product + o * ld + s * p->sample_columns;
@@ -310,7 +361,7 @@ static conv_scratch scratch_layout(const conv_plan *p, size_t partial, bool padd
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
                                   const float *bias, float *y) {
   conv_plan p;
-  CONV_CHECK(make_plan(backend, a, &p));
+  CONV_CHECK(make_plan(backend, a, true, &p));
   const conv_scratch layout = scratch_layout(&p, 0, true);
   if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
@@ -360,7 +411,9 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
 bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                         const float *weight, float *dx) {
   conv_plan p;
-  CONV_CHECK(make_plan(backend, a, &p));
+  /* Strided data gradients keep col2im: phase planes to zero and read back are stride_h * stride_w times
+   * the output being scattered, which measured slower (32 channels 14x14 -> 64 at 7x7: 4.7 against 3.9 ms). */
+  CONV_CHECK(make_plan(backend, a, false, &p));
   const conv_scratch layout = scratch_layout(&p, 0, false);
   if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
@@ -400,7 +453,7 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
 bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                           const float *dy, float *dweight, float *dbias) {
   conv_plan p;
-  CONV_CHECK(make_plan(backend, a, &p));
+  CONV_CHECK(make_plan(backend, a, true, &p));
   const int64_t weight_count = a->out_channels * p.column_rows;
   /* Each thread accumulates its own weight gradient; they are summed into dweight at the end. */
   const conv_scratch layout = scratch_layout(&p, p.threads > 1 ? (size_t)weight_count : 0, true);
