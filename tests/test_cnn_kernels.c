@@ -161,6 +161,9 @@ static void conv_matches_direct_loops(void **state) {
   wide_only.padding_width = 2;
   check_conv(backend, wide_only, 14);
   check_conv(backend, conv(24, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1), 15);
+  /* Padding wider than the kernel's overhang: rows keep both borders instead of sharing one. */
+  check_conv(backend, conv(2, 3, 6, 12, 4, 1, 1, 1, 1, 1, 1), 23);
+  check_conv(backend, conv(2, 2, 6, 16, 3, 3, 3, 1, 3, 1, 1), 24);
   /* Strided convolutions through phase planes: odd sizes, groups, dilation (one phase used), stride 3, a
    * 2x2 stride-2 kernel without padding, LeNet-sized 5x5; and a small one left on the bounds-checked path. */
   check_conv(backend, conv(3, 4, 15, 15, 6, 3, 3, 2, 1, 1, 2), 16);

@@ -7,7 +7,8 @@
  * parallelises im2col and col2im. Pointwise convolutions (1x1, stride 1, no padding) skip im2col.
  *
  * Most convolutions use a padded-width lowering instead. Each input plane is first copied once into a
- * zero-padded plane (Hp x Wp, Wp = W + 2 pad_w, plus (kw - 1) dil_w zeros of slack at the end), and a
+ * zero-padded plane (Hp x Wp, Wp = W + 2 pad_w, plus (kw - 1) dil_w zeros of slack at the end; with unit
+ * column stride consecutive rows share one border, Wp = W + pad_w, see make_plan), and a
  * sample's columns keep the padded row width: column t = oh * Wp + ow for t in [0, OH * Wp). Row
  * (c, i, j) of the column matrix is then one contiguous run of the padded plane starting at
  * i dil_h Wp + j dil_w: a straight memcpy with no bounds logic, where the plain im2col pays bounds checks
@@ -21,7 +22,7 @@
  * offset), in which a tap's receptive fields are again one contiguous run, of phase rows Wq = ceil(Wp / s_w)
  * wide. The forward pass and the weight gradient use them; the data gradient of a strided convolution
  * keeps the bounds-checked col2im, which measured faster. Planes so narrow that the garbage columns would
- * exceed a quarter of the columns (7x7 with padding 1) keep the bounds-checked im2col. */
+ * exceed a quarter of the columns keep the bounds-checked im2col. */
 #include <omp.h>
 #include <string.h>
 
@@ -76,7 +77,14 @@ static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool
   /* Padded lowering: phase planes of the zero-padded input (Hp x Wp), phase (r, q) holding pixels
    * (a sh + r, b sw + q) as a Hq x Wq plane, Hq = ceil(Hp / sh), Wq = ceil(Wp / sw), plus slack for the
    * last row's garbage columns; planes rounded to 16 floats stay 64-byte aligned. */
-  const int64_t padded_height = a->in_height + 2 * a->padding_height, padded_width = a->in_width + 2 * a->padding_width;
+  const int64_t pw = a->padding_width;
+  /* Unit column stride: consecutive rows share their border, row h's right padding being row h + 1's left
+   * padding (Wp = W + pad_w), which halves the garbage columns (one per row for a 3x3 "same" convolution).
+   * A window overhanging a row's right end reads the next row's leading zeros, so this needs the overhang,
+   * (kw - 1) dil_w - pad_w, to be at most pad_w; for larger padding each row keeps both borders. */
+  const bool shared_border = sw == 1 && pw <= (a->kernel_width - 1) * a->dilation_width;
+  const int64_t padded_height = a->in_height + 2 * a->padding_height;
+  const int64_t padded_width = a->in_width + (shared_border ? pw : 2 * pw);
   const int64_t phase_height = (padded_height + sh - 1) / sh;
   p->phase_width = (padded_width + sw - 1) / sw;
   p->phase_plane = (phase_height * p->phase_width + (a->kernel_width - 1) * a->dilation_width / sw + 15) / 16 * 16;
@@ -86,9 +94,9 @@ static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool
     p->phase_rows_used |= 1u << (i * a->dilation_height % sh);
   for (int64_t j = 0; j < a->kernel_width && sw <= CONV_MAX_PHASE_STRIDE; j++)
     p->phase_columns_used |= 1u << (j * a->dilation_width % sw);
-  /* The garbage columns (Wq - OW per output row) cost GEMM work: measured on ResNet-8, 1 or 2 extra per 14
-   * or 28 (7-14%) win, 2 per 7 (29%) lose slightly to the bounds-checked gather. A 1x1 convolution without
-   * padding would copy each pixel twice for nothing. */
+  /* The garbage columns (Wq - OW per output row) cost GEMM work: measured on ResNet-8, 1 or 2 extra per 7,
+   * 14 or 28 columns (4-14%) win, 2 per 7 (29%, before rows shared their border) lost slightly to the
+   * bounds-checked gather. A 1x1 convolution without padding would copy each pixel twice for nothing. */
   const bool strided = sh > 1 || sw > 1;
   p->padded = !p->pointwise && (!strided || strided_phases) && sh <= CONV_MAX_PHASE_STRIDE &&
               sw <= CONV_MAX_PHASE_STRIDE &&
