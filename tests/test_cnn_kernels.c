@@ -173,6 +173,10 @@ static void conv_matches_direct_loops(void **state) {
   check_conv(backend, conv(1, 2, 28, 28, 4, 5, 5, 2, 2, 1, 1), 20);
   check_conv(backend, conv(24, 8, 14, 14, 16, 3, 3, 2, 1, 1, 1), 21);
   check_conv(backend, conv(2, 3, 7, 7, 4, 3, 3, 2, 0, 1, 1), 22);
+  /* Products big enough to be cut into OpenBLAS's small-matrix blocks: columns of the forward and data
+   * GEMMs, and both the columns and the reduction (a 32x33-column sample) of the weight gradient's. */
+  check_conv(backend, conv(2, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1), 25);
+  check_conv(backend, conv(2, 32, 40, 40, 32, 1, 1, 1, 0, 1, 1), 26);
   bpt_context_destroy(context);
 }
 

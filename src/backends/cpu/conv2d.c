@@ -305,10 +305,59 @@ CONV_VECTOR_CLONES static void col2im_padded(const bpt_conv2d_args *a, const con
   }
 }
 
-static void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+static void blas_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
               (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+}
+
+/* C (m, n) = op(A) (m, k) . op(B) (k, n) + beta C, row-major, cut into blocks OpenBLAS multiplies without
+ * packing. OpenBLAS 0.3.21's x86-64 SkylakeX/Cooper Lake kernels (also chosen on Zen 4) take a "small
+ * matrix" path when M N K <= 10^6 in its column-major terms, and for op(A) = A^T, op(B) = B there (our
+ * weight gradient, B^T) only when also M N <= 1200 and K >= 32. Convolution GEMMs have few rows (16-64
+ * channels) and thousands of columns, so the whole product never qualifies; blocks that do measured, for
+ * 16 and 32 channels, 1.4-1.6x faster forward and data-gradient GEMMs and 2.2x faster weight gradients
+ * (46-65 -> 90-103, 35 -> 76-81 GFLOP/s). Blocks narrower than CONV_SMALL_GEMM_MIN_COLUMNS gained nothing
+ * (64 channels), so such products stay whole; with other BLAS builds the blocks cost only extra calls. */
+#define CONV_SMALL_GEMM_VOLUME 1000000
+#define CONV_SMALL_GEMM_OUTPUTS 1200
+#define CONV_SMALL_GEMM_MIN_COLUMNS 64
+
+/* The size of equal blocks, at most limit each, that cover count. */
+static int64_t even_block(int64_t count, int64_t limit) {
+  const int64_t blocks = (count + limit - 1) / limit;
+  return (count + blocks - 1) / blocks;
+}
+
+static void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (!transpose_b) {
+    /* Column blocks of B and C: n_block m k <= volume. */
+    int64_t block = CONV_SMALL_GEMM_VOLUME / (m * k);
+    if (block < CONV_SMALL_GEMM_MIN_COLUMNS || block >= n) {
+      blas_gemm(transpose_a, false, m, n, k, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    block = even_block(n, block);
+    for (int64_t j = 0; j < n; j += block)
+      blas_gemm(transpose_a, false, m, n - j < block ? n - j : block, k, a, lda, b + j, ldb, beta,
+                c + j, ldc);
+    return;
+  }
+  /* C (m, n) += A (m, k) . B^T: blocks of C's columns with n_block m <= outputs, and of the reduction
+   * with n_block m k_block <= volume (k_block >= 32). */
+  int64_t columns = CONV_SMALL_GEMM_OUTPUTS / m;
+  int64_t reduction = columns > 0 ? CONV_SMALL_GEMM_VOLUME / (columns * m) : 0;
+  if (transpose_a || beta != 1.0f || columns < 1 || reduction < 32 || (columns >= n && reduction >= k)) {
+    blas_gemm(transpose_a, true, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  columns = even_block(n, columns);
+  reduction = even_block(k, reduction);
+  for (int64_t j = 0; j < n; j += columns)
+    for (int64_t l = 0; l < k; l += reduction)
+      blas_gemm(false, true, m, n - j < columns ? n - j : columns, k - l < reduction ? k - l : reduction, a + l, lda,
+                b + j * ldb + l, ldb, 1.0f, c + j, ldc);
 }
 
 static int64_t chunk_samples(const bpt_conv2d_args *a, const conv_plan *p, int64_t chunk_index) {
