@@ -44,8 +44,10 @@
 #define CONV_SMALL_GEMM_VOLUME 1000000
 #define CONV_SMALL_GEMM_OUTPUTS 1200
 #define CONV_SMALL_GEMM_MIN_COLUMNS 64
-/* Fewest channels per group for which one GEMM per kernel tap beats building the column matrix. */
+/* Where one GEMM per kernel tap beats building the column matrix: at least this many input channels per
+ * group, and at most this many (O/g) (C/g) weights per tap (see make_plan). */
 #define CONV_TAP_MIN_CHANNELS 16
+#define CONV_TAP_MAX_WEIGHTS 512
 
 #define CONV_CHECK(expression)                                                                                         \
   do {                                                                                                                 \
@@ -113,10 +115,10 @@ static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool
    * padded_plane), so the GEMMs can read them in place, one per tap with C/g as the inner dimension, and
    * skip the column matrix. That needs OpenBLAS's unpacked small-matrix path, whose weight-gradient
    * kernel requires (O/g) (C/g) <= 1200, and enough channels to keep the kernel busy: measured per pass
-   * on ResNet-8, 16 channels 7.4-8.1 -> 6.3-7.2 ms, 32 about even, 1 (the stem) 0.7 -> 1.4 ms, and
-   * 64 -> 64 channels (4096 outputs) 6.3 -> 10.4 ms for the weight gradient. */
-  p->by_tap = p->padded && p->group_in >= CONV_TAP_MIN_CHANNELS &&
-              p->group_in * p->group_out <= CONV_SMALL_GEMM_OUTPUTS;
+   * on ResNet-8 (batch 128), 16 -> 16 channels 6.7-7.8 -> 6.0-6.8 ms and 16 -> 32 (stride 2) 4.6-4.9 ->
+   * 4.6-4.9 ms, but 32 -> 32 6.3-6.9 -> 6.5-7.1 ms, 1 -> 16 (the stem) 0.7 -> 1.4 ms, and 64 -> 64
+   * (4096 weights per tap, past the small kernel) 6.3 -> 10.4 ms for the weight gradient. */
+  p->by_tap = p->padded && p->group_in >= CONV_TAP_MIN_CHANNELS && p->group_in * p->group_out <= CONV_TAP_MAX_WEIGHTS;
   int threads = backend->num_threads > 0 ? backend->num_threads : 1;
   int64_t chunk = (CONV_MIN_COLUMNS + p->sample_columns - 1) / p->sample_columns;
   int64_t per_thread = (a->batch + threads - 1) / threads;
@@ -548,12 +550,15 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
          * columns of dy are zero, so they add nothing; the planes' interiors are then added into dx. */
         weights_by_tap(&p, w, taps);
         for (int64_t s = 0; s < samples; s++) {
-          memset(planes, 0, (size_t)(p.group_in * p.padded_plane) * sizeof *planes);
+          /* The first tap writes [0, OH * Wq) of every plane; the rest of each plane starts at zero. */
+          for (int64_t c = 0; c < p.group_in; c++)
+            memset(planes + c * p.padded_plane + p.sample_columns, 0,
+                   (size_t)(p.padded_plane - p.sample_columns) * sizeof *planes);
           for (int64_t i = 0; i < a->kernel_height; i++)
             for (int64_t j = 0; j < a->kernel_width; j++) {
               const int64_t t = i * a->kernel_width + j;
               gemm(true, false, p.group_in, p.sample_columns, p.group_out, taps + t * p.group_out * p.group_in,
-                   p.group_in, d + s * p.sample_columns, ld, 1.0f, planes + tap_offset(a, &p, i, j),
+                   p.group_in, d + s * p.sample_columns, ld, t ? 1.0f : 0.0f, planes + tap_offset(a, &p, i, j),
                    p.padded_plane);
             }
           add_interiors(a, &p, planes, dx_group + s * a->in_channels * p.in_plane);
