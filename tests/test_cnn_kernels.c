@@ -177,6 +177,7 @@ static void conv_matches_direct_loops(void **state) {
    * GEMMs, and both the columns and the reduction (a 32x33-column sample) of the weight gradient's. */
   check_conv(backend, conv(2, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1), 25);
   check_conv(backend, conv(2, 32, 40, 40, 32, 1, 1, 1, 0, 1, 1), 26);
+  check_conv(backend, conv(2, 64, 9, 9, 64, 3, 3, 1, 1, 1, 1), 30); /* rows of W and of W^T cut too */
   /* 16 channels per group: one GEMM per kernel tap, with phases (stride 2), groups, dilation without
    * padding, and threaded chunks (case 7 above). */
   check_conv(backend, conv(3, 16, 15, 15, 8, 3, 3, 2, 1, 1, 1), 27);

@@ -358,16 +358,23 @@ static int64_t even_block(int64_t count, int64_t limit) {
 static void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   if (!transpose_b) {
-    /* Column blocks of B and C: n_block m k <= volume. */
-    int64_t block = CONV_SMALL_GEMM_VOLUME / (m * k);
-    if (block < CONV_SMALL_GEMM_MIN_COLUMNS || block >= n) {
+    /* Blocks of op(A)'s rows and B's columns with rows columns k <= volume; rows are halved while the
+     * columns would fall below CONV_SMALL_GEMM_MIN_COLUMNS (64 channels by 576: 16 rows of 108 columns,
+     * 98-108 GFLOP/s against 70-89 whole or in 27-column blocks). */
+    int64_t rows = m;
+    while (rows > 8 && CONV_SMALL_GEMM_VOLUME / (rows * k) < CONV_SMALL_GEMM_MIN_COLUMNS)
+      rows = (rows + 1) / 2;
+    int64_t columns = CONV_SMALL_GEMM_VOLUME / (rows * k);
+    if (columns < CONV_SMALL_GEMM_MIN_COLUMNS || (rows >= m && columns >= n)) {
       blas_gemm(transpose_a, false, m, n, k, a, lda, b, ldb, beta, c, ldc);
       return;
     }
-    block = even_block(n, block);
-    for (int64_t j = 0; j < n; j += block)
-      blas_gemm(transpose_a, false, m, n - j < block ? n - j : block, k, a, lda, b + j, ldb, beta,
-                c + j, ldc);
+    rows = even_block(m, rows);
+    columns = even_block(n, columns < n ? columns : n);
+    for (int64_t i = 0; i < m; i += rows)
+      for (int64_t j = 0; j < n; j += columns)
+        blas_gemm(transpose_a, false, m - i < rows ? m - i : rows, n - j < columns ? n - j : columns, k,
+                  a + (transpose_a ? i : i * lda), lda, b + j, ldb, beta, c + i * ldc + j, ldc);
     return;
   }
   /* C (m, n) += A (m, k) . B^T: blocks of C's columns with n_block m <= outputs, and of the reduction
