@@ -163,7 +163,7 @@ static void conv2d_grid(void **state) {
       {"3x3 stride 2, dilation 2, pad 2, 17-wide (one phase)", 1, 2, 7, 17, 3, 3, 3, 2, 2, 2, 1, 0, CONV},
       {"3x3 stride 3 pad 1, 20-wide (nine phases)", 2, 2, 7, 20, 2, 3, 3, 3, 1, 1, 1, 0, CONV},
       {"3x3 stride 2, no pad, 7x7 (bounds-checked im2col)", 2, 2, 7, 7, 3, 3, 3, 2, 0, 1, 1, 1, CONV},
-      {"16 channels, 3x3 pad 1, 9-wide (one GEMM per tap)", 2, 16, 4, 9, 4, 3, 3, 1, 1, 1, 1, 1, CONV},
+      {"16 channels, 3x3 pad 1, 9-wide (padded lowering)", 2, 16, 4, 9, 4, 3, 3, 1, 1, 1, 1, 1, CONV},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     check_case(&cases[i], 10 + i, 1e-2, 3e-4, 2e-2);

@@ -137,10 +137,9 @@ static bpt_conv2d_args conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t 
                            .groups = g};
 }
 
-static void conv_matches_direct_loops(void **state) {
-  (void)state;
-  bpt_context *context = test_context(1);
-  bpt_backend *backend = &context->backend;
+/* Every case on the given backend; run with two threads (chunks shared between threads, or whole GEMMs
+ * that OpenBLAS threads) and with one (every GEMM cut into small-matrix blocks, the tap GEMMs). */
+static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(2, 3, 7, 5, 4, 3, 3, 1, 1, 1, 1), 1);
   check_conv(backend, conv(3, 4, 9, 9, 6, 3, 3, 2, 1, 1, 2), 2);   /* stride 2, groups */
   check_conv(backend, conv(2, 2, 8, 7, 3, 3, 3, 1, 2, 2, 1), 3);   /* dilation */
@@ -183,6 +182,17 @@ static void conv_matches_direct_loops(void **state) {
   check_conv(backend, conv(3, 16, 15, 15, 8, 3, 3, 2, 1, 1, 1), 27);
   check_conv(backend, conv(2, 32, 10, 16, 32, 3, 3, 1, 1, 1, 2), 28);
   check_conv(backend, conv(2, 16, 8, 20, 4, 3, 3, 1, 0, 2, 1), 29);
+}
+
+static void conv_matches_direct_loops(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  check_conv_cases(&context->backend);
+  bpt_context_destroy(context);
+  bpt_context_options options = bpt_context_options_default();
+  options.num_threads = 1;
+  assert_int_equal(bpt_context_create(&options, &context), BPT_OK);
+  check_conv_cases(&context->backend);
   bpt_context_destroy(context);
 }
 

@@ -64,6 +64,7 @@ typedef struct conv_plan {
   int64_t chunk, chunks;                                 /* samples per chunk, number of chunks */
   int threads;                                           /* threads running chunks (1: BLAS threads instead) */
   bool pointwise, padded, by_tap;                        /* by_tap: padded, one GEMM per tap, no columns */
+  bool small_blocks;                                     /* cut GEMMs for OpenBLAS's small-matrix path */
 } conv_plan;
 
 /* strided_phases: whether strided convolutions may use the padded lowering (see the use below). */
@@ -111,14 +112,6 @@ static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool
               (p->kernel_area > 1 || a->padding_height > 0 || a->padding_width > 0) &&
               4 * (p->phase_width - a->out_width) <= a->out_width;
   p->sample_columns = p->padded ? a->out_height * p->phase_width : p->out_plane;
-  /* In the padded layout each tap's receptive fields are a matrix already (rows: channel planes, stride
-   * padded_plane), so the GEMMs can read them in place, one per tap with C/g as the inner dimension, and
-   * skip the column matrix. That needs OpenBLAS's unpacked small-matrix path, whose weight-gradient
-   * kernel requires (O/g) (C/g) <= 1200, and enough channels to keep the kernel busy: measured per pass
-   * on ResNet-8 (batch 128), 16 -> 16 channels 6.7-7.8 -> 6.0-6.8 ms and 16 -> 32 (stride 2) 4.6-4.9 ->
-   * 4.6-4.9 ms, but 32 -> 32 6.3-6.9 -> 6.5-7.1 ms, 1 -> 16 (the stem) 0.7 -> 1.4 ms, and 64 -> 64
-   * (4096 weights per tap, past the small kernel) 6.3 -> 10.4 ms for the weight gradient. */
-  p->by_tap = p->padded && p->group_in >= CONV_TAP_MIN_CHANNELS && p->group_in * p->group_out <= CONV_TAP_MAX_WEIGHTS;
   int threads = backend->num_threads > 0 ? backend->num_threads : 1;
   int64_t chunk = (CONV_MIN_COLUMNS + p->sample_columns - 1) / p->sample_columns;
   int64_t per_thread = (a->batch + threads - 1) / threads;
@@ -130,6 +123,18 @@ static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool
   /* Too few chunks to share, or too little work: run chunks in order and let OpenBLAS use the threads. */
   double work = (double)a->batch * (double)p->out_plane * (double)p->column_rows * (double)a->out_channels;
   p->threads = p->chunks >= threads && work > 2e6 ? threads : 1;
+  /* OpenBLAS runs small-matrix products on one thread, so they are only worth it where each thread has its
+   * own chunks (or there is one thread): a batch-1 pass on two threads keeps whole, threaded GEMMs. */
+  p->small_blocks = p->threads > 1 || threads == 1;
+  /* In the padded layout each tap's receptive fields are a matrix already (rows: channel planes, stride
+   * padded_plane), so the GEMMs can read them in place, one per tap with C/g as the inner dimension, and
+   * skip the column matrix. That needs OpenBLAS's unpacked small-matrix path, whose weight-gradient
+   * kernel requires (O/g) (C/g) <= 1200, and enough channels to keep the kernel busy: measured per pass
+   * on ResNet-8 (batch 128), 16 -> 16 channels 6.7-7.8 -> 6.0-6.8 ms and 16 -> 32 (stride 2) 4.6-4.9 ->
+   * 4.6-4.9 ms, but 32 -> 32 6.3-6.9 -> 6.5-7.1 ms, 1 -> 16 (the stem) 0.7 -> 1.4 ms, and 64 -> 64
+   * (4096 weights per tap, past the small kernel) 6.3 -> 10.4 ms for the weight gradient. */
+  p->by_tap = p->padded && p->small_blocks && p->group_in >= CONV_TAP_MIN_CHANNELS &&
+              p->group_in * p->group_out <= CONV_TAP_MAX_WEIGHTS;
   return BPT_OK;
 }
 
@@ -355,8 +360,12 @@ static int64_t even_block(int64_t count, int64_t limit) {
   return (count + blocks - 1) / blocks;
 }
 
-static void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+static void gemm(const conv_plan *plan, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (!plan->small_blocks) {
+    blas_gemm(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   if (!transpose_b) {
     /* Blocks of op(A)'s rows and B's columns with rows columns k <= volume; rows are halved while the
      * columns would fall below CONV_SMALL_GEMM_MIN_COLUMNS (64 channels by 576: 16 rows of 108 columns,
@@ -484,7 +493,7 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
           for (int64_t i = 0; i < a->kernel_height; i++)
             for (int64_t j = 0; j < a->kernel_width; j++) {
               const int64_t t = i * a->kernel_width + j;
-              gemm(false, false, p.group_out, p.sample_columns, p.group_in, taps + t * p.group_out * p.group_in,
+              gemm(&p, false, false, p.group_out, p.sample_columns, p.group_in, taps + t * p.group_out * p.group_in,
                    p.group_in, padded + tap_offset(a, &p, i, j), p.padded_plane, t ? 1.0f : 0.0f,
                    product + s * p.sample_columns, ld);
             }
@@ -510,7 +519,7 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
       /* y (O/g, S * OH * OW) = W_g (O/g, C/g * kh * kw) . col (C/g * kh * kw, S * OH * OW) */
       if (!product) {
         float *y_group = y + (first * a->out_channels + g * p.group_out) * p.out_plane;
-        gemm(false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, y_group, p.out_plane);
+        gemm(&p, false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, y_group, p.out_plane);
         if (bias)
           for (int64_t o = 0; o < p.group_out; o++) {
             const float value = bias[g * p.group_out + o];
@@ -521,7 +530,7 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
           }
         continue;
       }
-      gemm(false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, product, ld);
+      gemm(&p, false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, product, ld);
       scatter_product(a, &p, product, first, samples, g, bias, y);
     }
   }
@@ -564,7 +573,7 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
           for (int64_t i = 0; i < a->kernel_height; i++)
             for (int64_t j = 0; j < a->kernel_width; j++) {
               const int64_t t = i * a->kernel_width + j;
-              gemm(true, false, p.group_in, p.sample_columns, p.group_out, taps + t * p.group_out * p.group_in,
+              gemm(&p, true, false, p.group_in, p.sample_columns, p.group_out, taps + t * p.group_out * p.group_in,
                    p.group_in, d + s * p.sample_columns, ld, t ? 1.0f : 0.0f, planes + tap_offset(a, &p, i, j),
                    p.padded_plane);
             }
@@ -574,12 +583,12 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
       }
       if (p.pointwise) {
         /* dx (C/g, H * W) += W_g^T (C/g, O/g) . dy (O/g, H * W) */
-        gemm(true, false, p.group_in, p.in_plane, p.group_out, w, p.column_rows, d, p.out_plane, 1.0f, dx_group,
+        gemm(&p, true, false, p.group_in, p.in_plane, p.group_out, w, p.column_rows, d, p.out_plane, 1.0f, dx_group,
              p.in_plane);
         continue;
       }
       /* dcol (C/g * kh * kw, S * OH * OW) = W_g^T . dy, then scattered back with col2im */
-      gemm(true, false, p.column_rows, ld, p.group_out, w, p.column_rows, d, ld, 0.0f, dcol, ld);
+      gemm(&p, true, false, p.column_rows, ld, p.group_out, w, p.column_rows, d, ld, 0.0f, dcol, ld);
       for (int64_t s = 0; s < samples; s++) {
         float *dx_sample = dx_group + s * a->in_channels * p.in_plane;
         if (p.padded) {
@@ -630,7 +639,7 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
             for (int64_t i = 0; i < a->kernel_height; i++)
               for (int64_t j = 0; j < a->kernel_width; j++) {
                 const int64_t t = i * a->kernel_width + j;
-                gemm(false, true, p.group_out, p.group_in, p.sample_columns, d + s * p.sample_columns, ld,
+                gemm(&p, false, true, p.group_out, p.group_in, p.sample_columns, d + s * p.sample_columns, ld,
                      padded + tap_offset(a, &p, i, j), p.padded_plane, 1.0f,
                      dw_group + t * p.group_out * p.group_in, p.group_in);
               }
@@ -651,7 +660,7 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
           b = col;
         }
         /* dW_g (O/g, C/g * kh * kw) += dy (O/g, S * OH * OW) . col^T (S * OH * OW, C/g * kh * kw) */
-        gemm(false, true, p.group_out, p.column_rows, ld, d, ld, b, ld, 1.0f, dw_group, p.column_rows);
+        gemm(&p, false, true, p.group_out, p.column_rows, ld, d, ld, b, ld, 1.0f, dw_group, p.column_rows);
       }
     }
     if (layout.partial) {
