@@ -180,7 +180,7 @@ static void check_conv_cases(bpt_backend *backend) {
   /* 16 channels per group: one GEMM per kernel tap, with phases (stride 2), groups, dilation without
    * padding, and threaded chunks (case 7 above). */
   check_conv(backend, conv(3, 16, 15, 15, 8, 3, 3, 2, 1, 1, 1), 27);
-  check_conv(backend, conv(2, 32, 10, 16, 32, 3, 3, 1, 1, 1, 2), 28);
+  check_conv(backend, conv(4, 32, 10, 16, 32, 3, 3, 1, 1, 1, 2), 28);
   check_conv(backend, conv(2, 16, 8, 20, 4, 3, 3, 1, 0, 2, 1), 29);
 }
 
