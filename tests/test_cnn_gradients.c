@@ -154,6 +154,16 @@ static void conv2d_grid(void **state) {
       {"pointwise 1x1, batch 1", 1, 3, 5, 6, 4, 1, 1, 1, 0, 1, 1, 1, CONV},
       {"1x1 stride 2 projection", 2, 3, 7, 7, 5, 1, 1, 2, 0, 1, 1, 0, CONV},
       {"5x3 kernel, pad 1, 3x3 planes chunked", 6, 2, 5, 3, 3, 5, 3, 1, 1, 1, 1, 1, CONV},
+      /* Wide enough planes for the padded-width lowering of stride-1 convolutions. */
+      {"3x3 pad 1, 12-wide (padded lowering), bias", 2, 2, 5, 12, 3, 3, 3, 1, 1, 1, 1, 1, CONV},
+      {"3x3 dilation 2, no pad, 20-wide (padded lowering)", 2, 2, 6, 20, 3, 3, 3, 1, 0, 2, 1, 0, CONV},
+      {"3x3 dilation 2 pad 2, 16-wide, batch 1 (padded lowering)", 1, 2, 6, 16, 3, 3, 3, 1, 2, 2, 1, 1, CONV},
+      {"groups 2, 3x3 pad 1, 12-wide (padded lowering)", 2, 4, 5, 12, 6, 3, 3, 1, 1, 1, 2, 0, CONV},
+      {"3x3 stride 2 pad 1, odd 15-wide (phase planes), bias", 2, 2, 5, 15, 3, 3, 3, 2, 1, 1, 1, 1, CONV},
+      {"3x3 stride 2, dilation 2, pad 2, 17-wide (one phase)", 1, 2, 7, 17, 3, 3, 3, 2, 2, 2, 1, 0, CONV},
+      {"3x3 stride 3 pad 1, 20-wide (nine phases)", 2, 2, 7, 20, 2, 3, 3, 3, 1, 1, 1, 0, CONV},
+      {"3x3 stride 2, no pad, 7x7 (bounds-checked im2col)", 2, 2, 7, 7, 3, 3, 3, 2, 0, 1, 1, 1, CONV},
+      {"16 channels, 3x3 pad 1, 9-wide (padded lowering)", 2, 16, 4, 9, 4, 3, 3, 1, 1, 1, 1, 1, CONV},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     check_case(&cases[i], 10 + i, 1e-2, 3e-4, 2e-2);

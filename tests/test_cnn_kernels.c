@@ -137,10 +137,9 @@ static bpt_conv2d_args conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t 
                            .groups = g};
 }
 
-static void conv_matches_direct_loops(void **state) {
-  (void)state;
-  bpt_context *context = test_context(1);
-  bpt_backend *backend = &context->backend;
+/* Every case on the given backend; run with two threads (chunks shared between threads, or whole GEMMs
+ * that OpenBLAS threads) and with one (every GEMM cut into small-matrix blocks, the tap GEMMs). */
+static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(2, 3, 7, 5, 4, 3, 3, 1, 1, 1, 1), 1);
   check_conv(backend, conv(3, 4, 9, 9, 6, 3, 3, 2, 1, 1, 2), 2);   /* stride 2, groups */
   check_conv(backend, conv(2, 2, 8, 7, 3, 3, 3, 1, 2, 2, 1), 3);   /* dilation */
@@ -151,6 +150,49 @@ static void conv_matches_direct_loops(void **state) {
   check_conv(backend, conv(12, 16, 9, 9, 16, 3, 3, 1, 1, 1, 1), 7);
   check_conv(backend, conv(13, 8, 7, 7, 16, 3, 3, 1, 1, 1, 2), 8);
   check_conv(backend, conv(9, 32, 8, 8, 32, 1, 1, 1, 0, 1, 1), 9); /* threaded pointwise */
+  /* Stride-1 convolutions on planes wide enough for the padded-width lowering: padding 0, 1 and 2, dilation,
+   * groups, batch 1, a rectangular kernel with padding only along the width, and threaded chunks. */
+  check_conv(backend, conv(2, 3, 9, 17, 5, 3, 3, 1, 2, 2, 1), 10);
+  check_conv(backend, conv(2, 3, 9, 20, 4, 3, 3, 1, 0, 2, 1), 11);
+  check_conv(backend, conv(3, 4, 10, 16, 6, 3, 3, 1, 1, 1, 2), 12);
+  check_conv(backend, conv(1, 2, 6, 12, 3, 3, 3, 1, 1, 1, 1), 13);
+  bpt_conv2d_args wide_only = conv(2, 3, 5, 16, 4, 1, 5, 1, 0, 1, 1);
+  wide_only.padding_width = 2;
+  check_conv(backend, wide_only, 14);
+  check_conv(backend, conv(24, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1), 15);
+  /* Padding wider than the kernel's overhang: rows keep both borders instead of sharing one. */
+  check_conv(backend, conv(2, 3, 6, 12, 4, 1, 1, 1, 1, 1, 1), 23);
+  check_conv(backend, conv(2, 2, 6, 16, 3, 3, 3, 1, 3, 1, 1), 24);
+  /* Strided convolutions through phase planes: odd sizes, groups, dilation (one phase used), stride 3, a
+   * 2x2 stride-2 kernel without padding, LeNet-sized 5x5; and a small one left on the bounds-checked path. */
+  check_conv(backend, conv(3, 4, 15, 15, 6, 3, 3, 2, 1, 1, 2), 16);
+  check_conv(backend, conv(2, 3, 17, 17, 4, 3, 3, 2, 2, 2, 1), 17);
+  check_conv(backend, conv(2, 2, 20, 19, 3, 3, 3, 3, 1, 1, 1), 18);
+  check_conv(backend, conv(2, 3, 16, 16, 5, 2, 2, 2, 0, 1, 1), 19);
+  check_conv(backend, conv(1, 2, 28, 28, 4, 5, 5, 2, 2, 1, 1), 20);
+  check_conv(backend, conv(24, 8, 14, 14, 16, 3, 3, 2, 1, 1, 1), 21);
+  check_conv(backend, conv(2, 3, 7, 7, 4, 3, 3, 2, 0, 1, 1), 22);
+  /* Products big enough to be cut into OpenBLAS's small-matrix blocks: columns of the forward and data
+   * GEMMs, and both the columns and the reduction (a 32x33-column sample) of the weight gradient's. */
+  check_conv(backend, conv(2, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1), 25);
+  check_conv(backend, conv(2, 32, 40, 40, 32, 1, 1, 1, 0, 1, 1), 26);
+  check_conv(backend, conv(2, 64, 9, 9, 64, 3, 3, 1, 1, 1, 1), 30); /* rows of W and of W^T cut too */
+  /* 16 channels per group: one GEMM per kernel tap, with phases (stride 2), groups, dilation without
+   * padding, and threaded chunks (case 7 above). */
+  check_conv(backend, conv(3, 16, 15, 15, 8, 3, 3, 2, 1, 1, 1), 27);
+  check_conv(backend, conv(4, 32, 10, 16, 32, 3, 3, 1, 1, 1, 2), 28);
+  check_conv(backend, conv(2, 16, 8, 20, 4, 3, 3, 1, 0, 2, 1), 29);
+}
+
+static void conv_matches_direct_loops(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  check_conv_cases(&context->backend);
+  bpt_context_destroy(context);
+  bpt_context_options options = bpt_context_options_default();
+  options.num_threads = 1;
+  assert_int_equal(bpt_context_create(&options, &context), BPT_OK);
+  check_conv_cases(&context->backend);
   bpt_context_destroy(context);
 }
 

@@ -13,6 +13,81 @@
 #pragma clang diagnostic ignored "-Wpass-failed"
 #endif
 
+/* Wider vectors for the per-channel loops: the library is built for baseline x86-64, where these loops
+ * would use 4-wide SSE, and their sums are bound by the add latency of one vector accumulator, so 16-wide
+ * AVX-512 runs them several times faster. The loops live in helpers outside the OpenMP regions because
+ * the clones apply to a function, not to the region GCC outlines from it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BATCH_NORM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define BATCH_NORM_VECTOR_CLONES
+#endif
+
+/* Sums of (x - shift) and (x - shift)^2 over one channel: (N rows of S values, row stride C * S). */
+BATCH_NORM_VECTOR_CLONES static void shifted_sums(const float *x, int64_t N, int64_t row_stride, int64_t S,
+                                                  float shift, double *sum, double *sum_of_squares) {
+  double total = 0.0, squares = 0.0;
+  for (int64_t n = 0; n < N; n++) {
+    const float *row = x + n * row_stride;
+    float row_sum = 0.0f, row_squares = 0.0f;
+#pragma omp simd reduction(+ : row_sum, row_squares)
+    for (int64_t i = 0; i < S; i++) {
+      const float centred = row[i] - shift;
+      row_sum += centred;
+      row_squares += centred * centred;
+    }
+    total += row_sum;
+    squares += row_squares;
+  }
+  *sum = total;
+  *sum_of_squares = squares;
+}
+
+/* y = (x - mean) scale + shift over one channel. Subtracting first (rather than x scale + (shift - mean
+ * scale)) keeps a channel with |mean| >> std from losing its digits to the large offset. */
+BATCH_NORM_VECTOR_CLONES static void normalise(const float *x, int64_t N, int64_t row_stride, int64_t S, float mean,
+                                               float scale, float shift, float *y) {
+  for (int64_t n = 0; n < N; n++) {
+    const float *in = x + n * row_stride;
+    float *out = y + n * row_stride;
+#pragma omp simd
+    for (int64_t i = 0; i < S; i++)
+      out[i] = (in[i] - mean) * scale + shift;
+  }
+}
+
+/* Sums of dy and dy (x - mean) over one channel. */
+BATCH_NORM_VECTOR_CLONES static void gradient_sums(const float *x, const float *dy, int64_t N, int64_t row_stride,
+                                                   int64_t S, float mean, double *sum_dy, double *sum_dy_centred) {
+  double total = 0.0, centred_total = 0.0;
+  for (int64_t n = 0; n < N; n++) {
+    const float *in = x + n * row_stride, *d = dy + n * row_stride;
+    float row_dy = 0.0f, row_dy_centred = 0.0f;
+#pragma omp simd reduction(+ : row_dy, row_dy_centred)
+    for (int64_t i = 0; i < S; i++) {
+      row_dy += d[i];
+      row_dy_centred += d[i] * (in[i] - mean);
+    }
+    total += row_dy;
+    centred_total += row_dy_centred;
+  }
+  *sum_dy = total;
+  *sum_dy_centred = centred_total;
+}
+
+/* dx += scale (dy - mean_dy - (x - mean) xhat_coefficient) over one channel. */
+BATCH_NORM_VECTOR_CLONES static void input_gradient(const float *x, const float *dy, int64_t N, int64_t row_stride,
+                                                    int64_t S, float mean, float scale, float mean_dy,
+                                                    float xhat_coefficient, float *dx) {
+  for (int64_t n = 0; n < N; n++) {
+    const float *in = x + n * row_stride, *d = dy + n * row_stride;
+    float *out = dx + n * row_stride;
+#pragma omp simd
+    for (int64_t i = 0; i < S; i++)
+      out[i] += scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
+  }
+}
+
 static bool parallel(const bpt_batch_norm_args *a) {
   return a->channels > 1 && a->batch * a->channels * a->spatial > BPT_CPU_PARALLEL_THRESHOLD;
 }
@@ -30,19 +105,8 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
     float mean, inverse_std;
     if (a->training) {
       const float shift = x[c * S];
-      double sum = 0.0, sum_of_squares = 0.0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *row = x + (n * C + c) * S;
-        float row_sum = 0.0f, row_squares = 0.0f;
-#pragma omp simd reduction(+ : row_sum, row_squares)
-        for (int64_t i = 0; i < S; i++) {
-          const float centred = row[i] - shift;
-          row_sum += centred;
-          row_squares += centred * centred;
-        }
-        sum += row_sum;
-        sum_of_squares += row_squares;
-      }
+      double sum, sum_of_squares;
+      shifted_sums(x + c * S, N, C * S, S, shift, &sum, &sum_of_squares);
       const double shifted_mean = sum / (double)count;
       double variance = sum_of_squares / (double)count - shifted_mean * shifted_mean;
       if (variance < 0.0) variance = 0.0;
@@ -57,16 +121,8 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
       mean = running_mean[c];
       inverse_std = (float)(1.0 / sqrt((double)running_variance[c] + (double)a->epsilon));
     }
-    /* y = gamma (x - mean) / std + beta. Subtracting first (rather than x scale + (beta - mean scale)) keeps
-     * a channel with |mean| >> std from losing its digits to the large offset. */
-    const float scale = gamma[c] * inverse_std, shift = beta[c];
-    for (int64_t n = 0; n < N; n++) {
-      const float *in = x + (n * C + c) * S;
-      float *out = y + (n * C + c) * S;
-#pragma omp simd
-      for (int64_t i = 0; i < S; i++)
-        out[i] = (in[i] - mean) * scale + shift;
-    }
+    /* y = gamma (x - mean) / std + beta */
+    normalise(x + c * S, N, C * S, S, mean, gamma[c] * inverse_std, beta[c], y + c * S);
   }
   return BPT_OK;
 }
@@ -81,18 +137,8 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
 #pragma omp parallel for if (parallel(a))
   for (int64_t c = 0; c < C; c++) {
     const float mean = saved_mean[c], inverse_std = saved_inverse_std[c];
-    double sum_dy = 0.0, sum_dy_centred = 0.0;
-    for (int64_t n = 0; n < N; n++) {
-      const float *in = x + (n * C + c) * S, *d = dy + (n * C + c) * S;
-      float row_dy = 0.0f, row_dy_centred = 0.0f;
-#pragma omp simd reduction(+ : row_dy, row_dy_centred)
-      for (int64_t i = 0; i < S; i++) {
-        row_dy += d[i];
-        row_dy_centred += d[i] * (in[i] - mean);
-      }
-      sum_dy += row_dy;
-      sum_dy_centred += row_dy_centred;
-    }
+    double sum_dy, sum_dy_centred;
+    gradient_sums(x + c * S, dy + c * S, N, C * S, S, mean, &sum_dy, &sum_dy_centred);
     /* dgamma = sum dy * xhat; dbeta = sum dy;
      * dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat)) (Ioffe and Szegedy, section 3) */
     const float gradient_gamma = (float)(sum_dy_centred * inverse_std);
@@ -102,13 +148,7 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
     const float scale = gamma[c] * inverse_std;
     const float mean_dy = (float)(sum_dy / (double)count);
     const float xhat_coefficient = (float)(sum_dy_centred / (double)count) * inverse_std * inverse_std;
-    for (int64_t n = 0; n < N; n++) {
-      const float *in = x + (n * C + c) * S, *d = dy + (n * C + c) * S;
-      float *out = dx + (n * C + c) * S;
-#pragma omp simd
-      for (int64_t i = 0; i < S; i++)
-        out[i] += scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
-    }
+    input_gradient(x + c * S, dy + c * S, N, C * S, S, mean, scale, mean_dy, xhat_coefficient, dx + c * S);
   }
   return BPT_OK;
 }
