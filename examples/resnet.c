@@ -65,10 +65,12 @@ static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bp
   EXAMPLE_CHECK(e->context, bpt_graph_compile(e->graph, loss, e->batch));
   bpt_graph_memory_stats memory = {.size = sizeof memory};
   EXAMPLE_CHECK(e->context, bpt_graph_memory(e->graph, &memory));
-  printf("activation memory: %.0f bytes per sample held for backward (%.0f without the input), %.0f transient\n",
+  printf("activation memory: %.0f bytes per sample held for backward (%.0f without the input), %.0f transient, "
+         "%.0f for gradients (over the transient bytes)\n",
          (double)memory.activation_bytes_held / (double)memory.max_batch,
          (double)(memory.activation_bytes_held - memory.input_bytes) / (double)memory.max_batch,
-         (double)memory.transient_bytes / (double)memory.max_batch);
+         (double)memory.transient_bytes / (double)memory.max_batch,
+         (double)memory.gradient_bytes / (double)memory.max_batch);
 }
 
 static void evaluate(cnn_example *e, const char *path, bool fold) {
