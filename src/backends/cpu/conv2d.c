@@ -450,6 +450,20 @@ CONV_VECTOR_CLONES static void scatter_product(const bpt_conv2d_args *a, const c
     }
 }
 
+/* The column matrix of group g for the chunk's samples, side by side (forward and weight gradient). */
+static void lower_chunk(const bpt_conv2d_args *a, const conv_plan *p, const float *x, int64_t first, int64_t samples,
+                        int64_t g, float *padded, float *col, int64_t ld) {
+  for (int64_t s = 0; s < samples; s++) {
+    const float *sample = x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane;
+    if (p->padded) {
+      pad_planes(a, p, sample, padded);
+      im2col_padded(a, p, padded, col + s * p->sample_columns, ld);
+    } else {
+      im2col(a, p, sample, col + s * p->sample_columns, ld);
+    }
+  }
+}
+
 typedef struct conv_scratch {
   size_t partial, columns, stacked, padded, total;
 } conv_scratch;
@@ -505,15 +519,7 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
       if (p.pointwise) {
         b = x + (first * a->in_channels + g * p.group_in) * p.in_plane;
       } else {
-        for (int64_t s = 0; s < samples; s++) {
-          const float *sample = x + ((first + s) * a->in_channels + g * p.group_in) * p.in_plane;
-          if (p.padded) {
-            pad_planes(a, &p, sample, padded);
-            im2col_padded(a, &p, padded, col + s * p.sample_columns, ld);
-          } else {
-            im2col(a, &p, sample, col + s * p.sample_columns, ld);
-          }
-        }
+        lower_chunk(a, &p, x, first, samples, g, padded, col, ld);
         b = col;
       }
       /* y (O/g, S * OH * OW) = W_g (O/g, C/g * kh * kw) . col (C/g * kh * kw, S * OH * OW) */
@@ -648,15 +654,7 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
         }
         const float *b = x + (first * a->in_channels + g * p.group_in) * p.in_plane;
         if (!p.pointwise) {
-          for (int64_t s = 0; s < samples; s++) {
-            const float *sample = x + ((first + s) * a->in_channels + g * p.group_in) * p.in_plane;
-            if (p.padded) {
-              pad_planes(a, &p, sample, padded);
-              im2col_padded(a, &p, padded, col + s * p.sample_columns, ld);
-            } else {
-              im2col(a, &p, sample, col + s * p.sample_columns, ld);
-            }
-          }
+          lower_chunk(a, &p, x, first, samples, g, padded, col, ld);
           b = col;
         }
         /* dW_g (O/g, C/g * kh * kw) += dy (O/g, S * OH * OW) . col^T (S * OH * OW, C/g * kh * kw) */
