@@ -483,6 +483,22 @@ static conv_scratch scratch_layout(const conv_plan *p, size_t partial) {
   return s;
 }
 
+/* One thread's pointers into its scratch, NULL where the layout has no such block. */
+typedef struct conv_buffers {
+  float *partial, *columns, *stacked, *padded;
+} conv_buffers;
+
+static conv_buffers thread_buffers(bpt_backend *backend, const conv_scratch *layout) {
+  conv_buffers buffers = {0};
+  if (!layout->total) return buffers;
+  float *base = bpt_cpu_scratch(backend, omp_get_thread_num());
+  if (layout->partial) buffers.partial = base;
+  if (layout->columns) buffers.columns = base + layout->partial;
+  if (layout->stacked) buffers.stacked = base + layout->partial + layout->columns;
+  if (layout->padded) buffers.padded = base + layout->partial + layout->columns + layout->stacked;
+  return buffers;
+}
+
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
                                   const float *bias, float *y) {
   conv_plan p;
@@ -491,11 +507,8 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
   if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
-    float *base = layout.total ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
-    float *taps = layout.partial ? base : NULL;
-    float *col = layout.columns ? base + layout.partial : NULL;
-    float *product = layout.stacked ? base + layout.partial + layout.columns : NULL;
-    float *padded = layout.padded ? product + layout.stacked : NULL;
+    const conv_buffers buffers = thread_buffers(backend, &layout);
+    float *taps = buffers.partial, *col = buffers.columns, *product = buffers.stacked, *padded = buffers.padded;
     const int64_t first = chunk * p.chunk, samples = chunk_samples(a, &p, chunk), ld = samples * p.sample_columns;
     for (int64_t g = 0; g < a->groups; g++) {
       const float *w = weight + g * p.group_out * p.column_rows;
@@ -553,11 +566,8 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
   if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
-    float *base = layout.total ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
-    float *taps = layout.partial ? base : NULL;
-    float *dcol = layout.columns ? base + layout.partial : NULL;
-    float *gathered = layout.stacked ? base + layout.partial + layout.columns : NULL;
-    float *planes = layout.padded ? gathered + layout.stacked : NULL;
+    const conv_buffers buffers = thread_buffers(backend, &layout);
+    float *taps = buffers.partial, *dcol = buffers.columns, *gathered = buffers.stacked, *planes = buffers.padded;
     const int64_t first = chunk * p.chunk, samples = chunk_samples(a, &p, chunk), ld = samples * p.sample_columns;
     for (int64_t g = 0; g < a->groups; g++) {
       const float *w = weight + g * p.group_out * p.column_rows;
@@ -621,11 +631,9 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
   if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
 #pragma omp parallel num_threads(p.threads) if (p.threads > 1)
   {
-    float *base = layout.total ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
-    float *accumulator = layout.partial ? base : dweight;
-    float *col = layout.columns ? base + layout.partial : NULL;
-    float *gathered = layout.stacked ? base + layout.partial + layout.columns : NULL;
-    float *padded = layout.padded ? gathered + layout.stacked : NULL;
+    const conv_buffers buffers = thread_buffers(backend, &layout);
+    float *accumulator = buffers.partial ? buffers.partial : dweight;
+    float *col = buffers.columns, *gathered = buffers.stacked, *padded = buffers.padded;
     if (layout.partial) memset(accumulator, 0, layout.partial * sizeof *accumulator);
 #pragma omp for schedule(static)
     for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
