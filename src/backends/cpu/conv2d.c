@@ -8,7 +8,7 @@
  *
  * Most convolutions use a padded-width lowering instead. Each input plane is first copied once into a
  * zero-padded plane (Hp x Wp, Wp = W + 2 pad_w, plus (kw - 1) dil_w zeros of slack at the end; with unit
- * column stride consecutive rows share one border, Wp = W + pad_w, see make_plan), and a
+ * column stride consecutive rows share one border, Wp = W + pad_w, see conv2d_plan.c), and a
  * sample's columns keep the padded row width: column t = oh * Wp + ow for t in [0, OH * Wp). Row
  * (c, i, j) of the column matrix is then one contiguous run of the padded plane starting at
  * i dil_h Wp + j dil_w: a straight memcpy with no bounds logic, where the plain im2col pays bounds checks
@@ -26,8 +26,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include <cblas.h>
-
+#include "backends/cpu/conv2d_plan.h"
 #include "backends/cpu/cpu.h"
 
 /* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
@@ -36,107 +35,11 @@
 #pragma clang diagnostic ignored "-Wpass-failed"
 #endif
 
-/* Columns per GEMM we aim for: below this OpenBLAS spends its time in packing, not multiplying. */
-#define CONV_MIN_COLUMNS 512
-/* Strides above this use the bounds-checked im2col (phase usage is kept in bit masks). */
-#define CONV_MAX_PHASE_STRIDE 8
-/* OpenBLAS's small-matrix limits and the narrowest blocks worth cutting for them (see gemm). */
-#define CONV_SMALL_GEMM_VOLUME 1000000
-#define CONV_SMALL_GEMM_OUTPUTS 1200
-#define CONV_SMALL_GEMM_MIN_COLUMNS 64
-/* Where one GEMM per kernel tap beats building the column matrix: at least this many input channels per
- * group, and at most this many (O/g) (C/g) weights per tap (see make_plan). */
-#define CONV_TAP_MIN_CHANNELS 16
-#define CONV_TAP_MAX_WEIGHTS 512
-
 #define CONV_CHECK(expression)                                                                                         \
   do {                                                                                                                 \
     bpt_status conv_status_ = (expression);                                                                            \
     if (conv_status_ != BPT_OK) return conv_status_;                                                                   \
   } while (0)
-
-typedef struct conv_plan {
-  int64_t group_in, group_out, kernel_area, column_rows; /* C/g, O/g, kh * kw, C/g * kh * kw */
-  int64_t in_plane, out_plane;                           /* H * W, OH * OW */
-  int64_t sample_columns;                                /* one sample's columns: OH * OW, or OH * Wp if padded */
-  int64_t phase_width, phase_plane, padded_plane;        /* padded lowering: Wq, floats per phase, per channel */
-  unsigned phase_rows_used, phase_columns_used;          /* bit r: some tap reads phase row (column) r */
-  int64_t chunk, chunks;                                 /* samples per chunk, number of chunks */
-  int threads;                                           /* threads running chunks (1: BLAS threads instead) */
-  bool pointwise, padded, by_tap;                        /* by_tap: padded, one GEMM per tap, no columns */
-  bool small_blocks;                                     /* cut GEMMs for OpenBLAS's small-matrix path */
-} conv_plan;
-
-/* strided_phases: whether strided convolutions may use the padded lowering (see the use below). */
-static bpt_status make_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool strided_phases, conv_plan *p) {
-  if (a->groups < 1 || a->in_channels % a->groups || a->out_channels % a->groups)
-    return bpt_backend_fail(backend, BPT_ERR_SHAPE,
-                            "conv2d: %lld groups do not divide %lld input and %lld output "
-                            "channels",
-                            (long long)a->groups, (long long)a->in_channels, (long long)a->out_channels);
-  p->group_in = a->in_channels / a->groups;
-  p->group_out = a->out_channels / a->groups;
-  p->kernel_area = a->kernel_height * a->kernel_width;
-  p->column_rows = p->group_in * p->kernel_area;
-  p->in_plane = a->in_height * a->in_width;
-  p->out_plane = a->out_height * a->out_width;
-  const int64_t sh = a->stride_height, sw = a->stride_width;
-  p->pointwise = a->kernel_height == 1 && a->kernel_width == 1 && sh == 1 && sw == 1 && a->padding_height == 0 &&
-                 a->padding_width == 0;
-  /* Padded lowering: phase planes of the zero-padded input (Hp x Wp), phase (r, q) holding pixels
-   * (a sh + r, b sw + q) as a Hq x Wq plane, Hq = ceil(Hp / sh), Wq = ceil(Wp / sw), plus slack for the
-   * last row's garbage columns; planes rounded to 16 floats stay 64-byte aligned. */
-  const int64_t pw = a->padding_width;
-  /* Unit column stride: consecutive rows share their border, row h's right padding being row h + 1's left
-   * padding (Wp = W + pad_w), which halves the garbage columns (one per row for a 3x3 "same" convolution).
-   * A window overhanging a row's right end reads the next row's leading zeros, so this needs the overhang,
-   * (kw - 1) dil_w - pad_w, to be at most pad_w; for larger padding each row keeps both borders. */
-  const bool shared_border = sw == 1 && pw <= (a->kernel_width - 1) * a->dilation_width;
-  const int64_t padded_height = a->in_height + 2 * a->padding_height;
-  const int64_t padded_width = a->in_width + (shared_border ? pw : 2 * pw);
-  const int64_t phase_height = (padded_height + sh - 1) / sh;
-  p->phase_width = (padded_width + sw - 1) / sw;
-  p->phase_plane = (phase_height * p->phase_width + (a->kernel_width - 1) * a->dilation_width / sw + 15) / 16 * 16;
-  p->padded_plane = sh * sw * p->phase_plane;
-  p->phase_rows_used = p->phase_columns_used = 0;
-  for (int64_t i = 0; i < a->kernel_height && sh <= CONV_MAX_PHASE_STRIDE; i++)
-    p->phase_rows_used |= 1u << (i * a->dilation_height % sh);
-  for (int64_t j = 0; j < a->kernel_width && sw <= CONV_MAX_PHASE_STRIDE; j++)
-    p->phase_columns_used |= 1u << (j * a->dilation_width % sw);
-  /* The garbage columns (Wq - OW per output row) cost GEMM work: measured on ResNet-8, 1 or 2 extra per 7,
-   * 14 or 28 columns (4-14%) win, 2 per 7 (29%, before rows shared their border) lost slightly to the
-   * bounds-checked gather. A 1x1 convolution without padding would copy each pixel twice for nothing. */
-  const bool strided = sh > 1 || sw > 1;
-  p->padded = !p->pointwise && (!strided || strided_phases) && sh <= CONV_MAX_PHASE_STRIDE &&
-              sw <= CONV_MAX_PHASE_STRIDE &&
-              (p->kernel_area > 1 || a->padding_height > 0 || a->padding_width > 0) &&
-              4 * (p->phase_width - a->out_width) <= a->out_width;
-  p->sample_columns = p->padded ? a->out_height * p->phase_width : p->out_plane;
-  int threads = backend->num_threads > 0 ? backend->num_threads : 1;
-  int64_t chunk = (CONV_MIN_COLUMNS + p->sample_columns - 1) / p->sample_columns;
-  int64_t per_thread = (a->batch + threads - 1) / threads;
-  if (chunk > per_thread) chunk = per_thread;
-  if (chunk < 1) chunk = 1;
-  if (p->pointwise) chunk = 1;
-  p->chunk = chunk;
-  p->chunks = (a->batch + chunk - 1) / chunk;
-  /* Too few chunks to share, or too little work: run chunks in order and let OpenBLAS use the threads. */
-  double work = (double)a->batch * (double)p->out_plane * (double)p->column_rows * (double)a->out_channels;
-  p->threads = p->chunks >= threads && work > 2e6 ? threads : 1;
-  /* OpenBLAS runs small-matrix products on one thread, so they are only worth it where each thread has its
-   * own chunks (or there is one thread): a batch-1 pass on two threads keeps whole, threaded GEMMs. */
-  p->small_blocks = p->threads > 1 || threads == 1;
-  /* In the padded layout each tap's receptive fields are a matrix already (rows: channel planes, stride
-   * padded_plane), so the GEMMs can read them in place, one per tap with C/g as the inner dimension, and
-   * skip the column matrix. That needs OpenBLAS's unpacked small-matrix path, whose weight-gradient
-   * kernel requires (O/g) (C/g) <= 1200, and enough channels to keep the kernel busy: measured per pass
-   * on ResNet-8 (batch 128), 16 -> 16 channels 6.7-7.8 -> 6.0-6.8 ms and 16 -> 32 (stride 2) 4.6-4.9 ->
-   * 4.6-4.9 ms, but 32 -> 32 6.3-6.9 -> 6.5-7.1 ms, 1 -> 16 (the stem) 0.7 -> 1.4 ms, and 64 -> 64
-   * (4096 weights per tap, past the small kernel) 6.3 -> 10.4 ms for the weight gradient. */
-  p->by_tap = p->padded && p->small_blocks && p->group_in >= CONV_TAP_MIN_CHANNELS &&
-              p->group_in * p->group_out <= CONV_TAP_MAX_WEIGHTS;
-  return BPT_OK;
-}
 
 /* Wider vectors for the gathers: the library is built for baseline x86-64, so without clones these loops
  * would use 4-wide SSE on machines with AVX-512. */
@@ -224,8 +127,7 @@ CONV_VECTOR_CLONES static void col2im(const bpt_conv2d_args *a, const conv_plan 
 /* padded (C/g groups of sh * sw phase planes) = one sample's group channels inside a zero border, split
  * into stride phases: phase (r, q) row a, column b holds padded pixel (a sh + r, b sw + q). Phases no tap
  * reads are left unwritten. */
-CONV_VECTOR_CLONES static void pad_planes(const bpt_conv2d_args *a, const conv_plan *p, const float *x,
-                                          float *padded) {
+CONV_VECTOR_CLONES static void pad_planes(const bpt_conv2d_args *a, const conv_plan *p, const float *x, float *padded) {
   const int64_t H = a->in_height, W = a->in_width, sh = a->stride_height, sw = a->stride_width;
   const int64_t ph = a->padding_height, pw = a->padding_width, Wq = p->phase_width;
   const int64_t phase_height = (H + 2 * ph + sh - 1) / sh;
@@ -276,28 +178,20 @@ CONV_VECTOR_CLONES static void pad_planes(const bpt_conv2d_args *a, const conv_p
       }
 }
 
-/* The phase plane and offset where tap (i, j)'s run of columns starts, within one channel's phases. */
-static int64_t tap_offset(const bpt_conv2d_args *a, const conv_plan *p, int64_t i, int64_t j) {
-  const int64_t row = i * a->dilation_height, column = j * a->dilation_width;
-  const int64_t sh = a->stride_height, sw = a->stride_width;
-  return (row % sh * sw + column % sw) * p->phase_plane + row / sh * p->phase_width + column / sw;
-}
-
 /* col (C/g * kh * kw rows, leading dimension ld; OH * Wq columns) from phase planes: one copy per row. */
-static void im2col_padded(const bpt_conv2d_args *a, const conv_plan *p, const float *padded, float *col,
-                          int64_t ld) {
+static void im2col_padded(const bpt_conv2d_args *a, const conv_plan *p, const float *padded, float *col, int64_t ld) {
   const size_t bytes = (size_t)p->sample_columns * sizeof *col;
   for (int64_t c = 0; c < p->group_in; c++)
     for (int64_t i = 0; i < a->kernel_height; i++)
       for (int64_t j = 0; j < a->kernel_width; j++)
         memcpy(col + ((c * a->kernel_height + i) * a->kernel_width + j) * ld,
-               padded + c * p->padded_plane + tap_offset(a, p, i, j), bytes);
+               padded + c * p->padded_plane + bpt_cpu_conv_tap_offset(a, p, i, j), bytes);
 }
 
 /* planes (one sample's group channels, padded) = col2im of padded-width columns, for unit strides only (see
  * bpt_cpu_conv2d_backward_data): each row is added, contiguously, at its tap's offset. */
-CONV_VECTOR_CLONES static void col2im_padded(const bpt_conv2d_args *a, const conv_plan *p, const float *col,
-                                             int64_t ld, float *planes) {
+CONV_VECTOR_CLONES static void col2im_padded(const bpt_conv2d_args *a, const conv_plan *p, const float *col, int64_t ld,
+                                             float *planes) {
   const int64_t L = p->sample_columns;
   for (int64_t c = 0; c < p->group_in; c++) {
     float *plane = planes + c * p->padded_plane;
@@ -310,7 +204,7 @@ CONV_VECTOR_CLONES static void col2im_padded(const bpt_conv2d_args *a, const con
           memcpy(plane, row, (size_t)L * sizeof *plane);
           continue;
         }
-        float *target = plane + tap_offset(a, p, i, j);
+        float *target = plane + bpt_cpu_conv_tap_offset(a, p, i, j);
 #pragma omp simd
         for (int64_t t = 0; t < L; t++)
           target[t] += row[t];
@@ -338,73 +232,6 @@ CONV_VECTOR_CLONES static void add_interiors(const bpt_conv2d_args *a, const con
       for (int64_t w = 0; w < W; w++)
         target[w] += source[w];
     }
-}
-
-static void blas_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float *a,
-                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
-              (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
-}
-
-/* C (m, n) = op(A) (m, k) . op(B) (k, n) + beta C, row-major, cut into blocks OpenBLAS multiplies without
- * packing. OpenBLAS 0.3.21's x86-64 SkylakeX/Cooper Lake kernels (also chosen on Zen 4) take a "small
- * matrix" path when M N K <= 10^6 in its column-major terms, and for op(A) = A^T, op(B) = B there (our
- * weight gradient, B^T) only when also M N <= 1200 and K >= 32. Convolution GEMMs have few rows (16-64
- * channels) and thousands of columns, so the whole product never qualifies; blocks that do measured, for
- * 16 and 32 channels, 1.4-1.6x faster forward and data-gradient GEMMs and 2.2x faster weight gradients
- * (46-65 -> 90-103, 35 -> 76-81 GFLOP/s). Blocks narrower than CONV_SMALL_GEMM_MIN_COLUMNS gained nothing
- * (64 channels), so such products stay whole; with other BLAS builds the blocks cost only extra calls. */
-/* The size of equal blocks, at most limit each, that cover count. */
-static int64_t even_block(int64_t count, int64_t limit) {
-  const int64_t blocks = (count + limit - 1) / limit;
-  return (count + blocks - 1) / blocks;
-}
-
-static void gemm(const conv_plan *plan, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  if (!plan->small_blocks) {
-    blas_gemm(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  if (!transpose_b) {
-    /* Blocks of op(A)'s rows and B's columns with rows columns k <= volume; rows are halved while the
-     * columns would fall below CONV_SMALL_GEMM_MIN_COLUMNS (64 channels by 576: 16 rows of 108 columns,
-     * 98-108 GFLOP/s against 70-89 whole or in 27-column blocks). */
-    int64_t rows = m;
-    while (rows > 8 && CONV_SMALL_GEMM_VOLUME / (rows * k) < CONV_SMALL_GEMM_MIN_COLUMNS)
-      rows = (rows + 1) / 2;
-    int64_t columns = CONV_SMALL_GEMM_VOLUME / (rows * k);
-    if (columns < CONV_SMALL_GEMM_MIN_COLUMNS || (rows >= m && columns >= n)) {
-      blas_gemm(transpose_a, false, m, n, k, a, lda, b, ldb, beta, c, ldc);
-      return;
-    }
-    rows = even_block(m, rows);
-    columns = even_block(n, columns < n ? columns : n);
-    for (int64_t i = 0; i < m; i += rows)
-      for (int64_t j = 0; j < n; j += columns)
-        blas_gemm(transpose_a, false, m - i < rows ? m - i : rows, n - j < columns ? n - j : columns, k,
-                  a + (transpose_a ? i : i * lda), lda, b + j, ldb, beta, c + i * ldc + j, ldc);
-    return;
-  }
-  /* C (m, n) += A (m, k) . B^T: blocks of C's columns with n_block m <= outputs, and of the reduction
-   * with n_block m k_block <= volume (k_block >= 32). */
-  int64_t columns = CONV_SMALL_GEMM_OUTPUTS / m;
-  int64_t reduction = columns > 0 ? CONV_SMALL_GEMM_VOLUME / (columns * m) : 0;
-  if (transpose_a || beta != 1.0f || columns < 1 || reduction < 32 || (columns >= n && reduction >= k)) {
-    blas_gemm(transpose_a, true, m, n, k, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  columns = even_block(n, columns);
-  reduction = even_block(k, reduction);
-  for (int64_t j = 0; j < n; j += columns)
-    for (int64_t l = 0; l < k; l += reduction)
-      blas_gemm(false, true, m, n - j < columns ? n - j : columns, k - l < reduction ? k - l : reduction, a + l, lda,
-                b + j * ldb + l, ldb, 1.0f, c + j, ldc);
-}
-
-static int64_t chunk_samples(const bpt_conv2d_args *a, const conv_plan *p, int64_t chunk_index) {
-  int64_t first = chunk_index * p->chunk;
-  return first + p->chunk <= a->batch ? p->chunk : a->batch - first;
 }
 
 /* Gathers dy of one group for the chunk's samples into (O/g, S * sample_columns); in the padded layout the
@@ -464,52 +291,18 @@ static void lower_chunk(const bpt_conv2d_args *a, const conv_plan *p, const floa
   }
 }
 
-typedef struct conv_scratch {
-  size_t partial, columns, stacked, padded, total;
-} conv_scratch;
-
-/* Each thread's scratch, in floats: [partial weight gradient or weights by tap][columns][product or gathered
- * dy][padded planes]. Columns exist unless the GEMMs go by tap or the convolution is pointwise; the
- * product/gathered block when chunks hold several samples or use the padded layout; padded planes hold one
- * sample's group channels. */
-static conv_scratch scratch_layout(const conv_plan *p, size_t partial) {
-  const int64_t columns = p->chunk * p->sample_columns;
-  conv_scratch s;
-  s.partial = partial;
-  s.columns = p->pointwise || p->by_tap ? 0 : (size_t)(p->column_rows * columns);
-  s.stacked = p->chunk > 1 || p->padded ? (size_t)(p->group_out * columns) : 0;
-  s.padded = p->padded ? (size_t)(p->group_in * p->padded_plane) : 0;
-  s.total = s.partial + s.columns + s.stacked + s.padded;
-  return s;
-}
-
-/* One thread's pointers into its scratch, NULL where the layout has no such block. */
-typedef struct conv_buffers {
-  float *partial, *columns, *stacked, *padded;
-} conv_buffers;
-
-static conv_buffers thread_buffers(bpt_backend *backend, const conv_scratch *layout) {
-  conv_buffers buffers = {0};
-  if (!layout->total) return buffers;
-  float *base = bpt_cpu_scratch(backend, omp_get_thread_num());
-  if (layout->partial) buffers.partial = base;
-  if (layout->columns) buffers.columns = base + layout->partial;
-  if (layout->stacked) buffers.stacked = base + layout->partial + layout->columns;
-  if (layout->padded) buffers.padded = base + layout->partial + layout->columns + layout->stacked;
-  return buffers;
-}
-
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
                                   const float *bias, float *y) {
   conv_plan p;
-  CONV_CHECK(make_plan(backend, a, true, &p));
-  const conv_scratch layout = scratch_layout(&p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0);
+  CONV_CHECK(bpt_cpu_conv_plan(backend, a, true, &p));
+  const conv_scratch layout = bpt_cpu_conv_scratch_layout(&p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0);
   if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
-    const conv_buffers buffers = thread_buffers(backend, &layout);
+    const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);
     float *taps = buffers.partial, *col = buffers.columns, *product = buffers.stacked, *padded = buffers.padded;
-    const int64_t first = chunk * p.chunk, samples = chunk_samples(a, &p, chunk), ld = samples * p.sample_columns;
+    const int64_t first = chunk * p.chunk, samples = bpt_cpu_conv_chunk_samples(a, &p, chunk),
+                  ld = samples * p.sample_columns;
     for (int64_t g = 0; g < a->groups; g++) {
       const float *w = weight + g * p.group_out * p.column_rows;
       if (p.by_tap) {
@@ -520,9 +313,10 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
           for (int64_t i = 0; i < a->kernel_height; i++)
             for (int64_t j = 0; j < a->kernel_width; j++) {
               const int64_t t = i * a->kernel_width + j;
-              gemm(&p, false, false, p.group_out, p.sample_columns, p.group_in, taps + t * p.group_out * p.group_in,
-                   p.group_in, padded + tap_offset(a, &p, i, j), p.padded_plane, t ? 1.0f : 0.0f,
-                   product + s * p.sample_columns, ld);
+              bpt_cpu_conv_gemm(&p, false, false, p.group_out, p.sample_columns, p.group_in,
+                                taps + t * p.group_out * p.group_in, p.group_in,
+                                padded + bpt_cpu_conv_tap_offset(a, &p, i, j), p.padded_plane, t ? 1.0f : 0.0f,
+                                product + s * p.sample_columns, ld);
             }
         }
         scatter_product(a, &p, product, first, samples, g, bias, y);
@@ -538,7 +332,8 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
       /* y (O/g, S * OH * OW) = W_g (O/g, C/g * kh * kw) . col (C/g * kh * kw, S * OH * OW) */
       if (!product) {
         float *y_group = y + (first * a->out_channels + g * p.group_out) * p.out_plane;
-        gemm(&p, false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, y_group, p.out_plane);
+        bpt_cpu_conv_gemm(&p, false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, y_group,
+                          p.out_plane);
         if (bias)
           for (int64_t o = 0; o < p.group_out; o++) {
             const float value = bias[g * p.group_out + o];
@@ -549,7 +344,7 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
           }
         continue;
       }
-      gemm(&p, false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, product, ld);
+      bpt_cpu_conv_gemm(&p, false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, product, ld);
       scatter_product(a, &p, product, first, samples, g, bias, y);
     }
   }
@@ -561,14 +356,15 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
   conv_plan p;
   /* Strided data gradients keep col2im: phase planes to zero and read back are stride_h * stride_w times
    * the output being scattered, which measured slower (32 channels 14x14 -> 64 at 7x7: 4.7 against 3.9 ms). */
-  CONV_CHECK(make_plan(backend, a, false, &p));
-  const conv_scratch layout = scratch_layout(&p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0);
+  CONV_CHECK(bpt_cpu_conv_plan(backend, a, false, &p));
+  const conv_scratch layout = bpt_cpu_conv_scratch_layout(&p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0);
   if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
-    const conv_buffers buffers = thread_buffers(backend, &layout);
+    const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);
     float *taps = buffers.partial, *dcol = buffers.columns, *gathered = buffers.stacked, *planes = buffers.padded;
-    const int64_t first = chunk * p.chunk, samples = chunk_samples(a, &p, chunk), ld = samples * p.sample_columns;
+    const int64_t first = chunk * p.chunk, samples = bpt_cpu_conv_chunk_samples(a, &p, chunk),
+                  ld = samples * p.sample_columns;
     for (int64_t g = 0; g < a->groups; g++) {
       const float *w = weight + g * p.group_out * p.column_rows;
       const float *d = dy + (first * a->out_channels + g * p.group_out) * p.out_plane;
@@ -589,9 +385,9 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
           for (int64_t i = 0; i < a->kernel_height; i++)
             for (int64_t j = 0; j < a->kernel_width; j++) {
               const int64_t t = i * a->kernel_width + j;
-              gemm(&p, true, false, p.group_in, p.sample_columns, p.group_out, taps + t * p.group_out * p.group_in,
-                   p.group_in, d + s * p.sample_columns, ld, t ? 1.0f : 0.0f, planes + tap_offset(a, &p, i, j),
-                   p.padded_plane);
+              bpt_cpu_conv_gemm(&p, true, false, p.group_in, p.sample_columns, p.group_out,
+                                taps + t * p.group_out * p.group_in, p.group_in, d + s * p.sample_columns, ld,
+                                t ? 1.0f : 0.0f, planes + bpt_cpu_conv_tap_offset(a, &p, i, j), p.padded_plane);
             }
           add_interiors(a, &p, planes, dx_group + s * a->in_channels * p.in_plane);
         }
@@ -599,12 +395,12 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
       }
       if (p.pointwise) {
         /* dx (C/g, H * W) += W_g^T (C/g, O/g) . dy (O/g, H * W) */
-        gemm(&p, true, false, p.group_in, p.in_plane, p.group_out, w, p.column_rows, d, p.out_plane, 1.0f, dx_group,
-             p.in_plane);
+        bpt_cpu_conv_gemm(&p, true, false, p.group_in, p.in_plane, p.group_out, w, p.column_rows, d, p.out_plane, 1.0f,
+                          dx_group, p.in_plane);
         continue;
       }
       /* dcol (C/g * kh * kw, S * OH * OW) = W_g^T . dy, then scattered back with col2im */
-      gemm(&p, true, false, p.column_rows, ld, p.group_out, w, p.column_rows, d, ld, 0.0f, dcol, ld);
+      bpt_cpu_conv_gemm(&p, true, false, p.column_rows, ld, p.group_out, w, p.column_rows, d, ld, 0.0f, dcol, ld);
       for (int64_t s = 0; s < samples; s++) {
         float *dx_sample = dx_group + s * a->in_channels * p.in_plane;
         if (p.padded) {
@@ -622,22 +418,23 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
 bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                           const float *dy, float *dweight, float *dbias) {
   conv_plan p;
-  CONV_CHECK(make_plan(backend, a, true, &p));
+  CONV_CHECK(bpt_cpu_conv_plan(backend, a, true, &p));
   const int64_t weight_count = a->out_channels * p.column_rows;
   /* Threads accumulate their own weight gradients, summed into dweight at the end; so does the padded path,
    * whose gradient is laid out by tap (groups of (kh * kw, O/g, C/g)). */
   const bool partials = p.threads > 1 || p.by_tap;
-  const conv_scratch layout = scratch_layout(&p, partials ? (size_t)weight_count : 0);
+  const conv_scratch layout = bpt_cpu_conv_scratch_layout(&p, partials ? (size_t)weight_count : 0);
   if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
 #pragma omp parallel num_threads(p.threads) if (p.threads > 1)
   {
-    const conv_buffers buffers = thread_buffers(backend, &layout);
+    const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);
     float *accumulator = buffers.partial ? buffers.partial : dweight;
     float *col = buffers.columns, *gathered = buffers.stacked, *padded = buffers.padded;
     if (layout.partial) memset(accumulator, 0, layout.partial * sizeof *accumulator);
 #pragma omp for schedule(static)
     for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
-      const int64_t first = chunk * p.chunk, samples = chunk_samples(a, &p, chunk), ld = samples * p.sample_columns;
+      const int64_t first = chunk * p.chunk, samples = bpt_cpu_conv_chunk_samples(a, &p, chunk),
+                    ld = samples * p.sample_columns;
       for (int64_t g = 0; g < a->groups; g++) {
         const float *d = dy + (first * a->out_channels + g * p.group_out) * p.out_plane;
         if (gathered) {
@@ -653,9 +450,9 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
             for (int64_t i = 0; i < a->kernel_height; i++)
               for (int64_t j = 0; j < a->kernel_width; j++) {
                 const int64_t t = i * a->kernel_width + j;
-                gemm(&p, false, true, p.group_out, p.group_in, p.sample_columns, d + s * p.sample_columns, ld,
-                     padded + tap_offset(a, &p, i, j), p.padded_plane, 1.0f,
-                     dw_group + t * p.group_out * p.group_in, p.group_in);
+                bpt_cpu_conv_gemm(&p, false, true, p.group_out, p.group_in, p.sample_columns, d + s * p.sample_columns,
+                                  ld, padded + bpt_cpu_conv_tap_offset(a, &p, i, j), p.padded_plane, 1.0f,
+                                  dw_group + t * p.group_out * p.group_in, p.group_in);
               }
           }
           continue;
@@ -666,7 +463,7 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
           b = col;
         }
         /* dW_g (O/g, C/g * kh * kw) += dy (O/g, S * OH * OW) . col^T (S * OH * OW, C/g * kh * kw) */
-        gemm(&p, false, true, p.group_out, p.column_rows, ld, d, ld, b, ld, 1.0f, dw_group, p.column_rows);
+        bpt_cpu_conv_gemm(&p, false, true, p.group_out, p.column_rows, ld, d, ld, b, ld, 1.0f, dw_group, p.column_rows);
       }
     }
     if (layout.partial) {
