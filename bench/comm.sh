@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Comm layer benchmark: our all-reduce against MPI_Allreduce on the same buffers, and data-parallel step
 # time with and without overlap, on 2 ranks over shared memory. Extra arguments go to comm_bench (bench/mpi/comm.c)
-# (--rounds N, --steps N, --batch N, --threads N, --rotate 1). Results are recorded in docs/benchmarks.md.
+# (--rounds N, --steps N, --batch N, --threads N, --rotate 0 for the fixed candidate order). Results are recorded in docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BPT_BUILD_DIR:-build}
