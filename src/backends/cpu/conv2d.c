@@ -295,8 +295,8 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
                                   const float *bias, float *y) {
   conv_plan p;
   CONV_CHECK(bpt_cpu_conv_plan(backend, a, true, &p));
-  const conv_scratch layout = bpt_cpu_conv_scratch_layout(&p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0);
-  if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
+  conv_scratch layout;
+  CONV_CHECK(bpt_cpu_conv_reserve_scratch(backend, &p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0, &layout));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
     const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);
@@ -357,8 +357,8 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
   /* Strided data gradients keep col2im: phase planes to zero and read back are stride_h * stride_w times
    * the output being scattered, which measured slower (32 channels 14x14 -> 64 at 7x7: 4.7 against 3.9 ms). */
   CONV_CHECK(bpt_cpu_conv_plan(backend, a, false, &p));
-  const conv_scratch layout = bpt_cpu_conv_scratch_layout(&p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0);
-  if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
+  conv_scratch layout;
+  CONV_CHECK(bpt_cpu_conv_reserve_scratch(backend, &p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0, &layout));
 #pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
   for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
     const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);
@@ -423,8 +423,8 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
   /* Threads accumulate their own weight gradients, summed into dweight at the end; so does the padded path,
    * whose gradient is laid out by tap (groups of (kh * kw, O/g, C/g)). */
   const bool partials = p.threads > 1 || p.by_tap;
-  const conv_scratch layout = bpt_cpu_conv_scratch_layout(&p, partials ? (size_t)weight_count : 0);
-  if (layout.total) CONV_CHECK(bpt_cpu_scratch_reserve(backend, p.threads, layout.total));
+  conv_scratch layout;
+  CONV_CHECK(bpt_cpu_conv_reserve_scratch(backend, &p, partials ? (size_t)weight_count : 0, &layout));
 #pragma omp parallel num_threads(p.threads) if (p.threads > 1)
   {
     const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);

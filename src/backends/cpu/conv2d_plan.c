@@ -156,15 +156,15 @@ int64_t bpt_cpu_conv_chunk_samples(const bpt_conv2d_args *a, const conv_plan *p,
  * dy][padded planes]. Columns exist unless the GEMMs go by tap or the convolution is pointwise; the
  * product/gathered block when chunks hold several samples or use the padded layout; padded planes hold one
  * sample's group channels. */
-conv_scratch bpt_cpu_conv_scratch_layout(const conv_plan *p, size_t partial) {
+bpt_status bpt_cpu_conv_reserve_scratch(bpt_backend *backend, const conv_plan *p, size_t partial,
+                                        conv_scratch *layout) {
   const int64_t columns = p->chunk * p->sample_columns;
-  conv_scratch s;
-  s.partial = partial;
-  s.columns = p->pointwise || p->by_tap ? 0 : (size_t)(p->column_rows * columns);
-  s.stacked = p->chunk > 1 || p->padded ? (size_t)(p->group_out * columns) : 0;
-  s.padded = p->padded ? (size_t)(p->group_in * p->padded_plane) : 0;
-  s.total = s.partial + s.columns + s.stacked + s.padded;
-  return s;
+  layout->partial = partial;
+  layout->columns = p->pointwise || p->by_tap ? 0 : (size_t)(p->column_rows * columns);
+  layout->stacked = p->chunk > 1 || p->padded ? (size_t)(p->group_out * columns) : 0;
+  layout->padded = p->padded ? (size_t)(p->group_in * p->padded_plane) : 0;
+  layout->total = layout->partial + layout->columns + layout->stacked + layout->padded;
+  return layout->total ? bpt_cpu_scratch_reserve(backend, p->threads, layout->total) : BPT_OK;
 }
 
 conv_buffers bpt_cpu_conv_thread_buffers(bpt_backend *backend, const conv_scratch *layout) {

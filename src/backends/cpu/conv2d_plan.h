@@ -48,9 +48,9 @@ typedef struct conv_scratch {
   size_t partial, columns, stacked, padded, total;
 } conv_scratch;
 
-/* Each thread's scratch, in floats, for a pass whose first block (partial weight gradient or weights by tap)
- * holds partial floats. */
-conv_scratch bpt_cpu_conv_scratch_layout(const conv_plan *p, size_t partial);
+/* Lays out each thread's scratch, in floats, for a pass whose first block (partial weight gradient or weights
+ * by tap) holds partial floats, and reserves it for the plan's threads. */
+bpt_status bpt_cpu_conv_reserve_scratch(bpt_backend *backend, const conv_plan *p, size_t partial, conv_scratch *layout);
 
 /* One thread's pointers into its scratch, NULL where the layout has no such block. */
 typedef struct conv_buffers {
