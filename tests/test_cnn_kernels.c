@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu.h"
 #include "core/context.h"
 #include "test_support.h"
 
@@ -182,17 +183,36 @@ static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(3, 16, 15, 15, 8, 3, 3, 2, 1, 1, 1), 27);
   check_conv(backend, conv(4, 32, 10, 16, 32, 3, 3, 1, 1, 1, 2), 28);
   check_conv(backend, conv(2, 16, 8, 20, 4, 3, 3, 1, 0, 2, 1), 29);
+  /* The direct kernels' shapes (3x3, padding 1, C a multiple of 8, O of 16; stride 1 or 2): odd and
+   * non-square planes, 7x7 planes (one short tile of positions), stride 2 from odd sizes, 16 and 32 output
+   * channels per weight-gradient tile, batch 1, and samples that do not fill a thread's last chunk. */
+  check_conv(backend, conv(2, 8, 13, 11, 32, 3, 3, 1, 1, 1, 1), 31);
+  check_conv(backend, conv(1, 16, 7, 7, 16, 3, 3, 1, 1, 1, 1), 32);
+  check_conv(backend, conv(3, 16, 15, 15, 16, 3, 3, 2, 1, 1, 1), 33);
+  check_conv(backend, conv(2, 8, 7, 9, 32, 3, 3, 2, 1, 1, 1), 34);
+  check_conv(backend, conv(5, 16, 28, 28, 32, 3, 3, 2, 1, 1, 1), 35);
+  check_conv(backend, conv(11, 32, 7, 7, 64, 3, 3, 1, 1, 1, 1), 36);
+}
+
+/* Runs every case through the direct kernels where they apply (and the CPU has them), then through the
+ * GEMM lowerings alone. */
+static void check_conv_lowerings(bpt_backend *backend) {
+  bpt_cpu_state *state = backend->state;
+  check_conv_cases(backend);
+  state->gemm_convolutions_only = true;
+  check_conv_cases(backend);
+  state->gemm_convolutions_only = false;
 }
 
 static void conv_matches_direct_loops(void **state) {
   (void)state;
   bpt_context *context = test_context(1);
-  check_conv_cases(&context->backend);
+  check_conv_lowerings(&context->backend);
   bpt_context_destroy(context);
   bpt_context_options options = bpt_context_options_default();
   options.num_threads = 1;
   assert_int_equal(bpt_context_create(&options, &context), BPT_OK);
-  check_conv_cases(&context->backend);
+  check_conv_lowerings(&context->backend);
   bpt_context_destroy(context);
 }
 

@@ -294,7 +294,7 @@ static void lower_chunk(const bpt_conv2d_args *a, const conv_plan *p, const floa
 
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
                                   const float *bias, float *y) {
-  if (bpt_cpu_conv_direct_applies(a)) return bpt_cpu_conv_direct_forward(backend, a, x, weight, bias, y);
+  if (bpt_cpu_conv_direct_applies(backend, a)) return bpt_cpu_conv_direct_forward(backend, a, x, weight, bias, y);
   conv_plan p;
   CONV_CHECK(bpt_cpu_conv_plan(backend, a, true, &p));
   conv_scratch layout;
@@ -355,7 +355,7 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
 
 bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                         const float *weight, float *dx) {
-  if (bpt_cpu_conv_direct_applies(a)) return bpt_cpu_conv_direct_backward_data(backend, a, dy, weight, dx);
+  if (bpt_cpu_conv_direct_applies(backend, a)) return bpt_cpu_conv_direct_backward_data(backend, a, dy, weight, dx);
   conv_plan p;
   /* Strided data gradients keep col2im: phase planes to zero and read back are stride_h * stride_w times
    * the output being scattered, which measured slower (32 channels 14x14 -> 64 at 7x7: 4.7 against 3.9 ms). */
@@ -437,7 +437,7 @@ static void bias_gradient(const bpt_conv2d_args *a, const float *dy, float *dbia
 
 bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                           const float *dy, float *dweight, float *dbias) {
-  if (bpt_cpu_conv_direct_applies(a)) {
+  if (bpt_cpu_conv_direct_applies(backend, a)) {
     CONV_CHECK(bpt_cpu_conv_direct_backward_filter(backend, a, x, dy, dweight));
     if (dbias) bias_gradient(a, dy, dbias);
     return BPT_OK;

@@ -41,19 +41,21 @@
 #define DIRECT_FILTER_PIXELS 256
 #define DIRECT_TAPS 9
 
-bool bpt_cpu_conv_direct_applies(const bpt_conv2d_args *a) {
+bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a) {
 #if DIRECT_KERNELS
   static int has_avx512 = -1;
   if (has_avx512 < 0) {
     __builtin_cpu_init();
     has_avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
   }
-  return has_avx512 && a->kernel_height == 3 && a->kernel_width == 3 && a->stride_height == 1 &&
-         a->stride_width == 1 && a->padding_height == 1 && a->padding_width == 1 && a->dilation_height == 1 &&
-         a->dilation_width == 1 && a->groups == 1 && a->in_channels % DIRECT_BLOCK == 0 &&
-         a->out_channels % 16 == 0 && a->out_height == a->in_height && a->out_width == a->in_width;
+  const int64_t stride = a->stride_height;
+  return has_avx512 && !((bpt_cpu_state *)backend->state)->gemm_convolutions_only && a->kernel_height == 3 && a->kernel_width == 3 && a->stride_width == stride &&
+         (stride == 1 || stride == 2) && a->padding_height == 1 && a->padding_width == 1 &&
+         a->dilation_height == 1 && a->dilation_width == 1 && a->groups == 1 && a->in_channels % DIRECT_BLOCK == 0 &&
+         a->out_channels % 16 == 0 && a->out_height == (a->in_height - 1) / stride + 1 &&
+         a->out_width == (a->in_width - 1) / stride + 1;
 #else
-  (void)a;
+  (void)backend, (void)a;
   return false;
 #endif
 }
@@ -61,16 +63,43 @@ bool bpt_cpu_conv_direct_applies(const bpt_conv2d_args *a) {
 #if DIRECT_KERNELS
 
 typedef struct direct_geometry {
-  int64_t height, width; /* of input and output alike */
-  int64_t row;           /* R = W + 1: a row and the border column it shares with the next */
-  int64_t plane;         /* floats per padded plane: (H + 2) R + 2, rounded up to 16 */
-  int64_t positions;     /* H R output positions, the last of each row garbage */
+  int64_t in_height, in_width, out_height, out_width, stride;
+  int64_t row;            /* R: output positions per row, the last one garbage */
+  int64_t plane;          /* floats per padded plane (per phase plane when strided) */
+  int64_t channel_floats; /* floats per input channel: stride^2 planes */
+  int64_t positions;      /* OH R */
+  int64_t taps;                 /* 9, or fewer for one phase of a strided data gradient */
+  int64_t offsets[DIRECT_TAPS]; /* where each tap reads for position 0, within a channel's planes */
 } direct_geometry;
 
+/* Stride 1: one padded plane per channel, rows sharing a border column, R = W + 1, tap (i, j) at i R + j.
+ * Stride 2: the padded plane split into 4 phase planes, phase (r, q) row a column b holding padded pixel
+ * (2 a + r, 2 b + q), OH + 1 rows of R = OW + 1; tap (i, j) reads phase (i % 2, j % 2) at
+ * (i / 2) R + j / 2. Either way a tap's inputs for consecutive positions are consecutive floats. */
+#define DIRECT_TARGET __attribute__((target("avx512f")))
+#define DIRECT_INLINE static inline __attribute__((always_inline)) DIRECT_TARGET
+
 static direct_geometry geometry(const bpt_conv2d_args *a) {
-  direct_geometry g = {.height = a->in_height, .width = a->in_width, .row = a->in_width + 1};
-  g.plane = ((a->in_height + 2) * g.row + 2 + 15) / 16 * 16;
-  g.positions = g.height * g.row;
+  direct_geometry g = {.in_height = a->in_height,
+                       .in_width = a->in_width,
+                       .out_height = a->out_height,
+                       .out_width = a->out_width,
+                       .stride = a->stride_height};
+  if (g.stride == 1) {
+    g.row = a->in_width + 1;
+    g.plane = ((a->in_height + 2) * g.row + 2 + 15) / 16 * 16;
+    g.channel_floats = g.plane;
+  } else {
+    g.row = a->out_width + 1;
+    g.plane = ((a->out_height + 1) * g.row + 1 + 15) / 16 * 16;
+    g.channel_floats = 4 * g.plane;
+  }
+  g.positions = g.out_height * g.row;
+  g.taps = DIRECT_TAPS;
+  for (int64_t i = 0; i < 3; i++)
+    for (int64_t j = 0; j < 3; j++)
+      g.offsets[i * 3 + j] = g.stride == 1 ? i * g.row + j
+                                           : ((i % 2) * 2 + j % 2) * g.plane + (i / 2) * g.row + j / 2;
   return g;
 }
 
@@ -79,20 +108,46 @@ static int direct_threads(bpt_backend *backend, int64_t units) {
   return units < threads ? (int)units : threads;
 }
 
-/* planes (channels padded planes, then DIRECT_SLACK zeros) = x's channel planes inside a zero border. */
-static void pad_planes(const direct_geometry *g, int64_t channels, const float *x, float *planes) {
-  const int64_t H = g->height, W = g->width, R = g->row;
+/* planes (channels of channel_floats, then DIRECT_SLACK zeros) = x's channel planes inside a zero border, in
+ * the geometry's layout. */
+DIRECT_TARGET static void pad_planes(const direct_geometry *g, int64_t channels, const float *x, float *planes) {
+  const int64_t H = g->in_height, W = g->in_width, R = g->row;
   for (int64_t c = 0; c < channels; c++) {
-    float *plane = planes + c * g->plane;
     const float *source = x + c * H * W;
-    memset(plane, 0, (size_t)(R + 1) * sizeof *plane);
-    for (int64_t h = 0; h < H; h++) {
-      memcpy(plane + (h + 1) * R + 1, source + h * W, (size_t)W * sizeof *plane);
-      plane[(h + 2) * R] = 0.0f;
+    float *plane = planes + c * g->channel_floats;
+    if (g->stride == 1) {
+      memset(plane, 0, (size_t)(R + 1) * sizeof *plane);
+      for (int64_t h = 0; h < H; h++) {
+        memcpy(plane + (h + 1) * R + 1, source + h * W, (size_t)W * sizeof *plane);
+        plane[(h + 2) * R] = 0.0f;
+      }
+      memset(plane + (H + 1) * R + 1, 0, (size_t)(g->plane - (H + 1) * R - 1) * sizeof *plane);
+      continue;
     }
-    memset(plane + (H + 1) * R + 1, 0, (size_t)(g->plane - (H + 1) * R - 1) * sizeof *plane);
+    for (int64_t phase = 0; phase < 4; phase++, plane += g->plane) {
+      const int64_t r = phase / 2, q = phase % 2;
+      /* Columns b whose pixel 2 b + q - 1 lies inside the image: [low, high). */
+      const int64_t low = q == 0 ? 1 : 0, high = (W - q) / 2 + 1 < R ? (W - q) / 2 + 1 : R;
+      for (int64_t row = 0; row <= g->out_height; row++) {
+        float *out = plane + row * R;
+        const int64_t h = 2 * row + r - 1;
+        if (h < 0 || h >= H) {
+          memset(out, 0, (size_t)R * sizeof *out);
+          continue;
+        }
+        const float *in = source + h * W;
+        for (int64_t b = 0; b < low; b++)
+          out[b] = 0.0f;
+#pragma omp simd
+        for (int64_t b = low; b < high; b++)
+          out[b] = in[2 * b + q - 1];
+        for (int64_t b = high; b < R; b++)
+          out[b] = 0.0f;
+      }
+      memset(plane + (g->out_height + 1) * R, 0, (size_t)(g->plane - (g->out_height + 1) * R) * sizeof *plane);
+    }
   }
-  memset(planes + channels * g->plane, 0, DIRECT_SLACK * sizeof *planes);
+  memset(planes + channels * g->channel_floats, 0, DIRECT_SLACK * sizeof *planes);
 }
 
 /* packed (out / 8 blocks of (in, tap, 8)) from w (out, in, 3, 3); transposed: the data gradient's weights,
@@ -110,11 +165,8 @@ static void pack_weights(const float *w, int64_t out, int64_t in, bool transpose
         }
 }
 
-#define DIRECT_TARGET __attribute__((target("avx512f")))
-#define DIRECT_INLINE static inline __attribute__((always_inline)) DIRECT_TARGET
-
-/* out (8 planes of H W, plane_floats apart) (+)= the block's outputs at positions [t0, t0 + 16 V), summed
- * over every input channel and tap; then each row's valid lanes are compressed out and stored. */
+/* out (8 planes of OH OW) (+)= the block's outputs at positions [t0, t0 + 16 V), summed over every input
+ * channel and tap; then each row's valid lanes are compressed out and stored. */
 DIRECT_INLINE void forward_tile(const int V, const direct_geometry *g, const float *planes, int64_t in_channels,
                                 const float *packed, const float *bias, bool accumulate, int64_t t0, float *out) {
   __m512 acc[DIRECT_BLOCK][3];
@@ -122,14 +174,13 @@ DIRECT_INLINE void forward_tile(const int V, const direct_geometry *g, const flo
     for (int v = 0; v < V; v++)
       acc[m][v] = bias ? _mm512_set1_ps(bias[m]) : _mm512_setzero_ps();
   const int64_t R = g->row;
-  const int64_t offsets[DIRECT_TAPS] = {0, 1, 2, R, R + 1, R + 2, 2 * R, 2 * R + 1, 2 * R + 2};
   for (int64_t c = 0; c < in_channels; c++) {
-    const float *source = planes + c * g->plane + t0;
-    const float *weights = packed + c * DIRECT_TAPS * DIRECT_BLOCK;
-    for (int tap = 0; tap < DIRECT_TAPS; tap++) {
+    const float *source = planes + c * g->channel_floats + t0;
+    const float *weights = packed + c * g->taps * DIRECT_BLOCK;
+    for (int64_t tap = 0; tap < g->taps; tap++) {
       __m512 in[3];
       for (int v = 0; v < V; v++)
-        in[v] = _mm512_loadu_ps(source + offsets[tap] + 16 * v);
+        in[v] = _mm512_loadu_ps(source + g->offsets[tap] + 16 * v);
       for (int m = 0; m < DIRECT_BLOCK; m++) {
         const __m512 weight = _mm512_set1_ps(weights[tap * DIRECT_BLOCK + m]);
         for (int v = 0; v < V; v++)
@@ -137,7 +188,7 @@ DIRECT_INLINE void forward_tile(const int V, const direct_geometry *g, const flo
       }
     }
   }
-  const int64_t W = g->width, plane_floats = g->height * W;
+  const int64_t W = g->out_width, plane_floats = g->out_height * W;
   for (int v = 0; v < V; v++) {
     const int64_t t = t0 + 16 * v, end = t + 16 < g->positions ? t + 16 : g->positions;
     for (int64_t oh = t / R; oh * R < end; oh++) {
@@ -171,6 +222,24 @@ DIRECT_TARGET static void forward_tile_3(const direct_geometry *g, const float *
   forward_tile(3, g, planes, in_channels, packed, bias, accumulate, t0, out);
 }
 
+/* out (out_channels planes of one sample) (+)= the convolution of one sample's padded planes. */
+static void convolve_sample(const direct_geometry *g, const float *planes, int64_t in_channels, const float *packed,
+                            int64_t out_channels, const float *bias, bool accumulate, float *out) {
+  const int64_t vectors = (g->positions + 15) / 16, out_floats = g->out_height * g->out_width;
+  for (int64_t b = 0; b < out_channels / DIRECT_BLOCK; b++) {
+    const float *block_weights = packed + b * in_channels * g->taps * DIRECT_BLOCK;
+    const float *block_bias = bias ? bias + b * DIRECT_BLOCK : NULL;
+    float *block_out = out + b * DIRECT_BLOCK * out_floats;
+    int64_t v = 0;
+    for (; v + 3 <= vectors; v += 3)
+      forward_tile_3(g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
+    if (vectors - v == 2)
+      forward_tile_2(g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
+    else if (vectors - v == 1)
+      forward_tile_1(g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
+  }
+}
+
 /* out (+)= the convolution of every sample of x (in_channels planes) with packed weights: the forward pass,
  * or with transposed weights and accumulate the data gradient. */
 static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, int64_t in_channels,
@@ -180,9 +249,9 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
   const size_t packed_floats = (size_t)(in_channels * out_channels * DIRECT_TAPS);
   const int threads = direct_threads(backend, a->batch);
   bpt_status status =
-      bpt_cpu_scratch_reserve(backend, threads, packed_floats + (size_t)(in_channels * g.plane) + DIRECT_SLACK);
+      bpt_cpu_scratch_reserve(backend, threads, packed_floats + (size_t)(in_channels * g.channel_floats) + DIRECT_SLACK);
   if (status != BPT_OK) return status;
-  const int64_t vectors = (g.positions + 15) / 16, plane_floats = g.height * g.width;
+  const int64_t in_floats = g.in_height * g.in_width, out_floats = g.out_height * g.out_width;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
@@ -190,19 +259,9 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
                  packed);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
-      pad_planes(&g, in_channels, x + n * in_channels * plane_floats, planes);
-      for (int64_t b = 0; b < out_channels / DIRECT_BLOCK; b++) {
-        const float *block_weights = packed + b * in_channels * DIRECT_TAPS * DIRECT_BLOCK;
-        const float *block_bias = bias ? bias + b * DIRECT_BLOCK : NULL;
-        float *block_out = out + (n * out_channels + b * DIRECT_BLOCK) * plane_floats;
-        int64_t v = 0;
-        for (; v + 3 <= vectors; v += 3)
-          forward_tile_3(&g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
-        if (vectors - v == 2)
-          forward_tile_2(&g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
-        else if (vectors - v == 1)
-          forward_tile_1(&g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
-      }
+      pad_planes(&g, in_channels, x + n * in_channels * in_floats, planes);
+      convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate,
+                      out + n * out_channels * out_floats);
     }
   }
   return BPT_OK;
@@ -213,8 +272,81 @@ bpt_status bpt_cpu_conv_direct_forward(bpt_backend *backend, const bpt_conv2d_ar
   return convolve(backend, a, x, a->in_channels, weight, a->out_channels, false, bias, false, y);
 }
 
+/* The data gradient of a stride-2 convolution, one phase (ph, pw) of dx at a time. Pixel (2 a + ph, 2 b + pw)
+ * of dx receives tap (i, j) only where i = ph + 1 and j = pw + 1 (mod 2), from dy (a + dr, b + dc) with
+ * dr = (ph + 1 - i) / 2, dc = (pw + 1 - j) / 2: a stride-1 convolution of zero-bordered dy with 1, 2 or 4
+ * taps, whose outputs are then interleaved into dx. */
+static direct_geometry strided_phase(const direct_geometry *dy_planes, int64_t ph, int64_t pw, int64_t in_height,
+                                     int64_t in_width, int64_t taps[4][2]) {
+  direct_geometry g = *dy_planes;
+  g.out_height = (in_height - ph + 1) / 2;
+  g.out_width = (in_width - pw + 1) / 2;
+  g.positions = g.out_height * g.row;
+  g.taps = 0;
+  for (int64_t i = ph == 0 ? 1 : 0; i < 3; i += 2)
+    for (int64_t j = pw == 0 ? 1 : 0; j < 3; j += 2) {
+      taps[g.taps][0] = i;
+      taps[g.taps][1] = j;
+      g.offsets[g.taps++] = ((ph + 1 - i) / 2 + 1) * g.row + 1 + (pw + 1 - j) / 2;
+    }
+  return g;
+}
+
+static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
+                                        const float *w, float *dx) {
+  const int64_t C = a->in_channels, O = a->out_channels, H = a->in_height, W = a->in_width;
+  bpt_conv2d_args dy_shape = *a;
+  dy_shape.in_height = a->out_height;
+  dy_shape.in_width = a->out_width;
+  dy_shape.stride_height = dy_shape.stride_width = 1;
+  const direct_geometry dy_planes = geometry(&dy_shape);
+  const size_t packed_floats = (size_t)(C * O * DIRECT_TAPS), planes_floats = (size_t)(O * dy_planes.plane);
+  const int64_t phase_floats = ((H + 1) / 2) * ((W + 1) / 2), dy_floats = a->out_height * a->out_width;
+  const int threads = direct_threads(backend, a->batch);
+  bpt_status status = bpt_cpu_scratch_reserve(backend, threads,
+                                              packed_floats + planes_floats + DIRECT_SLACK + (size_t)(C * phase_floats));
+  if (status != BPT_OK) return status;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
+    float *phase_out = planes + planes_floats + DIRECT_SLACK;
+    /* Each phase's weights, (C / 8 blocks of (O, taps, 8)), one after the other. */
+    direct_geometry phases[4];
+    float *phase_weights[4];
+    float *next = packed;
+    for (int64_t phase = 0; phase < 4; phase++) {
+      int64_t taps[4][2];
+      phases[phase] = strided_phase(&dy_planes, phase / 2, phase % 2, H, W, taps);
+      phase_weights[phase] = next;
+      for (int64_t b = 0; b < C / DIRECT_BLOCK; b++)
+        for (int64_t o = 0; o < O; o++)
+          for (int64_t k = 0; k < phases[phase].taps; k++)
+            for (int64_t m = 0; m < DIRECT_BLOCK; m++)
+              *next++ = w[((o * C + b * DIRECT_BLOCK + m) * 3 + taps[k][0]) * 3 + taps[k][1]];
+    }
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < a->batch; n++) {
+      pad_planes(&dy_planes, O, dy + n * O * dy_floats, planes);
+      for (int64_t phase = 0; phase < 4; phase++) {
+        const direct_geometry *g = &phases[phase];
+        convolve_sample(g, planes, O, phase_weights[phase], C, NULL, false, phase_out);
+        const int64_t ph = phase / 2, pw = phase % 2, rows = g->out_height, columns = g->out_width;
+        for (int64_t c = 0; c < C; c++)
+          for (int64_t r = 0; r < rows; r++) {
+            const float *source = phase_out + (c * rows + r) * columns;
+            float *target = dx + ((n * C + c) * H + 2 * r + ph) * W + pw;
+            for (int64_t b = 0; b < columns; b++)
+              target[2 * b] += source[b];
+          }
+      }
+    }
+  }
+  return BPT_OK;
+}
+
 bpt_status bpt_cpu_conv_direct_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                              const float *weight, float *dx) {
+  if (a->stride_height == 2) return strided_backward_data(backend, a, dy, weight, dx);
   return convolve(backend, a, dy, a->out_channels, weight, a->in_channels, true, NULL, true, dx);
 }
 
@@ -231,10 +363,11 @@ DIRECT_INLINE void filter_tile(const int OV, const direct_geometry *g, const flo
     for (int j = 0; j < 3; j++)
       for (int v = 0; v < OV; v++)
         acc[k][j][v] = _mm512_setzero_ps();
-  const int64_t H = g->height, W = g->width, R = g->row;
+  const int64_t H = g->out_height, W = g->out_width, R = g->row;
+  const int64_t *offsets = g->offsets + 3 * i;
   for (int64_t s = 0; s < samples; s++) {
     const float *dy_sample = transposed_dy + s * H * W * out_channels + o0;
-    const float *x_sample = planes + (s * in_channels + c0) * g->plane + i * R;
+    const float *x_sample = planes + (s * in_channels + c0) * g->channel_floats;
     for (int64_t oh = 0; oh < H; oh++)
       for (int64_t ow = 0; ow < W; ow++) {
         const float *d = dy_sample + (oh * W + ow) * out_channels;
@@ -244,7 +377,7 @@ DIRECT_INLINE void filter_tile(const int OV, const direct_geometry *g, const flo
           gradient[v] = _mm512_loadu_ps(d + 16 * v);
         for (int k = 0; k < channels; k++)
           for (int j = 0; j < 3; j++) {
-            const __m512 value = _mm512_set1_ps(x[k * g->plane + j]);
+            const __m512 value = _mm512_set1_ps(x[k * g->channel_floats + offsets[j]]);
             for (int v = 0; v < OV; v++)
               acc[k][j][v] = _mm512_fmadd_ps(value, gradient[v], acc[k][j][v]);
           }
@@ -269,23 +402,31 @@ DIRECT_TARGET static void filter_tile_2(const direct_geometry *g, const float *p
   filter_tile(2, g, planes, in_channels, transposed_dy, out_channels, samples, o0, c0, i, partial);
 }
 
-/* transposed (pixels, channels) = one sample's dy (channels, pixels). */
-static void transpose_planes(int64_t channels, int64_t pixels, const float *dy, float *transposed) {
-  for (int64_t p = 0; p < pixels; p++)
-    for (int64_t o = 0; o < channels; o++)
-      transposed[p * channels + o] = dy[o * pixels + p];
+/* transposed (pixels, channels) = one sample's dy (channels, pixels), in blocks of 16 pixels so that reads
+ * stay sequential and the block's writes stay in L1. */
+DIRECT_TARGET static void transpose_planes(int64_t channels, int64_t pixels, const float *dy, float *transposed) {
+  for (int64_t p0 = 0; p0 < pixels; p0 += 16) {
+    const int64_t count = pixels - p0 < 16 ? pixels - p0 : 16;
+    for (int64_t o = 0; o < channels; o++) {
+      const float *in = dy + o * pixels + p0;
+      float *out = transposed + p0 * channels + o;
+      for (int64_t p = 0; p < count; p++)
+        out[p * channels] = in[p];
+    }
+  }
 }
 
 bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                                const float *dy, float *dweight) {
   const direct_geometry g = geometry(a);
-  const int64_t C = a->in_channels, O = a->out_channels, pixels = g.height * g.width;
+  const int64_t C = a->in_channels, O = a->out_channels, pixels = g.out_height * g.out_width;
+  const int64_t in_floats = g.in_height * g.in_width;
   const int64_t weight_count = O * C * DIRECT_TAPS;
   int64_t chunk = (DIRECT_FILTER_PIXELS + pixels - 1) / pixels;
   const int threads = direct_threads(backend, a->batch);
   const int64_t per_thread = (a->batch + threads - 1) / threads;
   if (chunk > per_thread) chunk = per_thread;
-  const size_t planes_floats = (size_t)(chunk * C * g.plane + DIRECT_SLACK);
+  const size_t planes_floats = (size_t)(chunk * C * g.channel_floats + DIRECT_SLACK);
   bpt_status status = bpt_cpu_scratch_reserve(backend, threads,
                                               (size_t)weight_count + planes_floats + (size_t)(chunk * pixels * O));
   if (status != BPT_OK) return status;
@@ -301,10 +442,10 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
     for (int64_t k = 0; k < chunks; k++) {
       const int64_t first = k * chunk, samples = first + chunk <= a->batch ? chunk : a->batch - first;
       for (int64_t s = 0; s < samples; s++) {
-        pad_planes(&g, C, x + (first + s) * C * pixels, planes + s * C * g.plane);
+        pad_planes(&g, C, x + (first + s) * C * in_floats, planes + s * C * g.channel_floats);
         transpose_planes(O, pixels, dy + (first + s) * O * pixels, transposed_dy + s * pixels * O);
       }
-      memset(planes + samples * C * g.plane, 0, DIRECT_SLACK * sizeof *planes);
+      memset(planes + samples * C * g.channel_floats, 0, DIRECT_SLACK * sizeof *planes);
       for (int64_t o0 = 0; o0 < O; o0 += tile_out)
         for (int64_t c0 = 0; c0 < C; c0 += tile_in)
           for (int64_t i = 0; i < 3; i++) {

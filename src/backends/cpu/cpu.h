@@ -49,6 +49,7 @@ bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const
                                       float *dx);
 
 /* cnn (issue 3): scratch memory, convolution, batch norm, pooling, dropout and the training toolkit. */
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The backend's state: one growing scratch buffer per thread for im2col columns and partial sums, so a
@@ -57,6 +58,7 @@ typedef struct bpt_cpu_state {
   int slots;
   float **scratch;
   size_t *scratch_floats;
+  bool gemm_convolutions_only; /* skip conv2d_direct.c's kernels (tests check the GEMM lowerings with it) */
 } bpt_cpu_state;
 
 bpt_status bpt_cpu_state_create(bpt_backend *backend);
