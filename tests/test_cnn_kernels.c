@@ -192,6 +192,7 @@ static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(2, 8, 7, 9, 32, 3, 3, 2, 1, 1, 1), 34);
   check_conv(backend, conv(5, 16, 28, 28, 32, 3, 3, 2, 1, 1, 1), 35);
   check_conv(backend, conv(11, 32, 7, 7, 64, 3, 3, 1, 1, 1, 1), 36);
+  check_conv(backend, conv(2, 8, 5, 35, 16, 3, 3, 2, 1, 1, 1), 37); /* rows over 32 pixels: the scalar phase split */
 }
 
 /* Runs every case through the direct kernels where they apply (and the CPU has them), then through the

@@ -34,7 +34,8 @@
 #endif
 
 /* Output channels per forward tile, and input channel multiple the data gradient needs for its tiles. */
-#define DIRECT_BLOCK 8
+#define DIRECT_BLOCK 4
+#define DIRECT_VECTORS 6
 /* Zeros after the last padded plane: the last tile of positions reads up to 15 floats past it. */
 #define DIRECT_SLACK 16
 /* Weight-gradient chunks hold at least this many pixels, so a tile's accumulators are stored rarely. */
@@ -108,6 +109,21 @@ static int direct_threads(bpt_backend *backend, int64_t units) {
   return units < threads ? (int)units : threads;
 }
 
+/* Asks for count floats from x to be brought into L2 while the current sample is convolved: the padding
+ * copy of the next one then does not wait on memory. */
+static void prefetch(const float *x, int64_t count) {
+  for (int64_t k = 0; k < count; k += 16)
+    __builtin_prefetch(x + k, 0, 2);
+}
+
+/* The first count (at most 16) lanes. */
+static __mmask16 lanes(int64_t count) { return (__mmask16)((1u << count) - 1u); }
+
+DIRECT_TARGET static void zero_floats(float *out, int64_t count) {
+  for (int64_t k = 0; k < count; k += 16)
+    _mm512_mask_storeu_ps(out + k, lanes(count - k < 16 ? count - k : 16), _mm512_setzero_ps());
+}
+
 /* planes (channels of channel_floats, then DIRECT_SLACK zeros) = x's channel planes inside a zero border, in
  * the geometry's layout. */
 DIRECT_TARGET static void pad_planes(const direct_geometry *g, int64_t channels, const float *x, float *planes) {
@@ -116,12 +132,35 @@ DIRECT_TARGET static void pad_planes(const direct_geometry *g, int64_t channels,
     const float *source = x + c * H * W;
     float *plane = planes + c * g->channel_floats;
     if (g->stride == 1) {
-      memset(plane, 0, (size_t)(R + 1) * sizeof *plane);
+      /* Rows are short (W floats): masked vector copies, each writing the row and the zero border after it,
+       * beat a memcpy call per row. */
+      zero_floats(plane, R + 1);
       for (int64_t h = 0; h < H; h++) {
-        memcpy(plane + (h + 1) * R + 1, source + h * W, (size_t)W * sizeof *plane);
-        plane[(h + 2) * R] = 0.0f;
+        const float *in = source + h * W;
+        float *out = plane + (h + 1) * R + 1;
+        for (int64_t k = 0; k <= W; k += 16) {
+          const int64_t stored = W + 1 - k < 16 ? W + 1 - k : 16, loaded = W - k < stored ? W - k : stored;
+          _mm512_mask_storeu_ps(out + k, lanes(stored), _mm512_maskz_loadu_ps(lanes(loaded), in + k));
+        }
       }
-      memset(plane + (H + 1) * R + 1, 0, (size_t)(g->plane - (H + 1) * R - 1) * sizeof *plane);
+      zero_floats(plane + (H + 1) * R + 1, g->plane - (H + 1) * R - 1);
+      continue;
+    }
+    if (W <= 32) {
+      /* Image row h is padded row h + 1 (phase row r = (h + 1) % 2, a = (h + 1) / 2); its even columns are
+       * phase q = 1 from b = 0, its odd columns phase q = 0 from b = 1: two permutes split the row. */
+      zero_floats(plane, 4 * g->plane);
+      const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+      const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+      const __mmask16 first = lanes(W < 16 ? W : 16), second = lanes(W > 16 ? W - 16 : 0);
+      const __mmask16 evens = lanes((W + 1) / 2), odds = lanes(W / 2);
+      for (int64_t h = 0; h < H; h++) {
+        const __m512 low = _mm512_maskz_loadu_ps(first, source + h * W);
+        const __m512 high = _mm512_maskz_loadu_ps(second, source + h * W + 16);
+        float *row = plane + (h + 1) % 2 * 2 * g->plane + (h + 1) / 2 * R;
+        _mm512_mask_storeu_ps(row + g->plane, evens, _mm512_permutex2var_ps(low, even, high));
+        _mm512_mask_storeu_ps(row + 1, odds, _mm512_permutex2var_ps(low, odd, high));
+      }
       continue;
     }
     for (int64_t phase = 0; phase < 4; phase++, plane += g->plane) {
@@ -169,7 +208,7 @@ static void pack_weights(const float *w, int64_t out, int64_t in, bool transpose
  * channel and tap; then each row's valid lanes are compressed out and stored. */
 DIRECT_INLINE void forward_tile(const int V, const direct_geometry *g, const float *planes, int64_t in_channels,
                                 const float *packed, const float *bias, bool accumulate, int64_t t0, float *out) {
-  __m512 acc[DIRECT_BLOCK][3];
+  __m512 acc[DIRECT_BLOCK][DIRECT_VECTORS];
   for (int m = 0; m < DIRECT_BLOCK; m++)
     for (int v = 0; v < V; v++)
       acc[m][v] = bias ? _mm512_set1_ps(bias[m]) : _mm512_setzero_ps();
@@ -178,7 +217,7 @@ DIRECT_INLINE void forward_tile(const int V, const direct_geometry *g, const flo
     const float *source = planes + c * g->channel_floats + t0;
     const float *weights = packed + c * g->taps * DIRECT_BLOCK;
     for (int64_t tap = 0; tap < g->taps; tap++) {
-      __m512 in[3];
+      __m512 in[DIRECT_VECTORS];
       for (int v = 0; v < V; v++)
         in[v] = _mm512_loadu_ps(source + g->offsets[tap] + 16 * v);
       for (int m = 0; m < DIRECT_BLOCK; m++) {
@@ -221,6 +260,25 @@ DIRECT_TARGET static void forward_tile_3(const direct_geometry *g, const float *
                                          float *out) {
   forward_tile(3, g, planes, in_channels, packed, bias, accumulate, t0, out);
 }
+DIRECT_TARGET static void forward_tile_4(const direct_geometry *g, const float *planes, int64_t in_channels,
+                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
+                                         float *out) {
+  forward_tile(4, g, planes, in_channels, packed, bias, accumulate, t0, out);
+}
+DIRECT_TARGET static void forward_tile_5(const direct_geometry *g, const float *planes, int64_t in_channels,
+                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
+                                         float *out) {
+  forward_tile(5, g, planes, in_channels, packed, bias, accumulate, t0, out);
+}
+DIRECT_TARGET static void forward_tile_6(const direct_geometry *g, const float *planes, int64_t in_channels,
+                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
+                                         float *out) {
+  forward_tile(6, g, planes, in_channels, packed, bias, accumulate, t0, out);
+}
+typedef void (*forward_tile_function)(const direct_geometry *, const float *, int64_t, const float *, const float *,
+                                      bool, int64_t, float *);
+static const forward_tile_function forward_tiles[DIRECT_VECTORS + 1] = {
+    NULL, forward_tile_1, forward_tile_2, forward_tile_3, forward_tile_4, forward_tile_5, forward_tile_6};
 
 /* out (out_channels planes of one sample) (+)= the convolution of one sample's padded planes. */
 static void convolve_sample(const direct_geometry *g, const float *planes, int64_t in_channels, const float *packed,
@@ -230,13 +288,13 @@ static void convolve_sample(const direct_geometry *g, const float *planes, int64
     const float *block_weights = packed + b * in_channels * g->taps * DIRECT_BLOCK;
     const float *block_bias = bias ? bias + b * DIRECT_BLOCK : NULL;
     float *block_out = out + b * DIRECT_BLOCK * out_floats;
-    int64_t v = 0;
-    for (; v + 3 <= vectors; v += 3)
-      forward_tile_3(g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
-    if (vectors - v == 2)
-      forward_tile_2(g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
-    else if (vectors - v == 1)
-      forward_tile_1(g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
+    /* Tiles as even as they can be: a short last tile holds fewer accumulators than the FMA latency needs. */
+    const int64_t tiles = (vectors + DIRECT_VECTORS - 1) / DIRECT_VECTORS;
+    for (int64_t tile = 0, v = 0; tile < tiles; tile++) {
+      const int64_t count = (vectors - v) / (tiles - tile) + ((vectors - v) % (tiles - tile) != 0);
+      forward_tiles[count](g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
+      v += count;
+    }
   }
 }
 
@@ -260,6 +318,10 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
       pad_planes(&g, in_channels, x + n * in_channels * in_floats, planes);
+      if (n + 1 < a->batch) {
+        prefetch(x + (n + 1) * in_channels * in_floats, in_channels * in_floats);
+        if (accumulate) prefetch(out + (n + 1) * out_channels * out_floats, out_channels * out_floats);
+      }
       convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate,
                       out + n * out_channels * out_floats);
     }
@@ -292,6 +354,37 @@ static direct_geometry strided_phase(const direct_geometry *dy_planes, int64_t p
   return g;
 }
 
+/* dx (C, H, W) += the phase planes interleaved: dx (c, 2 a + ph, 2 b + pw) from phase ph * 2 + pw, (C, Ha, Wa)
+ * with Ha = ceil((H - ph) / 2), Wa = ceil((W - pw) / 2). */
+DIRECT_TARGET static void interleave_phases(int64_t C, int64_t H, int64_t W, const float *phases, int64_t phase_stride,
+                                            float *dx) {
+  const int64_t even_width = (W + 1) / 2, odd_width = W / 2;
+  const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t ph = h % 2, rows = (H - ph + 1) / 2;
+      const float *even = phases + 2 * ph * phase_stride + (c * rows + h / 2) * even_width;
+      const float *odd = phases + (2 * ph + 1) * phase_stride + (c * rows + h / 2) * odd_width;
+      float *target = dx + (c * H + h) * W;
+      if (W > 32) {
+        for (int64_t b = 0; b < odd_width; b++) {
+          target[2 * b] += even[b];
+          target[2 * b + 1] += odd[b];
+        }
+        if (even_width > odd_width) target[W - 1] += even[even_width - 1];
+        continue;
+      }
+      const __m512 evens = _mm512_maskz_loadu_ps(lanes(even_width), even);
+      const __m512 odds = _mm512_maskz_loadu_ps(lanes(odd_width), odd);
+      const __mmask16 first = lanes(W < 16 ? W : 16), second = lanes(W > 16 ? W - 16 : 0);
+      _mm512_mask_storeu_ps(target, first,
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(first, target), _mm512_permutex2var_ps(evens, low, odds)));
+      _mm512_mask_storeu_ps(target + 16, second, _mm512_add_ps(_mm512_maskz_loadu_ps(second, target + 16),
+                                                                _mm512_permutex2var_ps(evens, high, odds)));
+    }
+}
+
 static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                         const float *w, float *dx) {
   const int64_t C = a->in_channels, O = a->out_channels, H = a->in_height, W = a->in_width;
@@ -304,12 +397,12 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
   const int64_t phase_floats = ((H + 1) / 2) * ((W + 1) / 2), dy_floats = a->out_height * a->out_width;
   const int threads = direct_threads(backend, a->batch);
   bpt_status status = bpt_cpu_scratch_reserve(backend, threads,
-                                              packed_floats + planes_floats + DIRECT_SLACK + (size_t)(C * phase_floats));
+                                              packed_floats + planes_floats + DIRECT_SLACK + (size_t)(4 * C * phase_floats));
   if (status != BPT_OK) return status;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
-    float *phase_out = planes + planes_floats + DIRECT_SLACK;
+    float *phase_out = planes + planes_floats + DIRECT_SLACK; /* 4 phases of (C, Ha, Wa), C phase_floats apart */
     /* Each phase's weights, (C / 8 blocks of (O, taps, 8)), one after the other. */
     direct_geometry phases[4];
     float *phase_weights[4];
@@ -327,18 +420,14 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
       pad_planes(&dy_planes, O, dy + n * O * dy_floats, planes);
-      for (int64_t phase = 0; phase < 4; phase++) {
-        const direct_geometry *g = &phases[phase];
-        convolve_sample(g, planes, O, phase_weights[phase], C, NULL, false, phase_out);
-        const int64_t ph = phase / 2, pw = phase % 2, rows = g->out_height, columns = g->out_width;
-        for (int64_t c = 0; c < C; c++)
-          for (int64_t r = 0; r < rows; r++) {
-            const float *source = phase_out + (c * rows + r) * columns;
-            float *target = dx + ((n * C + c) * H + 2 * r + ph) * W + pw;
-            for (int64_t b = 0; b < columns; b++)
-              target[2 * b] += source[b];
-          }
+      if (n + 1 < a->batch) {
+        prefetch(dy + (n + 1) * O * dy_floats, O * dy_floats);
+        prefetch(dx + (n + 1) * C * H * W, C * H * W);
       }
+      for (int64_t phase = 0; phase < 4; phase++)
+        convolve_sample(&phases[phase], planes, O, phase_weights[phase], C, NULL, false,
+                        phase_out + phase * C * phase_floats);
+      interleave_phases(C, H, W, phase_out, C * phase_floats, dx + n * C * H * W);
     }
   }
   return BPT_OK;
