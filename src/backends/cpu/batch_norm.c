@@ -24,8 +24,8 @@
 #endif
 
 /* Sums of (x - shift) and (x - shift)^2 over one channel: (N rows of S values, row stride C * S). */
-BATCH_NORM_VECTOR_CLONES static void shifted_sums(const float *x, int64_t N, int64_t row_stride, int64_t S,
-                                                  float shift, double *sum, double *sum_of_squares) {
+BATCH_NORM_VECTOR_CLONES static void shifted_sums(const float *x, int64_t N, int64_t row_stride, int64_t S, float shift,
+                                                  double *sum, double *sum_of_squares) {
   double total = 0.0, squares = 0.0;
   int64_t n = 0;
   /* Four rows at a time, each with its own accumulators: one row's sum is a chain of dependent adds, so

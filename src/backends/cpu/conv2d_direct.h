@@ -1,5 +1,11 @@
-/* Direct AVX-512 kernels for 3x3 "same" convolutions (conv2d_direct.c); conv2d.c hands them the convolutions
- * they take. Private to the CPU backend. */
+/* Direct and Winograd AVX-512 kernels for 3x3 convolutions; conv2d.c hands them the convolutions they take.
+ *
+ * - conv2d_direct_layout.c: the zero-bordered (and, for stride 2, phase-split) input planes they all read;
+ * - conv2d_direct.c: forward and data-gradient passes, a register tile of outputs per reduction;
+ * - conv2d_direct_filter.c: the weight gradient, an outer product per output pixel;
+ * - conv2d_winograd.c: Winograd F(2x2, 3x3) for the stride-1 forward and data-gradient passes.
+ *
+ * Private to the CPU backend. */
 #ifndef BPT_CPU_CONV2D_DIRECT_H
 #define BPT_CPU_CONV2D_DIRECT_H
 
@@ -23,4 +29,77 @@ bpt_status bpt_cpu_conv_direct_backward_data(bpt_backend *backend, const bpt_con
 bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                                const float *dy, float *dweight);
 
+/* ---- shared by the kernel files ---- */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DIRECT_KERNELS 1
+#include <immintrin.h>
+#else
+#define DIRECT_KERNELS 0
+#endif
+
+#if DIRECT_KERNELS
+
+/* Output channels per register tile (broadcast weights), and vectors of 16 positions per tile at most. */
+#define DIRECT_BLOCK 4
+#define DIRECT_VECTORS 6
+/* Zeros after the last padded plane: the last vector of positions reads up to 15 floats past it. */
+#define DIRECT_SLACK 16
+#define DIRECT_TAPS 9
+
+/* The library is built for baseline x86-64: the kernels carry their own target attribute and run only where
+ * the CPU reports AVX-512F (valgrind, for one, does not). */
+#define DIRECT_TARGET __attribute__((target("avx512f")))
+#define DIRECT_INLINE static inline __attribute__((always_inline)) DIRECT_TARGET
+
+typedef struct direct_geometry {
+  int64_t in_height, in_width, out_height, out_width, stride;
+  int64_t row;                  /* R: output positions per row, the last one garbage */
+  int64_t plane;                /* floats per padded plane (per phase plane when strided) */
+  int64_t channel_floats;       /* floats per input channel: stride^2 planes */
+  int64_t positions;            /* OH R */
+  int64_t taps;                 /* 9, or fewer for one phase of a strided data gradient */
+  int64_t offsets[DIRECT_TAPS]; /* where each tap reads for position 0, within a channel's planes */
+} direct_geometry;
+
+/* The planes' layout for a convolution (conv2d_direct_layout.c).
+ * Stride 1: one padded plane per channel, rows sharing a border column, R = W + 1, tap (i, j) at i R + j.
+ * Stride 2: the padded plane split into 4 phase planes, phase (r, q) row a column b holding padded pixel
+ * (2 a + r, 2 b + q), OH + 1 rows of R = OW + 1; tap (i, j) reads phase (i % 2, j % 2) at
+ * (i / 2) R + j / 2. Either way a tap's inputs for consecutive positions are consecutive floats. */
+direct_geometry bpt_cpu_direct_geometry(const bpt_conv2d_args *a);
+
+/* planes (channels of channel_floats, then DIRECT_SLACK zeros) = x's channel planes inside a zero border, in
+ * g's layout. */
+void bpt_cpu_direct_pad_planes(const direct_geometry *g, int64_t channels, const float *x, float *planes);
+
+/* Threads for units independent pieces of work: the backend's, or fewer. */
+int bpt_cpu_direct_threads(bpt_backend *backend, int64_t units);
+
+/* Asks for count floats from x to be brought into L2 (the next sample's, while this one is convolved). */
+void bpt_cpu_direct_prefetch(const float *x, int64_t count);
+
+/* out (out_channels planes of one sample) (+)= the convolution of one sample's planes with packed weights
+ * (out_channels / DIRECT_BLOCK blocks of (in_channels, g->taps, DIRECT_BLOCK)); conv2d_direct.c. */
+void bpt_cpu_direct_convolve_sample(const direct_geometry *g, const float *planes, int64_t in_channels,
+                                    const float *packed, int64_t out_channels, const float *bias, bool accumulate,
+                                    float *out);
+
+/* Whether a stride-1 pass goes through Winograd, and the pass itself (conv2d_winograd.c): out (+)= x convolved
+ * with w (O, C, 3, 3), or with transposed the adjoint (w (in_channels as O, out_channels as C) flipped). */
+bool bpt_cpu_winograd_applies(const bpt_conv2d_args *a);
+bpt_status bpt_cpu_winograd_convolve(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
+                                     int64_t in_channels, const float *w, int64_t out_channels, bool transposed,
+                                     const float *bias, bool accumulate, float *out);
+
+/* The first count (at most 16) lanes. */
+static inline __mmask16 direct_lanes(int64_t count) { return (__mmask16)((1u << count) - 1u); }
+
+/* Vectors in tile `tile` of `tiles` when `remaining` vectors are left: tiles as even as they can be, since a
+ * short last tile holds fewer accumulators than the FMA latency needs. */
+static inline int64_t direct_tile_vectors(int64_t remaining, int64_t tile, int64_t tiles) {
+  return (remaining + tiles - tile - 1) / (tiles - tile);
+}
+
+#endif
 #endif

@@ -86,8 +86,7 @@ bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *
 bpt_status bpt_cpu_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
 bpt_status bpt_cpu_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
                                    const float *x, float *y, float *mask);
-bpt_status bpt_cpu_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy,
-                                    float *dx);
+bpt_status bpt_cpu_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy, float *dx);
 bpt_status bpt_cpu_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
                                      double *sum_of_squares, int64_t *zeros);
 bpt_status bpt_cpu_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);

@@ -1,0 +1,113 @@
+/* The input planes every direct and Winograd kernel reads (see conv2d_direct.h): copied once per sample into
+ * zero-bordered planes (stride 1) or their four stride-2 phase planes, so that each tap's inputs for
+ * consecutive output positions are consecutive floats. */
+#include <string.h>
+
+#include "backends/cpu/conv2d_direct.h"
+
+#if DIRECT_KERNELS
+
+direct_geometry bpt_cpu_direct_geometry(const bpt_conv2d_args *a) {
+  direct_geometry g = {.in_height = a->in_height,
+                       .in_width = a->in_width,
+                       .out_height = a->out_height,
+                       .out_width = a->out_width,
+                       .stride = a->stride_height};
+  if (g.stride == 1) {
+    g.row = a->in_width + 1;
+    g.plane = ((a->in_height + 2) * g.row + 2 + 15) / 16 * 16;
+    g.channel_floats = g.plane;
+  } else {
+    g.row = a->out_width + 1;
+    g.plane = ((a->out_height + 1) * g.row + 1 + 15) / 16 * 16;
+    g.channel_floats = 4 * g.plane;
+  }
+  g.positions = g.out_height * g.row;
+  g.taps = DIRECT_TAPS;
+  for (int64_t i = 0; i < 3; i++)
+    for (int64_t j = 0; j < 3; j++)
+      g.offsets[i * 3 + j] = g.stride == 1 ? i * g.row + j : ((i % 2) * 2 + j % 2) * g.plane + (i / 2) * g.row + j / 2;
+  return g;
+}
+
+int bpt_cpu_direct_threads(bpt_backend *backend, int64_t units) {
+  int threads = backend->num_threads > 0 ? backend->num_threads : 1;
+  return units < threads ? (int)units : threads;
+}
+
+/* Issued for the next sample while this one is convolved: its padding copy then does not wait on memory. */
+void bpt_cpu_direct_prefetch(const float *x, int64_t count) {
+  for (int64_t k = 0; k < count; k += 16)
+    __builtin_prefetch(x + k, 0, 2);
+}
+
+DIRECT_TARGET static void zero_floats(float *out, int64_t count) {
+  for (int64_t k = 0; k < count; k += 16)
+    _mm512_mask_storeu_ps(out + k, direct_lanes(count - k < 16 ? count - k : 16), _mm512_setzero_ps());
+}
+
+DIRECT_TARGET void bpt_cpu_direct_pad_planes(const direct_geometry *g, int64_t channels, const float *x,
+                                             float *planes) {
+  const int64_t H = g->in_height, W = g->in_width, R = g->row;
+  for (int64_t c = 0; c < channels; c++) {
+    const float *source = x + c * H * W;
+    float *plane = planes + c * g->channel_floats;
+    if (g->stride == 1) {
+      /* Rows are short (W floats): masked vector copies, each writing the row and the zero border after it,
+       * beat a memcpy call per row. */
+      zero_floats(plane, R + 1);
+      for (int64_t h = 0; h < H; h++) {
+        const float *in = source + h * W;
+        float *out = plane + (h + 1) * R + 1;
+        for (int64_t k = 0; k <= W; k += 16) {
+          const int64_t stored = W + 1 - k < 16 ? W + 1 - k : 16, loaded = W - k < stored ? W - k : stored;
+          _mm512_mask_storeu_ps(out + k, direct_lanes(stored), _mm512_maskz_loadu_ps(direct_lanes(loaded), in + k));
+        }
+      }
+      zero_floats(plane + (H + 1) * R + 1, g->plane - (H + 1) * R - 1);
+      continue;
+    }
+    if (W <= 32) {
+      /* Image row h is padded row h + 1 (phase row r = (h + 1) % 2, a = (h + 1) / 2); its even columns are
+       * phase q = 1 from b = 0, its odd columns phase q = 0 from b = 1: two permutes split the row. */
+      zero_floats(plane, 4 * g->plane);
+      const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+      const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+      const __mmask16 first = direct_lanes(W < 16 ? W : 16), second = direct_lanes(W > 16 ? W - 16 : 0);
+      const __mmask16 evens = direct_lanes((W + 1) / 2), odds = direct_lanes(W / 2);
+      for (int64_t h = 0; h < H; h++) {
+        const __m512 low = _mm512_maskz_loadu_ps(first, source + h * W);
+        const __m512 high = _mm512_maskz_loadu_ps(second, source + h * W + 16);
+        float *row = plane + (h + 1) % 2 * 2 * g->plane + (h + 1) / 2 * R;
+        _mm512_mask_storeu_ps(row + g->plane, evens, _mm512_permutex2var_ps(low, even, high));
+        _mm512_mask_storeu_ps(row + 1, odds, _mm512_permutex2var_ps(low, odd, high));
+      }
+      continue;
+    }
+    for (int64_t phase = 0; phase < 4; phase++, plane += g->plane) {
+      const int64_t r = phase / 2, q = phase % 2;
+      /* Columns b whose pixel 2 b + q - 1 lies inside the image: [low, high). */
+      const int64_t low = q == 0 ? 1 : 0, high = (W - q) / 2 + 1 < R ? (W - q) / 2 + 1 : R;
+      for (int64_t row = 0; row <= g->out_height; row++) {
+        float *out = plane + row * R;
+        const int64_t h = 2 * row + r - 1;
+        if (h < 0 || h >= H) {
+          memset(out, 0, (size_t)R * sizeof *out);
+          continue;
+        }
+        const float *in = source + h * W;
+        for (int64_t b = 0; b < low; b++)
+          out[b] = 0.0f;
+#pragma omp simd
+        for (int64_t b = low; b < high; b++)
+          out[b] = in[2 * b + q - 1];
+        for (int64_t b = high; b < R; b++)
+          out[b] = 0.0f;
+      }
+      memset(plane + (g->out_height + 1) * R, 0, (size_t)(g->plane - (g->out_height + 1) * R) * sizeof *plane);
+    }
+  }
+  memset(planes + channels * g->channel_floats, 0, DIRECT_SLACK * sizeof *planes);
+}
+
+#endif
