@@ -198,6 +198,10 @@ static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(2, 16, 15, 17, 16, 3, 3, 1, 1, 1, 1), 38);
   check_conv(backend, conv(1, 8, 14, 14, 32, 3, 3, 1, 1, 1, 1), 39);
   check_conv(backend, conv(3, 32, 21, 16, 16, 3, 3, 1, 1, 1, 1), 40);
+  /* Output planes of 64 pixels or fewer with 64-channel multiples: pixel-major tiles, forward and data. */
+  check_conv(backend, conv(3, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1), 41);
+  check_conv(backend, conv(2, 32, 13, 13, 64, 3, 3, 2, 1, 1, 1), 42);
+  check_conv(backend, conv(2, 64, 6, 5, 16, 3, 3, 1, 1, 1, 1), 43);
 }
 
 /* Runs every case through the direct kernels where they apply (and the CPU has them), then through the

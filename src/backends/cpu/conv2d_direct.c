@@ -152,6 +152,95 @@ void bpt_cpu_direct_convolve_sample(const direct_geometry *g, const float *plane
   }
 }
 
+/* ---- Small output planes (64 pixels or fewer: 7x7 in ResNet) ----
+ * Tiles of consecutive positions would spend a quarter of their lanes on the garbage column there, so these
+ * planes take tiles of up to 6 output pixels by 64 output channels instead: each input value is broadcast
+ * against 4 vectors of weights (24 accumulators, 4 loads and 6 broadcasts per 24 FMAs). Tiles are written
+ * pixel-major into a buffer, which is transposed into the sample's channel planes at the end. */
+#define PIXEL_TILE 6
+#define PIXEL_CHANNELS 64
+
+static bool pixel_major(const direct_geometry *g, int64_t out_channels) {
+  return out_channels % PIXEL_CHANNELS == 0 && g->out_height * g->out_width <= 64 && g->taps == DIRECT_TAPS;
+}
+
+/* packed (in, tap, out) from w (out, in, 3, 3), or transposed as in pack_weights. */
+static void pack_pixel_weights(const float *w, int64_t out, int64_t in, bool transposed, float *packed) {
+  const int64_t outputs = transposed ? in : out, inputs = transposed ? out : in;
+  for (int64_t o = 0; o < outputs; o++)
+    for (int64_t c = 0; c < inputs; c++)
+      for (int64_t tap = 0; tap < DIRECT_TAPS; tap++)
+        packed[(c * DIRECT_TAPS + tap) * outputs + o] = transposed
+                                                            ? w[(c * in + o) * DIRECT_TAPS + DIRECT_TAPS - 1 - tap]
+                                                            : w[(o * in + c) * DIRECT_TAPS + tap];
+}
+
+/* buffer (P pixels of 64 channels) = the tile's outputs for output channels [0, 64) of packed's columns. */
+DIRECT_INLINE void pixel_tile(const int P, const direct_geometry *g, const float *planes, int64_t in_channels,
+                              const float *packed, int64_t out_channels, const int64_t *positions, float *buffer) {
+  __m512 acc[PIXEL_TILE][4];
+  for (int k = 0; k < P; k++)
+    for (int v = 0; v < 4; v++)
+      acc[k][v] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < in_channels; c++) {
+    const float *plane = planes + c * g->channel_floats;
+    for (int64_t tap = 0; tap < DIRECT_TAPS; tap++) {
+      const float *weights = packed + (c * DIRECT_TAPS + tap) * out_channels, *source = plane + g->offsets[tap];
+      __m512 weight[4];
+      for (int v = 0; v < 4; v++)
+        weight[v] = _mm512_loadu_ps(weights + 16 * v);
+      for (int k = 0; k < P; k++) {
+        const __m512 value = _mm512_set1_ps(source[positions[k]]);
+        for (int v = 0; v < 4; v++)
+          acc[k][v] = _mm512_fmadd_ps(value, weight[v], acc[k][v]);
+      }
+    }
+  }
+  for (int k = 0; k < P; k++)
+    for (int v = 0; v < 4; v++)
+      _mm512_storeu_ps(buffer + k * PIXEL_CHANNELS + 16 * v, acc[k][v]);
+}
+
+#define PIXEL_TILE_FUNCTION(P)                                                                                         \
+  DIRECT_TARGET static void pixel_tile_##P(const direct_geometry *g, const float *planes, int64_t in_channels,         \
+                                           const float *packed, int64_t out_channels, const int64_t *positions,       \
+                                           float *buffer) {                                                           \
+    pixel_tile(P, g, planes, in_channels, packed, out_channels, positions, buffer);                                    \
+  }
+PIXEL_TILE_FUNCTION(1)
+PIXEL_TILE_FUNCTION(2)
+PIXEL_TILE_FUNCTION(3)
+PIXEL_TILE_FUNCTION(4)
+PIXEL_TILE_FUNCTION(5)
+PIXEL_TILE_FUNCTION(6)
+typedef void (*pixel_tile_function)(const direct_geometry *, const float *, int64_t, const float *, int64_t,
+                                    const int64_t *, float *);
+static const pixel_tile_function pixel_tiles[PIXEL_TILE + 1] = {NULL,         pixel_tile_1, pixel_tile_2, pixel_tile_3,
+                                                                pixel_tile_4, pixel_tile_5, pixel_tile_6};
+
+/* out (out_channels planes of one sample) (+)= the convolution of one sample's planes, pixel-major tiles. */
+static void convolve_sample_by_pixel(const direct_geometry *g, const float *planes, int64_t in_channels,
+                                     const float *packed, int64_t out_channels, const float *bias, bool accumulate,
+                                     float *buffer, float *out) {
+  const int64_t pixels = g->out_height * g->out_width, tiles = (pixels + PIXEL_TILE - 1) / PIXEL_TILE;
+  for (int64_t o0 = 0; o0 < out_channels; o0 += PIXEL_CHANNELS) {
+    for (int64_t tile = 0, p = 0; tile < tiles; tile++) {
+      const int64_t count = direct_tile_vectors(pixels - p, tile, tiles);
+      int64_t positions[PIXEL_TILE];
+      for (int64_t k = 0; k < count; k++)
+        positions[k] = (p + k) / g->out_width * g->row + (p + k) % g->out_width;
+      pixel_tiles[count](g, planes, in_channels, packed + o0, out_channels, positions, buffer + p * PIXEL_CHANNELS);
+      p += count;
+    }
+    for (int64_t o = 0; o < PIXEL_CHANNELS; o++) {
+      float *plane = out + (o0 + o) * pixels;
+      const float shift = bias ? bias[o0 + o] : 0.0f;
+      for (int64_t p = 0; p < pixels; p++)
+        plane[p] = (accumulate ? plane[p] : shift) + buffer[p * PIXEL_CHANNELS + o];
+    }
+  }
+}
+
 /* out (+)= the convolution of every sample of x (in_channels planes) with packed weights: the forward pass,
  * or with transposed weights and accumulate the data gradient. */
 static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, int64_t in_channels,
@@ -160,17 +249,23 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
   if (a->stride_height == 1 && bpt_cpu_winograd_applies(a))
     return bpt_cpu_winograd_convolve(backend, a, x, in_channels, w, out_channels, transposed, bias, accumulate, out);
   const direct_geometry g = bpt_cpu_direct_geometry(a);
-  const size_t packed_floats = (size_t)(in_channels * out_channels * DIRECT_TAPS);
-  const int threads = bpt_cpu_direct_threads(backend, a->batch);
-  bpt_status status = bpt_cpu_scratch_reserve(backend, threads,
-                                              packed_floats + (size_t)(in_channels * g.channel_floats) + DIRECT_SLACK);
-  if (status != BPT_OK) return status;
+  const bool by_pixel = pixel_major(&g, out_channels);
   const int64_t in_floats = g.in_height * g.in_width, out_floats = g.out_height * g.out_width;
+  const size_t packed_floats = (size_t)(in_channels * out_channels * DIRECT_TAPS);
+  const size_t planes_floats = (size_t)(in_channels * g.channel_floats) + DIRECT_SLACK;
+  const int threads = bpt_cpu_direct_threads(backend, a->batch);
+  bpt_status status = bpt_cpu_scratch_reserve(
+      backend, threads, packed_floats + planes_floats + (by_pixel ? (size_t)(out_floats * PIXEL_CHANNELS) : 0));
+  if (status != BPT_OK) return status;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
-    pack_weights(w, transposed ? in_channels : out_channels, transposed ? out_channels : in_channels, transposed,
-                 packed);
+    float *buffer = planes + planes_floats;
+    const int64_t outputs = transposed ? in_channels : out_channels, inputs = transposed ? out_channels : in_channels;
+    if (by_pixel)
+      pack_pixel_weights(w, outputs, inputs, transposed, packed);
+    else
+      pack_weights(w, outputs, inputs, transposed, packed);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
       bpt_cpu_direct_pad_planes(&g, in_channels, x + n * in_channels * in_floats, planes);
@@ -178,8 +273,12 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
         bpt_cpu_direct_prefetch(x + (n + 1) * in_channels * in_floats, in_channels * in_floats);
         if (accumulate) bpt_cpu_direct_prefetch(out + (n + 1) * out_channels * out_floats, out_channels * out_floats);
       }
-      bpt_cpu_direct_convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate,
-                                     out + n * out_channels * out_floats);
+      if (by_pixel)
+        convolve_sample_by_pixel(&g, planes, in_channels, packed, out_channels, bias, accumulate, buffer,
+                                 out + n * out_channels * out_floats);
+      else
+        bpt_cpu_direct_convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate,
+                                       out + n * out_channels * out_floats);
     }
   }
   return BPT_OK;
