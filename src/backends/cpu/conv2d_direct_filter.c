@@ -1,6 +1,7 @@
 /* The weight gradient of the direct 3x3 convolutions (conv2d_direct.h): an outer product per output pixel, dy's
- * 16 or 32 channels (transposed to pixel-major) against 24 or 12 broadcast input values from the padded
- * planes, so the accumulators are weight-gradient entries and need no horizontal sums. Each thread sums its
+ * 16 or 32 channels against 24 or 12 broadcast input values from the padded planes, so the accumulators are
+ * weight-gradient entries and need no horizontal sums. Both dy and the padded planes are transposed to
+ * pixel-major first. Each thread sums its
  * samples into its own partial gradient; the partials are added in a fixed order at the end. */
 #include <string.h>
 
@@ -16,8 +17,9 @@
 
 /* partial ((c, tap) rows of O) += the chunk's outer products for output channels [o0, o0 + 16 OV), input
  * channels [c0, c0 + 8 / OV) and kernel row i: for each pixel, dy's channels against the 3 (8 / OV) input
- * values the pixel's taps in that row read. */
-DIRECT_INLINE void filter_tile(const int OV, const direct_geometry *g, const float *planes, int64_t in_channels,
+ * values the pixel's taps in that row read. Both operands are pixel-major, so the 24 broadcasts of a pixel
+ * sit at fixed distances from three pointers. */
+DIRECT_INLINE void filter_tile(const int OV, const direct_geometry *g, const float *transposed_x, int64_t in_channels,
                                const float *transposed_dy, int64_t out_channels, int64_t samples, int64_t o0,
                                int64_t c0, int64_t i, float *partial) {
   enum { MAX_CHANNELS = 8 };
@@ -28,23 +30,27 @@ DIRECT_INLINE void filter_tile(const int OV, const direct_geometry *g, const flo
       for (int v = 0; v < OV; v++)
         acc[k][j][v] = _mm512_setzero_ps();
   const int64_t H = g->out_height, W = g->out_width, R = g->row;
-  const int64_t *offsets = g->offsets + 3 * i;
   for (int64_t s = 0; s < samples; s++) {
     const float *dy_sample = transposed_dy + s * H * W * out_channels + o0;
-    const float *x_sample = planes + (s * in_channels + c0) * g->channel_floats;
+    const float *x_sample = transposed_x + s * g->channel_floats * in_channels + c0;
+    const float *taps[3];
+    for (int j = 0; j < 3; j++)
+      taps[j] = x_sample + g->offsets[3 * i + j] * in_channels;
     for (int64_t oh = 0; oh < H; oh++)
       for (int64_t ow = 0; ow < W; ow++) {
         const float *d = dy_sample + (oh * W + ow) * out_channels;
-        const float *x = x_sample + oh * R + ow;
+        const int64_t position = (oh * R + ow) * in_channels;
         __m512 gradient[2];
         for (int v = 0; v < OV; v++)
           gradient[v] = _mm512_loadu_ps(d + 16 * v);
-        for (int k = 0; k < channels; k++)
-          for (int j = 0; j < 3; j++) {
-            const __m512 value = _mm512_set1_ps(x[k * g->channel_floats + offsets[j]]);
+        for (int j = 0; j < 3; j++) {
+          const float *x = taps[j] + position;
+          for (int k = 0; k < channels; k++) {
+            const __m512 value = _mm512_set1_ps(x[k]);
             for (int v = 0; v < OV; v++)
               acc[k][j][v] = _mm512_fmadd_ps(value, gradient[v], acc[k][j][v]);
           }
+        }
       }
   }
   for (int k = 0; k < channels; k++)
@@ -55,29 +61,95 @@ DIRECT_INLINE void filter_tile(const int OV, const direct_geometry *g, const flo
       }
 }
 
-DIRECT_TARGET static void filter_tile_1(const direct_geometry *g, const float *planes, int64_t in_channels,
+DIRECT_TARGET static void filter_tile_1(const direct_geometry *g, const float *transposed_x, int64_t in_channels,
                                         const float *transposed_dy, int64_t out_channels, int64_t samples, int64_t o0,
                                         int64_t c0, int64_t i, float *partial) {
-  filter_tile(1, g, planes, in_channels, transposed_dy, out_channels, samples, o0, c0, i, partial);
+  filter_tile(1, g, transposed_x, in_channels, transposed_dy, out_channels, samples, o0, c0, i, partial);
 }
-DIRECT_TARGET static void filter_tile_2(const direct_geometry *g, const float *planes, int64_t in_channels,
+DIRECT_TARGET static void filter_tile_2(const direct_geometry *g, const float *transposed_x, int64_t in_channels,
                                         const float *transposed_dy, int64_t out_channels, int64_t samples, int64_t o0,
                                         int64_t c0, int64_t i, float *partial) {
-  filter_tile(2, g, planes, in_channels, transposed_dy, out_channels, samples, o0, c0, i, partial);
+  filter_tile(2, g, transposed_x, in_channels, transposed_dy, out_channels, samples, o0, c0, i, partial);
 }
 
-/* transposed (pixels, channels) = one sample's dy (channels, pixels), in blocks of 16 pixels so that reads
- * stay sequential and the block's writes stay in L1. */
-DIRECT_TARGET static void transpose_planes(int64_t channels, int64_t pixels, const float *dy, float *transposed) {
-  for (int64_t p0 = 0; p0 < pixels; p0 += 16) {
-    const int64_t count = pixels - p0 < 16 ? pixels - p0 : 16;
-    for (int64_t o = 0; o < channels; o++) {
-      const float *in = dy + o * pixels + p0;
-      float *out = transposed + p0 * channels + o;
-      for (int64_t p = 0; p < count; p++)
-        out[p * channels] = in[p];
-    }
+/* The same for 16 input and 16 output channels (ResNet's first stage), where a vector of output channels would
+ * need 24 broadcasts per 24 FMAs: here 9 vectors of input channels (one per tap) meet 2 broadcast dy values,
+ * 18 FMAs per pixel. partial is ((o, tap) rows of 16). */
+DIRECT_TARGET static void filter_tile_16(const direct_geometry *g, const float *transposed_x, const float *dy,
+                                         int64_t samples, int64_t o0, float *partial) {
+  enum { CHANNELS = 16, OUTPUTS = 2 };
+  __m512 acc[OUTPUTS][DIRECT_TAPS];
+  for (int m = 0; m < OUTPUTS; m++)
+    for (int tap = 0; tap < DIRECT_TAPS; tap++)
+      acc[m][tap] = _mm512_setzero_ps();
+  const int64_t H = g->out_height, W = g->out_width, R = g->row, pixels = H * W;
+  for (int64_t s = 0; s < samples; s++) {
+    const float *dy_sample = dy + (s * CHANNELS + o0) * pixels;
+    const float *x_sample = transposed_x + s * g->channel_floats * CHANNELS;
+    for (int64_t oh = 0; oh < H; oh++)
+      for (int64_t ow = 0; ow < W; ow++) {
+        const float *x = x_sample + (oh * R + ow) * CHANNELS;
+        __m512 in[DIRECT_TAPS];
+        for (int tap = 0; tap < DIRECT_TAPS; tap++)
+          in[tap] = _mm512_loadu_ps(x + g->offsets[tap] * CHANNELS);
+        for (int m = 0; m < OUTPUTS; m++) {
+          const __m512 gradient = _mm512_set1_ps(dy_sample[m * pixels + oh * W + ow]);
+          for (int tap = 0; tap < DIRECT_TAPS; tap++)
+            acc[m][tap] = _mm512_fmadd_ps(gradient, in[tap], acc[m][tap]);
+        }
+      }
   }
+  for (int m = 0; m < OUTPUTS; m++)
+    for (int tap = 0; tap < DIRECT_TAPS; tap++) {
+      float *target = partial + ((o0 + m) * DIRECT_TAPS + tap) * CHANNELS;
+      _mm512_storeu_ps(target, _mm512_add_ps(_mm512_loadu_ps(target), acc[m][tap]));
+    }
+}
+
+/* rows (16 vectors) transposed in registers: row r lane l becomes row l lane r. */
+DIRECT_INLINE void transpose_16x16(__m512 rows[16]) {
+  __m512 pairs[16], quads[16];
+  for (int r = 0; r < 16; r += 2) {
+    pairs[r] = _mm512_unpacklo_ps(rows[r], rows[r + 1]);
+    pairs[r + 1] = _mm512_unpackhi_ps(rows[r], rows[r + 1]);
+  }
+  /* quads[4 i + k], 128-bit lane L: column 4 L + k of rows 4 i .. 4 i + 3. */
+  for (int r = 0; r < 16; r += 4) {
+    const __m512d a = _mm512_castps_pd(pairs[r]), b = _mm512_castps_pd(pairs[r + 1]);
+    const __m512d c = _mm512_castps_pd(pairs[r + 2]), d = _mm512_castps_pd(pairs[r + 3]);
+    quads[r] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    quads[r + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    quads[r + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    quads[r + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int k = 0; k < 4; k++) {
+    const __m512 even_low = _mm512_shuffle_f32x4(quads[k], quads[4 + k], 0x88);
+    const __m512 odd_low = _mm512_shuffle_f32x4(quads[k], quads[4 + k], 0xdd);
+    const __m512 even_high = _mm512_shuffle_f32x4(quads[8 + k], quads[12 + k], 0x88);
+    const __m512 odd_high = _mm512_shuffle_f32x4(quads[8 + k], quads[12 + k], 0xdd);
+    rows[k] = _mm512_shuffle_f32x4(even_low, even_high, 0x88);
+    rows[8 + k] = _mm512_shuffle_f32x4(even_low, even_high, 0xdd);
+    rows[4 + k] = _mm512_shuffle_f32x4(odd_low, odd_high, 0x88);
+    rows[12 + k] = _mm512_shuffle_f32x4(odd_low, odd_high, 0xdd);
+  }
+}
+
+/* transposed (pixels, channels) = (channels, pixels): one sample's dy, or its padded input planes. Blocks of
+ * 16 channels by 16 pixels are transposed in registers; the rest element by element. */
+DIRECT_TARGET static void transpose_planes(int64_t channels, int64_t pixels, const float *planes, float *transposed) {
+  const int64_t block_channels = channels / 16 * 16, block_pixels = pixels / 16 * 16;
+  for (int64_t c0 = 0; c0 < block_channels; c0 += 16)
+    for (int64_t p0 = 0; p0 < block_pixels; p0 += 16) {
+      __m512 rows[16];
+      for (int r = 0; r < 16; r++)
+        rows[r] = _mm512_loadu_ps(planes + (c0 + r) * pixels + p0);
+      transpose_16x16(rows);
+      for (int r = 0; r < 16; r++)
+        _mm512_storeu_ps(transposed + (p0 + r) * channels + c0, rows[r]);
+    }
+  for (int64_t c = 0; c < channels; c++)
+    for (int64_t p = c < block_channels ? block_pixels : 0; p < pixels; p++)
+      transposed[p * channels + c] = planes[c * pixels + p];
 }
 
 bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
@@ -90,36 +162,44 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
   const int threads = bpt_cpu_direct_threads(backend, a->batch);
   const int64_t per_thread = (a->batch + threads - 1) / threads;
   if (chunk > per_thread) chunk = per_thread;
-  const size_t planes_floats = (size_t)(chunk * C * g.channel_floats + DIRECT_SLACK);
-  bpt_status status =
-      bpt_cpu_scratch_reserve(backend, threads, (size_t)weight_count + planes_floats + (size_t)(chunk * pixels * O));
+  const size_t planes_floats = (size_t)(C * g.channel_floats + DIRECT_SLACK);
+  const size_t transposed_x_floats = (size_t)(chunk * C * g.channel_floats);
+  bpt_status status = bpt_cpu_scratch_reserve(
+      backend, threads, (size_t)weight_count + planes_floats + transposed_x_floats + (size_t)(chunk * pixels * O));
   if (status != BPT_OK) return status;
-  const int wide = O % 32 == 0; /* 32 output channels per tile, 4 input channels; else 16 and 8 */
+  const int wide = O % 32 == 0;            /* 32 output channels per tile, 4 input channels; else 16 and 8 */
+  const bool sixteen = C == 16 && O == 16; /* filter_tile_16, partials laid out ((o, tap), c) */
   const int64_t tile_out = wide ? 32 : 16, tile_in = wide ? 4 : 8;
   const int64_t chunks = (a->batch + chunk - 1) / chunk;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float *partial = bpt_cpu_scratch(backend, omp_get_thread_num());
-    float *planes = partial + weight_count, *transposed_dy = planes + planes_floats;
+    float *planes = partial + weight_count, *transposed_x = planes + planes_floats;
+    float *transposed_dy = transposed_x + transposed_x_floats;
     memset(partial, 0, (size_t)weight_count * sizeof *partial);
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < chunks; k++) {
       const int64_t first = k * chunk, samples = first + chunk <= a->batch ? chunk : a->batch - first;
       for (int64_t s = 0; s < samples; s++) {
-        bpt_cpu_direct_pad_planes(&g, C, x + (first + s) * C * in_floats, planes + s * C * g.channel_floats);
-        transpose_planes(O, pixels, dy + (first + s) * O * pixels, transposed_dy + s * pixels * O);
+        bpt_cpu_direct_pad_planes(&g, C, x + (first + s) * C * in_floats, planes);
+        transpose_planes(C, g.channel_floats, planes, transposed_x + s * g.channel_floats * C);
+        if (!sixteen) transpose_planes(O, pixels, dy + (first + s) * O * pixels, transposed_dy + s * pixels * O);
       }
-      memset(planes + samples * C * g.channel_floats, 0, DIRECT_SLACK * sizeof *planes);
+      if (sixteen) {
+        for (int64_t o0 = 0; o0 < O; o0 += 2)
+          filter_tile_16(&g, transposed_x, dy + first * O * pixels, samples, o0, partial);
+        continue;
+      }
       for (int64_t o0 = 0; o0 < O; o0 += tile_out)
         for (int64_t c0 = 0; c0 < C; c0 += tile_in)
           for (int64_t i = 0; i < 3; i++) {
             if (wide)
-              filter_tile_2(&g, planes, C, transposed_dy, O, samples, o0, c0, i, partial);
+              filter_tile_2(&g, transposed_x, C, transposed_dy, O, samples, o0, c0, i, partial);
             else
-              filter_tile_1(&g, planes, C, transposed_dy, O, samples, o0, c0, i, partial);
+              filter_tile_1(&g, transposed_x, C, transposed_dy, O, samples, o0, c0, i, partial);
           }
     }
-    /* Each thread sums one slice of dweight (o, c, tap) over every thread's partial ((c, tap), o). */
+    /* Each thread sums one slice of dweight (o, c, tap) over every thread's partial. */
 #pragma omp barrier
     const int count = omp_get_num_threads(), thread = omp_get_thread_num();
     const int64_t slice = (weight_count + count - 1) / count;
@@ -127,8 +207,10 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
     for (int64_t index = begin; index < end; index++) {
       const int64_t o = index / (C * DIRECT_TAPS), row = index % (C * DIRECT_TAPS);
       float sum = 0.0f;
+      const int64_t c = row / DIRECT_TAPS, tap = row % DIRECT_TAPS;
+      const int64_t source = sixteen ? (o * DIRECT_TAPS + tap) * C + c : row * O + o;
       for (int t = 0; t < count; t++)
-        sum += bpt_cpu_scratch(backend, t)[row * O + o];
+        sum += bpt_cpu_scratch(backend, t)[source];
       dweight[index] += sum;
     }
   }
