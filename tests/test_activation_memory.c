@@ -24,12 +24,16 @@ static void relu_mask_kernels_match_reference(void **state) {
   test_random_fill(&random, dy, COUNT, -1.0f, 1.0f);
   for (int i = 0; i < COUNT; i++) dx[i] = 0.5f;
   assert_int_equal(backend->vtable->relu_mask_forward(backend, COUNT, x, y, mask), BPT_OK);
-  assert_int_equal(backend->vtable->relu_mask_backward(backend, COUNT, mask, dy, dx), BPT_OK);
+  assert_int_equal(backend->vtable->relu_mask_backward(backend, COUNT, mask, dy, dx, false), BPT_OK);
   for (int i = 0; i < COUNT; i++) {
     assert_true(y[i] == (x[i] > 0.0f ? x[i] : 0.0f));
     assert_int_equal((mask[i / 8] >> (i % 8)) & 1, x[i] > 0.0f);
     assert_true(dx[i] == (x[i] > 0.0f ? 0.5f + dy[i] : 0.5f)); /* masked-out elements untouched */
   }
+  /* Assigning: dx = dy where the mask is set, 0 elsewhere, whatever dx held. */
+  assert_int_equal(backend->vtable->relu_mask_backward(backend, COUNT, mask, dy, dx, true), BPT_OK);
+  for (int i = 0; i < COUNT; i++)
+    assert_true(dx[i] == (x[i] > 0.0f ? dy[i] : 0.0f));
   free(x);
   free(y);
   free(dy);
@@ -288,6 +292,78 @@ static void gradients_share_memory_only_when_lifetimes_are_disjoint(void **state
   bpt_context_destroy(context);
 }
 
+/* Backward on CPU lets the first writer of an activation gradient (batch norm, ReLU, add, a convolution's data
+ * gradient) overwrite it instead of clearing it first. With every activation gradient filled with NaN before
+ * backward, the parameter gradients must still equal, value for value, those of a backend that clears. The
+ * network covers Winograd (16 channels, 14x14), a strided direct convolution, fan-out into a projection and
+ * the residual add. */
+static void first_writers_overwrite_unset_gradients(void **state) {
+  (void)state;
+  bpt_context *context = test_context(5);
+  bpt_graph *graph;
+  bpt_node *x, *labels, *y, *loss;
+  int64_t image[3] = {2, 14, 14};
+  enum { IMAGES = 3 };
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image, &x));
+  assert_ok(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+  const bpt_layer_spec stem[] = {{.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 3, .padding = 1},
+                                 {.kind = BPT_LAYER_BATCH_NORM},
+                                 {.kind = BPT_LAYER_RELU}};
+  assert_ok(context, bpt_layer_sequential(graph, "stem", x, stem, 3, &y));
+  assert_ok(context, bpt_layer_resnet_basic_block(graph, "block1", y, 16, 1, &y));
+  assert_ok(context, bpt_layer_resnet_basic_block(graph, "block2", y, 32, 2, &y));
+  const bpt_layer_spec head[] = {{.kind = BPT_LAYER_GLOBAL_AVG_POOL}, {.kind = BPT_LAYER_LINEAR, .units = 3}};
+  assert_ok(context, bpt_layer_sequential(graph, "head", y, head, 2, &y));
+  assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", y, labels, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, IMAGES));
+  int64_t dims[4] = {IMAGES, 2, 14, 14};
+  bpt_tensor *images, *classes;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, dims, &images));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &classes));
+  test_random random;
+  test_random_seed(&random, 6);
+  test_random_fill(&random, bpt_tensor_data(images), IMAGES * 2 * 14 * 14, -1.0f, 1.0f);
+  for (int i = 0; i < IMAGES; i++)
+    ((int32_t *)bpt_tensor_data(classes))[i] = i;
+  assert_ok(context, bpt_graph_set_input(graph, x, images));
+  assert_ok(context, bpt_graph_set_input(graph, labels, classes));
+
+  const bpt_backend_vtable *assigning = context->backend.vtable;
+  assert_true(assigning->assigns_input_gradients);
+  bpt_backend_vtable clearing = *assigning;
+  clearing.assigns_input_gradients = false;
+  int64_t count = bpt_graph_parameter_count(graph);
+  float *gradients[2] = {malloc((size_t)count * sizeof(float)), malloc((size_t)count * sizeof(float))};
+  for (int run = 0; run < 2; run++) {
+    context->backend.vtable = run ? &clearing : assigning;
+    assert_ok(context, bpt_graph_forward(graph));
+    for (int i = 0; i < graph->node_count; i++) {
+      bpt_node *node = graph->nodes[i];
+      if (!node->requires_grad || node->op == BPT_OP_PARAMETER || node == loss) continue;
+      for (int64_t k = 0; k < bpt_node_count(node); k++)
+        node->grad[k] = NAN;
+    }
+    assert_ok(context, bpt_graph_backward(graph));
+    assert_ok(context, bpt_graph_read_gradients(graph, gradients[run], count));
+  }
+  context->backend.vtable = assigning;
+  int nonzero = 0;
+  for (int64_t i = 0; i < count; i++) {
+    if (!(gradients[0][i] == gradients[1][i]))
+      fail_msg("parameter gradient %lld: %g overwriting, %g clearing", (long long)i, (double)gradients[0][i],
+               (double)gradients[1][i]);
+    nonzero += gradients[0][i] != 0.0f;
+  }
+  assert_true(nonzero > count / 2);
+  free(gradients[0]);
+  free(gradients[1]);
+  bpt_tensor_destroy(images);
+  bpt_tensor_destroy(classes);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(relu_mask_kernels_match_reference),
@@ -295,6 +371,7 @@ int main(void) {
       cmocka_unit_test(reused_values_refuse_to_be_read),
       cmocka_unit_test(compressed_saved_activations),
       cmocka_unit_test(gradients_share_memory_only_when_lifetimes_are_disjoint),
+      cmocka_unit_test(first_writers_overwrite_unset_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -65,6 +65,8 @@ typedef struct bpt_conv2d_args {
   int64_t kernel_height, kernel_width;
   int64_t stride_height, stride_width, padding_height, padding_width, dilation_height, dilation_width;
   int64_t groups;
+  bool assign_input_gradient; /* conv2d_backward_data: dx = rather than +=; only for vtables with
+                                 assigns_input_gradients */
 } bpt_conv2d_args;
 
 /* Batch norm over (batch, channels, spatial): statistics per channel over batch * spatial values. */
@@ -73,6 +75,7 @@ typedef struct bpt_batch_norm_args {
   float epsilon;
   float momentum; /* running = (1 - momentum) * running + momentum * batch statistic (PyTorch's convention) */
   bool training;  /* false: normalise with the running statistics */
+  bool assign_input_gradient; /* backward: dx = rather than +=; only for vtables with assigns_input_gradients */
 } bpt_batch_norm_args;
 
 typedef enum bpt_pool_kind { BPT_POOL_MAX, BPT_POOL_AVERAGE } bpt_pool_kind;
@@ -107,8 +110,7 @@ typedef struct bpt_backend_vtable {
   /* y (rows, cols) += bias (cols) broadcast over rows */
   bpt_status (*bias_add)(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
   /* bias_gradient (cols) += sum over rows of dy (rows, cols) */
-  bpt_status (*bias_backward)(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                              float *bias_gradient);
+  bpt_status (*bias_backward)(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy, float *bias_gradient);
 
   /* Activations: y = f(x); dx += f'(x) * dy, given x and y (each kernel reads what it needs). */
   bpt_status (*activation_forward)(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
@@ -118,9 +120,8 @@ typedef struct bpt_backend_vtable {
 
   /* Losses. Softmax cross-entropy keeps the probabilities (batch, classes) for its backward; loss is one
    * float, the mean over the batch. Backward: dlogits += (probabilities - onehot) * loss_gradient / batch. */
-  bpt_status (*softmax_cross_entropy_forward)(bpt_backend *backend, int64_t batch, int64_t classes,
-                                              const float *logits, const int32_t *labels, float *probabilities,
-                                              float *loss);
+  bpt_status (*softmax_cross_entropy_forward)(bpt_backend *backend, int64_t batch, int64_t classes, const float *logits,
+                                              const int32_t *labels, float *probabilities, float *loss);
   bpt_status (*softmax_cross_entropy_backward)(bpt_backend *backend, int64_t batch, int64_t classes,
                                                const float *probabilities, const int32_t *labels,
                                                const float *loss_gradient, float *dlogits);
@@ -190,17 +191,18 @@ typedef struct bpt_backend_vtable {
    * exactly what a dtype buffer would (the CPU's storage-precision emulation of mixed precision). */
   bpt_status (*round_to_dtype)(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values);
   /* Binary stochastic neuron: a = 1[u < sigmoid(z)] with u = (bits >> 8) * 2^-24; deterministic: a = 1[z > 0]. */
-  bpt_status (*binary_stochastic_forward)(bpt_backend *backend, int64_t count, const float *z, float *a,
-                                          uint64_t seed, bool deterministic);
+  bpt_status (*binary_stochastic_forward)(bpt_backend *backend, int64_t count, const float *z, float *a, uint64_t seed,
+                                          bool deterministic);
   /* Straight-through backward: dz += da, or dz += da * s (1 - s) with s = sigmoid(z) when sigmoid_adjusted
    * (z is only read then and may be NULL otherwise). */
-  bpt_status (*binary_stochastic_backward)(bpt_backend *backend, int64_t count, bool sigmoid_adjusted,
-                                           const float *z, const float *da, float *dz);
+  bpt_status (*binary_stochastic_backward)(bpt_backend *backend, int64_t count, bool sigmoid_adjusted, const float *z,
+                                           const float *da, float *dz);
   /* ReLU keeping a 1-bit mask for backward: y = max(x, 0), bit i % 8 of mask[i / 8] = x_i > 0 ((count + 7) / 8
-   * bytes); backward: dx += dy where the bit is set, masked-out elements untouched. */
+   * bytes); backward: dx += dy where the bit is set, masked-out elements untouched, or with assign (only
+   * asked of vtables with assigns_input_gradients) dx = dy there and 0 elsewhere. */
   bpt_status (*relu_mask_forward)(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
-  bpt_status (*relu_mask_backward)(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                   float *dx);
+  bpt_status (*relu_mask_backward)(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy, float *dx,
+                                   bool assign);
   /* *maximum (device float) = max |x_i| over finite values, for per-tensor FP8 scales of saved activations. */
   bpt_status (*absolute_max)(bpt_backend *backend, int64_t count, const float *x, float *maximum);
   /* cnn: dropout and the training toolkit (issue 3). */
@@ -215,6 +217,9 @@ typedef struct bpt_backend_vtable {
                                   double *sum_of_squares, int64_t *zeros);
   /* x = min(max(x * scale, low), high): gradient clipping by norm (scale) and by value (low, high). */
   bpt_status (*scale_clamp)(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);
+  /* Whether conv2d_backward_data, batch_norm_backward and relu_mask_backward honour their assign flags: the
+   * core then lets an input gradient's first writer overwrite it instead of clearing it first (run.c). */
+  bool assigns_input_gradients;
 } bpt_backend_vtable;
 
 /* A backend instance. The core owns it; error_message is filled by a failing member. */

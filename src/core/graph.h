@@ -47,6 +47,10 @@ struct bpt_node {
    * into this node's gradient (run.c zeroes the gradient just before it), or node_count for the loss, whose
    * gradient is seeded before backward starts. */
   int gradient_first_writer;
+  /* Set by run.c instead of clearing the gradient when its first writer can overwrite it (the op's
+   * overwrites_unset_gradients and the backend's assigns_input_gradients): the writer takes it with
+   * bpt_node_take_unset_gradient() and assigns rather than adds. */
+  bool gradient_unset;
 };
 
 /* BPT_OK when node's value can still be read (forward ran and its memory has not been reused since); a
@@ -76,7 +80,7 @@ struct bpt_graph {
   bool compiled;
   bpt_node *loss;
   int64_t max_batch;
-  int64_t batch;   /* batch of the current run */
+  int64_t batch; /* batch of the current run */
   bool forward_done;
   bool backward_done;
   /* Backward ran since the last forward: transient values' bytes then hold activation gradients. */
@@ -93,9 +97,9 @@ struct bpt_graph {
   float *loss_gradient; /* device: the constant 1 that seeds backward */
 
   /* Robustness (issue 9): checkpoints, anomaly detection. */
-  bpt_rng rng;               /* stream for stochastic ops, seeded at compile; saved in checkpoints */
-  int64_t forward_count;     /* forward passes run since compile (the "step" anomaly reports name) */
-  bool anomaly_detection;    /* check every op's output for inf/NaN (bpt_graph_set_anomaly_detection) */
+  bpt_rng rng;                      /* stream for stochastic ops, seeded at compile; saved in checkpoints */
+  int64_t forward_count;            /* forward passes run since compile (the "step" anomaly reports name) */
+  bool anomaly_detection;           /* check every op's output for inf/NaN (bpt_graph_set_anomaly_detection) */
   struct bpt_graph_buffer *buffers; /* non-trainable state saved in checkpoints (bpt_graph_register_buffer) */
   int buffer_count, buffer_capacity;
   /* Comm layer (issue 7): one observer of backward and of the optimiser step, NULL when none. */
@@ -109,9 +113,9 @@ struct bpt_graph {
   size_t held_bytes, transient_bytes, gradient_bytes, input_bytes; /* memory plan, for bpt_graph_memory() */
 
   /* cnn (issue 3) */
-  bool evaluation; /* inference mode: batch norm uses running statistics, dropout passes values through */
-  bool folded;     /* batch norms were folded into convolutions: forward only */
-  uint64_t random_step; /* advanced by every optimiser step: dropout masks stay fixed between two steps */
+  bool evaluation;       /* inference mode: batch norm uses running statistics, dropout passes values through */
+  bool folded;           /* batch norms were folded into convolutions: forward only */
+  uint64_t random_step;  /* advanced by every optimiser step: dropout masks stay fixed between two steps */
   uint64_t dropout_seed; /* the context seed at compile, or the one a loaded checkpoint was saved with */
 };
 
@@ -124,10 +128,9 @@ bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, 
                               int input_count, bpt_node **out);
 /* Like bpt_graph_add_node() but sets attributes before infer_shape runs, for ops whose shape depends on
  * them (strides, kernel sizes). Either array may be NULL with a count of 0. */
-bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, const char *name,
-                                              bpt_node *const *inputs, int input_count, const int64_t *int_attributes,
-                                              int int_count, const float *float_attributes, int float_count,
-                                              bpt_node **out);
+bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
+                                              int input_count, const int64_t *int_attributes, int int_count,
+                                              const float *float_attributes, int float_count, bpt_node **out);
 /* Frees the device memory of a compiled (or half-compiled) graph. */
 void bpt_graph_release_memory(bpt_graph *graph);
 /* Shorthand for "<op> '<node>': <message>" errors. */
@@ -137,11 +140,22 @@ bpt_status bpt_node_error(const bpt_node *node, bpt_status status, const char *f
 const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size);
 
 /* Calls a backend member, turning NULL into BPT_ERR_UNSUPPORTED and failures into messages naming the node. */
-#define BPT_KERNEL(node, member, ...)                                                                   \
-  ((node)->graph->backend->vtable->member                                                              \
-       ? bpt_kernel_result((node), (node)->graph->backend->vtable->member((node)->graph->backend, __VA_ARGS__), \
-                           #member)                                                                    \
-       : bpt_node_error((node), BPT_ERR_UNSUPPORTED, "kernel '%s' is not supported on backend '%s'", #member, \
+/* For an op's backward about to write input's gradient: true (once) when the gradient was left unset for it to
+ * overwrite, false when it must add into it. */
+static inline bool bpt_node_take_unset_gradient(bpt_node *input) {
+  const bool unset = input->gradient_unset;
+  input->gradient_unset = false;
+  return unset;
+}
+
+/* For a backward path that can only add into input's gradient: clears it first if it was left unset. */
+bpt_status bpt_node_clear_unset_gradient(bpt_node *input);
+
+#define BPT_KERNEL(node, member, ...)                                                                                  \
+  ((node)->graph->backend->vtable->member                                                                              \
+       ? bpt_kernel_result((node), (node)->graph->backend->vtable->member((node)->graph->backend, __VA_ARGS__),        \
+                           #member)                                                                                    \
+       : bpt_node_error((node), BPT_ERR_UNSUPPORTED, "kernel '%s' is not supported on backend '%s'", #member,          \
                         (node)->graph->backend->vtable->name))
 bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char *kernel);
 
@@ -152,14 +166,14 @@ bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char
  * updates it. Declared here, defined in checkpoint.c. */
 typedef struct bpt_graph_buffer {
   char name[BPT_NAME_SIZE];
-  float *values;        /* device, or NULL when owner is set */
+  float *values;         /* device, or NULL when owner is set */
   const bpt_node *owner; /* values live at owner->saved + byte_offset */
   size_t byte_offset;
   int64_t count;
 } bpt_graph_buffer;
 bpt_status bpt_graph_register_buffer(bpt_graph *graph, const char *name, float *values, int64_t count);
-bpt_status bpt_graph_register_node_buffer(bpt_graph *graph, const char *name, const bpt_node *owner,
-                                          size_t byte_offset, int64_t count);
+bpt_status bpt_graph_register_node_buffer(bpt_graph *graph, const char *name, const bpt_node *owner, size_t byte_offset,
+                                          int64_t count);
 /* Check node's value (after its forward), or its inputs' gradients (after its backward), for inf/NaN when
  * anomaly detection is on (anomaly.c; called from the loops in run.c). */
 bpt_status bpt_anomaly_check(bpt_node *node);

@@ -35,6 +35,10 @@ typedef struct bpt_op_definition {
    * node's own value. NULL means yes; values nothing reads after forward share memory (compile.c). */
   bool (*backward_reads_input)(const bpt_node *node, int input);
   bool (*backward_reads_output)(const bpt_node *node);
+  /* Whether backward overwrites, rather than adds into, an input gradient it is the first writer of when
+   * run.c left it unset (bpt_node_take_unset_gradient), so the gradient need not be cleared first. Such a
+   * backward must then write every element of that gradient. */
+  bool overwrites_unset_gradients;
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;

@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "core/graph.h"
-#include "core/profiler.h"
 #include "core/precision.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
 
 static bpt_status require_compiled(bpt_graph *graph, const char *where) {
@@ -29,7 +29,8 @@ bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tenso
   /* Only the per-sample element count must match: a (N, 28, 28) batch feeds a (N, 784) input as is. */
   int64_t batch = tensor->dims[0];
   int64_t inner = 1;
-  for (int i = 1; i < tensor->rank; i++) inner *= tensor->dims[i];
+  for (int i = 1; i < tensor->rank; i++)
+    inner *= tensor->dims[i];
   if (inner != bpt_node_inner_count(node)) {
     char expected[96];
     return bpt_error(context, BPT_ERR_SHAPE,
@@ -84,19 +85,43 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
 
 /* Activation gradients share memory (memory_plan.c), so each is cleared just before the backward that first
  * adds into it, rather than all of them before backward starts; that is also while the bytes are about to
- * be touched anyway. */
-static bpt_status clear_gradient(bpt_graph *graph, bpt_node *node, int writer) {
+ * be touched anyway. A first writer that can overwrite instead (op.h's overwrites_unset_gradients, on a
+ * backend that assigns_input_gradients) is left the gradient unset: that saves writing zeros and reading
+ * them back, about 4% of a ResNet-8 step on the CPU. */
+static bpt_status clear_gradient(bpt_graph *graph, bpt_node *node, int writer, bool overwritten) {
   if (!node->requires_grad || node->op == BPT_OP_PARAMETER || node->gradient_first_writer != writer) return BPT_OK;
+  if (overwritten) {
+    node->gradient_unset = true;
+    return BPT_OK;
+  }
   bpt_backend *backend = graph->backend;
+  node->gradient_unset = false;
   if (backend->vtable->memset_zero(backend, node->grad, (size_t)bpt_node_count(node) * sizeof(float)) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "backward: clearing an activation gradient");
   return BPT_OK;
 }
 
 static bpt_status clear_gradients_first_written_by(bpt_graph *graph, bpt_node *node, int position) {
-  BPT_CHECK(clear_gradient(graph, node, position)); /* a node no backward writes into (not the loss) */
+  const bool overwritten = node->requires_grad && bpt_op_get(node->op)->overwrites_unset_gradients &&
+                           graph->backend->vtable->assigns_input_gradients;
+  BPT_CHECK(clear_gradient(graph, node, position, false)); /* a node no backward writes into (not the loss) */
   for (int k = 0; k < node->input_count; k++)
-    BPT_CHECK(clear_gradient(graph, node->inputs[k], position));
+    BPT_CHECK(clear_gradient(graph, node->inputs[k], position, overwritten));
+  return BPT_OK;
+}
+
+bpt_status bpt_node_clear_unset_gradient(bpt_node *input) {
+  if (!bpt_node_take_unset_gradient(input)) return BPT_OK;
+  bpt_backend *backend = input->graph->backend;
+  if (backend->vtable->memset_zero(backend, input->grad, (size_t)bpt_node_count(input) * sizeof(float)) != BPT_OK)
+    return bpt_backend_error(input->graph->context, BPT_ERR_DEVICE, "backward: clearing an activation gradient");
+  return BPT_OK;
+}
+
+/* A gradient left unset for a backward that did not run or did not write it still has to read as zero. */
+static bpt_status clear_gradients_left_unset(bpt_graph *graph, bpt_node *node, int position) {
+  for (int k = 0; k < node->input_count; k++)
+    if (node->inputs[k]->gradient_unset) BPT_CHECK(clear_gradient(graph, node->inputs[k], position, false));
   return BPT_OK;
 }
 
@@ -119,6 +144,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
       BPT_CHECK(bpt_precision_before_backward_node(node));
       BPT_CHECK(definition->backward(node));
     }
+    BPT_CHECK(clear_gradients_left_unset(graph, node, i));
     if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check_backward(node)); /* robustness (issue 9) */
     if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_NODE_BACKWARD, i));
   }
@@ -136,8 +162,8 @@ bpt_status bpt_graph_backward_accumulate(bpt_graph *graph) {
 bpt_status bpt_graph_zero_gradients(bpt_graph *graph) {
   BPT_CHECK(require_compiled(graph, "bpt_graph_zero_gradients"));
   bpt_backend *backend = graph->backend;
-  if (backend->vtable->memset_zero(backend, graph->gradient_block,
-                                   (size_t)graph->parameter_elements * sizeof(float)) != BPT_OK)
+  if (backend->vtable->memset_zero(backend, graph->gradient_block, (size_t)graph->parameter_elements * sizeof(float)) !=
+      BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_graph_zero_gradients");
   return BPT_OK;
 }
@@ -183,8 +209,8 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
                      bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));
   int64_t count = bpt_node_count(node);
   if (count > tensor->capacity)
-    return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_read: node '%s' has %lld values, tensor holds %lld",
-                     node->name, (long long)count, (long long)tensor->capacity);
+    return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_read: node '%s' has %lld values, tensor holds %lld", node->name,
+                     (long long)count, (long long)tensor->capacity);
   if (node->batched) BPT_CHECK(bpt_tensor_set_batch(tensor, graph->batch));
   bpt_backend *backend = graph->backend;
   if (backend->vtable->download(backend, tensor->data, node->value, (size_t)count * bpt_dtype_size(node->dtype)) !=

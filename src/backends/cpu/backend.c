@@ -90,6 +90,7 @@ static const bpt_backend_vtable cpu_vtable = {
     .dropout_backward = bpt_cpu_dropout_backward,
     .reduce_statistics = bpt_cpu_reduce_statistics,
     .scale_clamp = bpt_cpu_scale_clamp,
+    .assigns_input_gradients = true,
 };
 
 const bpt_backend_vtable *bpt_cpu_backend_register(void) { return &cpu_vtable; }

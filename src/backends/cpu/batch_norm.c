@@ -128,16 +128,22 @@ BATCH_NORM_VECTOR_CLONES static void gradient_sums(const float *x, const float *
   *sum_dy_centred = centred_total;
 }
 
-/* dx += scale (dy - mean_dy - (x - mean) xhat_coefficient) over one channel. */
+/* dx (+)= scale (dy - mean_dy - (x - mean) xhat_coefficient) over one channel. */
 BATCH_NORM_VECTOR_CLONES static void input_gradient(const float *x, const float *dy, int64_t N, int64_t row_stride,
                                                     int64_t S, float mean, float scale, float mean_dy,
-                                                    float xhat_coefficient, float *dx) {
+                                                    float xhat_coefficient, bool assign, float *dx) {
   for (int64_t n = 0; n < N; n++) {
     const float *in = x + n * row_stride, *d = dy + n * row_stride;
     float *out = dx + n * row_stride;
+    if (assign) {
 #pragma omp simd
-    for (int64_t i = 0; i < S; i++)
-      out[i] += scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
+      for (int64_t i = 0; i < S; i++)
+        out[i] = scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < S; i++)
+        out[i] += scale * (d[i] - mean_dy - (in[i] - mean) * xhat_coefficient);
+    }
   }
 }
 
@@ -201,7 +207,8 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
     const float scale = gamma[c] * inverse_std;
     const float mean_dy = (float)(sum_dy / (double)count);
     const float xhat_coefficient = (float)(sum_dy_centred / (double)count) * inverse_std * inverse_std;
-    input_gradient(x + c * S, dy + c * S, N, C * S, S, mean, scale, mean_dy, xhat_coefficient, dx + c * S);
+    input_gradient(x + c * S, dy + c * S, N, C * S, S, mean, scale, mean_dy, xhat_coefficient, a->assign_input_gradient,
+                   dx + c * S);
   }
   return BPT_OK;
 }

@@ -356,6 +356,9 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
 bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                         const float *weight, float *dx) {
   if (bpt_cpu_conv_direct_applies(backend, a)) return bpt_cpu_conv_direct_backward_data(backend, a, dy, weight, dx);
+  /* The lowerings below add into dx. */
+  if (a->assign_input_gradient)
+    memset(dx, 0, (size_t)(a->batch * a->in_channels * a->in_height * a->in_width) * sizeof *dx);
   conv_plan p;
   /* Strided data gradients keep col2im: phase planes to zero and read back are stride_h * stride_w times
    * the output being scattered, which measured slower (32 channels 14x14 -> 64 at 7x7: 4.7 against 3.9 ms). */

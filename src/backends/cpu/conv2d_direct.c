@@ -170,9 +170,8 @@ static void pack_pixel_weights(const float *w, int64_t out, int64_t in, bool tra
   for (int64_t o = 0; o < outputs; o++)
     for (int64_t c = 0; c < inputs; c++)
       for (int64_t tap = 0; tap < DIRECT_TAPS; tap++)
-        packed[(c * DIRECT_TAPS + tap) * outputs + o] = transposed
-                                                            ? w[(c * in + o) * DIRECT_TAPS + DIRECT_TAPS - 1 - tap]
-                                                            : w[(o * in + c) * DIRECT_TAPS + tap];
+        packed[(c * DIRECT_TAPS + tap) * outputs + o] =
+            transposed ? w[(c * in + o) * DIRECT_TAPS + DIRECT_TAPS - 1 - tap] : w[(o * in + c) * DIRECT_TAPS + tap];
 }
 
 /* buffer (P pixels of 64 channels) = the tile's outputs for output channels [0, 64) of packed's columns. */
@@ -203,8 +202,8 @@ DIRECT_INLINE void pixel_tile(const int P, const direct_geometry *g, const float
 
 #define PIXEL_TILE_FUNCTION(P)                                                                                         \
   DIRECT_TARGET static void pixel_tile_##P(const direct_geometry *g, const float *planes, int64_t in_channels,         \
-                                           const float *packed, int64_t out_channels, const int64_t *positions,       \
-                                           float *buffer) {                                                           \
+                                           const float *packed, int64_t out_channels, const int64_t *positions,        \
+                                           float *buffer) {                                                            \
     pixel_tile(P, g, planes, in_channels, packed, out_channels, positions, buffer);                                    \
   }
 PIXEL_TILE_FUNCTION(1)
@@ -309,10 +308,10 @@ static direct_geometry strided_phase(const direct_geometry *dy_planes, int64_t p
   return g;
 }
 
-/* dx (C, H, W) += the phase planes interleaved: dx (c, 2 a + ph, 2 b + pw) from phase ph * 2 + pw, (C, Ha, Wa)
- * with Ha = ceil((H - ph) / 2), Wa = ceil((W - pw) / 2). */
+/* dx (C, H, W) (+)= the phase planes interleaved: dx (c, 2 a + ph, 2 b + pw) from phase ph * 2 + pw,
+ * (C, Ha, Wa) with Ha = ceil((H - ph) / 2), Wa = ceil((W - pw) / 2). */
 DIRECT_TARGET static void interleave_phases(int64_t C, int64_t H, int64_t W, const float *phases, int64_t phase_stride,
-                                            float *dx) {
+                                            bool assign, float *dx) {
   const int64_t even_width = (W + 1) / 2, odd_width = W / 2;
   const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -323,21 +322,21 @@ DIRECT_TARGET static void interleave_phases(int64_t C, int64_t H, int64_t W, con
       const float *odd = phases + (2 * ph + 1) * phase_stride + (c * rows + h / 2) * odd_width;
       float *target = dx + (c * H + h) * W;
       if (W > 32) {
-        for (int64_t b = 0; b < odd_width; b++) {
-          target[2 * b] += even[b];
-          target[2 * b + 1] += odd[b];
+        for (int64_t w = 0; w < W; w++) {
+          const float value = w % 2 ? odd[w / 2] : even[w / 2];
+          target[w] = assign ? value : target[w] + value;
         }
-        if (even_width > odd_width) target[W - 1] += even[even_width - 1];
         continue;
       }
       const __m512 evens = _mm512_maskz_loadu_ps(direct_lanes(even_width), even);
       const __m512 odds = _mm512_maskz_loadu_ps(direct_lanes(odd_width), odd);
       const __mmask16 first = direct_lanes(W < 16 ? W : 16), second = direct_lanes(W > 16 ? W - 16 : 0);
-      _mm512_mask_storeu_ps(
-          target, first, _mm512_add_ps(_mm512_maskz_loadu_ps(first, target), _mm512_permutex2var_ps(evens, low, odds)));
-      _mm512_mask_storeu_ps(
-          target + 16, second,
-          _mm512_add_ps(_mm512_maskz_loadu_ps(second, target + 16), _mm512_permutex2var_ps(evens, high, odds)));
+      __m512 values = _mm512_permutex2var_ps(evens, low, odds);
+      if (!assign) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(first, target));
+      _mm512_mask_storeu_ps(target, first, values);
+      values = _mm512_permutex2var_ps(evens, high, odds);
+      if (!assign) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(second, target + 16));
+      _mm512_mask_storeu_ps(target + 16, second, values);
     }
 }
 
@@ -383,7 +382,7 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
       for (int64_t phase = 0; phase < 4; phase++)
         bpt_cpu_direct_convolve_sample(&phases[phase], planes, O, phase_weights[phase], C, NULL, false,
                                        phase_out + phase * C * phase_floats);
-      interleave_phases(C, H, W, phase_out, C * phase_floats, dx + n * C * H * W);
+      interleave_phases(C, H, W, phase_out, C * phase_floats, a->assign_input_gradient, dx + n * C * H * W);
     }
   }
   return BPT_OK;
@@ -392,7 +391,7 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
 bpt_status bpt_cpu_conv_direct_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                              const float *weight, float *dx) {
   if (a->stride_height == 2) return strided_backward_data(backend, a, dy, weight, dx);
-  return convolve(backend, a, dy, a->out_channels, weight, a->in_channels, true, NULL, true, dx);
+  return convolve(backend, a, dy, a->out_channels, weight, a->in_channels, true, NULL, !a->assign_input_gradient, dx);
 }
 
 #else

@@ -21,7 +21,7 @@ bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a)
 bpt_status bpt_cpu_conv_direct_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                        const float *weight, const float *bias, float *y);
 
-/* dx += the input gradient for dy. */
+/* dx += the input gradient for dy (dx = with a->assign_input_gradient). */
 bpt_status bpt_cpu_conv_direct_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                              const float *weight, float *dx);
 

@@ -46,7 +46,7 @@ bpt_status bpt_cpu_binary_stochastic_backward(bpt_backend *backend, int64_t coun
                                               const float *z, const float *da, float *dz);
 bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
 bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                      float *dx);
+                                      float *dx, bool assign);
 
 /* cnn (issue 3): scratch memory, convolution, batch norm, pooling, dropout and the training toolkit. */
 #include <stdbool.h>

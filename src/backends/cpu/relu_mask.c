@@ -43,15 +43,15 @@ bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const 
   return BPT_OK;
 }
 
-static void backward_byte_scalar(uint8_t bits, const float *dy, float *dx, int64_t count) {
+static void backward_byte_scalar(uint8_t bits, const float *dy, float *dx, int64_t count, bool assign) {
   for (int64_t i = 0; i < count; i++) {
-    float gradient = dy[i];
-    dx[i] += (bits >> i & 1) ? gradient : 0.0f;
+    const float gradient = (bits >> i & 1) ? dy[i] : 0.0f;
+    dx[i] = assign ? gradient : dx[i] + gradient;
   }
 }
 
 bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                      float *dx) {
+                                      float *dx, bool assign) {
   (void)backend;
   const int64_t full_bytes = count / 8;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
@@ -65,12 +65,13 @@ bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const
     __m128i high_bits = _mm_and_si128(_mm_set1_epi32(mask[byte] >> 4), lane_bits);
     __m128 low_keep = _mm_castsi128_ps(_mm_cmpeq_epi32(low_bits, lane_bits));
     __m128 high_keep = _mm_castsi128_ps(_mm_cmpeq_epi32(high_bits, lane_bits));
-    _mm_storeu_ps(out, _mm_add_ps(_mm_loadu_ps(out), _mm_and_ps(_mm_loadu_ps(in), low_keep)));
-    _mm_storeu_ps(out + 4, _mm_add_ps(_mm_loadu_ps(out + 4), _mm_and_ps(_mm_loadu_ps(in + 4), high_keep)));
+    const __m128 low = _mm_and_ps(_mm_loadu_ps(in), low_keep), high = _mm_and_ps(_mm_loadu_ps(in + 4), high_keep);
+    _mm_storeu_ps(out, assign ? low : _mm_add_ps(_mm_loadu_ps(out), low));
+    _mm_storeu_ps(out + 4, assign ? high : _mm_add_ps(_mm_loadu_ps(out + 4), high));
 #else
-    backward_byte_scalar(mask[byte], in, out, 8);
+    backward_byte_scalar(mask[byte], in, out, 8, assign);
 #endif
   }
-  if (count % 8) backward_byte_scalar(mask[full_bytes], dy + full_bytes * 8, dx + full_bytes * 8, count % 8);
+  if (count % 8) backward_byte_scalar(mask[full_bytes], dy + full_bytes * 8, dx + full_bytes * 8, count % 8, assign);
   return BPT_OK;
 }

@@ -46,12 +46,14 @@ void bpt_cuda_conv_plans_destroy(bpt_backend *backend) {
 }
 
 static bpt_status describe(bpt_backend *backend, bpt_cuda_conv_plan *plan, const bpt_conv2d_args *a) {
-  const int64_t values[] = {a->batch, a->in_channels, a->in_height, a->in_width, a->out_channels, a->out_height,
-                            a->out_width, a->kernel_height, a->kernel_width, a->stride_height, a->stride_width,
-                            a->padding_height, a->padding_width, a->dilation_height, a->dilation_width, a->groups};
+  const int64_t values[] = {a->batch,         a->in_channels,     a->in_height,      a->in_width,
+                            a->out_channels,  a->out_height,      a->out_width,      a->kernel_height,
+                            a->kernel_width,  a->stride_height,   a->stride_width,   a->padding_height,
+                            a->padding_width, a->dilation_height, a->dilation_width, a->groups};
   for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
     if (values[i] < 0 || values[i] > INT32_MAX)
-      return bpt_backend_fail(backend, BPT_ERR_SHAPE, "conv2d: a dimension (%lld) is out of range", (long long)values[i]);
+      return bpt_backend_fail(backend, BPT_ERR_SHAPE, "conv2d: a dimension (%lld) is out of range",
+                              (long long)values[i]);
   if (a->groups < 1 || a->in_channels % a->groups || a->out_channels % a->groups || a->stride_height < 1 ||
       a->stride_width < 1 || a->dilation_height < 1 || a->dilation_width < 1)
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT,
@@ -88,17 +90,28 @@ static bpt_status describe(bpt_backend *backend, bpt_cuda_conv_plan *plan, const
       backend, cudnnGetConvolution2dForwardOutputDim(plan->convolution, plan->x, plan->w, &n, &c, &h, &w),
       "conv2d output size"));
   if (n != a->batch || c != a->out_channels || h != a->out_height || w != a->out_width)
-    return bpt_backend_fail(backend, BPT_ERR_SHAPE, "conv2d: output is (%d, %d, %d, %d), arguments say (%lld, %lld, %lld, %lld)",
-                            n, c, h, w, (long long)a->batch, (long long)a->out_channels, (long long)a->out_height,
-                            (long long)a->out_width);
+    return bpt_backend_fail(
+        backend, BPT_ERR_SHAPE, "conv2d: output is (%d, %d, %d, %d), arguments say (%lld, %lld, %lld, %lld)", n, c, h,
+        w, (long long)a->batch, (long long)a->out_channels, (long long)a->out_height, (long long)a->out_width);
   return BPT_OK;
+}
+
+/* Whether two convolutions have the same shapes, which is all a plan depends on (field by field: the struct's
+ * padding bytes are not comparable). */
+static bool same_shapes(const bpt_conv2d_args *x, const bpt_conv2d_args *y) {
+  return x->batch == y->batch && x->in_channels == y->in_channels && x->in_height == y->in_height &&
+         x->in_width == y->in_width && x->out_channels == y->out_channels && x->out_height == y->out_height &&
+         x->out_width == y->out_width && x->kernel_height == y->kernel_height && x->kernel_width == y->kernel_width &&
+         x->stride_height == y->stride_height && x->stride_width == y->stride_width &&
+         x->padding_height == y->padding_height && x->padding_width == y->padding_width &&
+         x->dilation_height == y->dilation_height && x->dilation_width == y->dilation_width && x->groups == y->groups;
 }
 
 static bpt_status find_plan(bpt_backend *backend, const bpt_conv2d_args *args, bpt_cuda_conv_plan **out) {
   bpt_cuda_state *state = bpt_cuda(backend);
   int used = state->conv_plan_count < BPT_CUDA_CONV_CACHE ? state->conv_plan_count : BPT_CUDA_CONV_CACHE;
   for (int i = 0; i < used; i++)
-    if (memcmp(&state->conv_plans[i]->key, args, sizeof *args) == 0) {
+    if (same_shapes(&state->conv_plans[i]->key, args)) {
       *out = state->conv_plans[i];
       return BPT_OK;
     }
@@ -128,9 +141,9 @@ typedef struct candidate {
   cudnnMathType_t math;
 } candidate;
 
-#define COPY_CANDIDATES(perf, count, list)                                                                       \
-  for (int i_ = 0; i_ < (count); i_++)                                                                           \
-    (list)[i_] = (candidate){(int)(perf)[i_].algo, (perf)[i_].status, (perf)[i_].memory, (perf)[i_].determinism, \
+#define COPY_CANDIDATES(perf, count, list)                                                                             \
+  for (int i_ = 0; i_ < (count); i_++)                                                                                 \
+    (list)[i_] = (candidate){(int)(perf)[i_].algo, (perf)[i_].status, (perf)[i_].memory, (perf)[i_].determinism,       \
                              (perf)[i_].mathType};
 
 /* Heuristic candidates, best first. */
@@ -184,8 +197,8 @@ static bpt_status timed_candidates(bpt_backend *backend, bpt_cuda_conv_plan *p, 
     COPY_CANDIDATES(perf, *count, list);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CANDIDATES];
-    s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->x, in0, p->y, in1, p->convolution, p->w, output,
-                                                      CANDIDATES, count, perf, workspace, workspace_bytes);
+    s = cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p->x, in0, p->y, in1, p->convolution, p->w, output, CANDIDATES,
+                                                      count, perf, workspace, workspace_bytes);
     COPY_CANDIDATES(perf, *count, list);
   }
   return bpt_cuda_check_cudnn(backend, s, "conv2d algorithm search");
@@ -256,16 +269,15 @@ static bpt_status execute(bpt_backend *backend, bpt_cuda_conv_plan *p, direction
     BPT_CUDA_TRY(bpt_cuda_check_cudnn(backend, cudnnSetConvolutionMathType(p->convolution, p->math[d]), where));
     size_t bytes = p->workspace_bytes[d];
     cudnnStatus_t s =
-        d == FORWARD ? cudnnConvolutionForward(h, &one, p->x, in0, p->w, in1, p->convolution,
-                                               (cudnnConvolutionFwdAlgo_t)p->algorithm[d], workspace, bytes, &beta,
-                                               p->y, out)
-        : d == BACKWARD_DATA
-            ? cudnnConvolutionBackwardData(h, &one, p->w, in1, p->y, in0, p->convolution,
-                                           (cudnnConvolutionBwdDataAlgo_t)p->algorithm[d], workspace, bytes, &beta,
-                                           p->x, out)
-            : cudnnConvolutionBackwardFilter(h, &one, p->x, in0, p->y, in1, p->convolution,
-                                             (cudnnConvolutionBwdFilterAlgo_t)p->algorithm[d], workspace, bytes,
-                                             &beta, p->w, out);
+        d == FORWARD
+            ? cudnnConvolutionForward(h, &one, p->x, in0, p->w, in1, p->convolution,
+                                      (cudnnConvolutionFwdAlgo_t)p->algorithm[d], workspace, bytes, &beta, p->y, out)
+        : d == BACKWARD_DATA ? cudnnConvolutionBackwardData(h, &one, p->w, in1, p->y, in0, p->convolution,
+                                                            (cudnnConvolutionBwdDataAlgo_t)p->algorithm[d], workspace,
+                                                            bytes, &beta, p->x, out)
+                             : cudnnConvolutionBackwardFilter(h, &one, p->x, in0, p->y, in1, p->convolution,
+                                                              (cudnnConvolutionBwdFilterAlgo_t)p->algorithm[d],
+                                                              workspace, bytes, &beta, p->w, out);
     if (s != CUDNN_STATUS_NOT_SUPPORTED || attempt > 0 || p->algorithm[d] == fallback_algorithm(d))
       return bpt_cuda_check_cudnn(backend, s, where);
     p->algorithm[d] = fallback_algorithm(d);
@@ -302,9 +314,9 @@ bpt_status bpt_cuda_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2
   bpt_cuda_conv_plan *p;
   BPT_CUDA_TRY(find_plan(backend, args, &p));
   if (dweight) {
-    BPT_CUDA_TRY(choose(backend, p, BACKWARD_FILTER, x, dy,
-                        bytes_of(args->out_channels, args->in_channels / args->groups, args->kernel_height,
-                                 args->kernel_width)));
+    BPT_CUDA_TRY(choose(
+        backend, p, BACKWARD_FILTER, x, dy,
+        bytes_of(args->out_channels, args->in_channels / args->groups, args->kernel_height, args->kernel_width)));
     BPT_CUDA_TRY(execute(backend, p, BACKWARD_FILTER, x, dy, dweight, 1.0f, "conv2d_backward_filter"));
   }
   if (!dbias) return BPT_OK;

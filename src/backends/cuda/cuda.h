@@ -178,7 +178,7 @@ bpt_status bpt_cuda_scale_clamp(bpt_backend *backend, int64_t count, float scale
 bpt_status bpt_cuda_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values);
 bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
 bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                       float *dx);
+                                       float *dx, bool assign);
 bpt_status bpt_cuda_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
 /* Fills count floats with value (batch norm's default gamma and beta). */
 bpt_status bpt_cuda_fill(bpt_backend *backend, int64_t count, float value, float *y);

@@ -70,8 +70,12 @@ __global__ void relu_mask_forward_kernel(int64_t count, const float *x, float *y
   }
 }
 
-__global__ void relu_mask_backward_kernel(int64_t count, const uint8_t *mask, const float *dy, float *dx) {
-  GRID_STRIDE(i, count) if (mask[i / 8] >> (i % 8) & 1) dx[i] += dy[i];
+__global__ void relu_mask_backward_kernel(int64_t count, const uint8_t *mask, const float *dy, float *dx,
+                                          bool assign) {
+  GRID_STRIDE(i, count) {
+    const float gradient = mask[i / 8] >> (i % 8) & 1 ? dy[i] : 0.0f;
+    dx[i] = assign ? gradient : dx[i] + gradient;
+  }
 }
 
 __global__ void fill_kernel(int64_t count, float value, float *y) {
@@ -141,10 +145,10 @@ bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const
 }
 
 bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                       float *dx) {
+                                       float *dx, bool assign) {
   bpt_cuda_state *state = bpt_cuda(backend);
   if (count == 0) return BPT_OK;
   relu_mask_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, mask, dy,
-                                                                                                  dx);
+                                                                                                  dx, assign);
   return bpt_cuda_check_launch(backend, "relu_mask_backward");
 }

@@ -1,6 +1,6 @@
 /* add: y = a + b for two nodes of the same shape, the join of a residual connection. Backward passes dy to
  * both inputs unchanged; a node that also feeds another consumer sums both gradients because every backward
- * accumulates. */
+ * after the first writer accumulates. */
 #include "bptrain/cnn.h"
 #include "core/graph.h"
 
@@ -31,11 +31,19 @@ static bpt_status add_forward(bpt_node *node) {
   return BPT_KERNEL(node, add_scaled, count, 1.0f, node->inputs[1]->value, node->value);
 }
 
+/* An input gradient left unset for this node (see op.h) gets a copy of dy; otherwise dy is added. */
 static bpt_status add_backward(bpt_node *node) {
   int64_t count = bpt_node_count(node);
-  for (int i = 0; i < 2; i++)
-    if (node->inputs[i]->requires_grad)
-      BPT_CHECK(BPT_KERNEL(node, add_scaled, count, 1.0f, node->grad, node->inputs[i]->grad));
+  bpt_backend *backend = node->graph->backend;
+  for (int i = 0; i < 2; i++) {
+    bpt_node *input = node->inputs[i];
+    if (!input->requires_grad) continue;
+    if (!bpt_node_take_unset_gradient(input)) {
+      BPT_CHECK(BPT_KERNEL(node, add_scaled, count, 1.0f, node->grad, input->grad));
+    } else if (backend->vtable->copy(backend, input->grad, node->grad, (size_t)count * sizeof(float)) != BPT_OK) {
+      return bpt_kernel_result(node, BPT_ERR_DEVICE, "copy");
+    }
+  }
   return BPT_OK;
 }
 
@@ -44,7 +52,8 @@ const bpt_op_definition bpt_op_add = {.name = "add",
                                       .forward = add_forward,
                                       .backward = add_backward,
                                       .backward_reads_input = bpt_op_reads_no_input,
-                                      .backward_reads_output = bpt_op_reads_no_output};
+                                      .backward_reads_output = bpt_op_reads_no_output,
+                                      .overwrites_unset_gradients = true};
 
 bpt_status bpt_add(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out) {
   bpt_node *inputs[2] = {a, b};

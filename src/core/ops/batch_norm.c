@@ -64,6 +64,7 @@ static bpt_status batch_norm_backward(bpt_node *node) {
     return bpt_node_error(node, BPT_ERR_STATE,
                           "backward after an evaluation-mode forward; call bpt_graph_set_training(graph, 1) first");
   bpt_batch_norm_args args = batch_norm_args(node);
+  args.assign_input_gradient = x->requires_grad && bpt_node_take_unset_gradient(x);
   const float *saved = node->saved;
   return BPT_KERNEL(node, batch_norm_backward, &args, x->value, node->grad, gamma->value, saved, saved + args.channels,
                     x->requires_grad ? x->grad : NULL, gamma->requires_grad ? gamma->grad : NULL,
@@ -82,7 +83,8 @@ const bpt_op_definition bpt_op_batch_norm = {.name = "batch_norm",
                                              .forward = batch_norm_forward,
                                              .backward = batch_norm_backward,
                                              .backward_reads_input = batch_norm_reads_input,
-                                             .backward_reads_output = bpt_op_reads_no_output};
+                                             .backward_reads_output = bpt_op_reads_no_output,
+                                             .overwrites_unset_gradients = true};
 
 bpt_status bpt_batch_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, bpt_node *beta,
                           bpt_node *running_mean, bpt_node *running_variance, float momentum, float epsilon,

@@ -99,7 +99,10 @@ static bpt_status conv2d_backward(bpt_node *node) {
   else if (bias_gradient)
     return bpt_node_error(node, BPT_ERR_UNSUPPORTED, "a trainable bias needs a trainable weight");
   /* Skipped for the image input, which saves the costliest col2im of the network. */
-  if (x->requires_grad) BPT_CHECK(BPT_KERNEL(node, conv2d_backward_data, &args, node->grad, weight->value, x->grad));
+  if (x->requires_grad) {
+    args.assign_input_gradient = bpt_node_take_unset_gradient(x);
+    BPT_CHECK(BPT_KERNEL(node, conv2d_backward_data, &args, node->grad, weight->value, x->grad));
+  }
   return BPT_OK;
 }
 
@@ -114,7 +117,8 @@ const bpt_op_definition bpt_op_conv2d = {.name = "conv2d",
                                          .forward = conv2d_forward,
                                          .backward = conv2d_backward,
                                          .backward_reads_input = conv2d_reads_input,
-                                         .backward_reads_output = bpt_op_reads_no_output};
+                                         .backward_reads_output = bpt_op_reads_no_output,
+                                         .overwrites_unset_gradients = true};
 
 bpt_conv2d_options bpt_conv2d_options_default(void) {
   bpt_conv2d_options options;

@@ -13,7 +13,8 @@ static bpt_status relu_infer_shape(bpt_node *node) {
   if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
   node->batched = x->batched;
   node->rank = x->rank;
-  for (int i = 0; i < x->rank; i++) node->dims[i] = x->dims[i];
+  for (int i = 0; i < x->rank; i++)
+    node->dims[i] = x->dims[i];
   return BPT_OK;
 }
 
@@ -25,17 +26,19 @@ static size_t relu_saved_bytes(const bpt_node *node) {
 
 static bpt_status relu_forward(bpt_node *node) {
   const bpt_node *x = node->inputs[0];
-  if (node->saved)
-    return BPT_KERNEL(node, relu_mask_forward, bpt_node_count(node), x->value, node->value, node->saved);
+  if (node->saved) return BPT_KERNEL(node, relu_mask_forward, bpt_node_count(node), x->value, node->value, node->saved);
   return BPT_KERNEL(node, activation_forward, BPT_ACTIVATION_RELU, 0.0f, bpt_node_count(node), x->value, node->value);
 }
 
 static bpt_status relu_backward(bpt_node *node) {
   bpt_node *x = node->inputs[0];
   if (!x->requires_grad) return BPT_OK;
-  if (node->saved) return BPT_KERNEL(node, relu_mask_backward, bpt_node_count(node), node->saved, node->grad, x->grad);
-  return BPT_KERNEL(node, activation_backward, BPT_ACTIVATION_RELU, 0.0f, bpt_node_count(node), x->value,
-                    node->value, node->grad, x->grad);
+  if (node->saved)
+    return BPT_KERNEL(node, relu_mask_backward, bpt_node_count(node), node->saved, node->grad, x->grad,
+                      bpt_node_take_unset_gradient(x));
+  BPT_CHECK(bpt_node_clear_unset_gradient(x));
+  return BPT_KERNEL(node, activation_backward, BPT_ACTIVATION_RELU, 0.0f, bpt_node_count(node), x->value, node->value,
+                    node->grad, x->grad);
 }
 
 static bool relu_backward_reads_input(const bpt_node *node, int input) {
@@ -54,4 +57,5 @@ const bpt_op_definition bpt_op_relu = {.name = "relu",
                                        .forward = relu_forward,
                                        .backward = relu_backward,
                                        .backward_reads_input = relu_backward_reads_input,
-                                       .backward_reads_output = relu_backward_reads_output};
+                                       .backward_reads_output = relu_backward_reads_output,
+                                       .overwrites_unset_gradients = true};
