@@ -100,36 +100,19 @@ DIRECT_INLINE void forward_tile(const int V, const direct_geometry *g, const flo
   }
 }
 
-DIRECT_TARGET static void forward_tile_1(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
-                                         float *out) {
-  forward_tile(1, g, planes, in_channels, packed, bias, accumulate, t0, out);
-}
-DIRECT_TARGET static void forward_tile_2(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
-                                         float *out) {
-  forward_tile(2, g, planes, in_channels, packed, bias, accumulate, t0, out);
-}
-DIRECT_TARGET static void forward_tile_3(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
-                                         float *out) {
-  forward_tile(3, g, planes, in_channels, packed, bias, accumulate, t0, out);
-}
-DIRECT_TARGET static void forward_tile_4(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
-                                         float *out) {
-  forward_tile(4, g, planes, in_channels, packed, bias, accumulate, t0, out);
-}
-DIRECT_TARGET static void forward_tile_5(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
-                                         float *out) {
-  forward_tile(5, g, planes, in_channels, packed, bias, accumulate, t0, out);
-}
-DIRECT_TARGET static void forward_tile_6(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                         const float *packed, const float *bias, bool accumulate, int64_t t0,
-                                         float *out) {
-  forward_tile(6, g, planes, in_channels, packed, bias, accumulate, t0, out);
-}
+/* One function per tile width, so that each keeps its accumulators in registers. */
+#define FORWARD_TILE_FUNCTION(V)                                                                                       \
+  DIRECT_TARGET static void forward_tile_##V(const direct_geometry *g, const float *planes, int64_t in_channels,       \
+                                             const float *packed, const float *bias, bool accumulate, int64_t t0,      \
+                                             float *out) {                                                             \
+    forward_tile(V, g, planes, in_channels, packed, bias, accumulate, t0, out);                                        \
+  }
+FORWARD_TILE_FUNCTION(1)
+FORWARD_TILE_FUNCTION(2)
+FORWARD_TILE_FUNCTION(3)
+FORWARD_TILE_FUNCTION(4)
+FORWARD_TILE_FUNCTION(5)
+FORWARD_TILE_FUNCTION(6)
 typedef void (*forward_tile_function)(const direct_geometry *, const float *, int64_t, const float *, const float *,
                                       bool, int64_t, float *);
 static const forward_tile_function forward_tiles[DIRECT_VECTORS + 1] = {
