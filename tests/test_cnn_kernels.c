@@ -74,9 +74,6 @@ static double max_relative_error(const float *actual, const double *expected, in
 }
 
 static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
-  /* A batch-1 pass on the SGEMM route leaves the threads to OpenBLAS, whose OpenMP build hangs next to
-   * clang's libomp (the sanitizer build); the 1-thread run covers that route for batch 1. */
-  if (a.batch == 1 && backend->num_threads > 1 && ((bpt_cpu_state *)backend->state)->gemm_convolutions_only) return;
   a.out_height = out_size(a.in_height, a.kernel_height, a.stride_height, a.padding_height, a.dilation_height);
   a.out_width = out_size(a.in_width, a.kernel_width, a.stride_width, a.padding_width, a.dilation_width);
   const int64_t x_count = a.batch * a.in_channels * a.in_height * a.in_width;
