@@ -17,9 +17,6 @@ jobs=${JOBS:-2}
 # impossible sizes see a NULL (and check our BPT_ERR_OUT_OF_MEMORY path) instead of an ASan abort.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
-# Debian's OpenBLAS is built against GCC's libgomp; next to clang's libomp (which a clang -fopenmp build
-# loads) its own threaded GEMMs can hang waiting for each other. Our OpenMP regions still run on 2 threads.
-export OPENBLAS_NUM_THREADS=1
 
 mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DBPT_SANITIZE=ON -DBPT_WITH_CUDA=OFF > "$build/configure.log" ||

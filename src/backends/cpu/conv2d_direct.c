@@ -25,17 +25,12 @@
 
 bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a) {
 #if DIRECT_KERNELS
-  static int has_avx512 = -1;
-  if (has_avx512 < 0) {
-    __builtin_cpu_init();
-    has_avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-  }
   const int64_t stride = a->stride_height;
-  return has_avx512 && !((bpt_cpu_state *)backend->state)->gemm_convolutions_only && a->kernel_height == 3 &&
-         a->kernel_width == 3 && a->stride_width == stride && (stride == 1 || stride == 2) && a->padding_height == 1 &&
-         a->padding_width == 1 && a->dilation_height == 1 && a->dilation_width == 1 && a->groups == 1 &&
-         a->in_channels % 8 == 0 && a->out_channels % 16 == 0 && a->out_height == (a->in_height - 1) / stride + 1 &&
-         a->out_width == (a->in_width - 1) / stride + 1;
+  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->gemm_convolutions_only &&
+         a->kernel_height == 3 && a->kernel_width == 3 && a->stride_width == stride && (stride == 1 || stride == 2) &&
+         a->padding_height == 1 && a->padding_width == 1 && a->dilation_height == 1 && a->dilation_width == 1 &&
+         a->groups == 1 && a->in_channels % 8 == 0 && a->out_channels % 16 == 0 &&
+         a->out_height == (a->in_height - 1) / stride + 1 && a->out_width == (a->in_width - 1) / stride + 1;
 #else
   (void)backend, (void)a;
   return false;
