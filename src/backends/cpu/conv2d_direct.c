@@ -113,9 +113,10 @@ typedef void (*forward_tile_function)(const direct_geometry *, const float *, in
 static const forward_tile_function forward_tiles[DIRECT_VECTORS + 1] = {
     NULL, forward_tile_1, forward_tile_2, forward_tile_3, forward_tile_4, forward_tile_5, forward_tile_6};
 
-void bpt_cpu_direct_convolve_sample(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                    const float *packed, int64_t out_channels, const float *bias, bool accumulate,
-                                    float *out) {
+/* out (out_channels planes of one sample) (+)= the convolution of one sample's planes with packed weights
+ * (out_channels / DIRECT_BLOCK blocks of (in_channels, g->taps, DIRECT_BLOCK)). */
+static void convolve_sample(const direct_geometry *g, const float *planes, int64_t in_channels, const float *packed,
+                            int64_t out_channels, const float *bias, bool accumulate, float *out) {
   const int64_t vectors = (g->positions + 15) / 16, out_floats = g->out_height * g->out_width;
   for (int64_t b = 0; b < out_channels / DIRECT_BLOCK; b++) {
     const float *block_weights = packed + b * in_channels * g->taps * DIRECT_BLOCK;
@@ -254,8 +255,8 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
         convolve_sample_by_pixel(&g, planes, in_channels, packed, out_channels, bias, accumulate, buffer,
                                  out + n * out_channels * out_floats);
       else
-        bpt_cpu_direct_convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate,
-                                       out + n * out_channels * out_floats);
+        convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate,
+                        out + n * out_channels * out_floats);
     }
   }
   return BPT_OK;
@@ -358,8 +359,8 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
         bpt_cpu_direct_prefetch(dx + (n + 1) * C * H * W, C * H * W);
       }
       for (int64_t phase = 0; phase < 4; phase++)
-        bpt_cpu_direct_convolve_sample(&phases[phase], planes, O, phase_weights[phase], C, NULL, false,
-                                       phase_out + phase * C * phase_floats);
+        convolve_sample(&phases[phase], planes, O, phase_weights[phase], C, NULL, false,
+                        phase_out + phase * C * phase_floats);
       interleave_phases(C, H, W, phase_out, C * phase_floats, a->assign_input_gradient, dx + n * C * H * W);
     }
   }

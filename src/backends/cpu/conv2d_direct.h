@@ -79,12 +79,6 @@ int bpt_cpu_direct_threads(bpt_backend *backend, int64_t units);
 /* Asks for count floats from x to be brought into L2 (the next sample's, while this one is convolved). */
 void bpt_cpu_direct_prefetch(const float *x, int64_t count);
 
-/* out (out_channels planes of one sample) (+)= the convolution of one sample's planes with packed weights
- * (out_channels / DIRECT_BLOCK blocks of (in_channels, g->taps, DIRECT_BLOCK)); conv2d_direct.c. */
-void bpt_cpu_direct_convolve_sample(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                    const float *packed, int64_t out_channels, const float *bias, bool accumulate,
-                                    float *out);
-
 /* Whether a stride-1 pass goes through Winograd, and the pass itself (conv2d_winograd.c): out (+)= x convolved
  * with w (O, C, 3, 3), or with transposed the adjoint (w (in_channels as O, out_channels as C) flipped). */
 bool bpt_cpu_winograd_applies(const bpt_conv2d_args *a);
