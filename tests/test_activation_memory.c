@@ -22,7 +22,8 @@ static void relu_mask_kernels_match_reference(void **state) {
   test_random_seed(&random, 2);
   test_random_fill(&random, x, COUNT, -1.0f, 1.0f);
   test_random_fill(&random, dy, COUNT, -1.0f, 1.0f);
-  for (int i = 0; i < COUNT; i++) dx[i] = 0.5f;
+  for (int i = 0; i < COUNT; i++)
+    dx[i] = 0.5f;
   assert_int_equal(backend->vtable->relu_mask_forward(backend, COUNT, x, y, mask), BPT_OK);
   assert_int_equal(backend->vtable->relu_mask_backward(backend, COUNT, mask, dy, dx, false), BPT_OK);
   for (int i = 0; i < COUNT; i++) {
@@ -76,7 +77,8 @@ static void mlp_create(mlp *m, bpt_dtype compute, bpt_activation_storage storage
   test_random_seed(&random, 8);
   test_random_fill(&random, bpt_tensor_data(m->x_values), BATCH * FEATURES, -1.0f, 1.0f);
   int32_t *labels = bpt_tensor_data(m->label_values);
-  for (int n = 0; n < BATCH; n++) labels[n] = n % CLASSES;
+  for (int n = 0; n < BATCH; n++)
+    labels[n] = n % CLASSES;
   assert_ok(context, bpt_graph_set_input(m->graph, m->x, m->x_values));
   assert_ok(context, bpt_graph_set_input(m->graph, m->labels, m->label_values));
 }
@@ -176,7 +178,8 @@ static void compressed_saved_activations(void **state) {
     bpt_activation_storage storage;
     size_t bytes;
     double tolerance;
-  } cases[] = {{BPT_ACTIVATION_STORAGE_F16, 2, 2e-3}, {BPT_ACTIVATION_STORAGE_BF16, 2, 1e-2},
+  } cases[] = {{BPT_ACTIVATION_STORAGE_F16, 2, 2e-3},
+               {BPT_ACTIVATION_STORAGE_BF16, 2, 1e-2},
                {BPT_ACTIVATION_STORAGE_FP8, 1, 8e-2}};
   for (size_t c = 0; c < 3; c++) {
     mlp m;
@@ -200,6 +203,54 @@ static void compressed_saved_activations(void **state) {
 
 /* Backward step (0 first) at which a node's gradient is first added into: its latest consumer that runs a
  * backward, counted independently of the plan's own bookkeeping. */
+/* A small ResNet on 3 random 2-channel images: stem conv (stem channels) + batch norm + ReLU, an identity
+ * basic block, a stride-2 block with a projection (wide channels), global average pooling and a linear head. */
+enum { RESNET_IMAGES = 3 };
+typedef struct resnet_fixture {
+  bpt_context *context;
+  bpt_graph *graph;
+  bpt_node *loss;
+  bpt_tensor *images, *classes;
+} resnet_fixture;
+
+static resnet_fixture resnet_create(uint64_t seed, int64_t size, int64_t stem, int64_t wide) {
+  resnet_fixture f = {.context = test_context(seed)};
+  bpt_context *context = f.context;
+  bpt_node *x, *labels, *y;
+  int64_t image[3] = {2, size, size};
+  assert_ok(context, bpt_graph_create(context, &f.graph));
+  assert_ok(context, bpt_graph_input(f.graph, "x", BPT_DTYPE_F32, 3, image, &x));
+  assert_ok(context, bpt_graph_input(f.graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+  const bpt_layer_spec stem_layers[] = {{.kind = BPT_LAYER_CONV2D, .units = stem, .kernel = 3, .padding = 1},
+                                        {.kind = BPT_LAYER_BATCH_NORM},
+                                        {.kind = BPT_LAYER_RELU}};
+  assert_ok(context, bpt_layer_sequential(f.graph, "stem", x, stem_layers, 3, &y));
+  assert_ok(context, bpt_layer_resnet_basic_block(f.graph, "block1", y, stem, 1, &y));
+  assert_ok(context, bpt_layer_resnet_basic_block(f.graph, "block2", y, wide, 2, &y));
+  const bpt_layer_spec head[] = {{.kind = BPT_LAYER_GLOBAL_AVG_POOL}, {.kind = BPT_LAYER_LINEAR, .units = 3}};
+  assert_ok(context, bpt_layer_sequential(f.graph, "head", y, head, 2, &y));
+  assert_ok(context, bpt_softmax_cross_entropy(f.graph, "loss", y, labels, &f.loss));
+  assert_ok(context, bpt_graph_compile(f.graph, f.loss, RESNET_IMAGES));
+  int64_t dims[4] = {RESNET_IMAGES, 2, size, size};
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, dims, &f.images));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &f.classes));
+  test_random random;
+  test_random_seed(&random, seed + 1);
+  test_random_fill(&random, bpt_tensor_data(f.images), RESNET_IMAGES * 2 * size * size, -1.0f, 1.0f);
+  for (int i = 0; i < RESNET_IMAGES; i++)
+    ((int32_t *)bpt_tensor_data(f.classes))[i] = i;
+  assert_ok(context, bpt_graph_set_input(f.graph, x, f.images));
+  assert_ok(context, bpt_graph_set_input(f.graph, labels, f.classes));
+  return f;
+}
+
+static void resnet_destroy(resnet_fixture *f) {
+  bpt_tensor_destroy(f->images);
+  bpt_tensor_destroy(f->classes);
+  bpt_graph_destroy(f->graph);
+  bpt_context_destroy(f->context);
+}
+
 static int first_write_step(const bpt_graph *graph, const bpt_node *node) {
   if (node == graph->loss) return 0;
   int writer = node->index;
@@ -217,24 +268,10 @@ static int first_write_step(const bpt_graph *graph, const bpt_node *node) {
  * graph run twice, where stale bytes from the first backward would show if a gradient were not cleared). */
 static void gradients_share_memory_only_when_lifetimes_are_disjoint(void **state) {
   (void)state;
-  bpt_context *context = test_context(3);
-  bpt_graph *graph;
-  bpt_node *x, *labels, *y, *loss;
-  int64_t image[3] = {2, 9, 9};
-  enum { IMAGES = 3 };
-  assert_ok(context, bpt_graph_create(context, &graph));
-  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image, &x));
-  assert_ok(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
-  const bpt_layer_spec stem[] = {{.kind = BPT_LAYER_CONV2D, .units = 4, .kernel = 3, .padding = 1},
-                                 {.kind = BPT_LAYER_BATCH_NORM},
-                                 {.kind = BPT_LAYER_RELU}};
-  assert_ok(context, bpt_layer_sequential(graph, "stem", x, stem, 3, &y));
-  assert_ok(context, bpt_layer_resnet_basic_block(graph, "block1", y, 4, 1, &y));
-  assert_ok(context, bpt_layer_resnet_basic_block(graph, "block2", y, 6, 2, &y));
-  const bpt_layer_spec head[] = {{.kind = BPT_LAYER_GLOBAL_AVG_POOL}, {.kind = BPT_LAYER_LINEAR, .units = 3}};
-  assert_ok(context, bpt_layer_sequential(graph, "head", y, head, 2, &y));
-  assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", y, labels, &loss));
-  assert_ok(context, bpt_graph_compile(graph, loss, IMAGES));
+  resnet_fixture f = resnet_create(3, 9, 4, 6);
+  bpt_context *context = f.context;
+  bpt_graph *graph = f.graph;
+  enum { IMAGES = RESNET_IMAGES };
 
   size_t total = 0;
   int n = graph->node_count, gradients = 0;
@@ -265,17 +302,6 @@ static void gradients_share_memory_only_when_lifetimes_are_disjoint(void **state
     fail_msg("gradient region %zu bytes, sum of the gradients %zu: expected sharing to halve it at least",
              stats.gradient_bytes, total);
 
-  int64_t dims[4] = {IMAGES, 2, 9, 9};
-  bpt_tensor *images, *classes;
-  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, dims, &images));
-  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &classes));
-  test_random random;
-  test_random_seed(&random, 4);
-  test_random_fill(&random, bpt_tensor_data(images), IMAGES * 2 * 9 * 9, -1.0f, 1.0f);
-  for (int i = 0; i < IMAGES; i++)
-    ((int32_t *)bpt_tensor_data(classes))[i] = i;
-  assert_ok(context, bpt_graph_set_input(graph, x, images));
-  assert_ok(context, bpt_graph_set_input(graph, labels, classes));
   int64_t count = bpt_graph_parameter_count(graph);
   float *first = malloc((size_t)count * sizeof *first), *second = malloc((size_t)count * sizeof *second);
   for (int run = 0; run < 2; run++) {
@@ -286,10 +312,7 @@ static void gradients_share_memory_only_when_lifetimes_are_disjoint(void **state
   assert_memory_equal(first, second, (size_t)count * sizeof *first);
   free(first);
   free(second);
-  bpt_tensor_destroy(images);
-  bpt_tensor_destroy(classes);
-  bpt_graph_destroy(graph);
-  bpt_context_destroy(context);
+  resnet_destroy(&f);
 }
 
 /* Backward on CPU lets the first writer of an activation gradient (batch norm, ReLU, add, a convolution's data
@@ -299,35 +322,9 @@ static void gradients_share_memory_only_when_lifetimes_are_disjoint(void **state
  * the residual add. */
 static void first_writers_overwrite_unset_gradients(void **state) {
   (void)state;
-  bpt_context *context = test_context(5);
-  bpt_graph *graph;
-  bpt_node *x, *labels, *y, *loss;
-  int64_t image[3] = {2, 14, 14};
-  enum { IMAGES = 3 };
-  assert_ok(context, bpt_graph_create(context, &graph));
-  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image, &x));
-  assert_ok(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
-  const bpt_layer_spec stem[] = {{.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 3, .padding = 1},
-                                 {.kind = BPT_LAYER_BATCH_NORM},
-                                 {.kind = BPT_LAYER_RELU}};
-  assert_ok(context, bpt_layer_sequential(graph, "stem", x, stem, 3, &y));
-  assert_ok(context, bpt_layer_resnet_basic_block(graph, "block1", y, 16, 1, &y));
-  assert_ok(context, bpt_layer_resnet_basic_block(graph, "block2", y, 32, 2, &y));
-  const bpt_layer_spec head[] = {{.kind = BPT_LAYER_GLOBAL_AVG_POOL}, {.kind = BPT_LAYER_LINEAR, .units = 3}};
-  assert_ok(context, bpt_layer_sequential(graph, "head", y, head, 2, &y));
-  assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", y, labels, &loss));
-  assert_ok(context, bpt_graph_compile(graph, loss, IMAGES));
-  int64_t dims[4] = {IMAGES, 2, 14, 14};
-  bpt_tensor *images, *classes;
-  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, dims, &images));
-  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &classes));
-  test_random random;
-  test_random_seed(&random, 6);
-  test_random_fill(&random, bpt_tensor_data(images), IMAGES * 2 * 14 * 14, -1.0f, 1.0f);
-  for (int i = 0; i < IMAGES; i++)
-    ((int32_t *)bpt_tensor_data(classes))[i] = i;
-  assert_ok(context, bpt_graph_set_input(graph, x, images));
-  assert_ok(context, bpt_graph_set_input(graph, labels, classes));
+  resnet_fixture f = resnet_create(5, 14, 16, 32);
+  bpt_context *context = f.context;
+  bpt_graph *graph = f.graph;
 
   const bpt_backend_vtable *assigning = context->backend.vtable;
   assert_true(assigning->assigns_input_gradients);
@@ -340,7 +337,7 @@ static void first_writers_overwrite_unset_gradients(void **state) {
     assert_ok(context, bpt_graph_forward(graph));
     for (int i = 0; i < graph->node_count; i++) {
       bpt_node *node = graph->nodes[i];
-      if (!node->requires_grad || node->op == BPT_OP_PARAMETER || node == loss) continue;
+      if (!node->requires_grad || node->op == BPT_OP_PARAMETER || node == f.loss) continue;
       for (int64_t k = 0; k < bpt_node_count(node); k++)
         node->grad[k] = NAN;
     }
@@ -358,10 +355,7 @@ static void first_writers_overwrite_unset_gradients(void **state) {
   assert_true(nonzero > count / 2);
   free(gradients[0]);
   free(gradients[1]);
-  bpt_tensor_destroy(images);
-  bpt_tensor_destroy(classes);
-  bpt_graph_destroy(graph);
-  bpt_context_destroy(context);
+  resnet_destroy(&f);
 }
 
 int main(void) {
