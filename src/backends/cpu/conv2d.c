@@ -294,7 +294,8 @@ static void lower_chunk(const bpt_conv2d_args *a, const conv_plan *p, const floa
 
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
                                   const float *bias, float *y) {
-  if (bpt_cpu_conv_direct_applies(backend, a)) return bpt_cpu_conv_direct_forward(backend, a, x, weight, bias, y);
+  if (bpt_cpu_conv_direct_applies(backend, a, false))
+    return bpt_cpu_conv_direct_forward(backend, a, x, weight, bias, y);
   conv_plan p;
   CONV_CHECK(bpt_cpu_conv_plan(backend, a, true, &p));
   conv_scratch layout;
@@ -355,10 +356,7 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
 
 bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
                                         const float *weight, float *dx) {
-  /* A stride-2 data gradient whose dx phases hold 64 pixels or fewer (14x14 input) measured faster as SGEMM +
-   * col2im (3.7 against 3.9 ms for ResNet-8's 32 -> 64 layer, bench/conv_kernels.c). */
-  const bool small_phases = a->stride_height == 2 && (a->in_height + 1) / 2 * ((a->in_width + 1) / 2) <= 64;
-  if (bpt_cpu_conv_direct_applies(backend, a) && !small_phases)
+  if (bpt_cpu_conv_direct_applies(backend, a, true))
     return bpt_cpu_conv_direct_backward_data(backend, a, dy, weight, dx);
   /* The lowerings below add into dx. */
   if (a->assign_input_gradient)
@@ -444,7 +442,7 @@ static void bias_gradient(const bpt_conv2d_args *a, const float *dy, float *dbia
 
 bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                           const float *dy, float *dweight, float *dbias) {
-  if (bpt_cpu_conv_direct_applies(backend, a)) {
+  if (bpt_cpu_conv_direct_applies(backend, a, false)) {
     CONV_CHECK(bpt_cpu_conv_direct_backward_filter(backend, a, x, dy, dweight));
     if (dbias) bias_gradient(a, dy, dbias);
     return BPT_OK;

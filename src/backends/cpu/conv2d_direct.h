@@ -13,9 +13,10 @@
 
 #include "backends/backend.h"
 
-/* Whether the direct kernels run a: 3x3, stride 1 or 2, padding 1, no dilation, one group, input channels a
- * multiple of 8, output channels of 16, a CPU with AVX-512F, and the backend's gemm_convolutions_only unset. */
-bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a);
+/* Whether the direct kernels run a pass of a (the data gradient when data_gradient): 3x3, stride 1 or 2,
+ * padding 1, no dilation, one group, input channels a multiple of 8, output channels of 16, a CPU with
+ * AVX-512F, and the backend's gemm_convolutions_only unset; stride-2 data gradients only on inputs over 14x14. */
+bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a, bool data_gradient);
 
 /* y = conv(x, weight) + bias (bias may be NULL). */
 bpt_status bpt_cpu_conv_direct_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
