@@ -14,9 +14,14 @@
 
 #if DIRECT_KERNELS
 
-/* U[xi] (O / DIRECT_BLOCK blocks of (C, DIRECT_BLOCK)) = G w G^T per (o, c), for w (O, C, 3, 3) or, transposed, w'(c,
- * o) flipped. */
-static void winograd_weights(const float *w, int64_t out, int64_t in, bool transposed, float *packed) {
+/* Output channels per register tile of the products: 16 where the outputs come in 16s, 8 otherwise. The tiles
+ * go 16 at a time (one vector) through all three steps, so that a group's transformed inputs and products
+ * stay in L1 between them instead of travelling through L2 as whole-sample buffers. */
+#define WINOGRAD_BLOCK 16
+
+/* U[xi] (O / block blocks of (C, block)) = G w G^T per (o, c), for w (O, C, 3, 3) or,
+ * transposed, w'(c, o) flipped. */
+static void winograd_weights(const float *w, int64_t out, int64_t in, bool transposed, int64_t block, float *packed) {
   const int64_t outputs = transposed ? in : out, inputs = transposed ? out : in;
   for (int64_t o = 0; o < outputs; o++)
     for (int64_t c = 0; c < inputs; c++) {
@@ -34,128 +39,113 @@ static void winograd_weights(const float *w, int64_t out, int64_t in, bool trans
         const float u[4] = {half[i][0], 0.5f * (half[i][0] + half[i][1] + half[i][2]),
                             0.5f * (half[i][0] - half[i][1] + half[i][2]), half[i][2]};
         for (int j = 0; j < 4; j++)
-          packed[(((i * 4 + j) * (outputs / DIRECT_BLOCK) + o / DIRECT_BLOCK) * inputs + c) * DIRECT_BLOCK +
-                 o % DIRECT_BLOCK] = u[j];
+          packed[(((i * 4 + j) * (outputs / block) + o / block) * inputs + c) * block + o % block] = u[j];
       }
     }
 }
 
-/* V[xi] (C, stride floats) = B^T d B for every tile vector of every channel. */
-DIRECT_TARGET static void winograd_input(const direct_geometry *g, const float *planes, int64_t channels,
-                                         int64_t stride, float *transformed) {
+/* V[xi] (C, 16) = B^T d B for the 16 tiles from tile u of every channel. */
+DIRECT_TARGET static void winograd_input(const direct_geometry *g, const float *planes, int64_t channels, int64_t u,
+                                         float *transformed) {
   int64_t offsets[16];
   for (int64_t i = 0; i < 4; i++)
     for (int64_t j = 0; j < 4; j++)
       offsets[i * 4 + j] = ((i % 2) * 2 + j % 2) * g->plane + (i / 2) * g->row + j / 2;
-  for (int64_t c = 0; c < channels; c++)
-    for (int64_t u = 0; u < stride; u += 16) {
-      const float *source = planes + c * g->channel_floats + u;
-      __m512 d[4][4], t[4][4];
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
-          d[i][j] = _mm512_loadu_ps(source + offsets[i * 4 + j]);
-      for (int j = 0; j < 4; j++) {
-        t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-        t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-        t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-        t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-      }
-      for (int i = 0; i < 4; i++) {
-        float *out = transformed + (i * 4 * channels + c) * stride + u;
-        const int64_t next = channels * stride;
-        _mm512_storeu_ps(out, _mm512_sub_ps(t[i][0], t[i][2]));
-        _mm512_storeu_ps(out + next, _mm512_add_ps(t[i][1], t[i][2]));
-        _mm512_storeu_ps(out + 2 * next, _mm512_sub_ps(t[i][2], t[i][1]));
-        _mm512_storeu_ps(out + 3 * next, _mm512_sub_ps(t[i][1], t[i][3]));
-      }
-    }
-}
-
-/* M[xi] (4 outputs, 16 V tiles from u) = U[xi] block . V[xi], the reduction over channels in registers. */
-DIRECT_INLINE void winograd_product(const int V, const float *weights, const float *transformed, int64_t channels,
-                                    int64_t stride, int64_t u, float *product) {
-  __m512 acc[DIRECT_BLOCK][DIRECT_VECTORS];
-  for (int m = 0; m < DIRECT_BLOCK; m++)
-    for (int v = 0; v < V; v++)
-      acc[m][v] = _mm512_setzero_ps();
+  const int64_t next = channels * 16;
   for (int64_t c = 0; c < channels; c++) {
-    __m512 in[DIRECT_VECTORS];
-    for (int v = 0; v < V; v++)
-      in[v] = _mm512_loadu_ps(transformed + c * stride + u + 16 * v);
-    for (int m = 0; m < DIRECT_BLOCK; m++) {
-      const __m512 weight = _mm512_set1_ps(weights[c * DIRECT_BLOCK + m]);
-      for (int v = 0; v < V; v++)
-        acc[m][v] = _mm512_fmadd_ps(weight, in[v], acc[m][v]);
+    const float *source = planes + c * g->channel_floats + u;
+    __m512 d[4][4], t[4][4];
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 4; j++)
+        d[i][j] = _mm512_loadu_ps(source + offsets[i * 4 + j]);
+    for (int j = 0; j < 4; j++) {
+      t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+      t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+      t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+      t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+    }
+    for (int i = 0; i < 4; i++) {
+      float *out = transformed + (i * 4 * channels + c) * 16;
+      _mm512_storeu_ps(out, _mm512_sub_ps(t[i][0], t[i][2]));
+      _mm512_storeu_ps(out + next, _mm512_add_ps(t[i][1], t[i][2]));
+      _mm512_storeu_ps(out + 2 * next, _mm512_sub_ps(t[i][2], t[i][1]));
+      _mm512_storeu_ps(out + 3 * next, _mm512_sub_ps(t[i][1], t[i][3]));
     }
   }
-  for (int m = 0; m < DIRECT_BLOCK; m++)
-    for (int v = 0; v < V; v++)
-      _mm512_storeu_ps(product + m * stride + u + 16 * v, acc[m][v]);
 }
 
-#define WINOGRAD_PRODUCT(V)                                                                                            \
-  DIRECT_TARGET static void winograd_product_##V(const float *weights, const float *transformed, int64_t channels,     \
-                                                 int64_t stride, int64_t u, float *product) {                          \
-    winograd_product(V, weights, transformed, channels, stride, u, product);                                           \
+/* M[xi] (block outputs, 16 tiles) = U[xi] block . V[xi] for all 16 xi, each reduction over the channels in
+ * registers (one accumulator per output channel). */
+DIRECT_INLINE void winograd_product(const int block, const float *weights, int64_t blocks, const float *transformed,
+                                    int64_t channels, float *product) {
+  for (int64_t xi = 0; xi < 16; xi++) {
+    const float *block_weights = weights + xi * blocks * channels * block;
+    const float *source = transformed + xi * channels * 16;
+    __m512 acc[WINOGRAD_BLOCK];
+    for (int m = 0; m < block; m++)
+      acc[m] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < channels; c++) {
+      const __m512 in = _mm512_loadu_ps(source + c * 16);
+      for (int m = 0; m < block; m++)
+        acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(block_weights[c * block + m]), in, acc[m]);
+    }
+    for (int m = 0; m < block; m++)
+      _mm512_storeu_ps(product + (xi * block + m) * 16, acc[m]);
   }
-WINOGRAD_PRODUCT(1)
-WINOGRAD_PRODUCT(2)
-WINOGRAD_PRODUCT(3)
-WINOGRAD_PRODUCT(4)
-WINOGRAD_PRODUCT(5)
-WINOGRAD_PRODUCT(6)
-typedef void (*winograd_product_function)(const float *, const float *, int64_t, int64_t, int64_t, float *);
-static const winograd_product_function winograd_products[DIRECT_VECTORS + 1] = {NULL,
-                                                                                winograd_product_1,
-                                                                                winograd_product_2,
-                                                                                winograd_product_3,
-                                                                                winograd_product_4,
-                                                                                winograd_product_5,
-                                                                                winograd_product_6};
+}
 
-/* out (O planes of H W) (+)= A^T M A (+ bias): tile (ty, tx) gives pixels (2 ty + a, 2 tx + b). */
-DIRECT_TARGET static void winograd_output(const direct_geometry *g, const float *product, int64_t out_channels,
-                                          int64_t stride, const float *bias, bool accumulate, float *out) {
+DIRECT_TARGET static void winograd_product_16(const float *weights, int64_t blocks, const float *transformed,
+                                              int64_t channels, float *product) {
+  winograd_product(16, weights, blocks, transformed, channels, product);
+}
+
+DIRECT_TARGET static void winograd_product_8(const float *weights, int64_t blocks, const float *transformed,
+                                             int64_t channels, float *product) {
+  winograd_product(8, weights, blocks, transformed, channels, product);
+}
+
+/* out (block planes of H W) (+)= A^T M A (+ bias) for the 16 tiles from tile u: tile (ty, tx) gives pixels
+ * (2 ty + a, 2 tx + b). */
+DIRECT_TARGET static void winograd_output(const direct_geometry *g, const float *product, int64_t block, int64_t u,
+                                          const float *bias, bool accumulate, float *out) {
   const int64_t H = g->in_height, W = g->in_width, R = g->row, tiles = g->positions;
   const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  for (int64_t o = 0; o < out_channels; o++) {
+  for (int64_t o = 0; o < block; o++) {
     float *plane = out + o * H * W;
     const __m512 shift = _mm512_set1_ps(bias ? bias[o] : 0.0f);
-    for (int64_t u = 0; u < tiles; u += 16) {
-      __m512 m[4][4], t[2][4], y[2][2];
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
-          m[i][j] = _mm512_loadu_ps(product + ((i * 4 + j) * out_channels + o) * stride + u);
-      for (int j = 0; j < 4; j++) {
-        t[0][j] = _mm512_add_ps(_mm512_add_ps(m[0][j], m[1][j]), m[2][j]);
-        t[1][j] = _mm512_sub_ps(_mm512_sub_ps(m[1][j], m[2][j]), m[3][j]);
-      }
-      for (int a = 0; a < 2; a++) {
-        y[a][0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[a][0], t[a][1]), t[a][2]), shift);
-        y[a][1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(t[a][1], t[a][2]), t[a][3]), shift);
-      }
-      /* Lanes of tile row ty: compressed, their two columns interleaved, stored on rows 2 ty and 2 ty + 1. */
-      const int64_t end = u + 16 < tiles ? u + 16 : tiles;
-      for (int64_t ty = u / R; ty * R < end; ty++) {
-        const int64_t first = ty * R > u ? ty * R : u, last = ty * R + (W + 1) / 2 < end ? ty * R + (W + 1) / 2 : end;
-        if (first >= last) continue;
-        const __mmask16 row_lanes = (__mmask16)((((1u << (last - u)) - 1u) >> (first - u)) << (first - u));
-        const int64_t column = 2 * (first - ty * R),
-                      count = 2 * (last - first) < W - column ? 2 * (last - first) : W - column;
-        for (int a = 0; a < 2 && 2 * ty + a < H; a++) {
-          const __m512 evens = _mm512_maskz_compress_ps(row_lanes, y[a][0]);
-          const __m512 odds = _mm512_maskz_compress_ps(row_lanes, y[a][1]);
-          float *target = plane + (2 * ty + a) * W + column;
-          const __mmask16 first_half = direct_lanes(count < 16 ? count : 16),
-                          second_half = direct_lanes(count > 16 ? count - 16 : 0);
-          __m512 values = _mm512_permutex2var_ps(evens, low, odds);
-          if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(first_half, target));
-          _mm512_mask_storeu_ps(target, first_half, values);
-          values = _mm512_permutex2var_ps(evens, high, odds);
-          if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(second_half, target + 16));
-          _mm512_mask_storeu_ps(target + 16, second_half, values);
-        }
+    __m512 m[4][4], t[2][4], y[2][2];
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 4; j++)
+        m[i][j] = _mm512_loadu_ps(product + ((i * 4 + j) * block + o) * 16);
+    for (int j = 0; j < 4; j++) {
+      t[0][j] = _mm512_add_ps(_mm512_add_ps(m[0][j], m[1][j]), m[2][j]);
+      t[1][j] = _mm512_sub_ps(_mm512_sub_ps(m[1][j], m[2][j]), m[3][j]);
+    }
+    for (int a = 0; a < 2; a++) {
+      y[a][0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[a][0], t[a][1]), t[a][2]), shift);
+      y[a][1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(t[a][1], t[a][2]), t[a][3]), shift);
+    }
+    /* Lanes of tile row ty: compressed, their two columns interleaved, stored on rows 2 ty and 2 ty + 1. */
+    const int64_t end = u + 16 < tiles ? u + 16 : tiles;
+    for (int64_t ty = u / R; ty * R < end; ty++) {
+      const int64_t first = ty * R > u ? ty * R : u, last = ty * R + (W + 1) / 2 < end ? ty * R + (W + 1) / 2 : end;
+      if (first >= last) continue;
+      const __mmask16 row_lanes = (__mmask16)((((1u << (last - u)) - 1u) >> (first - u)) << (first - u));
+      const int64_t column = 2 * (first - ty * R),
+                    count = 2 * (last - first) < W - column ? 2 * (last - first) : W - column;
+      for (int a = 0; a < 2 && 2 * ty + a < H; a++) {
+        const __m512 evens = _mm512_maskz_compress_ps(row_lanes, y[a][0]);
+        const __m512 odds = _mm512_maskz_compress_ps(row_lanes, y[a][1]);
+        float *target = plane + (2 * ty + a) * W + column;
+        const __mmask16 first_half = direct_lanes(count < 16 ? count : 16),
+                        second_half = direct_lanes(count > 16 ? count - 16 : 0);
+        __m512 values = _mm512_permutex2var_ps(evens, low, odds);
+        if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(first_half, target));
+        _mm512_mask_storeu_ps(target, first_half, values);
+        values = _mm512_permutex2var_ps(evens, high, odds);
+        if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(second_half, target + 16));
+        _mm512_mask_storeu_ps(target + 16, second_half, values);
       }
     }
   }
@@ -177,42 +167,36 @@ bpt_status bpt_cpu_winograd_convolve(bpt_backend *backend, const bpt_conv2d_args
                                      int64_t in_channels, const float *w, int64_t out_channels, bool transposed,
                                      const float *bias, bool accumulate, float *out) {
   const direct_geometry g = winograd_geometry(a);
-  const int64_t stride = (g.positions + 15) / 16 * 16, plane_floats = a->in_height * a->in_width;
+  const int64_t plane_floats = a->in_height * a->in_width;
+  const int64_t block = out_channels % 16 == 0 ? 16 : 8, blocks = out_channels / block;
   const size_t packed_floats = (size_t)(16 * in_channels * out_channels);
   const size_t planes_floats = (size_t)(in_channels * g.channel_floats + DIRECT_SLACK);
-  const size_t transformed_floats = (size_t)(16 * in_channels * stride),
-               product_floats = (size_t)(16 * out_channels * stride);
+  const size_t transformed_floats = (size_t)(16 * in_channels * 16), product_floats = (size_t)(16 * block * 16);
   const int threads = bpt_cpu_direct_threads(backend, a->batch);
   bpt_status status =
       bpt_cpu_scratch_reserve(backend, threads, packed_floats + planes_floats + transformed_floats + product_floats);
   if (status != BPT_OK) return status;
-  const int64_t vectors = stride / 16, tiles = (vectors + DIRECT_VECTORS - 1) / DIRECT_VECTORS;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
     float *transformed = planes + planes_floats, *product = transformed + transformed_floats;
     winograd_weights(w, transposed ? in_channels : out_channels, transposed ? out_channels : in_channels, transposed,
-                     packed);
+                     block, packed);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
       bpt_cpu_direct_pad_planes(&g, in_channels, x + n * in_channels * plane_floats, planes);
-      if (n + 1 < a->batch) {
-        bpt_cpu_direct_prefetch(x + (n + 1) * in_channels * plane_floats, in_channels * plane_floats);
-        bpt_cpu_direct_prefetch(out + (n + 1) * out_channels * plane_floats, out_channels * plane_floats);
-      }
-      winograd_input(&g, planes, in_channels, stride, transformed);
-      for (int64_t xi = 0; xi < 16; xi++)
-        for (int64_t b = 0; b < out_channels / DIRECT_BLOCK; b++) {
-          const float *weights = packed + (xi * (out_channels / DIRECT_BLOCK) + b) * in_channels * DIRECT_BLOCK;
-          const float *source = transformed + xi * in_channels * stride;
-          float *target = product + (xi * out_channels + b * DIRECT_BLOCK) * stride;
-          for (int64_t tile = 0, v = 0; tile < tiles; tile++) {
-            const int64_t count = direct_tile_vectors(vectors - v, tile, tiles);
-            winograd_products[count](weights, source, in_channels, stride, 16 * v, target);
-            v += count;
-          }
+      for (int64_t u = 0; u < g.positions; u += 16) {
+        winograd_input(&g, planes, in_channels, u, transformed);
+        for (int64_t b = 0; b < blocks; b++) {
+          const float *weights = packed + b * in_channels * block;
+          if (block == 16)
+            winograd_product_16(weights, blocks, transformed, in_channels, product);
+          else
+            winograd_product_8(weights, blocks, transformed, in_channels, product);
+          winograd_output(&g, product, block, u, bias ? bias + b * block : NULL, accumulate,
+                          out + (n * out_channels + b * block) * plane_floats);
         }
-      winograd_output(&g, product, out_channels, stride, bias, accumulate, out + n * out_channels * plane_floats);
+      }
     }
   }
   return BPT_OK;
