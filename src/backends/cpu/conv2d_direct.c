@@ -117,11 +117,14 @@ static const forward_tile_function forward_tiles[DIRECT_VECTORS + 1] = {
     NULL, forward_tile_1, forward_tile_2, forward_tile_3, forward_tile_4, forward_tile_5, forward_tile_6};
 
 /* out (out_channels planes of one sample) (+)= the convolution of one sample's planes with packed weights
- * (out_channels / DIRECT_BLOCK blocks of (in_channels, g->taps, DIRECT_BLOCK)). */
+ * (out_channels / DIRECT_BLOCK blocks of (in_channels, g->taps, DIRECT_BLOCK)); parts [first_part, first_part +
+ * blocks) of `parts` of next are prefetched between the blocks. */
 static void convolve_sample(const direct_geometry *g, const float *planes, int64_t in_channels, const float *packed,
-                            int64_t out_channels, const float *bias, bool accumulate, float *out) {
+                            int64_t out_channels, const float *bias, bool accumulate, const direct_prefetch *next,
+                            int64_t first_part, int64_t parts, float *out) {
   const int64_t vectors = (g->positions + 15) / 16, out_floats = g->out_height * g->out_width;
   for (int64_t b = 0; b < out_channels / DIRECT_BLOCK; b++) {
+    bpt_cpu_direct_prefetch(next, first_part + b, parts);
     const float *block_weights = packed + b * in_channels * g->taps * DIRECT_BLOCK;
     const float *block_bias = bias ? bias + b * DIRECT_BLOCK : NULL;
     float *block_out = out + b * DIRECT_BLOCK * out_floats;
@@ -250,16 +253,17 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
       bpt_cpu_direct_pad_planes(&g, in_channels, x + n * in_channels * in_floats, planes);
-      if (n + 1 < a->batch) {
-        bpt_cpu_direct_prefetch(x + (n + 1) * in_channels * in_floats, in_channels * in_floats);
-        if (accumulate) bpt_cpu_direct_prefetch(out + (n + 1) * out_channels * out_floats, out_channels * out_floats);
-      }
-      if (by_pixel)
+      const bool last = n + 1 == a->batch;
+      const direct_prefetch next = {last ? NULL : x + (n + 1) * in_channels * in_floats,
+                                    last || !accumulate ? NULL : out + (n + 1) * out_channels * out_floats,
+                                    in_channels * in_floats, out_channels * out_floats};
+      if (by_pixel) {
+        bpt_cpu_direct_prefetch(&next, 0, 1);
         convolve_sample_by_pixel(&g, planes, in_channels, packed, out_channels, bias, accumulate, buffer,
                                  out + n * out_channels * out_floats);
-      else
-        convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate,
-                        out + n * out_channels * out_floats);
+      } else
+        convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate, &next, 0,
+                        out_channels / DIRECT_BLOCK, out + n * out_channels * out_floats);
     }
   }
   return BPT_OK;
@@ -357,13 +361,13 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
       bpt_cpu_direct_pad_planes(&dy_planes, O, dy + n * O * dy_floats, planes);
-      if (n + 1 < a->batch) {
-        bpt_cpu_direct_prefetch(dy + (n + 1) * O * dy_floats, O * dy_floats);
-        bpt_cpu_direct_prefetch(dx + (n + 1) * C * H * W, C * H * W);
-      }
+      const bool last = n + 1 == a->batch;
+      const direct_prefetch next = {last ? NULL : dy + (n + 1) * O * dy_floats, last ? NULL : dx + (n + 1) * C * H * W,
+                                    O * dy_floats, C * H * W};
+      const int64_t blocks = C / DIRECT_BLOCK;
       for (int64_t phase = 0; phase < 4; phase++)
-        convolve_sample(&phases[phase], planes, O, phase_weights[phase], C, NULL, false,
-                        phase_out + phase * C * phase_floats);
+        convolve_sample(&phases[phase], planes, O, phase_weights[phase], C, NULL, false, &next, phase * blocks,
+                        4 * blocks, phase_out + phase * C * phase_floats);
       interleave_phases(C, H, W, phase_out, C * phase_floats, a->assign_input_gradient, dx + n * C * H * W);
     }
   }

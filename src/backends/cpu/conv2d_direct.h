@@ -77,8 +77,15 @@ void bpt_cpu_direct_pad_planes(const direct_geometry *g, int64_t channels, const
 /* Threads for units independent pieces of work: the backend's, or fewer. */
 int bpt_cpu_direct_threads(bpt_backend *backend, int64_t units);
 
-/* Asks for count floats from x to be brought into L2 (the next sample's, while this one is convolved). */
-void bpt_cpu_direct_prefetch(const float *x, int64_t count);
+/* The next sample's input and output (either may be NULL), brought into L2 while this one is convolved. */
+typedef struct direct_prefetch {
+  const float *input, *output;
+  int64_t input_floats, output_floats;
+} direct_prefetch;
+
+/* Asks for part `part` of `parts` equal parts of next: between pieces of work. Asking for a whole sample at
+ * once measured no faster than not asking (the requests queue behind each other), parts ~5% faster. */
+void bpt_cpu_direct_prefetch(const direct_prefetch *next, int64_t part, int64_t parts);
 
 /* Whether a stride-1 pass goes through Winograd, and the pass itself (conv2d_winograd.c): out (+)= x convolved
  * with w (O, C, 3, 3), or with transposed the adjoint (w (in_channels as O, out_channels as C) flipped). */

@@ -185,14 +185,23 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
         transpose_planes(C, g.channel_floats, planes, transposed_x + s * g.channel_floats * C);
         if (!sixteen) transpose_planes(O, pixels, dy + (first + s) * O * pixels, transposed_dy + s * pixels * O);
       }
+      /* The next chunk's x and dy, a part before each tile. */
+      const int64_t after = first + samples, next_samples = after + chunk <= a->batch ? chunk : a->batch - after;
+      const direct_prefetch next = {after < a->batch ? x + after * C * in_floats : NULL,
+                                    after < a->batch ? dy + after * O * pixels : NULL, next_samples * C * in_floats,
+                                    next_samples * O * pixels};
       if (sixteen) {
-        for (int64_t o0 = 0; o0 < O; o0 += 2)
+        for (int64_t o0 = 0; o0 < O; o0 += 2) {
+          bpt_cpu_direct_prefetch(&next, o0 / 2, O / 2);
           filter_tile_16(&g, transposed_x, dy + first * O * pixels, samples, o0, partial);
+        }
         continue;
       }
+      const int64_t parts = O / tile_out * (C / tile_in) * 3;
       for (int64_t o0 = 0; o0 < O; o0 += tile_out)
         for (int64_t c0 = 0; c0 < C; c0 += tile_in)
           for (int64_t i = 0; i < 3; i++) {
+            bpt_cpu_direct_prefetch(&next, (o0 / tile_out * (C / tile_in) + c0 / tile_in) * 3 + i, parts);
             if (wide)
               filter_tile_2(&g, transposed_x, C, transposed_dy, O, samples, o0, c0, i, partial);
             else

@@ -35,10 +35,17 @@ int bpt_cpu_direct_threads(bpt_backend *backend, int64_t units) {
   return units < threads ? (int)units : threads;
 }
 
-/* Issued for the next sample while this one is convolved: its padding copy then does not wait on memory. */
-void bpt_cpu_direct_prefetch(const float *x, int64_t count) {
-  for (int64_t k = 0; k < count; k += 16)
+static void prefetch_part(const float *x, int64_t count, int64_t part, int64_t parts) {
+  if (!x) return;
+  const int64_t begin = count * part / parts / 16 * 16,
+                end = part + 1 == parts ? count : count * (part + 1) / parts / 16 * 16;
+  for (int64_t k = begin; k < end; k += 16)
     __builtin_prefetch(x + k, 0, 2);
+}
+
+void bpt_cpu_direct_prefetch(const direct_prefetch *next, int64_t part, int64_t parts) {
+  prefetch_part(next->input, next->input_floats, part, parts);
+  prefetch_part(next->output, next->output_floats, part, parts);
 }
 
 DIRECT_TARGET static void zero_floats(float *out, int64_t count) {

@@ -187,16 +187,11 @@ bpt_status bpt_cpu_winograd_convolve(bpt_backend *backend, const bpt_conv2d_args
       bpt_cpu_direct_pad_planes(&g, in_channels, x + n * in_channels * plane_floats, planes);
       const int64_t groups = (g.positions + 15) / 16, x_floats = in_channels * plane_floats,
                     out_floats = out_channels * plane_floats;
+      const bool last = n + 1 == a->batch;
+      const direct_prefetch next = {last ? NULL : x + (n + 1) * x_floats,
+                                    last || !accumulate ? NULL : out + (n + 1) * out_floats, x_floats, out_floats};
       for (int64_t u = 0; u < g.positions; u += 16) {
-        /* The next sample's input and output, a slice per group: the whole of it at once measured no faster
-         * than no prefetch at all (the requests queue up behind each other), slices ~5% faster. */
-        if (n + 1 < a->batch) {
-          const int64_t group = u / 16;
-          const int64_t x0 = x_floats * group / groups / 16 * 16, x1 = x_floats * (group + 1) / groups / 16 * 16;
-          const int64_t o0 = out_floats * group / groups / 16 * 16, o1 = out_floats * (group + 1) / groups / 16 * 16;
-          bpt_cpu_direct_prefetch(x + (n + 1) * x_floats + x0, x1 - x0);
-          bpt_cpu_direct_prefetch(out + (n + 1) * out_floats + o0, o1 - o0);
-        }
+        bpt_cpu_direct_prefetch(&next, u / 16, groups);
         winograd_input(&g, planes, in_channels, u, transformed);
         for (int64_t b = 0; b < blocks; b++) {
           const float *weights = packed + b * in_channels * block;
