@@ -3,7 +3,8 @@
  * - conv2d_direct_layout.c: the zero-bordered (and, for stride 2, phase-split) input planes they all read;
  * - conv2d_direct.c: forward and data-gradient passes, a register tile of outputs per reduction;
  * - conv2d_direct_filter.c: the weight gradient, an outer product per output pixel;
- * - conv2d_winograd.c: Winograd F(2x2, 3x3) for the stride-1 forward and data-gradient passes.
+ * - conv2d_winograd.c: Winograd F(2x2, 3x3) for the stride-1 forward and data-gradient passes;
+ * - conv2d_winograd_filter.c: Winograd F(2x2, 3x3) for the stride-1 weight gradient (even planes).
  *
  * Private to the CPU backend. */
 #ifndef BPT_CPU_CONV2D_DIRECT_H
@@ -93,6 +94,17 @@ bool bpt_cpu_winograd_applies(const bpt_conv2d_args *a);
 bpt_status bpt_cpu_winograd_convolve(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                      int64_t in_channels, const float *w, int64_t out_channels, bool transposed,
                                      const float *bias, bool accumulate, float *out);
+
+/* Whether the weight gradient goes through Winograd, and that pass (conv2d_winograd_filter.c): stride 1, even
+ * planes of 14 or more, channels in 16s. */
+bool bpt_cpu_winograd_filter_applies(const bpt_conv2d_args *a);
+bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
+                                            const float *dy, float *dweight);
+
+/* transposed (pixels, channels) = (channels, pixels): one sample's dy, or its padded input planes
+ * (conv2d_direct_filter.c). Blocks of 16 channels by 16 pixels are transposed in registers; the rest element by
+ * element. */
+void bpt_cpu_direct_transpose_planes(int64_t channels, int64_t pixels, const float *planes, float *transposed);
 
 /* The first count (at most 16) lanes. */
 static inline __mmask16 direct_lanes(int64_t count) { return (__mmask16)((1u << count) - 1u); }

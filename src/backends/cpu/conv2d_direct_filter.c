@@ -134,9 +134,8 @@ DIRECT_INLINE void transpose_16x16(__m512 rows[16]) {
   }
 }
 
-/* transposed (pixels, channels) = (channels, pixels): one sample's dy, or its padded input planes. Blocks of
- * 16 channels by 16 pixels are transposed in registers; the rest element by element. */
-DIRECT_TARGET static void transpose_planes(int64_t channels, int64_t pixels, const float *planes, float *transposed) {
+DIRECT_TARGET void bpt_cpu_direct_transpose_planes(int64_t channels, int64_t pixels, const float *planes,
+                                                   float *transposed) {
   const int64_t block_channels = channels / 16 * 16, block_pixels = pixels / 16 * 16;
   for (int64_t c0 = 0; c0 < block_channels; c0 += 16)
     for (int64_t p0 = 0; p0 < block_pixels; p0 += 16) {
@@ -154,6 +153,7 @@ DIRECT_TARGET static void transpose_planes(int64_t channels, int64_t pixels, con
 
 bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                                const float *dy, float *dweight) {
+  if (bpt_cpu_winograd_filter_applies(a)) return bpt_cpu_winograd_backward_filter(backend, a, x, dy, dweight);
   const direct_geometry g = bpt_cpu_direct_geometry(a);
   const int64_t C = a->in_channels, O = a->out_channels, pixels = g.out_height * g.out_width;
   const int64_t in_floats = g.in_height * g.in_width;
@@ -182,8 +182,9 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
       const int64_t first = k * chunk, samples = first + chunk <= a->batch ? chunk : a->batch - first;
       for (int64_t s = 0; s < samples; s++) {
         bpt_cpu_direct_pad_planes(&g, C, x + (first + s) * C * in_floats, planes);
-        transpose_planes(C, g.channel_floats, planes, transposed_x + s * g.channel_floats * C);
-        if (!sixteen) transpose_planes(O, pixels, dy + (first + s) * O * pixels, transposed_dy + s * pixels * O);
+        bpt_cpu_direct_transpose_planes(C, g.channel_floats, planes, transposed_x + s * g.channel_floats * C);
+        if (!sixteen)
+          bpt_cpu_direct_transpose_planes(O, pixels, dy + (first + s) * O * pixels, transposed_dy + s * pixels * O);
       }
       /* The next chunk's x and dy, a part before each tile. */
       const int64_t after = first + samples, next_samples = after + chunk <= a->batch ? chunk : a->batch - after;

@@ -1,0 +1,204 @@
+/* Winograd F(2x2, 3x3) for the weight gradient of the direct kernels' stride-1 3x3 convolutions
+ * (conv2d_direct.h) on even planes of 14 pixels or more with input and output channels in 16s.
+ *
+ * The forward pass of one 2x2 tile is Y = A^T [(G g G^T) . (B^T d B)] A, linear in g, so its adjoint is
+ * dg = G^T [(A dY A^T) . (B^T d B)] G: per tile, 16 products (one per xi) of dy's transformed tile against
+ * the input's, summed over every tile of every sample, M[xi] (O, C) = sum_t D[xi] (O, t) V[xi] (t, C), and
+ * transformed back to 3x3 once at the end. 16 multiplications per (o, c) and tile instead of 36.
+ * V comes from the pixel-major padded input (channels in lanes, as in conv2d_direct_filter.c), so each
+ * tile's V[xi] is a vector of 16 input channels and D[xi]'s entries are broadcast against it:
+ * 16 accumulators of output channels per (xi, vector of input channels), one load per 16 FMAs. */
+#include <string.h>
+
+#include <omp.h>
+
+#include "backends/cpu/conv2d_direct.h"
+#include "backends/cpu/cpu.h"
+
+#if DIRECT_KERNELS
+
+/* Tiles per group: a group's transformed tiles (both operands) stay in L1 for its 16 products. */
+#define GROUP_TILES 16
+
+bool bpt_cpu_winograd_filter_applies(const bpt_conv2d_args *a) {
+  return a->stride_height == 1 && bpt_cpu_winograd_applies(a) && a->in_height % 2 == 0 && a->in_width % 2 == 0 &&
+         a->in_channels % 16 == 0 && a->out_channels % 16 == 0;
+}
+
+/* phases (O planes of 4 phases (a, b) of TH TW) = dy (O, H, W) split by row and column parity: phase (a, b)
+ * tile t = ty TW + tx holds dy (2 ty + a, 2 tx + b). */
+DIRECT_TARGET static void split_dy(const float *dy, int64_t out_channels, int64_t H, int64_t W, float *phases) {
+  const int64_t TW = W / 2, tiles = H / 2 * TW;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t o = 0; o < out_channels; o++)
+    for (int64_t h = 0; h < H; h++) {
+      const float *row = dy + (o * H + h) * W;
+      float *evens = phases + (o * 4 + h % 2 * 2) * tiles + h / 2 * TW, *odds = evens + tiles;
+      for (int64_t k = 0; k < W; k += 32) {
+        const int64_t count = W - k < 32 ? W - k : 32;
+        const __m512 low = _mm512_maskz_loadu_ps(direct_lanes(count < 16 ? count : 16), row + k);
+        const __m512 high = _mm512_maskz_loadu_ps(direct_lanes(count > 16 ? count - 16 : 0), row + k + 16);
+        const __mmask16 pairs = direct_lanes(count / 2);
+        _mm512_mask_storeu_ps(evens + k / 2, pairs, _mm512_permutex2var_ps(low, even, high));
+        _mm512_mask_storeu_ps(odds + k / 2, pairs, _mm512_permutex2var_ps(low, odd, high));
+      }
+    }
+}
+
+/* D[xi] (O, GROUP_TILES) = A dY A^T for `count` tiles from tile t0 (the rest zero). */
+DIRECT_TARGET static void transform_dy(const float *phases, int64_t out_channels, int64_t tiles, int64_t t0,
+                                       int64_t count, float *transformed) {
+  const __mmask16 lanes = direct_lanes(count);
+  for (int64_t o = 0; o < out_channels; o++) {
+    const float *source = phases + o * 4 * tiles + t0;
+    __m512 y[2][2], t[4][2];
+    for (int a = 0; a < 2; a++)
+      for (int b = 0; b < 2; b++)
+        y[a][b] = _mm512_maskz_loadu_ps(lanes, source + (a * 2 + b) * tiles);
+    /* A = [[1, 0], [1, 1], [1, -1], [0, -1]]: rows, then columns. */
+    for (int b = 0; b < 2; b++) {
+      t[0][b] = y[0][b];
+      t[1][b] = _mm512_add_ps(y[0][b], y[1][b]);
+      t[2][b] = _mm512_sub_ps(y[0][b], y[1][b]);
+      t[3][b] = y[1][b];
+    }
+    for (int i = 0; i < 4; i++) {
+      float *out = transformed + (i * 4 * out_channels + o) * GROUP_TILES;
+      const int64_t next = out_channels * GROUP_TILES;
+      /* Row 3 of A is (0, -1): negate column 3 and row 3 (twice for xi = 15). */
+      const __m512 first = i == 3 ? _mm512_sub_ps(_mm512_setzero_ps(), t[i][0]) : t[i][0];
+      const __m512 second = i == 3 ? _mm512_sub_ps(_mm512_setzero_ps(), t[i][1]) : t[i][1];
+      _mm512_storeu_ps(out, first);
+      _mm512_storeu_ps(out + next, _mm512_add_ps(first, second));
+      _mm512_storeu_ps(out + 2 * next, _mm512_sub_ps(first, second));
+      _mm512_storeu_ps(out + 3 * next, _mm512_sub_ps(_mm512_setzero_ps(), second));
+    }
+  }
+}
+
+/* V[xi] (GROUP_TILES, C) = B^T d B for `count` tiles from tile t0, d read from the pixel-major padded input
+ * (positions of C channels, rows of R). */
+DIRECT_TARGET static void transform_input(const float *transposed_x, int64_t channels, int64_t R, int64_t TW,
+                                          int64_t t0, int64_t count, float *transformed) {
+  for (int64_t k = 0; k < count; k++) {
+    const int64_t ty = (t0 + k) / TW, tx = (t0 + k) % TW;
+    for (int64_t c0 = 0; c0 < channels; c0 += 16) {
+      const float *source = transposed_x + (2 * ty * R + 2 * tx) * channels + c0;
+      __m512 d[4][4], t[4][4];
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+          d[i][j] = _mm512_loadu_ps(source + (i * R + j) * channels);
+      for (int j = 0; j < 4; j++) {
+        t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+        t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+        t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+        t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+      }
+      for (int i = 0; i < 4; i++) {
+        float *out = transformed + ((i * 4) * GROUP_TILES + k) * channels + c0;
+        const int64_t next = GROUP_TILES * channels;
+        _mm512_storeu_ps(out, _mm512_sub_ps(t[i][0], t[i][2]));
+        _mm512_storeu_ps(out + next, _mm512_add_ps(t[i][1], t[i][2]));
+        _mm512_storeu_ps(out + 2 * next, _mm512_sub_ps(t[i][2], t[i][1]));
+        _mm512_storeu_ps(out + 3 * next, _mm512_sub_ps(t[i][1], t[i][3]));
+      }
+    }
+  }
+}
+
+/* sums (16 xi of (O, C)) += D[xi] V[xi] over the group's `count` tiles: for each xi, vector of 16 input channels
+ * and block of 16 output channels, 16 accumulators. */
+DIRECT_TARGET static void group_product(const float *dy_transformed, const float *x_transformed, int64_t out_channels,
+                                        int64_t channels, int64_t count, float *sums) {
+  for (int64_t xi = 0; xi < 16; xi++)
+    for (int64_t o0 = 0; o0 < out_channels; o0 += 16)
+      for (int64_t c0 = 0; c0 < channels; c0 += 16) {
+        float *target = sums + (xi * out_channels + o0) * channels + c0;
+        const float *dys = dy_transformed + (xi * out_channels + o0) * GROUP_TILES;
+        const float *xs = x_transformed + xi * GROUP_TILES * channels + c0;
+        __m512 acc[16];
+        for (int m = 0; m < 16; m++)
+          acc[m] = _mm512_loadu_ps(target + m * channels);
+        for (int64_t k = 0; k < count; k++) {
+          const __m512 in = _mm512_loadu_ps(xs + k * channels);
+          for (int m = 0; m < 16; m++)
+            acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(dys[m * GROUP_TILES + k]), in, acc[m]);
+        }
+        for (int m = 0; m < 16; m++)
+          _mm512_storeu_ps(target + m * channels, acc[m]);
+      }
+}
+
+/* dweight (O, C, 3, 3) += G^T M G for every (o, c), M[xi] = sums (16 xi of (O, C)). */
+static void add_weight_gradient(const float *sums, int64_t out_channels, int64_t channels, float *dweight) {
+  const int64_t pairs = out_channels * channels;
+  for (int64_t pair = 0; pair < pairs; pair++) {
+    float m[4][4], half[3][4];
+    for (int xi = 0; xi < 16; xi++)
+      m[xi / 4][xi % 4] = sums[xi * pairs + pair];
+    /* G^T = [[1, 1/2, 1/2, 0], [0, 1/2, -1/2, 0], [0, 1/2, 1/2, 1]]: rows, then columns. */
+    for (int j = 0; j < 4; j++) {
+      half[0][j] = m[0][j] + 0.5f * (m[1][j] + m[2][j]);
+      half[1][j] = 0.5f * (m[1][j] - m[2][j]);
+      half[2][j] = 0.5f * (m[1][j] + m[2][j]) + m[3][j];
+    }
+    float *target = dweight + pair * DIRECT_TAPS;
+    for (int i = 0; i < 3; i++) {
+      target[i * 3] += half[i][0] + 0.5f * (half[i][1] + half[i][2]);
+      target[i * 3 + 1] += 0.5f * (half[i][1] - half[i][2]);
+      target[i * 3 + 2] += 0.5f * (half[i][1] + half[i][2]) + half[i][3];
+    }
+  }
+}
+
+bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
+                                            const float *dy, float *dweight) {
+  const direct_geometry g = bpt_cpu_direct_geometry(a);
+  const int64_t C = a->in_channels, O = a->out_channels, H = a->in_height, W = a->in_width;
+  const int64_t TW = W / 2, tiles = H / 2 * TW, pixels = H * W, sums_floats = 16 * O * C;
+  const size_t planes_floats = (size_t)(C * g.channel_floats + DIRECT_SLACK);
+  const size_t transposed_floats = (size_t)(C * g.channel_floats), phases_floats = (size_t)(O * pixels);
+  const size_t dy_group_floats = (size_t)(16 * O * GROUP_TILES), x_group_floats = (size_t)(16 * GROUP_TILES * C);
+  const int threads = bpt_cpu_direct_threads(backend, a->batch);
+  bpt_status status = bpt_cpu_scratch_reserve(backend, threads,
+                                              (size_t)sums_floats + planes_floats + transposed_floats + phases_floats +
+                                                  dy_group_floats + x_group_floats);
+  if (status != BPT_OK) return status;
+  for (int t = 0; t < threads; t++)
+    memset(bpt_cpu_scratch(backend, t), 0, (size_t)sums_floats * sizeof(float));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float *sums = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = sums + sums_floats;
+    float *transposed_x = planes + planes_floats, *phases = transposed_x + transposed_floats;
+    float *dy_group = phases + phases_floats, *x_group = dy_group + dy_group_floats;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < a->batch; n++) {
+      bpt_cpu_direct_pad_planes(&g, C, x + n * C * pixels, planes);
+      bpt_cpu_direct_transpose_planes(C, g.channel_floats, planes, transposed_x);
+      split_dy(dy + n * O * pixels, O, H, W, phases);
+      const bool last = n + 1 == a->batch;
+      const direct_prefetch next = {last ? NULL : x + (n + 1) * C * pixels, last ? NULL : dy + (n + 1) * O * pixels,
+                                    C * pixels, O * pixels};
+      const int64_t groups = (tiles + GROUP_TILES - 1) / GROUP_TILES;
+      for (int64_t group = 0; group < groups; group++) {
+        const int64_t t0 = group * GROUP_TILES, count = tiles - t0 < GROUP_TILES ? tiles - t0 : GROUP_TILES;
+        bpt_cpu_direct_prefetch(&next, group, groups);
+        transform_dy(phases, O, tiles, t0, count, dy_group);
+        transform_input(transposed_x, C, g.row, TW, t0, count, x_group);
+        group_product(dy_group, x_group, O, C, count, sums);
+      }
+    }
+  }
+  /* The threads' sums, added in a fixed order into the first, then transformed once. */
+  float *total = bpt_cpu_scratch(backend, 0);
+  for (int t = 1; t < threads; t++) {
+    const float *partial = bpt_cpu_scratch(backend, t);
+    for (int64_t k = 0; k < sums_floats; k++)
+      total[k] += partial[k];
+  }
+  add_weight_gradient(total, O, C, dweight);
+  return BPT_OK;
+}
+
+#endif
