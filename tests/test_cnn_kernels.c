@@ -211,8 +211,9 @@ static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(2, 16, 15, 17, 16, 3, 3, 1, 1, 1, 1), 38);
   check_conv(backend, conv(1, 8, 14, 14, 32, 3, 3, 1, 1, 1, 1), 39);
   check_conv(backend, conv(3, 32, 21, 16, 16, 3, 3, 1, 1, 1, 1), 40);
-  /* Its weight gradient (even planes, channels in 16s): a last group of fewer than 16 tiles, two vectors of input
-   * channels, rows over 32 pixels, two blocks of output channels, batch 1 and a thread with fewer samples. */
+  /* The Winograd weight gradient (stride 1, channels in 16s; odd planes in cases 36, 38, 40 and 41): a last group
+   * of fewer than 16 tiles, two vectors of input channels, rows over 32 pixels, two blocks of output channels,
+   * batch 1 and a thread with fewer samples. */
   check_conv(backend, conv(1, 32, 14, 34, 16, 3, 3, 1, 1, 1, 1), 44);
   check_conv(backend, conv(3, 16, 18, 14, 32, 3, 3, 1, 1, 1, 1), 45);
   /* Output planes of 64 pixels or fewer with 64-channel multiples: pixel-major tiles, forward and data. */

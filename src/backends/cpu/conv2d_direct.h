@@ -4,7 +4,7 @@
  * - conv2d_direct.c: forward and data-gradient passes, a register tile of outputs per reduction;
  * - conv2d_direct_filter.c: the weight gradient, an outer product per output pixel;
  * - conv2d_winograd.c: Winograd F(2x2, 3x3) for the stride-1 forward and data-gradient passes;
- * - conv2d_winograd_filter.c: Winograd F(2x2, 3x3) for the stride-1 weight gradient (even planes).
+ * - conv2d_winograd_filter.c: Winograd F(2x2, 3x3) for the stride-1 weight gradient.
  *
  * Private to the CPU backend. */
 #ifndef BPT_CPU_CONV2D_DIRECT_H
@@ -95,8 +95,8 @@ bpt_status bpt_cpu_winograd_convolve(bpt_backend *backend, const bpt_conv2d_args
                                      int64_t in_channels, const float *w, int64_t out_channels, bool transposed,
                                      const float *bias, bool accumulate, float *out);
 
-/* Whether the weight gradient goes through Winograd, and that pass (conv2d_winograd_filter.c): stride 1, even
- * planes of 14 or more, channels in 16s. */
+/* Whether the weight gradient goes through Winograd, and that pass (conv2d_winograd_filter.c): stride 1, planes
+ * of 6 or more, channels in 16s. */
 bool bpt_cpu_winograd_filter_applies(const bpt_conv2d_args *a);
 bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                             const float *dy, float *dweight);

@@ -1,5 +1,5 @@
 /* Winograd F(2x2, 3x3) for the weight gradient of the direct kernels' stride-1 3x3 convolutions
- * (conv2d_direct.h) on even planes of 14 pixels or more with input and output channels in 16s.
+ * (conv2d_direct.h) with input and output channels in 16s.
  *
  * The forward pass of one 2x2 tile is Y = A^T [(G g G^T) . (B^T d B)] A, linear in g, so its adjoint is
  * dg = G^T [(A dY A^T) . (B^T d B)] G: per tile, 16 products (one per xi) of dy's transformed tile against
@@ -7,7 +7,9 @@
  * transformed back to 3x3 once at the end. 16 multiplications per (o, c) and tile instead of 36.
  * V comes from the pixel-major padded input (channels in lanes, as in conv2d_direct_filter.c), so each
  * tile's V[xi] is a vector of 16 input channels and D[xi]'s entries are broadcast against it:
- * 16 accumulators of output channels per (xi, vector of input channels), one load per 16 FMAs. */
+ * 16 accumulators of output channels per (xi, vector of input channels), one load per 16 FMAs.
+ * Odd planes end in half tiles: dy's missing row or column is zero, which zeroes every product that reads the
+ * input row or column beyond the padding (row 3 and column 3 of A are (0, -1)), so those need only be finite. */
 #include <string.h>
 
 #include <omp.h>
@@ -21,14 +23,15 @@
 #define GROUP_TILES 16
 
 bool bpt_cpu_winograd_filter_applies(const bpt_conv2d_args *a) {
-  return a->stride_height == 1 && bpt_cpu_winograd_applies(a) && a->in_height % 2 == 0 && a->in_width % 2 == 0 &&
-         a->in_channels % 16 == 0 && a->out_channels % 16 == 0;
+  return a->stride_height == 1 && a->in_height >= 6 && a->in_width >= 6 && a->in_channels % 16 == 0 &&
+         a->out_channels % 16 == 0;
 }
 
 /* phases (O planes of 4 phases (a, b) of TH TW) = dy (O, H, W) split by row and column parity: phase (a, b)
- * tile t = ty TW + tx holds dy (2 ty + a, 2 tx + b). */
+ * tile t = ty TW + tx holds dy (2 ty + a, 2 tx + b), or zero past an odd plane's edge. */
 DIRECT_TARGET static void split_dy(const float *dy, int64_t out_channels, int64_t H, int64_t W, float *phases) {
-  const int64_t TW = W / 2, tiles = H / 2 * TW;
+  const int64_t TW = (W + 1) / 2, tiles = (H + 1) / 2 * TW;
+  if (H % 2 || W % 2) memset(phases, 0, (size_t)(out_channels * 4 * tiles) * sizeof *phases);
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   for (int64_t o = 0; o < out_channels; o++)
@@ -39,9 +42,8 @@ DIRECT_TARGET static void split_dy(const float *dy, int64_t out_channels, int64_
         const int64_t count = W - k < 32 ? W - k : 32;
         const __m512 low = _mm512_maskz_loadu_ps(direct_lanes(count < 16 ? count : 16), row + k);
         const __m512 high = _mm512_maskz_loadu_ps(direct_lanes(count > 16 ? count - 16 : 0), row + k + 16);
-        const __mmask16 pairs = direct_lanes(count / 2);
-        _mm512_mask_storeu_ps(evens + k / 2, pairs, _mm512_permutex2var_ps(low, even, high));
-        _mm512_mask_storeu_ps(odds + k / 2, pairs, _mm512_permutex2var_ps(low, odd, high));
+        _mm512_mask_storeu_ps(evens + k / 2, direct_lanes((count + 1) / 2), _mm512_permutex2var_ps(low, even, high));
+        _mm512_mask_storeu_ps(odds + k / 2, direct_lanes(count / 2), _mm512_permutex2var_ps(low, odd, high));
       }
     }
 }
@@ -156,9 +158,12 @@ bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv
                                             const float *dy, float *dweight) {
   const direct_geometry g = bpt_cpu_direct_geometry(a);
   const int64_t C = a->in_channels, O = a->out_channels, H = a->in_height, W = a->in_width;
-  const int64_t TW = W / 2, tiles = H / 2 * TW, pixels = H * W, sums_floats = 16 * O * C;
+  const int64_t TW = (W + 1) / 2, tiles = (H + 1) / 2 * TW, pixels = H * W, sums_floats = 16 * O * C;
+  /* An odd plane's last tiles read up to row H + 2 and column 1 of the row after: positions past the padded
+   * plane, kept zero. */
+  const int64_t positions = g.channel_floats + 2 * g.row;
   const size_t planes_floats = (size_t)(C * g.channel_floats + DIRECT_SLACK);
-  const size_t transposed_floats = (size_t)(C * g.channel_floats), phases_floats = (size_t)(O * pixels);
+  const size_t transposed_floats = (size_t)(C * positions), phases_floats = (size_t)(O * 4 * tiles);
   const size_t dy_group_floats = (size_t)(16 * O * GROUP_TILES), x_group_floats = (size_t)(16 * GROUP_TILES * C);
   const int threads = bpt_cpu_direct_threads(backend, a->batch);
   bpt_status status = bpt_cpu_scratch_reserve(backend, threads,
@@ -172,6 +177,7 @@ bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv
     float *sums = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = sums + sums_floats;
     float *transposed_x = planes + planes_floats, *phases = transposed_x + transposed_floats;
     float *dy_group = phases + phases_floats, *x_group = dy_group + dy_group_floats;
+    memset(transposed_x + C * g.channel_floats, 0, (size_t)(C * (positions - g.channel_floats)) * sizeof(float));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
       bpt_cpu_direct_pad_planes(&g, C, x + n * C * pixels, planes);
