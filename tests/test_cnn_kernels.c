@@ -216,6 +216,10 @@ static void check_conv_cases(bpt_backend *backend) {
    * batch 1 and a thread with fewer samples. */
   check_conv(backend, conv(1, 32, 14, 34, 16, 3, 3, 1, 1, 1, 1), 44);
   check_conv(backend, conv(3, 16, 18, 14, 32, 3, 3, 1, 1, 1, 1), 45);
+  /* Winograd with channels in lanes on planes under 14 (output channels in 64s; cases 36 and 41 too): two blocks
+   * of output channels, batch 1, an odd height and a width of 6. */
+  check_conv(backend, conv(1, 16, 8, 12, 128, 3, 3, 1, 1, 1, 1), 46);
+  check_conv(backend, conv(2, 64, 13, 6, 64, 3, 3, 1, 1, 1, 1), 47);
   /* Output planes of 64 pixels or fewer with 64-channel multiples: pixel-major tiles, forward and data. */
   check_conv(backend, conv(3, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1), 41);
   check_conv(backend, conv(2, 32, 13, 13, 64, 3, 3, 2, 1, 1, 1), 42);

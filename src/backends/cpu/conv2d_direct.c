@@ -15,7 +15,7 @@
  * - Stride 2: the forward pass reads the input's phase planes; the data gradient is four stride-1
  *   convolutions of dy, one per phase of dx (1, 2 or 4 taps each), interleaved into dx.
  *
- * The weight gradient is in conv2d_direct_filter.c, Winograd's passes in conv2d_winograd.c. */
+ * The weight gradient is in conv2d_direct_filter.c, Winograd's passes in conv2d_winograd*.c. */
 #include <string.h>
 
 #include <omp.h>
@@ -232,6 +232,9 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
                            float *out) {
   if (a->stride_height == 1 && bpt_cpu_winograd_applies(a))
     return bpt_cpu_winograd_convolve(backend, a, x, in_channels, w, out_channels, transposed, bias, accumulate, out);
+  if (bpt_cpu_winograd_small_applies(a, in_channels, out_channels))
+    return bpt_cpu_winograd_small_convolve(backend, a, x, in_channels, w, out_channels, transposed, bias, accumulate,
+                                           out);
   const direct_geometry g = bpt_cpu_direct_geometry(a);
   const bool by_pixel = pixel_major(&g, out_channels);
   const int64_t in_floats = g.in_height * g.in_width, out_floats = g.out_height * g.out_width;

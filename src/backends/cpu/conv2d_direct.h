@@ -4,7 +4,7 @@
  * - conv2d_direct.c: forward and data-gradient passes, a register tile of outputs per reduction;
  * - conv2d_direct_filter.c: the weight gradient, an outer product per output pixel;
  * - conv2d_winograd.c: Winograd F(2x2, 3x3) for the stride-1 forward and data-gradient passes;
- * - conv2d_winograd_filter.c: Winograd F(2x2, 3x3) for the stride-1 weight gradient.
+ * - conv2d_winograd_channels.c: the same with channels in lanes, for the weight gradient and small planes.
  *
  * Private to the CPU backend. */
 #ifndef BPT_CPU_CONV2D_DIRECT_H
@@ -95,11 +95,20 @@ bpt_status bpt_cpu_winograd_convolve(bpt_backend *backend, const bpt_conv2d_args
                                      int64_t in_channels, const float *w, int64_t out_channels, bool transposed,
                                      const float *bias, bool accumulate, float *out);
 
-/* Whether the weight gradient goes through Winograd, and that pass (conv2d_winograd_filter.c): stride 1, planes
- * of 6 or more, channels in 16s. */
+/* U[xi] (O / block blocks of (C, block)) = G w G^T per (o, c), for w (out, in, 3, 3) (O = out, C = in) or,
+ * transposed, w'(c, o) flipped (O = in, C = out). */
+void bpt_cpu_winograd_weights(const float *w, int64_t out, int64_t in, bool transposed, int64_t block, float *packed);
+
+/* Winograd with channels in lanes (conv2d_winograd_channels.c): the weight gradient (stride 1, planes of 6 or
+ * more, channels in 16s), and the forward or data-gradient pass on planes under 14 (input channels in 16s,
+ * output channels in 64s), as bpt_cpu_winograd_convolve. */
 bool bpt_cpu_winograd_filter_applies(const bpt_conv2d_args *a);
 bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                             const float *dy, float *dweight);
+bool bpt_cpu_winograd_small_applies(const bpt_conv2d_args *a, int64_t in_channels, int64_t out_channels);
+bpt_status bpt_cpu_winograd_small_convolve(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
+                                           int64_t in_channels, const float *w, int64_t out_channels, bool transposed,
+                                           const float *bias, bool accumulate, float *out);
 
 /* transposed (pixels, channels) = (channels, pixels): one sample's dy, or its padded input planes
  * (conv2d_direct_filter.c). Blocks of 16 channels by 16 pixels are transposed in registers; the rest element by

@@ -19,9 +19,7 @@
  * stay in L1 between them instead of travelling through L2 as whole-sample buffers. */
 #define WINOGRAD_BLOCK 16
 
-/* U[xi] (O / block blocks of (C, block)) = G w G^T per (o, c), for w (O, C, 3, 3) or,
- * transposed, w'(c, o) flipped. */
-static void winograd_weights(const float *w, int64_t out, int64_t in, bool transposed, int64_t block, float *packed) {
+void bpt_cpu_winograd_weights(const float *w, int64_t out, int64_t in, bool transposed, int64_t block, float *packed) {
   const int64_t outputs = transposed ? in : out, inputs = transposed ? out : in;
   for (int64_t o = 0; o < outputs; o++)
     for (int64_t c = 0; c < inputs; c++) {
@@ -180,7 +178,7 @@ bpt_status bpt_cpu_winograd_convolve(bpt_backend *backend, const bpt_conv2d_args
   {
     float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
     float *transformed = planes + planes_floats, *product = transformed + transformed_floats;
-    winograd_weights(w, transposed ? in_channels : out_channels, transposed ? out_channels : in_channels, transposed,
+    bpt_cpu_winograd_weights(w, transposed ? in_channels : out_channels, transposed ? out_channels : in_channels, transposed,
                      block, packed);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
