@@ -115,6 +115,10 @@ bpt_status bpt_cpu_winograd_small_convolve(bpt_backend *backend, const bpt_conv2
  * element. */
 void bpt_cpu_direct_transpose_planes(int64_t channels, int64_t pixels, const float *planes, float *transposed);
 
+/* The same for x's channel planes (channels in 16s) straight into the pixel-major stride-1 padded layout of g:
+ * only the image's positions are written, so the border stays as the caller zeroed it. */
+void bpt_cpu_direct_pad_transposed(const direct_geometry *g, int64_t channels, const float *x, float *transposed);
+
 /* The first count (at most 16) lanes. */
 static inline __mmask16 direct_lanes(int64_t count) { return (__mmask16)((1u << count) - 1u); }
 

@@ -151,6 +151,23 @@ DIRECT_TARGET void bpt_cpu_direct_transpose_planes(int64_t channels, int64_t pix
       transposed[p * channels + c] = planes[c * pixels + p];
 }
 
+DIRECT_TARGET void bpt_cpu_direct_pad_transposed(const direct_geometry *g, int64_t channels, const float *x,
+                                                 float *transposed) {
+  const int64_t H = g->in_height, W = g->in_width, R = g->row;
+  for (int64_t c0 = 0; c0 < channels; c0 += 16)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t w0 = 0; w0 < W; w0 += 16) {
+        const int64_t count = W - w0 < 16 ? W - w0 : 16;
+        __m512 rows[16];
+        for (int r = 0; r < 16; r++)
+          rows[r] = _mm512_maskz_loadu_ps(direct_lanes(count), x + ((c0 + r) * H + h) * W + w0);
+        transpose_16x16(rows);
+        float *target = transposed + ((h + 1) * R + w0 + 1) * channels + c0;
+        for (int64_t p = 0; p < count; p++)
+          _mm512_storeu_ps(target + p * channels, rows[p]);
+      }
+}
+
 bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                                const float *dy, float *dweight) {
   if (bpt_cpu_winograd_filter_applies(a)) return bpt_cpu_winograd_backward_filter(backend, a, x, dy, dweight);

@@ -161,28 +161,25 @@ bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv
   const int64_t C = a->in_channels, O = a->out_channels, H = a->in_height, W = a->in_width;
   const int64_t TW = (W + 1) / 2, tiles = (H + 1) / 2 * TW, pixels = H * W, sums_floats = 16 * O * C;
   /* An odd plane's last tiles read up to row H + 2 and column 1 of the row after: positions past the padded
-   * plane, kept zero. */
+   * plane, zero like its border. */
   const int64_t positions = g.channel_floats + 2 * g.row;
-  const size_t planes_floats = (size_t)(C * g.channel_floats + DIRECT_SLACK);
   const size_t transposed_floats = (size_t)(C * positions), phases_floats = (size_t)(O * 4 * tiles);
   const size_t dy_group_floats = (size_t)(16 * O * GROUP_TILES), x_group_floats = (size_t)(16 * GROUP_TILES * C);
   const int threads = bpt_cpu_direct_threads(backend, a->batch);
-  bpt_status status = bpt_cpu_scratch_reserve(backend, threads,
-                                              (size_t)sums_floats + planes_floats + transposed_floats + phases_floats +
-                                                  dy_group_floats + x_group_floats);
+  bpt_status status = bpt_cpu_scratch_reserve(
+      backend, threads, (size_t)sums_floats + transposed_floats + phases_floats + dy_group_floats + x_group_floats);
   if (status != BPT_OK) return status;
   for (int t = 0; t < threads; t++)
     memset(bpt_cpu_scratch(backend, t), 0, (size_t)sums_floats * sizeof(float));
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    float *sums = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = sums + sums_floats;
-    float *transposed_x = planes + planes_floats, *phases = transposed_x + transposed_floats;
+    float *sums = bpt_cpu_scratch(backend, omp_get_thread_num()), *transposed_x = sums + sums_floats;
+    float *phases = transposed_x + transposed_floats;
     float *dy_group = phases + phases_floats, *x_group = dy_group + dy_group_floats;
-    memset(transposed_x + C * g.channel_floats, 0, (size_t)(C * (positions - g.channel_floats)) * sizeof(float));
+    memset(transposed_x, 0, transposed_floats * sizeof(float));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
-      bpt_cpu_direct_pad_planes(&g, C, x + n * C * pixels, planes);
-      bpt_cpu_direct_transpose_planes(C, g.channel_floats, planes, transposed_x);
+      bpt_cpu_direct_pad_transposed(&g, C, x + n * C * pixels, transposed_x);
       split_dy(dy + n * O * pixels, O, H, W, phases);
       const bool last = n + 1 == a->batch;
       const direct_prefetch next = {last ? NULL : x + (n + 1) * C * pixels, last ? NULL : dy + (n + 1) * O * pixels,
@@ -308,27 +305,25 @@ bpt_status bpt_cpu_winograd_small_convolve(bpt_backend *backend, const bpt_conv2
   const direct_geometry g = bpt_cpu_direct_geometry(a);
   const int64_t C = in_channels, O = out_channels, H = a->in_height, W = a->in_width, pixels = H * W;
   const int64_t TW = (W + 1) / 2, tiles = (H + 1) / 2 * TW, positions = g.channel_floats + 2 * g.row;
-  const size_t packed_floats = (size_t)(16 * C * O), planes_floats = (size_t)(C * g.channel_floats + DIRECT_SLACK);
+  const size_t packed_floats = (size_t)(16 * C * O);
   const size_t transposed_floats = (size_t)(C * positions), x_group_floats = (size_t)(16 * GROUP_TILES * C);
   const size_t product_floats = (size_t)(16 * SMALL_TILES * SMALL_CHANNELS), pixel_floats = (size_t)(pixels * O);
   const int threads = bpt_cpu_direct_threads(backend, a->batch);
-  bpt_status status = bpt_cpu_scratch_reserve(backend, threads,
-                                              packed_floats + planes_floats + transposed_floats + x_group_floats +
-                                                  product_floats + 2 * pixel_floats);
+  bpt_status status = bpt_cpu_scratch_reserve(
+      backend, threads, packed_floats + transposed_floats + x_group_floats + product_floats + 2 * pixel_floats);
   if (status != BPT_OK) return status;
   const int64_t groups = (tiles + SMALL_TILES - 1) / SMALL_TILES;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
-    float *transposed_x = planes + planes_floats, *x_group = transposed_x + transposed_floats;
+    float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *transposed_x = packed + packed_floats;
+    float *x_group = transposed_x + transposed_floats;
     float *product = x_group + x_group_floats, *pixel_out = product + product_floats;
     float *plane_out = pixel_out + pixel_floats;
     bpt_cpu_winograd_weights(w, transposed ? C : O, transposed ? O : C, transposed, O, packed);
-    memset(transposed_x + C * g.channel_floats, 0, (size_t)(C * (positions - g.channel_floats)) * sizeof(float));
+    memset(transposed_x, 0, transposed_floats * sizeof(float));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
-      bpt_cpu_direct_pad_planes(&g, C, x + n * C * pixels, planes);
-      bpt_cpu_direct_transpose_planes(C, g.channel_floats, planes, transposed_x);
+      bpt_cpu_direct_pad_transposed(&g, C, x + n * C * pixels, transposed_x);
       const bool last = n + 1 == a->batch;
       const direct_prefetch next = {last ? NULL : x + (n + 1) * C * pixels,
                                     last || !accumulate ? NULL : out + (n + 1) * O * pixels, C * pixels, O * pixels};
