@@ -72,11 +72,12 @@ DIRECT_TARGET static void filter_tile_2(const direct_geometry *g, const float *t
   filter_tile(2, g, transposed_x, in_channels, transposed_dy, out_channels, samples, o0, c0, i, partial);
 }
 
-/* The same for 16 input and 16 output channels (ResNet's first stage), where a vector of output channels would
- * need 24 broadcasts per 24 FMAs: here 9 vectors of input channels (one per tap) meet 2 broadcast dy values,
- * 18 FMAs per pixel. partial is ((o, tap) rows of 16). */
+/* The same for 16 input channels (ResNet's first stage), where a vector of output channels would need 24
+ * broadcasts per 24 FMAs: here 9 vectors of input channels (one per tap) meet 2 broadcast dy values, 18 FMAs
+ * per pixel, and dy is read in place. partial is ((o, tap) rows of 16). Also ~4% faster than the tiles above
+ * for 16 -> 32 at stride 2. */
 DIRECT_TARGET static void filter_tile_16(const direct_geometry *g, const float *transposed_x, const float *dy,
-                                         int64_t samples, int64_t o0, float *partial) {
+                                         int64_t out_channels, int64_t samples, int64_t o0, float *partial) {
   enum { CHANNELS = 16, OUTPUTS = 2 };
   __m512 acc[OUTPUTS][DIRECT_TAPS];
   for (int m = 0; m < OUTPUTS; m++)
@@ -84,7 +85,7 @@ DIRECT_TARGET static void filter_tile_16(const direct_geometry *g, const float *
       acc[m][tap] = _mm512_setzero_ps();
   const int64_t H = g->out_height, W = g->out_width, R = g->row, pixels = H * W;
   for (int64_t s = 0; s < samples; s++) {
-    const float *dy_sample = dy + (s * CHANNELS + o0) * pixels;
+    const float *dy_sample = dy + (s * out_channels + o0) * pixels;
     const float *x_sample = transposed_x + s * g->channel_floats * CHANNELS;
     for (int64_t oh = 0; oh < H; oh++)
       for (int64_t ow = 0; ow < W; ow++) {
@@ -184,8 +185,8 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
   bpt_status status = bpt_cpu_scratch_reserve(
       backend, threads, (size_t)weight_count + planes_floats + transposed_x_floats + (size_t)(chunk * pixels * O));
   if (status != BPT_OK) return status;
-  const int wide = O % 32 == 0;            /* 32 output channels per tile, 4 input channels; else 16 and 8 */
-  const bool sixteen = C == 16 && O == 16; /* filter_tile_16, partials laid out ((o, tap), c) */
+  const int wide = O % 32 == 0; /* 32 output channels per tile, 4 input channels; else 16 and 8 */
+  const bool sixteen = C == 16; /* filter_tile_16, partials laid out ((o, tap), c) */
   const int64_t tile_out = wide ? 32 : 16, tile_in = wide ? 4 : 8;
   const int64_t chunks = (a->batch + chunk - 1) / chunk;
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -211,7 +212,7 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
       if (sixteen) {
         for (int64_t o0 = 0; o0 < O; o0 += 2) {
           bpt_cpu_direct_prefetch(&next, o0 / 2, O / 2);
-          filter_tile_16(&g, transposed_x, dy + first * O * pixels, samples, o0, partial);
+          filter_tile_16(&g, transposed_x, dy + first * O * pixels, O, samples, o0, partial);
         }
         continue;
       }
