@@ -109,6 +109,26 @@ DIRECT_TARGET static void winograd_output(const direct_geometry *g, const float 
   const int64_t H = g->in_height, W = g->in_width, R = g->row, tiles = g->positions;
   const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  /* The group's lanes by tile row ty (rows of R >= 8 tiles: 3 at most): compressed, their two columns
+   * interleaved, stored on rows 2 ty and 2 ty + 1 from `offset`. The same for every output channel. */
+  struct {
+    __mmask16 lanes, first_half, second_half;
+    int64_t offset, rows;
+  } segments[4];
+  int count = 0;
+  const int64_t end = u + 16 < tiles ? u + 16 : tiles;
+  for (int64_t ty = u / R; ty * R < end; ty++) {
+    const int64_t first = ty * R > u ? ty * R : u, last = ty * R + (W + 1) / 2 < end ? ty * R + (W + 1) / 2 : end;
+    if (first >= last) continue;
+    const int64_t column = 2 * (first - ty * R),
+                  pixels = 2 * (last - first) < W - column ? 2 * (last - first) : W - column;
+    segments[count].lanes = (__mmask16)((((1u << (last - u)) - 1u) >> (first - u)) << (first - u));
+    segments[count].first_half = direct_lanes(pixels < 16 ? pixels : 16);
+    segments[count].second_half = direct_lanes(pixels > 16 ? pixels - 16 : 0);
+    segments[count].offset = 2 * ty * W + column;
+    segments[count].rows = 2 * ty + 1 < H ? 2 : 1;
+    count++;
+  }
   for (int64_t o = 0; o < block; o++) {
     float *plane = out + o * H * W;
     const __m512 shift = _mm512_set1_ps(bias ? bias[o] : 0.0f);
@@ -124,28 +144,19 @@ DIRECT_TARGET static void winograd_output(const direct_geometry *g, const float 
       y[a][0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t[a][0], t[a][1]), t[a][2]), shift);
       y[a][1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(t[a][1], t[a][2]), t[a][3]), shift);
     }
-    /* Lanes of tile row ty: compressed, their two columns interleaved, stored on rows 2 ty and 2 ty + 1. */
-    const int64_t end = u + 16 < tiles ? u + 16 : tiles;
-    for (int64_t ty = u / R; ty * R < end; ty++) {
-      const int64_t first = ty * R > u ? ty * R : u, last = ty * R + (W + 1) / 2 < end ? ty * R + (W + 1) / 2 : end;
-      if (first >= last) continue;
-      const __mmask16 row_lanes = (__mmask16)((((1u << (last - u)) - 1u) >> (first - u)) << (first - u));
-      const int64_t column = 2 * (first - ty * R),
-                    count = 2 * (last - first) < W - column ? 2 * (last - first) : W - column;
-      for (int a = 0; a < 2 && 2 * ty + a < H; a++) {
-        const __m512 evens = _mm512_maskz_compress_ps(row_lanes, y[a][0]);
-        const __m512 odds = _mm512_maskz_compress_ps(row_lanes, y[a][1]);
-        float *target = plane + (2 * ty + a) * W + column;
-        const __mmask16 first_half = direct_lanes(count < 16 ? count : 16),
-                        second_half = direct_lanes(count > 16 ? count - 16 : 0);
+    for (int k = 0; k < count; k++)
+      for (int a = 0; a < segments[k].rows; a++) {
+        const __m512 evens = _mm512_maskz_compress_ps(segments[k].lanes, y[a][0]);
+        const __m512 odds = _mm512_maskz_compress_ps(segments[k].lanes, y[a][1]);
+        float *target = plane + segments[k].offset + a * W;
         __m512 values = _mm512_permutex2var_ps(evens, low, odds);
-        if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(first_half, target));
-        _mm512_mask_storeu_ps(target, first_half, values);
+        if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(segments[k].first_half, target));
+        _mm512_mask_storeu_ps(target, segments[k].first_half, values);
+        if (!segments[k].second_half) continue;
         values = _mm512_permutex2var_ps(evens, high, odds);
-        if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(second_half, target + 16));
-        _mm512_mask_storeu_ps(target + 16, second_half, values);
+        if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(segments[k].second_half, target + 16));
+        _mm512_mask_storeu_ps(target + 16, segments[k].second_half, values);
       }
-    }
   }
 }
 
@@ -178,8 +189,8 @@ bpt_status bpt_cpu_winograd_convolve(bpt_backend *backend, const bpt_conv2d_args
   {
     float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
     float *transformed = planes + planes_floats, *product = transformed + transformed_floats;
-    bpt_cpu_winograd_weights(w, transposed ? in_channels : out_channels, transposed ? out_channels : in_channels, transposed,
-                     block, packed);
+    bpt_cpu_winograd_weights(w, transposed ? in_channels : out_channels, transposed ? out_channels : in_channels,
+                             transposed, block, packed);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
       bpt_cpu_direct_pad_planes(&g, in_channels, x + n * in_channels * plane_floats, planes);
