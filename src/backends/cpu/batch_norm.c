@@ -2,7 +2,8 @@
  * Statistics take one pass over the data: sums of (x - shift) and (x - shift)^2, with shift the channel's
  * first value, so that var = E[(x-k)^2] - E[x-k]^2 does not cancel catastrophically when |mean| >> std
  * (Chan, Golub and LeVeque's shifted-data algorithm). Rows of `spatial` values sum in float (short and
- * already centred), rows are combined in double. */
+ * already centred), rows are combined in double. With args->relu_mask the normalising and gradient loops are
+ * batch_norm_relu.c's, which apply ReLU on the way. */
 #include <math.h>
 
 #include "backends/cpu/cpu.h"
@@ -159,6 +160,7 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
     return bpt_backend_fail(backend, BPT_ERR_SHAPE,
                             "batch_norm: training needs at least 2 values per channel, got batch %lld x spatial %lld",
                             (long long)N, (long long)S);
+  const bool avx512 = bpt_cpu_relu_loops_avx512(backend);
 #pragma omp parallel for if (parallel(a))
   for (int64_t c = 0; c < C; c++) {
     float mean, inverse_std;
@@ -181,7 +183,13 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
       inverse_std = (float)(1.0 / sqrt((double)running_variance[c] + (double)a->epsilon));
     }
     /* y = gamma (x - mean) / std + beta */
-    normalise(x + c * S, N, C * S, S, mean, gamma[c] * inverse_std, beta[c], y + c * S);
+    if (a->relu_mask) {
+      const int64_t row_bytes = (S + 7) / 8;
+      bpt_cpu_normalise_relu(avx512, x + c * S, N, C * S, S, mean, gamma[c] * inverse_std, beta[c], y + c * S,
+                             a->relu_mask + c * row_bytes, C * row_bytes);
+    } else {
+      normalise(x + c * S, N, C * S, S, mean, gamma[c] * inverse_std, beta[c], y + c * S);
+    }
   }
   return BPT_OK;
 }
@@ -193,11 +201,18 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
   if (!a->training)
     return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED,
                             "batch_norm: backward needs the batch statistics of a training-mode forward pass");
+  const bool avx512 = bpt_cpu_relu_loops_avx512(backend);
 #pragma omp parallel for if (parallel(a))
   for (int64_t c = 0; c < C; c++) {
     const float mean = saved_mean[c], inverse_std = saved_inverse_std[c];
+    const int64_t row_bytes = (S + 7) / 8;
+    const uint8_t *bits = a->relu_mask ? a->relu_mask + c * row_bytes : NULL;
     double sum_dy, sum_dy_centred;
-    gradient_sums(x + c * S, dy + c * S, N, C * S, S, mean, &sum_dy, &sum_dy_centred);
+    if (bits)
+      bpt_cpu_gradient_sums_relu(avx512, x + c * S, dy + c * S, N, C * S, S, mean, bits, C * row_bytes, &sum_dy,
+                                 &sum_dy_centred);
+    else
+      gradient_sums(x + c * S, dy + c * S, N, C * S, S, mean, &sum_dy, &sum_dy_centred);
     /* dgamma = sum dy * xhat; dbeta = sum dy;
      * dx = gamma / std * (dy - mean(dy) - xhat * mean(dy * xhat)) (Ioffe and Szegedy, section 3) */
     const float gradient_gamma = (float)(sum_dy_centred * inverse_std);
@@ -207,8 +222,12 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
     const float scale = gamma[c] * inverse_std;
     const float mean_dy = (float)(sum_dy / (double)count);
     const float xhat_coefficient = (float)(sum_dy_centred / (double)count) * inverse_std * inverse_std;
-    input_gradient(x + c * S, dy + c * S, N, C * S, S, mean, scale, mean_dy, xhat_coefficient, a->assign_input_gradient,
-                   dx + c * S);
+    if (bits)
+      bpt_cpu_input_gradient_relu(avx512, x + c * S, dy + c * S, N, C * S, S, mean, scale, mean_dy, xhat_coefficient,
+                                  bits, C * row_bytes, a->assign_input_gradient, dx + c * S);
+    else
+      input_gradient(x + c * S, dy + c * S, N, C * S, S, mean, scale, mean_dy, xhat_coefficient,
+                     a->assign_input_gradient, dx + c * S);
   }
   return BPT_OK;
 }

@@ -43,6 +43,43 @@ bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const 
   return BPT_OK;
 }
 
+static uint8_t add_forward_byte_scalar(const float *a, const float *b, float *y, int64_t count) {
+  uint8_t bits = 0;
+  for (int64_t i = 0; i < count; i++) {
+    float value = a[i] + b[i];
+    bool positive = value > 0.0f;
+    y[i] = positive ? value : 0.0f;
+    bits |= (uint8_t)(positive << i);
+  }
+  return bits;
+}
+
+/* The join of a residual block and its ReLU in one pass: read a and b, write y and the bits. */
+bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y,
+                                         uint8_t *mask) {
+  (void)backend;
+  const int64_t full_bytes = count / 8;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t byte = 0; byte < full_bytes; byte++) {
+    const int64_t first = byte * 8;
+#if defined(__SSE2__)
+    const __m128 zero = _mm_setzero_ps();
+    const __m128 low = _mm_add_ps(_mm_loadu_ps(a + first), _mm_loadu_ps(b + first));
+    const __m128 high = _mm_add_ps(_mm_loadu_ps(a + first + 4), _mm_loadu_ps(b + first + 4));
+    const __m128 low_positive = _mm_cmpgt_ps(low, zero), high_positive = _mm_cmpgt_ps(high, zero);
+    _mm_storeu_ps(y + first, _mm_and_ps(low, low_positive));
+    _mm_storeu_ps(y + first + 4, _mm_and_ps(high, high_positive));
+    mask[byte] = (uint8_t)(_mm_movemask_ps(low_positive) | _mm_movemask_ps(high_positive) << 4);
+#else
+    mask[byte] = add_forward_byte_scalar(a + first, b + first, y + first, 8);
+#endif
+  }
+  if (count % 8)
+    mask[full_bytes] =
+        add_forward_byte_scalar(a + full_bytes * 8, b + full_bytes * 8, y + full_bytes * 8, count % 8);
+  return BPT_OK;
+}
+
 static void backward_byte_scalar(uint8_t bits, const float *dy, float *dx, int64_t count, bool assign) {
   for (int64_t i = 0; i < count; i++) {
     const float gradient = (bits >> i & 1) ? dy[i] : 0.0f;
