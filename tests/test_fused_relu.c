@@ -2,9 +2,8 @@
  * built twice from the same seed: with batch norm, add and ReLU as separate nodes, and with the fused nodes.
  * The fused graph runs on the CPU table as it is (ReLU inside the batch-norm and add kernels, with the AVX-512
  * loops where the CPU has them and with the portable ones) and on a copy that fuses nothing, the path backends
- * without fused kernels take (ReLU in place on y and on dy). Plane
- * sizes are chosen so that a row's mask bits do not fill whole bytes (25 values: 16 and then 9 for the AVX-512
- * loops, and 1-D batch norm). */
+ * without fused kernels take (ReLU in place on y and on dy). Plane sizes are chosen so that a row's mask bits
+ * do not fill whole bytes (25 values: 16 and then 9 for the AVX-512 loops, and 1-D batch norm). */
 #include <math.h>
 #include <stdlib.h>
 
