@@ -59,7 +59,7 @@ typedef struct bpt_cpu_state {
   float **scratch;
   size_t *scratch_floats;
   bool gemm_convolutions_only; /* skip conv2d_direct.c's kernels (tests check the GEMM lowerings with it) */
-  bool portable_relu_loops;    /* skip batch_norm_relu.c's AVX-512 loops (tests check the portable ones with it) */
+  bool portable_batch_norm_loops; /* skip batch_norm_rows.c's AVX-512 loops (tests check the portable ones) */
 } bpt_cpu_state;
 
 bpt_status bpt_cpu_state_create(bpt_backend *backend);
@@ -80,19 +80,20 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
 bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
                                        const float *dy, const float *gamma, const float *saved_mean,
                                        const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
-/* Batch norm's per-channel loops fused with ReLU (batch_norm_relu.c), over one channel's N rows of S values
- * (row_stride apart) and their mask bytes (bits_stride apart): y = max((x - mean) scale + shift, 0) recording
- * y > 0; the sums of dy and dy (x - mean) with dy masked; dx (+)= scale (dy - mean_dy - (x - mean) coefficient)
- * with dy masked. avx512: from bpt_cpu_relu_loops_avx512(). */
-bool bpt_cpu_relu_loops_avx512(bpt_backend *backend);
-void bpt_cpu_normalise_relu(bool avx512, const float *x, int64_t N, int64_t row_stride, int64_t S, float mean,
-                            float scale, float shift, float *y, uint8_t *bits, int64_t bits_stride);
-void bpt_cpu_gradient_sums_relu(bool avx512, const float *x, const float *dy, int64_t N, int64_t row_stride, int64_t S,
-                                float mean, const uint8_t *bits, int64_t bits_stride, double *sum_dy,
-                                double *sum_dy_centred);
-void bpt_cpu_input_gradient_relu(bool avx512, const float *x, const float *dy, int64_t N, int64_t row_stride,
-                                 int64_t S, float mean, float scale, float mean_dy, float xhat_coefficient,
-                                 const uint8_t *bits, int64_t bits_stride, bool assign, float *dx);
+/* Batch norm's loops over one row of S values (one sample's channel), in batch_norm_rows.c: sums of x - shift
+ * and its squares; y = (x - mean) scale + shift; sums of dy and dy (x - mean); dx (+)= scale (dy - mean_dy -
+ * (x - mean) coefficient). bits: the row's ReLU mask ((S + 7) / 8 bytes; NULL: no ReLU), written by the
+ * normalising loop (which then stores max(y, 0)) and read by the gradient loops (dy counts as 0 where clear).
+ * avx512: bpt_cpu_batch_norm_avx512(), whether to run the AVX-512 loops rather than the portable ones. */
+bool bpt_cpu_batch_norm_avx512(bpt_backend *backend);
+void bpt_cpu_batch_norm_row_sums(bool avx512, const float *x, int64_t S, float shift, float *sum, float *squares);
+void bpt_cpu_batch_norm_normalise_row(bool avx512, const float *x, int64_t S, float mean, float scale, float shift,
+                                      float *y, uint8_t *bits);
+void bpt_cpu_batch_norm_gradient_row_sums(bool avx512, const float *x, const float *dy, int64_t S, float mean,
+                                          const uint8_t *bits, float *sum_dy, float *sum_dy_centred);
+void bpt_cpu_batch_norm_input_gradient_row(bool avx512, const float *x, const float *dy, int64_t S, float mean,
+                                           float scale, float mean_dy, float coefficient, const uint8_t *bits,
+                                           bool assign, float *dx);
 /* y = max(a + b, 0) with relu_mask_forward's bits (relu_mask.c). */
 bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y,
                                          uint8_t *mask);
