@@ -258,7 +258,7 @@ static void conv_matches_direct_loops(void **state) {
 static void batch_norm_statistics_match_two_pass_on(bool portable_loops) {
   bpt_context *context = test_context(2);
   bpt_backend *backend = &context->backend;
-  ((bpt_cpu_state *)backend->state)->portable_batch_norm_loops = portable_loops;
+  ((bpt_cpu_state *)backend->state)->portable_loops = portable_loops;
   enum { N = 7, C = 3, S = 37 };
   /* A large mean over a small spread is where a naive sum of squares cancels catastrophically. */
   static const float means[C] = {1000.0f, -3.0f, 0.0f}, spreads[C] = {0.01f, 2.0f, 1.0f};

@@ -138,13 +138,13 @@ static void fused_ops_match_separate_ops(void **state) {
   const char *runs[3] = {"fused kernels", "fused kernels, portable loops", "fused ops, ReLU in place"};
   for (int run = 0; run < 3; run++) {
     fused.context->backend.vtable = run == 2 ? &unfused : fusing;
-    cpu->portable_batch_norm_loops = run == 1;
+    cpu->portable_loops = run == 1;
     float *got = training_step(&fused, &fused_count);
     assert_int_equal(fused_count, count);
     assert_close(got, expected, count, runs[run]);
     free(got);
   }
-  cpu->portable_batch_norm_loops = false;
+  cpu->portable_loops = false;
   fused.context->backend.vtable = fusing;
 
   /* The fused graph's ReLUs zero a share of the values: the test is not passing through an inactive ReLU. */

@@ -22,7 +22,7 @@
 
 bool bpt_cpu_batch_norm_avx512(bpt_backend *backend) {
 #if ROWS_AVX512
-  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->portable_batch_norm_loops;
+  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->portable_loops;
 #else
   (void)backend;
   return false;

@@ -59,7 +59,8 @@ typedef struct bpt_cpu_state {
   float **scratch;
   size_t *scratch_floats;
   bool gemm_convolutions_only; /* skip conv2d_direct.c's kernels (tests check the GEMM lowerings with it) */
-  bool portable_batch_norm_loops; /* skip batch_norm_rows.c's AVX-512 loops (tests check the portable ones) */
+  bool portable_loops;         /* skip the AVX-512 loops of batch_norm_rows.c and relu_mask.c (tests check the
+                                  portable ones with it) */
 } bpt_cpu_state;
 
 bpt_status bpt_cpu_state_create(bpt_backend *backend);
