@@ -25,7 +25,10 @@ enum {
   RESHAPE,
   DROPOUT,
   RESNET_BLOCK,
-  RESNET_PROJECTION
+  RESNET_PROJECTION,
+  BATCH_NORM_RELU_2D,
+  BATCH_NORM_RELU_1D,
+  ADD_RELU
 };
 
 static bpt_node *build_op(bpt_context *context, bpt_graph *graph, const op_case *c, bpt_node *x) {
@@ -70,6 +73,17 @@ static bpt_node *build_op(bpt_context *context, bpt_graph *graph, const op_case 
   case RESNET_PROJECTION:
     assert_ok(context, bpt_layer_resnet_basic_block(graph, "block", x, c->out_channels, 2, &y));
     break;
+  case BATCH_NORM_RELU_2D: assert_ok(context, bpt_layer_batch_norm_relu(graph, "op", x, &y)); break;
+  case BATCH_NORM_RELU_1D:
+    assert_ok(context, bpt_flatten(graph, "flat", x, &y));
+    assert_ok(context, bpt_layer_batch_norm_relu(graph, "op", y, &y));
+    break;
+  case ADD_RELU: {
+    bpt_node *branch;
+    assert_ok(context, bpt_tanh(graph, "branch", x, &branch));
+    assert_ok(context, bpt_add_relu(graph, "op", x, branch, &y));
+    break;
+  }
   }
   return y;
 }
@@ -117,8 +131,9 @@ static void check_case(const op_case *c, uint64_t seed, double step, double abso
   test_random_fill(&random, bpt_tensor_data(t_values), bpt_tensor_element_count(t_values), -1.0f, 1.0f);
   assert_ok(context, bpt_graph_set_input(graph, x, x_values));
   assert_ok(context, bpt_graph_set_input(graph, target, t_values));
-  if (c->kind == RESNET_BLOCK || c->kind == RESNET_PROJECTION) {
-    /* Blocks have ReLUs right after batch norm, where many values sit near the kink; a target close to the
+  if (c->kind == RESNET_BLOCK || c->kind == RESNET_PROJECTION || c->kind == BATCH_NORM_RELU_2D ||
+      c->kind == BATCH_NORM_RELU_1D || c->kind == ADD_RELU) {
+    /* Blocks and fused ops have ReLUs right after batch norm or a sum, where many values sit near the kink; a target close to the
      * output makes the loss small, so float rounding allows a step small enough to rarely cross a kink. */
     assert_ok(context, bpt_graph_forward(graph));
     int64_t y_dims[5] = {c->batch};
@@ -216,11 +231,24 @@ static void resnet_blocks(void **state) {
     check_case(&cases[i], 60 + i, 1e-3, 5e-4, 4e-2);
 }
 
+/* The fused ReLU ops, on planes whose rows do not fill whole mask bytes (5x3, 5x5) and on 1-D batch norm. */
+static void fused_relu_grid(void **state) {
+  (void)state;
+  static const op_case cases[] = {
+      {"batch norm + ReLU, 2-D, 5x3 planes", 3, 3, 5, 3, 0, 0, 0, 0, 0, 0, 0, 0, BATCH_NORM_RELU_2D},
+      {"batch norm + ReLU, 2-D, 5x5 planes", 2, 2, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, BATCH_NORM_RELU_2D},
+      {"batch norm + ReLU, 1-D over (N, C)", 6, 2, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, BATCH_NORM_RELU_1D},
+      {"add + ReLU with fan-out", 2, 2, 5, 5, 0, 0, 0, 0, 0, 0, 0, 0, ADD_RELU},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    check_case(&cases[i], 70 + i, 1e-3, 5e-4, 4e-2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(conv2d_grid),   cmocka_unit_test(batch_norm_grid),
       cmocka_unit_test(pooling_grid),  cmocka_unit_test(residual_reshape_dropout),
-      cmocka_unit_test(resnet_blocks),
+      cmocka_unit_test(resnet_blocks),  cmocka_unit_test(fused_relu_grid),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

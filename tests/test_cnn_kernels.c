@@ -263,10 +263,11 @@ static void conv_matches_direct_loops(void **state) {
 
 /* ---- batch norm ---- */
 
-static void batch_norm_statistics_match_two_pass(void **state) {
-  (void)state;
+/* Once with the AVX-512 row loops (where the CPU has them) and once with the portable ones. */
+static void batch_norm_statistics_match_two_pass_on(bool portable_loops) {
   bpt_context *context = test_context(2);
   bpt_backend *backend = &context->backend;
+  ((bpt_cpu_state *)backend->state)->portable_loops = portable_loops;
   enum { N = 7, C = 3, S = 37 };
   /* A large mean over a small spread is where a naive sum of squares cancels catastrophically. */
   static const float means[C] = {1000.0f, -3.0f, 0.0f}, spreads[C] = {0.01f, 2.0f, 1.0f};
@@ -325,6 +326,12 @@ static void batch_norm_statistics_match_two_pass(void **state) {
   free(x);
   free(y);
   bpt_context_destroy(context);
+}
+
+static void batch_norm_statistics_match_two_pass(void **state) {
+  (void)state;
+  batch_norm_statistics_match_two_pass_on(false);
+  batch_norm_statistics_match_two_pass_on(true);
 }
 
 /* ---- pooling ---- */
@@ -386,6 +393,47 @@ static void max_pool_ties_route_to_first(void **state) {
   average.kind = BPT_POOL_AVERAGE;
   assert_int_equal(backend->vtable->pool2d_forward(backend, &average, plane, out, NULL), BPT_OK);
   assert_true(fabsf(out[0] - (-5 - 4 - 2 - 1) / 9.0f) < 1e-6f);
+  bpt_context_destroy(context);
+}
+
+/* A window over the whole plane (global average pooling) against means in double: 6 planes of 7x7 and of
+ * 5x3; backward adds each plane's share to what dx held. */
+static void whole_plane_average_matches_mean(void **state) {
+  (void)state;
+  bpt_context *context = test_context(6);
+  bpt_backend *backend = &context->backend;
+  test_random random;
+  test_random_seed(&random, 6);
+  static const int64_t sizes[2][2] = {{7, 7}, {5, 3}};
+  for (int k = 0; k < 2; k++) {
+    const int64_t H = sizes[k][0], W = sizes[k][1], planes = 6;
+    float x[6 * 49], y[6], dy[6], dx[6 * 49];
+    test_random_fill(&random, x, planes * H * W, -1.0f, 1.0f);
+    test_random_fill(&random, dy, planes, -1.0f, 1.0f);
+    for (int64_t i = 0; i < planes * H * W; i++)
+      dx[i] = 1.0f;
+    bpt_pool2d_args args = {.kind = BPT_POOL_AVERAGE,
+                            .batch = 2,
+                            .channels = 3,
+                            .in_height = H,
+                            .in_width = W,
+                            .out_height = 1,
+                            .out_width = 1,
+                            .kernel_height = H,
+                            .kernel_width = W,
+                            .stride_height = H,
+                            .stride_width = W};
+    assert_int_equal(backend->vtable->pool2d_forward(backend, &args, x, y, NULL), BPT_OK);
+    assert_int_equal(backend->vtable->pool2d_backward(backend, &args, dy, NULL, dx), BPT_OK);
+    for (int64_t p = 0; p < planes; p++) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < H * W; i++) {
+        sum += x[p * H * W + i];
+        assert_true(fabsf(dx[p * H * W + i] - (1.0f + dy[p] / (float)(H * W))) < 1e-6f);
+      }
+      assert_true(fabs(y[p] - sum / (double)(H * W)) < 1e-6);
+    }
+  }
   bpt_context_destroy(context);
 }
 
@@ -509,8 +557,8 @@ static void shape_errors_are_reported(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(conv_matches_direct_loops),    cmocka_unit_test(batch_norm_statistics_match_two_pass),
-      cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(train_and_eval_modes),
-      cmocka_unit_test(shape_errors_are_reported),
+      cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(whole_plane_average_matches_mean),
+      cmocka_unit_test(train_and_eval_modes),         cmocka_unit_test(shape_errors_are_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

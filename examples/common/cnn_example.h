@@ -105,7 +105,10 @@ static void cnn_example_print_statistics(const cnn_example *e, long step) {
   for (int i = 0; i < bpt_graph_node_count(e->graph); i++) {
     bpt_node *node = bpt_graph_node(e->graph, i);
     const char *op = bpt_node_op_name(node);
-    if (strcmp(op, "relu") != 0 && strcmp(op, "global_avg_pool") != 0) continue;
+    /* ReLU outputs (alone or fused: batch_norm_relu, add_relu) show dead units. */
+    const size_t length = strlen(op);
+    const bool relu_output = length >= 4 && strcmp(op + length - 4, "relu") == 0;
+    if (!relu_output && strcmp(op, "global_avg_pool") != 0) continue;
     bpt_value_statistics s;
     /* A value that backward never reads shares its memory after forward and cannot be inspected. */
     if (bpt_graph_value_statistics(e->graph, node, &s) == BPT_ERR_STATE) continue;

@@ -56,6 +56,15 @@ BPT_API bpt_status bpt_batch_norm(bpt_graph *graph, const char *name, bpt_node *
                                   bpt_node *running_mean, bpt_node *running_variance, float momentum, float epsilon,
                                   bpt_node **out);
 
+/**
+ * Batch norm followed by ReLU in one node: y = max(batch_norm(x), 0), with bpt_batch_norm()'s parameters. It
+ * saves the separate ReLU's pass over the activations in forward and in backward, and its buffers; backward
+ * keeps one bit per value (y > 0).
+ */
+BPT_API bpt_status bpt_batch_norm_relu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma,
+                                       bpt_node *beta, bpt_node *running_mean, bpt_node *running_variance,
+                                       float momentum, float epsilon, bpt_node **out);
+
 /** Max pooling over (N, C, H, W) windows; padding never wins. Ties go to the first value in the window. */
 BPT_API bpt_status bpt_max_pool2d(bpt_graph *graph, const char *name, bpt_node *x, int64_t kernel, int64_t stride,
                                   int64_t padding, bpt_node **out);
@@ -69,6 +78,9 @@ BPT_API bpt_status bpt_global_avg_pool(bpt_graph *graph, const char *name, bpt_n
 
 /** Element-wise a + b of two nodes of the same shape (residual connections). */
 BPT_API bpt_status bpt_add(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out);
+
+/** Element-wise max(a + b, 0) in one node: the join of a ResNet basic block and its ReLU. */
+BPT_API bpt_status bpt_add_relu(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out);
 
 /** Same values, new per-sample shape (@p rank dims, batch implied) with the same number of elements. */
 BPT_API bpt_status bpt_reshape(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *dims,
@@ -114,10 +126,15 @@ BPT_API bpt_status bpt_layer_conv2d(bpt_graph *graph, const char *name, bpt_node
  * "<name>.running_variance" (ones), then a batch norm named @p name with momentum 0.1 and epsilon 1e-5. */
 BPT_API bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 
+/** bpt_layer_batch_norm() followed by ReLU, in one bpt_batch_norm_relu() node named @p name (same parameters). */
+BPT_API bpt_status bpt_layer_batch_norm_relu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+
 /**
  * A ResNet basic block (He et al. 2016): conv3x3(stride)-BN-ReLU-conv3x3-BN, plus a shortcut, then ReLU.
  * The shortcut is the identity when shape is unchanged, else a 1x1 convolution with @p stride followed by
- * batch norm (the "projection" shortcut). Nodes are named "<name>.conv1", "<name>.bn1", ...
+ * batch norm (the "projection" shortcut). Nodes: "<name>.conv1", "<name>.bn1" (batch norm and ReLU in one
+ * node), "<name>.conv2", "<name>.bn2", "<name>.shortcut" and "<name>.shortcut_bn" (projection only), and
+ * "<name>.add" (the sum and the last ReLU in one node).
  */
 BPT_API bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
                                                 int64_t stride, bpt_node **out);
@@ -150,7 +167,9 @@ typedef struct bpt_layer_spec {
 
 /**
  * Builds the layers in order on top of @p x, naming them "<prefix><index>.<kind>" (for example
- * "features3.conv"), and returns the last node. Reads like the architecture's table.
+ * "features3.conv"), and returns the last node. Reads like the architecture's table. A batch norm directly
+ * followed by ReLU becomes one bpt_batch_norm_relu() node, named for the batch norm; the ReLU's index then
+ * names no node.
  */
 BPT_API bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *x, const bpt_layer_spec *layers,
                                         int count, bpt_node **out);

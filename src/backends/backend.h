@@ -76,6 +76,11 @@ typedef struct bpt_batch_norm_args {
   float momentum; /* running = (1 - momentum) * running + momentum * batch statistic (PyTorch's convention) */
   bool training;  /* false: normalise with the running statistics */
   bool assign_input_gradient; /* backward: dx = rather than +=; only for vtables with assigns_input_gradients */
+  /* Only for vtables with fuses_batch_norm_relu, NULL otherwise. Forward: y = max(bn(x), 0) and one bit per
+   * element, set where y > 0; backward: dy is taken as zero where the bit is clear. Row (n, c) of spatial
+   * values has its own (spatial + 7) / 8 bytes, at byte (n channels + c) ((spatial + 7) / 8), bit i % 8 of
+   * byte i / 8 for its value i, so a row's bits never share a byte with another row's. */
+  uint8_t *relu_mask;
 } bpt_batch_norm_args;
 
 typedef enum bpt_pool_kind { BPT_POOL_MAX, BPT_POOL_AVERAGE } bpt_pool_kind;
@@ -198,8 +203,9 @@ typedef struct bpt_backend_vtable {
   bpt_status (*binary_stochastic_backward)(bpt_backend *backend, int64_t count, bool sigmoid_adjusted, const float *z,
                                            const float *da, float *dz);
   /* ReLU keeping a 1-bit mask for backward: y = max(x, 0), bit i % 8 of mask[i / 8] = x_i > 0 ((count + 7) / 8
-   * bytes); backward: dx += dy where the bit is set, masked-out elements untouched, or with assign (only
-   * asked of vtables with assigns_input_gradients) dx = dy there and 0 elsewhere. */
+   * bytes); backward: dx += dy where the bit is set, masked-out elements untouched, or with assign dx = dy there
+   * and 0 elsewhere. Every backend with these kernels honours assign, also in place (dx == dy): fused ReLU ops
+   * mask a gradient that way on backends that do not fuse them. */
   bpt_status (*relu_mask_forward)(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
   bpt_status (*relu_mask_backward)(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy, float *dx,
                                    bool assign);
@@ -220,6 +226,13 @@ typedef struct bpt_backend_vtable {
   /* Whether conv2d_backward_data, batch_norm_backward and relu_mask_backward honour their assign flags: the
    * core then lets an input gradient's first writer overwrite it instead of clearing it first (run.c). */
   bool assigns_input_gradients;
+  /* Fused ReLU (issue 3): batch_norm_forward and _backward honour bpt_batch_norm_args.relu_mask. Without it
+   * the core runs batch norm and then relu_mask_forward in place (and the reverse in backward). */
+  bool fuses_batch_norm_relu;
+  /* y = max(a + b, 0) with relu_mask_forward's bits, in one pass; optional (the core falls back to copy,
+   * add_scaled and relu_mask_forward in place). */
+  bpt_status (*add_relu_mask_forward)(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y,
+                                      uint8_t *mask);
 } bpt_backend_vtable;
 
 /* A backend instance. The core owns it; error_message is filled by a failing member. */

@@ -1,7 +1,8 @@
 /* Batch-norm folding for inference: a convolution followed by batch norm is one convolution with
  * w' = w gamma / sqrt(var + eps) and b' = (b - mean) gamma / sqrt(var + eps) + beta, which saves the batch
  * norm's full pass over the activations. The folded batch norm keeps its node but shares the convolution's
- * output buffer and does nothing (int attribute 0 of batch_norm), so callers' node handles stay valid. */
+ * output buffer and does nothing (int attribute 0 of batch_norm), so callers' node handles stay valid; a folded
+ * batch_norm_relu still applies its ReLU, in place. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -87,7 +88,7 @@ bpt_status bpt_graph_fold_batch_norm(bpt_graph *graph, int *folded_count) {
   int folded = 0;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *norm = graph->nodes[i];
-    if (norm->op != BPT_OP_BATCH_NORM || norm->int_attributes[0]) continue;
+    if ((norm->op != BPT_OP_BATCH_NORM && norm->op != BPT_OP_BATCH_NORM_RELU) || norm->int_attributes[0]) continue;
     bpt_node *conv = norm->inputs[0];
     if (conv->op != BPT_OP_CONV2D || consumers(graph, conv) != 1) continue;
     bpt_node *weight = conv->inputs[1], *bias = conv->input_count > 2 ? conv->inputs[2] : NULL;

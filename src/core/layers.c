@@ -36,11 +36,12 @@ bpt_status bpt_layer_conv2d(bpt_graph *graph, const char *name, bpt_node *x, int
   return bpt_conv2d(graph, name, x, weight, bias, &options, out);
 }
 
-bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
-  BPT_CHECK(check(graph, "bpt_layer_batch_norm", x, name, out));
+/* bpt_layer_batch_norm and bpt_layer_batch_norm_relu: the same parameters, then the plain or the fused op. */
+static bpt_status batch_norm_layer(bpt_graph *graph, const char *where, const char *name, bpt_node *x, bool relu,
+                                   bpt_node **out) {
+  BPT_CHECK(check(graph, where, x, name, out));
   if (x->rank < 2 || !x->batched)
-    return bpt_error(graph->context, BPT_ERR_SHAPE, "bpt_layer_batch_norm '%s': input '%s' has no channel axis", name,
-                     x->name);
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': input '%s' has no channel axis", where, name, x->name);
   char parameter_name[NAME_SIZE];
   bpt_node *gamma, *beta, *running_mean, *running_variance;
   const int64_t channels = x->dims[1];
@@ -52,7 +53,16 @@ bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_node *x,
   BPT_CHECK(bpt_graph_nontrainable_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ZEROS, &running_mean));
   snprintf(parameter_name, sizeof parameter_name, "%s.running_variance", name);
   BPT_CHECK(bpt_graph_nontrainable_parameter(graph, parameter_name, 1, &channels, BPT_INIT_ONES, &running_variance));
-  return bpt_batch_norm(graph, name, x, gamma, beta, running_mean, running_variance, 0.1f, 1e-5f, out);
+  return (relu ? bpt_batch_norm_relu : bpt_batch_norm)(graph, name, x, gamma, beta, running_mean, running_variance,
+                                                       0.1f, 1e-5f, out);
+}
+
+bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
+  return batch_norm_layer(graph, "bpt_layer_batch_norm", name, x, false, out);
+}
+
+bpt_status bpt_layer_batch_norm_relu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
+  return batch_norm_layer(graph, "bpt_layer_batch_norm_relu", name, x, true, out);
 }
 
 bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
@@ -67,9 +77,7 @@ bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_
   snprintf(layer, sizeof layer, "%s.conv1", name);
   BPT_CHECK(bpt_layer_conv2d(graph, layer, x, out_channels, 3, stride, 1, 0, &y));
   snprintf(layer, sizeof layer, "%s.bn1", name);
-  BPT_CHECK(bpt_layer_batch_norm(graph, layer, y, &y));
-  snprintf(layer, sizeof layer, "%s.relu1", name);
-  BPT_CHECK(bpt_relu(graph, layer, y, &y));
+  BPT_CHECK(bpt_layer_batch_norm_relu(graph, layer, y, &y));
   snprintf(layer, sizeof layer, "%s.conv2", name);
   BPT_CHECK(bpt_layer_conv2d(graph, layer, y, out_channels, 3, 1, 1, 0, &y));
   snprintf(layer, sizeof layer, "%s.bn2", name);
@@ -81,9 +89,7 @@ bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_
     BPT_CHECK(bpt_layer_batch_norm(graph, layer, shortcut, &shortcut));
   }
   snprintf(layer, sizeof layer, "%s.add", name);
-  BPT_CHECK(bpt_add(graph, layer, y, shortcut, &y));
-  snprintf(layer, sizeof layer, "%s.relu2", name);
-  return bpt_relu(graph, layer, y, out);
+  return bpt_add_relu(graph, layer, y, shortcut, out);
 }
 
 static const char *kind_name(bpt_layer_kind kind) {
@@ -125,7 +131,14 @@ bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *
       BPT_CHECK(bpt_layer_conv2d(graph, layer, y, l->units, l->kernel, l->stride ? l->stride : 1, l->padding,
                                  !followed_by_bn, &y));
       break;
-    case BPT_LAYER_BATCH_NORM: BPT_CHECK(bpt_layer_batch_norm(graph, layer, y, &y)); break;
+    case BPT_LAYER_BATCH_NORM:
+      if (i + 1 < count && layers[i + 1].kind == BPT_LAYER_RELU) {
+        BPT_CHECK(bpt_layer_batch_norm_relu(graph, layer, y, &y));
+        i++; /* the ReLU is part of this node */
+      } else {
+        BPT_CHECK(bpt_layer_batch_norm(graph, layer, y, &y));
+      }
+      break;
     case BPT_LAYER_RELU: BPT_CHECK(bpt_relu(graph, layer, y, &y)); break;
     case BPT_LAYER_TANH: BPT_CHECK(bpt_tanh(graph, layer, y, &y)); break;
     case BPT_LAYER_SIGMOID: BPT_CHECK(bpt_sigmoid(graph, layer, y, &y)); break;

@@ -91,6 +91,8 @@ static const bpt_backend_vtable cpu_vtable = {
     .reduce_statistics = bpt_cpu_reduce_statistics,
     .scale_clamp = bpt_cpu_scale_clamp,
     .assigns_input_gradients = true,
+    .fuses_batch_norm_relu = true,
+    .add_relu_mask_forward = bpt_cpu_add_relu_mask_forward,
 };
 
 const bpt_backend_vtable *bpt_cpu_backend_register(void) { return &cpu_vtable; }

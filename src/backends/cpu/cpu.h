@@ -59,6 +59,8 @@ typedef struct bpt_cpu_state {
   float **scratch;
   size_t *scratch_floats;
   bool gemm_convolutions_only; /* skip conv2d_direct.c's kernels (tests check the GEMM lowerings with it) */
+  bool portable_loops;         /* skip the AVX-512 loops of batch_norm_rows.c and relu_mask.c (tests check the
+                                  portable ones with it) */
 } bpt_cpu_state;
 
 bpt_status bpt_cpu_state_create(bpt_backend *backend);
@@ -79,6 +81,23 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
 bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
                                        const float *dy, const float *gamma, const float *saved_mean,
                                        const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
+/* Batch norm's loops over one row of S values (one sample's channel), in batch_norm_rows.c: sums of x - shift
+ * and its squares; y = (x - mean) scale + shift; sums of dy and dy (x - mean); dx (+)= scale (dy - mean_dy -
+ * (x - mean) coefficient). bits: the row's ReLU mask ((S + 7) / 8 bytes; NULL: no ReLU), written by the
+ * normalising loop (which then stores max(y, 0)) and read by the gradient loops (dy counts as 0 where clear).
+ * avx512: bpt_cpu_batch_norm_avx512(), whether to run the AVX-512 loops rather than the portable ones. */
+bool bpt_cpu_batch_norm_avx512(bpt_backend *backend);
+void bpt_cpu_batch_norm_row_sums(bool avx512, const float *x, int64_t S, float shift, float *sum, float *squares);
+void bpt_cpu_batch_norm_normalise_row(bool avx512, const float *x, int64_t S, float mean, float scale, float shift,
+                                      float *y, uint8_t *bits);
+void bpt_cpu_batch_norm_gradient_row_sums(bool avx512, const float *x, const float *dy, int64_t S, float mean,
+                                          const uint8_t *bits, float *sum_dy, float *sum_dy_centred);
+void bpt_cpu_batch_norm_input_gradient_row(bool avx512, const float *x, const float *dy, int64_t S, float mean,
+                                           float scale, float mean_dy, float coefficient, const uint8_t *bits,
+                                           bool assign, float *dx);
+/* y = max(a + b, 0) with relu_mask_forward's bits (relu_mask.c). */
+bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y,
+                                         uint8_t *mask);
 bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
                                   int32_t *argmax);
 bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,

@@ -7,10 +7,23 @@
 
 #include "backends/cpu/cpu.h"
 
+/* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
+ * would turn that note into an error under -Werror. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
 static bool parallel(const bpt_pool2d_args *a) {
   return a->batch * a->channels > 1 &&
          a->batch * a->channels * a->out_height * a->out_width * a->kernel_height * a->kernel_width >
              BPT_CPU_PARALLEL_THRESHOLD;
+}
+
+/* Average pooling with one window over the whole plane (global average pooling): a plane is one contiguous
+ * run, summed by vector lanes instead of one chain of dependent adds through the window loops. */
+static bool whole_plane_average(const bpt_pool2d_args *a) {
+  return a->kind == BPT_POOL_AVERAGE && a->out_height == 1 && a->out_width == 1 && a->padding_height == 0 &&
+         a->padding_width == 0 && a->kernel_height == a->in_height && a->kernel_width == a->in_width;
 }
 
 bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *a, const float *x, float *y,
@@ -20,6 +33,18 @@ bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *a
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
   const int64_t planes = a->batch * a->channels;
   const float inverse_area = 1.0f / (float)(a->kernel_height * a->kernel_width);
+  if (whole_plane_average(a)) {
+#pragma omp parallel for if (parallel(a))
+    for (int64_t plane = 0; plane < planes; plane++) {
+      const float *in = x + plane * H * W;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < H * W; i++)
+        sum += in[i];
+      y[plane] = sum * inverse_area;
+    }
+    return BPT_OK;
+  }
 #pragma omp parallel for if (parallel(a))
   for (int64_t plane = 0; plane < planes; plane++) {
     const float *in = x + plane * H * W;
@@ -61,6 +86,17 @@ bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
   const int64_t planes = a->batch * a->channels;
   const float inverse_area = 1.0f / (float)(a->kernel_height * a->kernel_width);
+  if (whole_plane_average(a)) {
+#pragma omp parallel for if (parallel(a))
+    for (int64_t plane = 0; plane < planes; plane++) {
+      float *out = dx + plane * H * W;
+      const float share = dy[plane] * inverse_area;
+#pragma omp simd
+      for (int64_t i = 0; i < H * W; i++)
+        out[i] += share;
+    }
+    return BPT_OK;
+  }
 #pragma omp parallel for if (parallel(a))
   for (int64_t plane = 0; plane < planes; plane++) {
     const float *d = dy + plane * OH * OW;

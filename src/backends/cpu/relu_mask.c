@@ -1,77 +1,175 @@
-/* ReLU with a 1-bit mask on the CPU: the forward records x > 0 as one bit per element, so backward needs
+/* ReLU with a 1-bit mask on the CPU: the forward records y > 0 as one bit per element, so backward needs
  * neither x nor y (32x less memory held between the passes). Bit j of mask byte b belongs to element
- * 8b + j. Threads work on whole mask bytes, so no two threads ever write the same byte. On x86-64 the
- * bits are packed and unpacked with SSE2 compares (movemask), which the compiler cannot find by itself;
- * elsewhere a plain loop does the same. */
+ * 8b + j. The same forward serves add_relu (y = max(a + b, 0)), the join of a residual block.
+ *
+ * The work is cut into pieces of whole mask bytes, so no two threads ever write the same byte. On CPUs with
+ * AVX-512 a piece goes 16 values at a time: one compare yields two mask bytes, and backward loads dy through
+ * them. Elsewhere on x86-64, SSE2 compares pack 8 bits at a time (movemask), which the compiler cannot find
+ * by itself; a plain loop covers the rest. NaN counts as not positive on every path. */
 #include "backends/cpu/cpu.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-
-static uint8_t forward_byte_scalar(const float *x, float *y, int64_t count) {
-  uint8_t bits = 0;
-  for (int64_t i = 0; i < count; i++) {
-    float value = x[i];
-    bool positive = value > 0.0f;
-    y[i] = positive ? value : 0.0f;
-    bits |= (uint8_t)(positive << i);
-  }
-  return bits;
-}
-
-bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask) {
-  (void)backend;
-  const int64_t full_bytes = count / 8;
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t byte = 0; byte < full_bytes; byte++) {
-    const float *in = x + byte * 8;
-    float *out = y + byte * 8;
-#if defined(__SSE2__)
-    const __m128 zero = _mm_setzero_ps();
-    __m128 low = _mm_loadu_ps(in), high = _mm_loadu_ps(in + 4);
-    __m128 low_positive = _mm_cmpgt_ps(low, zero), high_positive = _mm_cmpgt_ps(high, zero);
-    /* and with the compare mask rather than max: NaN becomes 0 exactly as in the scalar loop. */
-    _mm_storeu_ps(out, _mm_and_ps(low, low_positive));
-    _mm_storeu_ps(out + 4, _mm_and_ps(high, high_positive));
-    mask[byte] = (uint8_t)(_mm_movemask_ps(low_positive) | _mm_movemask_ps(high_positive) << 4);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RELU_AVX512 1
+#include <immintrin.h>
+#define RELU_AVX512_TARGET __attribute__((target("avx512f")))
 #else
-    mask[byte] = forward_byte_scalar(in, out, 8);
+#define RELU_AVX512 0
 #endif
-  }
-  if (count % 8) mask[full_bytes] = forward_byte_scalar(x + full_bytes * 8, y + full_bytes * 8, count % 8);
-  return BPT_OK;
+
+/* Values per piece of work: a multiple of 16, so that pieces own whole mask bytes. */
+enum { PIECE = 8192 };
+
+static bool use_avx512(bpt_backend *backend) {
+#if RELU_AVX512
+  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->portable_loops;
+#else
+  (void)backend;
+  return false;
+#endif
 }
 
-static void backward_byte_scalar(uint8_t bits, const float *dy, float *dx, int64_t count, bool assign) {
-  for (int64_t i = 0; i < count; i++) {
-    const float gradient = (bits >> i & 1) ? dy[i] : 0.0f;
+/* ---- plain and SSE2 loops: values [first, end), first a multiple of 8 ---- */
+
+static void forward_plain(const float *a, const float *b, float *y, uint8_t *mask, int64_t first, int64_t end) {
+  for (int64_t byte_start = first; byte_start < end; byte_start += 8) {
+    unsigned bits = 0;
+    for (int64_t i = byte_start; i < byte_start + 8 && i < end; i++) {
+      const float value = b ? a[i] + b[i] : a[i];
+      const bool positive = value > 0.0f;
+      y[i] = positive ? value : 0.0f;
+      bits |= (unsigned)positive << (i - byte_start);
+    }
+    mask[byte_start / 8] = (uint8_t)bits;
+  }
+}
+
+static void backward_plain(const uint8_t *mask, const float *dy, float *dx, bool assign, int64_t first, int64_t end) {
+  for (int64_t i = first; i < end; i++) {
+    const float gradient = (mask[i / 8] >> (i % 8) & 1) ? dy[i] : 0.0f;
     dx[i] = assign ? gradient : dx[i] + gradient;
   }
 }
 
+static void forward_sse2(const float *a, const float *b, float *y, uint8_t *mask, int64_t first, int64_t end) {
+  int64_t i = first;
+#if defined(__SSE2__)
+  const __m128 zero = _mm_setzero_ps();
+  for (; i + 8 <= end; i += 8) {
+    __m128 low = _mm_loadu_ps(a + i), high = _mm_loadu_ps(a + i + 4);
+    if (b) {
+      low = _mm_add_ps(low, _mm_loadu_ps(b + i));
+      high = _mm_add_ps(high, _mm_loadu_ps(b + i + 4));
+    }
+    const __m128 low_positive = _mm_cmpgt_ps(low, zero), high_positive = _mm_cmpgt_ps(high, zero);
+    /* and with the compare mask rather than max: NaN becomes 0 exactly as in the plain loop. */
+    _mm_storeu_ps(y + i, _mm_and_ps(low, low_positive));
+    _mm_storeu_ps(y + i + 4, _mm_and_ps(high, high_positive));
+    mask[i / 8] = (uint8_t)(_mm_movemask_ps(low_positive) | _mm_movemask_ps(high_positive) << 4);
+  }
+#endif
+  forward_plain(a, b, y, mask, i, end);
+}
+
+static void backward_sse2(const uint8_t *mask, const float *dy, float *dx, bool assign, int64_t first, int64_t end) {
+  int64_t i = first;
+#if defined(__SSE2__)
+  /* Spread a byte over lanes: lane j keeps bit j (low half) or bit j + 4 (high half). */
+  const __m128i lane_bits = _mm_set_epi32(8, 4, 2, 1);
+  for (; i + 8 <= end; i += 8) {
+    const __m128i low_bits = _mm_and_si128(_mm_set1_epi32(mask[i / 8] & 15), lane_bits);
+    const __m128i high_bits = _mm_and_si128(_mm_set1_epi32(mask[i / 8] >> 4), lane_bits);
+    const __m128 low_keep = _mm_castsi128_ps(_mm_cmpeq_epi32(low_bits, lane_bits));
+    const __m128 high_keep = _mm_castsi128_ps(_mm_cmpeq_epi32(high_bits, lane_bits));
+    const __m128 low = _mm_and_ps(_mm_loadu_ps(dy + i), low_keep);
+    const __m128 high = _mm_and_ps(_mm_loadu_ps(dy + i + 4), high_keep);
+    _mm_storeu_ps(dx + i, assign ? low : _mm_add_ps(_mm_loadu_ps(dx + i), low));
+    _mm_storeu_ps(dx + i + 4, assign ? high : _mm_add_ps(_mm_loadu_ps(dx + i + 4), high));
+  }
+#endif
+  backward_plain(mask, dy, dx, assign, i, end);
+}
+
+/* ---- AVX-512 loops: values [first, end), first a multiple of 16 ---- */
+
+#if RELU_AVX512
+static inline __mmask16 lanes_before(int64_t i, int64_t end) {
+  return end - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (end - i)) - 1u);
+}
+
+RELU_AVX512_TARGET static void forward_avx512(const float *a, const float *b, float *y, uint8_t *mask, int64_t first,
+                                              int64_t end) {
+  for (int64_t i = first; i < end; i += 16) {
+    const __mmask16 lanes = lanes_before(i, end);
+    __m512 value = _mm512_maskz_loadu_ps(lanes, a + i);
+    if (b) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(lanes, b + i));
+    const __mmask16 positive = _mm512_mask_cmp_ps_mask(lanes, value, _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_mask_storeu_ps(y + i, lanes, _mm512_maskz_mov_ps(positive, value));
+    mask[i / 8] = (uint8_t)positive;
+    if (end - i > 8) mask[i / 8 + 1] = (uint8_t)(positive >> 8);
+  }
+}
+
+RELU_AVX512_TARGET static void backward_avx512(const uint8_t *mask, const float *dy, float *dx, bool assign,
+                                               int64_t first, int64_t end) {
+  for (int64_t i = first; i < end; i += 16) {
+    const __mmask16 lanes = lanes_before(i, end);
+    unsigned bits = mask[i / 8];
+    if (end - i > 8) bits |= (unsigned)mask[i / 8 + 1] << 8;
+    __m512 gradient = _mm512_maskz_loadu_ps(lanes & (__mmask16)bits, dy + i);
+    if (!assign) gradient = _mm512_add_ps(gradient, _mm512_maskz_loadu_ps(lanes, dx + i));
+    _mm512_mask_storeu_ps(dx + i, lanes, gradient);
+  }
+}
+#endif
+
+/* y = max(a (+ b), 0) and its bits; b may be NULL. */
+static void forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y, uint8_t *mask) {
+  const bool avx512 = use_avx512(backend);
+  const int64_t pieces = (count + PIECE - 1) / PIECE;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t piece = 0; piece < pieces; piece++) {
+    const int64_t first = piece * PIECE, end = first + PIECE < count ? first + PIECE : count;
+#if RELU_AVX512
+    if (avx512) {
+      forward_avx512(a, b, y, mask, first, end);
+      continue;
+    }
+#endif
+    forward_sse2(a, b, y, mask, first, end);
+  }
+  (void)avx512;
+}
+
+bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask) {
+  forward(backend, count, x, NULL, y, mask);
+  return BPT_OK;
+}
+
+/* The join of a residual block and its ReLU in one pass: read a and b, write y and the bits. */
+bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y,
+                                         uint8_t *mask) {
+  forward(backend, count, a, b, y, mask);
+  return BPT_OK;
+}
+
 bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
                                       float *dx, bool assign) {
-  (void)backend;
-  const int64_t full_bytes = count / 8;
+  const bool avx512 = use_avx512(backend);
+  const int64_t pieces = (count + PIECE - 1) / PIECE;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t byte = 0; byte < full_bytes; byte++) {
-    const float *in = dy + byte * 8;
-    float *out = dx + byte * 8;
-#if defined(__SSE2__)
-    /* Spread the byte over lanes: lane j keeps bit j (low half) or bit j + 4 (high half). */
-    const __m128i lane_bits = _mm_set_epi32(8, 4, 2, 1);
-    __m128i low_bits = _mm_and_si128(_mm_set1_epi32(mask[byte] & 15), lane_bits);
-    __m128i high_bits = _mm_and_si128(_mm_set1_epi32(mask[byte] >> 4), lane_bits);
-    __m128 low_keep = _mm_castsi128_ps(_mm_cmpeq_epi32(low_bits, lane_bits));
-    __m128 high_keep = _mm_castsi128_ps(_mm_cmpeq_epi32(high_bits, lane_bits));
-    const __m128 low = _mm_and_ps(_mm_loadu_ps(in), low_keep), high = _mm_and_ps(_mm_loadu_ps(in + 4), high_keep);
-    _mm_storeu_ps(out, assign ? low : _mm_add_ps(_mm_loadu_ps(out), low));
-    _mm_storeu_ps(out + 4, assign ? high : _mm_add_ps(_mm_loadu_ps(out + 4), high));
-#else
-    backward_byte_scalar(mask[byte], in, out, 8, assign);
+  for (int64_t piece = 0; piece < pieces; piece++) {
+    const int64_t first = piece * PIECE, end = first + PIECE < count ? first + PIECE : count;
+#if RELU_AVX512
+    if (avx512) {
+      backward_avx512(mask, dy, dx, assign, first, end);
+      continue;
+    }
 #endif
+    backward_sse2(mask, dy, dx, assign, first, end);
   }
-  if (count % 8) backward_byte_scalar(mask[full_bytes], dy + full_bytes * 8, dx + full_bytes * 8, count % 8, assign);
+  (void)avx512;
   return BPT_OK;
 }
