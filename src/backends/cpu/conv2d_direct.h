@@ -122,6 +122,29 @@ void bpt_cpu_direct_pad_transposed(const direct_geometry *g, int64_t channels, c
 /* The first count (at most 16) lanes. */
 static inline __mmask16 direct_lanes(int64_t count) { return (__mmask16)((1u << count) - 1u); }
 
+/* Winograd F(2x2, 3x3)'s input transform V = B^T d B of 16 tiles or channels at once (one per lane), d read
+ * from `source` at offset(i, j) for i, j in 0..3; V(i, j) is stored at out + (4 i + j) step. Shared by both
+ * Winograd layouts (conv2d_winograd.c, conv2d_winograd_channels.c). */
+DIRECT_INLINE void winograd_input_transform(const float *source, const int64_t offsets[16], float *out, int64_t step) {
+  __m512 d[4][4], t[4][4];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++)
+      d[i][j] = _mm512_loadu_ps(source + offsets[i * 4 + j]);
+  for (int j = 0; j < 4; j++) {
+    t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+    t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+    t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+    t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+  }
+  for (int i = 0; i < 4; i++) {
+    float *row = out + 4 * i * step;
+    _mm512_storeu_ps(row, _mm512_sub_ps(t[i][0], t[i][2]));
+    _mm512_storeu_ps(row + step, _mm512_add_ps(t[i][1], t[i][2]));
+    _mm512_storeu_ps(row + 2 * step, _mm512_sub_ps(t[i][2], t[i][1]));
+    _mm512_storeu_ps(row + 3 * step, _mm512_sub_ps(t[i][1], t[i][3]));
+  }
+}
+
 /* Vectors in tile `tile` of `tiles` when `remaining` vectors are left: tiles as even as they can be, since a
  * short last tile holds fewer accumulators than the FMA latency needs. */
 static inline int64_t direct_tile_vectors(int64_t remaining, int64_t tile, int64_t tiles) {

@@ -49,27 +49,8 @@ DIRECT_TARGET static void winograd_input(const direct_geometry *g, const float *
   for (int64_t i = 0; i < 4; i++)
     for (int64_t j = 0; j < 4; j++)
       offsets[i * 4 + j] = ((i % 2) * 2 + j % 2) * g->plane + (i / 2) * g->row + j / 2;
-  const int64_t next = channels * 16;
-  for (int64_t c = 0; c < channels; c++) {
-    const float *source = planes + c * g->channel_floats + u;
-    __m512 d[4][4], t[4][4];
-    for (int i = 0; i < 4; i++)
-      for (int j = 0; j < 4; j++)
-        d[i][j] = _mm512_loadu_ps(source + offsets[i * 4 + j]);
-    for (int j = 0; j < 4; j++) {
-      t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-      t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-      t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-      t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-    }
-    for (int i = 0; i < 4; i++) {
-      float *out = transformed + (i * 4 * channels + c) * 16;
-      _mm512_storeu_ps(out, _mm512_sub_ps(t[i][0], t[i][2]));
-      _mm512_storeu_ps(out + next, _mm512_add_ps(t[i][1], t[i][2]));
-      _mm512_storeu_ps(out + 2 * next, _mm512_sub_ps(t[i][2], t[i][1]));
-      _mm512_storeu_ps(out + 3 * next, _mm512_sub_ps(t[i][1], t[i][3]));
-    }
-  }
+  for (int64_t c = 0; c < channels; c++)
+    winograd_input_transform(planes + c * g->channel_floats + u, offsets, transformed + c * 16, channels * 16);
 }
 
 /* M[xi] (block outputs, 16 tiles) = U[xi] block . V[xi] for all 16 xi, each reduction over the channels in

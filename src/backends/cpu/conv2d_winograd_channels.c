@@ -84,29 +84,15 @@ DIRECT_TARGET static void transform_dy(const float *phases, int64_t out_channels
  * (positions of C channels, rows of R). */
 DIRECT_TARGET static void transform_input(const float *transposed_x, int64_t channels, int64_t R, int64_t TW,
                                           int64_t t0, int64_t count, float *transformed) {
+  int64_t offsets[16];
+  for (int64_t i = 0; i < 4; i++)
+    for (int64_t j = 0; j < 4; j++)
+      offsets[i * 4 + j] = (i * R + j) * channels;
   for (int64_t k = 0; k < count; k++) {
     const int64_t ty = (t0 + k) / TW, tx = (t0 + k) % TW;
-    for (int64_t c0 = 0; c0 < channels; c0 += 16) {
-      const float *source = transposed_x + (2 * ty * R + 2 * tx) * channels + c0;
-      __m512 d[4][4], t[4][4];
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
-          d[i][j] = _mm512_loadu_ps(source + (i * R + j) * channels);
-      for (int j = 0; j < 4; j++) {
-        t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-        t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-        t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-        t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-      }
-      for (int i = 0; i < 4; i++) {
-        float *out = transformed + ((i * 4) * GROUP_TILES + k) * channels + c0;
-        const int64_t next = GROUP_TILES * channels;
-        _mm512_storeu_ps(out, _mm512_sub_ps(t[i][0], t[i][2]));
-        _mm512_storeu_ps(out + next, _mm512_add_ps(t[i][1], t[i][2]));
-        _mm512_storeu_ps(out + 2 * next, _mm512_sub_ps(t[i][2], t[i][1]));
-        _mm512_storeu_ps(out + 3 * next, _mm512_sub_ps(t[i][1], t[i][3]));
-      }
-    }
+    for (int64_t c0 = 0; c0 < channels; c0 += 16)
+      winograd_input_transform(transposed_x + (2 * ty * R + 2 * tx) * channels + c0, offsets,
+                               transformed + k * channels + c0, GROUP_TILES * channels);
   }
 }
 
