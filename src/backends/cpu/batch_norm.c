@@ -37,7 +37,7 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
   bpt_status status = bpt_cpu_scratch_reserve(backend, 1, (size_t)(2 * N * C + 2 * C));
   if (status != BPT_OK) return status;
   float *row_sums = bpt_cpu_scratch(backend, 0), *means = row_sums + 2 * N * C, *scales = means + C;
-  const bool avx512 = bpt_cpu_batch_norm_avx512(backend);
+  const bool avx512 = bpt_cpu_avx512_loops(backend);
   if (a->training) {
 #pragma omp parallel for schedule(static) if (parallel(a))
     for (int64_t n = 0; n < N; n++)
@@ -92,7 +92,7 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
   if (status != BPT_OK) return status;
   float *row_sums = bpt_cpu_scratch(backend, 0), *scales = row_sums + 2 * N * C, *mean_dys = scales + C,
         *coefficients = mean_dys + C;
-  const bool avx512 = bpt_cpu_batch_norm_avx512(backend);
+  const bool avx512 = bpt_cpu_avx512_loops(backend);
 #pragma omp parallel for schedule(static) if (parallel(a))
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < C; c++)

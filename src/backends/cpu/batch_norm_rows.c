@@ -20,15 +20,6 @@
 #define ROWS_AVX512 0
 #endif
 
-bool bpt_cpu_batch_norm_avx512(bpt_backend *backend) {
-#if ROWS_AVX512
-  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->portable_loops;
-#else
-  (void)backend;
-  return false;
-#endif
-}
-
 /* ---- portable loops ---- */
 
 static inline bool bit_set(const uint8_t *bits, int64_t i) { return bits[i / 8] >> (i % 8) & 1; }

@@ -67,6 +67,9 @@ bpt_status bpt_cpu_state_create(bpt_backend *backend);
 void bpt_cpu_state_destroy(bpt_backend *backend);
 /* Makes scratch slot 0..slots-1 hold at least floats values (contents not kept); call outside parallel regions. */
 bpt_status bpt_cpu_scratch_reserve(bpt_backend *backend, int slots, size_t floats);
+/* Whether the batch-norm and ReLU-mask kernels run their AVX-512 loops: the CPU has AVX-512F and the backend's
+ * portable_loops is unset. */
+bool bpt_cpu_avx512_loops(bpt_backend *backend);
 float *bpt_cpu_scratch(bpt_backend *backend, int slot);
 
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
@@ -85,8 +88,7 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
  * and its squares; y = (x - mean) scale + shift; sums of dy and dy (x - mean); dx (+)= scale (dy - mean_dy -
  * (x - mean) coefficient). bits: the row's ReLU mask ((S + 7) / 8 bytes; NULL: no ReLU), written by the
  * normalising loop (which then stores max(y, 0)) and read by the gradient loops (dy counts as 0 where clear).
- * avx512: bpt_cpu_batch_norm_avx512(), whether to run the AVX-512 loops rather than the portable ones. */
-bool bpt_cpu_batch_norm_avx512(bpt_backend *backend);
+ * avx512: bpt_cpu_avx512_loops(), whether to run the AVX-512 loops rather than the portable ones. */
 void bpt_cpu_batch_norm_row_sums(bool avx512, const float *x, int64_t S, float shift, float *sum, float *squares);
 void bpt_cpu_batch_norm_normalise_row(bool avx512, const float *x, int64_t S, float mean, float scale, float shift,
                                       float *y, uint8_t *bits);

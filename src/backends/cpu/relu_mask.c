@@ -22,15 +22,6 @@
 /* Values per piece of work: a multiple of 16, so that pieces own whole mask bytes. */
 enum { PIECE = 8192 };
 
-static bool use_avx512(bpt_backend *backend) {
-#if RELU_AVX512
-  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->portable_loops;
-#else
-  (void)backend;
-  return false;
-#endif
-}
-
 /* ---- plain and SSE2 loops: values [first, end), first a multiple of 8 ---- */
 
 static void forward_plain(const float *a, const float *b, float *y, uint8_t *mask, int64_t first, int64_t end) {
@@ -127,7 +118,7 @@ RELU_AVX512_TARGET static void backward_avx512(const uint8_t *mask, const float 
 
 /* y = max(a (+ b), 0) and its bits; b may be NULL. */
 static void forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y, uint8_t *mask) {
-  const bool avx512 = use_avx512(backend);
+  const bool avx512 = bpt_cpu_avx512_loops(backend);
   const int64_t pieces = (count + PIECE - 1) / PIECE;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t piece = 0; piece < pieces; piece++) {
@@ -157,7 +148,7 @@ bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, co
 
 bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
                                       float *dx, bool assign) {
-  const bool avx512 = use_avx512(backend);
+  const bool avx512 = bpt_cpu_avx512_loops(backend);
   const int64_t pieces = (count + PIECE - 1) / PIECE;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t piece = 0; piece < pieces; piece++) {

@@ -48,3 +48,12 @@ bpt_status bpt_cpu_scratch_reserve(bpt_backend *backend, int slots, size_t float
 }
 
 float *bpt_cpu_scratch(bpt_backend *backend, int slot) { return ((bpt_cpu_state *)backend->state)->scratch[slot]; }
+
+bool bpt_cpu_avx512_loops(bpt_backend *backend) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->portable_loops;
+#else
+  (void)backend;
+  return false;
+#endif
+}
