@@ -414,8 +414,8 @@ static bpt_status read_graph(const loader *l, bpt_reader *r) {
   }
   uint32_t our_loss = graph->loss ? (uint32_t)graph->loss->index + 1 : 0;
   if (loss != our_loss)
-    return bpt_error(l->context, BPT_ERR_SHAPE, "%s: the saved graph's loss is node %d, this graph's is node %d",
-                     l->where, (int)loss - 1, (int)our_loss - 1);
+    return bpt_error(l->context, BPT_ERR_SHAPE, "%s: the saved graph's loss is node %lld, this graph's is node %lld",
+                     l->where, (long long)loss - 1, (long long)our_loss - 1);
   if (bpt_reader_left(r) != 0) return truncated(l, "GRPH");
   return BPT_OK;
 }
