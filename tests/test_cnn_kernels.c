@@ -226,24 +226,11 @@ static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(2, 64, 6, 5, 16, 3, 3, 1, 1, 1, 1), 43);
 }
 
-/* Debian's OpenBLAS runs its threads on GCC's libgomp; in the clang sanitizer build, next to clang's libomp,
- * its threaded GEMMs can wait on each other forever, and the GEMM lowerings leave a small pass's threads to
- * OpenBLAS. */
-#if defined(__clang__) && defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define OPENBLAS_THREADS_MAY_HANG 1
-#endif
-#endif
-#ifndef OPENBLAS_THREADS_MAY_HANG
-#define OPENBLAS_THREADS_MAY_HANG 0
-#endif
-
 /* Runs every case through the direct kernels where they apply (and the CPU has them), then through the
- * GEMM lowerings alone (on one thread only where OpenBLAS's threads may hang). */
+ * GEMM lowerings alone. */
 static void check_conv_lowerings(bpt_backend *backend) {
   bpt_cpu_state *state = backend->state;
   check_conv_cases(backend);
-  if (OPENBLAS_THREADS_MAY_HANG && backend->num_threads > 1) return;
   state->gemm_convolutions_only = true;
   check_conv_cases(backend);
   state->gemm_convolutions_only = false;

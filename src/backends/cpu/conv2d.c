@@ -292,6 +292,60 @@ static void lower_chunk(const bpt_conv2d_args *a, const conv_plan *p, const floa
   }
 }
 
+/* One chunk of samples of the forward pass, on the calling thread's scratch. */
+static void forward_chunk(bpt_backend *backend, const bpt_conv2d_args *a, const conv_plan *p,
+                          const conv_scratch *layout, const float *x, const float *weight, const float *bias, float *y,
+                          int64_t chunk) {
+  const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, layout);
+  float *taps = buffers.partial, *col = buffers.columns, *product = buffers.stacked, *padded = buffers.padded;
+  const int64_t first = chunk * p->chunk, samples = bpt_cpu_conv_chunk_samples(a, p, chunk),
+                ld = samples * p->sample_columns;
+  for (int64_t g = 0; g < a->groups; g++) {
+    const float *w = weight + g * p->group_out * p->column_rows;
+    if (p->by_tap) {
+      /* y (O/g, OH * Wq) = sum over taps of W_tap (O/g, C/g) . padded planes shifted to the tap (C/g, OH * Wq) */
+      weights_by_tap(p, w, taps);
+      for (int64_t s = 0; s < samples; s++) {
+        pad_planes(a, p, x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane, padded);
+        for (int64_t i = 0; i < a->kernel_height; i++)
+          for (int64_t j = 0; j < a->kernel_width; j++) {
+            const int64_t t = i * a->kernel_width + j;
+            bpt_cpu_conv_gemm(p, false, false, p->group_out, p->sample_columns, p->group_in,
+                              taps + t * p->group_out * p->group_in, p->group_in,
+                              padded + bpt_cpu_conv_tap_offset(a, p, i, j), p->padded_plane, t ? 1.0f : 0.0f,
+                              product + s * p->sample_columns, ld);
+          }
+      }
+      scatter_product(a, p, product, first, samples, g, bias, y);
+      continue;
+    }
+    const float *b = NULL;
+    if (p->pointwise) {
+      b = x + (first * a->in_channels + g * p->group_in) * p->in_plane;
+    } else {
+      lower_chunk(a, p, x, first, samples, g, padded, col, ld);
+      b = col;
+    }
+    /* y (O/g, S * OH * OW) = W_g (O/g, C/g * kh * kw) . col (C/g * kh * kw, S * OH * OW) */
+    if (!product) {
+      float *y_group = y + (first * a->out_channels + g * p->group_out) * p->out_plane;
+      bpt_cpu_conv_gemm(p, false, false, p->group_out, ld, p->column_rows, w, p->column_rows, b, ld, 0.0f, y_group,
+                        p->out_plane);
+      if (bias)
+        for (int64_t o = 0; o < p->group_out; o++) {
+          const float value = bias[g * p->group_out + o];
+          float *plane = y_group + o * p->out_plane;
+#pragma omp simd
+          for (int64_t i = 0; i < p->out_plane; i++)
+            plane[i] += value;
+        }
+      continue;
+    }
+    bpt_cpu_conv_gemm(p, false, false, p->group_out, ld, p->column_rows, w, p->column_rows, b, ld, 0.0f, product, ld);
+    scatter_product(a, p, product, first, samples, g, bias, y);
+  }
+}
+
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
                                   const float *bias, float *y) {
   if (bpt_cpu_conv_direct_applies(backend, a, false))
@@ -300,58 +354,74 @@ bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a
   CONV_CHECK(bpt_cpu_conv_plan(backend, a, true, &p));
   conv_scratch layout;
   CONV_CHECK(bpt_cpu_conv_reserve_scratch(backend, &p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0, &layout));
-#pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
-  for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
-    const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);
-    float *taps = buffers.partial, *col = buffers.columns, *product = buffers.stacked, *padded = buffers.padded;
-    const int64_t first = chunk * p.chunk, samples = bpt_cpu_conv_chunk_samples(a, &p, chunk),
-                  ld = samples * p.sample_columns;
-    for (int64_t g = 0; g < a->groups; g++) {
-      const float *w = weight + g * p.group_out * p.column_rows;
-      if (p.by_tap) {
-        /* y (O/g, OH * Wq) = sum over taps of W_tap (O/g, C/g) . padded planes shifted to the tap (C/g, OH * Wq) */
-        weights_by_tap(&p, w, taps);
-        for (int64_t s = 0; s < samples; s++) {
-          pad_planes(a, &p, x + ((first + s) * a->in_channels + g * p.group_in) * p.in_plane, padded);
-          for (int64_t i = 0; i < a->kernel_height; i++)
-            for (int64_t j = 0; j < a->kernel_width; j++) {
-              const int64_t t = i * a->kernel_width + j;
-              bpt_cpu_conv_gemm(&p, false, false, p.group_out, p.sample_columns, p.group_in,
-                                taps + t * p.group_out * p.group_in, p.group_in,
-                                padded + bpt_cpu_conv_tap_offset(a, &p, i, j), p.padded_plane, t ? 1.0f : 0.0f,
-                                product + s * p.sample_columns, ld);
-            }
-        }
-        scatter_product(a, &p, product, first, samples, g, bias, y);
-        continue;
-      }
-      const float *b = NULL;
-      if (p.pointwise) {
-        b = x + (first * a->in_channels + g * p.group_in) * p.in_plane;
-      } else {
-        lower_chunk(a, &p, x, first, samples, g, padded, col, ld);
-        b = col;
-      }
-      /* y (O/g, S * OH * OW) = W_g (O/g, C/g * kh * kw) . col (C/g * kh * kw, S * OH * OW) */
-      if (!product) {
-        float *y_group = y + (first * a->out_channels + g * p.group_out) * p.out_plane;
-        bpt_cpu_conv_gemm(&p, false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, y_group,
-                          p.out_plane);
-        if (bias)
-          for (int64_t o = 0; o < p.group_out; o++) {
-            const float value = bias[g * p.group_out + o];
-            float *plane = y_group + o * p.out_plane;
-#pragma omp simd
-            for (int64_t i = 0; i < p.out_plane; i++)
-              plane[i] += value;
-          }
-        continue;
-      }
-      bpt_cpu_conv_gemm(&p, false, false, p.group_out, ld, p.column_rows, w, p.column_rows, b, ld, 0.0f, product, ld);
-      scatter_product(a, &p, product, first, samples, g, bias, y);
-    }
+  /* One thread runs the chunks outside any parallel construct rather than in an if (0) one: OpenBLAS threads
+   * its GEMMs itself then, and under clang's OpenMP runtime (libomp) a region nested in even an inactive one
+   * gets a single thread, on which OpenBLAS's GEMM waits for its other workers forever. */
+  if (p.threads > 1) {
+#pragma omp parallel for num_threads(p.threads) schedule(static)
+    for (int64_t chunk = 0; chunk < p.chunks; chunk++)
+      forward_chunk(backend, a, &p, &layout, x, weight, bias, y, chunk);
+  } else {
+    for (int64_t chunk = 0; chunk < p.chunks; chunk++)
+      forward_chunk(backend, a, &p, &layout, x, weight, bias, y, chunk);
   }
   return BPT_OK;
+}
+
+/* One chunk of samples of the data gradient, on the calling thread's scratch. */
+static void data_gradient_chunk(bpt_backend *backend, const bpt_conv2d_args *a, const conv_plan *p,
+                                const conv_scratch *layout, const float *dy, const float *weight, float *dx,
+                                int64_t chunk) {
+  const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, layout);
+  float *taps = buffers.partial, *dcol = buffers.columns, *gathered = buffers.stacked, *planes = buffers.padded;
+  const int64_t first = chunk * p->chunk, samples = bpt_cpu_conv_chunk_samples(a, p, chunk),
+                ld = samples * p->sample_columns;
+  for (int64_t g = 0; g < a->groups; g++) {
+    const float *w = weight + g * p->group_out * p->column_rows;
+    const float *d = dy + (first * a->out_channels + g * p->group_out) * p->out_plane;
+    if (gathered) {
+      gather_output(a, p, dy, first, samples, g, gathered);
+      d = gathered;
+    }
+    float *dx_group = dx + (first * a->in_channels + g * p->group_in) * p->in_plane;
+    if (p->by_tap) {
+      /* padded planes (C/g, ...) at each tap's offset += W_tap^T (C/g, O/g) . dy (O/g, OH * Wq): the garbage
+       * columns of dy are zero, so they add nothing; the planes' interiors are then added into dx. */
+      weights_by_tap(p, w, taps);
+      for (int64_t s = 0; s < samples; s++) {
+        /* The first tap writes [0, OH * Wq) of every plane; the rest of each plane starts at zero. */
+        for (int64_t c = 0; c < p->group_in; c++)
+          memset(planes + c * p->padded_plane + p->sample_columns, 0,
+                 (size_t)(p->padded_plane - p->sample_columns) * sizeof *planes);
+        for (int64_t i = 0; i < a->kernel_height; i++)
+          for (int64_t j = 0; j < a->kernel_width; j++) {
+            const int64_t t = i * a->kernel_width + j;
+            bpt_cpu_conv_gemm(p, true, false, p->group_in, p->sample_columns, p->group_out,
+                              taps + t * p->group_out * p->group_in, p->group_in, d + s * p->sample_columns, ld,
+                              t ? 1.0f : 0.0f, planes + bpt_cpu_conv_tap_offset(a, p, i, j), p->padded_plane);
+          }
+        add_interiors(a, p, planes, dx_group + s * a->in_channels * p->in_plane);
+      }
+      continue;
+    }
+    if (p->pointwise) {
+      /* dx (C/g, H * W) += W_g^T (C/g, O/g) . dy (O/g, H * W) */
+      bpt_cpu_conv_gemm(p, true, false, p->group_in, p->in_plane, p->group_out, w, p->column_rows, d, p->out_plane,
+                        1.0f, dx_group, p->in_plane);
+      continue;
+    }
+    /* dcol (C/g * kh * kw, S * OH * OW) = W_g^T . dy, then scattered back with col2im */
+    bpt_cpu_conv_gemm(p, true, false, p->column_rows, ld, p->group_out, w, p->column_rows, d, ld, 0.0f, dcol, ld);
+    for (int64_t s = 0; s < samples; s++) {
+      float *dx_sample = dx_group + s * a->in_channels * p->in_plane;
+      if (p->padded) {
+        col2im_padded(a, p, dcol + s * p->sample_columns, ld, planes);
+        add_interiors(a, p, planes, dx_sample);
+      } else {
+        col2im(a, p, dcol + s * p->sample_columns, ld, dx_sample);
+      }
+    }
+  }
 }
 
 bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
@@ -367,58 +437,14 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
   CONV_CHECK(bpt_cpu_conv_plan(backend, a, false, &p));
   conv_scratch layout;
   CONV_CHECK(bpt_cpu_conv_reserve_scratch(backend, &p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0, &layout));
-#pragma omp parallel for num_threads(p.threads) schedule(static) if (p.threads > 1)
-  for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
-    const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);
-    float *taps = buffers.partial, *dcol = buffers.columns, *gathered = buffers.stacked, *planes = buffers.padded;
-    const int64_t first = chunk * p.chunk, samples = bpt_cpu_conv_chunk_samples(a, &p, chunk),
-                  ld = samples * p.sample_columns;
-    for (int64_t g = 0; g < a->groups; g++) {
-      const float *w = weight + g * p.group_out * p.column_rows;
-      const float *d = dy + (first * a->out_channels + g * p.group_out) * p.out_plane;
-      if (gathered) {
-        gather_output(a, &p, dy, first, samples, g, gathered);
-        d = gathered;
-      }
-      float *dx_group = dx + (first * a->in_channels + g * p.group_in) * p.in_plane;
-      if (p.by_tap) {
-        /* padded planes (C/g, ...) at each tap's offset += W_tap^T (C/g, O/g) . dy (O/g, OH * Wq): the garbage
-         * columns of dy are zero, so they add nothing; the planes' interiors are then added into dx. */
-        weights_by_tap(&p, w, taps);
-        for (int64_t s = 0; s < samples; s++) {
-          /* The first tap writes [0, OH * Wq) of every plane; the rest of each plane starts at zero. */
-          for (int64_t c = 0; c < p.group_in; c++)
-            memset(planes + c * p.padded_plane + p.sample_columns, 0,
-                   (size_t)(p.padded_plane - p.sample_columns) * sizeof *planes);
-          for (int64_t i = 0; i < a->kernel_height; i++)
-            for (int64_t j = 0; j < a->kernel_width; j++) {
-              const int64_t t = i * a->kernel_width + j;
-              bpt_cpu_conv_gemm(&p, true, false, p.group_in, p.sample_columns, p.group_out,
-                                taps + t * p.group_out * p.group_in, p.group_in, d + s * p.sample_columns, ld,
-                                t ? 1.0f : 0.0f, planes + bpt_cpu_conv_tap_offset(a, &p, i, j), p.padded_plane);
-            }
-          add_interiors(a, &p, planes, dx_group + s * a->in_channels * p.in_plane);
-        }
-        continue;
-      }
-      if (p.pointwise) {
-        /* dx (C/g, H * W) += W_g^T (C/g, O/g) . dy (O/g, H * W) */
-        bpt_cpu_conv_gemm(&p, true, false, p.group_in, p.in_plane, p.group_out, w, p.column_rows, d, p.out_plane, 1.0f,
-                          dx_group, p.in_plane);
-        continue;
-      }
-      /* dcol (C/g * kh * kw, S * OH * OW) = W_g^T . dy, then scattered back with col2im */
-      bpt_cpu_conv_gemm(&p, true, false, p.column_rows, ld, p.group_out, w, p.column_rows, d, ld, 0.0f, dcol, ld);
-      for (int64_t s = 0; s < samples; s++) {
-        float *dx_sample = dx_group + s * a->in_channels * p.in_plane;
-        if (p.padded) {
-          col2im_padded(a, &p, dcol + s * p.sample_columns, ld, planes);
-          add_interiors(a, &p, planes, dx_sample);
-        } else {
-          col2im(a, &p, dcol + s * p.sample_columns, ld, dx_sample);
-        }
-      }
-    }
+  /* Outside any parallel construct on one thread, as in bpt_cpu_conv2d_forward. */
+  if (p.threads > 1) {
+#pragma omp parallel for num_threads(p.threads) schedule(static)
+    for (int64_t chunk = 0; chunk < p.chunks; chunk++)
+      data_gradient_chunk(backend, a, &p, &layout, dy, weight, dx, chunk);
+  } else {
+    for (int64_t chunk = 0; chunk < p.chunks; chunk++)
+      data_gradient_chunk(backend, a, &p, &layout, dy, weight, dx, chunk);
   }
   return BPT_OK;
 }
@@ -440,6 +466,73 @@ static void bias_gradient(const bpt_conv2d_args *a, const float *dy, float *dbia
   }
 }
 
+/* One thread's share of the weight gradient: its chunks into its own partial (or straight into dweight), then,
+ * after a barrier, one slice of dweight summed over every thread's partial. Called by each thread of a team, or
+ * alone outside any parallel region, where the worksharing loop and the barrier involve only the caller. */
+static void weight_gradient_share(bpt_backend *backend, const bpt_conv2d_args *a, const conv_plan *p,
+                                  const conv_scratch *layout, const float *x, const float *dy, float *dweight,
+                                  int64_t weight_count) {
+  const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, layout);
+  float *accumulator = buffers.partial ? buffers.partial : dweight;
+  float *col = buffers.columns, *gathered = buffers.stacked, *padded = buffers.padded;
+  if (layout->partial) memset(accumulator, 0, layout->partial * sizeof *accumulator);
+#pragma omp for schedule(static)
+  for (int64_t chunk = 0; chunk < p->chunks; chunk++) {
+    const int64_t first = chunk * p->chunk, samples = bpt_cpu_conv_chunk_samples(a, p, chunk),
+                  ld = samples * p->sample_columns;
+    for (int64_t g = 0; g < a->groups; g++) {
+      const float *d = dy + (first * a->out_channels + g * p->group_out) * p->out_plane;
+      if (gathered) {
+        gather_output(a, p, dy, first, samples, g, gathered);
+        d = gathered;
+      }
+      float *dw_group = accumulator + g * p->group_out * p->column_rows;
+      if (p->by_tap) {
+        /* dW_tap (O/g, C/g) += dy (O/g, OH * Wq) . (padded planes shifted to the tap)^T; zeros in dy's
+         * garbage columns cancel the pixels those columns read. */
+        for (int64_t s = 0; s < samples; s++) {
+          pad_planes(a, p, x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane, padded);
+          for (int64_t i = 0; i < a->kernel_height; i++)
+            for (int64_t j = 0; j < a->kernel_width; j++) {
+              const int64_t t = i * a->kernel_width + j;
+              bpt_cpu_conv_gemm(p, false, true, p->group_out, p->group_in, p->sample_columns, d + s * p->sample_columns,
+                                ld, padded + bpt_cpu_conv_tap_offset(a, p, i, j), p->padded_plane, 1.0f,
+                                dw_group + t * p->group_out * p->group_in, p->group_in);
+            }
+        }
+        continue;
+      }
+      const float *b = x + (first * a->in_channels + g * p->group_in) * p->in_plane;
+      if (!p->pointwise) {
+        lower_chunk(a, p, x, first, samples, g, padded, col, ld);
+        b = col;
+      }
+      /* dW_g (O/g, C/g * kh * kw) += dy (O/g, S * OH * OW) . col^T (S * OH * OW, C/g * kh * kw) */
+      bpt_cpu_conv_gemm(p, false, true, p->group_out, p->column_rows, ld, d, ld, b, ld, 1.0f, dw_group, p->column_rows);
+    }
+  }
+  if (layout->partial) {
+    /* Each thread sums one slice of the weight gradient over every thread's partial. */
+#pragma omp barrier
+    const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
+    const int64_t slice = (weight_count + threads - 1) / threads;
+    const int64_t begin = thread * slice, end = begin + slice < weight_count ? begin + slice : weight_count;
+    for (int64_t i = begin; i < end; i++) {
+      int64_t source_index = i;
+      if (p->by_tap) {
+        /* i = ((g O/g + o) C/g + c) kh kw + t; partials hold ((g kh kw + t) O/g + o) C/g + c. */
+        const int64_t t = i % p->kernel_area, c = i / p->kernel_area % p->group_in;
+        const int64_t o = i / p->column_rows % p->group_out, g = i / (p->group_out * p->column_rows);
+        source_index = g * p->group_out * p->column_rows + (t * p->group_out + o) * p->group_in + c;
+      }
+      float sum = 0.0f;
+      for (int t = 0; t < threads; t++)
+        sum += bpt_cpu_scratch(backend, t)[source_index];
+      dweight[i] += sum;
+    }
+  }
+}
+
 bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                           const float *dy, float *dweight, float *dbias) {
   if (bpt_cpu_conv_direct_applies(backend, a, false)) {
@@ -455,67 +548,12 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
   const bool partials = p.threads > 1 || p.by_tap;
   conv_scratch layout;
   CONV_CHECK(bpt_cpu_conv_reserve_scratch(backend, &p, partials ? (size_t)weight_count : 0, &layout));
-#pragma omp parallel num_threads(p.threads) if (p.threads > 1)
-  {
-    const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, &layout);
-    float *accumulator = buffers.partial ? buffers.partial : dweight;
-    float *col = buffers.columns, *gathered = buffers.stacked, *padded = buffers.padded;
-    if (layout.partial) memset(accumulator, 0, layout.partial * sizeof *accumulator);
-#pragma omp for schedule(static)
-    for (int64_t chunk = 0; chunk < p.chunks; chunk++) {
-      const int64_t first = chunk * p.chunk, samples = bpt_cpu_conv_chunk_samples(a, &p, chunk),
-                    ld = samples * p.sample_columns;
-      for (int64_t g = 0; g < a->groups; g++) {
-        const float *d = dy + (first * a->out_channels + g * p.group_out) * p.out_plane;
-        if (gathered) {
-          gather_output(a, &p, dy, first, samples, g, gathered);
-          d = gathered;
-        }
-        float *dw_group = accumulator + g * p.group_out * p.column_rows;
-        if (p.by_tap) {
-          /* dW_tap (O/g, C/g) += dy (O/g, OH * Wq) . (padded planes shifted to the tap)^T; zeros in dy's
-           * garbage columns cancel the pixels those columns read. */
-          for (int64_t s = 0; s < samples; s++) {
-            pad_planes(a, &p, x + ((first + s) * a->in_channels + g * p.group_in) * p.in_plane, padded);
-            for (int64_t i = 0; i < a->kernel_height; i++)
-              for (int64_t j = 0; j < a->kernel_width; j++) {
-                const int64_t t = i * a->kernel_width + j;
-                bpt_cpu_conv_gemm(&p, false, true, p.group_out, p.group_in, p.sample_columns, d + s * p.sample_columns,
-                                  ld, padded + bpt_cpu_conv_tap_offset(a, &p, i, j), p.padded_plane, 1.0f,
-                                  dw_group + t * p.group_out * p.group_in, p.group_in);
-              }
-          }
-          continue;
-        }
-        const float *b = x + (first * a->in_channels + g * p.group_in) * p.in_plane;
-        if (!p.pointwise) {
-          lower_chunk(a, &p, x, first, samples, g, padded, col, ld);
-          b = col;
-        }
-        /* dW_g (O/g, C/g * kh * kw) += dy (O/g, S * OH * OW) . col^T (S * OH * OW, C/g * kh * kw) */
-        bpt_cpu_conv_gemm(&p, false, true, p.group_out, p.column_rows, ld, d, ld, b, ld, 1.0f, dw_group, p.column_rows);
-      }
-    }
-    if (layout.partial) {
-      /* Each thread sums one slice of the weight gradient over every thread's partial. */
-#pragma omp barrier
-      const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
-      const int64_t slice = (weight_count + threads - 1) / threads;
-      const int64_t begin = thread * slice, end = begin + slice < weight_count ? begin + slice : weight_count;
-      for (int64_t i = begin; i < end; i++) {
-        int64_t source_index = i;
-        if (p.by_tap) {
-          /* i = ((g O/g + o) C/g + c) kh kw + t; partials hold ((g kh kw + t) O/g + o) C/g + c. */
-          const int64_t t = i % p.kernel_area, c = i / p.kernel_area % p.group_in;
-          const int64_t o = i / p.column_rows % p.group_out, g = i / (p.group_out * p.column_rows);
-          source_index = g * p.group_out * p.column_rows + (t * p.group_out + o) * p.group_in + c;
-        }
-        float sum = 0.0f;
-        for (int t = 0; t < threads; t++)
-          sum += bpt_cpu_scratch(backend, t)[source_index];
-        dweight[i] += sum;
-      }
-    }
+  /* Outside any parallel construct on one thread, as in bpt_cpu_conv2d_forward. */
+  if (p.threads > 1) {
+#pragma omp parallel num_threads(p.threads)
+    weight_gradient_share(backend, a, &p, &layout, x, dy, dweight, weight_count);
+  } else {
+    weight_gradient_share(backend, a, &p, &layout, x, dy, dweight, weight_count);
   }
   if (dbias) bias_gradient(a, dy, dbias);
   return BPT_OK;
