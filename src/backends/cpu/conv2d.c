@@ -470,8 +470,7 @@ static void bias_gradient(const bpt_conv2d_args *a, const float *dy, float *dbia
  * after a barrier, one slice of dweight summed over every thread's partial. Called by each thread of a team, or
  * alone outside any parallel region, where the worksharing loop and the barrier involve only the caller. */
 static void weight_gradient_share(bpt_backend *backend, const bpt_conv2d_args *a, const conv_plan *p,
-                                  const conv_scratch *layout, const float *x, const float *dy, float *dweight,
-                                  int64_t weight_count) {
+                                  const conv_scratch *layout, const float *x, const float *dy, float *dweight) {
   const conv_buffers buffers = bpt_cpu_conv_thread_buffers(backend, layout);
   float *accumulator = buffers.partial ? buffers.partial : dweight;
   float *col = buffers.columns, *gathered = buffers.stacked, *padded = buffers.padded;
@@ -515,7 +514,7 @@ static void weight_gradient_share(bpt_backend *backend, const bpt_conv2d_args *a
     /* Each thread sums one slice of the weight gradient over every thread's partial. */
 #pragma omp barrier
     const int threads = omp_get_num_threads(), thread = omp_get_thread_num();
-    const int64_t slice = (weight_count + threads - 1) / threads;
+    const int64_t weight_count = a->out_channels * p->column_rows, slice = (weight_count + threads - 1) / threads;
     const int64_t begin = thread * slice, end = begin + slice < weight_count ? begin + slice : weight_count;
     for (int64_t i = begin; i < end; i++) {
       int64_t source_index = i;
@@ -551,9 +550,9 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
   /* Outside any parallel construct on one thread, as in bpt_cpu_conv2d_forward. */
   if (p.threads > 1) {
 #pragma omp parallel num_threads(p.threads)
-    weight_gradient_share(backend, a, &p, &layout, x, dy, dweight, weight_count);
+    weight_gradient_share(backend, a, &p, &layout, x, dy, dweight);
   } else {
-    weight_gradient_share(backend, a, &p, &layout, x, dy, dweight, weight_count);
+    weight_gradient_share(backend, a, &p, &layout, x, dy, dweight);
   }
   if (dbias) bias_gradient(a, dy, dbias);
   return BPT_OK;

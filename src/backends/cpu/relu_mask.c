@@ -114,6 +114,14 @@ RELU_AVX512_TARGET static void backward_avx512(const uint8_t *mask, const float 
     _mm512_mask_storeu_ps(dx + i, lanes, gradient);
   }
 }
+#else
+/* Never chosen (bpt_cpu_avx512_loops is false without x86-64): the names only keep the drivers plain. */
+static void forward_avx512(const float *a, const float *b, float *y, uint8_t *mask, int64_t first, int64_t end) {
+  forward_sse2(a, b, y, mask, first, end);
+}
+static void backward_avx512(const uint8_t *mask, const float *dy, float *dx, bool assign, int64_t first, int64_t end) {
+  backward_sse2(mask, dy, dx, assign, first, end);
+}
 #endif
 
 /* y = max(a (+ b), 0) and its bits; b may be NULL. */
@@ -123,15 +131,11 @@ static void forward(bpt_backend *backend, int64_t count, const float *a, const f
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t piece = 0; piece < pieces; piece++) {
     const int64_t first = piece * PIECE, end = first + PIECE < count ? first + PIECE : count;
-#if RELU_AVX512
-    if (avx512) {
+    if (avx512)
       forward_avx512(a, b, y, mask, first, end);
-      continue;
-    }
-#endif
-    forward_sse2(a, b, y, mask, first, end);
+    else
+      forward_sse2(a, b, y, mask, first, end);
   }
-  (void)avx512;
 }
 
 bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask) {
@@ -153,14 +157,10 @@ bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t piece = 0; piece < pieces; piece++) {
     const int64_t first = piece * PIECE, end = first + PIECE < count ? first + PIECE : count;
-#if RELU_AVX512
-    if (avx512) {
+    if (avx512)
       backward_avx512(mask, dy, dx, assign, first, end);
-      continue;
-    }
-#endif
-    backward_sse2(mask, dy, dx, assign, first, end);
+    else
+      backward_sse2(mask, dy, dx, assign, first, end);
   }
-  (void)avx512;
   return BPT_OK;
 }
