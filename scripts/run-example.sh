@@ -8,6 +8,6 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" -eq 0 ]; then bash scripts/install-deps.sh; fi
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBPT_BUILD_TESTS=ON > /dev/null
 cmake --build build -j "$jobs"
 exec build/mnist_mlp "$@"
