@@ -70,18 +70,18 @@ bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stat
   bpt_context *context = graph->context;
   if (!stats) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: stats is NULL");
   if (!graph->compiled) return bpt_error(context, BPT_ERR_STATE, "bpt_graph_memory: compile the graph first");
-  if (stats->size < offsetof(bpt_graph_memory_stats, input_bytes) + sizeof stats->input_bytes)
-    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: set stats->size to sizeof(bpt_graph_memory_stats)");
   size_t parameter_bytes = (size_t)graph->parameter_elements * sizeof(float);
   bool copies = graph->precision && graph->precision->weight_copies;
-  stats->size = sizeof *stats;
-  stats->max_batch = graph->max_batch;
-  stats->activation_bytes_held = graph->held_bytes;
-  stats->transient_bytes = graph->transient_bytes;
-  stats->gradient_bytes = graph->gradient_bytes;
-  stats->parameter_bytes = parameter_bytes * (copies ? 3 : 2);
-  stats->input_bytes = graph->input_bytes;
-  return BPT_OK;
+  bpt_graph_memory_stats full = {.size = sizeof full,
+                                 .max_batch = graph->max_batch,
+                                 .activation_bytes_held = graph->held_bytes,
+                                 .transient_bytes = graph->transient_bytes,
+                                 .gradient_bytes = graph->gradient_bytes,
+                                 .parameter_bytes = parameter_bytes * (copies ? 3 : 2),
+                                 .input_bytes = graph->input_bytes};
+  return bpt_copy_output(context, stats, &full, sizeof full,
+                         offsetof(bpt_graph_memory_stats, input_bytes) + sizeof stats->input_bytes,
+                         "bpt_graph_memory");
 }
 
 float bpt_graph_loss_scale(const bpt_graph *graph) {
@@ -249,22 +249,14 @@ static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
 
 bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip) {
   *skip = false;
-  bpt_context *context = graph->context;
-  if (!graph->precision) {
-    /* A graph without a policy computes in f32 without scaling; it still needs the flag to check steps. */
-    graph->precision = bpt_calloc(context, 1, sizeof *graph->precision, "precision state");
-    if (!graph->precision) return BPT_ERR_OUT_OF_MEMORY;
-    graph->precision->options = bpt_precision_options_default();
-    graph->precision->loss_scale = 1.0f;
-  }
-  if (!graph->precision->found_nonfinite &&
-      graph->backend->vtable->alloc(graph->backend, sizeof(int32_t), (void **)&graph->precision->found_nonfinite) !=
-          BPT_OK)
-    return bpt_backend_error(context, BPT_ERR_OUT_OF_MEMORY, "bpt_optimizer_step: allocating a flag");
   bpt_precision_state *state = graph->precision;
+  if (!state || !state->found_nonfinite)
+    return bpt_error(graph->context, BPT_ERR_INTERNAL, "bpt_optimizer_step: precision step without a compiled policy");
   /* Parameter gradients in the compute dtype, as a device would hold them before the unscale. Done here rather
    * than at the end of backward so that data-parallel all-reduces (started during backward) are finished. */
   BPT_CHECK(bpt_precision_round_gradients(graph));
+  /* The policy's one host-device synchronisation per step: the loss comes to the host to be checked, and
+   * with loss scaling the overflow flag below too (the decision to skip the update is the host's). */
   float loss = 0.0f;
   BPT_CHECK(bpt_graph_loss(graph, &loss));
   if (!isfinite(loss)) {
