@@ -48,7 +48,7 @@ void bpt_graph_destroy(bpt_graph *graph) {
     attachment->detach(attachment->owner);
   }
   bpt_graph_release_memory(graph);
-  bpt_graph_free_buffers(graph); /* robustness (issue 9) */
+  bpt_graph_free_buffers(graph);
   bpt_precision_destroy(graph);
   for (int i = 0; i < graph->node_count; i++) free(graph->nodes[i]);
   free(graph->nodes);
@@ -146,7 +146,7 @@ static bpt_status check_dims(bpt_graph *graph, const char *what, const char *nam
     if (dims[i] <= 0 || dims[i] > (INT64_C(1) << 31))
       return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': dimension %d is %lld, must be in [1, 2^31]", what,
                        name ? name : "", i, (long long)dims[i]);
-    /* Bound the element count so that later size arithmetic cannot overflow (robustness, issue 9). */
+    /* Bound the element count so that later size arithmetic cannot overflow. */
     if (dims[i] > (INT64_C(1) << 40) / count)
       return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': more than 2^40 elements", what, name ? name : "");
     count *= dims[i];

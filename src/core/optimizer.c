@@ -19,7 +19,7 @@ struct bpt_optimizer {
   bpt_optimizer_options options;
   float *state0, *state1; /* device, graph->parameter_elements floats each (state1: Adam only) */
   int64_t steps;
-  /* Parameter groups, per parameter in declaration order (cnn, issue 3). */
+  /* Parameter groups, per parameter in declaration order. */
   float *learning_rate_scales;
   float *weight_decays;
   bool has_schedule;
@@ -290,7 +290,7 @@ bpt_status bpt_optimizer_no_decay_on_vectors(bpt_optimizer *optimizer) {
   return BPT_OK;
 }
 
-/* Robustness (issue 9): checkpoints read and restore the state through this view (core/optimizer_state.h). */
+/* Checkpoints read and restore the state through this view (core/optimizer_state.h). */
 void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *view) {
   view->graph = optimizer->graph;
   view->options = &optimizer->options;
