@@ -199,22 +199,41 @@ bpt_status bpt_precision_round_gradients(bpt_graph *graph) {
   return round_buffer(graph, graph->gradient_block, graph->parameter_elements, "parameter gradients", "all");
 }
 
-/* Runs unscale_check_finite over count values at device pointer values; *found says whether any was not
- * finite. With inverse_scale 1 it is a pure check. */
-static bpt_status check_finite(bpt_graph *graph, float *values, int64_t count, float inverse_scale, bool *found) {
+/* A finiteness check in three parts, so that several buffers share one device flag and one read-back:
+ * clear the flag, run unscale_check_finite over each buffer (values *= inverse_scale; 1 is a pure check),
+ * then read the flag. */
+static bpt_status clear_flag(bpt_graph *graph) {
   bpt_backend *backend = graph->backend;
-  bpt_precision_state *state = graph->precision;
-  int32_t flag = 0;
   backend->error_message[0] = 0;
   if (!backend->vtable->unscale_check_finite)
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "backend '%s' has no unscale_check_finite kernel",
                      backend->vtable->name);
-  if (backend->vtable->memset_zero(backend, state->found_nonfinite, sizeof flag) != BPT_OK ||
-      backend->vtable->unscale_check_finite(backend, count, values, inverse_scale, state->found_nonfinite) != BPT_OK ||
-      backend->vtable->download(backend, &flag, state->found_nonfinite, sizeof flag) != BPT_OK)
+  if (backend->vtable->memset_zero(backend, graph->precision->found_nonfinite, sizeof(int32_t)) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "checking values are finite");
+  return BPT_OK;
+}
+
+static bpt_status check_values(bpt_graph *graph, float *values, int64_t count, float inverse_scale) {
+  bpt_backend *backend = graph->backend;
+  if (backend->vtable->unscale_check_finite(backend, count, values, inverse_scale, graph->precision->found_nonfinite) !=
+      BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "checking values are finite");
+  return BPT_OK;
+}
+
+static bpt_status read_flag(bpt_graph *graph, bool *found) {
+  bpt_backend *backend = graph->backend;
+  int32_t flag = 0;
+  if (backend->vtable->download(backend, &flag, graph->precision->found_nonfinite, sizeof flag) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "checking values are finite");
   *found = flag != 0;
   return BPT_OK;
+}
+
+static bpt_status check_finite(bpt_graph *graph, float *values, int64_t count, float inverse_scale, bool *found) {
+  BPT_CHECK(clear_flag(graph));
+  BPT_CHECK(check_values(graph, values, count, inverse_scale));
+  return read_flag(graph, found);
 }
 
 /* Replays forward with the same inputs and random numbers, checking each op's output, and reports the first
@@ -247,6 +266,12 @@ static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
                    "%s: %s; every op's output is finite, so the overflow happened in backward", where, what);
 }
 
+static bpt_status refuse_nonfinite_loss(bpt_graph *graph, float loss) {
+  char what[96];
+  snprintf(what, sizeof what, "the loss '%s' is %g", graph->loss->name, (double)loss);
+  return report_nonfinite(graph, what);
+}
+
 bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip) {
   *skip = false;
   bpt_precision_state *state = graph->precision;
@@ -255,20 +280,25 @@ bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip) {
   /* Parameter gradients in the compute dtype, as a device would hold them before the unscale. Done here rather
    * than at the end of backward so that data-parallel all-reduces (started during backward) are finished. */
   BPT_CHECK(bpt_precision_round_gradients(graph));
-  /* The policy's one host-device synchronisation per step: the loss comes to the host to be checked, and
-   * with loss scaling the overflow flag below too (the decision to skip the update is the host's). */
+  /* A policy's step synchronises with the device once: the host decides whether to refuse or skip it.
+   * Without scaling only the loss is checked (read back): a pass over every gradient would cost each f32 step
+   * as much as the update itself, and a non-finite gradient with a finite loss is what anomaly mode is for. */
   float loss = 0.0f;
-  BPT_CHECK(bpt_graph_loss(graph, &loss));
-  if (!isfinite(loss)) {
-    char what[96];
-    snprintf(what, sizeof what, "the loss '%s' is %g", graph->loss->name, (double)loss);
-    return report_nonfinite(graph, what);
+  if (!state->scaling) {
+    BPT_CHECK(bpt_graph_loss(graph, &loss));
+    return isfinite(loss) ? BPT_OK : refuse_nonfinite_loss(graph, loss);
   }
-  /* Without scaling only the loss is checked: a pass over every gradient would cost each f32 step as much as
-   * the update itself, and a non-finite gradient with a finite loss is what anomaly mode is for. */
-  if (!state->scaling) return BPT_OK;
+  /* With scaling the loss and the gradients (unscaled on the way) raise one device flag, and only the flag is
+   * read back; the loss itself only when the flag is up, to tell a bad loss from an overflow. */
   bool found = false;
-  BPT_CHECK(check_finite(graph, graph->gradient_block, graph->parameter_elements, 1.0f / state->loss_scale, &found));
+  BPT_CHECK(clear_flag(graph));
+  BPT_CHECK(check_values(graph, (float *)graph->loss->value, 1, 1.0f));
+  BPT_CHECK(check_values(graph, graph->gradient_block, graph->parameter_elements, 1.0f / state->loss_scale));
+  BPT_CHECK(read_flag(graph, &found));
+  if (found) {
+    BPT_CHECK(bpt_graph_loss(graph, &loss));
+    if (!isfinite(loss)) return refuse_nonfinite_loss(graph, loss);
+  }
   const bpt_precision_options *o = &state->options;
   if (found) {
     /* Overflow at this scale: drop the update and retry the next batch at a smaller scale. */
