@@ -38,18 +38,18 @@ static bpt_node *build(bpt_context *context, bpt_graph *graph, const char *model
   bpt_node *y;
   if (strcmp(model, "lenet") == 0) {
     const bpt_layer_spec lenet[] = {
-        {.kind = BPT_LAYER_CONV2D, .units = 6, .kernel = 5, .padding = 2},
-        {.kind = BPT_LAYER_RELU},
-        {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
-        {.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 5},
-        {.kind = BPT_LAYER_RELU},
-        {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
-        {.kind = BPT_LAYER_FLATTEN},
-        {.kind = BPT_LAYER_LINEAR, .units = 120},
-        {.kind = BPT_LAYER_RELU},
-        {.kind = BPT_LAYER_LINEAR, .units = 84},
-        {.kind = BPT_LAYER_RELU},
-        {.kind = BPT_LAYER_LINEAR, .units = 10},
+        {BPT_LAYER(BPT_LAYER_CONV2D), .units = 6, .kernel = 5, .padding = 2},
+        {BPT_LAYER(BPT_LAYER_RELU)},
+        {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
+        {BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 5},
+        {BPT_LAYER(BPT_LAYER_RELU)},
+        {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
+        {BPT_LAYER(BPT_LAYER_FLATTEN)},
+        {BPT_LAYER(BPT_LAYER_LINEAR), .units = 120},
+        {BPT_LAYER(BPT_LAYER_RELU)},
+        {BPT_LAYER(BPT_LAYER_LINEAR), .units = 84},
+        {BPT_LAYER(BPT_LAYER_RELU)},
+        {BPT_LAYER(BPT_LAYER_LINEAR), .units = 10},
     };
     CHECK(bpt_layer_sequential(graph, "lenet", x, lenet, 12, &y));
     return y;
@@ -59,9 +59,9 @@ static bpt_node *build(bpt_context *context, bpt_graph *graph, const char *model
     fprintf(stderr, "unknown model %s\n", model);
     exit(2);
   }
-  const bpt_layer_spec stem[] = {{.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 3, .padding = 1},
-                                 {.kind = BPT_LAYER_BATCH_NORM},
-                                 {.kind = BPT_LAYER_RELU}};
+  const bpt_layer_spec stem[] = {{BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 3, .padding = 1},
+                                 {BPT_LAYER(BPT_LAYER_BATCH_NORM)},
+                                 {BPT_LAYER(BPT_LAYER_RELU)}};
   CHECK(bpt_layer_sequential(graph, "stem", x, stem, 3, &y));
   const int widths[3] = {16, 32, 64};
   for (int stage = 0; stage < 3; stage++)
@@ -70,7 +70,7 @@ static bpt_node *build(bpt_context *context, bpt_graph *graph, const char *model
       snprintf(name, sizeof name, "s%db%d", stage, block);
       CHECK(bpt_layer_resnet_basic_block(graph, name, y, widths[stage], stage > 0 && block == 0 ? 2 : 1, &y));
     }
-  const bpt_layer_spec head[] = {{.kind = BPT_LAYER_GLOBAL_AVG_POOL}, {.kind = BPT_LAYER_LINEAR, .units = 10}};
+  const bpt_layer_spec head[] = {{BPT_LAYER(BPT_LAYER_GLOBAL_AVG_POOL)}, {BPT_LAYER(BPT_LAYER_LINEAR), .units = 10}};
   CHECK(bpt_layer_sequential(graph, "head", y, head, 2, &y));
   return y;
 }

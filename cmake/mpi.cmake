@@ -4,7 +4,7 @@
 # (NCCL 2 with the CUDA runtime, plain C: no CUDA language needed). Both are PRIVATE dependencies: no
 # public header but the optional include/bptrain/comm_mpi.h includes mpi.h.
 list(APPEND BPT_OPTIONAL_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/comm.c
-     ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/compress.c ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/data_parallel.c)
+     ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/compress.c ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/range_reduce.c)
 
 set(BPT_MPI_FOUND FALSE)
 if(NOT BPT_WITH_MPI STREQUAL "OFF")

@@ -49,18 +49,18 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(e.context, bpt_graph_input(e.graph, "images", BPT_DTYPE_F32, 3, image, &e.images));
   EXAMPLE_CHECK(e.context, bpt_graph_input(e.graph, "labels", BPT_DTYPE_I32, 0, NULL, &e.labels));
   const bpt_layer_spec lenet[] = {
-      {.kind = BPT_LAYER_CONV2D, .units = 6, .kernel = 5, .padding = 2},
-      {.kind = BPT_LAYER_RELU},
-      {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
-      {.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 5},
-      {.kind = BPT_LAYER_RELU},
-      {.kind = BPT_LAYER_MAX_POOL, .kernel = 2},
-      {.kind = BPT_LAYER_FLATTEN},
-      {.kind = BPT_LAYER_LINEAR, .units = 120},
-      {.kind = BPT_LAYER_RELU},
-      {.kind = BPT_LAYER_LINEAR, .units = 84},
-      {.kind = BPT_LAYER_RELU},
-      {.kind = BPT_LAYER_LINEAR, .units = 10},
+      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 6, .kernel = 5, .padding = 2},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
+      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 5},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
+      {BPT_LAYER(BPT_LAYER_FLATTEN)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 120},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 84},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 10},
   };
   EXAMPLE_CHECK(e.context, bpt_layer_sequential(e.graph, "lenet", e.images, lenet,
                                                 (int)(sizeof lenet / sizeof lenet[0]), &e.logits));

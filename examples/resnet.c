@@ -43,9 +43,9 @@ static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bp
   EXAMPLE_CHECK(e->context, bpt_graph_input(e->graph, "images", BPT_DTYPE_F32, 3, image, &e->images));
   EXAMPLE_CHECK(e->context, bpt_graph_input(e->graph, "labels", BPT_DTYPE_I32, 0, NULL, &e->labels));
   const bpt_layer_spec stem[] = {
-      {.kind = BPT_LAYER_CONV2D, .units = 16, .kernel = 3, .padding = 1},
-      {.kind = BPT_LAYER_BATCH_NORM},
-      {.kind = BPT_LAYER_RELU},
+      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 3, .padding = 1},
+      {BPT_LAYER(BPT_LAYER_BATCH_NORM)},
+      {BPT_LAYER(BPT_LAYER_RELU)},
   };
   EXAMPLE_CHECK(e->context, bpt_layer_sequential(e->graph, "stem", e->images, stem, 3, &x));
   const int64_t blocks = (depth - 2) / 6, widths[3] = {16, 32, 64};
@@ -57,8 +57,8 @@ static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bp
       EXAMPLE_CHECK(e->context, bpt_layer_resnet_basic_block(e->graph, name, x, widths[stage], stride, &x));
     }
   const bpt_layer_spec head[] = {
-      {.kind = BPT_LAYER_GLOBAL_AVG_POOL},
-      {.kind = BPT_LAYER_LINEAR, .units = 10},
+      {BPT_LAYER(BPT_LAYER_GLOBAL_AVG_POOL)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 10},
   };
   EXAMPLE_CHECK(e->context, bpt_layer_sequential(e->graph, "head", x, head, 2, &e->logits));
   EXAMPLE_CHECK(e->context, bpt_softmax_cross_entropy(e->graph, "loss", e->logits, e->labels, &loss));

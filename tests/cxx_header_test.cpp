@@ -4,6 +4,11 @@
 #include <cstdio>
 #include <cstring>
 
+#if !BPT_VERSION_AT_LEAST(0, 1, 0)
+#error "BPT_VERSION_AT_LEAST must work in the C++ preprocessor"
+#endif
+static_assert(BPT_VERSION_NUMBER >= 100, "BPT_VERSION_NUMBER is a constant expression in C++");
+
 int main() {
   bpt_context *context = nullptr;
   bpt_context_options options = bpt_context_options_default();
@@ -17,7 +22,7 @@ int main() {
   const int64_t features = 3;
   bool ok = bpt_graph_create(context, &graph) == BPT_OK &&
             bpt_graph_input(graph, "x", BPT_DTYPE_F32, 1, &features, &x) == BPT_OK &&
-            std::strcmp(bpt_node_name(x), "x") == 0 && std::strcmp(bpt_version(), "0.1.0") == 0;
+            std::strcmp(bpt_node_name(x), "x") == 0 && std::strcmp(bpt_version(), "0.1.0") == 0 && bpt_version_number() == BPT_VERSION_NUMBER;
   bpt_graph_destroy(graph);
   bpt_context_destroy(context);
   std::printf("%s\n", ok ? "C++ consumer ok" : "C++ consumer failed");

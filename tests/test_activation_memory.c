@@ -234,13 +234,13 @@ static resnet_fixture resnet_create(uint64_t seed, int64_t size, int64_t stem, i
   assert_ok(context, bpt_graph_create(context, &f.graph));
   assert_ok(context, bpt_graph_input(f.graph, "x", BPT_DTYPE_F32, 3, image, &x));
   assert_ok(context, bpt_graph_input(f.graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
-  const bpt_layer_spec stem_layers[] = {{.kind = BPT_LAYER_CONV2D, .units = stem, .kernel = 3, .padding = 1},
-                                        {.kind = BPT_LAYER_BATCH_NORM},
-                                        {.kind = BPT_LAYER_RELU}};
+  const bpt_layer_spec stem_layers[] = {{BPT_LAYER(BPT_LAYER_CONV2D), .units = stem, .kernel = 3, .padding = 1},
+                                        {BPT_LAYER(BPT_LAYER_BATCH_NORM)},
+                                        {BPT_LAYER(BPT_LAYER_RELU)}};
   assert_ok(context, bpt_layer_sequential(f.graph, "stem", x, stem_layers, 3, &y));
   assert_ok(context, bpt_layer_resnet_basic_block(f.graph, "block1", y, stem, 1, &y));
   assert_ok(context, bpt_layer_resnet_basic_block(f.graph, "block2", y, wide, 2, &y));
-  const bpt_layer_spec head[] = {{.kind = BPT_LAYER_GLOBAL_AVG_POOL}, {.kind = BPT_LAYER_LINEAR, .units = 3}};
+  const bpt_layer_spec head[] = {{BPT_LAYER(BPT_LAYER_GLOBAL_AVG_POOL)}, {BPT_LAYER(BPT_LAYER_LINEAR), .units = 3}};
   assert_ok(context, bpt_layer_sequential(f.graph, "head", y, head, 2, &y));
   assert_ok(context, bpt_softmax_cross_entropy(f.graph, "loss", y, labels, &f.loss));
   assert_ok(context, bpt_graph_compile(f.graph, f.loss, RESNET_IMAGES));

@@ -473,7 +473,7 @@ static void train_and_eval_modes(void **state) {
   }
   assert_true(fabs(channel_sum / (64 * 16)) < 1e-4);
   assert_true(zeros > 64 * 32 * 0.4 && zeros < 64 * 32 * 0.6);
-  bpt_value_statistics statistics;
+  bpt_value_statistics statistics = {.size = sizeof statistics};
   assert_ok(context, bpt_graph_value_statistics(graph, dropped, &statistics));
   assert_true(fabs(statistics.zero_fraction - zeros / (64.0 * 32.0)) < 1e-9);
 

@@ -205,10 +205,10 @@ static void sequential_fuses_batch_norm_and_relu(void **state) {
   int64_t image[3] = {1, 5, 5};
   assert_ok(context, bpt_graph_create(context, &graph));
   assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image, &x));
-  const bpt_layer_spec layers[] = {{.kind = BPT_LAYER_CONV2D, .units = 4, .kernel = 3, .padding = 1},
-                                   {.kind = BPT_LAYER_BATCH_NORM},
-                                   {.kind = BPT_LAYER_RELU},
-                                   {.kind = BPT_LAYER_BATCH_NORM}};
+  const bpt_layer_spec layers[] = {{BPT_LAYER(BPT_LAYER_CONV2D), .units = 4, .kernel = 3, .padding = 1},
+                                   {BPT_LAYER(BPT_LAYER_BATCH_NORM)},
+                                   {BPT_LAYER(BPT_LAYER_RELU)},
+                                   {BPT_LAYER(BPT_LAYER_BATCH_NORM)}};
   assert_ok(context, bpt_layer_sequential(graph, "stem", x, layers, 4, &y));
   const bpt_node *fused = NULL, *last = y;
   for (int i = 0; i < graph->node_count; i++) {

@@ -360,7 +360,7 @@ static void optimizer_options(void **state) {
   OPTION_CASE((o.kind = BPT_OPTIMIZER_ADAM, o.epsilon = NAN), "epsilon nan");
 #undef OPTION_CASE
   assert_ok(c, bpt_optimizer_create(s.graph, NULL, &optimizer));
-  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "NULL optimizer", bpt_optimizer_set_learning_rate(NULL, 0.1f));
+  FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "optimizer is NULL", bpt_optimizer_set_learning_rate(NULL, 0.1f));
   FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "optimizer is NULL", bpt_optimizer_step(NULL));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "nan must be finite", bpt_optimizer_set_learning_rate(optimizer, NAN));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "-1 must be finite and >= 0", bpt_optimizer_set_learning_rate(optimizer, -1));

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/number_format.h"
+#include "base/number_format.h"
 #include "test_support.h"
 
 static uint32_t bits_of(float value) {

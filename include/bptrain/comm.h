@@ -165,8 +165,8 @@ BPT_API int bpt_data_parallel_bucket_count(const bpt_data_parallel *data_paralle
 
 /**
  * Detaches from the graph and frees the buckets, first waiting (at most the timeout) for buckets still in
- * flight; after a communicator failure it does not wait. Destroy it before its graph and communicator.
- * NULL is a no-op.
+ * flight; after a communicator failure it does not wait. It may outlive its graph (bpt_graph_destroy()
+ * detaches it), but not its communicator. NULL is a no-op.
  */
 BPT_API void bpt_data_parallel_destroy(bpt_data_parallel *data_parallel);
 

@@ -31,6 +31,12 @@
 #define BPT_VERSION_MINOR 1
 /** Patch version of these headers. */
 #define BPT_VERSION_PATCH 0
+/** These headers' version as one number, major * 10000 + minor * 100 + patch (0.1.0 is 100), for `#if`;
+ * bpt_version_number() gives the library's. tests/check_version.cmake keeps the parts equal to CMake's
+ * project(VERSION). */
+#define BPT_VERSION_NUMBER (BPT_VERSION_MAJOR * 10000 + BPT_VERSION_MINOR * 100 + BPT_VERSION_PATCH)
+/** Non-zero when these headers are version x.y.z or later: `#if BPT_VERSION_AT_LEAST(0, 2, 0)`. */
+#define BPT_VERSION_AT_LEAST(x, y, z) (BPT_VERSION_NUMBER >= (x) * 10000 + (y) * 100 + (z))
 /** Bumped with every incompatible ABI change; it is the SONAME suffix (libbptrain.so.0). */
 #define BPT_ABI_VERSION 0
 /** Largest tensor rank the library handles. */

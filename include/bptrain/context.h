@@ -29,7 +29,11 @@ BPT_API bpt_context_options bpt_context_options_default(void);
  */
 BPT_API bpt_status bpt_context_create(const bpt_context_options *options, bpt_context **out);
 
-/** Destroys a context; graphs, tensors and data sets made from it must be destroyed first. NULL is a no-op. */
+/**
+ * Destroys a context. Graphs, tensors, data sets and communicators made from it keep it (and its backend)
+ * alive: destroyed first, it is freed when the last of them is destroyed, so any order is safe. NULL is a
+ * no-op.
+ */
 BPT_API void bpt_context_destroy(bpt_context *context);
 
 /**
@@ -37,6 +41,14 @@ BPT_API void bpt_context_destroy(bpt_context *context);
  * last failed call on this thread that had no context to report to (such as bpt_context_create()).
  */
 BPT_API const char *bpt_context_last_error(const bpt_context *context);
+
+/**
+ * @return the status of the last failed call on @p context (::BPT_OK if none), the one that came with
+ * bpt_context_last_error()'s message. With NULL, that of the last failed call on this thread that had no
+ * context to report to: context creation, and any call given a NULL handle or a handle whose graph or
+ * context is gone.
+ */
+BPT_API bpt_status bpt_context_last_status(const bpt_context *context);
 
 /** @return the name of the backend the context runs on, or NULL for a NULL context. */
 BPT_API const char *bpt_context_backend(const bpt_context *context);

@@ -40,7 +40,7 @@ BPT_API bpt_optimizer_options bpt_optimizer_options_default(void);
 BPT_API bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *options,
                                         bpt_optimizer **out);
 
-/** Destroys an optimiser. NULL is a no-op. */
+/** Destroys an optimiser, before or after its graph (see bpt_graph_destroy()). NULL is a no-op. */
 BPT_API void bpt_optimizer_destroy(bpt_optimizer *optimizer);
 
 /** Applies one update from the gradients of the last backward pass. */

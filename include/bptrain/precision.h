@@ -1,7 +1,8 @@
 /**
  * @file precision.h
- * @brief Narrow number formats (f16, bf16, FP8 E4M3/E5M2), mixed-precision training with dynamic loss
- * scaling, binary stochastic neurons, and the activation memory a graph holds.
+ * @brief A graph's precision policy: the compute dtype, dynamic loss scaling and how saved activations are
+ * stored. It includes number_format.h, memory.h, binary_stochastic.h and mode.h, which it held before they
+ * had headers of their own.
  *
  * See docs/precision.md for the design: f32 master weights and optimiser state, activations, their
  * gradients and weight copies stored in the compute dtype, casts inserted by the engine.
@@ -9,52 +10,13 @@
 #ifndef BPTRAIN_PRECISION_H
 #define BPTRAIN_PRECISION_H
 
+#include "binary_stochastic.h"
 #include "graph.h"
+#include "memory.h"
+#include "mode.h"
+#include "number_format.h"
 
 BPT_EXTERN_C_BEGIN
-
-/** How a value between two representable numbers is rounded. */
-typedef enum bpt_rounding {
-  BPT_ROUND_NEAREST_EVEN = 0, /**< IEEE round to nearest, ties to even */
-  BPT_ROUND_STOCHASTIC = 1    /**< up with probability equal to the distance from the lower neighbour, in ulps */
-} bpt_rounding;
-
-/** Options for bpt_convert(); get them from bpt_convert_options_default(). */
-typedef struct bpt_convert_options {
-  size_t size;           /**< sizeof(bpt_convert_options), set by the default function */
-  bpt_rounding rounding; /**< default ::BPT_ROUND_NEAREST_EVEN */
-  /** Non-zero: values beyond the largest finite number (and infinities) become that number. Zero
-   * (default): they become infinity, or NaN for E4M3, which has no infinity. */
-  int saturate;
-  /** Every value is multiplied by scale before it is encoded, and after it is decoded: the per-tensor
-   * scale factor of FP8 (see bpt_fp8_scale()). Default 1. */
-  float scale;
-  uint64_t seed; /**< picks the random stream for stochastic rounding; equal seeds give equal results */
-} bpt_convert_options;
-
-/** @return round to nearest even, no saturation, scale 1, seed 0. */
-BPT_API bpt_convert_options bpt_convert_options_default(void);
-
-/**
- * Converts @p count host values between any two of f32, f16, bf16, FP8 E4M3 and FP8 E5M2. Narrow formats are
- * stored as their bit patterns (uint16_t for f16 and bf16, uint8_t for FP8). Conversions between two narrow
- * formats go through f32, which holds every narrow value exactly.
- * @param options NULL for the defaults
- */
-BPT_API bpt_status bpt_convert(bpt_context *context, const bpt_convert_options *options, int64_t count,
-                               bpt_dtype source_dtype, const void *source, bpt_dtype destination_dtype,
-                               void *destination);
-
-/** @return the largest finite value of a floating-point dtype (65504 for f16, 448 for E4M3...), or 0. */
-BPT_API float bpt_dtype_max_finite(bpt_dtype dtype);
-
-/**
- * Computes a per-tensor scale factor for FP8: the largest power of two s such that max |values| * s does
- * not exceed the format's largest finite value (1 for an all-zero tensor). Powers of two keep the scaling
- * itself exact. Encode with scale s and decode with scale 1 / s.
- */
-BPT_API bpt_status bpt_fp8_scale(bpt_context *context, bpt_dtype dtype, const float *values, int64_t count,
-                                 float *scale);
 
 /** Whether gradients are computed on a scaled loss. */
 typedef enum bpt_loss_scaling {
@@ -101,40 +63,6 @@ BPT_API float bpt_graph_loss_scale(const bpt_graph *graph);
 
 /** @return how many optimiser steps were skipped because a gradient overflowed under loss scaling. */
 BPT_API int64_t bpt_graph_skipped_steps(const bpt_graph *graph);
-
-/**
- * Chooses stochastic (0, the default: training) or deterministic (non-zero: evaluation) behaviour for the
- * graph's stochastic ops: a binary stochastic neuron then outputs 1[sigmoid(z) > 0.5].
- */
-BPT_API bpt_status bpt_graph_set_deterministic(bpt_graph *graph, int deterministic);
-
-/** Memory a compiled graph holds, for its compiled (largest) batch. */
-typedef struct bpt_graph_memory_stats {
-  size_t size;                   /**< set to sizeof(bpt_graph_memory_stats) by the caller */
-  int64_t max_batch;             /**< the batch the figures below are for */
-  size_t activation_bytes_held;  /**< values and op buffers kept from forward until backward */
-  size_t transient_bytes;        /**< memory reused by values that only forward needs */
-  size_t gradient_bytes;         /**< activation gradients, shared by backward lifetime; the same bytes as the
-                                      transient values, so the two overlap rather than add */
-  size_t parameter_bytes;        /**< master parameters, their gradients and compute-dtype weight copies */
-  size_t input_bytes;            /**< the part of activation_bytes_held that is graph inputs */
-} bpt_graph_memory_stats;
-
-/** Fills @p stats (whose size field the caller sets) for a compiled graph. */
-BPT_API bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stats);
-
-/** The gradient a binary stochastic neuron passes back (straight-through estimators). */
-typedef enum bpt_straight_through {
-  BPT_STRAIGHT_THROUGH_IDENTITY = 0, /**< dz = da */
-  BPT_STRAIGHT_THROUGH_SIGMOID = 1   /**< dz = da * sigmoid'(z) */
-} bpt_straight_through;
-
-/**
- * Binary stochastic neuron: a = 1[u < sigmoid(z)] with u ~ U(0, 1) drawn from the graph's seeded
- * generator for every element and forward pass; in deterministic mode a = 1[sigmoid(z) > 0.5].
- */
-BPT_API bpt_status bpt_binary_stochastic(bpt_graph *graph, const char *name, bpt_node *z,
-                                         bpt_straight_through estimator, bpt_node **out);
 
 BPT_EXTERN_C_END
 

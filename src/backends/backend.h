@@ -187,7 +187,7 @@ typedef struct bpt_backend_vtable {
   bpt_status (*native_stream)(bpt_backend *backend, void **stream);
 
   /* Precision, binary stochastic neurons and activation memory (issue 4). Random bits for element i of a
-   * call come from bpt_number_format_random_bits(seed, i) (src/core/number_format.h), so every backend draws
+   * call come from bpt_number_format_random_bits(seed, i) (src/base/number_format.h), so every backend draws
    * the same numbers for the same seed. */
   /* Like cast from f32, but rounding stochastically (unbiased); FP8 saturates, f16 and bf16 overflow to inf. */
   bpt_status (*cast_stochastic)(bpt_backend *backend, int64_t count, const float *source, bpt_dtype destination_dtype,

@@ -105,6 +105,7 @@ static bpt_status prepare(bpt_context *context, const bpt_comm_options *options,
   *comm = bpt_calloc(context, 1, sizeof **comm, "communicator");
   if (!*comm) return BPT_ERR_OUT_OF_MEMORY;
   (*comm)->context = context;
+  bpt_context_retain(context);
   (*comm)->timeout_seconds = copy.timeout_seconds;
   (*comm)->rank = -1;
   *copied = copy;
@@ -113,6 +114,7 @@ static bpt_status prepare(bpt_context *context, const bpt_comm_options *options,
 
 static bpt_status finish(bpt_comm *comm, bpt_status status, bpt_comm **out) {
   if (status != BPT_OK) {
+    bpt_context_release(comm->context);
     free(comm);
     return status;
   }
@@ -190,6 +192,7 @@ bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int 
 void bpt_comm_destroy(bpt_comm *comm) {
   if (!comm) return;
   if (comm->engine && comm->engine->destroy) comm->engine->destroy(comm);
+  bpt_context_release(comm->context);
   free(comm);
 }
 

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 
 #include "bptrain/comm.h"
-#include "core/context.h"
+#include "base/report.h"
 
 /* An in-flight collective, owned by its engine and freed by the test that reports it done. */
 typedef struct bpt_comm_request bpt_comm_request;

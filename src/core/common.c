@@ -9,9 +9,7 @@ const char *bpt_version(void) {
       BPT_VERSION_PATCH);
 }
 
-uint32_t bpt_version_number(void) {
-  return BPT_VERSION_MAJOR * 10000u + BPT_VERSION_MINOR * 100u + BPT_VERSION_PATCH;
-}
+uint32_t bpt_version_number(void) { return BPT_VERSION_NUMBER; }
 
 int bpt_abi_version(void) { return BPT_ABI_VERSION; }
 

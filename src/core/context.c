@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Errors from calls that have no context to write to (context creation itself). */
+/* Errors from calls that have no context to write to (context creation, a NULL handle). */
 static _Thread_local char thread_last_error[BPT_ERROR_MESSAGE_SIZE];
+static _Thread_local bpt_status thread_last_status;
 
 bpt_status bpt_error(bpt_context *context, bpt_status status, const char *format, ...) {
   char *buffer = context ? context->last_error : thread_last_error;
+  *(context ? &context->last_status : &thread_last_status) = status;
   va_list arguments;
   va_start(arguments, format);
   vsnprintf(buffer, BPT_ERROR_MESSAGE_SIZE, format, arguments);
@@ -41,6 +43,20 @@ bpt_status bpt_copy_options(bpt_context *context, void *ours, size_t our_size, c
   *(size_t *)ours = our_size;
   return BPT_OK;
 }
+
+bpt_status bpt_copy_output(bpt_context *context, void *theirs, const void *ours, size_t our_size, size_t minimum_size,
+                           const char *what) {
+  size_t their_size = *(const size_t *)theirs;
+  if (their_size < minimum_size || their_size > (1u << 16))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: size field is %zu; set it to the struct's sizeof", what,
+                     their_size);
+  size_t size = their_size < our_size ? their_size : our_size;
+  memcpy(theirs, ours, size);
+  *(size_t *)theirs = size;
+  return BPT_OK;
+}
+
+bpt_backend *bpt_context_backend_instance(bpt_context *context) { return context ? &context->backend : NULL; }
 
 bpt_context_options bpt_context_options_default(void) {
   bpt_context_options options;
@@ -95,15 +111,34 @@ bpt_status bpt_context_create(const bpt_context_options *user_options, bpt_conte
   return BPT_OK;
 }
 
-void bpt_context_destroy(bpt_context *context) {
-  if (!context) return;
+static void free_context(bpt_context *context) {
   bpt_profiler_destroy(context);
   if (context->backend.vtable && context->backend.vtable->destroy) context->backend.vtable->destroy(&context->backend);
   free(context);
 }
 
+void bpt_context_retain(bpt_context *context) {
+  if (context) context->users++;
+}
+
+void bpt_context_release(bpt_context *context) {
+  if (context && --context->users == 0 && context->destroyed) free_context(context);
+}
+
+/* Graphs, tensors, data sets and communicators hold the context (and its backend) until they are gone, so
+ * destroying it first only marks it; the last of them frees it. */
+void bpt_context_destroy(bpt_context *context) {
+  if (!context || context->destroyed) return;
+  context->destroyed = true;
+  if (context->users == 0) free_context(context);
+}
+
 const char *bpt_context_last_error(const bpt_context *context) {
   return context ? context->last_error : thread_last_error;
+}
+
+bpt_status bpt_context_last_status(const bpt_context *context) {
+  return context ? context->last_status : thread_last_status;
 }
 
 const char *bpt_context_backend(const bpt_context *context) { return context ? context->backend_name : NULL; }

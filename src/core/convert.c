@@ -1,11 +1,11 @@
-/* Host conversions between f32 and the narrow formats (the public face of core/number_format.h), and
+/* Host conversions between f32 and the narrow formats (the public face of base/number_format.h), and
  * the per-tensor scale factor used for FP8. */
 #include <math.h>
 #include <string.h>
 
 #include "bptrain/precision.h"
 #include "core/context.h"
-#include "core/number_format.h"
+#include "base/number_format.h"
 
 bpt_convert_options bpt_convert_options_default(void) {
   bpt_convert_options options;

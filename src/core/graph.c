@@ -18,17 +18,41 @@ bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
   if (!graph) return BPT_ERR_OUT_OF_MEMORY;
   graph->context = context;
   graph->backend = &context->backend;
+  bpt_context_retain(context);
   *out = graph;
   return BPT_OK;
 }
 
+void bpt_graph_attach(bpt_graph *graph, bpt_graph_attachment *attachment, void (*detach)(void *owner), void *owner) {
+  attachment->detach = detach;
+  attachment->owner = owner;
+  attachment->next = graph->attachments;
+  graph->attachments = attachment;
+}
+
+void bpt_graph_unattach(bpt_graph *graph, bpt_graph_attachment *attachment) {
+  for (bpt_graph_attachment **link = &graph->attachments; *link; link = &(*link)->next)
+    if (*link == attachment) {
+      *link = attachment->next;
+      return;
+    }
+}
+
+/* Optimisers and data-parallel handles may outlive the graph: they let go of it first (data parallel waits
+ * for its in-flight all-reduces, which read the gradient block), then the memory goes. */
 void bpt_graph_destroy(bpt_graph *graph) {
   if (!graph) return;
+  while (graph->attachments) {
+    bpt_graph_attachment *attachment = graph->attachments;
+    graph->attachments = attachment->next;
+    attachment->detach(attachment->owner);
+  }
   bpt_graph_release_memory(graph);
-  bpt_graph_free_buffers(graph); /* robustness (issue 9) */
+  bpt_graph_free_buffers(graph);
   bpt_precision_destroy(graph);
   for (int i = 0; i < graph->node_count; i++) free(graph->nodes[i]);
   free(graph->nodes);
+  bpt_context_release(graph->context);
   free(graph);
 }
 
@@ -122,7 +146,7 @@ static bpt_status check_dims(bpt_graph *graph, const char *what, const char *nam
     if (dims[i] <= 0 || dims[i] > (INT64_C(1) << 31))
       return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': dimension %d is %lld, must be in [1, 2^31]", what,
                        name ? name : "", i, (long long)dims[i]);
-    /* Bound the element count so that later size arithmetic cannot overflow (robustness, issue 9). */
+    /* Bound the element count so that later size arithmetic cannot overflow. */
     if (dims[i] > (INT64_C(1) << 40) / count)
       return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': more than 2^40 elements", what, name ? name : "");
     count *= dims[i];

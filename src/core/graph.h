@@ -40,7 +40,7 @@ struct bpt_node {
   int64_t param_offset; /* parameters: element offset in the flat block */
   int64_t input_batch;  /* inputs: batch set by the last bpt_graph_set_input, 0 if none */
 
-  /* Activation memory (issue 4): the value shares memory with later nodes once forward is past it. */
+  /* Activation memory: the value shares memory with later nodes once forward is past it. */
   const bpt_node *value_reused_by;
   bool value_transient; /* only forward reads it: its bytes are reused in forward or by gradients in backward */
   /* Activation gradients share memory too (memory_plan.c): the index of the node whose backward first adds
@@ -71,6 +71,19 @@ typedef enum bpt_graph_event {
 /* A failure aborts the backward pass or the step with that status (the hook reports its own message). */
 typedef bpt_status (*bpt_graph_hook)(void *data, bpt_graph *graph, bpt_graph_event event, int position);
 
+/* An object made from a graph that holds memory of the graph's backend (an optimiser's state, a data-parallel
+ * handle's buckets). A graph destroyed first calls detach on each one still attached: it frees what needs
+ * the graph and sets its graph pointer to NULL, so the object's own destroy later frees host memory only and
+ * its other calls fail with BPT_ERR_STATE. */
+typedef struct bpt_graph_attachment {
+  void (*detach)(void *owner);
+  void *owner;
+  struct bpt_graph_attachment *next;
+} bpt_graph_attachment;
+void bpt_graph_attach(bpt_graph *graph, bpt_graph_attachment *attachment, void (*detach)(void *owner), void *owner);
+/* Takes attachment off graph's list (a no-op when it is not on it). */
+void bpt_graph_unattach(bpt_graph *graph, bpt_graph_attachment *attachment);
+
 struct bpt_graph {
   bpt_context *context;
   bpt_backend *backend;
@@ -96,23 +109,24 @@ struct bpt_graph {
   size_t activation_bytes;
   float *loss_gradient; /* device: the constant 1 that seeds backward */
 
-  /* Robustness (issue 9): checkpoints, anomaly detection. */
+  /* Checkpoints and anomaly detection. */
   bpt_rng rng;                      /* stream for stochastic ops, seeded at compile; saved in checkpoints */
   int64_t forward_count;            /* forward passes run since compile (the "step" anomaly reports name) */
   bool anomaly_detection;           /* check every op's output for inf/NaN (bpt_graph_set_anomaly_detection) */
   struct bpt_graph_buffer *buffers; /* non-trainable state saved in checkpoints (bpt_graph_register_buffer) */
   int buffer_count, buffer_capacity;
-  /* Comm layer (issue 7): one observer of backward and of the optimiser step, NULL when none. */
+  /* One observer of backward and of the optimiser step, NULL when none. */
   bpt_graph_hook hook;
   void *hook_data;
+  bpt_graph_attachment *attachments; /* optimisers and data-parallel handles made from the graph */
 
-  /* Precision, stochastic ops and activation memory (issue 4). */
+  /* Precision, stochastic ops and activation memory. */
   struct bpt_precision_state *precision; /* NULL until bpt_graph_set_precision(): f32, no scaling */
   bool deterministic;                    /* stochastic ops use their evaluation form */
   uint64_t forward_seed;                 /* drawn from rng for each forward pass */
   size_t held_bytes, transient_bytes, gradient_bytes, input_bytes; /* memory plan, for bpt_graph_memory() */
 
-  /* cnn (issue 3) */
+  /* Train/eval mode, folding and dropout. */
   bool evaluation;       /* inference mode: batch norm uses running statistics, dropout passes values through */
   bool folded;           /* batch norms were folded into convolutions: forward only */
   uint64_t random_step;  /* advanced by every optimiser step: dropout masks stay fixed between two steps */
@@ -159,7 +173,7 @@ bpt_status bpt_node_clear_unset_gradient(bpt_node *input);
                         (node)->graph->backend->vtable->name))
 bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char *kernel);
 
-/* Robustness (issue 9). A named range of device floats that is not a trainable parameter (batch-norm
+/* A named range of device floats that is not a trainable parameter (batch-norm
  * running statistics, say) but must survive a checkpoint; the graph keeps a view, not a copy. Either an
  * absolute device pointer, registered once memory exists, or a place inside a node's saved buffer
  * (node->saved + byte_offset), which an op's builder can register before compile. Re-registering a name

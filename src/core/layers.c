@@ -2,6 +2,8 @@
  * ResNet basic block wires two conv-BN pairs and its shortcut, and a sequential stack builds a table of
  * layers, so an example's model reads like the architecture's diagram. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "bptrain/cnn.h"
 #include "core/graph.h"
@@ -110,11 +112,16 @@ static const char *kind_name(bpt_layer_kind kind) {
   return NULL;
 }
 
-bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *x, const bpt_layer_spec *layers,
-                                int count, bpt_node **out) {
-  BPT_CHECK(check(graph, "bpt_layer_sequential", x, prefix, out));
-  if (count < 1 || !layers)
-    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_sequential '%s': no layers", prefix);
+bpt_layer_spec bpt_layer_spec_default(bpt_layer_kind kind) {
+  bpt_layer_spec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.size = sizeof spec;
+  spec.kind = kind;
+  return spec;
+}
+
+static bpt_status build_sequential(bpt_graph *graph, const char *prefix, bpt_node *x, const bpt_layer_spec *layers,
+                                   int count, bpt_node **out) {
   bpt_node *y = x;
   for (int i = 0; i < count; i++) {
     const bpt_layer_spec *l = &layers[i];
@@ -159,4 +166,33 @@ bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *
   }
   *out = y;
   return BPT_OK;
+}
+
+/* The caller's entries are sizeof(bpt_layer_spec) of the headers it was compiled with apart; each is copied
+ * into today's layout (fields it does not know stay 0) before anything is built. */
+bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *x, const bpt_layer_spec *layers,
+                                int count, bpt_node **out) {
+  const char *where = "bpt_layer_sequential";
+  BPT_CHECK(check(graph, where, x, prefix, out));
+  if (count < 1 || !layers)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s '%s': no layers", where, prefix);
+  const size_t stride = layers[0].size;
+  if (stride < offsetof(bpt_layer_spec, rate) + sizeof layers[0].rate || stride > (1u << 16))
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT,
+                     "%s '%s': layer 0 has size %zu; start each entry with BPT_LAYER(kind) or bpt_layer_spec_default()",
+                     where, prefix, stride);
+  bpt_layer_spec *specs = bpt_calloc(graph->context, (size_t)count, sizeof *specs, "layer specs");
+  if (!specs) return BPT_ERR_OUT_OF_MEMORY;
+  bpt_status status = BPT_OK;
+  for (int i = 0; i < count && status == BPT_OK; i++) {
+    const bpt_layer_spec *theirs = (const bpt_layer_spec *)((const char *)layers + (size_t)i * stride);
+    if (theirs->size != stride)
+      status = bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s '%s': layer %d has size %zu, layer 0 %zu",
+                         where, prefix, i, theirs->size, stride);
+    else
+      memcpy(&specs[i], theirs, stride < sizeof specs[i] ? stride : sizeof specs[i]);
+  }
+  if (status == BPT_OK) status = build_sequential(graph, prefix, x, specs, count, out);
+  free(specs);
+  return status;
 }

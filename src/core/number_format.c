@@ -1,7 +1,7 @@
 /* The generic encoder and decoder behind every narrow float format (see number_format.h). Rounding is
  * done on the integer significand: one add and one shift, whose increment selects nearest-even or
  * stochastic rounding, so the loop bodies stay branch-light enough to port to device code unchanged. */
-#include "core/number_format.h"
+#include "base/number_format.h"
 
 #include <string.h>
 

@@ -14,11 +14,12 @@
 #include "core/schedule.h"
 
 struct bpt_optimizer {
-  bpt_graph *graph;
+  bpt_graph *graph;                 /* NULL once the graph was destroyed (bpt_graph_destroy detaches us) */
+  bpt_graph_attachment attachment; /* on graph->attachments while the graph lives */
   bpt_optimizer_options options;
   float *state0, *state1; /* device, graph->parameter_elements floats each (state1: Adam only) */
   int64_t steps;
-  /* Parameter groups, per parameter in declaration order (cnn, issue 3). */
+  /* Parameter groups, per parameter in declaration order. */
   float *learning_rate_scales;
   float *weight_decays;
   bool has_schedule;
@@ -75,6 +76,25 @@ static bpt_status allocate_state(bpt_optimizer *optimizer, float **out) {
   return BPT_OK;
 }
 
+/* The graph is going: its backend frees our device state now, and every later call but destroy fails. */
+static void detach_from_graph(void *owner) {
+  bpt_optimizer *optimizer = owner;
+  bpt_backend *backend = optimizer->graph->backend;
+  if (optimizer->state0) backend->vtable->free(backend, optimizer->state0);
+  if (optimizer->state1) backend->vtable->free(backend, optimizer->state1);
+  optimizer->state0 = optimizer->state1 = NULL;
+  optimizer->graph = NULL;
+}
+
+/* BPT_ERR_STATE (on this thread's slot: the graph's context may be gone too) once the graph is destroyed. */
+static bpt_status check_attached(const bpt_optimizer *optimizer, const char *where) {
+  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", where);
+  if (!optimizer->graph)
+    return bpt_error(NULL, BPT_ERR_STATE, "%s: the optimizer's graph was destroyed; only bpt_optimizer_destroy is valid",
+                     where);
+  return BPT_OK;
+}
+
 bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *options, bpt_optimizer **out) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_create: graph is NULL");
   bpt_context *context = graph->context;
@@ -90,6 +110,7 @@ bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *o
   bpt_optimizer *optimizer = bpt_calloc(context, 1, sizeof *optimizer, "optimizer");
   if (!optimizer) return BPT_ERR_OUT_OF_MEMORY;
   optimizer->graph = graph;
+  bpt_graph_attach(graph, &optimizer->attachment, detach_from_graph, optimizer);
   optimizer->options = copy;
   optimizer->learning_rate_scales = calloc((size_t)graph->parameter_count + 1, sizeof(float));
   optimizer->weight_decays = calloc((size_t)graph->parameter_count + 1, sizeof(float));
@@ -114,9 +135,10 @@ bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *o
 
 void bpt_optimizer_destroy(bpt_optimizer *optimizer) {
   if (!optimizer) return;
-  bpt_backend *backend = optimizer->graph->backend;
-  if (optimizer->state0) backend->vtable->free(backend, optimizer->state0);
-  if (optimizer->state1) backend->vtable->free(backend, optimizer->state1);
+  if (optimizer->graph) {
+    bpt_graph_unattach(optimizer->graph, &optimizer->attachment);
+    detach_from_graph(optimizer);
+  }
   free(optimizer->learning_rate_scales);
   free(optimizer->weight_decays);
   free(optimizer);
@@ -126,7 +148,8 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer);
 
 /* The profiler (core/profiler.h) times the whole step, every update kernel call included. */
 bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
-  bpt_context *context = optimizer ? optimizer->graph->context : NULL;
+  BPT_CHECK(check_attached(optimizer, "bpt_optimizer_step"));
+  bpt_context *context = optimizer->graph->context;
   if (__builtin_expect(!context || !context->profiler, 1)) return optimizer_step(optimizer);
   uint64_t start = bpt_profiler_begin(context);
   bpt_status status = optimizer_step(optimizer);
@@ -140,15 +163,18 @@ bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
 }
 
 static bpt_status optimizer_step(bpt_optimizer *optimizer) {
-  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_step: optimizer is NULL");
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BEFORE_UPDATE, -1));
-  /* Loss scaling and non-finite checks (issue 4): unscales the gradients, may skip this update. */
-  bool skip = false;
-  BPT_CHECK(bpt_precision_before_step(graph, &skip));
-  if (skip) return BPT_OK;
+  /* A precision policy unscales and checks the gradients and may skip this update. Without one the step is
+   * the update kernels alone: no precision work and no host-device synchronisation (anomaly mode is the
+   * check for non-finite values then). */
+  if (graph->precision) {
+    bool skip = false;
+    BPT_CHECK(bpt_precision_before_step(graph, &skip));
+    if (skip) return BPT_OK;
+  }
   bpt_optimizer_options *o = &optimizer->options;
   if (optimizer->has_schedule) {
     float rate = o->learning_rate;
@@ -202,7 +228,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
 }
 
 bpt_status bpt_optimizer_set_learning_rate(bpt_optimizer *optimizer, float learning_rate) {
-  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_set_learning_rate: NULL optimizer");
+  BPT_CHECK(check_attached(optimizer, "bpt_optimizer_set_learning_rate"));
   if (!(learning_rate >= 0.0f) || !isfinite(learning_rate))
     return bpt_error(optimizer->graph->context, BPT_ERR_INVALID_ARGUMENT,
                      "bpt_optimizer_set_learning_rate: %g must be finite and >= 0", (double)learning_rate);
@@ -217,7 +243,7 @@ float bpt_optimizer_learning_rate(const bpt_optimizer *optimizer) {
 int64_t bpt_optimizer_step_count(const bpt_optimizer *optimizer) { return optimizer ? optimizer->steps : 0; }
 
 bpt_status bpt_optimizer_set_schedule(bpt_optimizer *optimizer, const bpt_schedule_options *schedule) {
-  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_set_schedule: optimizer is NULL");
+  BPT_CHECK(check_attached(optimizer, "bpt_optimizer_set_schedule"));
   bpt_context *context = optimizer->graph->context;
   if (bpt_schedule_validate(schedule, "bpt_optimizer_set_schedule") != BPT_OK)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s", bpt_context_last_error(NULL));
@@ -232,7 +258,7 @@ bpt_status bpt_optimizer_set_schedule(bpt_optimizer *optimizer, const bpt_schedu
 bpt_status bpt_optimizer_set_group(bpt_optimizer *optimizer, bpt_node *const *parameters, int count,
                                    float learning_rate_scale, float weight_decay) {
   const char *where = "bpt_optimizer_set_group";
-  if (!optimizer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: optimizer is NULL", where);
+  BPT_CHECK(check_attached(optimizer, where));
   bpt_graph *graph = optimizer->graph;
   if ((count > 0 && !parameters) || count < 0)
     return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: %d parameters from a NULL list", where, count);
@@ -257,15 +283,14 @@ bpt_status bpt_optimizer_set_group(bpt_optimizer *optimizer, bpt_node *const *pa
 }
 
 bpt_status bpt_optimizer_no_decay_on_vectors(bpt_optimizer *optimizer) {
-  if (!optimizer)
-    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_no_decay_on_vectors: optimizer is NULL");
+  BPT_CHECK(check_attached(optimizer, "bpt_optimizer_no_decay_on_vectors"));
   bpt_graph *graph = optimizer->graph;
   for (int p = 0; p < graph->parameter_count; p++)
     if (graph->parameters[p]->rank == 1) optimizer->weight_decays[p] = 0.0f;
   return BPT_OK;
 }
 
-/* Robustness (issue 9): checkpoints read and restore the state through this view (core/optimizer_state.h). */
+/* Checkpoints read and restore the state through this view (core/optimizer_state.h). */
 void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *view) {
   view->graph = optimizer->graph;
   view->options = &optimizer->options;

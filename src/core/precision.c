@@ -70,18 +70,18 @@ bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stat
   bpt_context *context = graph->context;
   if (!stats) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: stats is NULL");
   if (!graph->compiled) return bpt_error(context, BPT_ERR_STATE, "bpt_graph_memory: compile the graph first");
-  if (stats->size < offsetof(bpt_graph_memory_stats, input_bytes) + sizeof stats->input_bytes)
-    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: set stats->size to sizeof(bpt_graph_memory_stats)");
   size_t parameter_bytes = (size_t)graph->parameter_elements * sizeof(float);
   bool copies = graph->precision && graph->precision->weight_copies;
-  stats->size = sizeof *stats;
-  stats->max_batch = graph->max_batch;
-  stats->activation_bytes_held = graph->held_bytes;
-  stats->transient_bytes = graph->transient_bytes;
-  stats->gradient_bytes = graph->gradient_bytes;
-  stats->parameter_bytes = parameter_bytes * (copies ? 3 : 2);
-  stats->input_bytes = graph->input_bytes;
-  return BPT_OK;
+  bpt_graph_memory_stats full = {.size = sizeof full,
+                                 .max_batch = graph->max_batch,
+                                 .activation_bytes_held = graph->held_bytes,
+                                 .transient_bytes = graph->transient_bytes,
+                                 .gradient_bytes = graph->gradient_bytes,
+                                 .parameter_bytes = parameter_bytes * (copies ? 3 : 2),
+                                 .input_bytes = graph->input_bytes};
+  return bpt_copy_output(context, stats, &full, sizeof full,
+                         offsetof(bpt_graph_memory_stats, input_bytes) + sizeof stats->input_bytes,
+                         "bpt_graph_memory");
 }
 
 float bpt_graph_loss_scale(const bpt_graph *graph) {
@@ -199,22 +199,41 @@ bpt_status bpt_precision_round_gradients(bpt_graph *graph) {
   return round_buffer(graph, graph->gradient_block, graph->parameter_elements, "parameter gradients", "all");
 }
 
-/* Runs unscale_check_finite over count values at device pointer values; *found says whether any was not
- * finite. With inverse_scale 1 it is a pure check. */
-static bpt_status check_finite(bpt_graph *graph, float *values, int64_t count, float inverse_scale, bool *found) {
+/* A finiteness check in three parts, so that several buffers share one device flag and one read-back:
+ * clear the flag, run unscale_check_finite over each buffer (values *= inverse_scale; 1 is a pure check),
+ * then read the flag. */
+static bpt_status clear_flag(bpt_graph *graph) {
   bpt_backend *backend = graph->backend;
-  bpt_precision_state *state = graph->precision;
-  int32_t flag = 0;
   backend->error_message[0] = 0;
   if (!backend->vtable->unscale_check_finite)
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "backend '%s' has no unscale_check_finite kernel",
                      backend->vtable->name);
-  if (backend->vtable->memset_zero(backend, state->found_nonfinite, sizeof flag) != BPT_OK ||
-      backend->vtable->unscale_check_finite(backend, count, values, inverse_scale, state->found_nonfinite) != BPT_OK ||
-      backend->vtable->download(backend, &flag, state->found_nonfinite, sizeof flag) != BPT_OK)
+  if (backend->vtable->memset_zero(backend, graph->precision->found_nonfinite, sizeof(int32_t)) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "checking values are finite");
+  return BPT_OK;
+}
+
+static bpt_status check_values(bpt_graph *graph, float *values, int64_t count, float inverse_scale) {
+  bpt_backend *backend = graph->backend;
+  if (backend->vtable->unscale_check_finite(backend, count, values, inverse_scale, graph->precision->found_nonfinite) !=
+      BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "checking values are finite");
+  return BPT_OK;
+}
+
+static bpt_status read_flag(bpt_graph *graph, bool *found) {
+  bpt_backend *backend = graph->backend;
+  int32_t flag = 0;
+  if (backend->vtable->download(backend, &flag, graph->precision->found_nonfinite, sizeof flag) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "checking values are finite");
   *found = flag != 0;
   return BPT_OK;
+}
+
+static bpt_status check_finite(bpt_graph *graph, float *values, int64_t count, float inverse_scale, bool *found) {
+  BPT_CHECK(clear_flag(graph));
+  BPT_CHECK(check_values(graph, values, count, inverse_scale));
+  return read_flag(graph, found);
 }
 
 /* Replays forward with the same inputs and random numbers, checking each op's output, and reports the first
@@ -247,36 +266,39 @@ static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
                    "%s: %s; every op's output is finite, so the overflow happened in backward", where, what);
 }
 
+static bpt_status refuse_nonfinite_loss(bpt_graph *graph, float loss) {
+  char what[96];
+  snprintf(what, sizeof what, "the loss '%s' is %g", graph->loss->name, (double)loss);
+  return report_nonfinite(graph, what);
+}
+
 bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip) {
   *skip = false;
-  bpt_context *context = graph->context;
-  if (!graph->precision) {
-    /* A graph without a policy computes in f32 without scaling; it still needs the flag to check steps. */
-    graph->precision = bpt_calloc(context, 1, sizeof *graph->precision, "precision state");
-    if (!graph->precision) return BPT_ERR_OUT_OF_MEMORY;
-    graph->precision->options = bpt_precision_options_default();
-    graph->precision->loss_scale = 1.0f;
-  }
-  if (!graph->precision->found_nonfinite &&
-      graph->backend->vtable->alloc(graph->backend, sizeof(int32_t), (void **)&graph->precision->found_nonfinite) !=
-          BPT_OK)
-    return bpt_backend_error(context, BPT_ERR_OUT_OF_MEMORY, "bpt_optimizer_step: allocating a flag");
   bpt_precision_state *state = graph->precision;
+  if (!state || !state->found_nonfinite)
+    return bpt_error(graph->context, BPT_ERR_INTERNAL, "bpt_optimizer_step: precision step without a compiled policy");
   /* Parameter gradients in the compute dtype, as a device would hold them before the unscale. Done here rather
    * than at the end of backward so that data-parallel all-reduces (started during backward) are finished. */
   BPT_CHECK(bpt_precision_round_gradients(graph));
+  /* A policy's step synchronises with the device once: the host decides whether to refuse or skip it.
+   * Without scaling only the loss is checked (read back): a pass over every gradient would cost each f32 step
+   * as much as the update itself, and a non-finite gradient with a finite loss is what anomaly mode is for. */
   float loss = 0.0f;
-  BPT_CHECK(bpt_graph_loss(graph, &loss));
-  if (!isfinite(loss)) {
-    char what[96];
-    snprintf(what, sizeof what, "the loss '%s' is %g", graph->loss->name, (double)loss);
-    return report_nonfinite(graph, what);
+  if (!state->scaling) {
+    BPT_CHECK(bpt_graph_loss(graph, &loss));
+    return isfinite(loss) ? BPT_OK : refuse_nonfinite_loss(graph, loss);
   }
-  /* Without scaling only the loss is checked: a pass over every gradient would cost each f32 step as much as
-   * the update itself, and a non-finite gradient with a finite loss is what anomaly mode is for. */
-  if (!state->scaling) return BPT_OK;
+  /* With scaling the loss and the gradients (unscaled on the way) raise one device flag, and only the flag is
+   * read back; the loss itself only when the flag is up, to tell a bad loss from an overflow. */
   bool found = false;
-  BPT_CHECK(check_finite(graph, graph->gradient_block, graph->parameter_elements, 1.0f / state->loss_scale, &found));
+  BPT_CHECK(clear_flag(graph));
+  BPT_CHECK(check_values(graph, (float *)graph->loss->value, 1, 1.0f));
+  BPT_CHECK(check_values(graph, graph->gradient_block, graph->parameter_elements, 1.0f / state->loss_scale));
+  BPT_CHECK(read_flag(graph, &found));
+  if (found) {
+    BPT_CHECK(bpt_graph_loss(graph, &loss));
+    if (!isfinite(loss)) return refuse_nonfinite_loss(graph, loss);
+  }
   const bpt_precision_options *o = &state->options;
   if (found) {
     /* Overflow at this scale: drop the update and retry the next batch at a smaller scale. */

@@ -32,7 +32,7 @@ bpt_status bpt_precision_after_forward_node(bpt_node *node);
 bpt_status bpt_precision_before_backward_node(bpt_node *node);
 /* Rounds the parameter gradients to the compute dtype (called by bpt_precision_before_step). */
 bpt_status bpt_precision_round_gradients(bpt_graph *graph);
-/* Before an optimiser update: unscale and check the gradients (one kernel pass), update the loss scale,
+/* Before an optimiser update of a graph with a policy (never called without one): unscale and check the gradients (one kernel pass), update the loss scale,
  * and set *skip when the update must be skipped. Fails with BPT_ERR_NUMERIC, naming the first op whose
  * output went non-finite, when the loss or (without scaling) a gradient is not finite. */
 bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip);

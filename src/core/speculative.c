@@ -398,15 +398,9 @@ bpt_status bpt_speculative_get_counters(const bpt_speculative_trainer *trainer, 
   if (!trainer || !counters)
     return bpt_error(trainer ? trainer->context : NULL, BPT_ERR_INVALID_ARGUMENT,
                      "bpt_speculative_get_counters: trainer or counters is NULL");
-  if (counters->size < offsetof(bpt_speculative_counters, cold_fallbacks) + sizeof counters->cold_fallbacks ||
-      counters->size > (1u << 16))
-    return bpt_error(trainer->context, BPT_ERR_INVALID_ARGUMENT,
-                     "bpt_speculative_get_counters: counters->size is %zu; set it to sizeof(bpt_speculative_counters)",
-                     counters->size);
-  size_t size = counters->size < sizeof trainer->counters ? counters->size : sizeof trainer->counters;
-  memcpy(counters, &trainer->counters, size);
-  counters->size = size;
-  return BPT_OK;
+  return bpt_copy_output(trainer->context, counters, &trainer->counters, sizeof trainer->counters,
+                         offsetof(bpt_speculative_counters, cold_fallbacks) + sizeof counters->cold_fallbacks,
+                         "bpt_speculative_get_counters");
 }
 
 bpt_status bpt_speculative_reset_counters(bpt_speculative_trainer *trainer) {

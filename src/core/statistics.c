@@ -87,9 +87,11 @@ bpt_status bpt_graph_value_statistics(bpt_graph *graph, const bpt_node *node, bp
   BPT_CHECK(statistics_of(graph, count, node->value, &sum, &squares, &zeros, where));
   const double mean = sum / (double)count;
   const double variance = squares / (double)count - mean * mean;
-  statistics->mean = mean;
-  statistics->standard_deviation = variance > 0.0 ? sqrt(variance) : 0.0;
-  statistics->zero_fraction = (double)zeros / (double)count;
-  statistics->count = count;
-  return BPT_OK;
+  bpt_value_statistics full = {.size = sizeof full,
+                               .mean = mean,
+                               .standard_deviation = variance > 0.0 ? sqrt(variance) : 0.0,
+                               .zero_fraction = (double)zeros / (double)count,
+                               .count = count};
+  return bpt_copy_output(graph->context, statistics, &full, sizeof full,
+                         offsetof(bpt_value_statistics, count) + sizeof statistics->count, where);
 }

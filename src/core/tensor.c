@@ -29,6 +29,7 @@ bpt_status bpt_tensor_create(bpt_context *context, bpt_dtype dtype, int rank, co
     return BPT_ERR_OUT_OF_MEMORY;
   }
   tensor->context = context;
+  bpt_context_retain(context);
   tensor->dtype = dtype;
   tensor->rank = rank;
   for (int i = 0; i < rank; i++) tensor->dims[i] = dims[i];
@@ -39,6 +40,7 @@ bpt_status bpt_tensor_create(bpt_context *context, bpt_dtype dtype, int rank, co
 
 void bpt_tensor_destroy(bpt_tensor *tensor) {
   if (!tensor) return;
+  bpt_context_release(tensor->context);
   free(tensor->data);
   free(tensor);
 }

@@ -213,6 +213,28 @@ static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
   destroy(&m);
 }
 
+/* The graph goes first, right after a backward pass whose all-reduces may still be in flight: it waits for
+ * them and detaches the handle, whose calls then fail and whose destroy frees host memory (ASan, valgrind). */
+static void graph_destroyed_before_data_parallel(bpt_context *context, bpt_comm *comm) {
+  model m;
+  build(context, 2, &m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.bucket_bytes = options.first_bucket_bytes = 1024;
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
+  MPI_CHECK(bpt_data_parallel_bucket_count(dp) > 1, "%d buckets", bpt_data_parallel_bucket_count(dp));
+  forward_backward(context, &m, 0, 0, 2, 0);
+  bpt_tensor_destroy(m.x_batch);
+  bpt_tensor_destroy(m.label_batch);
+  bpt_graph_destroy(m.graph);
+  MPI_CHECK(bpt_data_parallel_wait(dp) == BPT_ERR_STATE && strstr(bpt_context_last_error(NULL), "graph was destroyed"),
+            "wait on a detached handle: %s", bpt_context_last_error(NULL));
+  MPI_CHECK(bpt_optimizer_step(m.optimizer) == BPT_ERR_STATE, "step on a detached optimizer");
+  bpt_data_parallel_destroy(dp);
+  bpt_optimizer_destroy(m.optimizer);
+  MPI_CHECK_OK(context, bpt_comm_barrier(comm)); /* the communicator is still in step on every rank */
+}
+
 int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -269,6 +291,7 @@ int main(int argc, char **argv) {
     free(values);
   }
   accumulation_errors(context, comm);
+  graph_destroyed_before_data_parallel(context, comm);
   profiled(context, comm);
   initial_state_from_rank_0(context, comm);
   if (rank == 0)

@@ -3,7 +3,7 @@
 #include <math.h>
 
 #include "backends/cpu/cpu.h"
-#include "core/number_format.h"
+#include "base/number_format.h"
 
 bpt_status bpt_cpu_binary_stochastic_forward(bpt_backend *backend, int64_t count, const float *z, float *a,
                                              uint64_t seed, bool deterministic) {

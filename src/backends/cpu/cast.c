@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
-#include "core/number_format.h"
+#include "base/number_format.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>

@@ -4,14 +4,15 @@
 #include <string.h>
 
 #include "backends/fpga/fpga.h"
-#include "core/context.h"
+#include "base/report.h"
 
 static bpt_status fpga_state(bpt_context *context, const char *where, bpt_fpga_state **out) {
   if (!context) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: context is NULL", where);
-  if (context->backend.vtable != bpt_fpga_backend_register())
+  bpt_backend *backend = bpt_context_backend_instance(context);
+  if (backend->vtable != bpt_fpga_backend_register())
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: the context runs on backend '%s', not 'fpga-sim'", where,
-                     context->backend.vtable->name);
-  *out = bpt_fpga_state_of(&context->backend);
+                     backend->vtable->name);
+  *out = bpt_fpga_state_of(backend);
   return BPT_OK;
 }
 
@@ -67,14 +68,9 @@ bpt_status bpt_fpga_get_report(bpt_context *context, bpt_fpga_report *report) {
   bpt_fpga_state *state = NULL;
   BPT_CHECK(fpga_state(context, "bpt_fpga_get_report", &state));
   if (!report) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_fpga_get_report: report is NULL");
-  if (report->size < offsetof(bpt_fpga_report, joules) + sizeof report->joules || report->size > (1u << 16))
-    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
-                     "bpt_fpga_get_report: report->size is %zu; set it to sizeof(bpt_fpga_report)", report->size);
   bpt_fpga_report full = make_report(&state->model);
-  size_t size = report->size < sizeof full ? report->size : sizeof full;
-  memcpy(report, &full, size);
-  report->size = size;
-  return BPT_OK;
+  return bpt_copy_output(context, report, &full, sizeof full,
+                         offsetof(bpt_fpga_report, joules) + sizeof report->joules, "bpt_fpga_get_report");
 }
 
 int bpt_fpga_kernel_count(void) { return BPT_FPGA_KERNEL_COUNT; }
@@ -85,10 +81,7 @@ bpt_status bpt_fpga_get_kernel_report(bpt_context *context, int index, bpt_fpga_
   if (index < 0 || index >= BPT_FPGA_KERNEL_COUNT)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_fpga_get_kernel_report: index %d is outside [0, %d)",
                      index, BPT_FPGA_KERNEL_COUNT);
-  if (!report || report->size < offsetof(bpt_fpga_kernel_report, utilisation) + sizeof report->utilisation ||
-      report->size > (1u << 16))
-    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
-                     "bpt_fpga_get_kernel_report: report is NULL or its size is not sizeof(bpt_fpga_kernel_report)");
+  if (!report) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_fpga_get_kernel_report: report is NULL");
   const bpt_fpga_model *model = &state->model;
   const bpt_fpga_kernel_stats *stats = &model->stats[index];
   bpt_fpga_kernel_report full = {.size = sizeof full,
@@ -99,10 +92,9 @@ bpt_status bpt_fpga_get_kernel_report(bpt_context *context, int index, bpt_fpga_
                                  .operations = stats->operations};
   uint64_t cycles = stats->compute_cycles + stats->transfer_cycles;
   full.utilisation = cycles ? (double)stats->operations / ((double)cycles * (double)bpt_fpga_lanes(model)) : 0.0;
-  size_t size = report->size < sizeof full ? report->size : sizeof full;
-  memcpy(report, &full, size);
-  report->size = size;
-  return BPT_OK;
+  return bpt_copy_output(context, report, &full, sizeof full,
+                         offsetof(bpt_fpga_kernel_report, utilisation) + sizeof report->utilisation,
+                         "bpt_fpga_get_kernel_report");
 }
 
 bpt_status bpt_fpga_format_report(bpt_context *context, char *buffer, size_t size) {

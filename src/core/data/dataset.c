@@ -24,6 +24,7 @@ struct bpt_dataset {
 
 void bpt_dataset_destroy(bpt_dataset *dataset) {
   if (!dataset) return;
+  bpt_context_release(dataset->context);
   bpt_idx_free(&dataset->images);
   bpt_idx_free(&dataset->labels);
   free(dataset->order);
@@ -39,6 +40,7 @@ bpt_status bpt_dataset_load_idx(bpt_context *context, const char *images_path, c
   bpt_dataset *dataset = bpt_calloc(context, 1, sizeof *dataset, "data set");
   if (!dataset) return BPT_ERR_OUT_OF_MEMORY;
   dataset->context = context;
+  bpt_context_retain(context);
   dataset->std = 1.0f;
   bpt_status status = bpt_idx_read(context, images_path, &dataset->images);
   if (status == BPT_OK && labels_path) status = bpt_idx_read(context, labels_path, &dataset->labels);

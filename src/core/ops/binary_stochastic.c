@@ -3,7 +3,7 @@
  * dz = da, or sigmoid-adjusted, dz = da * sigmoid'(z) (Bengio, Leonard & Courville 2013, section 4). */
 #include "bptrain/precision.h"
 #include "core/graph.h"
-#include "core/number_format.h"
+#include "base/number_format.h"
 
 static bpt_status binary_stochastic_infer_shape(bpt_node *node) {
   const bpt_node *z = node->inputs[0];

@@ -1,9 +1,9 @@
 /* Scalar conversions between f32 and the narrow floating-point formats (IEEE binary16, bfloat16, OCP FP8
  * E4M3 and E5M2). Pure C with no library calls, so the CPU kernels, the tests and a device port share one
- * definition of every rounding decision. One generic encoder and decoder are driven by a small table that
- * describes each format; see docs/precision.md for the rules. */
-#ifndef BPT_CORE_NUMBER_FORMAT_H
-#define BPT_CORE_NUMBER_FORMAT_H
+ * definition of every rounding decision; it lives in src/base/ because core and backends both use it. One
+ * generic encoder and decoder are driven by a small table that describes each format; see docs/precision.md. */
+#ifndef BPT_BASE_NUMBER_FORMAT_H
+#define BPT_BASE_NUMBER_FORMAT_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,0 +1,30 @@
+/**
+ * @file memory.h
+ * @brief The memory a compiled graph holds: activations, transient values, gradients, parameters and inputs.
+ */
+#ifndef BPTRAIN_MEMORY_H
+#define BPTRAIN_MEMORY_H
+
+#include "graph.h"
+
+BPT_EXTERN_C_BEGIN
+
+/** Memory a compiled graph holds, for its compiled (largest) batch. */
+typedef struct bpt_graph_memory_stats {
+  size_t size;                  /**< set to sizeof(bpt_graph_memory_stats) by the caller */
+  int64_t max_batch;            /**< the batch the figures below are for */
+  size_t activation_bytes_held; /**< values and op buffers kept from forward until backward */
+  size_t transient_bytes;       /**< memory reused by values that only forward needs */
+  size_t gradient_bytes;        /**< activation gradients, shared by backward lifetime; the same bytes as the
+                                     transient values, so the two overlap rather than add */
+  size_t parameter_bytes;       /**< master parameters, their gradients and compute-dtype weight copies */
+  size_t input_bytes;           /**< the part of activation_bytes_held that is graph inputs */
+} bpt_graph_memory_stats;
+
+/** Fills @p stats (whose size field the caller sets) for a compiled graph: at most stats->size bytes are
+ * written, and the size field then says how many. */
+BPT_API bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stats);
+
+BPT_EXTERN_C_END
+
+#endif

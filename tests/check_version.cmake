@@ -1,0 +1,15 @@
+# Keeps the version macros of include/bptrain/common.h equal to project(VERSION) in CMakeLists.txt, which
+# names the shared library's files: run as cmake -DSOURCE_DIR=... -P check_version.cmake.
+file(STRINGS ${SOURCE_DIR}/CMakeLists.txt project_line REGEX "^project\\(bptrain VERSION ")
+string(REGEX MATCH "VERSION ([0-9]+)\\.([0-9]+)\\.([0-9]+)" _ "${project_line}")
+set(cmake_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}.${CMAKE_MATCH_3}")
+file(READ ${SOURCE_DIR}/include/bptrain/common.h header)
+foreach(part MAJOR MINOR PATCH)
+  string(REGEX MATCH "#define BPT_VERSION_${part} ([0-9]+)" _ "${header}")
+  list(APPEND header_parts ${CMAKE_MATCH_1})
+endforeach()
+list(JOIN header_parts "." header_version)
+if(NOT cmake_version STREQUAL header_version OR cmake_version STREQUAL "..")
+  message(FATAL_ERROR "check_version: CMakeLists.txt says ${cmake_version}, include/bptrain/common.h ${header_version}")
+endif()
+message(STATUS "check_version: ${header_version} in CMakeLists.txt and include/bptrain/common.h")
