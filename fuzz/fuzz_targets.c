@@ -179,7 +179,9 @@ static void fix_crcs(uint8_t *bytes, size_t size) {
   for (uint32_t i = 0, count = load32(bytes + 16); i < count && size - offset >= 20; i++) {
     uint64_t length = load32(bytes + offset + 8) | (uint64_t)load32(bytes + offset + 12) << 32;
     if (length > size - offset - 20) return;
-    store32(bytes + offset + 16, (uint32_t)crc32(0, bytes + offset + 20, (uInt)length));
+    /* Format 2: the CRC covers the section header's tag, flags and length, then the payload. */
+    uLong crc = crc32(0, bytes + offset, 16);
+    store32(bytes + offset + 16, (uint32_t)crc32(crc, bytes + offset + 20, (uInt)length));
     offset += 20 + (size_t)length;
   }
 }

@@ -457,7 +457,7 @@ static void failed_saves_keep_the_previous_file(void **state) {
   char directory[4096];
   snprintf(directory, sizeof directory, "%s", file);
   *strrchr(directory, '/') = 0;
-  assert_fails(m.context, BPT_ERR_IO, "rename failed", bpt_checkpoint_save(m.graph, directory, NULL));
+  assert_fails(m.context, BPT_ERR_IO, "is a directory", bpt_checkpoint_save(m.graph, directory, NULL));
 
   /* A full disk, simulated with a file-size limit in a child: the write fails, the old checkpoint stays. */
   const char *path = temporary("full-disk.ckpt");
