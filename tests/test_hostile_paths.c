@@ -81,7 +81,7 @@ static void expect_no_temporary_files(const char *directory) {
 
 static int arm(void **state) {
   (void)state;
-  alarm(60);
+  alarm(20);
   return 0;
 }
 

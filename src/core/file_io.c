@@ -67,7 +67,14 @@ bpt_status bpt_file_open_for_writing(bpt_context *context, const char *path, con
   /* Without O_TRUNC first: truncating is only right once we know it is a regular file. A FIFO without a reader
    * fails at once with ENXIO under O_NONBLOCK instead of blocking. */
   int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
-  if (fd < 0) return bpt_error(context, BPT_ERR_IO, "%s '%s': cannot open for writing: %s", what, path, strerror(errno));
+  if (fd < 0) {
+    int error = errno;
+    struct stat info;
+    /* A FIFO without a reader says ENXIO: name what is there rather than "no such device". */
+    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode))
+      return bpt_error(context, BPT_ERR_IO, "%s '%s': is %s, not a regular file", what, path, kind_of(info.st_mode));
+    return bpt_error(context, BPT_ERR_IO, "%s '%s': cannot open for writing: %s", what, path, strerror(error));
+  }
   BPT_CHECK(keep_if_regular(context, fd, path, what, NULL));
   if (ftruncate(fd, 0) != 0) {
     int error = errno;
