@@ -14,13 +14,13 @@ rate() { awk '{ for (i = 1; i <= NF; i++) { if ($i ~ /^samples_per_second=/) { s
 best() { sort -g -r | head -1; }
 echo "A/B: A=$a B=$b, $rounds alternating rounds, $threads threads; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 bench() {  # name, then the command with BUILD standing for the build dir
-  local name=$1 ra=() rb=() side line
+  local name=$1 ra=() rb=() line
   shift
   for ((round = 0; round < rounds; round++)); do
-    for side in "$a" "$b"; do
-      line=$(run "${@//BUILD/$side}")
-      if [ "$side" = "$a" ]; then ra+=("$(rate "$line")"); else rb+=("$(rate "$line")"); fi
-    done
+    line=$(run "${@//BUILD/$a}" 2>/dev/null)
+    ra+=("$(rate "$line")")
+    line=$(run "${@//BUILD/$b}" 2>/dev/null)
+    rb+=("$(rate "$line")")
   done
   local x y
   x=$(printf '%s\n' "${ra[@]}" | best) y=$(printf '%s\n' "${rb[@]}" | best)
