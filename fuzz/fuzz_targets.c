@@ -171,6 +171,61 @@ static void store32(uint8_t *at, uint32_t value) {
     at[i] = (uint8_t)(value >> (8 * i));
 }
 
+/* Inflates every member of a gzip stream with zlib alone (the oracle for bpt_fuzz_gzip); returns the output
+ * (malloc'd) when the stream is one or more complete members and nothing else, NULL otherwise. */
+static unsigned char *oracle_inflate(const uint8_t *data, size_t size, size_t limit, size_t *out_size) {
+  size_t capacity = 4096, used = 0, at = 0;
+  unsigned char *out = malloc(capacity);
+  if (!out) abort();
+  while (at < size) {
+    z_stream stream;
+    memset(&stream, 0, sizeof stream);
+    if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) abort();
+    stream.next_in = (Bytef *)data + at;
+    stream.avail_in = (uInt)(size - at);
+    int status;
+    do {
+      if (used == capacity) {
+        if (capacity >= limit) break;
+        capacity *= 2;
+        out = realloc(out, capacity);
+        if (!out) abort();
+      }
+      stream.next_out = out + used;
+      stream.avail_out = (uInt)(capacity - used);
+      status = inflate(&stream, Z_NO_FLUSH);
+      used = capacity - stream.avail_out;
+    } while (status == Z_OK);
+    at = size - stream.avail_in;
+    inflateEnd(&stream);
+    if (status != Z_STREAM_END) {
+      free(out);
+      return NULL;
+    }
+  }
+  *out_size = used;
+  return out;
+}
+
+int bpt_fuzz_gzip(const uint8_t *data, size_t size) {
+  bpt_context *context = fuzz_context();
+  char path[512];
+  scratch_path("gzip.gz", path, sizeof path);
+  write_file(path, data, size);
+  bpt_idx idx;
+  if (bpt_idx_read(context, path, &idx) != BPT_OK) return 0;
+  /* Accepted: a gzip file must be complete members whose contents are exactly this header and payload. */
+  if (size >= 2 && data[0] == 0x1f && data[1] == 0x8b) {
+    size_t header = 4 + 4 * (size_t)idx.rank, inflated = 0;
+    unsigned char *plain = oracle_inflate(data, size, header + (size_t)idx.count + 1, &inflated);
+    if (!plain || inflated != header + (size_t)idx.count || memcmp(plain + header, idx.data, (size_t)idx.count) != 0)
+      abort();
+    free(plain);
+  }
+  bpt_idx_free(&idx);
+  return 0;
+}
+
 /* Recomputes the header and section CRCs wherever the layout (docs/checkpoints.md) makes sense. */
 static void fix_crcs(uint8_t *bytes, size_t size) {
   if (size < 24) return;
@@ -179,7 +234,9 @@ static void fix_crcs(uint8_t *bytes, size_t size) {
   for (uint32_t i = 0, count = load32(bytes + 16); i < count && size - offset >= 20; i++) {
     uint64_t length = load32(bytes + offset + 8) | (uint64_t)load32(bytes + offset + 12) << 32;
     if (length > size - offset - 20) return;
-    store32(bytes + offset + 16, (uint32_t)crc32(0, bytes + offset + 20, (uInt)length));
+    /* Format 2: the CRC covers the section header's tag, flags and length, then the payload. */
+    uLong crc = crc32(0, bytes + offset, 16);
+    store32(bytes + offset + 16, (uint32_t)crc32(crc, bytes + offset + 20, (uInt)length));
     offset += 20 + (size_t)length;
   }
 }

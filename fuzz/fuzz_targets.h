@@ -11,6 +11,10 @@
  * set, which is then normalised, shuffled and batched. Returns 0 (libFuzzer's convention). */
 int bpt_fuzz_idx(const uint8_t *data, size_t size);
 
+/* Input: one file for the IDX reader, normally a gzip stream. Whatever it accepts from a gzip file is checked
+ * against zlib alone: the file must be complete members that inflate to exactly the header and payload. */
+int bpt_fuzz_gzip(const uint8_t *data, size_t size);
+
 /* Input: a checkpoint, loaded into a fixed small graph with an Adam optimiser, a data set and a registered
  * buffer (and, for odd sizes, a second time with parameters only). When fix_crcs is non-zero, section CRCs
  * are recomputed first so that a library built with CRC checks reaches the same decoders as a fuzzing build. */

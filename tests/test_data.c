@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
+#include "core/data/idx.h"
 #include "test_support.h"
 
 /* An IDX header: 00 00 <dtype> <rank> then big-endian dimensions. */
@@ -99,6 +101,102 @@ static void bad_files_are_refused_with_messages(void **state) {
   bpt_context_destroy(context);
 }
 
+/* One complete gzip member of bytes into out (capacity bytes); returns its size. */
+static size_t gzip_member(const unsigned char *bytes, size_t size, unsigned char *out, size_t capacity) {
+  z_stream stream;
+  memset(&stream, 0, sizeof stream);
+  assert_int_equal(deflateInit2(&stream, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  stream.next_in = (Bytef *)bytes;
+  stream.avail_in = (uInt)size;
+  stream.next_out = out;
+  stream.avail_out = (uInt)capacity;
+  assert_int_equal(deflate(&stream, Z_FINISH), Z_STREAM_END);
+  size_t written = capacity - stream.avail_out;
+  deflateEnd(&stream);
+  return written;
+}
+
+static void expect_gzip_refusal(bpt_context *context, const unsigned char *bytes, size_t size, const char *fragment) {
+  const char *path = test_write_file("bad-images.gz", bytes, size);
+  bpt_idx idx;
+  assert_fails(context, BPT_ERR_FORMAT, fragment, bpt_idx_read(context, path, &idx));
+  assert_null(idx.data);
+}
+
+/* A gzip IDX file counts only as complete members whose CRC32/ISIZE trailers match, followed by nothing (or by
+ * further complete members, as `cat a.gz b.gz` makes): the same trailing bytes a raw file is refused for are
+ * refused after a gzip member too, and decompression stops one byte past what the header promises. */
+static void gzip_streams_must_be_complete(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  unsigned char plain[64], member[256], bytes[512];
+  uint32_t dims[3] = {5, 2, 3};
+  size_t plain_size = idx_header(plain, 0x08, 3, dims);
+  for (int i = 0; i < 30; i++) plain[plain_size + i] = (unsigned char)(i * 8);
+  plain_size += 30;
+  size_t size = gzip_member(plain, plain_size, member, sizeof member);
+  bpt_idx idx;
+  assert_ok(context, bpt_idx_read(context, test_write_file("good-images.gz", member, size), &idx));
+  assert_int_equal(idx.count, 30);
+  assert_memory_equal(idx.data, plain + plain_size - 30, 30);
+  bpt_idx_free(&idx);
+
+  /* The trailer (CRC32, then ISIZE) cut short by 1 to 8 bytes, or with one of its bytes changed. */
+  for (size_t cut = 1; cut <= 8; cut++)
+    expect_gzip_refusal(context, member, size - cut, "truncated gzip stream");
+  memcpy(bytes, member, size);
+  bytes[size - 8] ^= 1;
+  expect_gzip_refusal(context, bytes, size, "incorrect data check");
+  memcpy(bytes, member, size);
+  bytes[size - 1] ^= 1;
+  expect_gzip_refusal(context, bytes, size, "incorrect length check");
+
+  /* Garbage after the member: one zero byte, text, a lone gzip magic (a second member cut off). */
+  const char *tails[] = {"\0", "garbage", "\x1f", "\x1f\x8b"};
+  const size_t tail_sizes[] = {1, 7, 1, 2};
+  for (int t = 0; t < 4; t++) {
+    memcpy(bytes, member, size);
+    memcpy(bytes + size, tails[t], tail_sizes[t]);
+    expect_gzip_refusal(context, bytes, size + tail_sizes[t], t < 2 ? "unexpected data after" : "truncated gzip");
+  }
+  /* The same trailing bytes in a raw file. */
+  memcpy(bytes, plain, plain_size);
+  memcpy(bytes + plain_size, "garbage", 7);
+  assert_fails(context, BPT_ERR_FORMAT, "wrong size",
+               bpt_idx_read(context, test_write_file("bad-images", bytes, plain_size + 7), &idx));
+
+  /* Two complete members (split inside the header and inside the data) read as their concatenation. */
+  for (size_t split = 3; split < plain_size; split += 17) {
+    size_t first = gzip_member(plain, split, bytes, sizeof bytes);
+    size_t second = gzip_member(plain + split, plain_size - split, bytes + first, sizeof bytes - first);
+    assert_ok(context, bpt_idx_read(context, test_write_file("two-members.gz", bytes, first + second), &idx));
+    assert_memory_equal(idx.data, plain + plain_size - 30, 30);
+    bpt_idx_free(&idx);
+  }
+  bpt_context_destroy(context);
+}
+
+/* A small gzip file that inflates to far more than its header promises (30 data bytes, then 4 MiB of zeros)
+ * is refused as soon as one byte too many comes out. Its trailer CRC is wrong on purpose: a reader that
+ * decompressed the whole member would report that instead, so the message shows where decompression stopped. */
+static void gzip_bombs_are_bounded_by_the_header(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  const size_t extra = (size_t)4 << 20;
+  unsigned char *plain = calloc(64 + extra, 1);
+  uint32_t dims[3] = {5, 2, 3};
+  size_t plain_size = idx_header(plain, 0x08, 3, dims) + 30 + extra;
+  size_t capacity = 64 << 10;
+  unsigned char *member = malloc(capacity);
+  size_t size = gzip_member(plain, plain_size, member, capacity);
+  print_message("%zu bytes inflate to %zu\n", size, plain_size);
+  member[size - 8] ^= 1;
+  expect_gzip_refusal(context, member, size, "data continues past the 30 bytes");
+  free(member);
+  free(plain);
+  bpt_context_destroy(context);
+}
+
 static void batches_normalise_and_shuffle(void **state) {
   (void)state;
   bpt_context *context = test_context(1);
@@ -170,6 +268,8 @@ static void fashion_mnist_loads_when_installed(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bad_files_are_refused_with_messages),
+      cmocka_unit_test(gzip_streams_must_be_complete),
+      cmocka_unit_test(gzip_bombs_are_bounded_by_the_header),
       cmocka_unit_test(batches_normalise_and_shuffle),
       cmocka_unit_test(fashion_mnist_loads_when_installed),
   };

@@ -62,7 +62,9 @@ static void corpora_and_regressions_replay_cleanly(void **state) {
   int idx = replay("corpus", "idx", bpt_fuzz_idx) + replay("regressions", "idx", bpt_fuzz_idx);
   int checkpoints = replay("corpus", "checkpoint", checkpoint_with_fixed_crcs) +
                     replay("regressions", "checkpoint", checkpoint_with_fixed_crcs);
-  print_message("replayed %d IDX and %d checkpoint inputs\n", idx, checkpoints);
+  int gzip = replay("corpus", "gzip", bpt_fuzz_gzip) + replay("regressions", "gzip", bpt_fuzz_gzip);
+  print_message("replayed %d IDX, %d gzip and %d checkpoint inputs\n", idx, gzip, checkpoints);
+  assert_true(gzip >= 3);
   assert_true(idx >= 6);
   assert_true(checkpoints >= 2);
 }

@@ -141,6 +141,10 @@ static void write_meta(bpt_writer *writer, const bpt_graph *graph, const bpt_che
   bpt_section_end(writer, start);
 }
 
+/* Float attributes that an op overwrites while it runs (state, not configuration): linear's slot 0 holds the
+ * FP8 scale of the last forward's saved activation. They are stored as 0 and not compared. */
+static bool attribute_is_state(bpt_op_id op, int float_index) { return op == BPT_OP_LINEAR && float_index == 0; }
+
 static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
   size_t start = bpt_section_begin(writer, TAG_GRAPH, 0);
   bpt_put_u32(writer, (uint32_t)graph->node_count);
@@ -159,6 +163,14 @@ static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
     bpt_put_u32(writer, (uint32_t)node->input_count);
     for (int k = 0; k < node->input_count; k++)
       bpt_put_u32(writer, (uint32_t)node->inputs[k]->index);
+    /* Format 2: the op's attributes (stride, padding, rates, slopes, epsilons...), so that a graph that differs
+     * only there is refused rather than silently computing something else with the saved weights. */
+    bpt_put_u32(writer, BPT_MAX_INT_ATTRIBUTES);
+    for (int a = 0; a < BPT_MAX_INT_ATTRIBUTES; a++)
+      bpt_put_i64(writer, node->int_attributes[a]);
+    bpt_put_u32(writer, BPT_MAX_FLOAT_ATTRIBUTES);
+    for (int a = 0; a < BPT_MAX_FLOAT_ATTRIBUTES; a++)
+      bpt_put_f32(writer, attribute_is_state(node->op, a) ? 0.0f : node->float_attributes[a]);
   }
   bpt_section_end(writer, start);
 }
@@ -362,6 +374,44 @@ static const char *file_op_name(uint32_t op, const char *stored) {
   return stored[0] ? stored : bpt_op_get((bpt_op_id)op) ? bpt_op_get((bpt_op_id)op)->name : "?";
 }
 
+/* Compares a node's saved op attributes with this graph's, bit for bit (so -0 and 0, or two NaNs, are told
+ * apart the same way the saving graph would have computed with them). */
+static bpt_status read_attributes(const loader *l, bpt_reader *r, int index, const bpt_node *node,
+                                  const char *op_name) {
+  uint32_t int_count, float_count;
+  if (!bpt_get_u32(r, &int_count) || int_count > BPT_MAX_INT_ATTRIBUTES) return truncated(l, "GRPH");
+  for (uint32_t a = 0; a < int_count; a++) {
+    int64_t value;
+    if (!bpt_get_i64(r, &value)) return truncated(l, "GRPH");
+    if (value != node->int_attributes[a])
+      return bpt_error(l->context, BPT_ERR_SHAPE,
+                       "%s: node %d, %s '%s', has different op attributes in the file and in this graph: integer "
+                       "attribute %u is %lld in the file, %lld here",
+                       l->where, index, op_name, node->name, a, (long long)value, (long long)node->int_attributes[a]);
+  }
+  if (!bpt_get_u32(r, &float_count) || float_count > BPT_MAX_FLOAT_ATTRIBUTES) return truncated(l, "GRPH");
+  for (uint32_t a = 0; a < float_count; a++) {
+    float value;
+    if (!bpt_get_f32(r, &value)) return truncated(l, "GRPH");
+    float ours = attribute_is_state(node->op, (int)a) ? 0.0f : node->float_attributes[a];
+    if (memcmp(&value, &ours, sizeof value) != 0)
+      return bpt_error(l->context, BPT_ERR_SHAPE,
+                       "%s: node %d, %s '%s', has different op attributes in the file and in this graph: float "
+                       "attribute %u is %.9g in the file, %.9g here",
+                       l->where, index, op_name, node->name, a, (double)value, (double)ours);
+  }
+  /* Slots a file does not list (fewer than this library keeps) must be unused here. */
+  for (uint32_t a = int_count; a < BPT_MAX_INT_ATTRIBUTES; a++)
+    if (node->int_attributes[a] != 0)
+      return bpt_error(l->context, BPT_ERR_SHAPE, "%s: node %d, %s '%s': integer attribute %u is not in the file",
+                       l->where, index, op_name, node->name, a);
+  for (uint32_t a = float_count; a < BPT_MAX_FLOAT_ATTRIBUTES; a++)
+    if (!attribute_is_state(node->op, (int)a) && node->float_attributes[a] != 0.0f)
+      return bpt_error(l->context, BPT_ERR_SHAPE, "%s: node %d, %s '%s': float attribute %u is not in the file",
+                       l->where, index, op_name, node->name, a);
+  return BPT_OK;
+}
+
 static bpt_status read_graph(const loader *l, bpt_reader *r) {
   const bpt_graph *graph = l->graph;
   uint32_t count, loss;
@@ -411,6 +461,7 @@ static bpt_status read_graph(const loader *l, bpt_reader *r) {
     if (!same_inputs)
       return bpt_error(l->context, BPT_ERR_SHAPE, "%s: %s '%s' takes different inputs in the file and in this graph",
                        l->where, op_name, name);
+    BPT_CHECK(read_attributes(l, r, i, node, op_name));
   }
   uint32_t our_loss = graph->loss ? (uint32_t)graph->loss->index + 1 : 0;
   if (loss != our_loss)
@@ -525,9 +576,15 @@ static bpt_status read_optimizer(const loader *l, bpt_reader *r, bpt_optimizer *
   if (kind != (uint32_t)ours->kind)
     return bpt_error(l->context, BPT_ERR_INVALID_ARGUMENT, "%s: the saved optimizer is %s, this one is %s", l->where,
                      kind < 3 ? optimizer_kind_names[kind] : "unknown", optimizer_kind_names[ours->kind]);
-  /* The learning rate is restored (schedules change it); the rest defines the update rule and must agree. */
-  if (!(file->learning_rate >= 0.0f) || file->learning_rate > 1e30f || d->optimizer_steps < 0)
-    return truncated(l, "OPTM");
+  /* The learning rate is restored (schedules change it); the rest defines the update rule and must agree. The
+   * saved values pass the very check bpt_optimizer_create applies, so whatever was accepted there loads here. */
+  file->size = sizeof *file;
+  file->kind = ours->kind;
+  file->nesterov = nesterov != 0;
+  BPT_CHECK(bpt_optimizer_options_check(l->context, file, l->where));
+  if (!bpt_optimizer_steps_valid(d->optimizer_steps))
+    return bpt_error(l->context, BPT_ERR_FORMAT, "%s: the saved optimizer step count %lld is negative", l->where,
+                     (long long)d->optimizer_steps);
   if (file->momentum != ours->momentum) return differs(l, "momentum", file->momentum, ours->momentum);
   if ((nesterov != 0) != (ours->nesterov != 0)) return differs(l, "nesterov", nesterov != 0, ours->nesterov != 0);
   if (file->weight_decay != ours->weight_decay)
@@ -586,10 +643,8 @@ static bpt_status read_loss_scaler(const loader *l, bpt_reader *r, decoded *d) {
   if (!bpt_get_f32(r, &d->loss_scale) || !bpt_get_i64(r, &d->clean_steps) || !bpt_get_i64(r, &d->skipped_steps) ||
       bpt_reader_left(r) != 0)
     return truncated(l, "LSCL");
-  /* The scaler never leaves [2^-24, 2^64] (precision.c). */
-  if (!(d->loss_scale >= 0x1p-24f && d->loss_scale <= 0x1p64f) || d->clean_steps < 0 || d->skipped_steps < 0)
-    return bpt_error(l->context, BPT_ERR_FORMAT, "%s: the saved loss scaler (scale %g, %lld, %lld steps) is invalid",
-                     l->where, (double)d->loss_scale, (long long)d->clean_steps, (long long)d->skipped_steps);
+  /* The same rule the scaler's creation obeys (precision.c). */
+  BPT_CHECK(bpt_precision_check_scaler(l->context, d->loss_scale, d->clean_steps, d->skipped_steps, l->where));
   d->has_loss_scaler = true;
   return BPT_OK;
 }

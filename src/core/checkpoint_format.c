@@ -1,26 +1,29 @@
 /* The checkpoint container: explicit little-endian encoding (never a struct dumped from memory, so the bytes
  * are the same on every compiler and platform), per-section CRC32 from zlib, and the crash-safe file write. */
-#define _POSIX_C_SOURCE 200809L /* fsync, O_CLOEXEC, O_DIRECTORY under -std=c11 */
 #include "core/checkpoint_format.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
-static uint32_t crc32_of(const unsigned char *bytes, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+#include "core/file_io.h"
+
+static uint32_t crc32_more(uint32_t crc, const unsigned char *bytes, size_t size) {
+  uLong value = crc;
   while (size > 0) {
     uInt chunk = size > (1u << 30) ? (1u << 30) : (uInt)size;
-    crc = crc32(crc, bytes, chunk);
+    value = crc32(value, bytes, chunk);
     bytes += chunk;
     size -= chunk;
   }
-  return (uint32_t)crc;
+  return (uint32_t)value;
+}
+
+static uint32_t crc32_of(const unsigned char *bytes, size_t size) { return crc32_more(0, bytes, size); }
+
+uint32_t bpt_checkpoint_section_crc(const unsigned char *header, const unsigned char *payload, size_t payload_size) {
+  return crc32_more(crc32_more(0, header, 16), payload, payload_size);
 }
 
 static void store_u32(unsigned char *at, uint32_t value) {
@@ -132,7 +135,7 @@ void bpt_section_end(bpt_writer *writer, size_t start) {
   unsigned char *header = writer->bytes + start;
   size_t payload = writer->size - start - BPT_CHECKPOINT_SECTION_HEADER_BYTES;
   store_u64(header + 8, payload);
-  store_u32(header + 16, crc32_of(header + BPT_CHECKPOINT_SECTION_HEADER_BYTES, payload));
+  store_u32(header + 16, bpt_checkpoint_section_crc(header, header + BPT_CHECKPOINT_SECTION_HEADER_BYTES, payload));
 }
 
 static const unsigned char *take(bpt_reader *reader, size_t size) {
@@ -227,6 +230,11 @@ bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes
   if (load_u32(bytes + 20) != crc32_of(bytes, 20))
     return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': header CRC mismatch (file corrupt)", what);
 #endif
+  if (format == 1)
+    return bpt_error(context, BPT_ERR_FORMAT,
+                     "checkpoint '%s': format version 1 (before section headers had a CRC; a flipped tag there went "
+                     "unnoticed) is no longer read; this library (%s) reads version %u",
+                     what, bpt_version(), BPT_CHECKPOINT_FORMAT_VERSION);
   if (format != BPT_CHECKPOINT_FORMAT_VERSION)
     return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': format version %u, this library (%s) reads version %u",
                      what, format, bpt_version(), BPT_CHECKPOINT_FORMAT_VERSION);
@@ -254,7 +262,7 @@ bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes
                        bpt_tag_name(load_u32(header), tag), (unsigned long long)length, size - offset);
     }
 #ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-    if (crc32_of(bytes + offset, (size_t)length) != load_u32(header + 16)) {
+    if (bpt_checkpoint_section_crc(header, bytes + offset, (size_t)length) != load_u32(header + 16)) {
       free(table);
       return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': section '%s' CRC mismatch (file corrupt)", what,
                        bpt_tag_name(load_u32(header), tag));
@@ -275,107 +283,10 @@ bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes
   return BPT_OK;
 }
 
-/* Directory part of path ("." when there is none), for the fsync that makes the rename durable. */
-static void directory_of(const char *path, char *buffer, size_t size) {
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(buffer, size, ".");
-  else if (slash == path)
-    snprintf(buffer, size, "/");
-  else
-    snprintf(buffer, size, "%.*s", (int)(slash - path), path);
-}
-
-static bool write_all(int descriptor, const unsigned char *bytes, size_t size) {
-  while (size > 0) {
-    ssize_t written = write(descriptor, bytes, size > (1u << 30) ? (1u << 30) : size);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return false;
-    bytes += written;
-    size -= (size_t)written;
-  }
-  return true;
-}
-
 bpt_status bpt_write_file_atomically(bpt_context *context, const char *path, const void *bytes, size_t size) {
-  char temporary[4096 + 64];
-  if (strlen(path) > 4096)
-    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "checkpoint '%.64s...': path too long", path);
-  /* The pid keeps two processes saving to one path from sharing a temporary file. */
-  snprintf(temporary, sizeof temporary, "%s.tmp-%ld", path, (long)getpid());
-  int descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (descriptor < 0)
-    return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': cannot create '%s': %s", path, temporary, strerror(errno));
-  const char *failed = NULL;
-  if (!write_all(descriptor, bytes, size))
-    failed = "write";
-  else if (fsync(descriptor) != 0)
-    failed = "fsync";
-  int error = errno;
-  if (close(descriptor) != 0 && !failed) {
-    failed = "close";
-    error = errno;
-  }
-  if (!failed && rename(temporary, path) != 0) {
-    failed = "rename";
-    error = errno;
-  }
-  if (failed) {
-    unlink(temporary);
-    return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': %s failed: %s; the previous file is unchanged", path,
-                     failed, strerror(error));
-  }
-  char directory[4096];
-  directory_of(path, directory, sizeof directory);
-  int directory_descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  /* Without the directory fsync a power loss could forget the rename (the new name), not the data. */
-  /* Some file systems (network, FUSE) cannot fsync a directory and say EINVAL: the rename stands regardless. */
-  if (directory_descriptor < 0 || (fsync(directory_descriptor) != 0 && errno != EINVAL)) {
-    error = errno;
-    if (directory_descriptor >= 0) close(directory_descriptor);
-    return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': written, but syncing directory '%s' failed: %s", path,
-                     directory, strerror(error));
-  }
-  close(directory_descriptor);
-  return BPT_OK;
+  return bpt_file_write_atomically(context, path, "checkpoint", bytes, size);
 }
 
 bpt_status bpt_read_whole_file(bpt_context *context, const char *path, unsigned char **bytes, size_t *size) {
-  *bytes = NULL;
-  *size = 0;
-  int descriptor = open(path, O_RDONLY | O_CLOEXEC);
-  if (descriptor < 0) return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': cannot open: %s", path, strerror(errno));
-  struct stat info;
-  if (fstat(descriptor, &info) != 0 || !S_ISREG(info.st_mode)) {
-    close(descriptor);
-    return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': not a regular file", path);
-  }
-  if ((int64_t)info.st_size > BPT_CHECKPOINT_MAX_BYTES) {
-    close(descriptor);
-    return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': %lld bytes exceeds the %lld-byte limit", path,
-                     (long long)info.st_size, (long long)BPT_CHECKPOINT_MAX_BYTES);
-  }
-  size_t total = (size_t)info.st_size;
-  unsigned char *buffer = bpt_calloc(context, total ? total : 1, 1, "checkpoint file buffer");
-  if (!buffer) {
-    close(descriptor);
-    return BPT_ERR_OUT_OF_MEMORY;
-  }
-  size_t done = 0;
-  while (done < total) {
-    ssize_t got = read(descriptor, buffer + done, total - done > (1u << 30) ? (1u << 30) : total - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    done += (size_t)got;
-  }
-  int error = errno;
-  close(descriptor);
-  if (done != total) {
-    free(buffer);
-    return bpt_error(context, BPT_ERR_IO, "checkpoint '%s': read %zu of %zu bytes: %s", path, done, total,
-                     strerror(error));
-  }
-  *bytes = buffer;
-  *size = total;
-  return BPT_OK;
+  return bpt_file_read_whole(context, path, "checkpoint", BPT_CHECKPOINT_MAX_BYTES, bytes, size);
 }

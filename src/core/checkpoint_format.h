@@ -1,5 +1,5 @@
 /* The checkpoint container, independent of what is stored in it: little-endian encoders and bounds-checked
- * decoders, tagged sections with a CRC32 each, an atomic file write and a size-capped whole-file read.
+ * decoders, tagged sections with a CRC32 each (header and payload), an atomic file write and a size-capped whole-file read.
  * checkpoint.c decides what goes into the sections; docs/checkpoints.md describes the bytes. */
 #ifndef BPT_CORE_CHECKPOINT_FORMAT_H
 #define BPT_CORE_CHECKPOINT_FORMAT_H
@@ -11,7 +11,9 @@
 #include "core/context.h"
 
 #define BPT_CHECKPOINT_MAGIC "bptckpt\n"
-#define BPT_CHECKPOINT_FORMAT_VERSION 1u
+/* Version 2: each section's CRC covers its header's tag, flags and length too (version 1: the payload only), and
+ * GRPH holds every node's op attributes. */
+#define BPT_CHECKPOINT_FORMAT_VERSION 2u
 #define BPT_CHECKPOINT_HEADER_BYTES 24
 #define BPT_CHECKPOINT_SECTION_HEADER_BYTES 20
 /* Section flag: a reader that does not know the tag may skip the section. */
@@ -74,6 +76,9 @@ typedef struct bpt_section {
  * that fuzzers reach the decoders) and returns the section table (free it). `what` names the file in messages. */
 bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes, size_t size, const char *what,
                                 uint32_t *library_version, bpt_section **sections, int *section_count);
+
+/* A section's CRC: its header's first 16 bytes (tag, flags, length), then the payload. */
+uint32_t bpt_checkpoint_section_crc(const unsigned char *header, const unsigned char *payload, size_t payload_size);
 
 /* "GRPH" for a tag, into a 5-byte buffer, with non-printable bytes as '?'. */
 const char *bpt_tag_name(uint32_t tag, char buffer[5]);

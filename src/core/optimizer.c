@@ -40,11 +40,13 @@ bpt_optimizer_options bpt_optimizer_options_default(void) {
 
 static bool in_unit_interval(float x) { return x >= 0.0f && x < 1.0f; }
 
-static bpt_status validate(bpt_context *context, const bpt_optimizer_options *o) {
-  const char *where = "bpt_optimizer_create";
+/* One rule for the learning rate, wherever it enters: creation, the setter, and a checkpoint's saved rate. */
+static bool learning_rate_valid(float rate) { return rate >= 0.0f && isfinite(rate); }
+
+bpt_status bpt_optimizer_options_check(bpt_context *context, const bpt_optimizer_options *o, const char *where) {
   if ((unsigned)o->kind > (unsigned)BPT_OPTIMIZER_ADAMW)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: unknown optimizer kind %d", where, (int)o->kind);
-  if (!(o->learning_rate >= 0.0f) || !isfinite(o->learning_rate))
+  if (!learning_rate_valid(o->learning_rate))
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: learning_rate %g must be finite and >= 0", where,
                      (double)o->learning_rate);
   if (!(o->weight_decay >= 0.0f) || !isfinite(o->weight_decay))
@@ -106,7 +108,7 @@ bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *o
   if (options)
     BPT_CHECK(bpt_copy_options(context, &copy, sizeof copy, options, options->size,
                                offsetof(bpt_optimizer_options, epsilon) + sizeof copy.epsilon, "bpt_optimizer_create"));
-  BPT_CHECK(validate(context, &copy));
+  BPT_CHECK(bpt_optimizer_options_check(context, &copy, "bpt_optimizer_create"));
   bpt_optimizer *optimizer = bpt_calloc(context, 1, sizeof *optimizer, "optimizer");
   if (!optimizer) return BPT_ERR_OUT_OF_MEMORY;
   optimizer->graph = graph;
@@ -229,7 +231,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
 
 bpt_status bpt_optimizer_set_learning_rate(bpt_optimizer *optimizer, float learning_rate) {
   BPT_CHECK(check_attached(optimizer, "bpt_optimizer_set_learning_rate"));
-  if (!(learning_rate >= 0.0f) || !isfinite(learning_rate))
+  if (!learning_rate_valid(learning_rate))
     return bpt_error(optimizer->graph->context, BPT_ERR_INVALID_ARGUMENT,
                      "bpt_optimizer_set_learning_rate: %g must be finite and >= 0", (double)learning_rate);
   optimizer->options.learning_rate = learning_rate;

@@ -3,7 +3,10 @@
 #ifndef BPT_CORE_OPTIMIZER_STATE_H
 #define BPT_CORE_OPTIMIZER_STATE_H
 
+#include <stdbool.h>
+
 #include "bptrain/optimizer.h"
+#include "core/context.h"
 
 typedef struct bpt_optimizer_state {
   bpt_graph *graph;
@@ -12,6 +15,12 @@ typedef struct bpt_optimizer_state {
   float *buffers[2]; /* device, laid out like the parameter block; NULL when the rule needs none
                         (SGD: velocity, none; Adam: first and second moments) */
 } bpt_optimizer_state;
+
+/* The one validation rule for optimiser options: bpt_optimizer_create applies it to what the caller gives, the
+ * checkpoint loader to what a file holds, so every value one accepts the other accepts (issue 18, class 2). */
+bpt_status bpt_optimizer_options_check(bpt_context *context, const bpt_optimizer_options *options, const char *where);
+/* Step counts a saved optimiser may have: any count the optimiser can reach, 0 and up. */
+static inline bool bpt_optimizer_steps_valid(int64_t steps) { return steps >= 0; }
 
 void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *view);
 

@@ -33,6 +33,7 @@ static bpt_status validate(bpt_context *context, const bpt_precision_options *o)
   if (!(o->initial_loss_scale >= 1.0f) || !isfinite(o->initial_loss_scale))
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: initial_loss_scale %g must be finite and >= 1", where,
                      (double)o->initial_loss_scale);
+  BPT_CHECK(bpt_precision_check_scaler(context, o->initial_loss_scale, 0, 0, where));
   if (o->growth_interval < 1)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: growth_interval %lld must be >= 1", where,
                      (long long)o->growth_interval);
@@ -108,6 +109,18 @@ static bpt_status upload_loss_scale(bpt_graph *graph) {
   float scale = graph->precision->loss_scale;
   if (backend->vtable->upload(backend, graph->loss_gradient, &scale, sizeof scale) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "loss scaling: uploading the scale");
+  return BPT_OK;
+}
+
+bpt_status bpt_precision_check_scaler(bpt_context *context, float loss_scale, int64_t clean_steps,
+                                      int64_t skipped_steps, const char *where) {
+  /* Backing off never goes below 2^-24 (before_step); any finite scale at or above it is one the scaler can hold,
+   * the initial scale (>= 1, unbounded above but finite) included. */
+  if (!(loss_scale >= 0x1p-24f) || !isfinite(loss_scale) || clean_steps < 0 || skipped_steps < 0)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
+                     "%s: loss scaler state (scale %g, %lld clean steps, %lld skipped) is invalid: the scale must be "
+                     "finite and >= 2^-24, the counts >= 0",
+                     where, (double)loss_scale, (long long)clean_steps, (long long)skipped_steps);
   return BPT_OK;
 }
 

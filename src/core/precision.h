@@ -36,6 +36,10 @@ bpt_status bpt_precision_round_gradients(bpt_graph *graph);
  * and set *skip when the update must be skipped. Fails with BPT_ERR_NUMERIC, naming the first op whose
  * output went non-finite, when the loss or (without scaling) a gradient is not finite. */
 bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip);
+/* The one rule for a dynamic loss scaler's state, used by bpt_graph_set_precision (the initial scale) and by the
+ * checkpoint loader (a saved scaler), so whatever the scaler can hold is saved and loaded alike. */
+bpt_status bpt_precision_check_scaler(bpt_context *context, float loss_scale, int64_t clean_steps,
+                                      int64_t skipped_steps, const char *where);
 /* Checkpoints: puts back a saved dynamic loss scaler (the scale seeds the loss gradient). */
 bpt_status bpt_precision_restore_scaler(bpt_graph *graph, float loss_scale, int64_t clean_steps,
                                         int64_t skipped_steps);

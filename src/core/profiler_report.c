@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/file_io.h"
 #include "core/profiler_state.h"
 
 static const char *const phase_names[BPT_PROFILE_PHASE_COUNT] = {"forward", "backward", "optimizer", "comm"};
@@ -147,8 +149,14 @@ bpt_status bpt_profiler_write_trace(bpt_context *context, const char *path) {
   if (!profiler)
     return bpt_error(context, BPT_ERR_STATE,
                      "bpt_profiler_write_trace: nothing recorded; call bpt_profiler_enable first");
-  FILE *file = fopen(path, "w");
-  if (!file) return bpt_error(context, BPT_ERR_IO, "bpt_profiler_write_trace: cannot open '%s' for writing", path);
+  /* Not fopen: a FIFO at path would block it forever; this refuses anything but a regular file. */
+  int descriptor;
+  BPT_CHECK(bpt_file_open_for_writing(context, path, "bpt_profiler_write_trace: trace file", &descriptor));
+  FILE *file = fdopen(descriptor, "w");
+  if (!file) {
+    close(descriptor);
+    return bpt_error(context, BPT_ERR_IO, "bpt_profiler_write_trace: cannot open '%s' for writing", path);
+  }
   pthread_mutex_lock(&profiler->lock);
   write_events(file, profiler);
   pthread_mutex_unlock(&profiler->lock);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bptrain/data.h"
 #include "core/context.h"
@@ -77,11 +78,9 @@ static bpt_status find_file(bpt_context *context, const char *directory, const c
     int written = snprintf(path, size, "%s/%s-%s%s", directory, split, kind, suffixes[i]);
     if (written < 0 || (size_t)written >= size)
       return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "IDX directory '%s': path too long", directory);
-    FILE *file = fopen(path, "rb");
-    if (file) {
-      fclose(file);
-      return BPT_OK;
-    }
+    /* Only whether it exists: opening it here could block on a FIFO; bpt_idx_read opens it safely. */
+    struct stat info;
+    if (stat(path, &info) == 0) return BPT_OK;
   }
   return bpt_error(context, BPT_ERR_IO, "IDX directory '%s': neither %s-%s.gz nor %s-%s found", directory, split, kind,
                    split, kind);

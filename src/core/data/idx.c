@@ -1,29 +1,120 @@
 /* IDX reader with full validation: magic, dtype byte, rank, dimension product against the payload
- * size (with overflow checks), truncated and trailing data, and gzip corruption. */
+ * size (with overflow checks), truncated and trailing data, and gzip corruption, truncation (a missing
+ * CRC/size trailer) and trailing garbage. */
+#define _POSIX_C_SOURCE 200809L /* read, lseek under -std=c11 */
 #include "core/data/idx.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
-/* Reads exactly bytes, returning how many were read, or -1 on a decompression error. */
-static int64_t read_fully(gzFile file, void *buffer, int64_t bytes) {
+#include "core/file_io.h"
+
+/* The bytes of an IDX file, plain or gzip. The gzip side is zlib's inflate driven directly rather than gzread:
+ * gzread accepts a member whose trailer is cut off and ignores garbage after it, while here a member counts
+ * only once inflate has checked its CRC32 and ISIZE trailer, and after the last member the file must end. */
+typedef struct source {
+  int descriptor;
+  bool gzip;
+  bool input_ended;  /* read() returned 0 */
+  bool member_open;  /* inside a gzip member: its trailer has not been checked yet */
+  bool ended;        /* nothing more to decompress: the file ended right after a complete member */
+  const char *error; /* why the compressed data is refused (then reads return -1) */
+  z_stream stream;
+  unsigned char input[1 << 16];
+} source;
+
+static void refill(source *s) {
+  if (s->stream.avail_in > 0 || s->input_ended) return;
+  for (;;) {
+    ssize_t got = read(s->descriptor, s->input, sizeof s->input);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      s->input_ended = true;
+      if (got < 0) s->error = strerror(errno);
+      return;
+    }
+    s->stream.next_in = s->input;
+    s->stream.avail_in = (uInt)got;
+    return;
+  }
+}
+
+/* Between members: the file must end here or another member (magic 1f 8b) begin. RFC 1952 allows a series of
+ * members (what `cat a.gz b.gz` makes, and gzip -d reads); anything else after a member is refused. */
+static void next_member(source *s) {
+  refill(s);
+  if (s->stream.avail_in == 0) {
+    s->ended = !s->error;
+    return;
+  }
+  if (s->stream.next_in[0] != 0x1f || (s->stream.avail_in > 1 && s->stream.next_in[1] != 0x8b)) {
+    s->error = "unexpected data after the end of the gzip stream";
+    return;
+  }
+  if (inflateReset(&s->stream) != Z_OK) s->error = "cannot restart the decompressor";
+  s->member_open = true;
+}
+
+/* Reads up to bytes (never decompressing more than asked for); returns the count, 0 at a valid end, -1 on
+ * corrupt, truncated or trailing data (s->error says which). */
+static int64_t source_read(source *s, void *buffer, int64_t bytes) {
+  if (s->error) return -1;
+  if (!s->gzip) {
+    int64_t done = 0;
+    while (done < bytes) {
+      size_t chunk = bytes - done > (1 << 30) ? (size_t)1 << 30 : (size_t)(bytes - done);
+      ssize_t got = read(s->descriptor, (char *)buffer + done, chunk);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        s->error = strerror(errno);
+        return -1;
+      }
+      if (got == 0) break;
+      done += got;
+    }
+    return done;
+  }
   int64_t done = 0;
-  while (done < bytes) {
-    unsigned chunk = bytes - done > (1 << 30) ? (1u << 30) : (unsigned)(bytes - done);
-    int got = gzread(file, (char *)buffer + done, chunk);
-    if (got < 0) return -1;
-    if (got == 0) break;
-    done += got;
+  while (done < bytes && !s->ended) {
+    if (!s->member_open) {
+      next_member(s);
+      if (s->error) return -1;
+      continue;
+    }
+    refill(s);
+    if (s->error) return -1;
+    uInt chunk = bytes - done > (1 << 30) ? (1u << 30) : (uInt)(bytes - done);
+    s->stream.next_out = (Bytef *)buffer + done;
+    s->stream.avail_out = chunk;
+    int status = inflate(&s->stream, Z_NO_FLUSH);
+    done += chunk - s->stream.avail_out;
+    if (status == Z_STREAM_END) {
+      s->member_open = false; /* trailer checked by inflate: CRC32 and ISIZE match */
+    } else if (status == Z_BUF_ERROR && s->input_ended && s->stream.avail_in == 0) {
+      s->error = "truncated gzip stream (the member or its CRC/size trailer is cut off)";
+      return -1;
+    } else if (status != Z_OK && status != Z_BUF_ERROR) {
+      s->error = s->stream.msg ? s->stream.msg : "corrupt compressed data";
+      return -1;
+    } else if (s->input_ended && s->stream.avail_in == 0 && chunk == s->stream.avail_out) {
+      s->error = "truncated gzip stream (the member or its CRC/size trailer is cut off)";
+      return -1;
+    }
   }
   return done;
 }
 
+/* Reads exactly bytes, returning how many were read, or -1 on a decompression error. */
+static int64_t read_fully(source *file, void *buffer, int64_t bytes) { return source_read(file, buffer, bytes); }
+
 /* Reads up to bytes into a malloc'd *data that grows as data actually arrives (robustness, issue 9): a
  * corrupt 20-byte header promising 16 GiB must not allocate 16 GiB before the file turns out short.
  * Returns the bytes read, -1 on a decompression error, -2 when memory runs out. */
-static int64_t read_growing(gzFile file, uint8_t **data, int64_t bytes) {
+static int64_t read_growing(source *file, uint8_t **data, int64_t bytes) {
   int64_t capacity = bytes < (INT64_C(1) << 24) ? bytes : (INT64_C(1) << 24), done = 0;
   uint8_t *buffer = malloc((size_t)capacity);
   if (!buffer) return -2;
@@ -60,10 +151,10 @@ static const char *dtype_byte_name(int code) {
   }
 }
 
-static bpt_status read_header(bpt_context *context, gzFile file, const char *path, bpt_idx *out) {
+static bpt_status read_header(bpt_context *context, source *file, const char *path, bpt_idx *out) {
   unsigned char magic[4];
   int64_t got = read_fully(file, magic, 4);
-  if (got < 0) return bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': corrupt compressed data", path);
+  if (got < 0) return bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': %s", path, file->error);
   if (got == 0) return bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': file is empty", path);
   if (got < 4) return bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': truncated header (%lld of 4 bytes)", path,
                                 (long long)got);
@@ -102,29 +193,50 @@ static bpt_status read_header(bpt_context *context, gzFile file, const char *pat
 bpt_status bpt_idx_read(bpt_context *context, const char *path, bpt_idx *out) {
   if (!path || !out) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "IDX reader: NULL path or output");
   memset(out, 0, sizeof *out);
-  gzFile file = gzopen(path, "rb");
-  if (!file)
-    return bpt_error(context, BPT_ERR_IO, "IDX file '%s': cannot open: %s", path,
-                     errno ? strerror(errno) : "out of memory");
+  source *file = bpt_calloc(context, 1, sizeof *file, "IDX reader");
+  if (!file) return BPT_ERR_OUT_OF_MEMORY;
+  bpt_status status = bpt_file_open_for_reading(context, path, "IDX file", &file->descriptor, NULL);
+  if (status != BPT_OK) {
+    free(file);
+    return status;
+  }
+  /* gzip when the file starts with its magic (an IDX file starts with two zero bytes). */
+  refill(file);
+  file->gzip = file->stream.avail_in >= 2 && file->input[0] == 0x1f && file->input[1] == 0x8b;
+  if (file->gzip) {
+    file->member_open = true;
+    if (inflateInit2(&file->stream, 16 + MAX_WBITS) != Z_OK)
+      status = bpt_error(context, BPT_ERR_OUT_OF_MEMORY, "IDX file '%s': cannot start the decompressor", path);
+  } else if (file->stream.avail_in > 0) {
+    /* Plain: the bytes already read go back by seeking (a regular file, so it can). */
+    if (lseek(file->descriptor, 0, SEEK_SET) != 0)
+      status = bpt_error(context, BPT_ERR_IO, "IDX file '%s': cannot seek: %s", path, strerror(errno));
+  }
+  if (status == BPT_OK && file->error)
+    status = bpt_error(context, BPT_ERR_IO, "IDX file '%s': read failed: %s", path, file->error);
   bpt_idx idx;
   memset(&idx, 0, sizeof idx);
-  bpt_status status = read_header(context, file, path, &idx);
+  if (status == BPT_OK) status = read_header(context, file, path, &idx);
   if (status == BPT_OK) {
     int64_t got = read_growing(file, &idx.data, idx.count);
     unsigned char extra;
+    int64_t more = got >= idx.count ? read_fully(file, &extra, 1) : 0;
     if (got == -2)
       status = bpt_error(context, BPT_ERR_OUT_OF_MEMORY, "IDX file '%s': cannot allocate %lld bytes", path,
                          (long long)idx.count);
-    else if (got < 0)
-      status = bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': corrupt compressed data", path);
+    else if (got < 0 || more < 0)
+      status = bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': %s", path, file->error);
     else if (got < idx.count)
       status = bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': truncated: header promises %lld data bytes, found %lld",
                          path, (long long)idx.count, (long long)got);
-    else if (read_fully(file, &extra, 1) != 0)
+    else if (more != 0)
+      /* Decompression stops here: one byte past what the header describes is enough to refuse. */
       status = bpt_error(context, BPT_ERR_FORMAT, "IDX file '%s': wrong size: data continues past the %lld bytes the "
                          "header describes", path, (long long)idx.count);
   }
-  gzclose(file);
+  if (file->gzip) inflateEnd(&file->stream);
+  close(file->descriptor);
+  free(file);
   if (status != BPT_OK) {
     free(idx.data);
     return status;
