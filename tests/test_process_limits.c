@@ -311,6 +311,17 @@ static void second_host_thread_under_limit(void **state) {
   assert_true(has(result, "stage=done train=ok") || has(result, "stage=forward train=out of memory"));
 }
 
+/* A count no machine runs is refused before any thread is started for it (in this process: nothing starts). */
+static void absurd_thread_count_is_refused(void **state) {
+  (void)state;
+  bpt_context_options options = bpt_context_options_default();
+  options.num_threads = 1000000;
+  bpt_context *context = NULL;
+  assert_int_equal(bpt_context_create(&options, &context), BPT_ERR_INVALID_ARGUMENT);
+  assert_null(context);
+  assert_non_null(strstr(bpt_context_last_error(NULL), "at most 1024"));
+}
+
 /* A stack size beyond the address space: no OpenMP thread can be created with it (libgomp reads
  * OMP_STACKSIZE, then GOMP_STACKSIZE; units B/K/M/G, default K). */
 static void huge_openmp_stack_size(void **state) {
@@ -372,6 +383,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(no_thread_can_start),
       cmocka_unit_test(few_threads_can_start),
       cmocka_unit_test(second_host_thread_under_limit),
+      cmocka_unit_test(absurd_thread_count_is_refused),
       cmocka_unit_test(huge_openmp_stack_size),
       cmocka_unit_test(address_space_sweep),
   };

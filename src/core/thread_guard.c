@@ -175,11 +175,16 @@ static void start_pool(int threads) {
 }
 
 bpt_status bpt_thread_guard_plan(int requested, int *threads) {
+  /* Far more threads than any machine runs well: refused before the check starts them all. */
+  if (requested > BPT_THREAD_GUARD_MAX)
+    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_context_create: num_threads is %d, at most %d are supported",
+                     requested, BPT_THREAD_GUARD_MAX);
   int wanted = requested;
 #ifdef _OPENMP
   if (wanted == 0) wanted = omp_get_num_procs();
 #endif
   if (wanted < 1) wanted = 1;
+  if (wanted > BPT_THREAD_GUARD_MAX) wanted = BPT_THREAD_GUARD_MAX;
   const char *variable;
   const size_t stack_size = openmp_stack_size(&variable);
   int error;

@@ -8,11 +8,14 @@
 
 #include "core/context.h"
 
+/* The largest thread count a context accepts. */
+#define BPT_THREAD_GUARD_MAX 1024
+
 /*
  * Decides a new context's thread count on the calling thread. requested 0 means one per processor, cut
  * down to what can start here (at least 1, the calling thread alone); an explicit count that cannot start
  * fails with BPT_ERR_OUT_OF_MEMORY and a message naming the limit. *threads is the count to hand the backend:
- * the request, or the smaller count that fits. The OpenMP pool of the calling thread is started before
+ * the request, or the smaller count that fits. A request above BPT_THREAD_GUARD_MAX is BPT_ERR_INVALID_ARGUMENT. The OpenMP pool of the calling thread is started before
  * returning, while the threads are known to fit.
  */
 bpt_status bpt_thread_guard_plan(int requested, int *threads);

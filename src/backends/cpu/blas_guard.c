@@ -29,8 +29,10 @@ void blas_memory_free(void *buffer);
 #endif
 /* OpenBLAS's malloc fallback asks for one page more than a slot. */
 #define OPENBLAS_SLOT_BYTES (OPENBLAS_BUFFER_BYTES + 4096)
-/* The most slots held at once here: OpenBLAS's table has at least 50 (NUM_BUFFERS) and 512 more on overflow. */
-#define MAX_SLOTS 512
+/* The most slots reserved: Debian's build (MAX_THREADS=64) has a table of 128 (NUM_BUFFERS = 2 x MAX_THREADS)
+ * and prints a warning when it overflows into its auxiliary one. Teams above 59 threads are covered only in
+ * part. */
+#define MAX_SLOTS 120
 
 static pthread_mutex_t reserve_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Slots known to be mapped: those OpenBLAS's threads held when first asked, plus those mapped here. */
