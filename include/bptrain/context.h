@@ -16,7 +16,8 @@ typedef struct bpt_context bpt_context;
 typedef struct bpt_context_options {
   size_t size;         /**< sizeof(bpt_context_options), set by the default function */
   const char *backend; /**< "cpu" (default), "cuda" or "fpga-sim" */
-  int num_threads;     /**< CPU threads for BLAS and element-wise loops; 0 means all cores */
+  int num_threads;     /**< CPU threads for BLAS and element-wise loops, at most 1024; 0 means all cores,
+                            or fewer where the thread or address-space limits leave less room */
   uint64_t seed;       /**< seeds initialisers and stochastic ops; equal seeds give equal runs */
 } bpt_context_options;
 
@@ -24,7 +25,9 @@ typedef struct bpt_context_options {
 BPT_API bpt_context_options bpt_context_options_default(void);
 
 /**
- * Creates a context. On failure *out is NULL and bpt_context_last_error(NULL) says why.
+ * Creates a context. On failure *out is NULL and bpt_context_last_error(NULL) says why: an explicit
+ * num_threads whose threads cannot start here (RLIMIT_NPROC, pids.max, OMP_STACKSIZE) or whose OpenBLAS
+ * workspace does not fit in the address space is BPT_ERR_OUT_OF_MEMORY (docs/robustness.md).
  * @param options may be NULL for the defaults
  */
 BPT_API bpt_status bpt_context_create(const bpt_context_options *options, bpt_context **out);
@@ -53,7 +56,7 @@ BPT_API bpt_status bpt_context_last_status(const bpt_context *context);
 /** @return the name of the backend the context runs on, or NULL for a NULL context. */
 BPT_API const char *bpt_context_backend(const bpt_context *context);
 
-/** @return the number of CPU threads the context uses, or 0 for a NULL context. */
+/** @return the number of CPU threads the context uses (with num_threads 0, what fitted), or 0 for NULL. */
 BPT_API int bpt_context_num_threads(const bpt_context *context);
 
 /** @return how many backends are compiled into this build. */

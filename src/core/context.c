@@ -1,6 +1,7 @@
 /* Context creation (backend selection by name, threads, seed) and the error reporting helpers. */
 #include "core/context.h"
 #include "core/profiler.h"
+#include "core/thread_guard.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -93,13 +94,15 @@ bpt_status bpt_context_create(const bpt_context_options *user_options, bpt_conte
   if (table->version != BPT_BACKEND_VTABLE_VERSION || table->size > sizeof(bpt_backend_vtable))
     return bpt_error(NULL, BPT_ERR_INTERNAL, "bpt_context_create: backend '%s' has vtable version %u, size %u",
                      name, table->version, table->size);
+  int threads;
+  BPT_CHECK(bpt_thread_guard_plan(options.num_threads, &threads));
   bpt_context *context = calloc(1, sizeof *context);
   if (!context) return bpt_error(NULL, BPT_ERR_OUT_OF_MEMORY, "bpt_context_create: out of memory");
   context->num_threads = options.num_threads;
   context->seed = options.seed;
   snprintf(context->backend_name, sizeof context->backend_name, "%s", table->name);
   context->backend.vtable = table;
-  bpt_backend_options backend_options = {.num_threads = options.num_threads};
+  bpt_backend_options backend_options = {.num_threads = threads};
   bpt_status status = table->create(&context->backend, &backend_options);
   if (status != BPT_OK) {
     bpt_error(NULL, status, "bpt_context_create: backend '%s': %s", name, context->backend.error_message);

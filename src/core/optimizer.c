@@ -12,6 +12,7 @@
 #include "core/optimizer_state.h"
 #include "core/precision.h"
 #include "core/schedule.h"
+#include "core/thread_guard.h"
 
 struct bpt_optimizer {
   bpt_graph *graph;                 /* NULL once the graph was destroyed (bpt_graph_destroy detaches us) */
@@ -168,6 +169,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
+  BPT_CHECK(bpt_thread_guard_enter(graph->context, "bpt_optimizer_step"));
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BEFORE_UPDATE, -1));
   /* A precision policy unscales and checks the gradients and may skip this update. Without one the step is
    * the update kernels alone: no precision work and no host-device synchronisation (anomaly mode is the

@@ -7,6 +7,7 @@
 #include "core/precision.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
+#include "core/thread_guard.h"
 
 static bpt_status require_compiled(bpt_graph *graph, const char *where) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
@@ -54,6 +55,7 @@ bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tenso
 
 bpt_status bpt_graph_forward(bpt_graph *graph) {
   BPT_CHECK(require_compiled(graph, "bpt_graph_forward"));
+  BPT_CHECK(bpt_thread_guard_enter(graph->context, "bpt_graph_forward"));
   int64_t batch = 0;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
@@ -129,6 +131,7 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   BPT_CHECK(require_compiled(graph, where));
   if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "%s: the graph was compiled without a loss", where);
   if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_forward first", where);
+  BPT_CHECK(bpt_thread_guard_enter(graph->context, where));
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_BEGIN, accumulate));
   if (!accumulate) BPT_CHECK(bpt_graph_zero_gradients(graph));
   graph->transient_values_overwritten = true;

@@ -14,6 +14,7 @@
 
 #include "core/speculative.h"
 #include "core/tensor.h"
+#include "core/thread_guard.h"
 
 bpt_speculative_options bpt_speculative_options_default(void) {
   bpt_speculative_options options;
@@ -347,6 +348,7 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
   if (!images || !labels) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: images or labels is NULL", where);
   if (images->dtype != BPT_DTYPE_F32 || labels->dtype != BPT_DTYPE_I32)
     return bpt_error(context, BPT_ERR_DTYPE, "%s: images must be f32 and labels i32", where);
+  BPT_CHECK(bpt_thread_guard_enter(context, where));
   int64_t batch = images->dims[0];
   int64_t inner = 1;
   for (int i = 1; i < images->rank; i++)

@@ -5,6 +5,7 @@
 
 #include "bptrain/cnn.h"
 #include "core/graph.h"
+#include "core/thread_guard.h"
 
 static bpt_status require_backward(bpt_graph *graph, const char *where) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
@@ -19,6 +20,7 @@ static bpt_status statistics_of(bpt_graph *graph, int64_t count, const float *va
   if (!backend->vtable->reduce_statistics)
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "%s: backend '%s' has no reduce_statistics kernel", where,
                      backend->vtable->name);
+  BPT_CHECK(bpt_thread_guard_enter(graph->context, where));
   backend->error_message[0] = 0;
   bpt_status status = backend->vtable->reduce_statistics(backend, count, values, sum, sum_of_squares, zeros);
   return status == BPT_OK ? BPT_OK : bpt_backend_error(graph->context, status, where);
@@ -29,6 +31,7 @@ static bpt_status scale_clamp(bpt_graph *graph, float scale, float low, float hi
   if (!backend->vtable->scale_clamp)
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "%s: backend '%s' has no scale_clamp kernel", where,
                      backend->vtable->name);
+  BPT_CHECK(bpt_thread_guard_enter(graph->context, where));
   backend->error_message[0] = 0;
   bpt_status status =
       backend->vtable->scale_clamp(backend, graph->parameter_elements, scale, low, high, graph->gradient_block);

@@ -5,10 +5,16 @@
 
 #include <cblas.h>
 
+#include "backends/cpu/blas_guard.h"
 #include "backends/cpu/cpu.h"
 
 static bpt_status cpu_create(bpt_backend *backend, const bpt_backend_options *options) {
   int threads = options->num_threads > 0 ? options->num_threads : omp_get_num_procs();
+  /* OpenBLAS's workspace must fit before it is asked for; an automatic thread count halves until it does. */
+  bpt_status status = bpt_cpu_blas_reserve(backend, threads);
+  while (status == BPT_ERR_OUT_OF_MEMORY && options->num_threads == 0 && threads > 1)
+    status = bpt_cpu_blas_reserve(backend, threads /= 2);
+  if (status != BPT_OK) return status;
   backend->num_threads = threads;
   backend->state = NULL;
   /* Both calls: the OpenMP build of OpenBLAS follows omp_set_num_threads, the pthread build does not. */

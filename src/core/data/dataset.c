@@ -12,6 +12,7 @@
 #include "core/data/idx.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "core/thread_guard.h"
 
 struct bpt_dataset {
   bpt_context *context;
@@ -170,6 +171,7 @@ bpt_status bpt_dataset_batch(bpt_dataset *dataset, int64_t batch_index, int64_t 
   if (count * inner > images->capacity || (labels && count > labels->capacity))
     return bpt_error(context, BPT_ERR_SHAPE, "bpt_dataset_batch: tensors hold fewer than %lld samples",
                      (long long)count);
+  BPT_CHECK(bpt_thread_guard_enter(context, "bpt_dataset_batch"));
   BPT_CHECK(bpt_tensor_set_batch(images, count));
   if (labels) BPT_CHECK(bpt_tensor_set_batch(labels, count));
   const float scale = 1.0f / (255.0f * dataset->std), shift = dataset->mean / dataset->std;
