@@ -709,8 +709,8 @@ static bpt_status run_forward_backward(case_graph *g, case_result *r) {
   for (int i = 0; i < g->leaf_count; i++) {
     const leaf *l = &g->leaves[i];
     if (!l->differentiable) continue;
-    char name[NAME_SIZE + 1]; /* "d" + a leaf name */
-    snprintf(name, sizeof name, "d%s", l->name);
+    char name[NAME_SIZE];
+    if (snprintf(name, sizeof name, "d%s", l->name) >= (int)sizeof name) return BPT_ERR_INVALID_ARGUMENT;
     float *gradient = result_add(r, name, BPT_DTYPE_F32, l->count);
     if (!gradient) return BPT_ERR_OUT_OF_MEMORY;
     BPT_CHECK(download_floats(g->graph, l->node->grad, l->count, gradient));
@@ -779,8 +779,11 @@ static bpt_status check_finite_differences(case_graph *g, const case_result *r, 
   for (int li = 0; li < g->leaf_count && status == BPT_OK; li++) {
     leaf *l = &g->leaves[li];
     if (!l->differentiable) continue;
-    char name[NAME_SIZE + 1]; /* "d" + a leaf name */
-    snprintf(name, sizeof name, "d%s", l->name);
+    char name[NAME_SIZE];
+    if (snprintf(name, sizeof name, "d%s", l->name) >= (int)sizeof name) {
+      status = BPT_ERR_INVALID_ARGUMENT;
+      break;
+    }
     const float *analytic = result_tensor_named(r, name);
     /* Spread over the tensor, plus its last elements, where vector loops leave their tails. */
     const int64_t spread = FD_CHECKS_PER_TENSOR - FD_TAIL_CHECKS;
