@@ -123,6 +123,9 @@ struct bpt_graph {
 int64_t bpt_node_inner_count(const bpt_node *node);
 /* Elements of the node for the current batch. */
 int64_t bpt_node_count(const bpt_node *node);
+/* BPT_OK when every dimension of node's inferred shape is in [1, BPT_MAX_DIM] and its per-sample element count
+ * at most BPT_MAX_ELEMENTS (core/checked.h); run after every shape rule, so no later size arithmetic wraps. */
+bpt_status bpt_node_check_shape(const bpt_node *node);
 /* Adds a node of op with the given inputs; ops then fill attributes. */
 bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
                               int input_count, bpt_node **out);

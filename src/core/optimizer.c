@@ -144,6 +144,8 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
+  if (optimizer->steps == INT64_MAX) /* restorable from a checkpoint: the next step must not wrap (issue 18) */
+    return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: the step count is INT64_MAX and cannot advance");
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BEFORE_UPDATE, -1));
   /* Loss scaling and non-finite checks (issue 4): unscales the gradients, may skip this update. */
   bool skip = false;

@@ -140,7 +140,7 @@ bpt_status bpt_dataset_reset_order(bpt_dataset *dataset) {
 
 int64_t bpt_dataset_batch_count(const bpt_dataset *dataset, int64_t batch_size) {
   if (!dataset || batch_size < 1) return 0;
-  return (dataset->size + batch_size - 1) / batch_size;
+  return dataset->size / batch_size + (dataset->size % batch_size != 0); /* no size + batch_size - 1: it wraps */
 }
 
 bpt_status bpt_dataset_batch(bpt_dataset *dataset, int64_t batch_index, int64_t batch_size, bpt_tensor *images,
