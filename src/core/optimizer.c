@@ -200,7 +200,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   }
   graph->random_step++;
   optimizer->steps++;
-  return BPT_OK;
+  return bpt_parameter_check_after_step(graph, optimizer->steps); /* inf/NaN parameters fail the step (issue 18) */
 }
 
 bpt_status bpt_optimizer_set_learning_rate(bpt_optimizer *optimizer, float learning_rate) {
