@@ -2,6 +2,7 @@
  * with random, often hostile, sizes. Every shape rule must refuse what does not fit with a status; a graph it
  * accepts is compiled and, when its memory is small, run forward once, so a size that wrapped to a small
  * count shows up as an ASan or UBSan report. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,14 +29,15 @@ static int64_t next_size(reader *r) {
   return b & 31;
 }
 
-/* Elements the compiled graph would hold for batch, saturating at INT64_MAX. */
-static int64_t planned_elements(const bpt_graph *graph, int64_t batch) {
+/* Elements the compiled graph would hold for batch in total, and in its largest node; saturating at INT64_MAX. */
+static int64_t planned_elements(const bpt_graph *graph, int64_t batch, int64_t *largest) {
   int64_t total = 0, elements;
+  *largest = 0;
   for (int i = 0; i < graph->node_count; i++) {
     const bpt_node *node = graph->nodes[i];
-    if (!bpt_checked_mul(bpt_node_inner_count(node), node->batched ? batch : 1, &elements) ||
-        !bpt_checked_add(total, elements, &total))
-      return INT64_MAX;
+    if (!bpt_checked_mul(bpt_node_inner_count(node), node->batched ? batch : 1, &elements)) elements = INT64_MAX;
+    if (elements > *largest) *largest = elements;
+    if (!bpt_checked_add(total, elements, &total)) total = INT64_MAX;
   }
   return total;
 }
@@ -99,12 +101,15 @@ int bpt_fuzz_shape(const uint8_t *data, size_t size) {
   if (bpt_graph_input(graph, "x", BPT_DTYPE_F32, rank, dims, &input) != BPT_OK) goto done;
   x = input;
   for (int i = 0; i < 12 && r.at < r.size; i++) add_op(graph, &r, i, &x);
-  const int64_t batch = next_size(&r), elements = planned_elements(graph, batch < 1 ? 1 : batch);
-  /* Past 2^40 elements compile must refuse before allocating; between 16 Mi and that it would allocate
-   * gigabytes legitimately (a finding for libFuzzer's malloc limit, not for us): skip those. */
-  if (elements > (INT64_C(1) << 24) && elements <= BPT_MAX_ELEMENTS) goto done;
+  int64_t largest;
+  const int64_t batch = next_size(&r), elements = planned_elements(graph, batch < 1 ? 1 : batch, &largest);
+  /* A node past 2^40 elements: compile must refuse before allocating. Otherwise, past 1 Mi elements in all,
+   * compile would ask for gigabytes or terabytes legitimately (and get BPT_ERR_OUT_OF_MEMORY from a real
+   * allocator, but an abort from libFuzzer's malloc limit): skip those. */
+  const bool oversized_node = largest > BPT_MAX_ELEMENTS;
+  if (!oversized_node && elements > (INT64_C(1) << 20)) goto done;
   if (bpt_graph_compile(graph, NULL, batch) != BPT_OK) goto done;
-  if (elements > BPT_MAX_ELEMENTS) abort(); /* compile accepted a graph past the element limit */
+  if (oversized_node) abort(); /* compile accepted a node past the element limit */
   int64_t tensor_dims[BPT_MAX_RANK] = {batch};
   for (int i = 0; i < rank; i++) tensor_dims[i + 1] = dims[i];
   if (bpt_tensor_create(context, BPT_DTYPE_F32, rank + 1, tensor_dims, &tensor) != BPT_OK) goto done;

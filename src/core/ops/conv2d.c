@@ -72,12 +72,13 @@ static bpt_status conv2d_infer_shape(bpt_node *node) {
                           (long long)a[DILATION_W], (long long)x->dims[2], (long long)x->dims[3],
                           (long long)a[PADDING_H], (long long)a[PADDING_W]);
   /* The kernels' GEMMs take int dims (cblas blasint): the column matrix's rows (C / groups) kh kw and
-   * columns OH OW, and the input plane the lowering pads, must fit. */
+   * columns OH OW must fit, and so must the padded input plane, whose phase rows the CPU lowering multiplies
+   * in place (up to 1.25 OH OW columns). */
   int64_t column_rows, out_plane, padded_plane;
   if (!bpt_checked_product(weight->dims + 1, 3, BPT_MAX_DIM, &column_rows) ||
       !bpt_checked_mul(height, width, &out_plane) || out_plane > BPT_MAX_DIM ||
       !bpt_checked_mul(x->dims[2] + 2 * a[PADDING_H], x->dims[3] + 2 * a[PADDING_W], &padded_plane) ||
-      padded_plane > BPT_MAX_ELEMENTS)
+      padded_plane > BPT_MAX_DIM)
     return bpt_node_error(node, BPT_ERR_SHAPE,
                           "weight '%s' (%lld values per output channel) and the %lldx%lld output (padded input "
                           "%lldx%lld) exceed the kernels' limits (2^31 - 1 per GEMM dimension)",
