@@ -14,7 +14,8 @@ static const char usage[] =
     "usage: checkpoint_resume --checkpoint FILE [--resume] [--stop-after STEPS] [--save-every STEPS]\n"
     "                         [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
     "  --resume          continue from FILE (epoch, step, weights, optimizer state, sample order)\n"
-    "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint)\n";
+    "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint)\n"
+    EXAMPLE_CLASSES_USAGE;
 
 /* FNV-1a over the parameters' bytes: equal checksums mean bit-identical weights. */
 static uint64_t parameter_checksum(bpt_context *context, bpt_graph *graph) {
@@ -45,7 +46,7 @@ static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_o
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--checkpoint", "--stop-after", "--save-every", "--data", "--epochs", "--batch",
-                                       "--lr",         "--momentum",   "--threads",    "--seed", NULL};
+                                       "--lr",         "--momentum",   "--threads",    "--seed", "--classes", NULL};
   static const char *const flags[] = {"--resume", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *path = example_option(argc, argv, "--checkpoint");
@@ -69,7 +70,7 @@ int main(int argc, char **argv) {
   bpt_dataset *train = NULL, *test = NULL;
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "train", &train));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "t10k", &test));
-  int64_t features = bpt_dataset_sample_size(train), classes = bpt_dataset_class_count(train);
+  int64_t features = bpt_dataset_sample_size(train), classes = example_class_count(argc, argv, context, train, test, 0);
 
   bpt_graph *graph = NULL;
   EXAMPLE_CHECK(context, bpt_graph_create(context, &graph));

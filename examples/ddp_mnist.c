@@ -20,7 +20,8 @@ static const char usage[] =
     "                 [--seed N] [--bucket-kb N] [--accumulate K] [--compression none|f16|int8|topk]\n"
     "                 [--timeout SECONDS] [--no-overlap]\n"
     "  --batch N    global batch over all ranks and micro-batches (default 128)\n"
-    "  --threads N  CPU threads per rank (default: the cores divided among the ranks on this node)\n";
+    "  --threads N  CPU threads per rank (default: the cores divided among the ranks on this node)\n"
+    EXAMPLE_CLASSES_USAGE;
 
 static bpt_compression parse_compression(const char *name) {
   const char *names[] = {"none", "f16", "int8", "topk"};
@@ -42,7 +43,7 @@ static int default_threads(void) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",       "--epochs",      "--batch",   "--lr",
                                        "--momentum",   "--threads",     "--seed",    "--bucket-kb",
-                                       "--accumulate", "--compression", "--timeout", NULL};
+                                       "--accumulate", "--compression", "--timeout", "--classes", NULL};
   static const char *const flags[] = {"--no-overlap", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -80,7 +81,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "train", &train));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "t10k", &test));
   int64_t features = bpt_dataset_sample_size(train);
-  int64_t classes = bpt_dataset_class_count(train);
+  int64_t classes = example_class_count(argc, argv, context, train, test, 0);
   if (rank == 0) {
     printf("libbptrain %s: %d ranks over %s, %d threads each; global batch %ld = %d x %ld x %ld micro-batch\n",
            bpt_version(), ranks, bpt_comm_engine(comm), bpt_context_num_threads(context), batch, ranks, accumulate,

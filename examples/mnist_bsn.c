@@ -21,7 +21,8 @@ static const char usage[] =
     "  --sgd        SGD with momentum (default lr 0.05) instead of Adam (default lr 0.002)\n"
     "  --eval-samples  stochastic passes averaged for the final extra accuracy (default 16; 0 or 1: none)\n"
     "  --estimator  straight-through gradient: identity (dz = da) or sigmoid (dz = da sigmoid'(z), default)\n"
-    "  --no-baseline  skip training the float (ReLU) MLP used for comparison\n";
+    "  --no-baseline  skip training the float (ReLU) MLP used for comparison\n"
+    EXAMPLE_CLASSES_USAGE;
 
 typedef struct run_settings {
   const char *data;
@@ -31,6 +32,7 @@ typedef struct run_settings {
   long eval_samples;
   bpt_straight_through estimator;
   bpt_context_options context_options;
+  int64_t classes; /* checked against both label sets (--classes) */
 } run_settings;
 
 /* Test accuracy of the class probabilities averaged over several stochastic forward passes. */
@@ -80,7 +82,7 @@ static double stochastic_accuracy(bpt_context *context, bpt_graph *graph, bpt_no
 /* Trains one MLP and returns its final test accuracy. */
 static double train(const run_settings *settings, bpt_dataset *train_set, bpt_dataset *test_set,
                     bpt_context *context) {
-  int64_t features = bpt_dataset_sample_size(train_set), classes = bpt_dataset_class_count(train_set);
+  int64_t features = bpt_dataset_sample_size(train_set), classes = settings->classes;
   long batch = settings->batch;
   bpt_graph *graph = NULL;
   bpt_node *images, *labels, *hidden, *logits, *loss;
@@ -145,7 +147,7 @@ static double train(const run_settings *settings, bpt_dataset *train_set, bpt_da
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs",  "--batch",   "--lr",      "--momentum",
-                                       "--seed", "--threads", "--backend", "--estimator", "--eval-samples", NULL};
+                                       "--seed", "--threads", "--backend", "--estimator", "--eval-samples", "--classes", NULL};
   static const char *const flags[] = {"--no-baseline", "--sgd", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   run_settings settings = {0};
@@ -180,6 +182,7 @@ int main(int argc, char **argv) {
   bpt_dataset *train_set = NULL, *test_set = NULL;
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, settings.data, "train", &train_set));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, settings.data, "t10k", &test_set));
+  settings.classes = example_class_count(argc, argv, context, train_set, test_set, 0);
   printf("libbptrain %s, backend %s, %d threads: %lld training and %lld test samples from %s\n", bpt_version(),
          bpt_context_backend(context), bpt_context_num_threads(context), (long long)bpt_dataset_size(train_set),
          (long long)bpt_dataset_size(test_set), settings.data);

@@ -13,11 +13,12 @@ static const char usage[] =
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --save FILE    write the trained parameters to FILE\n"
-    "  --eval FILE    skip training: load FILE and report the test accuracy\n";
+    "  --eval FILE    skip training: load FILE and report the test accuracy\n"
+    EXAMPLE_CLASSES_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum",
-                                       "--threads", "--seed",   "--save",  "--eval", NULL};
+                                       "--threads", "--seed",   "--save",  "--eval", "--classes", NULL};
   static const char *const flags[] = {"--grad-stats", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &e.context));
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "train", &e.train));
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "t10k", &e.test));
+  e.classes = example_class_count(argc, argv, e.context, e.train, e.test, 10);
   /* Fashion-MNIST's pixel mean and standard deviation. */
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
@@ -60,7 +62,7 @@ int main(int argc, char **argv) {
       {BPT_LAYER(BPT_LAYER_RELU)},
       {BPT_LAYER(BPT_LAYER_LINEAR), .units = 84},
       {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 10},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = e.classes},
   };
   EXAMPLE_CHECK(e.context, bpt_layer_sequential(e.graph, "lenet", e.images, lenet,
                                                 (int)(sizeof lenet / sizeof lenet[0]), &e.logits));

@@ -14,11 +14,12 @@ static const char usage[] =
     "usage: mnist_mlp [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N]\n"
     "                 [--seed N] [--backend NAME]\n"
     "  --data DIR   IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
+    EXAMPLE_CLASSES_USAGE
     EXAMPLE_METRICS_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--threads",
-                                       "--seed", "--backend", EXAMPLE_METRICS_OPTIONS, NULL};
+                                       "--seed", "--backend", EXAMPLE_METRICS_OPTIONS, "--classes", NULL};
   example_check_arguments(argc, argv, valued, NULL, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -42,7 +43,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "train", &train));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "t10k", &test));
   int64_t features = bpt_dataset_sample_size(train);
-  int64_t classes = bpt_dataset_class_count(train);
+  int64_t classes = example_class_count(argc, argv, context, train, test, 0);
   printf("libbptrain %s, backend %s, %d threads: %lld training and %lld test samples from %s\n", bpt_version(),
          bpt_context_backend(context), bpt_context_num_threads(context), (long long)bpt_dataset_size(train),
          (long long)bpt_dataset_size(test), data);

@@ -18,7 +18,8 @@ static const char usage[] =
     "                       [--threads N] [--seed N] [--backend cpu|cuda]\n"
     "  --dtype         compute dtype of activations, their gradients and weight copies (default f32)\n"
     "  --storage       format of the activations kept for backward (default: the compute dtype)\n"
-    "  --all           run every configuration and print a table\n";
+    "  --all           run every configuration and print a table\n"
+    EXAMPLE_CLASSES_USAGE;
 
 typedef struct run_result {
   double accuracy;
@@ -32,13 +33,14 @@ typedef struct settings {
   long epochs, batch;
   float learning_rate, momentum;
   bpt_context_options context_options;
+  int64_t classes; /* checked against both label sets (--classes) */
 } settings;
 
 static run_result train(const settings *s, const bpt_precision_options *precision, bpt_dataset *train_set,
                         bpt_dataset *test_set) {
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&s->context_options, &context));
-  int64_t features = bpt_dataset_sample_size(train_set), classes = bpt_dataset_class_count(train_set);
+  int64_t features = bpt_dataset_sample_size(train_set), classes = s->classes;
   bpt_graph *graph = NULL;
   EXAMPLE_CHECK(context, bpt_graph_create(context, &graph));
   EXAMPLE_CHECK(context, bpt_graph_set_precision(graph, precision));
@@ -100,7 +102,7 @@ static void print_result(const bpt_precision_options *p, const run_result *r) {
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--dtype",
-                                       "--loss-scaling", "--storage", "--threads", "--seed", "--backend", NULL};
+                                       "--loss-scaling", "--storage", "--threads", "--seed", "--backend", "--classes", NULL};
   static const char *const flags[] = {"--all", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   settings s = {0};
@@ -156,6 +158,7 @@ int main(int argc, char **argv) {
   bpt_dataset *train_set = NULL, *test_set = NULL;
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, s.data, "train", &train_set));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, s.data, "t10k", &test_set));
+  s.classes = example_class_count(argc, argv, context, train_set, test_set, 0);
   printf("libbptrain %s: %lld training and %lld test samples from %s, %ld epochs, batch %ld\n", bpt_version(),
          (long long)bpt_dataset_size(train_set), (long long)bpt_dataset_size(test_set), s.data, s.epochs, s.batch);
 

@@ -27,7 +27,8 @@ static const char usage[] =
     "  --clip NORM    clip the global gradient norm to NORM\n"
     "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE\n"
     "  --eval FILE    skip training: load FILE and report the test accuracy\n"
-    "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n";
+    "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n"
+    EXAMPLE_CLASSES_USAGE;
 
 static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bpt_activation_storage storage) {
   int64_t image[3] = {1, 28, 28};
@@ -58,7 +59,7 @@ static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bp
     }
   const bpt_layer_spec head[] = {
       {BPT_LAYER(BPT_LAYER_GLOBAL_AVG_POOL)},
-      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 10},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = e->classes},
   };
   EXAMPLE_CHECK(e->context, bpt_layer_sequential(e->graph, "head", x, head, 2, &e->logits));
   EXAMPLE_CHECK(e->context, bpt_softmax_cross_entropy(e->graph, "loss", e->logits, e->labels, &loss));
@@ -93,7 +94,7 @@ static void evaluate(cnn_example *e, const char *path, bool fold) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
-                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", NULL};
+                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", NULL};
   static const char *const flags[] = {"--grad-stats", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -136,6 +137,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &e.context));
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "train", &e.train));
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "t10k", &e.test));
+  e.classes = example_class_count(argc, argv, e.context, e.train, e.test, 10);
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
   build_resnet(&e, depth, compute_dtype, storage);

@@ -21,7 +21,8 @@ static const char usage[] =
     "  --train-samples N   training samples per epoch on the CPU (a prefix of the shuffled set)\n"
     "  --fpga-samples N    the same on fpga-sim, whose C simulation is slower\n"
     "  --repeats N         CPU runs per threshold, interleaved; the fastest wall time is kept (noisy machines)\n"
-    "  --fpga-fixed W:I    fpga-sim in ap_fixed<W, I, AP_RND, AP_SAT> instead of f32\n";
+    "  --fpga-fixed W:I    fpga-sim in ap_fixed<W, I, AP_RND, AP_SAT> instead of f32\n"
+    EXAMPLE_CLASSES_USAGE;
 
 enum { MAX_THRESHOLDS = 16, EVALUATION_BATCH = 500 };
 
@@ -38,6 +39,7 @@ typedef struct settings {
   double learning_rate, momentum;
   uint64_t seed;
   int fixed_word_bits, fixed_integer_bits; /* fpga-sim number format: 0 for f32 */
+  int64_t classes; /* checked against both label sets (--classes) */
 } settings;
 
 /* Trains one model at one threshold on one backend; returns wall seconds (CPU) or simulated ones (fpga-sim). */
@@ -61,7 +63,7 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   }
 
   int64_t features = bpt_dataset_sample_size(train_set);
-  int64_t classes = bpt_dataset_class_count(train_set);
+  int64_t classes = s->classes;
   bpt_graph *graph = NULL;
   bpt_node *images, *labels, *hidden, *logits, *loss;
   EXAMPLE_CHECK(context, bpt_graph_create(context, &graph));
@@ -176,7 +178,7 @@ static int parse_thresholds(const char *text, float *values) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {
       "--data", "--epochs",     "--train-samples", "--fpga-samples",    "--batch",      "--lr", "--momentum",
-      "--seed", "--thresholds", "--repeats",       "--trainer-threads", "--fpga-fixed", NULL};
+      "--seed", "--thresholds", "--repeats",       "--trainer-threads", "--fpga-fixed", "--classes", NULL};
   static const char *const flags[] = {"--skip-cpu", "--skip-fpga", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   settings s = {.data = example_option(argc, argv, "--data"),
@@ -213,6 +215,7 @@ int main(int argc, char **argv) {
   bpt_dataset *train_set = NULL, *test_set = NULL;
   EXAMPLE_CHECK(data_context, bpt_dataset_load_idx_directory(data_context, s.data, "train", &train_set));
   EXAMPLE_CHECK(data_context, bpt_dataset_load_idx_directory(data_context, s.data, "t10k", &test_set));
+  s.classes = example_class_count(argc, argv, data_context, train_set, test_set, 0);
   EXAMPLE_CHECK(data_context, bpt_dataset_set_normalization(train_set, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(data_context, bpt_dataset_set_normalization(test_set, 0.2860f, 0.3530f));
   printf("libbptrain %s: speculative backprop, MLP 784-128-64-10, batch %ld, %ld epochs, %ld CPU / %ld fpga-sim "

@@ -24,4 +24,11 @@ int bpt_fuzz_checkpoint(const uint8_t *data, size_t size, int fix_crcs);
  * corpus. Returns 0 on success. */
 int bpt_fuzz_checkpoint_seed(const char *path, int full);
 
+/* Input (fuzz_shape_target.c): byte 0 picks the input rank, then sizes (one byte each: 0-31, or with the high
+ * bit one of a table of hostile values near 2^30, 2^31, 2^32, 2^62 and INT64_MAX) for its dims, then up to 12
+ * ops (one byte picks linear, conv2d, pools, global pool, reshape, flatten, batch norm, dropout, ReLU or a
+ * residual add, followed by their sizes), then the compile batch. An accepted graph is compiled and, when
+ * small, run forward once. Returns 0. */
+int bpt_fuzz_shape(const uint8_t *data, size_t size);
+
 #endif

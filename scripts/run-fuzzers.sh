@@ -16,14 +16,14 @@ mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DBPT_BUILD_FUZZERS=ON \
   -DBPT_BUILD_TESTS=OFF -DBPT_BUILD_EXAMPLES=OFF -DBPT_WITH_CUDA=OFF -DBPT_WITH_MPI=OFF -DBPT_WITH_NCCL=OFF \
   > "$build/configure.log" || { cat "$build/configure.log"; exit 1; }
-cmake --build "$build" -j "$jobs" --target fuzz_idx fuzz_checkpoint fuzz_gzip
+cmake --build "$build" -j "$jobs" --target fuzz_idx fuzz_checkpoint fuzz_gzip fuzz_shape
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
 export OMP_NUM_THREADS=1
 mkdir -p fuzz/crashes
 total_runs=0
-for target in idx checkpoint gzip; do
+for target in idx checkpoint gzip shape; do
   corpus=$build/corpus-$target # the growing working corpus stays out of the repository
   mkdir -p "$corpus"
   cp fuzz/corpus/$target/* "$corpus/"

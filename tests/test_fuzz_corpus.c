@@ -15,6 +15,7 @@
 
 /* The target bodies are compiled into this test directly: one file, shared with the libFuzzer builds. */
 #include "../fuzz/fuzz_targets.c"
+#include "../fuzz/fuzz_shape_target.c"
 
 static const char *source_dir(void) {
   const char *directory = getenv("BPT_SOURCE_DIR");
@@ -63,8 +64,10 @@ static void corpora_and_regressions_replay_cleanly(void **state) {
   int checkpoints = replay("corpus", "checkpoint", checkpoint_with_fixed_crcs) +
                     replay("regressions", "checkpoint", checkpoint_with_fixed_crcs);
   int gzip = replay("corpus", "gzip", bpt_fuzz_gzip) + replay("regressions", "gzip", bpt_fuzz_gzip);
-  print_message("replayed %d IDX, %d gzip and %d checkpoint inputs\n", idx, gzip, checkpoints);
+  int shapes = replay("corpus", "shape", bpt_fuzz_shape) + replay("regressions", "shape", bpt_fuzz_shape);
+  print_message("replayed %d IDX, %d gzip, %d checkpoint and %d shape inputs\n", idx, gzip, checkpoints, shapes);
   assert_true(gzip >= 3);
+  assert_true(shapes >= 4);
   assert_true(idx >= 6);
   assert_true(checkpoints >= 2);
 }

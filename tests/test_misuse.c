@@ -131,7 +131,7 @@ static void graph_building(void **state) {
   bpt_context *c = s.context;
   bpt_graph *g = s.graph;
   bpt_node *node = NULL;
-  int64_t dims[2] = {4, 5}, bad[2] = {4, 0}, big[3] = {INT64_C(1) << 31, INT64_C(1) << 31, INT64_C(1) << 31};
+  int64_t dims[2] = {4, 5}, bad[2] = {4, 0}, big[3] = {INT32_MAX, INT32_MAX, INT32_MAX};
 
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "out is NULL", bpt_graph_create(c, NULL));
   FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "context is NULL", bpt_graph_create(NULL, &g));

@@ -17,6 +17,7 @@ typedef struct cnn_example {
   bpt_graph *graph;
   bpt_node *images, *labels, *logits;
   bpt_dataset *train, *test;
+  int64_t classes; /* checked against both label sets (example_class_count) */
   long batch;
   bool augment;    /* random horizontal flips and shifts of up to 2 pixels */
   bool grad_stats; /* print gradient norms and activation statistics */

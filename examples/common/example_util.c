@@ -43,6 +43,18 @@ long example_option_long(int argc, char **argv, const char *name, long fallback)
   return parsed;
 }
 
+int64_t example_class_count(int argc, char **argv, bpt_context *context, const bpt_dataset *train,
+                            const bpt_dataset *test, int fallback) {
+  const long requested = example_option_long(argc, argv, "--classes", fallback);
+  if (requested < 0 || requested > 65536) {
+    fprintf(stderr, "error: --classes must be in [1, 65536], got %ld\n", requested);
+    exit(2);
+  }
+  int classes = 0;
+  EXAMPLE_CHECK(context, bpt_dataset_check_classes(train, test, (int)requested, &classes));
+  return classes;
+}
+
 double example_option_double(int argc, char **argv, const char *name, double fallback) {
   const char *value = example_option(argc, argv, name);
   if (!value) return fallback;

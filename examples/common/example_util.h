@@ -26,6 +26,13 @@ double example_option_double(int argc, char **argv, const char *name, double fal
 void example_check_arguments(int argc, char **argv, const char *const *valued, const char *const *flags,
                              const char *usage);
 
+/* The class count for a classifier over train and test: --classes N when given, else fallback (0: one more than
+ * the largest training label), checked against both label sets by bpt_dataset_check_classes(), so a corrupt
+ * label ends the run with a message naming the label file instead of silently growing the model. */
+#define EXAMPLE_CLASSES_USAGE "  --classes N  the number of classes (default: from the training labels, checked)\n"
+int64_t example_class_count(int argc, char **argv, bpt_context *context, const bpt_dataset *train,
+                            const bpt_dataset *test, int fallback);
+
 double example_seconds(void);
 
 /* A one-line progress bar on stderr: "epoch 1/5 [=====>    ] 30000/60000  41234 samples/s  loss 0.4312". */

@@ -43,18 +43,19 @@ typedef std::unique_ptr<bpt_dataset, deleter<bpt_dataset, bpt_dataset_destroy>> 
 
 struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
-  long epochs = 2, batch = 128, limit = 0, seed = 42, threads = 0;
+  long epochs = 2, batch = 128, limit = 0, seed = 42, threads = 0, classes = 0;
   double learning_rate = 0.05;
 };
 
 const char usage[] =
     "usage: mnist_mlp_cpp [--data DIR] [--epochs N] [--batch N] [--lr X] [--limit N] [--seed N] [--threads N]\n"
-    "  --limit N            train on the first N samples of each (shuffled) epoch, 0 for all\n" EXAMPLE_METRICS_USAGE;
+    "  --limit N            train on the first N samples of each (shuffled) epoch, 0 for all\n"
+    "  --classes N          the number of classes (default: from the training labels, checked)\n" EXAMPLE_METRICS_USAGE;
 
 options parse(int argc, char **argv) {
   options parsed;
   const char *valued[] = {"--data",  "--epochs", "--batch",   "--lr",
-                          "--limit", "--seed",   "--threads", EXAMPLE_METRICS_OPTIONS};
+                          "--limit", "--seed",   "--threads", "--classes", EXAMPLE_METRICS_OPTIONS};
   for (int i = 1; i < argc; i++) {
     std::string argument = argv[i];
     if (argument == "--help" || argument == "-h") {
@@ -80,6 +81,8 @@ options parse(int argc, char **argv) {
       parsed.limit = std::strtol(value, &end, 10);
     else if (argument == "--seed")
       parsed.seed = std::strtol(value, &end, 10);
+    else if (argument == "--classes")
+      parsed.classes = std::strtol(value, &end, 10);
     else if (argument == "--threads")
       parsed.threads = std::strtol(value, &end, 10);
     else if (argument == "--lr")
@@ -89,8 +92,9 @@ options parse(int argc, char **argv) {
       std::exit(2);
     }
   }
-  if (parsed.epochs < 1 || parsed.batch < 1 || parsed.limit < 0 || parsed.threads < 0) {
-    std::fprintf(stderr, "error: --epochs and --batch must be positive, --limit and --threads >= 0\n");
+  if (parsed.epochs < 1 || parsed.batch < 1 || parsed.limit < 0 || parsed.threads < 0 ||
+      parsed.classes < 0 || parsed.classes > 65536) {
+    std::fprintf(stderr, "error: --epochs and --batch must be positive, --limit and --threads >= 0, --classes in [0, 65536]\n");
     std::exit(2);
   }
   return parsed;
@@ -119,7 +123,10 @@ int run(int argc, char **argv) {
   CHECK(c, bpt_dataset_load_idx_directory(c, o.data.c_str(), "t10k", &raw));
   dataset_ptr test(raw);
   int64_t features = bpt_dataset_sample_size(train.get());
-  int64_t classes = bpt_dataset_class_count(train.get());
+  // Checked against both label sets: one corrupt label must not silently size the output layer.
+  int classes_checked = 0;
+  CHECK(c, bpt_dataset_check_classes(train.get(), test.get(), static_cast<int>(o.classes), &classes_checked));
+  int64_t classes = classes_checked;
 
   bpt_graph *raw_graph = nullptr;
   CHECK(c, bpt_graph_create(c, &raw_graph));

@@ -39,8 +39,20 @@ BPT_API int64_t bpt_dataset_sample_size(const bpt_dataset *dataset);
 /** @return the rank of one sample (2 for images), and fills dims (up to ::BPT_MAX_RANK) when non-NULL. */
 BPT_API int bpt_dataset_sample_shape(const bpt_dataset *dataset, int64_t *dims);
 
-/** @return one more than the largest label, or 0 without labels. */
+/** @return one more than the largest label, or 0 without labels. Prefer bpt_dataset_check_classes() to size a
+ * model: one corrupt label (200 in a 10-class set) makes this 201. */
 BPT_API int bpt_dataset_class_count(const bpt_dataset *dataset);
+
+/**
+ * The class count a classifier over @p train and @p test (NULL: none) must have, checked against both label
+ * sets. @p requested > 0 gives the count; 0 infers it as one more than the largest training label. Fails with
+ * ::BPT_ERR_FORMAT and a message naming the label file when a label of either set is not below the count, or
+ * when classes in [0, count) have no training sample (the first few are listed: "IDX label file '...' (training set):
+ * 190 of the 201 classes have no samples: 10-199 (the largest label is 200); ..."). A test set may lack classes.
+ * @param classes receives the count (0 on failure)
+ */
+BPT_API bpt_status bpt_dataset_check_classes(const bpt_dataset *train, const bpt_dataset *test, int requested,
+                                             int *classes);
 
 /** Sets the normalisation applied per batch: value = (byte / 255 - mean) / std. Default mean 0, std 1. */
 BPT_API bpt_status bpt_dataset_set_normalization(bpt_dataset *dataset, float mean, float std);

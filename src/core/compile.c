@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/graph.h"
 #include "core/memory_plan.h"
 #include "core/precision.h"
@@ -80,7 +81,10 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
       graph->parameters[graph->parameter_count++] = node;
       node->param_offset = parameter_elements;
       /* Keep every parameter 64-byte aligned inside the block for vector loads. */
-      parameter_elements += (int64_t)(align_up((size_t)bpt_node_inner_count(node) * sizeof(float)) / sizeof(float));
+      const int64_t aligned = (int64_t)(align_up((size_t)bpt_node_inner_count(node) * sizeof(float)) / sizeof(float));
+      if (!bpt_checked_add(parameter_elements, aligned, &parameter_elements) || parameter_elements > BPT_MAX_ELEMENTS)
+        return bpt_error(context, BPT_ERR_OUT_OF_MEMORY,
+                         "bpt_graph_compile: the parameters up to '%s' hold more than 2^40 values", node->name);
       continue;
     }
   }
@@ -160,8 +164,8 @@ bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch
   /* Robustness (issue 9): refuse nodes whose batch-sized buffers cannot exist before size arithmetic overflows. */
   for (int i = 0; i < graph->node_count; i++) {
     const bpt_node *node = graph->nodes[i];
-    int64_t inner = bpt_node_inner_count(node), batch = node->batched ? max_batch : 1;
-    if (inner > (INT64_C(1) << 40) / batch)
+    int64_t inner = bpt_node_inner_count(node), batch = node->batched ? max_batch : 1, total;
+    if (!bpt_checked_mul(inner, batch, &total) || total > BPT_MAX_ELEMENTS)
       return bpt_error(context, BPT_ERR_OUT_OF_MEMORY,
                        "bpt_graph_compile: %s '%s' needs %lld x %lld elements, more than 2^40",
                        bpt_op_get(node->op)->name, node->name, (long long)batch, (long long)inner);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/checkpoint.h"
 
 bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
@@ -124,6 +125,7 @@ bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, co
   node->dtype = BPT_DTYPE_F32;
   if (definition->infer_shape) {
     bpt_status status = definition->infer_shape(node);
+    if (status == BPT_OK) status = bpt_node_check_shape(node);
     if (status != BPT_OK) {
       free(node);
       return status;
@@ -141,16 +143,28 @@ static bpt_status check_dims(bpt_graph *graph, const char *what, const char *nam
                      rank, minimum_rank, maximum_rank);
   if (rank > 0 && !dims)
     return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s '%s': dims is NULL", what, name ? name : "");
-  int64_t count = 1;
-  for (int i = 0; i < rank; i++) {
-    if (dims[i] <= 0 || dims[i] > (INT64_C(1) << 31))
-      return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': dimension %d is %lld, must be in [1, 2^31]", what,
+  for (int i = 0; i < rank; i++)
+    if (dims[i] < 1 || dims[i] > BPT_MAX_DIM)
+      return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': dimension %d is %lld, must be in [1, 2^31 - 1]", what,
                        name ? name : "", i, (long long)dims[i]);
-    /* Bound the element count so that later size arithmetic cannot overflow. */
-    if (dims[i] > (INT64_C(1) << 40) / count)
-      return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': more than 2^40 elements", what, name ? name : "");
-    count *= dims[i];
-  }
+  /* Bound the element count so that later size arithmetic cannot overflow. */
+  int64_t count;
+  if (!bpt_checked_product(dims, rank, BPT_MAX_ELEMENTS, &count))
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "%s '%s': more than 2^40 elements", what, name ? name : "");
+  return BPT_OK;
+}
+
+bpt_status bpt_node_check_shape(const bpt_node *node) {
+  char shape[96];
+  const int first = node->batched ? 1 : 0;
+  for (int i = first; i < node->rank; i++)
+    if (node->dims[i] < 1 || node->dims[i] > BPT_MAX_DIM)
+      return bpt_node_error(node, BPT_ERR_SHAPE, "dimension %d of the output would be %lld, outside [1, 2^31 - 1]", i,
+                            (long long)node->dims[i]);
+  int64_t count;
+  if (!bpt_checked_product(node->dims + first, node->rank - first, BPT_MAX_ELEMENTS, &count))
+    return bpt_node_error(node, BPT_ERR_SHAPE, "the output (%s) would hold more than 2^40 values per sample",
+                          bpt_shape_string(node, shape, sizeof shape));
   return BPT_OK;
 }
 

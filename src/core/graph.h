@@ -113,6 +113,7 @@ struct bpt_graph {
   bpt_rng rng;                      /* stream for stochastic ops, seeded at compile; saved in checkpoints */
   int64_t forward_count;            /* forward passes run since compile (the "step" anomaly reports name) */
   bool anomaly_detection;           /* check every op's output for inf/NaN (bpt_graph_set_anomaly_detection) */
+  bool parameter_check_off;         /* skip the per-step parameter check (bpt_graph_set_parameter_check) */
   struct bpt_graph_buffer *buffers; /* non-trainable state saved in checkpoints (bpt_graph_register_buffer) */
   int buffer_count, buffer_capacity;
   /* One observer of backward and of the optimiser step, NULL when none. */
@@ -137,6 +138,9 @@ struct bpt_graph {
 int64_t bpt_node_inner_count(const bpt_node *node);
 /* Elements of the node for the current batch. */
 int64_t bpt_node_count(const bpt_node *node);
+/* BPT_OK when every dimension of node's inferred shape is in [1, BPT_MAX_DIM] and its per-sample element count
+ * at most BPT_MAX_ELEMENTS (core/checked.h); run after every shape rule, so no later size arithmetic wraps. */
+bpt_status bpt_node_check_shape(const bpt_node *node);
 /* Adds a node of op with the given inputs; ops then fill attributes. */
 bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
                               int input_count, bpt_node **out);
@@ -191,6 +195,9 @@ bpt_status bpt_graph_register_node_buffer(bpt_graph *graph, const char *name, co
 /* Check node's value (after its forward), or its inputs' gradients (after its backward), for inf/NaN when
  * anomaly detection is on (anomaly.c; called from the loops in run.c). */
 bpt_status bpt_anomaly_check(bpt_node *node);
+/* After an optimiser update: BPT_ERR_NUMERIC naming the first parameter that holds an inf or NaN, unless the
+ * check is off (parameter_check.c; called from bpt_optimizer_step). */
+bpt_status bpt_parameter_check_after_step(bpt_graph *graph, int64_t step);
 bpt_status bpt_anomaly_check_backward(bpt_node *node);
 
 #endif

@@ -10,6 +10,7 @@
  * transient values, which are dead by the time backward starts. */
 #include <stdlib.h>
 
+#include "core/checked.h"
 #include "core/memory_plan.h"
 
 #define BPT_PLAN_ALIGNMENT 64
@@ -131,7 +132,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     if (last_use[i] == i) held[i] = true; /* a graph output: the caller reads it */
     if (held[i]) {
       plan->value_offset[i] = cursor;
-      cursor += align_up(value_bytes(node));
+      if (!bpt_checked_add_bytes(cursor, align_up(value_bytes(node)), &cursor)) goto too_big;
       plan->held_bytes += align_up(value_bytes(node));
       if (node->op == BPT_OP_INPUT) plan->input_bytes += align_up(value_bytes(node));
     }
@@ -139,7 +140,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     size_t saved = definition->saved_bytes ? definition->saved_bytes(node) : 0;
     if (saved) {
       plan->saved_offset[i] = cursor;
-      cursor += align_up(saved);
+      if (saved > BPT_MAX_BYTES || !bpt_checked_add_bytes(cursor, align_up(saved), &cursor)) goto too_big;
       plan->held_bytes += align_up(saved);
     }
   }
@@ -156,6 +157,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     size_t offset = first_fit(active, &active_count, align_up(value_bytes(node)), gradient_first_step(graph, node),
                               gradient_last_step(graph, node), &gradient_region);
     plan->grad_offset[node->index] = cursor + offset;
+    if (gradient_region > BPT_MAX_BYTES) goto too_big; /* each first_fit adds at most one node's bytes to it */
   }
   plan->gradient_bytes = gradient_region;
   /* The transient region, first fit by forward lifetime, over the same bytes as the gradients: transient values
@@ -168,9 +170,11 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     if (!node->value_transient) continue;
     plan->value_offset[i] =
         cursor + first_fit(active, &active_count, align_up(value_bytes(node)), i, last_use[i], &region);
+    if (region > BPT_MAX_BYTES) goto too_big;
   }
   plan->transient_bytes = region;
-  plan->arena_bytes = cursor + (region > gradient_region ? region : gradient_region);
+  if (!bpt_checked_add_bytes(cursor, region > gradient_region ? region : gradient_region, &plan->arena_bytes))
+    goto too_big;
   /* A transient value is overwritten once a later node (created after its last consumer) shares its bytes. */
   for (int i = 0; i < n; i++) {
     if (held[i] || graph->nodes[i]->op == BPT_OP_PARAMETER) continue;
@@ -181,6 +185,9 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
       if (other < end && start < other_end) graph->nodes[i]->value_reused_by = graph->nodes[j];
     }
   }
+  goto done;
+too_big:
+  status = bpt_error(context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: the activation memory plan exceeds 2^46 bytes");
 done:
   free(last_use);
   free(held);

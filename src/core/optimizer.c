@@ -170,6 +170,8 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   if (!graph->backward_done)
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
   BPT_CHECK(bpt_thread_guard_enter(graph->context, "bpt_optimizer_step"));
+  if (optimizer->steps == INT64_MAX) /* restorable from a checkpoint: the next step must not wrap (issue 18) */
+    return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: the step count is INT64_MAX and cannot advance");
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BEFORE_UPDATE, -1));
   /* A precision policy unscales and checks the gradients and may skip this update. Without one the step is
    * the update kernels alone: no precision work and no host-device synchronisation (anomaly mode is the
@@ -228,7 +230,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   }
   graph->random_step++;
   optimizer->steps++;
-  return BPT_OK;
+  return bpt_parameter_check_after_step(graph, optimizer->steps); /* inf/NaN parameters fail the step (issue 18) */
 }
 
 bpt_status bpt_optimizer_set_learning_rate(bpt_optimizer *optimizer, float learning_rate) {

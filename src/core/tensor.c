@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "core/checked.h"
 #include "core/context.h"
 
 bpt_status bpt_tensor_create(bpt_context *context, bpt_dtype dtype, int rank, const int64_t *dims, bpt_tensor **out) {
@@ -16,7 +17,7 @@ bpt_status bpt_tensor_create(bpt_context *context, bpt_dtype dtype, int rank, co
   if (!dims) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_tensor_create: dims is NULL");
   int64_t count = 1;
   for (int i = 0; i < rank; i++) {
-    if (dims[i] < 1 || dims[i] > (INT64_C(1) << 40) / count)
+    if (dims[i] < 1 || dims[i] > BPT_MAX_ELEMENTS / count)
       return bpt_error(context, BPT_ERR_SHAPE, "bpt_tensor_create: dimension %d is %lld (non-positive or too large)",
                        i, (long long)dims[i]);
     count *= dims[i];

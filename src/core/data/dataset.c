@@ -8,6 +8,7 @@
 
 #include "bptrain/data.h"
 #include "core/context.h"
+#include "core/data/dataset_labels.h"
 #include "core/data/dataset_order.h"
 #include "core/data/idx.h"
 #include "core/rng.h"
@@ -18,6 +19,7 @@ struct bpt_dataset {
   bpt_context *context;
   bpt_idx images;
   bpt_idx labels; /* data NULL when the set has no labels */
+  char *labels_path; /* for messages about the labels (class_count.c) */
   int64_t size, sample_size;
   int class_count;
   int64_t *order;
@@ -29,6 +31,7 @@ void bpt_dataset_destroy(bpt_dataset *dataset) {
   bpt_context_release(dataset->context);
   bpt_idx_free(&dataset->images);
   bpt_idx_free(&dataset->labels);
+  free(dataset->labels_path);
   free(dataset->order);
   free(dataset);
 }
@@ -59,6 +62,11 @@ bpt_status bpt_dataset_load_idx(bpt_context *context, const char *images_path, c
   if (status == BPT_OK) {
     dataset->order = bpt_calloc(context, (size_t)dataset->size, sizeof *dataset->order, "sample order");
     if (!dataset->order) status = BPT_ERR_OUT_OF_MEMORY;
+  }
+  if (status == BPT_OK && labels_path) {
+    dataset->labels_path = bpt_calloc(context, strlen(labels_path) + 1, 1, "label file name");
+    if (dataset->labels_path) memcpy(dataset->labels_path, labels_path, strlen(labels_path) + 1);
+    else status = BPT_ERR_OUT_OF_MEMORY;
   }
   if (status != BPT_OK) {
     bpt_dataset_destroy(dataset);
@@ -97,6 +105,12 @@ bpt_status bpt_dataset_load_idx_directory(bpt_context *context, const char *dire
   BPT_CHECK(find_file(context, directory, split, "images-idx3-ubyte", images, sizeof images));
   BPT_CHECK(find_file(context, directory, split, "labels-idx1-ubyte", labels, sizeof labels));
   return bpt_dataset_load_idx(context, images, labels, out);
+}
+
+const uint8_t *bpt_dataset_labels_view(const bpt_dataset *dataset, bpt_context **context, const char **path) {
+  *context = dataset->context;
+  *path = dataset->labels_path ? dataset->labels_path : "";
+  return dataset->labels.data;
 }
 
 int64_t bpt_dataset_size(const bpt_dataset *dataset) { return dataset ? dataset->size : 0; }
@@ -142,7 +156,7 @@ bpt_status bpt_dataset_reset_order(bpt_dataset *dataset) {
 
 int64_t bpt_dataset_batch_count(const bpt_dataset *dataset, int64_t batch_size) {
   if (!dataset || batch_size < 1) return 0;
-  return (dataset->size + batch_size - 1) / batch_size;
+  return dataset->size / batch_size + (dataset->size % batch_size != 0); /* no size + batch_size - 1: it wraps */
 }
 
 bpt_status bpt_dataset_batch(bpt_dataset *dataset, int64_t batch_index, int64_t batch_size, bpt_tensor *images,

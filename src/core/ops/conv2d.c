@@ -4,13 +4,17 @@
 #include <string.h>
 
 #include "bptrain/cnn.h"
+#include "core/checked.h"
 #include "core/graph.h"
 
 enum { STRIDE_H, STRIDE_W, PADDING_H, PADDING_W, DILATION_H, DILATION_W, GROUPS };
 
+/* The output extent, or -1 when the padded input or the dilated kernel span does not fit BPT_MAX_DIM (every
+ * attribute is already in [0, BPT_MAX_DIM], so the int64_t arithmetic below cannot wrap). */
 static int64_t output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
-  int64_t span = dilation * (kernel - 1) + 1;
-  return in + 2 * padding < span ? 0 : (in + 2 * padding - span) / stride + 1;
+  const int64_t padded = in + 2 * padding, span = dilation * (kernel - 1) + 1;
+  if (padded > BPT_MAX_DIM || span > BPT_MAX_DIM) return -1;
+  return padded < span ? 0 : (padded - span) / stride + 1;
 }
 
 static bpt_status conv2d_infer_shape(bpt_node *node) {
@@ -33,6 +37,14 @@ static bpt_status conv2d_infer_shape(bpt_node *node) {
                           (long long)a[STRIDE_H], (long long)a[STRIDE_W], (long long)a[PADDING_H],
                           (long long)a[PADDING_W], (long long)a[DILATION_H], (long long)a[DILATION_W],
                           (long long)a[GROUPS]);
+  for (int i = STRIDE_H; i <= GROUPS; i++)
+    if (a[i] > BPT_MAX_DIM)
+      return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT,
+                            "stride %lldx%lld, padding %lldx%lld, dilation %lldx%lld, groups %lld: each must be at "
+                            "most 2^31 - 1",
+                            (long long)a[STRIDE_H], (long long)a[STRIDE_W], (long long)a[PADDING_H],
+                            (long long)a[PADDING_W], (long long)a[DILATION_H], (long long)a[DILATION_W],
+                            (long long)a[GROUPS]);
   const int64_t channels = x->dims[1], out_channels = weight->dims[0], groups = a[GROUPS];
   if (channels % groups || out_channels % groups)
     return bpt_node_error(node, BPT_ERR_SHAPE, "%lld groups do not divide %lld input and %lld output channels",
@@ -45,6 +57,13 @@ static bpt_status conv2d_infer_shape(bpt_node *node) {
                           bias->name, (long long)bpt_node_inner_count(bias), weight->name, (long long)out_channels);
   const int64_t height = output_size(x->dims[2], weight->dims[2], a[STRIDE_H], a[PADDING_H], a[DILATION_H]);
   const int64_t width = output_size(x->dims[3], weight->dims[3], a[STRIDE_W], a[PADDING_W], a[DILATION_W]);
+  if (height < 0 || width < 0)
+    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT,
+                          "the padded %lldx%lld input (padding %lldx%lld) or the %lldx%lld kernel's span (dilation "
+                          "%lldx%lld) exceeds 2^31 - 1",
+                          (long long)x->dims[2], (long long)x->dims[3], (long long)a[PADDING_H],
+                          (long long)a[PADDING_W], (long long)weight->dims[2], (long long)weight->dims[3],
+                          (long long)a[DILATION_H], (long long)a[DILATION_W]);
   if (height < 1 || width < 1)
     return bpt_node_error(node, BPT_ERR_SHAPE,
                           "a %lldx%lld kernel (dilation %lldx%lld) does not fit the %lldx%lld "
@@ -52,6 +71,20 @@ static bpt_status conv2d_infer_shape(bpt_node *node) {
                           (long long)weight->dims[2], (long long)weight->dims[3], (long long)a[DILATION_H],
                           (long long)a[DILATION_W], (long long)x->dims[2], (long long)x->dims[3],
                           (long long)a[PADDING_H], (long long)a[PADDING_W]);
+  /* The kernels' GEMMs take int dims (cblas blasint): the column matrix's rows (C / groups) kh kw and
+   * columns OH OW must fit, and so must the padded input plane, whose phase rows the CPU lowering multiplies
+   * in place (up to 1.25 OH OW columns). */
+  int64_t column_rows, out_plane, padded_plane;
+  if (!bpt_checked_product(weight->dims + 1, 3, BPT_MAX_DIM, &column_rows) ||
+      !bpt_checked_mul(height, width, &out_plane) || out_plane > BPT_MAX_DIM ||
+      !bpt_checked_mul(x->dims[2] + 2 * a[PADDING_H], x->dims[3] + 2 * a[PADDING_W], &padded_plane) ||
+      padded_plane > BPT_MAX_DIM)
+    return bpt_node_error(node, BPT_ERR_SHAPE,
+                          "weight '%s' (%lld values per output channel) and the %lldx%lld output (padded input "
+                          "%lldx%lld) exceed the kernels' limits (2^31 - 1 per GEMM dimension)",
+                          weight->name, (long long)(weight->dims[1] * weight->dims[2] * weight->dims[3]),
+                          (long long)height, (long long)width, (long long)(x->dims[2] + 2 * a[PADDING_H]),
+                          (long long)(x->dims[3] + 2 * a[PADDING_W]));
   node->batched = true;
   node->rank = 4;
   node->dims[0] = x->dims[0];

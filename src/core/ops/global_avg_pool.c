@@ -1,6 +1,7 @@
 /* global_avg_pool: (N, C, H, W) -> (N, C), the mean of each channel's plane. It runs as an average pool
  * whose window is the whole plane, so backends need no extra kernel. */
 #include "bptrain/cnn.h"
+#include "core/checked.h"
 #include "core/graph.h"
 
 static bpt_status global_avg_pool_infer_shape(bpt_node *node) {
@@ -10,6 +11,10 @@ static bpt_status global_avg_pool_infer_shape(bpt_node *node) {
   if (!x->batched || x->rank != 4)
     return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has shape %s; expected (N, C, H, W)", x->name,
                           bpt_shape_string(x, shape, sizeof shape));
+  /* Its window is the whole plane: the pooling kernels take plane sizes that fit int32. */
+  if (x->dims[2] * x->dims[3] > BPT_MAX_DIM)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "the %lldx%lld input plane exceeds the pooling kernels' 2^31 - 1 limit",
+                          (long long)x->dims[2], (long long)x->dims[3]);
   node->batched = true;
   node->rank = 2;
   node->dims[0] = x->dims[0];

@@ -1,5 +1,6 @@
 /* linear: y = x W^T + b, with x (N, in), W (out, in), b (out), y (N, out).
  * All three products run as one GEMM each through the backend. */
+#include "core/checked.h"
 #include "core/graph.h"
 #include "core/precision.h"
 
@@ -54,6 +55,10 @@ static bpt_status linear_infer_shape(bpt_node *node) {
   if (weight->batched || weight->rank != 2)
     return bpt_node_error(node, BPT_ERR_SHAPE, "weight '%s' must be a 2-D (out, in) tensor without batch", weight->name);
   int64_t in_features = bpt_node_inner_count(x);
+  /* The GEMMs take in and out features (and their leading dimensions) as int (cblas blasint). */
+  if (in_features > BPT_MAX_DIM)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld features, more than the GEMMs' 2^31 - 1", x->name,
+                          (long long)in_features);
   if (weight->dims[1] != in_features)
     return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld features, weight '%s' expects %lld", x->name,
                           (long long)in_features, weight->name, (long long)weight->dims[1]);

@@ -2,6 +2,7 @@
  * Integer attributes: kernel (0, 1), stride (2, 3), padding (4, 5). Max pooling keeps the winning index of
  * every output (int32, in node->saved) so backward routes each gradient to exactly one input. */
 #include "bptrain/cnn.h"
+#include "core/checked.h"
 #include "core/graph.h"
 
 enum { KERNEL_H, KERNEL_W, STRIDE_H, STRIDE_W, PADDING_H, PADDING_W };
@@ -14,11 +15,13 @@ static bpt_status pool2d_infer_shape(bpt_node *node) {
   if (!x->batched || x->rank != 4)
     return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has shape %s; expected (N, C, H, W)", x->name,
                           bpt_shape_string(x, shape, sizeof shape));
+  /* Each attribute at most BPT_MAX_DIM first, so that the sums below stay far inside int64_t. */
   if (a[KERNEL_H] < 1 || a[KERNEL_W] < 1 || a[STRIDE_H] < 1 || a[STRIDE_W] < 1 || a[PADDING_H] < 0 ||
-      a[PADDING_W] < 0 || 2 * a[PADDING_H] > a[KERNEL_H] || 2 * a[PADDING_W] > a[KERNEL_W])
+      a[PADDING_W] < 0 || a[KERNEL_H] > BPT_MAX_DIM || a[KERNEL_W] > BPT_MAX_DIM || a[STRIDE_H] > BPT_MAX_DIM ||
+      a[STRIDE_W] > BPT_MAX_DIM || a[PADDING_H] > a[KERNEL_H] / 2 || a[PADDING_W] > a[KERNEL_W] / 2)
     return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT,
-                          "kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld: kernel and stride must be >= 1, "
-                          "padding in [0, kernel / 2]",
+                          "kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld: kernel and stride must be in "
+                          "[1, 2^31 - 1], padding in [0, kernel / 2]",
                           (long long)a[KERNEL_H], (long long)a[KERNEL_W], (long long)a[STRIDE_H],
                           (long long)a[STRIDE_W], (long long)a[PADDING_H], (long long)a[PADDING_W]);
   const int64_t height = x->dims[2] + 2 * a[PADDING_H] - a[KERNEL_H],
@@ -26,6 +29,13 @@ static bpt_status pool2d_infer_shape(bpt_node *node) {
   if (height < 0 || width < 0)
     return bpt_node_error(node, BPT_ERR_SHAPE, "a %lldx%lld window does not fit the %lldx%lld input",
                           (long long)a[KERNEL_H], (long long)a[KERNEL_W], (long long)x->dims[2], (long long)x->dims[3]);
+  /* Max pooling keeps each winner's index in its input plane as int32. */
+  if (x->dims[2] * x->dims[3] > BPT_MAX_DIM || x->dims[2] + 2 * a[PADDING_H] > BPT_MAX_DIM ||
+      x->dims[3] + 2 * a[PADDING_W] > BPT_MAX_DIM)
+    return bpt_node_error(node, BPT_ERR_SHAPE,
+                          "the %lldx%lld input plane (padding %lldx%lld) exceeds the pooling kernels' 2^31 - 1 limit",
+                          (long long)x->dims[2], (long long)x->dims[3], (long long)a[PADDING_H],
+                          (long long)a[PADDING_W]);
   node->batched = true;
   node->rank = 4;
   node->dims[0] = x->dims[0];

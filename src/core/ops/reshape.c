@@ -1,6 +1,7 @@
 /* reshape and flatten: the same values under a new per-sample shape. Integer attribute 0 is the new
  * per-sample rank, 1.. the dims. Values are copied (the memory plan gives every node its own buffer). */
 #include "bptrain/cnn.h"
+#include "core/checked.h"
 #include "core/graph.h"
 
 static bpt_status reshape_infer_shape(bpt_node *node) {
@@ -10,13 +11,15 @@ static bpt_status reshape_infer_shape(bpt_node *node) {
   if (!x->batched) return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has no batch dimension", x->name);
   if (rank < 1 || rank > BPT_MAX_RANK - 1)
     return bpt_node_error(node, BPT_ERR_SHAPE, "rank %lld is outside [1, %d]", (long long)rank, BPT_MAX_RANK - 1);
-  int64_t count = 1;
-  for (int64_t i = 0; i < rank; i++) {
-    if (node->int_attributes[1 + i] < 1)
-      return bpt_node_error(node, BPT_ERR_SHAPE, "dimension %lld is %lld", (long long)i,
+  for (int64_t i = 0; i < rank; i++)
+    if (node->int_attributes[1 + i] < 1 || node->int_attributes[1 + i] > BPT_MAX_DIM)
+      return bpt_node_error(node, BPT_ERR_SHAPE, "dimension %lld is %lld, must be in [1, 2^31 - 1]", (long long)i,
                             (long long)node->int_attributes[1 + i]);
-    count *= node->int_attributes[1 + i];
-  }
+  /* A product that wraps could equal the input's count: bound it instead. */
+  int64_t count;
+  if (!bpt_checked_product(node->int_attributes + 1, (int)rank, BPT_MAX_ELEMENTS, &count))
+    return bpt_node_error(node, BPT_ERR_SHAPE, "the new shape has more than 2^40 values per sample; input '%s' has %lld",
+                          x->name, (long long)bpt_node_inner_count(x));
   if (count != bpt_node_inner_count(x))
     return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld values per sample, the new shape %lld", x->name,
                           (long long)bpt_node_inner_count(x), (long long)count);
