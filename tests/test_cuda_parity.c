@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "backends/cpu/cpu.h"
 #include "core/context.h"
 #include "test_support.h"
 
@@ -45,6 +45,60 @@ struct parity_case {
 
 #define CALL(backend, member, ...) \
   ((backend)->vtable->member ? (backend)->vtable->member((backend), __VA_ARGS__) : BPT_ERR_UNSUPPORTED)
+/* Op kernels are registered per op id now, so this test (to be replaced by test_backend_ops.c) calls each
+ * backend's typed kernel functions; the CUDA ones are declared weak so that it links without the CUDA backend. */
+bpt_status bpt_cuda_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
+bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
+                                  float *bias_gradient);
+bpt_status bpt_cuda_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                       const float *x, float *y);
+bpt_status bpt_cuda_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                        const float *x, const float *y, const float *dy, float *dx);
+bpt_status bpt_cuda_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
+                                                  const float *logits, const int32_t *labels, float *probabilities,
+                                                  float *loss);
+bpt_status bpt_cuda_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
+                                                   const float *probabilities, const int32_t *labels,
+                                                   const float *loss_gradient, float *dlogits);
+bpt_status bpt_cuda_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
+                                float *loss);
+bpt_status bpt_cuda_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
+                                 const float *loss_gradient, float *dprediction, float *dtarget);
+bpt_status bpt_cuda_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
+                                   const float *weight, const float *bias, float *y);
+bpt_status bpt_cuda_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
+                                         const float *weight, float *dx);
+bpt_status bpt_cuda_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
+                                           const float *dy, float *dweight, float *dbias);
+bpt_status bpt_cuda_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                       const float *gamma, const float *beta, float *running_mean,
+                                       float *running_variance, float *y, float *saved_mean, float *saved_inverse_std);
+bpt_status bpt_cuda_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                        const float *dy, const float *gamma, const float *saved_mean,
+                                        const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
+bpt_status bpt_cuda_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
+                                   int32_t *argmax);
+bpt_status bpt_cuda_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
+                                    const int32_t *argmax, float *dx);
+#pragma weak bpt_cuda_bias_add
+#pragma weak bpt_cuda_bias_backward
+#pragma weak bpt_cuda_activation_forward
+#pragma weak bpt_cuda_activation_backward
+#pragma weak bpt_cuda_softmax_cross_entropy_forward
+#pragma weak bpt_cuda_softmax_cross_entropy_backward
+#pragma weak bpt_cuda_mse_forward
+#pragma weak bpt_cuda_mse_backward
+#pragma weak bpt_cuda_conv2d_forward
+#pragma weak bpt_cuda_conv2d_backward_data
+#pragma weak bpt_cuda_conv2d_backward_filter
+#pragma weak bpt_cuda_batch_norm_forward
+#pragma weak bpt_cuda_batch_norm_backward
+#pragma weak bpt_cuda_pool2d_forward
+#pragma weak bpt_cuda_pool2d_backward
+#define OP_CALL(backend, member, ...)                                                                                  \
+  (strcmp((backend)->vtable->name, "cpu") == 0                         ? bpt_cpu_##member((backend), __VA_ARGS__)      \
+   : strcmp((backend)->vtable->name, "cuda") == 0 && bpt_cuda_##member ? bpt_cuda_##member((backend), __VA_ARGS__)     \
+                                                                       : BPT_ERR_UNSUPPORTED)
 #define TRY(expression)                    \
   do {                                     \
     bpt_status try_status_ = (expression); \
@@ -170,15 +224,15 @@ static bpt_status run_gemm(bpt_backend *b, bool cuda, void **p, const parity_cas
 
 static bpt_status run_bias(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
   (void)cuda;
-  TRY(CALL(b, bias_add, c->i[0], c->i[1], p[1], p[0]));
-  return CALL(b, bias_backward, c->i[0], c->i[1], p[2], p[3]);
+  TRY(OP_CALL(b, bias_add, c->i[0], c->i[1], p[1], p[0]));
+  return OP_CALL(b, bias_backward, c->i[0], c->i[1], p[2], p[3]);
 }
 
 static bpt_status run_activation(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
   (void)cuda;
   bpt_activation kind = (bpt_activation)c->i[0];
-  TRY(CALL(b, activation_forward, kind, c->f[0], c->buffers[0].count, p[0], p[1]));
-  return CALL(b, activation_backward, kind, c->f[0], c->buffers[0].count, p[0], p[1], p[2], p[3]);
+  TRY(OP_CALL(b, activation_forward, kind, c->f[0], c->buffers[0].count, p[0], p[1]));
+  return OP_CALL(b, activation_backward, kind, c->f[0], c->buffers[0].count, p[0], p[1], p[2], p[3]);
 }
 
 static bpt_status run_add_scaled(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
@@ -188,15 +242,15 @@ static bpt_status run_add_scaled(bpt_backend *b, bool cuda, void **p, const pari
 
 static bpt_status run_softmax_cross_entropy(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
   (void)cuda;
-  TRY(CALL(b, softmax_cross_entropy_forward, c->i[0], c->i[1], p[0], p[1], p[2], p[3]));
-  return CALL(b, softmax_cross_entropy_backward, c->i[0], c->i[1], p[2], p[1], p[4], p[5]);
+  TRY(OP_CALL(b, softmax_cross_entropy_forward, c->i[0], c->i[1], p[0], p[1], p[2], p[3]));
+  return OP_CALL(b, softmax_cross_entropy_backward, c->i[0], c->i[1], p[2], p[1], p[4], p[5]);
 }
 
 static bpt_status run_mse(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
   (void)cuda;
   int64_t count = c->buffers[0].count;
-  TRY(CALL(b, mse_forward, count, p[0], p[1], p[2]));
-  return CALL(b, mse_backward, count, p[0], p[1], p[3], p[4], p[5]);
+  TRY(OP_CALL(b, mse_forward, count, p[0], p[1], p[2]));
+  return OP_CALL(b, mse_backward, count, p[0], p[1], p[3], p[4], p[5]);
 }
 
 static bpt_status run_update(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
@@ -215,23 +269,23 @@ static bpt_status run_update(bpt_backend *b, bool cuda, void **p, const parity_c
 
 static bpt_status run_conv2d(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
   (void)cuda;
-  TRY(CALL(b, conv2d_forward, &c->conv, p[0], p[1], p[2], p[3]));
-  TRY(CALL(b, conv2d_backward_data, &c->conv, p[4], p[1], p[5]));
-  return CALL(b, conv2d_backward_filter, &c->conv, p[0], p[4], p[6], p[7]);
+  TRY(OP_CALL(b, conv2d_forward, &c->conv, p[0], p[1], p[2], p[3]));
+  TRY(OP_CALL(b, conv2d_backward_data, &c->conv, p[4], p[1], p[5]));
+  return OP_CALL(b, conv2d_backward_filter, &c->conv, p[0], p[4], p[6], p[7]);
 }
 
 static bpt_status run_batch_norm(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
   (void)cuda;
-  TRY(CALL(b, batch_norm_forward, &c->norm, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]));
+  TRY(OP_CALL(b, batch_norm_forward, &c->norm, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]));
   if (!c->norm.training) return BPT_OK;
-  return CALL(b, batch_norm_backward, &c->norm, p[0], p[8], p[1], p[6], p[7], p[9], p[10], p[11]);
+  return OP_CALL(b, batch_norm_backward, &c->norm, p[0], p[8], p[1], p[6], p[7], p[9], p[10], p[11]);
 }
 
 static bpt_status run_pool2d(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
   (void)cuda;
   int32_t *argmax = c->pool.kind == BPT_POOL_MAX ? p[2] : NULL;
-  TRY(CALL(b, pool2d_forward, &c->pool, p[0], p[1], argmax));
-  return CALL(b, pool2d_backward, &c->pool, p[3], argmax, p[4]);
+  TRY(OP_CALL(b, pool2d_forward, &c->pool, p[0], p[1], argmax));
+  return OP_CALL(b, pool2d_backward, &c->pool, p[3], argmax, p[4]);
 }
 
 static bpt_status run_cast(bpt_backend *b, bool cuda, void **p, const parity_case *c) {
