@@ -1,7 +1,7 @@
 /* The CPU's convolution routes on ResNet-8's 3x3 layers (batch 128): each pass (forward, data gradient, weight
  * gradient) through the direct and Winograd kernels and through the SGEMM lowerings, alternately in the same
  * run, the fastest of several rounds each. Prints milliseconds, GFLOP/s (of the direct 3x3 arithmetic) and
- * the speed-up per pass. Calls the backend's table directly, as the kernel tests do.
+ * the speed-up per pass. Calls the backend's conv2d kernels directly.
  *
  *   conv_kernels_bench [--threads 1] [--rounds 7]
  */
@@ -27,14 +27,32 @@ typedef struct layer {
 
 enum { PASSES = 3, ROUTES = 2 };
 
-/* Seconds of one pass on the backend's current route. */
+static bpt_kernel_tensor tensor(int64_t n, int64_t c, int64_t h, int64_t w, const float *value, float *grad) {
+  return (bpt_kernel_tensor){.dtype = BPT_DTYPE_F32,
+                             .rank = 4,
+                             .dims = {n, c, h, w},
+                             .count = n * c * h * w,
+                             .value = (float *)value,
+                             .grad = grad,
+                             .beta = 1.0f};
+}
+
+/* Seconds of one pass on the backend's current route, through the conv2d kernels it registered. */
 static double run_pass(bpt_backend *backend, int pass, const bpt_conv2d_args *a, const float *x, const float *w,
                        float *y, float *dx, float *dw) {
+  bpt_kernel_node node = {.op = BPT_OP_CONV2D,
+                          .name = "bench",
+                          .input_count = 2,
+                          .int_attributes = {a->stride_height, a->stride_width, a->padding_height, a->padding_width,
+                                             a->dilation_height, a->dilation_width, a->groups}};
+  node.inputs[0] = tensor(a->batch, a->in_channels, a->in_height, a->in_width, x, pass == 1 ? dx : NULL);
+  node.inputs[0].beta = a->assign_input_gradient ? 0.0f : 1.0f;
+  node.inputs[1] =
+      tensor(a->out_channels, a->in_channels / a->groups, a->kernel_height, a->kernel_width, w, pass == 2 ? dw : NULL);
+  node.output = tensor(a->batch, a->out_channels, a->out_height, a->out_width, y, y);
+  const bpt_op_kernels *kernels = backend->vtable->kernels(backend, BPT_OP_CONV2D);
   const double start = seconds();
-  bpt_status status = BPT_OK;
-  if (pass == 0) status = backend->vtable->conv2d_forward(backend, a, x, w, NULL, y);
-  if (pass == 1) status = backend->vtable->conv2d_backward_data(backend, a, y, w, dx);
-  if (pass == 2) status = backend->vtable->conv2d_backward_filter(backend, a, x, y, dw, NULL);
+  bpt_status status = pass == 0 ? kernels->forward(backend, &node) : kernels->backward(backend, &node);
   if (status != BPT_OK) {
     fprintf(stderr, "conv2d pass %d failed: %s\n", pass, backend->error_message);
     exit(1);

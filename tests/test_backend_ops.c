@@ -537,6 +537,7 @@ static const op_case op_cases[] = {
     {"sigmoid fan-out, 10007 (parity)", BPT_OP_SIGMOID, build_unary, .unary = bpt_sigmoid, .batch = 1, .rank = 1, SHAPE(10007), .fan_out = true},
     {"tanh batch 1, 2x9", BPT_OP_TANH, build_unary, .unary = bpt_tanh, .batch = 1, .rank = 2, SHAPE(2, 9)},
     {"tanh 10007 (parity)", BPT_OP_TANH, build_unary, .unary = bpt_tanh, .batch = 1, .rank = 1, SHAPE(10007)},
+    {"gelu 3x37", BPT_OP_GELU, build_unary, .unary = bpt_gelu, .batch = 3, .rank = 1, SHAPE(37)},
     {"softmax_cross_entropy 8x10", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 8, .rank = 1, SHAPE(10)},
     {"softmax_cross_entropy batch 1, 3 classes", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 1, .rank = 1, SHAPE(3)},
     {"softmax_cross_entropy 128x10 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 128, .rank = 1, SHAPE(10)},

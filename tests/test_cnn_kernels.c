@@ -104,9 +104,9 @@ static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
 
   reference_conv(&a, x, w, b, ry);
   reference_conv_backward(&a, x, w, dy, rdx, rdw, rdb);
-  assert_int_equal(backend->vtable->conv2d_forward(backend, &a, x, w, b, y), BPT_OK);
-  assert_int_equal(backend->vtable->conv2d_backward_data(backend, &a, dy, w, dx), BPT_OK);
-  assert_int_equal(backend->vtable->conv2d_backward_filter(backend, &a, x, dy, dw, db), BPT_OK);
+  assert_int_equal(bpt_cpu_conv2d_forward(backend, &a, x, w, b, y), BPT_OK);
+  assert_int_equal(bpt_cpu_conv2d_backward_data(backend, &a, dy, w, dx), BPT_OK);
+  assert_int_equal(bpt_cpu_conv2d_backward_filter(backend, &a, x, dy, dw, db), BPT_OK);
   print_message(
       "[ conv     ] N%lld C%lld %lldx%lld O%lld k%lldx%lld s%lld p%lld d%lld g%lld: errors %.2g %.2g %.2g %.2g\n",
       (long long)a.batch, (long long)a.in_channels, (long long)a.in_height, (long long)a.in_width,
@@ -127,7 +127,7 @@ static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
   reference_conv_backward(&a, x, w, dy, rdx, rdw, rdb);
   bpt_conv2d_args assigning = a;
   assigning.assign_input_gradient = true;
-  assert_int_equal(backend->vtable->conv2d_backward_data(backend, &assigning, dy, w, dx), BPT_OK);
+  assert_int_equal(bpt_cpu_conv2d_backward_data(backend, &assigning, dy, w, dx), BPT_OK);
   assert_true(max_relative_error(dx, rdx, x_count) < 1e-5);
   free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db);
   free(ry), free(rdx), free(rdw), free(rdb);
@@ -270,8 +270,8 @@ static void batch_norm_statistics_match_two_pass_on(bool portable_loops) {
         x[(n * C + c) * S + s] = means[c] + spreads[c] * test_random_uniform(&random, -1.0f, 1.0f);
   bpt_batch_norm_args args = {
       .batch = N, .channels = C, .spatial = S, .epsilon = 1e-5f, .momentum = 0.1f, .training = true};
-  assert_int_equal(backend->vtable->batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance,
-                                                       y, saved_mean, saved_inverse_std),
+  assert_int_equal(bpt_cpu_batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance, y,
+                                              saved_mean, saved_inverse_std),
                    BPT_OK);
   for (int c = 0; c < C; c++) {
     double sum = 0.0, squares = 0.0;
@@ -301,8 +301,8 @@ static void batch_norm_statistics_match_two_pass_on(bool portable_loops) {
   /* Evaluation mode: normalise with the running statistics and leave them alone. */
   args.training = false;
   const float frozen_mean[C] = {running_mean[0], running_mean[1], running_mean[2]};
-  assert_int_equal(backend->vtable->batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance,
-                                                       y, saved_mean, saved_inverse_std),
+  assert_int_equal(bpt_cpu_batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance, y,
+                                              saved_mean, saved_inverse_std),
                    BPT_OK);
   for (int c = 0; c < C; c++) {
     assert_true(running_mean[c] == frozen_mean[c]);
@@ -343,8 +343,8 @@ static void max_pool_ties_route_to_first(void **state) {
                           .kernel_width = 2,
                           .stride_height = 2,
                           .stride_width = 2};
-  assert_int_equal(backend->vtable->pool2d_forward(backend, &args, x, y, argmax), BPT_OK);
-  assert_int_equal(backend->vtable->pool2d_backward(backend, &args, dy, argmax, dx), BPT_OK);
+  assert_int_equal(bpt_cpu_pool2d_forward(backend, &args, x, y, argmax), BPT_OK);
+  assert_int_equal(bpt_cpu_pool2d_backward(backend, &args, dy, argmax, dx), BPT_OK);
   const float expected[16] = {1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0};
   for (int i = 0; i < 16; i++)
     assert_true(dx[i] == expected[i]);
@@ -369,8 +369,8 @@ static void max_pool_ties_route_to_first(void **state) {
                                  .stride_width = 1,
                                  .padding_height = 1,
                                  .padding_width = 1};
-  assert_int_equal(backend->vtable->pool2d_forward(backend, &overlapping, plane, out, winners), BPT_OK);
-  assert_int_equal(backend->vtable->pool2d_backward(backend, &overlapping, d, winners, grad), BPT_OK);
+  assert_int_equal(bpt_cpu_pool2d_forward(backend, &overlapping, plane, out, winners), BPT_OK);
+  assert_int_equal(bpt_cpu_pool2d_backward(backend, &overlapping, d, winners, grad), BPT_OK);
   const float expected_out[9] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
   for (int i = 0; i < 9; i++)
     assert_true(out[i] == expected_out[i]);
@@ -378,7 +378,7 @@ static void max_pool_ties_route_to_first(void **state) {
   /* Average pooling with padding divides by the full window. */
   bpt_pool2d_args average = overlapping;
   average.kind = BPT_POOL_AVERAGE;
-  assert_int_equal(backend->vtable->pool2d_forward(backend, &average, plane, out, NULL), BPT_OK);
+  assert_int_equal(bpt_cpu_pool2d_forward(backend, &average, plane, out, NULL), BPT_OK);
   assert_true(fabsf(out[0] - (-5 - 4 - 2 - 1) / 9.0f) < 1e-6f);
   bpt_context_destroy(context);
 }
@@ -410,8 +410,8 @@ static void whole_plane_average_matches_mean(void **state) {
                             .kernel_width = W,
                             .stride_height = H,
                             .stride_width = W};
-    assert_int_equal(backend->vtable->pool2d_forward(backend, &args, x, y, NULL), BPT_OK);
-    assert_int_equal(backend->vtable->pool2d_backward(backend, &args, dy, NULL, dx), BPT_OK);
+    assert_int_equal(bpt_cpu_pool2d_forward(backend, &args, x, y, NULL), BPT_OK);
+    assert_int_equal(bpt_cpu_pool2d_backward(backend, &args, dy, NULL, dx), BPT_OK);
     for (int64_t p = 0; p < planes; p++) {
       double sum = 0.0;
       for (int64_t i = 0; i < H * W; i++) {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "backends/cpu/cpu.h"
 #include "core/context.h"
 #include "test_support.h"
 
@@ -64,9 +64,9 @@ static void bias_kernels_match_reference(void **state) {
       expected[r * COLS + c] = y[r * COLS + c] + bias[c];
       expected_gradient[c] += y[r * COLS + c];
     }
-  assert_int_equal(backend->vtable->bias_backward(backend, ROWS, COLS, y, gradient), BPT_OK);
+  assert_int_equal(bpt_cpu_bias_backward(backend, ROWS, COLS, y, gradient), BPT_OK);
   assert_true(test_relative_error(gradient, expected_gradient, COLS) < 1e-6);
-  assert_int_equal(backend->vtable->bias_add(backend, ROWS, COLS, bias, y), BPT_OK);
+  assert_int_equal(bpt_cpu_bias_add(backend, ROWS, COLS, bias, y), BPT_OK);
   assert_true(test_relative_error(y, expected, ROWS * COLS) < 1e-7);
   bpt_context_destroy(context);
 }
@@ -106,9 +106,9 @@ static void activations_match_reference(void **state) {
       dx[i] = 0.5f;
       expected_dx[i] = (float)(0.5 + derivative * dy[i]);
     }
-    assert_int_equal(backend->vtable->activation_forward(backend, kinds[k], 0.2f, count, x, y), BPT_OK);
+    assert_int_equal(bpt_cpu_activation_forward(backend, kinds[k], 0.2f, count, x, y), BPT_OK);
     assert_true(test_relative_error(y, expected, count) < 1e-6);
-    assert_int_equal(backend->vtable->activation_backward(backend, kinds[k], 0.2f, count, x, y, dy, dx), BPT_OK);
+    assert_int_equal(bpt_cpu_activation_backward(backend, kinds[k], 0.2f, count, x, y, dy, dx), BPT_OK);
     double error = test_relative_error(dx, expected_dx, count);
     if (error > 1e-5) fail_msg("activation %d backward: relative error %g", (int)kinds[k], error);
   }
@@ -128,15 +128,13 @@ static void softmax_cross_entropy_is_stable(void **state) {
   bpt_backend *backend = cpu_backend(context);
   float logits[6] = {1000.0f, 0.0f, -1000.0f, 3.0f, 1.0f, 2.0f}, probabilities[6], loss = -1.0f;
   int32_t labels[2] = {0, 2};
-  assert_int_equal(
-      backend->vtable->softmax_cross_entropy_forward(backend, 2, 3, logits, labels, probabilities, &loss), BPT_OK);
+  assert_int_equal(bpt_cpu_softmax_cross_entropy_forward(backend, 2, 3, logits, labels, probabilities, &loss), BPT_OK);
   double second = log(exp(3.0) + exp(1.0) + exp(2.0)) - 2.0;
   assert_true(fabs(loss - second / 2.0) < 1e-6);
   assert_true(isfinite(probabilities[2]) && probabilities[0] == 1.0f);
   int32_t bad_labels[2] = {0, 3};
-  assert_int_equal(
-      backend->vtable->softmax_cross_entropy_forward(backend, 2, 3, logits, bad_labels, probabilities, &loss),
-      BPT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(bpt_cpu_softmax_cross_entropy_forward(backend, 2, 3, logits, bad_labels, probabilities, &loss),
+                   BPT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(backend->error_message, "label 3"));
   bpt_context_destroy(context);
 }

@@ -99,7 +99,7 @@ static void ping_pong_overlap_charges_the_longer_engine(void **state) {
   assert_int_equal(backend->vtable->engine_select(backend, 1), BPT_OK);
   assert_int_equal(backend->vtable->gemm(backend, &args), BPT_OK);
   assert_int_equal(backend->vtable->engine_select(backend, 0), BPT_OK);
-  assert_int_equal(backend->vtable->activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 10, x, y), BPT_OK);
+  assert_int_equal(bpt_fpga_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 10, x, y), BPT_OK);
   assert_int_equal(backend->vtable->engine_join(backend), BPT_OK);
   bpt_fpga_report report = report_of(context);
   assert_int_equal(report.cycles, 22);
@@ -107,7 +107,7 @@ static void ping_pong_overlap_charges_the_longer_engine(void **state) {
   assert_int_equal(report.compute_cycles, 29);
   /* The same work without a join is sequential: 22 + 7 more. */
   assert_int_equal(backend->vtable->gemm(backend, &args), BPT_OK);
-  assert_int_equal(backend->vtable->activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 10, x, y), BPT_OK);
+  assert_int_equal(bpt_fpga_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 10, x, y), BPT_OK);
   assert_int_equal(report_of(context).cycles, 22 + 29);
   assert_int_equal(backend->vtable->engine_select(backend, 2), BPT_ERR_INVALID_ARGUMENT);
   /* Per kernel: two GEMMs of 2 x 5 x 3 = 30 MACs each in 2 x 22 cycles on 2 lanes: utilisation 60 / 88. */

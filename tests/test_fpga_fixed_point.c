@@ -96,7 +96,7 @@ static void kernels_apply_the_format(void **state) {
   bpt_backend *backend = &context->backend;
   const float x[4] = {10.0f, -3.3f, 0.07f, 2.5f};
   float y[4];
-  assert_int_equal(backend->vtable->activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 4, x, y), BPT_OK);
+  assert_int_equal(bpt_fpga_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 4, x, y), BPT_OK);
   assert_true(y[0] == 7.9375f); /* saturated */
   assert_true(y[1] == 0.0f);
   assert_true(y[2] == 0.0625f); /* 0.07 * 16 = 1.12, truncated to 1 */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu.h"
 #include "backends/fpga/fpga.h"
 #include "core/context.h"
 #include "test_support.h"
@@ -136,13 +137,13 @@ static void elementwise_matches(bool fixed) {
   const double h = p.step / 2;
   float *x = random_values(&random, count, -2.0f, 2.0f), *bias = random_values(&random, cols, -1.0f, 1.0f);
   float *y_cpu = copy_of(x, count), *y_fpga = copy_of(x, count);
-  assert_int_equal(p.cpu->vtable->bias_add(p.cpu, rows, cols, bias, y_cpu), BPT_OK);
-  assert_int_equal(p.fpga->vtable->bias_add(p.fpga, rows, cols, bias, y_fpga), BPT_OK);
+  assert_int_equal(bpt_cpu_bias_add(p.cpu, rows, cols, bias, y_cpu), BPT_OK);
+  assert_int_equal(bpt_fpga_bias_add(p.fpga, rows, cols, bias, y_fpga), BPT_OK);
   assert_within(y_fpga, y_cpu, count, fixed ? 3 * h : 0.0, "bias_add");
 
   float *g_cpu = random_values(&random, cols, -1.0f, 1.0f), *g_fpga = copy_of(g_cpu, cols);
-  assert_int_equal(p.cpu->vtable->bias_backward(p.cpu, rows, cols, x, g_cpu), BPT_OK);
-  assert_int_equal(p.fpga->vtable->bias_backward(p.fpga, rows, cols, x, g_fpga), BPT_OK);
+  assert_int_equal(bpt_cpu_bias_backward(p.cpu, rows, cols, x, g_cpu), BPT_OK);
+  assert_int_equal(bpt_fpga_bias_backward(p.fpga, rows, cols, x, g_fpga), BPT_OK);
   assert_within(g_fpga, g_cpu, cols, fixed ? (rows + 2) * h : 1e-6, "bias_backward");
 
   const bpt_activation kinds[4] = {BPT_ACTIVATION_RELU, BPT_ACTIVATION_LEAKY_RELU, BPT_ACTIVATION_SIGMOID,
@@ -150,13 +151,13 @@ static void elementwise_matches(bool fixed) {
   float *dy = random_values(&random, count, -1.0f, 1.0f);
   for (int i = 0; i < 4; i++) {
     float *a_cpu = malloc((size_t)count * sizeof(float)), *a_fpga = malloc((size_t)count * sizeof(float));
-    assert_int_equal(p.cpu->vtable->activation_forward(p.cpu, kinds[i], 0.1f, count, x, a_cpu), BPT_OK);
-    assert_int_equal(p.fpga->vtable->activation_forward(p.fpga, kinds[i], 0.1f, count, x, a_fpga), BPT_OK);
+    assert_int_equal(bpt_cpu_activation_forward(p.cpu, kinds[i], 0.1f, count, x, a_cpu), BPT_OK);
+    assert_int_equal(bpt_fpga_activation_forward(p.fpga, kinds[i], 0.1f, count, x, a_fpga), BPT_OK);
     /* Input and output rounded; the derivatives are at most 1, so the input error passes through at most 1x. */
     assert_within(a_fpga, a_cpu, count, fixed ? 2 * h : 1e-7, "activation_forward");
     float *dx_cpu = copy_of(dy, count), *dx_fpga = copy_of(dy, count);
-    assert_int_equal(p.cpu->vtable->activation_backward(p.cpu, kinds[i], 0.1f, count, x, a_cpu, dy, dx_cpu), BPT_OK);
-    assert_int_equal(p.fpga->vtable->activation_backward(p.fpga, kinds[i], 0.1f, count, x, a_cpu, dy, dx_fpga), BPT_OK);
+    assert_int_equal(bpt_cpu_activation_backward(p.cpu, kinds[i], 0.1f, count, x, a_cpu, dy, dx_cpu), BPT_OK);
+    assert_int_equal(bpt_fpga_activation_backward(p.fpga, kinds[i], 0.1f, count, x, a_cpu, dy, dx_fpga), BPT_OK);
     assert_within(dx_fpga, dx_cpu, count, fixed ? 6 * h : 1e-7, "activation_backward");
     free(a_cpu), free(a_fpga), free(dx_cpu), free(dx_fpga);
   }
@@ -190,34 +191,31 @@ static void losses_match(bool fixed) {
   float *logits = random_values(&random, batch * classes, -3.0f, 3.0f);
   int32_t labels[5] = {0, 3, 9, 3, 7};
   float p_cpu[50], p_fpga[50], loss_cpu, loss_fpga;
-  assert_int_equal(
-      p.cpu->vtable->softmax_cross_entropy_forward(p.cpu, batch, classes, logits, labels, p_cpu, &loss_cpu), BPT_OK);
-  assert_int_equal(
-      p.fpga->vtable->softmax_cross_entropy_forward(p.fpga, batch, classes, logits, labels, p_fpga, &loss_fpga),
-      BPT_OK);
+  assert_int_equal(bpt_cpu_softmax_cross_entropy_forward(p.cpu, batch, classes, logits, labels, p_cpu, &loss_cpu),
+                   BPT_OK);
+  assert_int_equal(bpt_fpga_softmax_cross_entropy_forward(p.fpga, batch, classes, logits, labels, p_fpga, &loss_fpga),
+                   BPT_OK);
   assert_within(p_fpga, p_cpu, batch * classes, fixed ? 3 * h : 1e-7, "softmax probabilities");
   assert_within(&loss_fpga, &loss_cpu, 1, fixed ? 3 * h : 1e-6, "softmax loss");
   float seed = 0.7f;
   float *d_cpu = random_values(&random, batch * classes, -1.0f, 1.0f), *d_fpga = copy_of(d_cpu, batch * classes);
-  assert_int_equal(p.cpu->vtable->softmax_cross_entropy_backward(p.cpu, batch, classes, p_cpu, labels, &seed, d_cpu),
-                   BPT_OK);
-  assert_int_equal(p.fpga->vtable->softmax_cross_entropy_backward(p.fpga, batch, classes, p_cpu, labels, &seed, d_fpga),
+  assert_int_equal(bpt_cpu_softmax_cross_entropy_backward(p.cpu, batch, classes, p_cpu, labels, &seed, d_cpu), BPT_OK);
+  assert_int_equal(bpt_fpga_softmax_cross_entropy_backward(p.fpga, batch, classes, p_cpu, labels, &seed, d_fpga),
                    BPT_OK);
   assert_within(d_fpga, d_cpu, batch * classes, fixed ? 4 * h : 1e-7, "softmax backward");
   int32_t bad[5] = {0, 1, 10, 2, 3};
-  assert_int_equal(
-      p.fpga->vtable->softmax_cross_entropy_forward(p.fpga, batch, classes, logits, bad, p_fpga, &loss_fpga),
-      BPT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(bpt_fpga_softmax_cross_entropy_forward(p.fpga, batch, classes, logits, bad, p_fpga, &loss_fpga),
+                   BPT_ERR_INVALID_ARGUMENT);
 
   const int64_t count = 40;
   float *prediction = random_values(&random, count, -1.0f, 1.0f), *target = random_values(&random, count, -1.0f, 1.0f);
   float mse_cpu, mse_fpga;
-  assert_int_equal(p.cpu->vtable->mse_forward(p.cpu, count, prediction, target, &mse_cpu), BPT_OK);
-  assert_int_equal(p.fpga->vtable->mse_forward(p.fpga, count, prediction, target, &mse_fpga), BPT_OK);
+  assert_int_equal(bpt_cpu_mse_forward(p.cpu, count, prediction, target, &mse_cpu), BPT_OK);
+  assert_int_equal(bpt_fpga_mse_forward(p.fpga, count, prediction, target, &mse_fpga), BPT_OK);
   assert_within(&mse_fpga, &mse_cpu, 1, fixed ? 10 * h : 1e-6, "mse forward");
   float dp_cpu[40] = {0}, dp_fpga[40] = {0}, dt_cpu[40] = {0}, dt_fpga[40] = {0};
-  assert_int_equal(p.cpu->vtable->mse_backward(p.cpu, count, prediction, target, &seed, dp_cpu, dt_cpu), BPT_OK);
-  assert_int_equal(p.fpga->vtable->mse_backward(p.fpga, count, prediction, target, &seed, dp_fpga, dt_fpga), BPT_OK);
+  assert_int_equal(bpt_cpu_mse_backward(p.cpu, count, prediction, target, &seed, dp_cpu, dt_cpu), BPT_OK);
+  assert_int_equal(bpt_fpga_mse_backward(p.fpga, count, prediction, target, &seed, dp_fpga, dt_fpga), BPT_OK);
   assert_within(dp_fpga, dp_cpu, count, fixed ? 3 * h : 0.0, "mse backward prediction");
   assert_within(dt_fpga, dt_cpu, count, fixed ? 3 * h : 0.0, "mse backward target");
   free(logits), free(d_cpu), free(d_fpga), free(prediction), free(target);
@@ -284,12 +282,15 @@ static void updates_fixed(void **state) {
   updates_match(true);
 }
 
-/* The vtable members the MLP needs are there; those fpga-sim does not implement stay NULL ("unsupported"). */
+/* The kernels the MLP needs are registered; ops fpga-sim does not implement have none ("unsupported"), and
+ * shared primitives it lacks stay NULL. */
 static void unsupported_members_are_null(void **state) {
   (void)state;
   pair p = make_pair(false);
-  assert_null(p.fpga->vtable->conv2d_forward);
-  assert_null(p.fpga->vtable->batch_norm_forward);
+  assert_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_CONV2D));
+  assert_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_BATCH_NORM));
+  assert_non_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_LINEAR));
+  assert_non_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_SOFTMAX_CROSS_ENTROPY));
   assert_null(p.fpga->vtable->cast);
   assert_non_null(p.fpga->vtable->gemm);
   free_pair(&p);

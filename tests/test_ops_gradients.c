@@ -85,6 +85,11 @@ static void tanh_op(void **state) {
   (void)state;
   check_unary(bpt_tanh, 0, 5);
 }
+/* Exact-erf GELU; its backward may overwrite the first linear layer's unset output gradient (beta 0). */
+static void gelu(void **state) {
+  (void)state;
+  check_unary(bpt_gelu, 0, 8);
+}
 static void softmax_cross_entropy(void **state) {
   (void)state;
   check_unary(bpt_relu, 1, 6);
@@ -122,9 +127,14 @@ static void fan_out_accumulates(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(linear_and_mse), cmocka_unit_test(relu),    cmocka_unit_test(leaky_relu),
-      cmocka_unit_test(sigmoid),        cmocka_unit_test(tanh_op), cmocka_unit_test(softmax_cross_entropy),
+      cmocka_unit_test(linear_and_mse),
+      cmocka_unit_test(relu),
+      cmocka_unit_test(leaky_relu),
+      cmocka_unit_test(sigmoid),
+      cmocka_unit_test(tanh_op),
+      cmocka_unit_test(softmax_cross_entropy),
       cmocka_unit_test(fan_out_accumulates),
+      cmocka_unit_test(gelu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,9 +19,13 @@ typedef struct bpt_context_options {
   int num_threads;     /**< CPU threads for BLAS and element-wise loops, at most 1024; 0 means all cores,
                             or fewer where the thread or address-space limits leave less room */
   uint64_t seed;       /**< seeds initialisers and stochastic ops; equal seeds give equal runs */
+  /** What bpt_graph_compile() does with a node the backend cannot run: 0 (default) fails with
+   * BPT_ERR_UNSUPPORTED and a message naming node, op and backend; 1 runs that node on the CPU, copying its
+   * inputs from the device and its outputs back (slower, for ops a backend lacks). */
+  int cpu_fallback;
 } bpt_context_options;
 
-/** @return the default options: backend "cpu", all cores, seed 42. */
+/** @return the default options: backend "cpu", all cores, seed 42, no CPU fallback. */
 BPT_API bpt_context_options bpt_context_options_default(void);
 
 /**

@@ -67,6 +67,9 @@ BPT_API bpt_status bpt_leaky_relu(bpt_graph *graph, const char *name, bpt_node *
 BPT_API bpt_status bpt_sigmoid(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 /** y = tanh(x). */
 BPT_API bpt_status bpt_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (PyTorch's default, not the tanh approximation).
+ * x must be f32; y has its shape. */
+BPT_API bpt_status bpt_gelu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 /**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op.
  * @param logits (N, classes) f32; @param labels (N) i32 input with values in [0, classes)

@@ -40,6 +40,7 @@ static void initialise(const bpt_node *node, bpt_rng *rng, float *values) {
 void bpt_graph_release_memory(bpt_graph *graph) {
   bpt_backend *backend = graph->backend;
   bpt_precision_release(graph);
+  bpt_graph_release_kernels(graph);
   void *blocks[] = {graph->parameter_block, graph->gradient_block, graph->activation_arena, graph->loss_gradient};
   for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
     if (blocks[i]) backend->vtable->free(backend, blocks[i]);
@@ -172,7 +173,9 @@ bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch
   }
   graph->loss = loss;
   graph->max_batch = max_batch;
-  bpt_status status = plan_and_allocate(graph);
+  /* Kernels first: the choice of variant (relu's mask) decides saved buffers and what backward reads. */
+  bpt_status status = bpt_graph_select_kernels(graph);
+  if (status == BPT_OK) status = plan_and_allocate(graph);
   /* Precision policy (issue 4): weight copies and the loss scale. */
   if (status == BPT_OK) status = bpt_precision_compile(graph);
   if (status != BPT_OK) {

@@ -100,6 +100,7 @@ bpt_status bpt_context_create(const bpt_context_options *user_options, bpt_conte
   if (!context) return bpt_error(NULL, BPT_ERR_OUT_OF_MEMORY, "bpt_context_create: out of memory");
   context->num_threads = options.num_threads;
   context->seed = options.seed;
+  context->cpu_fallback = options.cpu_fallback != 0;
   snprintf(context->backend_name, sizeof context->backend_name, "%s", table->name);
   context->backend.vtable = table;
   bpt_backend_options backend_options = {.num_threads = threads};

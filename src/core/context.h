@@ -14,6 +14,7 @@ struct bpt_context {
   bpt_backend backend;
   int num_threads;
   uint64_t seed;
+  bool cpu_fallback; /* bpt_context_options.cpu_fallback */
   char backend_name[32];
   char last_error[BPT_ERROR_MESSAGE_SIZE];
   bpt_status last_status; /* the status that came with last_error */

@@ -221,7 +221,7 @@ bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_
         context, &copy, sizeof copy, options, options->size,
         offsetof(bpt_data_parallel_options, broadcast_parameters) + sizeof copy.broadcast_parameters, where));
   BPT_CHECK(validate(context, &copy, comm));
-  bool cpu = strcmp(graph->backend->vtable->name, "cpu") == 0;
+  bool cpu = graph->backend->vtable->is_host;
   if (bpt_comm_reads_device_memory(comm) && cpu)
     return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: the %s engine reduces device memory; use the cuda backend",
                      where, bpt_comm_engine(comm));

@@ -47,10 +47,17 @@ struct bpt_node {
    * into this node's gradient (run.c zeroes the gradient just before it), or node_count for the loss, whose
    * gradient is seeded before backward starts. */
   int gradient_first_writer;
-  /* Set by run.c instead of clearing the gradient when its first writer can overwrite it (the op's
-   * overwrites_unset_gradients and the backend's assigns_input_gradients): the writer takes it with
-   * bpt_node_take_unset_gradient() and assigns rather than adds. */
+  /* Set by run.c instead of clearing the gradient when its first writer can overwrite it (its
+   * overwrites_gradients): the writer takes it with bpt_node_take_unset_gradient() and assigns rather than adds. */
   bool gradient_unset;
+
+  /* Kernels, chosen once at compile (kernel_select.c): the op's registered kernels on kernel_backend, the
+   * graph's backend or, for a node it does not support when the context allows the fallback, the CPU, with
+   * explicit transfers. NULL kernels: the node needs none (or the graph is not compiled). */
+  const bpt_op_kernels *kernels;
+  bpt_backend *kernel_backend;
+  /* The op's overwrites_unset_gradients, confirmed by the kernels' supports for beta 0. */
+  bool overwrites_gradients;
 };
 
 /* BPT_OK when node's value can still be read (forward ran and its memory has not been reused since); a
@@ -132,6 +139,9 @@ struct bpt_graph {
   bool folded;           /* batch norms were folded into convolutions: forward only */
   uint64_t random_step;  /* advanced by every optimiser step: dropout masks stay fixed between two steps */
   uint64_t dropout_seed; /* the context seed at compile, or the one a loaded checkpoint was saved with */
+
+  /* A CPU backend for the nodes the graph's backend does not support (kernel_select.c), NULL when none. */
+  bpt_backend *fallback_backend;
 };
 
 /* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */
@@ -157,7 +167,6 @@ bpt_status bpt_node_error(const bpt_node *node, bpt_status status, const char *f
 /* Writes "2x3x4" into buffer. */
 const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size);
 
-/* Calls a backend member, turning NULL into BPT_ERR_UNSUPPORTED and failures into messages naming the node. */
 /* For an op's backward about to write input's gradient: true (once) when the gradient was left unset for it to
  * overwrite, false when it must add into it. */
 static inline bool bpt_node_take_unset_gradient(bpt_node *input) {
@@ -166,9 +175,8 @@ static inline bool bpt_node_take_unset_gradient(bpt_node *input) {
   return unset;
 }
 
-/* For a backward path that can only add into input's gradient: clears it first if it was left unset. */
-bpt_status bpt_node_clear_unset_gradient(bpt_node *input);
-
+/* Calls a shared primitive of the graph's backend, turning NULL into BPT_ERR_UNSUPPORTED and failures into
+ * messages naming the node. */
 #define BPT_KERNEL(node, member, ...)                                                                                  \
   ((node)->graph->backend->vtable->member                                                                              \
        ? bpt_kernel_result((node), (node)->graph->backend->vtable->member((node)->graph->backend, __VA_ARGS__),        \
@@ -176,6 +184,23 @@ bpt_status bpt_node_clear_unset_gradient(bpt_node *input);
        : bpt_node_error((node), BPT_ERR_UNSUPPORTED, "kernel '%s' is not supported on backend '%s'", #member,          \
                         (node)->graph->backend->vtable->name))
 bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char *kernel);
+
+/* Op kernels (kernel_call.c). bpt_node_describe fills the graph-free description of node for the current
+ * batch, every beta 1; an op adds what its kernels need (a seed). The run functions call node->kernels on
+ * node->kernel_backend (with transfers for a CPU fallback); the backward one first sets each input's beta
+ * (0 for a gradient left unset for this node, see bpt_node_take_unset_gradient). */
+void bpt_node_describe(const bpt_node *node, bpt_kernel_node *description);
+bpt_status bpt_node_run_forward_kernels(bpt_node *node, const bpt_kernel_node *description);
+bpt_status bpt_node_run_backward_kernels(bpt_node *node, bpt_kernel_node *description);
+/* bpt_node_describe and the run function in one, for ops whose kernels need nothing more. */
+bpt_status bpt_node_forward_kernels(bpt_node *node);
+bpt_status bpt_node_backward_kernels(bpt_node *node);
+/* Compile time (kernel_select.c): picks each node's kernels and backend, or fails naming node, op and backend. */
+bpt_status bpt_graph_select_kernels(bpt_graph *graph);
+/* Whether backend supports node as described at the compiled batch: for an op's configure. */
+bool bpt_node_supported_on(const bpt_node *node, const bpt_backend *backend);
+/* Frees the fallback backend, if any. */
+void bpt_graph_release_kernels(bpt_graph *graph);
 
 /* A named range of device floats that is not a trainable parameter (batch-norm
  * running statistics, say) but must survive a checkpoint; the graph keeps a view, not a copy. Either an

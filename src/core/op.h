@@ -6,17 +6,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backends/backend.h" /* bpt_op_id, generated from ops.def, and the kernel description */
 #include "bptrain/common.h"
 
 typedef struct bpt_graph bpt_graph;
 typedef struct bpt_node bpt_node;
-
-typedef enum bpt_op_id {
-#define BPT_OP(id, name, inputs) BPT_OP_##id,
-#include "core/ops.def"
-#undef BPT_OP
-  BPT_OP_COUNT
-} bpt_op_id;
 
 typedef struct bpt_op_definition {
   const char *name;
@@ -35,10 +29,16 @@ typedef struct bpt_op_definition {
    * node's own value. NULL means yes; values nothing reads after forward share memory (compile.c). */
   bool (*backward_reads_input)(const bpt_node *node, int input);
   bool (*backward_reads_output)(const bpt_node *node);
-  /* Whether backward overwrites, rather than adds into, an input gradient it is the first writer of when
-   * run.c left it unset (bpt_node_take_unset_gradient), so the gradient need not be cleared first. Such a
+  /* Whether backward can overwrite, rather than add into, an input gradient it is the first writer of, so the
+   * gradient need not be cleared first: run.c then leaves it unset and the backward's kernel call gets beta 0
+   * for it (bpt_node_run_backward_kernels), when the kernels' supports accepts beta 0 (compile time). Such a
    * backward must then write every element of that gradient. */
   bool overwrites_unset_gradients;
+  /* Kernels (kernel_select.c), optional. uses_kernels: whether this node calls its op's registered kernels
+   * (NULL: yes; bpt_op_uses_no_kernels for ops built from shared primitives only). configure: called at compile
+   * before the capability query, to pick a variant the backend supports (relu's mask). */
+  bool (*uses_kernels)(const bpt_node *node);
+  void (*configure)(bpt_node *node);
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;
@@ -52,5 +52,7 @@ int bpt_op_max_inputs(bpt_op_id id);
  * plan reuse their inputs' and output's memory. */
 bool bpt_op_reads_no_input(const bpt_node *node, int input);
 bool bpt_op_reads_no_output(const bpt_node *node);
+/* For uses_kernels: the op runs on shared primitives (copy, add_scaled, gemm) only. */
+bool bpt_op_uses_no_kernels(const bpt_node *node);
 
 #endif

@@ -33,3 +33,8 @@ bool bpt_op_reads_no_output(const bpt_node *node) {
   (void)node;
   return false;
 }
+
+bool bpt_op_uses_no_kernels(const bpt_node *node) {
+  (void)node;
+  return false;
+}

@@ -87,9 +87,9 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
 
 /* Activation gradients share memory (memory_plan.c), so each is cleared just before the backward that first
  * adds into it, rather than all of them before backward starts; that is also while the bytes are about to
- * be touched anyway. A first writer that can overwrite instead (op.h's overwrites_unset_gradients, on a
- * backend that assigns_input_gradients) is left the gradient unset: that saves writing zeros and reading
- * them back, about 4% of a ResNet-8 step on the CPU. */
+ * be touched anyway. A first writer that can overwrite instead (op.h's overwrites_unset_gradients, when its
+ * kernels accept beta 0: node->overwrites_gradients, kernel_select.c) is left the gradient unset: that saves
+ * writing zeros and reading them back, about 4% of a ResNet-8 step on the CPU. */
 static bpt_status clear_gradient(bpt_graph *graph, bpt_node *node, int writer, bool overwritten) {
   if (!node->requires_grad || node->op == BPT_OP_PARAMETER || node->gradient_first_writer != writer) return BPT_OK;
   if (overwritten) {
@@ -104,19 +104,10 @@ static bpt_status clear_gradient(bpt_graph *graph, bpt_node *node, int writer, b
 }
 
 static bpt_status clear_gradients_first_written_by(bpt_graph *graph, bpt_node *node, int position) {
-  const bool overwritten = node->requires_grad && bpt_op_get(node->op)->overwrites_unset_gradients &&
-                           graph->backend->vtable->assigns_input_gradients;
+  const bool overwritten = node->requires_grad && node->overwrites_gradients;
   BPT_CHECK(clear_gradient(graph, node, position, false)); /* a node no backward writes into (not the loss) */
   for (int k = 0; k < node->input_count; k++)
     BPT_CHECK(clear_gradient(graph, node->inputs[k], position, overwritten));
-  return BPT_OK;
-}
-
-bpt_status bpt_node_clear_unset_gradient(bpt_node *input) {
-  if (!bpt_node_take_unset_gradient(input)) return BPT_OK;
-  bpt_backend *backend = input->graph->backend;
-  if (backend->vtable->memset_zero(backend, input->grad, (size_t)bpt_node_count(input) * sizeof(float)) != BPT_OK)
-    return bpt_backend_error(input->graph->context, BPT_ERR_DEVICE, "backward: clearing an activation gradient");
   return BPT_OK;
 }
 

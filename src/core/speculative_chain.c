@@ -10,15 +10,6 @@ static bool is_activation(bpt_op_id op) {
   return op == BPT_OP_RELU || op == BPT_OP_LEAKY_RELU || op == BPT_OP_SIGMOID || op == BPT_OP_TANH;
 }
 
-static bpt_activation activation_of(bpt_op_id op) {
-  switch (op) {
-  case BPT_OP_LEAKY_RELU: return BPT_ACTIVATION_LEAKY_RELU;
-  case BPT_OP_SIGMOID: return BPT_ACTIVATION_SIGMOID;
-  case BPT_OP_TANH: return BPT_ACTIVATION_TANH;
-  default: return BPT_ACTIVATION_RELU;
-  }
-}
-
 bpt_status bpt_speculative_build_chain(bpt_speculative_trainer *trainer) {
   bpt_context *context = trainer->context;
   const char *where = "bpt_speculative_create";
@@ -233,6 +224,30 @@ bpt_status bpt_speculative_refresh(bpt_speculative_trainer *trainer, int label) 
     if (kernel_status_ != BPT_OK) return kernel_status_;                                                               \
   } while (0)
 
+/* A chain node described for one sample, for its op's kernels; the caller points the tensors at the cached
+ * state. ReLU reads x here (the cached state keeps no mask). */
+static bpt_kernel_node one_sample(const bpt_node *node) {
+  bpt_kernel_node description;
+  bpt_node_describe(node, &description);
+  for (int i = 0; i <= description.input_count; i++) {
+    bpt_kernel_tensor *tensor = i < description.input_count ? &description.inputs[i] : &description.output;
+    if (!(i < description.input_count ? node->inputs[i] : node)->batched) continue;
+    tensor->dims[0] = 1;
+    tensor->count = 1;
+    for (int d = 0; d < tensor->rank; d++)
+      tensor->count *= tensor->dims[d];
+  }
+  if (node->op == BPT_OP_RELU) description.int_attributes[0] = 0;
+  return description;
+}
+
+#define SPECULATIVE_OP_BACKWARD(node, description)                                                                     \
+  do {                                                                                                                 \
+    if (!(node)->kernels || (node)->kernel_backend != backend) return BPT_ERR_UNSUPPORTED;                             \
+    bpt_status kernel_status_ = (node)->kernels->backward(backend, (description));                                     \
+    if (kernel_status_ != BPT_OK) return kernel_status_;                                                               \
+  } while (0)
+
 bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_speculative_state *state, int label,
                                     bool worker_buffers, int64_t row) {
   bpt_backend *backend = trainer->backend;
@@ -245,9 +260,13 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
       SPECULATIVE_KERNEL(memset_zero, gradient, (size_t)layer->out_features * sizeof(float));
   }
   const bpt_speculative_layer *last = &trainer->layers[trainer->layer_count - 1];
-  SPECULATIVE_KERNEL(softmax_cross_entropy_backward, 1, trainer->classes, state->probabilities,
-                     trainer->label_values + label, trainer->graph->loss_gradient,
-                     worker_buffers ? last->worker_gradient : last->main_gradient);
+  bpt_node *loss = trainer->graph->loss;
+  bpt_kernel_node loss_description = one_sample(loss);
+  loss_description.saved = state->probabilities;
+  loss_description.inputs[1].value = trainer->label_values + label;
+  loss_description.inputs[0].grad = worker_buffers ? last->worker_gradient : last->main_gradient;
+  loss_description.output.grad = trainer->graph->loss_gradient;
+  SPECULATIVE_OP_BACKWARD(loss, &loss_description);
   for (int i = trainer->layer_count - 1; i >= 0; i--) {
     const bpt_speculative_layer *layer = &trainer->layers[i];
     const float *x = state->values + layer->input_offset, *y = state->values + layer->output_offset;
@@ -256,9 +275,14 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
     float *dx = NULL;
     if (i > 0) dx = worker_buffers ? trainer->layers[i - 1].worker_gradient : trainer->layers[i - 1].main_gradient;
     if (!layer->weight) {
-      if (input->requires_grad)
-        SPECULATIVE_KERNEL(activation_backward, activation_of(node->op), node->float_attributes[0], layer->out_features,
-                           x, y, dy, dx);
+      if (input->requires_grad) {
+        bpt_kernel_node description = one_sample(node);
+        description.inputs[0].value = (float *)x;
+        description.inputs[0].grad = dx;
+        description.output.value = (float *)y;
+        description.output.grad = dy;
+        SPECULATIVE_OP_BACKWARD(node, &description);
+      }
       continue;
     }
     int64_t in = layer->in_features, out = layer->out_features;
@@ -278,8 +302,13 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
                                .ldc = in};
       SPECULATIVE_KERNEL(gemm, &product);
     }
-    if (layer->bias && layer->bias->requires_grad)
-      SPECULATIVE_KERNEL(bias_backward, 1, out, dy, parameter_gradients + layer->bias->param_offset);
+    if (layer->bias && layer->bias->requires_grad) {
+      /* linear's kernels are its bias terms: db += dy */
+      bpt_kernel_node description = one_sample(node);
+      description.output.grad = dy;
+      description.inputs[2].grad = parameter_gradients + layer->bias->param_offset;
+      SPECULATIVE_OP_BACKWARD(node, &description);
+    }
     if (input->requires_grad) {
       /* dx (1, in) += dy (1, out) . W (out, in), with the current weights */
       bpt_gemm_args product = {.m = 1,

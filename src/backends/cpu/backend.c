@@ -49,12 +49,21 @@ static bpt_status cpu_memset_zero(bpt_backend *backend, void *dst, size_t bytes)
   return BPT_OK;
 }
 
+/* Generated from the BPT_REGISTER_KERNELS lines of this folder (cmake/kernel_table.cmake). */
+extern const bpt_op_kernels *const bpt_cpu_kernel_table[BPT_OP_COUNT];
+
+static const bpt_op_kernels *cpu_kernels(const bpt_backend *backend, bpt_op_id op) {
+  (void)backend;
+  return (unsigned)op < BPT_OP_COUNT ? bpt_cpu_kernel_table[op] : NULL;
+}
+
 static const bpt_backend_vtable cpu_vtable = {
     .version = BPT_BACKEND_VTABLE_VERSION,
     .size = sizeof(bpt_backend_vtable),
     .name = "cpu",
     .create = cpu_create,
     .destroy = cpu_destroy,
+    .is_host = true,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
@@ -62,43 +71,18 @@ static const bpt_backend_vtable cpu_vtable = {
     .copy = cpu_copy,
     .memset_zero = cpu_memset_zero,
     .synchronize = NULL,
+    .kernels = cpu_kernels,
     .gemm = bpt_cpu_gemm,
-    .bias_add = bpt_cpu_bias_add,
-    .bias_backward = bpt_cpu_bias_backward,
-    .activation_forward = bpt_cpu_activation_forward,
-    .activation_backward = bpt_cpu_activation_backward,
-    .softmax_cross_entropy_forward = bpt_cpu_softmax_cross_entropy_forward,
-    .softmax_cross_entropy_backward = bpt_cpu_softmax_cross_entropy_backward,
-    .mse_forward = bpt_cpu_mse_forward,
-    .mse_backward = bpt_cpu_mse_backward,
+    .add_scaled = bpt_cpu_add_scaled,
     .sgd_update = bpt_cpu_sgd_update,
     .adam_update = bpt_cpu_adam_update,
-    /* Precision, binary stochastic neurons and activation memory (issue 4). */
     .cast = bpt_cpu_cast,
-    .unscale_check_finite = bpt_cpu_unscale_check_finite,
     .cast_stochastic = bpt_cpu_cast_stochastic,
     .round_to_dtype = bpt_cpu_round_to_dtype,
-    .binary_stochastic_forward = bpt_cpu_binary_stochastic_forward,
-    .binary_stochastic_backward = bpt_cpu_binary_stochastic_backward,
-    .relu_mask_forward = bpt_cpu_relu_mask_forward,
-    .relu_mask_backward = bpt_cpu_relu_mask_backward,
+    .unscale_check_finite = bpt_cpu_unscale_check_finite,
     .absolute_max = bpt_cpu_absolute_max,
-    /* cnn (issue 3) */
-    .conv2d_forward = bpt_cpu_conv2d_forward,
-    .conv2d_backward_data = bpt_cpu_conv2d_backward_data,
-    .conv2d_backward_filter = bpt_cpu_conv2d_backward_filter,
-    .batch_norm_forward = bpt_cpu_batch_norm_forward,
-    .batch_norm_backward = bpt_cpu_batch_norm_backward,
-    .pool2d_forward = bpt_cpu_pool2d_forward,
-    .pool2d_backward = bpt_cpu_pool2d_backward,
-    .add_scaled = bpt_cpu_add_scaled,
-    .dropout_forward = bpt_cpu_dropout_forward,
-    .dropout_backward = bpt_cpu_dropout_backward,
     .reduce_statistics = bpt_cpu_reduce_statistics,
     .scale_clamp = bpt_cpu_scale_clamp,
-    .assigns_input_gradients = true,
-    .fuses_batch_norm_relu = true,
-    .add_relu_mask_forward = bpt_cpu_add_relu_mask_forward,
 };
 
 const bpt_backend_vtable *bpt_cpu_backend_register(void) { return &cpu_vtable; }

@@ -123,3 +123,29 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
                                             a->assign_input_gradient, dx + (n * C + c) * S);
   return BPT_OK;
 }
+
+/* batch_norm and batch_norm_relu, the latter with the ReLU fused into the normalising and gradient passes
+ * (the mask after the statistics in saved, in bpt_batch_norm_args' per-row layout). A folded batch norm has
+ * no work of its own; a folded batch_norm_relu applies its ReLU to the convolution's output in place. */
+static bpt_status batch_norm_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
+  const bool relu = node->op == BPT_OP_BATCH_NORM_RELU;
+  if (node->int_attributes[BPT_BATCH_NORM_FOLDED])
+    return relu ? bpt_cpu_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, y->count, y->value, y->value) : BPT_OK;
+  bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
+  if (relu) args.relu_mask = bpt_batch_norm_relu_mask(node);
+  return bpt_cpu_batch_norm_forward(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value,
+                                    y->value, bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
+}
+
+static bpt_status batch_norm_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *in = node->inputs;
+  bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
+  if (node->op == BPT_OP_BATCH_NORM_RELU) args.relu_mask = bpt_batch_norm_relu_mask(node);
+  return bpt_cpu_batch_norm_backward(backend, &args, in[0].value, node->output.grad, in[1].value,
+                                     bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node),
+                                     in[0].grad, in[1].grad, in[2].grad);
+}
+
+BPT_REGISTER_KERNELS(cpu, BATCH_NORM, batch_norm_forward, batch_norm_backward, NULL);
+BPT_REGISTER_KERNELS(cpu, BATCH_NORM_RELU, batch_norm_forward, batch_norm_backward, NULL);

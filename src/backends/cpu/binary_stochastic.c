@@ -4,6 +4,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "base/number_format.h"
+#include "bptrain/precision.h"
 
 bpt_status bpt_cpu_binary_stochastic_forward(bpt_backend *backend, int64_t count, const float *z, float *a,
                                              uint64_t seed, bool deterministic) {
@@ -38,3 +39,18 @@ bpt_status bpt_cpu_binary_stochastic_backward(bpt_backend *backend, int64_t coun
   }
   return BPT_OK;
 }
+
+/* binary_stochastic: int attribute 0 is the straight-through estimator (bpt_straight_through). */
+static bpt_status binary_stochastic_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_cpu_binary_stochastic_forward(backend, node->output.count, node->inputs[0].value, node->output.value,
+                                           node->seed, node->deterministic);
+}
+
+static bpt_status binary_stochastic_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bool sigmoid_adjusted = node->int_attributes[0] == BPT_STRAIGHT_THROUGH_SIGMOID;
+  return bpt_cpu_binary_stochastic_backward(backend, node->output.count, sigmoid_adjusted,
+                                            sigmoid_adjusted ? node->inputs[0].value : NULL, node->output.grad,
+                                            node->inputs[0].grad);
+}
+
+BPT_REGISTER_KERNELS(cpu, BINARY_STOCHASTIC, binary_stochastic_forward, binary_stochastic_backward, NULL);

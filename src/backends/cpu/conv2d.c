@@ -557,3 +557,25 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
   if (dbias) bias_gradient(a, dy, dbias);
   return BPT_OK;
 }
+
+/* conv2d: inputs x, weight and an optional bias; backward computes the weight (and bias) gradient first, then
+ * the input gradient, which beta 0 lets overwrite. */
+static bpt_status conv2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_conv2d_args args = bpt_conv2d_args_of(node);
+  return bpt_cpu_conv2d_forward(backend, &args, node->inputs[0].value, node->inputs[1].value,
+                                node->input_count > 2 ? node->inputs[2].value : NULL, node->output.value);
+}
+
+static bpt_status conv2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0], *weight = &node->inputs[1], *dy = &node->output;
+  const bpt_conv2d_args args = bpt_conv2d_args_of(node);
+  float *bias_gradient = node->input_count > 2 ? node->inputs[2].grad : NULL;
+  bpt_status status = BPT_OK;
+  if (weight->grad)
+    status = bpt_cpu_conv2d_backward_filter(backend, &args, x->value, dy->grad, weight->grad, bias_gradient);
+  if (status == BPT_OK && x->grad)
+    status = bpt_cpu_conv2d_backward_data(backend, &args, dy->grad, weight->value, x->grad);
+  return status;
+}
+
+BPT_REGISTER_KERNELS(cpu, CONV2D, conv2d_forward, conv2d_backward, NULL);

@@ -12,7 +12,7 @@
 
 #include <stdbool.h>
 
-#include "backends/backend.h"
+#include "backends/kernel_args.h"
 
 /* Whether the direct kernels run a pass of a (the data gradient when data_gradient): 3x3, stride 1 or 2,
  * padding 1, no dilation, one group, input channels a multiple of 8, output channels of 16, a CPU with

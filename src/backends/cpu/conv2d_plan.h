@@ -3,7 +3,7 @@
 #ifndef BPT_CPU_CONV2D_PLAN_H
 #define BPT_CPU_CONV2D_PLAN_H
 
-#include "backends/backend.h"
+#include "backends/kernel_args.h"
 
 /* Columns per GEMM we aim for: below this OpenBLAS spends its time in packing, not multiplying. */
 #define CONV_MIN_COLUMNS 512

@@ -1,8 +1,10 @@
-/* The CPU backend's kernels, shared between its files; only backend.c exports anything (the table). */
+/* The CPU backend's kernels, shared between its files; only backend.c exports anything (the table). The op
+ * kernels below are registered per op (BPT_REGISTER_KERNELS in each file) and also called directly by the
+ * tests that compare them with references. */
 #ifndef BPT_CPU_H
 #define BPT_CPU_H
 
-#include "backends/backend.h"
+#include "backends/kernel_args.h"
 
 /* Loops shorter than this run on one thread: waking the OpenMP team costs more than it saves. */
 #define BPT_CPU_PARALLEL_THRESHOLD 32768

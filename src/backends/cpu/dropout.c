@@ -40,3 +40,16 @@ bpt_status bpt_cpu_dropout_backward(bpt_backend *backend, int64_t count, const f
     dx[i] += dy[i] * mask[i];
   return BPT_OK;
 }
+
+/* dropout in training mode (the op copies values itself in evaluation mode): probability in float attribute 0,
+ * the mask in saved. */
+static bpt_status dropout_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_cpu_dropout_forward(backend, node->output.count, node->float_attributes[0], node->seed,
+                                 node->inputs[0].value, node->output.value, node->saved);
+}
+
+static bpt_status dropout_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_cpu_dropout_backward(backend, node->output.count, node->saved, node->output.grad, node->inputs[0].grad);
+}
+
+BPT_REGISTER_KERNELS(cpu, DROPOUT, dropout_forward, dropout_backward, NULL);

@@ -84,3 +84,38 @@ bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind
   }
   return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
 }
+
+/* linear's kernels are its bias terms (its products run through the shared gemm): y (N, out) += bias (out),
+ * and bias_gradient (out) += the column sums of dy (N, out). */
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  return bpt_cpu_bias_add(backend, y->dims[0], y->dims[1], node->inputs[2].value, y->value);
+}
+
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  return bpt_cpu_bias_backward(backend, y->dims[0], y->dims[1], y->grad, node->inputs[2].grad);
+}
+
+BPT_REGISTER_KERNELS(cpu, LINEAR, linear_forward, linear_backward, NULL);
+
+/* leaky_relu (slope in float attribute 0), sigmoid and tanh. */
+static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_cpu_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0], node->output.count,
+                                    node->inputs[0].value, node->output.value);
+}
+
+static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_cpu_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0],
+                                     node->output.count, node->inputs[0].value, node->output.value, node->output.grad,
+                                     node->inputs[0].grad);
+}
+
+static bool activation_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  return bpt_kernel_node_accumulates(node, reason);
+}
+
+BPT_REGISTER_KERNELS(cpu, LEAKY_RELU, activation_forward, activation_backward, activation_supports);
+BPT_REGISTER_KERNELS(cpu, SIGMOID, activation_forward, activation_backward, activation_supports);
+BPT_REGISTER_KERNELS(cpu, TANH, activation_forward, activation_backward, activation_supports);

@@ -121,3 +121,18 @@ bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *
   }
   return BPT_OK;
 }
+
+/* max_pool2d (winning indices in saved), avg_pool2d and global_avg_pool, one kernel pair for all three. */
+static bpt_status pool2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_pool2d_args args = bpt_pool2d_args_of(node);
+  return bpt_cpu_pool2d_forward(backend, &args, node->inputs[0].value, node->output.value, node->saved);
+}
+
+static bpt_status pool2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_pool2d_args args = bpt_pool2d_args_of(node);
+  return bpt_cpu_pool2d_backward(backend, &args, node->output.grad, node->saved, node->inputs[0].grad);
+}
+
+BPT_REGISTER_KERNELS(cpu, MAX_POOL2D, pool2d_forward, pool2d_backward, NULL);
+BPT_REGISTER_KERNELS(cpu, AVG_POOL2D, pool2d_forward, pool2d_backward, NULL);
+BPT_REGISTER_KERNELS(cpu, GLOBAL_AVG_POOL, pool2d_forward, pool2d_backward, NULL);

@@ -164,3 +164,46 @@ bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const
   }
   return BPT_OK;
 }
+
+/* relu: with a mask (BPT_RELU_USES_MASK and a saved buffer) backward reads only the bits; without, x. */
+static bpt_status relu_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
+  if (node->saved) return bpt_cpu_relu_mask_forward(backend, y->count, x->value, y->value, node->saved);
+  return bpt_cpu_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, y->count, x->value, y->value);
+}
+
+static bpt_status relu_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
+  if (node->int_attributes[BPT_RELU_USES_MASK])
+    return bpt_cpu_relu_mask_backward(backend, y->count, node->saved, y->grad, x->grad, x->beta == 0.0f);
+  return bpt_cpu_activation_backward(backend, BPT_ACTIVATION_RELU, 0.0f, y->count, x->value, y->value, y->grad,
+                                     x->grad);
+}
+
+static bool relu_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  return node->int_attributes[BPT_RELU_USES_MASK] || bpt_kernel_node_accumulates(node, reason);
+}
+
+BPT_REGISTER_KERNELS(cpu, RELU, relu_forward, relu_backward, relu_supports);
+
+/* add_relu: y = max(a + b, 0) keeping the mask in saved; backward passes dy through it to both inputs. */
+static bpt_status add_relu_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  return bpt_cpu_add_relu_mask_forward(backend, y->count, node->inputs[0].value, node->inputs[1].value, y->value,
+                                       node->saved);
+}
+
+static bpt_status add_relu_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  for (int i = 0; i < 2; i++) {
+    const bpt_kernel_tensor *input = &node->inputs[i];
+    if (!input->grad) continue;
+    bpt_status status =
+        bpt_cpu_relu_mask_backward(backend, y->count, node->saved, y->grad, input->grad, input->beta == 0.0f);
+    if (status != BPT_OK) return status;
+  }
+  return BPT_OK;
+}
+
+BPT_REGISTER_KERNELS(cpu, ADD_RELU, add_relu_forward, add_relu_backward, NULL);

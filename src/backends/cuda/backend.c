@@ -108,12 +108,22 @@ static bpt_status cuda_native_stream(bpt_backend *backend, void **stream) {
   return BPT_OK;
 }
 
+/* Generated from the BPT_REGISTER_KERNELS lines of this folder (cmake/kernel_table.cmake): the backend's own
+ * table, so it travels with the backend wherever the backend is linked or loaded. */
+extern const bpt_op_kernels *const bpt_cuda_kernel_table[BPT_OP_COUNT];
+
+static const bpt_op_kernels *cuda_kernels(const bpt_backend *backend, bpt_op_id op) {
+  (void)backend;
+  return (unsigned)op < BPT_OP_COUNT ? bpt_cuda_kernel_table[op] : NULL;
+}
+
 static const bpt_backend_vtable cuda_vtable = {
     .version = BPT_BACKEND_VTABLE_VERSION,
     .size = sizeof(bpt_backend_vtable),
     .name = "cuda",
     .create = cuda_create,
     .destroy = cuda_destroy,
+    .is_host = false,
     .alloc = bpt_cuda_alloc,
     .free = bpt_cuda_free,
     .upload = bpt_cuda_upload,
@@ -121,37 +131,17 @@ static const bpt_backend_vtable cuda_vtable = {
     .copy = bpt_cuda_copy,
     .memset_zero = bpt_cuda_memset_zero,
     .synchronize = bpt_cuda_synchronize,
+    .native_stream = cuda_native_stream,
+    .kernels = cuda_kernels,
     .gemm = bpt_cuda_gemm,
-    .bias_add = bpt_cuda_bias_add,
-    .bias_backward = bpt_cuda_bias_backward,
-    .activation_forward = bpt_cuda_activation_forward,
-    .activation_backward = bpt_cuda_activation_backward,
-    .softmax_cross_entropy_forward = bpt_cuda_softmax_cross_entropy_forward,
-    .softmax_cross_entropy_backward = bpt_cuda_softmax_cross_entropy_backward,
-    .mse_forward = bpt_cuda_mse_forward,
-    .mse_backward = bpt_cuda_mse_backward,
+    .add_scaled = bpt_cuda_add_scaled,
     .sgd_update = bpt_cuda_sgd_update,
     .adam_update = bpt_cuda_adam_update,
-    .conv2d_forward = bpt_cuda_conv2d_forward,
-    .conv2d_backward_data = bpt_cuda_conv2d_backward_data,
-    .conv2d_backward_filter = bpt_cuda_conv2d_backward_filter,
-    .batch_norm_forward = bpt_cuda_batch_norm_forward,
-    .batch_norm_backward = bpt_cuda_batch_norm_backward,
-    .pool2d_forward = bpt_cuda_pool2d_forward,
-    .pool2d_backward = bpt_cuda_pool2d_backward,
-    .add_scaled = bpt_cuda_add_scaled,
+    /* cast_stochastic (and the binary stochastic neuron's kernels) are not written for CUDA yet. */
     .cast = bpt_cuda_cast,
-    .unscale_check_finite = bpt_cuda_unscale_check_finite,
-    .native_stream = cuda_native_stream,
-    /* Precision and activation memory (issue 4); cast_stochastic and the binary stochastic neuron kernels are not
-     * written for CUDA yet (NULL: the op reports BPT_ERR_UNSUPPORTED on this backend). */
     .round_to_dtype = bpt_cuda_round_to_dtype,
-    .relu_mask_forward = bpt_cuda_relu_mask_forward,
-    .relu_mask_backward = bpt_cuda_relu_mask_backward,
+    .unscale_check_finite = bpt_cuda_unscale_check_finite,
     .absolute_max = bpt_cuda_absolute_max,
-    /* Convolutional networks' training toolkit (issue 3). */
-    .dropout_forward = bpt_cuda_dropout_forward,
-    .dropout_backward = bpt_cuda_dropout_backward,
     .reduce_statistics = bpt_cuda_reduce_statistics,
     .scale_clamp = bpt_cuda_scale_clamp,
 };

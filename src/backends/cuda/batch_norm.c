@@ -91,3 +91,43 @@ bpt_status bpt_cuda_batch_norm_backward(bpt_backend *backend, const bpt_batch_no
   release(&d);
   return bpt_cuda_check_cudnn(backend, s, "batch_norm_backward");
 }
+
+/* batch_norm, and batch_norm_relu without a fused kernel: the ReLU runs in place on y with the flat 1-bit
+ * mask after the statistics in saved, and in backward in place on dy (the node's own gradient, which nothing
+ * reads after this node's backward). Both only accumulate into gradients. */
+static uint8_t *relu_mask(const bpt_kernel_node *node) { return bpt_batch_norm_relu_mask(node); }
+
+static bpt_status batch_norm_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
+  const bool relu = node->op == BPT_OP_BATCH_NORM_RELU;
+  if (node->int_attributes[BPT_BATCH_NORM_FOLDED])
+    return relu ? bpt_cuda_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, y->count, y->value, y->value)
+                : BPT_OK;
+  const bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
+  bpt_status status =
+      bpt_cuda_batch_norm_forward(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value,
+                                  y->value, bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
+  if (status == BPT_OK && relu)
+    status = bpt_cuda_relu_mask_forward(backend, y->count, y->value, y->value, relu_mask(node));
+  return status;
+}
+
+static bpt_status batch_norm_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
+  const bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
+  if (node->op == BPT_OP_BATCH_NORM_RELU) {
+    bpt_status status = bpt_cuda_relu_mask_backward(backend, y->count, relu_mask(node), y->grad, y->grad, true);
+    if (status != BPT_OK) return status;
+  }
+  return bpt_cuda_batch_norm_backward(backend, &args, in[0].value, y->grad, in[1].value,
+                                      bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node),
+                                      in[0].grad, in[1].grad, in[2].grad);
+}
+
+static bool batch_norm_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  return bpt_kernel_node_accumulates(node, reason);
+}
+
+BPT_REGISTER_KERNELS(cuda, BATCH_NORM, batch_norm_forward, batch_norm_backward, batch_norm_supports);
+BPT_REGISTER_KERNELS(cuda, BATCH_NORM_RELU, batch_norm_forward, batch_norm_backward, batch_norm_supports);

@@ -19,7 +19,7 @@
 /* backend.h is a C header without linkage markers; the .cu files must see its functions as C. */
 extern "C" {
 #endif
-#include "backends/backend.h"
+#include "backends/kernel_args.h"
 
 /* Host-to-device uploads go through pinned staging slots so cudaMemcpyAsync is truly asynchronous and the
  * caller's buffer can be reused as soon as upload returns. Large uploads travel on a copy stream into a

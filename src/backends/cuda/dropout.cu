@@ -46,3 +46,17 @@ bpt_status bpt_cuda_dropout_backward(bpt_backend *backend, int64_t count, const 
   dropout_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, mask, dy, dx);
   return bpt_cuda_check_launch(backend, "dropout_backward");
 }
+
+// dropout in training mode: probability in float attribute 0, the mask in saved.
+static bpt_status dropout_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_cuda_dropout_forward(backend, node->output.count, node->float_attributes[0], node->seed,
+                                  (const float *)node->inputs[0].value, (float *)node->output.value,
+                                  (float *)node->saved);
+}
+
+static bpt_status dropout_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_cuda_dropout_backward(backend, node->output.count, (const float *)node->saved, node->output.grad,
+                                   node->inputs[0].grad);
+}
+
+BPT_REGISTER_KERNELS(cuda, DROPOUT, dropout_forward, dropout_backward, NULL);

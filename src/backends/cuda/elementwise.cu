@@ -152,3 +152,71 @@ bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, cons
                                                                                                   dx, assign);
   return bpt_cuda_check_launch(backend, "relu_mask_backward");
 }
+
+// linear's kernels are its bias terms (its products run through the shared gemm).
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  return bpt_cuda_bias_add(backend, y->dims[0], y->dims[1], (const float *)node->inputs[2].value, (float *)y->value);
+}
+
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  return bpt_cuda_bias_backward(backend, y->dims[0], y->dims[1], y->grad, node->inputs[2].grad);
+}
+
+BPT_REGISTER_KERNELS(cuda, LINEAR, linear_forward, linear_backward, NULL);
+
+// relu with its 1-bit mask (or reading x when the node keeps none), and the other activations.
+static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
+  if (node->op == BPT_OP_RELU && node->saved)
+    return bpt_cuda_relu_mask_forward(backend, y->count, (const float *)x->value, (float *)y->value,
+                                      (uint8_t *)node->saved);
+  return bpt_cuda_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0], y->count,
+                                     (const float *)x->value, (float *)y->value);
+}
+
+static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
+  if (node->op == BPT_OP_RELU && node->int_attributes[BPT_RELU_USES_MASK])
+    return bpt_cuda_relu_mask_backward(backend, y->count, (const uint8_t *)node->saved, y->grad, x->grad,
+                                       x->beta == 0.0f);
+  return bpt_cuda_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0], y->count,
+                                      (const float *)x->value, (const float *)y->value, y->grad, x->grad);
+}
+
+// The mask kernels honour beta 0; the activation pairs only accumulate.
+static bool activation_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  return (node->op == BPT_OP_RELU && node->int_attributes[BPT_RELU_USES_MASK]) ||
+         bpt_kernel_node_accumulates(node, reason);
+}
+
+BPT_REGISTER_KERNELS(cuda, RELU, activation_forward, activation_backward, activation_supports);
+BPT_REGISTER_KERNELS(cuda, LEAKY_RELU, activation_forward, activation_backward, activation_supports);
+BPT_REGISTER_KERNELS(cuda, SIGMOID, activation_forward, activation_backward, activation_supports);
+BPT_REGISTER_KERNELS(cuda, TANH, activation_forward, activation_backward, activation_supports);
+
+// add_relu without a fused kernel: y = a, y += b, then the ReLU with its mask in place on y.
+static bpt_status add_relu_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  float *out = (float *)y->value;
+  bpt_status status = bpt_cuda_copy(backend, out, node->inputs[0].value, (size_t)y->count * sizeof(float));
+  if (status == BPT_OK) status = bpt_cuda_add_scaled(backend, y->count, 1.0f, (const float *)node->inputs[1].value, out);
+  if (status == BPT_OK) status = bpt_cuda_relu_mask_forward(backend, y->count, out, out, (uint8_t *)node->saved);
+  return status;
+}
+
+static bpt_status add_relu_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  for (int i = 0; i < 2; i++) {
+    const bpt_kernel_tensor *input = &node->inputs[i];
+    if (!input->grad) continue;
+    bpt_status status = bpt_cuda_relu_mask_backward(backend, y->count, (const uint8_t *)node->saved, y->grad,
+                                                    input->grad, input->beta == 0.0f);
+    if (status != BPT_OK) return status;
+  }
+  return BPT_OK;
+}
+
+BPT_REGISTER_KERNELS(cuda, ADD_RELU, add_relu_forward, add_relu_backward, NULL);

@@ -134,3 +134,35 @@ bpt_status bpt_cuda_mse_backward(bpt_backend *backend, int64_t count, const floa
       count, prediction, target, loss_gradient, dprediction, dtarget);
   return bpt_cuda_check_launch(backend, "mse_backward");
 }
+
+// softmax_cross_entropy: logits (N, C) and i32 labels (N); saved holds the probabilities (N, C).
+static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *logits = &node->inputs[0];
+  return bpt_cuda_softmax_cross_entropy_forward(backend, logits->dims[0], logits->dims[1],
+                                                (const float *)logits->value, (const int32_t *)node->inputs[1].value,
+                                                (float *)node->saved, (float *)node->output.value);
+}
+
+static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *logits = &node->inputs[0];
+  return bpt_cuda_softmax_cross_entropy_backward(backend, logits->dims[0], logits->dims[1],
+                                                 (const float *)node->saved, (const int32_t *)node->inputs[1].value,
+                                                 node->output.grad, logits->grad);
+}
+
+BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,
+                     NULL);
+
+static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *prediction = &node->inputs[0];
+  return bpt_cuda_mse_forward(backend, prediction->count, (const float *)prediction->value,
+                              (const float *)node->inputs[1].value, (float *)node->output.value);
+}
+
+static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *prediction = &node->inputs[0], *target = &node->inputs[1];
+  return bpt_cuda_mse_backward(backend, prediction->count, (const float *)prediction->value,
+                               (const float *)target->value, node->output.grad, prediction->grad, target->grad);
+}
+
+BPT_REGISTER_KERNELS(cuda, MSE, mse_forward, mse_backward, NULL);

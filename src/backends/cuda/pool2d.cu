@@ -108,3 +108,20 @@ bpt_status bpt_cuda_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args 
   pool2d_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(*args, dy, argmax, dx);
   return bpt_cuda_check_launch(backend, "pool2d_backward");
 }
+
+// max_pool2d (winning indices in saved), avg_pool2d and global_avg_pool.
+static bpt_status pool2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_pool2d_args args = bpt_pool2d_args_of(node);
+  return bpt_cuda_pool2d_forward(backend, &args, (const float *)node->inputs[0].value, (float *)node->output.value,
+                                 (int32_t *)node->saved);
+}
+
+static bpt_status pool2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_pool2d_args args = bpt_pool2d_args_of(node);
+  return bpt_cuda_pool2d_backward(backend, &args, node->output.grad, (const int32_t *)node->saved,
+                                  node->inputs[0].grad);
+}
+
+BPT_REGISTER_KERNELS(cuda, MAX_POOL2D, pool2d_forward, pool2d_backward, NULL);
+BPT_REGISTER_KERNELS(cuda, AVG_POOL2D, pool2d_forward, pool2d_backward, NULL);
+BPT_REGISTER_KERNELS(cuda, GLOBAL_AVG_POOL, pool2d_forward, pool2d_backward, NULL);

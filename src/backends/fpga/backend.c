@@ -157,12 +157,23 @@ static bpt_status fpga_engine_join(bpt_backend *backend) {
   return BPT_OK;
 }
 
+/* Generated from the BPT_REGISTER_KERNELS lines of this folder (cmake/kernel_table.cmake). */
+extern const bpt_op_kernels *const bpt_fpga_kernel_table[BPT_OP_COUNT];
+
+static const bpt_op_kernels *fpga_kernels(const bpt_backend *backend, bpt_op_id op) {
+  (void)backend;
+  return (unsigned)op < BPT_OP_COUNT ? bpt_fpga_kernel_table[op] : NULL;
+}
+
 static const bpt_backend_vtable fpga_vtable = {
     .version = BPT_BACKEND_VTABLE_VERSION,
     .size = sizeof(bpt_backend_vtable),
     .name = "fpga-sim",
     .create = fpga_create,
     .destroy = fpga_destroy,
+    /* Host memory underneath, but simulated device memory: transfers go through upload and download so the
+     * cycle model charges them. */
+    .is_host = false,
     .alloc = fpga_alloc,
     .free = fpga_free,
     .upload = fpga_upload,
@@ -170,18 +181,11 @@ static const bpt_backend_vtable fpga_vtable = {
     .copy = fpga_copy,
     .memset_zero = fpga_memset_zero,
     .synchronize = NULL,
+    .kernels = fpga_kernels,
     .gemm = bpt_fpga_gemm,
-    .bias_add = bpt_fpga_bias_add,
-    .bias_backward = bpt_fpga_bias_backward,
-    .activation_forward = bpt_fpga_activation_forward,
-    .activation_backward = bpt_fpga_activation_backward,
-    .softmax_cross_entropy_forward = bpt_fpga_softmax_cross_entropy_forward,
-    .softmax_cross_entropy_backward = bpt_fpga_softmax_cross_entropy_backward,
-    .mse_forward = bpt_fpga_mse_forward,
-    .mse_backward = bpt_fpga_mse_backward,
+    .add_scaled = bpt_fpga_add_scaled,
     .sgd_update = bpt_fpga_sgd_update,
     .adam_update = bpt_fpga_adam_update,
-    .add_scaled = bpt_fpga_add_scaled,
     .engine_select = fpga_engine_select,
     .engine_join = fpga_engine_join,
 };

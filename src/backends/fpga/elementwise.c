@@ -165,3 +165,42 @@ bpt_status bpt_fpga_add_scaled(bpt_backend *backend, int64_t count, float alpha,
   add_scaled_kernel(&state->format, count, alpha, x, y);
   return BPT_OK;
 }
+
+/* linear's bias terms (its products run through the shared gemm). */
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  return bpt_fpga_bias_add(backend, y->dims[0], y->dims[1], node->inputs[2].value, y->value);
+}
+
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *y = &node->output;
+  return bpt_fpga_bias_backward(backend, y->dims[0], y->dims[1], y->grad, node->inputs[2].grad);
+}
+
+BPT_REGISTER_KERNELS(fpga, LINEAR, linear_forward, linear_backward, NULL);
+
+/* The activations; ReLU reads x in backward (this backend keeps no 1-bit masks). */
+static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_fpga_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0],
+                                     node->output.count, node->inputs[0].value, node->output.value);
+}
+
+static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  return bpt_fpga_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0],
+                                      node->output.count, node->inputs[0].value, node->output.value, node->output.grad,
+                                      node->inputs[0].grad);
+}
+
+static bool activation_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  if (node->op == BPT_OP_RELU && node->int_attributes[BPT_RELU_USES_MASK]) {
+    *reason = "no 1-bit ReLU masks";
+    return false;
+  }
+  return bpt_kernel_node_accumulates(node, reason);
+}
+
+BPT_REGISTER_KERNELS(fpga, RELU, activation_forward, activation_backward, activation_supports);
+BPT_REGISTER_KERNELS(fpga, LEAKY_RELU, activation_forward, activation_backward, activation_supports);
+BPT_REGISTER_KERNELS(fpga, SIGMOID, activation_forward, activation_backward, activation_supports);
+BPT_REGISTER_KERNELS(fpga, TANH, activation_forward, activation_backward, activation_supports);

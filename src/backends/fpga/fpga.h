@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 
-#include "backends/backend.h"
+#include "backends/kernel_args.h"
 #include "bptrain/fpga.h"
 
 /* HLS pragmas and loop labels (which name loops in HLS reports) stay in the kernels so the files can go to

@@ -136,3 +136,30 @@ bpt_status bpt_fpga_mse_backward(bpt_backend *backend, int64_t count, const floa
   }
   return BPT_OK;
 }
+
+static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *logits = &node->inputs[0];
+  return bpt_fpga_softmax_cross_entropy_forward(backend, logits->dims[0], logits->dims[1], logits->value,
+                                                node->inputs[1].value, node->saved, node->output.value);
+}
+
+static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *logits = &node->inputs[0];
+  return bpt_fpga_softmax_cross_entropy_backward(backend, logits->dims[0], logits->dims[1], node->saved,
+                                                 node->inputs[1].value, node->output.grad, logits->grad);
+}
+
+BPT_REGISTER_KERNELS(fpga, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
+
+static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *prediction = &node->inputs[0];
+  return bpt_fpga_mse_forward(backend, prediction->count, prediction->value, node->inputs[1].value, node->output.value);
+}
+
+static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *prediction = &node->inputs[0], *target = &node->inputs[1];
+  return bpt_fpga_mse_backward(backend, prediction->count, prediction->value, target->value, node->output.grad,
+                               prediction->grad, target->grad);
+}
+
+BPT_REGISTER_KERNELS(fpga, MSE, mse_forward, mse_backward, NULL);

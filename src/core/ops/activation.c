@@ -1,18 +1,9 @@
 /* Element-wise activations (ReLU, LeakyReLU, sigmoid, tanh): one shape rule and one kernel pair,
- * told apart by bpt_activation; the slope of LeakyReLU is float attribute 0. The relu op definition itself
+ * told apart by op id; the slope of LeakyReLU is float attribute 0. The relu op definition itself
  * lives in relu.c (it keeps a 1-bit mask for backward); its builder stays here with the others. */
 #include <math.h>
 
 #include "core/graph.h"
-
-static bpt_activation activation_kind(const bpt_node *node) {
-  switch (node->op) {
-  case BPT_OP_LEAKY_RELU: return BPT_ACTIVATION_LEAKY_RELU;
-  case BPT_OP_SIGMOID: return BPT_ACTIVATION_SIGMOID;
-  case BPT_OP_TANH: return BPT_ACTIVATION_TANH;
-  default: return BPT_ACTIVATION_RELU;
-  }
-}
 
 static bpt_status activation_infer_shape(bpt_node *node) {
   const bpt_node *x = node->inputs[0];
@@ -23,16 +14,12 @@ static bpt_status activation_infer_shape(bpt_node *node) {
   return BPT_OK;
 }
 
-static bpt_status activation_forward(bpt_node *node) {
-  return BPT_KERNEL(node, activation_forward, activation_kind(node), node->float_attributes[0], bpt_node_count(node),
-                    node->inputs[0]->value, node->value);
-}
+/* The kernels tell the activations apart by op id; LeakyReLU's slope is float attribute 0. */
+static bpt_status activation_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
 static bpt_status activation_backward(bpt_node *node) {
-  bpt_node *x = node->inputs[0];
-  if (!x->requires_grad) return BPT_OK;
-  return BPT_KERNEL(node, activation_backward, activation_kind(node), node->float_attributes[0], bpt_node_count(node),
-                    x->value, node->value, node->grad, x->grad);
+  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
 }
 
 #define BPT_ACTIVATION_OP(op_name)                                                               \

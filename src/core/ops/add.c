@@ -3,8 +3,9 @@
  * after the first writer accumulates.
  *
  * add_relu: y = max(a + b, 0), the join of a ResNet basic block, in one node: the forward keeps one bit per
- * element (y > 0, relu_mask_forward's layout) in node->saved, and backward passes dy through it to both
- * inputs, so neither the sum nor a separate ReLU's buffers exist. */
+ * element (y > 0, the relu mask's layout) in node->saved, and backward passes dy through it to both inputs,
+ * so neither the sum nor a separate ReLU's buffers exist. add runs on shared primitives; add_relu on its
+ * kernels. */
 #include "bptrain/cnn.h"
 #include "core/graph.h"
 
@@ -57,30 +58,18 @@ const bpt_op_definition bpt_op_add = {.name = "add",
                                       .backward = add_backward,
                                       .backward_reads_input = bpt_op_reads_no_input,
                                       .backward_reads_output = bpt_op_reads_no_output,
-                                      .overwrites_unset_gradients = true};
+                                      .overwrites_unset_gradients = true,
+                                      .uses_kernels = bpt_op_uses_no_kernels};
 
 static size_t add_relu_saved_bytes(const bpt_node *node) {
   return (size_t)(bpt_node_inner_count(node) * (node->batched ? node->graph->max_batch : 1) + 7) / 8;
 }
 
-static bpt_status add_relu_forward(bpt_node *node) {
-  const int64_t count = bpt_node_count(node);
-  const float *a = node->inputs[0]->value, *b = node->inputs[1]->value;
-  if (node->graph->backend->vtable->add_relu_mask_forward)
-    return BPT_KERNEL(node, add_relu_mask_forward, count, a, b, node->value, node->saved);
-  BPT_CHECK(add_forward(node));
-  return BPT_KERNEL(node, relu_mask_forward, count, node->value, node->value, node->saved);
-}
+static bpt_status add_relu_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
 static bpt_status add_relu_backward(bpt_node *node) {
-  const int64_t count = bpt_node_count(node);
-  for (int i = 0; i < 2; i++) {
-    bpt_node *input = node->inputs[i];
-    if (!input->requires_grad) continue;
-    BPT_CHECK(BPT_KERNEL(node, relu_mask_backward, count, node->saved, node->grad, input->grad,
-                         bpt_node_take_unset_gradient(input)));
-  }
-  return BPT_OK;
+  if (!node->inputs[0]->requires_grad && !node->inputs[1]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
 }
 
 const bpt_op_definition bpt_op_add_relu = {.name = "add_relu",

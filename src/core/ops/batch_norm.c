@@ -5,13 +5,14 @@
  *
  * batch_norm_relu is the same op followed by ReLU, in one node: the separate ReLU's pass over the activations
  * in each direction, and its output buffer, go away. A bit per element (after the statistics in node->saved)
- * records y > 0 for backward. Backends that fuse it (fuses_batch_norm_relu) apply the ReLU inside their
- * normalising pass and mask dy inside their gradient passes; for the others the ReLU runs in place on y, and
- * in backward in place on dy, this node's own gradient, which nothing reads after this node's backward. */
+ * records y > 0 for backward. Its kernels decide how: the CPU applies the ReLU inside its normalising pass and
+ * masks dy inside its gradient passes; CUDA runs the ReLU in place on y, and in backward in place on dy, this
+ * node's own gradient, which nothing reads after this node's backward. A folded batch_norm_relu's kernels
+ * apply the ReLU to the convolution's output. */
 #include "bptrain/cnn.h"
 #include "core/graph.h"
 
-enum { FOLDED };
+enum { FOLDED }; /* BPT_BATCH_NORM_FOLDED for the kernels */
 
 static bpt_status batch_norm_infer_shape(bpt_node *node) {
   bpt_node *x = node->inputs[0], *gamma = node->inputs[1], *beta = node->inputs[2];
@@ -48,61 +49,24 @@ static bool fused_relu(const bpt_node *node) { return node->op == BPT_OP_BATCH_N
 
 static int64_t mask_row_bytes(const bpt_node *node) { return (bpt_node_inner_count(node) / node->dims[1] + 7) / 8; }
 
-/* The statistics, then for batch_norm_relu the mask: the fusing backends' layout (a whole number of bytes per
- * (n, c) row, see bpt_batch_norm_args) holds at least as many bytes as relu_mask_forward's flat one. */
+/* The statistics, then for batch_norm_relu the mask: the fused layout (a whole number of bytes per (n, c) row,
+ * see bpt_batch_norm_args) holds at least as many bytes as the relu mask's flat one. */
 static size_t batch_norm_saved_bytes(const bpt_node *node) {
   size_t bytes = 2 * (size_t)node->dims[1] * sizeof(float);
   if (fused_relu(node)) bytes += (size_t)(node->graph->max_batch * node->dims[1] * mask_row_bytes(node));
   return bytes;
 }
 
-static uint8_t *relu_mask(const bpt_node *node) { return (uint8_t *)((float *)node->saved + 2 * node->dims[1]); }
-
-static bool backend_fuses_relu(const bpt_node *node) { return node->graph->backend->vtable->fuses_batch_norm_relu; }
-
-static bpt_batch_norm_args batch_norm_args(const bpt_node *node) {
-  return (bpt_batch_norm_args){.batch = node->graph->batch,
-                               .channels = node->dims[1],
-                               .spatial = bpt_node_inner_count(node) / node->dims[1],
-                               .epsilon = node->float_attributes[1],
-                               .momentum = node->float_attributes[0],
-                               .training = !node->graph->evaluation};
-}
-
 static bpt_status batch_norm_forward(bpt_node *node) {
-  const int64_t count = bpt_node_count(node);
-  if (node->int_attributes[FOLDED])
-    return fused_relu(node)
-               ? BPT_KERNEL(node, activation_forward, BPT_ACTIVATION_RELU, 0.0f, count, node->value, node->value)
-               : BPT_OK;
-  bpt_node *x = node->inputs[0], *gamma = node->inputs[1], *beta = node->inputs[2];
-  bpt_batch_norm_args args = batch_norm_args(node);
-  const bool fused_in_backend = fused_relu(node) && backend_fuses_relu(node);
-  if (fused_in_backend) args.relu_mask = relu_mask(node);
-  float *saved = node->saved;
-  BPT_CHECK(BPT_KERNEL(node, batch_norm_forward, &args, x->value, gamma->value, beta->value, node->inputs[3]->value,
-                       node->inputs[4]->value, node->value, saved, saved + args.channels));
-  if (!fused_relu(node) || fused_in_backend) return BPT_OK;
-  return BPT_KERNEL(node, relu_mask_forward, count, node->value, node->value, relu_mask(node));
+  if (node->int_attributes[FOLDED] && !fused_relu(node)) return BPT_OK;
+  return bpt_node_forward_kernels(node);
 }
 
 static bpt_status batch_norm_backward(bpt_node *node) {
-  bpt_node *x = node->inputs[0], *gamma = node->inputs[1], *beta = node->inputs[2];
   if (node->graph->evaluation)
     return bpt_node_error(node, BPT_ERR_STATE,
                           "backward after an evaluation-mode forward; call bpt_graph_set_training(graph, 1) first");
-  bpt_batch_norm_args args = batch_norm_args(node);
-  if (fused_relu(node) && backend_fuses_relu(node)) {
-    args.relu_mask = relu_mask(node);
-  } else if (fused_relu(node)) {
-    BPT_CHECK(
-        BPT_KERNEL(node, relu_mask_backward, bpt_node_count(node), relu_mask(node), node->grad, node->grad, true));
-  }
-  args.assign_input_gradient = x->requires_grad && bpt_node_take_unset_gradient(x);
-  const float *saved = node->saved;
-  return BPT_KERNEL(node, batch_norm_backward, &args, x->value, node->grad, gamma->value, saved, saved + args.channels,
-                    x->requires_grad ? x->grad : NULL, gamma->requires_grad ? gamma->grad : NULL,
-                    beta->requires_grad ? beta->grad : NULL);
+  return bpt_node_backward_kernels(node);
 }
 
 /* Activation memory: backward reads x and gamma (with the saved statistics), never y. */

@@ -23,16 +23,15 @@ static uint64_t node_seed(const bpt_node *node) {
 }
 
 static bpt_status binary_stochastic_forward(bpt_node *node) {
-  return BPT_KERNEL(node, binary_stochastic_forward, bpt_node_count(node), node->inputs[0]->value, node->value,
-                    node_seed(node), node->graph->deterministic);
+  bpt_kernel_node description;
+  bpt_node_describe(node, &description);
+  description.seed = node_seed(node);
+  return bpt_node_run_forward_kernels(node, &description);
 }
 
 static bpt_status binary_stochastic_backward(bpt_node *node) {
-  bpt_node *z = node->inputs[0];
-  if (!z->requires_grad) return BPT_OK;
-  bool sigmoid_adjusted = node->int_attributes[0] == BPT_STRAIGHT_THROUGH_SIGMOID;
-  return BPT_KERNEL(node, binary_stochastic_backward, bpt_node_count(node), sigmoid_adjusted,
-                    sigmoid_adjusted ? z->value : NULL, node->grad, z->grad);
+  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
 }
 
 static bool binary_stochastic_backward_reads_input(const bpt_node *node, int input) {

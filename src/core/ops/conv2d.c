@@ -1,6 +1,7 @@
 /* conv2d: y (N, O, OH, OW) = x (N, C, H, W) * weight (O, C / groups, kh, kw) + bias (O), NCHW throughout.
  * Integer attributes: stride (0, 1), padding (2, 3), dilation (4, 5), groups (6). The three products
- * (forward, input gradient, weight gradient) are backend kernels; on the CPU they are im2col + SGEMM. */
+ * (forward, input gradient, weight gradient) are the op's kernels; on the CPU direct loops, Winograd or
+ * im2col + SGEMM. */
 #include <string.h>
 
 #include "bptrain/cnn.h"
@@ -94,49 +95,16 @@ static bpt_status conv2d_infer_shape(bpt_node *node) {
   return BPT_OK;
 }
 
-static bpt_conv2d_args conv2d_args(const bpt_node *node) {
-  const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
-  const int64_t *a = node->int_attributes;
-  return (bpt_conv2d_args){.batch = node->graph->batch,
-                           .in_channels = x->dims[1],
-                           .in_height = x->dims[2],
-                           .in_width = x->dims[3],
-                           .out_channels = node->dims[1],
-                           .out_height = node->dims[2],
-                           .out_width = node->dims[3],
-                           .kernel_height = weight->dims[2],
-                           .kernel_width = weight->dims[3],
-                           .stride_height = a[STRIDE_H],
-                           .stride_width = a[STRIDE_W],
-                           .padding_height = a[PADDING_H],
-                           .padding_width = a[PADDING_W],
-                           .dilation_height = a[DILATION_H],
-                           .dilation_width = a[DILATION_W],
-                           .groups = a[GROUPS]};
-}
+/* The kernels read the attributes above (bpt_conv2d_args_of) and the shapes of x, weight and y. */
+static bpt_status conv2d_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
-static bpt_status conv2d_forward(bpt_node *node) {
-  bpt_node *bias = node->input_count > 2 ? node->inputs[2] : NULL;
-  bpt_conv2d_args args = conv2d_args(node);
-  return BPT_KERNEL(node, conv2d_forward, &args, node->inputs[0]->value, node->inputs[1]->value,
-                    bias ? bias->value : NULL, node->value);
-}
-
+/* The input gradient is skipped for the image input, which saves the costliest col2im of the network. */
 static bpt_status conv2d_backward(bpt_node *node) {
-  bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
-  bpt_conv2d_args args = conv2d_args(node);
-  bool bias_gradient = bias && bias->requires_grad;
-  if (weight->requires_grad)
-    BPT_CHECK(BPT_KERNEL(node, conv2d_backward_filter, &args, x->value, node->grad, weight->grad,
-                         bias_gradient ? bias->grad : NULL));
-  else if (bias_gradient)
+  bpt_node *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
+  if (bias && bias->requires_grad && !weight->requires_grad)
     return bpt_node_error(node, BPT_ERR_UNSUPPORTED, "a trainable bias needs a trainable weight");
-  /* Skipped for the image input, which saves the costliest col2im of the network. */
-  if (x->requires_grad) {
-    args.assign_input_gradient = bpt_node_take_unset_gradient(x);
-    BPT_CHECK(BPT_KERNEL(node, conv2d_backward_data, &args, node->grad, weight->value, x->grad));
-  }
-  return BPT_OK;
+  if (!weight->requires_grad && !node->inputs[0]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
 }
 
 /* Activation memory: backward reads x (weight gradient) and the weight (input gradient), never y. */

@@ -34,8 +34,10 @@ static bpt_status dropout_forward(bpt_node *node) {
   }
   uint64_t seed = node->graph->dropout_seed * 0x9e3779b97f4a7c15ULL + (uint64_t)node->index * 0xd1b54a32d192ed03ULL +
                   node->graph->random_step * 0x8cb92ba72f3d8dd7ULL;
-  return BPT_KERNEL(node, dropout_forward, count, node->float_attributes[0], seed, node->inputs[0]->value, node->value,
-                    node->saved);
+  bpt_kernel_node description;
+  bpt_node_describe(node, &description);
+  description.seed = seed;
+  return bpt_node_run_forward_kernels(node, &description);
 }
 
 static bpt_status dropout_backward(bpt_node *node) {
@@ -43,7 +45,7 @@ static bpt_status dropout_backward(bpt_node *node) {
   if (!x->requires_grad) return BPT_OK;
   const int64_t count = bpt_node_count(node);
   if (node->graph->evaluation) return BPT_KERNEL(node, add_scaled, count, 1.0f, node->grad, x->grad);
-  return BPT_KERNEL(node, dropout_backward, count, node->saved, node->grad, x->grad);
+  return bpt_node_backward_kernels(node);
 }
 
 const bpt_op_definition bpt_op_dropout = {.name = "dropout",

@@ -1,5 +1,5 @@
 /* global_avg_pool: (N, C, H, W) -> (N, C), the mean of each channel's plane. It runs as an average pool
- * whose window is the whole plane, so backends need no extra kernel. */
+ * whose window is the whole plane: backends register their pooling kernels for it too. */
 #include "bptrain/cnn.h"
 #include "core/checked.h"
 #include "core/graph.h"
@@ -22,31 +22,11 @@ static bpt_status global_avg_pool_infer_shape(bpt_node *node) {
   return BPT_OK;
 }
 
-static bpt_pool2d_args global_avg_pool_args(const bpt_node *node) {
-  const bpt_node *x = node->inputs[0];
-  return (bpt_pool2d_args){.kind = BPT_POOL_AVERAGE,
-                           .batch = node->graph->batch,
-                           .channels = x->dims[1],
-                           .in_height = x->dims[2],
-                           .in_width = x->dims[3],
-                           .out_height = 1,
-                           .out_width = 1,
-                           .kernel_height = x->dims[2],
-                           .kernel_width = x->dims[3],
-                           .stride_height = 1,
-                           .stride_width = 1};
-}
-
-static bpt_status global_avg_pool_forward(bpt_node *node) {
-  bpt_pool2d_args args = global_avg_pool_args(node);
-  return BPT_KERNEL(node, pool2d_forward, &args, node->inputs[0]->value, node->value, NULL);
-}
+static bpt_status global_avg_pool_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
 static bpt_status global_avg_pool_backward(bpt_node *node) {
-  bpt_node *x = node->inputs[0];
-  if (!x->requires_grad) return BPT_OK;
-  bpt_pool2d_args args = global_avg_pool_args(node);
-  return BPT_KERNEL(node, pool2d_backward, &args, node->grad, NULL, x->grad);
+  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
 }
 
 const bpt_op_definition bpt_op_global_avg_pool = {.name = "global_avg_pool",

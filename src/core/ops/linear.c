@@ -1,5 +1,6 @@
 /* linear: y = x W^T + b, with x (N, in), W (out, in), b (out), y (N, out).
- * All three products run as one GEMM each through the backend. */
+ * All three products run as one GEMM each through the backend's shared gemm; the bias terms are the op's
+ * kernels. */
 #include "core/checked.h"
 #include "core/graph.h"
 #include "core/precision.h"
@@ -80,7 +81,7 @@ static bpt_status linear_forward(bpt_node *node) {
                            .a = x->value, .lda = in, .b = weight->value, .ldb = in, .beta = 0.0f,
                            .c = node->value, .ldc = out};
   BPT_CHECK(BPT_KERNEL(node, gemm, &product));
-  if (bias) BPT_CHECK(BPT_KERNEL(node, bias_add, batch, out, bias->value, node->value));
+  if (bias) BPT_CHECK(bpt_node_forward_kernels(node)); /* y += b */
   if (node->saved) BPT_CHECK(save_input(node));
   return BPT_OK;
 }
@@ -101,7 +102,7 @@ static bpt_status linear_backward(bpt_node *node) {
     }
     BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   }
-  if (bias && bias->requires_grad) BPT_CHECK(BPT_KERNEL(node, bias_backward, batch, out, node->grad, bias->grad));
+  if (bias && bias->requires_grad) BPT_CHECK(bpt_node_backward_kernels(node)); /* db += column sums of dy */
   if (x->requires_grad) {
     /* dx (N, in) += dy (N, out) . W (out, in); skipped for inputs, which saves a third of the first layer. */
     bpt_gemm_args product = {.transpose_a = false, .transpose_b = false, .m = batch, .n = in, .k = out, .alpha = 1.0f,
@@ -135,6 +136,9 @@ static void linear_cost(const bpt_node *node, int backward, double *flops, doubl
   *bytes = products * gemm_bytes + (has_bias ? 4.0 * (batch * out + out) : 0.0);
 }
 
+/* The products run on the shared gemm; the op's kernels are its bias terms. */
+static bool linear_uses_kernels(const bpt_node *node) { return node->input_count > 2 && node->inputs[2]; }
+
 const bpt_op_definition bpt_op_linear = {.name = "linear",
                                          .infer_shape = linear_infer_shape,
                                          .saved_bytes = linear_saved_bytes,
@@ -142,7 +146,8 @@ const bpt_op_definition bpt_op_linear = {.name = "linear",
                                          .backward = linear_backward,
                                          .backward_reads_input = linear_backward_reads_input,
                                          .backward_reads_output = bpt_op_reads_no_output,
-                                         .cost = linear_cost};
+                                         .cost = linear_cost,
+                                         .uses_kernels = linear_uses_kernels};
 
 bpt_status bpt_linear(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight, bpt_node *bias,
                       bpt_node **out) {

@@ -16,16 +16,9 @@ static bpt_status mse_infer_shape(bpt_node *node) {
   return BPT_OK;
 }
 
-static bpt_status mse_forward(bpt_node *node) {
-  const bpt_node *prediction = node->inputs[0], *target = node->inputs[1];
-  return BPT_KERNEL(node, mse_forward, bpt_node_count(prediction), prediction->value, target->value, node->value);
-}
+static bpt_status mse_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
-static bpt_status mse_backward(bpt_node *node) {
-  bpt_node *prediction = node->inputs[0], *target = node->inputs[1];
-  return BPT_KERNEL(node, mse_backward, bpt_node_count(prediction), prediction->value, target->value, node->grad,
-                    prediction->requires_grad ? prediction->grad : NULL, target->requires_grad ? target->grad : NULL);
-}
+static bpt_status mse_backward(bpt_node *node) { return bpt_node_backward_kernels(node); }
 
 const bpt_op_definition bpt_op_mse = {
     .name = "mse", .infer_shape = mse_infer_shape, .forward = mse_forward, .backward = mse_backward};

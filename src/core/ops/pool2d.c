@@ -1,4 +1,4 @@
-/* max_pool2d and avg_pool2d over NCHW: one shape rule and one kernel pair, told apart by bpt_pool_kind.
+/* max_pool2d and avg_pool2d over NCHW: one shape rule and one kernel pair, told apart by op id.
  * Integer attributes: kernel (0, 1), stride (2, 3), padding (4, 5). Max pooling keeps the winning index of
  * every output (int32, in node->saved) so backward routes each gradient to exactly one input. */
 #include "bptrain/cnn.h"
@@ -49,34 +49,11 @@ static size_t max_pool2d_saved_bytes(const bpt_node *node) {
   return (size_t)bpt_node_inner_count(node) * (size_t)node->graph->max_batch * sizeof(int32_t);
 }
 
-static bpt_pool2d_args pool2d_args(const bpt_node *node) {
-  const bpt_node *x = node->inputs[0];
-  const int64_t *a = node->int_attributes;
-  return (bpt_pool2d_args){.kind = node->op == BPT_OP_MAX_POOL2D ? BPT_POOL_MAX : BPT_POOL_AVERAGE,
-                           .batch = node->graph->batch,
-                           .channels = x->dims[1],
-                           .in_height = x->dims[2],
-                           .in_width = x->dims[3],
-                           .out_height = node->dims[2],
-                           .out_width = node->dims[3],
-                           .kernel_height = a[KERNEL_H],
-                           .kernel_width = a[KERNEL_W],
-                           .stride_height = a[STRIDE_H],
-                           .stride_width = a[STRIDE_W],
-                           .padding_height = a[PADDING_H],
-                           .padding_width = a[PADDING_W]};
-}
-
-static bpt_status pool2d_forward(bpt_node *node) {
-  bpt_pool2d_args args = pool2d_args(node);
-  return BPT_KERNEL(node, pool2d_forward, &args, node->inputs[0]->value, node->value, node->saved);
-}
+static bpt_status pool2d_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
 static bpt_status pool2d_backward(bpt_node *node) {
-  bpt_node *x = node->inputs[0];
-  if (!x->requires_grad) return BPT_OK;
-  bpt_pool2d_args args = pool2d_args(node);
-  return BPT_KERNEL(node, pool2d_backward, &args, node->grad, node->saved, x->grad);
+  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
 }
 
 const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",

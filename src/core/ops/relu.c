@@ -1,11 +1,16 @@
 /* relu: y = max(x, 0). Backward only needs to know where x was positive, so the forward keeps one bit per
  * element in node->saved and neither x nor y has to stay in memory for backward (32x less than an f32 copy);
- * the backward skips masked-out elements. Backends without the mask kernels fall back to reading x. */
+ * the backward skips masked-out elements. On a backend whose relu kernels keep no mask (fpga-sim), x is read. */
 #include "core/graph.h"
 
-static bool has_mask_kernels(const bpt_node *node) {
-  const bpt_backend_vtable *vtable = node->graph->backend->vtable;
-  return vtable->relu_mask_forward && vtable->relu_mask_backward;
+enum { USES_MASK }; /* int attribute 0, BPT_RELU_USES_MASK for the kernels */
+
+static bool uses_mask(const bpt_node *node) { return node->int_attributes[USES_MASK] != 0; }
+
+/* The mask where the backend's kernels keep one, reading x otherwise (fpga-sim). */
+static void relu_configure(bpt_node *node) {
+  node->int_attributes[USES_MASK] = 1;
+  if (!bpt_node_supported_on(node, node->graph->backend)) node->int_attributes[USES_MASK] = 0;
 }
 
 static bpt_status relu_infer_shape(bpt_node *node) {
@@ -19,31 +24,21 @@ static bpt_status relu_infer_shape(bpt_node *node) {
 }
 
 static size_t relu_saved_bytes(const bpt_node *node) {
-  if (!node->requires_grad || !has_mask_kernels(node)) return 0;
+  if (!node->requires_grad || !uses_mask(node)) return 0;
   int64_t count = bpt_node_inner_count(node) * (node->batched ? node->graph->max_batch : 1);
   return (size_t)(count + 7) / 8;
 }
 
-static bpt_status relu_forward(bpt_node *node) {
-  const bpt_node *x = node->inputs[0];
-  if (node->saved) return BPT_KERNEL(node, relu_mask_forward, bpt_node_count(node), x->value, node->value, node->saved);
-  return BPT_KERNEL(node, activation_forward, BPT_ACTIVATION_RELU, 0.0f, bpt_node_count(node), x->value, node->value);
-}
+static bpt_status relu_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
 static bpt_status relu_backward(bpt_node *node) {
-  bpt_node *x = node->inputs[0];
-  if (!x->requires_grad) return BPT_OK;
-  if (node->saved)
-    return BPT_KERNEL(node, relu_mask_backward, bpt_node_count(node), node->saved, node->grad, x->grad,
-                      bpt_node_take_unset_gradient(x));
-  BPT_CHECK(bpt_node_clear_unset_gradient(x));
-  return BPT_KERNEL(node, activation_backward, BPT_ACTIVATION_RELU, 0.0f, bpt_node_count(node), x->value, node->value,
-                    node->grad, x->grad);
+  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
 }
 
 static bool relu_backward_reads_input(const bpt_node *node, int input) {
   (void)input;
-  return !has_mask_kernels(node);
+  return !uses_mask(node);
 }
 
 static bool relu_backward_reads_output(const bpt_node *node) {
@@ -58,4 +53,5 @@ const bpt_op_definition bpt_op_relu = {.name = "relu",
                                        .backward = relu_backward,
                                        .backward_reads_input = relu_backward_reads_input,
                                        .backward_reads_output = relu_backward_reads_output,
-                                       .overwrites_unset_gradients = true};
+                                       .overwrites_unset_gradients = true,
+                                       .configure = relu_configure};

@@ -18,17 +18,11 @@ static size_t softmax_cross_entropy_saved_bytes(const bpt_node *node) {
   return (size_t)(node->graph->max_batch * node->inputs[0]->dims[1]) * sizeof(float);
 }
 
-static bpt_status softmax_cross_entropy_forward(bpt_node *node) {
-  const bpt_node *logits = node->inputs[0], *labels = node->inputs[1];
-  return BPT_KERNEL(node, softmax_cross_entropy_forward, node->graph->batch, logits->dims[1], logits->value,
-                    labels->value, node->saved, node->value);
-}
+static bpt_status softmax_cross_entropy_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
 static bpt_status softmax_cross_entropy_backward(bpt_node *node) {
-  bpt_node *logits = node->inputs[0], *labels = node->inputs[1];
-  if (!logits->requires_grad) return BPT_OK;
-  return BPT_KERNEL(node, softmax_cross_entropy_backward, node->graph->batch, logits->dims[1], node->saved,
-                    labels->value, node->grad, logits->grad);
+  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
 }
 
 /* Backward reads the labels and the saved probabilities, not the logits. */

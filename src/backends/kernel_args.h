@@ -1,0 +1,116 @@
+/* Argument structs of the op kernels that several backends implement alike (activations, convolution, batch
+ * norm, pooling), and how each is read from a bpt_kernel_node, so the CPU and CUDA op files unpack a node the
+ * same way. The attribute positions are those the op files in src/core/ops/ set. A new op needs nothing here:
+ * its kernels read the node themselves. */
+#ifndef BPT_BACKENDS_KERNEL_ARGS_H
+#define BPT_BACKENDS_KERNEL_ARGS_H
+
+#include "backends/backend.h"
+
+/* Element-wise activations share one kernel pair. Values are internal and may change. */
+typedef enum bpt_activation {
+  BPT_ACTIVATION_RELU,
+  BPT_ACTIVATION_LEAKY_RELU,
+  BPT_ACTIVATION_SIGMOID,
+  BPT_ACTIVATION_TANH
+} bpt_activation;
+
+static inline bpt_activation bpt_activation_of(bpt_op_id op) {
+  switch (op) {
+  case BPT_OP_LEAKY_RELU: return BPT_ACTIVATION_LEAKY_RELU;
+  case BPT_OP_SIGMOID: return BPT_ACTIVATION_SIGMOID;
+  case BPT_OP_TANH: return BPT_ACTIVATION_TANH;
+  default: return BPT_ACTIVATION_RELU;
+  }
+}
+
+/* 2-D convolution over NCHW tensors with an OIHW weight, (out_channels, in_channels / groups, kh, kw). */
+typedef struct bpt_conv2d_args {
+  int64_t batch, in_channels, in_height, in_width;
+  int64_t out_channels, out_height, out_width;
+  int64_t kernel_height, kernel_width;
+  int64_t stride_height, stride_width, padding_height, padding_width, dilation_height, dilation_width;
+  int64_t groups;
+  bool assign_input_gradient; /* conv2d_backward_data: dx = rather than += (beta 0) */
+} bpt_conv2d_args;
+
+/* conv2d's int attributes: stride (0, 1), padding (2, 3), dilation (4, 5), groups (6); inputs x, weight, bias. */
+static inline bpt_conv2d_args bpt_conv2d_args_of(const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0], *weight = &node->inputs[1], *y = &node->output;
+  const int64_t *a = node->int_attributes;
+  bpt_conv2d_args args;
+  args.batch = x->dims[0], args.in_channels = x->dims[1], args.in_height = x->dims[2], args.in_width = x->dims[3];
+  args.out_channels = y->dims[1], args.out_height = y->dims[2], args.out_width = y->dims[3];
+  args.kernel_height = weight->dims[2], args.kernel_width = weight->dims[3];
+  args.stride_height = a[0], args.stride_width = a[1], args.padding_height = a[2], args.padding_width = a[3];
+  args.dilation_height = a[4], args.dilation_width = a[5], args.groups = a[6];
+  args.assign_input_gradient = x->beta == 0.0f;
+  return args;
+}
+
+/* Batch norm over (batch, channels, spatial): statistics per channel over batch * spatial values. */
+typedef struct bpt_batch_norm_args {
+  int64_t batch, channels, spatial;
+  float epsilon;
+  float momentum; /* running = (1 - momentum) * running + momentum * batch statistic (PyTorch's convention) */
+  bool training;  /* false: normalise with the running statistics */
+  bool assign_input_gradient; /* backward: dx = rather than += (beta 0) */
+  /* Fused ReLU, NULL otherwise. Forward: y = max(bn(x), 0) and one bit per element, set where y > 0; backward:
+   * dy is taken as zero where the bit is clear. Row (n, c) of spatial values has its own (spatial + 7) / 8
+   * bytes, at byte (n channels + c) ((spatial + 7) / 8), bit i % 8 of byte i / 8 for its value i, so a row's
+   * bits never share a byte with another row's. */
+  uint8_t *relu_mask;
+} bpt_batch_norm_args;
+
+/* batch_norm(_relu): inputs x, gamma, beta, running mean, running variance; float attributes momentum (0) and
+ * epsilon (1); int attribute 0 set when folded into the convolution before it; saved holds mean and 1/std per
+ * channel, then (batch_norm_relu) the ReLU mask. */
+enum { BPT_BATCH_NORM_FOLDED = 0 };
+static inline bpt_batch_norm_args bpt_batch_norm_args_of(const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  bpt_batch_norm_args args;
+  args.batch = x->dims[0], args.channels = x->dims[1], args.spatial = x->count / (x->dims[0] * x->dims[1]);
+  args.epsilon = node->float_attributes[1], args.momentum = node->float_attributes[0];
+  args.training = !node->evaluation;
+  args.assign_input_gradient = x->grad && x->beta == 0.0f;
+  args.relu_mask = NULL;
+  return args;
+}
+static inline float *bpt_batch_norm_saved_mean(const bpt_kernel_node *node) { return (float *)node->saved; }
+static inline float *bpt_batch_norm_saved_inverse_std(const bpt_kernel_node *node) {
+  return (float *)node->saved + node->inputs[0].dims[1];
+}
+static inline uint8_t *bpt_batch_norm_relu_mask(const bpt_kernel_node *node) {
+  return (uint8_t *)((float *)node->saved + 2 * node->inputs[0].dims[1]);
+}
+
+typedef enum bpt_pool_kind { BPT_POOL_MAX, BPT_POOL_AVERAGE } bpt_pool_kind;
+
+/* 2-D pooling over NCHW; average pooling divides by the full window (padding counted, as PyTorch's default). */
+typedef struct bpt_pool2d_args {
+  bpt_pool_kind kind;
+  int64_t batch, channels, in_height, in_width, out_height, out_width;
+  int64_t kernel_height, kernel_width, stride_height, stride_width, padding_height, padding_width;
+} bpt_pool2d_args;
+
+/* max_pool2d / avg_pool2d: int attributes kernel (0, 1), stride (2, 3), padding (4, 5); max pooling saves the
+ * winning input index (int32) of every output. global_avg_pool: one window over the whole plane. */
+static inline bpt_pool2d_args bpt_pool2d_args_of(const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  const int64_t *a = node->int_attributes;
+  const bool global = node->op == BPT_OP_GLOBAL_AVG_POOL;
+  bpt_pool2d_args args;
+  args.kind = node->op == BPT_OP_MAX_POOL2D ? BPT_POOL_MAX : BPT_POOL_AVERAGE;
+  args.batch = x->dims[0], args.channels = x->dims[1], args.in_height = x->dims[2], args.in_width = x->dims[3];
+  args.out_height = global ? 1 : node->output.dims[2], args.out_width = global ? 1 : node->output.dims[3];
+  args.kernel_height = global ? x->dims[2] : a[0], args.kernel_width = global ? x->dims[3] : a[1];
+  args.stride_height = global ? 1 : a[2], args.stride_width = global ? 1 : a[3];
+  args.padding_height = global ? 0 : a[4], args.padding_width = global ? 0 : a[5];
+  return args;
+}
+
+/* relu: int attribute 0 set when the node keeps a 1-bit mask in saved (see relu_mask kernels) rather than
+ * reading x in backward; the op asks supports with it set first. */
+enum { BPT_RELU_USES_MASK = 0 };
+
+#endif
