@@ -141,9 +141,11 @@ static void write_meta(bpt_writer *writer, const bpt_graph *graph, const bpt_che
   bpt_section_end(writer, start);
 }
 
-/* Float attributes that an op overwrites while it runs (state, not configuration): linear's slot 0 holds the
- * FP8 scale of the last forward's saved activation. They are stored as 0 and not compared. */
+/* Attributes that the library sets itself (state, not configuration): linear's float slot 0 holds the FP8
+ * scale of the last forward's saved activation; relu's integer slot 0 says whether compile chose the
+ * backend's mask kernels, which depends on the backend, not the model. They are stored as 0 and not compared. */
 static bool attribute_is_state(bpt_op_id op, int float_index) { return op == BPT_OP_LINEAR && float_index == 0; }
+static bool int_attribute_is_state(bpt_op_id op, int index) { return op == BPT_OP_RELU && index == 0; }
 
 static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
   size_t start = bpt_section_begin(writer, TAG_GRAPH, 0);
@@ -167,7 +169,7 @@ static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
      * only there is refused rather than silently computing something else with the saved weights. */
     bpt_put_u32(writer, BPT_MAX_INT_ATTRIBUTES);
     for (int a = 0; a < BPT_MAX_INT_ATTRIBUTES; a++)
-      bpt_put_i64(writer, node->int_attributes[a]);
+      bpt_put_i64(writer, int_attribute_is_state(node->op, a) ? 0 : node->int_attributes[a]);
     bpt_put_u32(writer, BPT_MAX_FLOAT_ATTRIBUTES);
     for (int a = 0; a < BPT_MAX_FLOAT_ATTRIBUTES; a++)
       bpt_put_f32(writer, attribute_is_state(node->op, a) ? 0.0f : node->float_attributes[a]);
@@ -383,7 +385,7 @@ static bpt_status read_attributes(const loader *l, bpt_reader *r, int index, con
   for (uint32_t a = 0; a < int_count; a++) {
     int64_t value;
     if (!bpt_get_i64(r, &value)) return truncated(l, "GRPH");
-    if (value != node->int_attributes[a])
+    if (!int_attribute_is_state(node->op, (int)a) && value != node->int_attributes[a])
       return bpt_error(l->context, BPT_ERR_SHAPE,
                        "%s: node %d, %s '%s', has different op attributes in the file and in this graph: integer "
                        "attribute %u is %lld in the file, %lld here",
@@ -402,7 +404,7 @@ static bpt_status read_attributes(const loader *l, bpt_reader *r, int index, con
   }
   /* Slots a file does not list (fewer than this library keeps) must be unused here. */
   for (uint32_t a = int_count; a < BPT_MAX_INT_ATTRIBUTES; a++)
-    if (node->int_attributes[a] != 0)
+    if (!int_attribute_is_state(node->op, (int)a) && node->int_attributes[a] != 0)
       return bpt_error(l->context, BPT_ERR_SHAPE, "%s: node %d, %s '%s': integer attribute %u is not in the file",
                        l->where, index, op_name, node->name, a);
   for (uint32_t a = float_count; a < BPT_MAX_FLOAT_ATTRIBUTES; a++)
