@@ -102,14 +102,15 @@ static void nan_input_fails_the_step_naming_the_parameter(void **state) {
   network_destroy(&n);
 }
 
-/* An infinite input makes the loss NaN, which the step already refuses before the update (precision.c). */
+/* An infinite input makes the loss and the gradients NaN. Without a precision policy the step no longer reads the
+ * loss back (no host-device synchronisation per step), so the update runs and the check reports its damage. */
 static void infinite_input_fails_the_step_too(void **state) {
   (void)state;
   network n;
   network_create(&n);
   forward_backward(&n, INFINITY);
-  assert_fails(n.context, BPT_ERR_NUMERIC, "input 'x' holds inf or NaN", bpt_optimizer_step(n.optimizer));
-  assert_int_equal(non_finite_parameters(&n), 0);
+  assert_fails(n.context, BPT_ERR_NUMERIC, "step 1 made parameter", bpt_optimizer_step(n.optimizer));
+  assert_true(non_finite_parameters(&n) > 0);
   network_destroy(&n);
 }
 

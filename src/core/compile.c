@@ -40,6 +40,7 @@ static void initialise(const bpt_node *node, bpt_rng *rng, float *values) {
 void bpt_graph_release_memory(bpt_graph *graph) {
   bpt_backend *backend = graph->backend;
   bpt_precision_release(graph);
+  bpt_parameter_check_release(graph);
   bpt_graph_release_kernels(graph);
   void *blocks[] = {graph->parameter_block, graph->gradient_block, graph->activation_arena, graph->loss_gradient};
   for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)

@@ -121,6 +121,8 @@ struct bpt_graph {
   int64_t forward_count;            /* forward passes run since compile (the "step" anomaly reports name) */
   bool anomaly_detection;           /* check every op's output for inf/NaN (bpt_graph_set_anomaly_detection) */
   bool parameter_check_off;         /* skip the per-step parameter check (bpt_graph_set_parameter_check) */
+  void *parameter_check_flag;       /* device int32 the check sets, allocated at its first step */
+  int64_t parameter_check_since;    /* first step the flag covers since it was last read */
   struct bpt_graph_buffer *buffers; /* non-trainable state saved in checkpoints (bpt_graph_register_buffer) */
   int buffer_count, buffer_capacity;
   /* One observer of backward and of the optimiser step, NULL when none. */
@@ -223,6 +225,8 @@ bpt_status bpt_anomaly_check(bpt_node *node);
 /* After an optimiser update: BPT_ERR_NUMERIC naming the first parameter that holds an inf or NaN, unless the
  * check is off (parameter_check.c; called from bpt_optimizer_step). */
 bpt_status bpt_parameter_check_after_step(bpt_graph *graph, int64_t step);
+/* Frees the check's device flag (with the graph's device memory). */
+void bpt_parameter_check_release(bpt_graph *graph);
 bpt_status bpt_anomaly_check_backward(bpt_node *node);
 
 #endif

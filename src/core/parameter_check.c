@@ -5,6 +5,7 @@
 #include "bptrain/anomaly.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/graph.h"
@@ -18,10 +19,16 @@ bpt_status bpt_graph_set_parameter_check(bpt_graph *graph, int enabled) {
 
 int bpt_graph_parameter_check(const bpt_graph *graph) { return graph && !graph->parameter_check_off ? 1 : 0; }
 
+/* How often a device backend's flag is read back. The check itself runs after every step, on the device, into
+ * a flag that stays set; reading the flag is a host-device synchronisation, which a step without a precision
+ * policy must not pay every time (so a device step reports a lost parameter up to this many steps late, and
+ * says which steps). On a backend whose memory is host memory the flag is read every step, for free. */
+#define DEVICE_READ_INTERVAL 64
+
 /* The slow path, only once a parameter was found non-finite: which parameter, which element, how many. The
  * reduce_statistics fallback sums in float blocks, so parameters near FLT_MAX can overflow it while every
  * value is finite: then this finds none and the step stands. */
-static bpt_status name_non_finite(bpt_graph *graph, int64_t step) {
+static bpt_status name_non_finite(bpt_graph *graph, int64_t first_step, int64_t step) {
   const int64_t count = graph->parameter_elements;
   float *host = bpt_calloc(graph->context, (size_t)count, sizeof *host, "parameter check buffer");
   if (!host) return BPT_ERR_OUT_OF_MEMORY;
@@ -30,6 +37,11 @@ static bpt_status name_non_finite(bpt_graph *graph, int64_t step) {
     free(host);
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_optimizer_step: reading the parameters");
   }
+  char steps[64];
+  if (first_step == step)
+    snprintf(steps, sizeof steps, "step %lld", (long long)step);
+  else
+    snprintf(steps, sizeof steps, "a step from %lld to %lld", (long long)first_step, (long long)step);
   bpt_status status = BPT_OK;
   for (int p = 0; p < graph->parameter_count && status == BPT_OK; p++) {
     const bpt_node *parameter = graph->parameters[p];
@@ -43,46 +55,77 @@ static bpt_status name_non_finite(bpt_graph *graph, int64_t step) {
       }
     if (bad)
       status = bpt_error(graph->context, BPT_ERR_NUMERIC,
-                         "bpt_optimizer_step: step %lld made parameter '%s' non-finite (%s at element %lld, %lld "
+                         "bpt_optimizer_step: %s made parameter '%s' non-finite (%s at element %lld, %lld "
                          "non-finite values); the update was applied: restore a checkpoint, and look for inf/NaN in "
                          "the inputs or labels (bpt_graph_set_anomaly_detection names the first op)",
-                         (long long)step, parameter->name, isnan(values[first]) ? "NaN" : "inf", (long long)first,
+                         steps, parameter->name, isnan(values[first]) ? "NaN" : "inf", (long long)first,
                          (long long)bad);
   }
   free(host);
   return status;
 }
 
-/* Whether any parameter is inf or NaN, in one backend pass. unscale_check_finite with a scale of 1 leaves
- * every value as it is (x * 1 is exact) and vectorises; reduce_statistics, the fallback, runs about 4x slower
- * on the CPU (three dependent sums per element). */
-static bpt_status any_non_finite(bpt_graph *graph, bool *found) {
+/* Whether any parameter is inf or NaN, in one backend pass into the graph's own flag. unscale_check_finite with
+ * a scale of 1 leaves every value as it is (x * 1 is exact) and vectorises; reduce_statistics, the fallback
+ * (host memory only: it returns to the host), runs about 4x slower on the CPU. *read is false when the flag
+ * was not read this step (a device backend between read-backs). */
+static bpt_status any_non_finite(bpt_graph *graph, int64_t step, bool *found, bool *read) {
   bpt_backend *backend = graph->backend;
+  const bpt_backend_vtable *vtable = backend->vtable;
   const int64_t count = graph->parameter_elements;
   *found = false;
+  *read = true;
   backend->error_message[0] = 0;
-  int32_t *flag = graph->precision ? graph->precision->found_nonfinite : NULL; /* bpt_precision_before_step made it */
-  if (flag && backend->vtable->unscale_check_finite) {
-    int32_t host = 0;
-    if (backend->vtable->memset_zero(backend, flag, sizeof host) != BPT_OK ||
-        backend->vtable->unscale_check_finite(backend, count, graph->parameter_block, 1.0f, flag) != BPT_OK ||
-        backend->vtable->download(backend, &host, flag, sizeof host) != BPT_OK)
+  if (!vtable->unscale_check_finite) {
+    if (!vtable->is_host || !vtable->reduce_statistics) return BPT_OK; /* nothing to check with */
+    double sum = 0.0;
+    if (vtable->reduce_statistics(backend, count, graph->parameter_block, &sum, NULL, NULL) != BPT_OK)
       return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_optimizer_step: checking the parameters");
-    *found = host != 0;
+    /* Any inf or NaN makes the sum non-finite (and so, rarely, do finite values near FLT_MAX: see above). */
+    *found = !isfinite(sum);
     return BPT_OK;
   }
-  if (!backend->vtable->reduce_statistics) return BPT_OK; /* nothing to check with */
-  double sum = 0.0;
-  if (backend->vtable->reduce_statistics(backend, count, graph->parameter_block, &sum, NULL, NULL) != BPT_OK)
+  if (!graph->parameter_check_flag) { /* once per compiled graph, not per step */
+    void *flag = NULL;
+    if (vtable->alloc(backend, sizeof(int32_t), &flag) != BPT_OK || vtable->memset_zero(backend, flag, sizeof(int32_t)) != BPT_OK) {
+      if (flag) vtable->free(backend, flag);
+      return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_optimizer_step: the parameter check's flag");
+    }
+    graph->parameter_check_flag = flag;
+    graph->parameter_check_since = step;
+  }
+  int32_t *flag = graph->parameter_check_flag;
+  if (vtable->unscale_check_finite(backend, count, graph->parameter_block, 1.0f, flag) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_optimizer_step: checking the parameters");
-  /* Any inf or NaN makes the sum non-finite (and so, rarely, do finite values near FLT_MAX: see below). */
-  *found = !isfinite(sum);
+  int32_t value = 0;
+  if (vtable->is_host) {
+    value = *flag;
+  } else {
+    if (step % DEVICE_READ_INTERVAL != 0) {
+      *read = false;
+      return BPT_OK;
+    }
+    if (vtable->download(backend, &value, flag, sizeof value) != BPT_OK)
+      return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_optimizer_step: reading the parameter check");
+  }
+  *found = value != 0;
+  /* Cleared once seen, so that parameters restored from a checkpoint are not reported again. */
+  if (*found && vtable->memset_zero(backend, flag, sizeof value) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_optimizer_step: clearing the parameter check");
   return BPT_OK;
 }
 
 bpt_status bpt_parameter_check_after_step(bpt_graph *graph, int64_t step) {
   if (graph->parameter_check_off || graph->parameter_elements == 0) return BPT_OK;
-  bool found = false;
-  BPT_CHECK(any_non_finite(graph, &found));
-  return found ? name_non_finite(graph, step) : BPT_OK;
+  bool found = false, read = true;
+  BPT_CHECK(any_non_finite(graph, step, &found, &read));
+  if (!read) return BPT_OK;
+  const int64_t since = graph->parameter_check_since;
+  graph->parameter_check_since = step + 1;
+  return found ? name_non_finite(graph, since < step ? since : step, step) : BPT_OK;
+}
+
+void bpt_parameter_check_release(bpt_graph *graph) {
+  if (graph->parameter_check_flag) graph->backend->vtable->free(graph->backend, graph->parameter_check_flag);
+  graph->parameter_check_flag = NULL;
 }
