@@ -18,6 +18,9 @@ if(NOT BPT_SANITIZE)
            COMMAND ${CMAKE_SOURCE_DIR}/tests/downstream/check_downstream.sh ${CMAKE_BINARY_DIR}
                    ${CMAKE_BINARY_DIR}/downstream)
   set_tests_properties(check_downstream PROPERTIES ENVIRONMENT "CC=${CMAKE_C_COMPILER}")
+  # The core without its modules: NEEDED entries, an install with the modules deleted, the Python import.
+  add_test(NAME check_modules COMMAND ${CMAKE_SOURCE_DIR}/tests/check_modules.sh ${CMAKE_BINARY_DIR}
+                                      ${CMAKE_BINARY_DIR}/check-modules)
 endif()
 
 find_package(Python3 COMPONENTS Interpreter QUIET)
@@ -38,7 +41,7 @@ else()
 endif()
 
 get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)
-foreach(test check_abi check_downstream check_python check_doxygen)
+foreach(test check_abi check_downstream check_modules check_python check_doxygen)
   if(test IN_LIST BPT_CHECK_TESTS)
     set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${BPT_CHECKS_ENVIRONMENT})
     set_tests_properties(${test} PROPERTIES LABELS package TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -72,6 +72,7 @@ _PROTOTYPES = {
     "bpt_context_num_threads": (ctypes.c_int, [c_handle]),
     "bpt_backend_count": (ctypes.c_int, []),
     "bpt_backend_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "bpt_backend_available": (c_status, [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
     "bpt_tensor_create": (c_status, [c_handle, ctypes.c_int, ctypes.c_int, c_int64_p, ctypes.POINTER(c_handle)]),
     "bpt_tensor_destroy": (None, [c_handle]),
     "bpt_tensor_data": (ctypes.c_void_p, [c_handle]),
