@@ -7,7 +7,8 @@ set(BPT_CHECKS_ENVIRONMENT "BPT_SOURCE_DIR=${CMAKE_SOURCE_DIR};BPT_BINARY_DIR=${
 # build type and set of optional dependencies.
 find_program(BPT_ABIDIFF abidiff)
 if(BPT_ABIDIFF)
-  add_test(NAME check_abi COMMAND ${CMAKE_SOURCE_DIR}/scripts/check-abi.sh ${CMAKE_BINARY_DIR}/abi-reference)
+  add_test(NAME check_abi COMMAND ${CMAKE_SOURCE_DIR}/scripts/check-abi.sh ${CMAKE_BINARY_DIR}/abi-reference
+                                  ${CMAKE_BINARY_DIR})
 else()
   add_test(NAME check_abi COMMAND sh -c "echo 'abidiff not found: install abigail-tools'; exit 77")
 endif()
