@@ -85,10 +85,11 @@ install(TARGETS bptrain EXPORT bptrain-targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS bptrain_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# The modules sit next to the shared library, where the core looks for them (src/modules/loader.c); they are
-# in the export set too, as MODULE targets bptrain::bptrain-<name>, for consumers that bundle them.
+# The modules sit next to the shared library, where the core looks for them (src/modules/loader.c). They stay
+# out of the export set: imported targets would make find_package fail once a module is deleted, which is a
+# supported way to drop a feature; bptrainConfig.cmake lists the ones present instead.
 foreach(name ${BPT_MODULES})
-  install(TARGETS bptrain-${name} EXPORT bptrain-targets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS bptrain-${name} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endforeach()
 list(JOIN BPT_MODULES " " BPT_PKG_CONFIG_MODULES)
 install(EXPORT bptrain-targets NAMESPACE bptrain:: DESTINATION ${BPT_CMAKE_INSTALL_DIR})

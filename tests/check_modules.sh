@@ -34,7 +34,7 @@ cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 libdir=$(dirname "$(ls "$prefix"/lib*/libbptrain.so.0 "$prefix"/lib/*/libbptrain.so.0 2> /dev/null | head -1)")
 [ -f "$libdir/libbptrain.so.0" ] || fail "no libbptrain.so.0 installed under $prefix"
 needs_none "$libdir/libbptrain.so.0"
-modules=$(sed -n 's/^set(bptrain_MODULES "\(.*\)")$/\1/p' "$libdir/cmake/bptrain/bptrainConfig.cmake" | tr ';' ' ')
+modules=$(sed -n 's/^foreach(bptrain_module IN ITEMS \(.*\))$/\1/p' "$libdir/cmake/bptrain/bptrainConfig.cmake" | tr ';' ' ')
 echo "modules in the CMake package: ${modules:-none}"
 for name in $modules; do
   [ -f "$libdir/libbptrain-$name.so.0" ] || fail "module $name is in the package but libbptrain-$name.so.0 is not installed"
@@ -46,6 +46,13 @@ step "delete the modules"
 for name in cuda mpi nccl; do
   rm -vf "$libdir/libbptrain-$name.so.0"
 done
+
+# find_package still works without them, and lists none.
+mkdir -p "$work/find"
+printf 'cmake_minimum_required(VERSION 3.16)\nproject(find_bptrain NONE)\nfind_package(bptrain REQUIRED)\nmessage(STATUS "modules: [${bptrain_MODULES}]")\n' > "$work/find/CMakeLists.txt"
+cmake -S "$work/find" -B "$work/find/build" -DCMAKE_PREFIX_PATH="$prefix" > "$work/find.log" 2>&1 ||
+  { cat "$work/find.log"; fail "find_package(bptrain) fails once the modules are deleted"; }
+grep -q 'modules: \[\]' "$work/find.log" || fail "bptrain_MODULES still lists deleted modules: $(grep 'modules:' "$work/find.log")"
 
 data=${BPT_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 if [ ! -x "$build/mnist_mlp" ] || ! bash "$source_dir/scripts/make-data-slice.sh" "$work/data" 512; then

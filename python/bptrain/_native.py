@@ -3,6 +3,8 @@
 The library is looked up in this order: the BPTRAIN_LIBRARY environment variable (a path), the lib/
 directory of the prefix this package was installed under, then the system's search path (libbptrain.so.0).
 Only the C ABI is used, so nothing needs compiling on the user's side.
+libbptrain links no CUDA, NCCL or MPI (those live in modules it loads on first use), so importing this loads
+neither; only a "cuda" context or a communicator does.
 """
 import ctypes
 import ctypes.util
