@@ -65,13 +65,13 @@ if(BPT_HAVE_CUDA)
   add_compile_options(
     "$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-fno-exceptions;-Xcompiler=-fno-threadsafe-statics>")
 
+  # The backend is its own module, libbptrain-cuda.so (cmake/modules.cmake), so only it links the CUDA
+  # runtime and cuDNN; cuBLAS is loaded at run time (src/backends/cuda/cublas_library.c), so CPU-only
+  # programs skip its start-up.
   file(GLOB BPT_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/*.c
        ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/*.cu)
-  list(APPEND BPT_OPTIONAL_SOURCES ${BPT_CUDA_SOURCES})
-  # cuBLAS is loaded at run time (src/backends/cuda/cublas_library.c), so CPU-only programs skip its start-up.
-  list(APPEND BPT_PRIVATE_LIBRARIES CUDA::cudart ${BPT_CUDNN_LIBRARY} ${CMAKE_DL_LIBS} Threads::Threads)
-  list(APPEND BPT_PRIVATE_INCLUDES ${BPT_CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
-  list(APPEND BPT_PRIVATE_DEFINITIONS BPT_HAVE_CUDA)
+  set(BPT_CUDA_MODULE_LIBRARIES CUDA::cudart ${BPT_CUDNN_LIBRARY} ${CMAKE_DL_LIBS} Threads::Threads)
+  set(BPT_CUDA_MODULE_INCLUDES ${BPT_CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
   # Where cuBLAS was found, for machines whose loader path does not list the toolkit.
   set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/src/backends/cuda/cublas_library.c PROPERTIES
                               COMPILE_DEFINITIONS "BPT_CUDA_LIBRARY_DIR=\"${CUDAToolkit_LIBRARY_DIR}\"")

@@ -23,6 +23,14 @@ message(STATUS "bptrain: OpenBLAS ${BPT_OPENBLAS_LIBRARY}")
 
 list(APPEND BPT_PRIVATE_LIBRARIES ${BPT_OPENBLAS_LIBRARY} OpenMP::OpenMP_C ZLIB::ZLIB m)
 list(APPEND BPT_PRIVATE_INCLUDES ${BPT_CBLAS_INCLUDE_DIR})
+# The module loader (src/modules/loader.c) needs dlopen and a mutex: in libc itself from glibc 2.34 on.
+find_package(Threads REQUIRED)
+include(CheckSymbolExists)
+check_symbol_exists(dlopen dlfcn.h BPT_DLOPEN_IN_LIBC)
+if(NOT BPT_DLOPEN_IN_LIBC)
+  list(APPEND BPT_PRIVATE_LIBRARIES ${CMAKE_DL_LIBS})
+endif()
+list(APPEND BPT_PRIVATE_LIBRARIES Threads::Threads)
 # Keep the OpenMP OpenBLAS at run time too: the plain libopenblas.so.0 link may point at the pthread build.
 set(CMAKE_BUILD_RPATH ${BPT_OPENBLAS_DIR})
 set(CMAKE_INSTALL_RPATH ${BPT_OPENBLAS_DIR})

@@ -1,7 +1,8 @@
-# Installation: headers, the shared and static libraries, a CMake package (find_package(bptrain) giving
+# Installation: headers, the shared and static libraries, the loadable modules, a CMake package (find_package(bptrain) giving
 # bptrain::bptrain and bptrain::bptrain_static, with a version file) and a pkg-config file.
-# Optional dependencies (CUDA, NCCL, MPI) and the always-present ones (OpenBLAS, OpenMP, zlib) appear only as
-# private link requirements: the shared library carries them itself, the static one lists them for the linker.
+# The always-present dependencies (OpenBLAS, OpenMP, zlib) appear only as private link requirements: the
+# shared library carries them itself, the static one lists them for the linker. The optional ones (CUDA,
+# NCCL, MPI) belong to the modules alone, which both libraries dlopen at run time.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -84,6 +85,13 @@ install(TARGETS bptrain EXPORT bptrain-targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS bptrain_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# The modules sit next to the shared library, where the core looks for them (src/modules/loader.c). They stay
+# out of the export set: imported targets would make find_package fail once a module is deleted, which is a
+# supported way to drop a feature; bptrainConfig.cmake lists the ones present instead.
+foreach(name ${BPT_MODULES})
+  install(TARGETS bptrain-${name} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endforeach()
+list(JOIN BPT_MODULES " " BPT_PKG_CONFIG_MODULES)
 install(EXPORT bptrain-targets NAMESPACE bptrain:: DESTINATION ${BPT_CMAKE_INSTALL_DIR})
 
 configure_package_config_file(cmake/bptrainConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/bptrainConfig.cmake

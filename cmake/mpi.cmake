@@ -1,8 +1,9 @@
-# The comm layer (src/comm/): the communicator API and data-parallel training are always built, so the
-# exported symbols do not depend on the build; the engines behind them are optional. BPT_WITH_MPI and
-# BPT_WITH_NCCL (ON, OFF, AUTO) pick the MPI engine (Open MPI or any MPI-3 library) and the NCCL engine
-# (NCCL 2 with the CUDA runtime, plain C: no CUDA language needed). Both are PRIVATE dependencies: no
-# public header but the optional include/bptrain/comm_mpi.h includes mpi.h.
+# The comm layer (src/comm/): the communicator API and data-parallel training are always built into the core,
+# so the exported symbols do not depend on the build; the engines behind them are optional modules
+# (libbptrain-mpi.so, libbptrain-nccl.so: cmake/modules.cmake) that the core loads on first use. BPT_WITH_MPI
+# and BPT_WITH_NCCL (ON, OFF, AUTO) pick the MPI engine (Open MPI or any MPI-3 library) and the NCCL engine
+# (NCCL 2 with the CUDA runtime, plain C: no CUDA language needed). No public header but the optional
+# include/bptrain/comm_mpi.h includes mpi.h.
 list(APPEND BPT_OPTIONAL_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/comm.c
      ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/compress.c ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/range_reduce.c)
 
@@ -15,10 +16,9 @@ if(NOT BPT_WITH_MPI STREQUAL "OFF")
 endif()
 bpt_resolve_option(${BPT_WITH_MPI} BPT_MPI_FOUND BPT_HAVE_MPI)
 if(BPT_HAVE_MPI)
-  list(APPEND BPT_OPTIONAL_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/mpi.c)
   find_package(Threads REQUIRED)
-  list(APPEND BPT_PRIVATE_LIBRARIES MPI::MPI_C Threads::Threads)
-  list(APPEND BPT_PRIVATE_DEFINITIONS BPT_HAVE_MPI)
+  set(BPT_MPI_MODULE_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/mpi.c)
+  set(BPT_MPI_MODULE_LIBRARIES MPI::MPI_C Threads::Threads)
   message(STATUS "bptrain: MPI ${MPI_C_VERSION} (${MPI_C_LIBRARIES}), launcher ${MPIEXEC_EXECUTABLE}")
 endif()
 
@@ -41,9 +41,8 @@ if(NOT BPT_WITH_NCCL STREQUAL "OFF")
 endif()
 bpt_resolve_option(${BPT_WITH_NCCL} BPT_NCCL_FOUND BPT_HAVE_NCCL)
 if(BPT_HAVE_NCCL)
-  list(APPEND BPT_OPTIONAL_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/nccl.c)
-  list(APPEND BPT_PRIVATE_LIBRARIES ${BPT_NCCL_LIBRARY} CUDA::cudart)
-  list(APPEND BPT_PRIVATE_INCLUDES ${BPT_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
-  list(APPEND BPT_PRIVATE_DEFINITIONS BPT_HAVE_NCCL)
+  set(BPT_NCCL_MODULE_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/nccl.c)
+  set(BPT_NCCL_MODULE_LIBRARIES ${BPT_NCCL_LIBRARY} CUDA::cudart)
+  set(BPT_NCCL_MODULE_INCLUDES ${BPT_NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
   message(STATUS "bptrain: NCCL ${BPT_NCCL_LIBRARY}")
 endif()

@@ -2,10 +2,13 @@
 # Compares the ABI of the current sources with the baseline kept in abi/ (see docs/abi.md).
 # Passes when nothing changed or functions were only added; fails on any other change (removed or changed
 # functions, changed public types) until SOVERSION and the baseline are bumped on purpose.
-# Usage: check-abi.sh [REFERENCE_BUILD_DIR]
+# The loadable modules (libbptrain-<name>.so.<ABI>) have one public face, their entry symbol: when
+# MODULES_DIR is given, each module there must export exactly the symbols listed in abi/modules.symbols.
+# Usage: check-abi.sh [REFERENCE_BUILD_DIR [MODULES_DIR]]
 set -euo pipefail
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 reference=${1:-$source_dir/build-abi-reference}
+modules_dir=${2:-}
 mkdir -p "$reference"
 current=$reference/current.abi
 soname=$("$source_dir/scripts/abi-dump.sh" "$current" "$reference")
@@ -22,6 +25,20 @@ if [ ! -f "$baseline" ]; then
   exit 1
 fi
 
+if [ -n "$modules_dir" ]; then
+  checked=0
+  for module in "$modules_dir"/libbptrain-*.so."$header_major"; do
+    [ -f "$module" ] || continue
+    exported=$(nm -D --defined-only "$module" | awk '{print $3}' | grep -vE '^(_init|_fini|_edata|_end|__bss_start)$' | sort)
+    if [ "$exported" != "$(sort "$source_dir/abi/modules.symbols")" ]; then
+      echo "check-abi: FAILED: $(basename "$module") exports [$(echo "$exported" | tr '\n' ' ')]," \
+        "abi/modules.symbols lists [$(tr '\n' ' ' < "$source_dir/abi/modules.symbols")]" >&2
+      exit 1
+    fi
+    checked=$((checked + 1))
+  done
+  echo "check-abi: $checked module(s) in $modules_dir export exactly abi/modules.symbols"
+fi
 echo "check-abi: comparing $soname with abi/$(basename "$baseline")"
 status=0
 abidiff --suppressions "$source_dir/abi/suppressions.ini" "$baseline" "$current" > "$reference/abidiff.txt" || status=$?

@@ -32,7 +32,8 @@ valgrind_run() {
 }
 
 export BPT_BINARY_DIR=$PWD/$build OMP_NUM_THREADS=2
-for test in test_misuse test_checkpoint test_anomaly test_fuzz_corpus test_ops_gradients test_api_edges; do
+# test_modules: dlopen of missing, broken and mismatched module files, and of this build's modules.
+for test in test_misuse test_checkpoint test_anomaly test_fuzz_corpus test_ops_gradients test_api_edges test_modules; do
   [ -x "$build/tests/$test" ] && valgrind_run "$test" "$build/tests/$test"
 done
 

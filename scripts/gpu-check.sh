@@ -104,6 +104,10 @@ if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.lo
   say "build FAILED (see build.log)"; grep -m20 -E "error|Error" "$logs/build.log"; exit 1
 fi
 say "built ${targets[*]} in $(( $(date +%s) - start )) s"
+# The CUDA backend is a module (libbptrain-cuda.so.0 next to libbptrain.so); the programs linked with
+# libbptrain.a (the tests, gemm_bench) find it through BPTRAIN_MODULE_PATH.
+export BPTRAIN_MODULE_PATH=$build
+[ -f "$build/libbptrain-cuda.so.0" ] || { say "build FAILED: no CUDA module $build/libbptrain-cuda.so.0"; exit 1; }
 row "build: $(( $(date +%s) - start )) s ($(grep -m1 -o 'nvcc [0-9][0-9.]*' "$logs/configure.log" || echo nvcc))"
 
 # ---- 3. every op and shared primitive on every backend, the GPU among them ----
@@ -123,7 +127,8 @@ else
 fi
 
 # ---- 4. gemm against cuBLAS through PyTorch ----
-# Linked against the static library and the libraries the configure step found.
+# Linked against the static library and the libraries the configure step found; the CUDA backend itself
+# comes from the module through BPTRAIN_MODULE_PATH.
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -1; }
 zlib_library=$(cache ZLIB_LIBRARY_RELEASE); [ -n "$zlib_library" ] || zlib_library=$(cache ZLIB_LIBRARY)
 { cc -std=c11 -O2 -I include -I src -c scripts/gpu-check/gemm_bench.c -o "$build/gemm_bench.o" &&

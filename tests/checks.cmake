@@ -7,7 +7,8 @@ set(BPT_CHECKS_ENVIRONMENT "BPT_SOURCE_DIR=${CMAKE_SOURCE_DIR};BPT_BINARY_DIR=${
 # build type and set of optional dependencies.
 find_program(BPT_ABIDIFF abidiff)
 if(BPT_ABIDIFF)
-  add_test(NAME check_abi COMMAND ${CMAKE_SOURCE_DIR}/scripts/check-abi.sh ${CMAKE_BINARY_DIR}/abi-reference)
+  add_test(NAME check_abi COMMAND ${CMAKE_SOURCE_DIR}/scripts/check-abi.sh ${CMAKE_BINARY_DIR}/abi-reference
+                                  ${CMAKE_BINARY_DIR})
 else()
   add_test(NAME check_abi COMMAND sh -c "echo 'abidiff not found: install abigail-tools'; exit 77")
 endif()
@@ -18,6 +19,9 @@ if(NOT BPT_SANITIZE)
            COMMAND ${CMAKE_SOURCE_DIR}/tests/downstream/check_downstream.sh ${CMAKE_BINARY_DIR}
                    ${CMAKE_BINARY_DIR}/downstream)
   set_tests_properties(check_downstream PROPERTIES ENVIRONMENT "CC=${CMAKE_C_COMPILER}")
+  # The core without its modules: NEEDED entries, an install with the modules deleted, the Python import.
+  add_test(NAME check_modules COMMAND ${CMAKE_SOURCE_DIR}/tests/check_modules.sh ${CMAKE_BINARY_DIR}
+                                      ${CMAKE_BINARY_DIR}/check-modules)
 endif()
 
 find_package(Python3 COMPONENTS Interpreter QUIET)
@@ -38,7 +42,7 @@ else()
 endif()
 
 get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)
-foreach(test check_abi check_downstream check_python check_doxygen)
+foreach(test check_abi check_downstream check_modules check_python check_doxygen)
   if(test IN_LIST BPT_CHECK_TESTS)
     set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${BPT_CHECKS_ENVIRONMENT})
     set_tests_properties(${test} PROPERTIES LABELS package TIMEOUT 600 SKIP_RETURN_CODE 77)

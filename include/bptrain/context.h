@@ -63,11 +63,24 @@ BPT_API const char *bpt_context_backend(const bpt_context *context);
 /** @return the number of CPU threads the context uses (with num_threads 0, what fitted), or 0 for NULL. */
 BPT_API int bpt_context_num_threads(const bpt_context *context);
 
-/** @return how many backends are compiled into this build. */
+/** @return how many backends this library knows: the built-in ones ("cpu", "fpga-sim") and those that live
+ *  in loadable modules ("cuda"), whether or not their module can be loaded here (see bpt_backend_available()). */
 BPT_API int bpt_backend_count(void);
 
 /** @return the name of backend @p index (0 <= index < bpt_backend_count()), or NULL. */
 BPT_API const char *bpt_backend_name(int index);
+
+/**
+ * Says whether backend @p index can be used on this machine: built-in backends always can; a module
+ * backend can when its module (\c libbptrain-NAME.so.0, found as docs/guide.md "Backends" describes) and
+ * the libraries it needs load and a device is present. Loads the module if it is not loaded yet.
+ * @param reason when not NULL, receives why not (the file or library that could not be loaded, dlerror's
+ *        text, or the missing device), or "" when available; truncated to @p reason_size bytes.
+ * @return ::BPT_OK when available; ::BPT_ERR_UNSUPPORTED when the module or a library it needs cannot be
+ *         loaded; ::BPT_ERR_DEVICE when it loads but finds no device; ::BPT_ERR_INVALID_ARGUMENT for an
+ *         index out of range.
+ */
+BPT_API bpt_status bpt_backend_available(int index, char *reason, size_t reason_size);
 
 BPT_EXTERN_C_END
 

@@ -3,6 +3,8 @@
 The library is looked up in this order: the BPTRAIN_LIBRARY environment variable (a path), the lib/
 directory of the prefix this package was installed under, then the system's search path (libbptrain.so.0).
 Only the C ABI is used, so nothing needs compiling on the user's side.
+libbptrain links no CUDA, NCCL or MPI (those live in modules it loads on first use), so importing this loads
+neither; only a "cuda" context or a communicator does.
 """
 import ctypes
 import ctypes.util
@@ -72,6 +74,7 @@ _PROTOTYPES = {
     "bpt_context_num_threads": (ctypes.c_int, [c_handle]),
     "bpt_backend_count": (ctypes.c_int, []),
     "bpt_backend_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "bpt_backend_available": (c_status, [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]),
     "bpt_tensor_create": (c_status, [c_handle, ctypes.c_int, ctypes.c_int, c_int64_p, ctypes.POINTER(c_handle)]),
     "bpt_tensor_destroy": (None, [c_handle]),
     "bpt_tensor_data": (ctypes.c_void_p, [c_handle]),

@@ -208,6 +208,12 @@ typedef const bpt_backend_vtable *(*bpt_backend_register_fn)(void);
 int bpt_backend_registry_count(void);
 const bpt_backend_vtable *bpt_backend_registry_get(int index);
 const bpt_backend_vtable *bpt_backend_registry_find(const char *name);
+/* The name of entry index without loading it, and the table of backend name, loading its module on first
+ * use: BPT_ERR_INVALID_ARGUMENT for an unknown name, BPT_ERR_UNSUPPORTED for a module that cannot load, with
+ * message saying why (registry.c). */
+const char *bpt_backend_registry_name(int index);
+bpt_status bpt_backend_registry_load(const char *name, const bpt_backend_vtable **out, char *message,
+                                     size_t message_size);
 
 /* The capability query: whether backend runs node (its op's kernels exist and their supports agrees). When it
  * does not, *reason (if not NULL) says why. An op that needs no kernels is the caller's business. */

@@ -2,6 +2,7 @@
  * goes through, which polls the engine and gives up after the timeout so a dead peer cannot hang us. */
 #define _POSIX_C_SOURCE 200809L
 #include "comm/comm.h"
+#include "modules/module.h"
 
 #include <math.h>
 #include <sched.h>
@@ -122,29 +123,33 @@ static bpt_status finish(bpt_comm *comm, bpt_status status, bpt_comm **out) {
   return BPT_OK;
 }
 
+/* Loads the engine module (libbptrain-mpi.so, libbptrain-nccl.so) on first use, so that the core library
+ * and `import bptrain` need neither MPI nor NCCL. */
+static bpt_status load_engine(bpt_context *context, const char *name, const bpt_module_interface **out,
+                              const char *where) {
+  char why[BPT_MODULE_MESSAGE_SIZE];
+  if (bpt_module_load(name, out, why, sizeof why) != BPT_OK)
+    return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: the %s engine is not available: %s", where, name, why);
+  return BPT_OK;
+}
+
 bpt_status bpt_comm_create_mpi(bpt_context *context, int64_t mpi_comm, const bpt_comm_options *options,
                                bpt_comm **out) {
   bpt_comm *comm = NULL;
   bpt_comm_options copy = bpt_comm_options_default();
   BPT_CHECK(prepare(context, options, out, &comm, &copy, "bpt_comm_create_mpi"));
-#ifdef BPT_HAVE_MPI
-  return finish(comm, bpt_comm_mpi_open(comm, mpi_comm, copy.progress_thread != 0), out);
-#else
-  (void)mpi_comm;
-  return finish(comm,
-                bpt_error(context, BPT_ERR_UNSUPPORTED,
-                          "bpt_comm_create_mpi: libbptrain was built without MPI (configure with -DBPT_WITH_MPI=ON "
-                          "and libopenmpi-dev installed)"),
-                out);
-#endif
+  const bpt_module_interface *mpi = NULL;
+  bpt_status status = load_engine(context, "mpi", &mpi, "bpt_comm_create_mpi");
+  if (status == BPT_OK) status = mpi->mpi_open(comm, mpi_comm, copy.progress_thread != 0);
+  return finish(comm, status, out);
 }
 
-#ifndef BPT_HAVE_NCCL
 bpt_status bpt_comm_nccl_unique_id(bpt_context *context, bpt_comm_unique_id *out) {
   if (out) memset(out, 0, sizeof *out);
-  return bpt_error(context, BPT_ERR_UNSUPPORTED, "bpt_comm_nccl_unique_id: libbptrain was built without NCCL");
+  const bpt_module_interface *nccl = NULL;
+  BPT_CHECK(load_engine(context, "nccl", &nccl, "bpt_comm_nccl_unique_id"));
+  return nccl->nccl_unique_id(context, out);
 }
-#endif
 
 bpt_status bpt_comm_create_nccl(bpt_context *context, const bpt_comm_unique_id *id, int rank, int world_size,
                                 int device, const bpt_comm_options *options, bpt_comm **out) {
@@ -157,36 +162,24 @@ bpt_status bpt_comm_create_nccl(bpt_context *context, const bpt_comm_unique_id *
                             "bpt_comm_create_nccl: need an id, 0 <= rank (%d) < world_size (%d) and device (%d) >= 0",
                             rank, world_size, device),
                   out);
-#ifdef BPT_HAVE_NCCL
-  return finish(comm, bpt_comm_nccl_open(comm, id, rank, world_size, device), out);
-#else
-  return finish(comm,
-                bpt_error(context, BPT_ERR_UNSUPPORTED,
-                          "bpt_comm_create_nccl: libbptrain was built without NCCL (configure with "
-                          "-DBPT_WITH_NCCL=ON and NCCL under /usr/local/cuda or NCCL_ROOT)"),
-                out);
-#endif
+  const bpt_module_interface *nccl = NULL;
+  bpt_status status = load_engine(context, "nccl", &nccl, "bpt_comm_create_nccl");
+  if (status == BPT_OK) status = nccl->nccl_open(comm, id, rank, world_size, device);
+  return finish(comm, status, out);
 }
 
 bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int device, const bpt_comm_options *options,
                                     bpt_comm **out) {
   if (!context) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_comm_create_nccl_mpi: context is NULL");
-#if defined(BPT_HAVE_MPI) && defined(BPT_HAVE_NCCL)
+  if (out) *out = NULL;
+  const bpt_module_interface *mpi = NULL, *nccl = NULL;
+  /* Both modules first, so a missing one fails every rank alike, before any rank starts a collective. */
+  BPT_CHECK(load_engine(context, "mpi", &mpi, "bpt_comm_create_nccl_mpi"));
+  BPT_CHECK(load_engine(context, "nccl", &nccl, "bpt_comm_create_nccl_mpi"));
   bpt_comm_unique_id id;
   int rank = 0, size = 0, local_rank = 0;
-  BPT_CHECK(bpt_comm_mpi_share_id(context, mpi_comm, &id, &rank, &size, &local_rank));
+  BPT_CHECK(mpi->mpi_share_id(context, mpi_comm, &id, &rank, &size, &local_rank));
   return bpt_comm_create_nccl(context, &id, rank, size, device >= 0 ? device : local_rank, options, out);
-#else
-  (void)mpi_comm, (void)device, (void)options;
-  if (out) *out = NULL;
-  return bpt_error(context, BPT_ERR_UNSUPPORTED, "bpt_comm_create_nccl_mpi: libbptrain was built without %s",
-#ifdef BPT_HAVE_MPI
-                   "NCCL"
-#else
-                   "MPI"
-#endif
-  );
-#endif
 }
 
 void bpt_comm_destroy(bpt_comm *comm) {

@@ -44,7 +44,8 @@ struct bpt_comm {
   bool failed; /* a collective failed or timed out: peers may be gone, only destroy is allowed */
 };
 
-/* Engines, NULL-free only when built in. Each fills comm->state, rank and size. */
+/* The engines, defined in their modules (libbptrain-mpi.so, libbptrain-nccl.so; src/modules/) and reached
+ * through the module interface only. Each fills comm->state, rank and size. */
 bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t mpi_comm, bool progress_thread);
 bpt_status bpt_comm_nccl_open(bpt_comm *comm, const bpt_comm_unique_id *id, int rank, int world_size, int device);
 /* MPI helpers for NCCL's bootstrap: rank and node-local rank of mpi_comm, and a broadcast of the id. */

@@ -80,17 +80,10 @@ bpt_status bpt_context_create(const bpt_context_options *user_options, bpt_conte
   if (options.num_threads < 0)
     return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_context_create: num_threads is %d, must be >= 0",
                      options.num_threads);
-  const bpt_backend_vtable *table = bpt_backend_registry_find(name);
-  if (!table) {
-    char known[128] = "";
-    for (int i = 0; i < bpt_backend_registry_count(); i++) {
-      strncat(known, i ? ", " : "", sizeof known - strlen(known) - 1);
-      strncat(known, bpt_backend_registry_get(i)->name, sizeof known - strlen(known) - 1);
-    }
-    return bpt_error(NULL, strcmp(name, "cuda") == 0 || strcmp(name, "fpga-sim") == 0 ? BPT_ERR_UNSUPPORTED
-                                                                                        : BPT_ERR_INVALID_ARGUMENT,
-                     "bpt_context_create: backend '%s' is not compiled into this build (available: %s)", name, known);
-  }
+  const bpt_backend_vtable *table = NULL;
+  char why[BPT_ERROR_MESSAGE_SIZE];
+  bpt_status found = bpt_backend_registry_load(name, &table, why, sizeof why);
+  if (found != BPT_OK) return bpt_error(NULL, found, "bpt_context_create: %s", why);
   if (table->version != BPT_BACKEND_VTABLE_VERSION || table->size > sizeof(bpt_backend_vtable))
     return bpt_error(NULL, BPT_ERR_INTERNAL, "bpt_context_create: backend '%s' has vtable version %u, size %u",
                      name, table->version, table->size);
@@ -151,7 +144,4 @@ int bpt_context_num_threads(const bpt_context *context) { return context ? conte
 
 int bpt_backend_count(void) { return bpt_backend_registry_count(); }
 
-const char *bpt_backend_name(int index) {
-  const bpt_backend_vtable *table = bpt_backend_registry_get(index);
-  return table ? table->name : NULL;
-}
+const char *bpt_backend_name(int index) { return bpt_backend_registry_name(index); }

@@ -37,6 +37,12 @@ libs=$(pkg-config --libs bptrain)
 echo "pkg-config --libs: $libs"
 [[ $(echo "$libs" | tr ' ' '\n' | grep -c '^-l') -eq 1 ]] || { echo "private dependencies leak into Libs" >&2; exit 1; }
 echo "pkg-config --static --libs: $(pkg-config --static --libs bptrain)"
+# CUDA, NCCL and MPI belong to the loadable modules alone: a static link never needs them.
+if pkg-config --static --libs bptrain | grep -Eq 'cudart|cudnn|cublas|nccl|mpi'; then
+  echo "pkg-config --static lists a module's dependency" >&2
+  exit 1
+fi
+echo "modules: $(pkg-config --variable=modules bptrain) in $(pkg-config --variable=moduledir bptrain)"
 flags=(-std=c11 -Wall -Wextra -pedantic -Werror)
 # shellcheck disable=SC2046 # pkg-config output is meant to be split into words
 "$cc" "${flags[@]}" "$here/consumer.c" $(pkg-config --cflags --libs bptrain) -Wl,-rpath,"$prefix/lib" \
