@@ -11,6 +11,7 @@
 #include "comm/comm.h"
 #include "comm/compress.h"
 #include "core/graph.h"
+#include "core/graph_signature.h"
 #include "core/profiler.h"
 
 typedef enum bucket_phase { BUCKET_IDLE, BUCKET_IN_FLIGHT, BUCKET_DONE } bucket_phase;
@@ -401,6 +402,7 @@ bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_
   if (comm->engine->device_memory && cpu)
     return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: the %s engine reduces device memory; use the cuda backend",
                      where, comm->engine->name);
+  BPT_CHECK(bpt_graph_signature_check(graph, comm, where)); /* the same model on every rank (issue 18) */
   bpt_data_parallel *dp = bpt_calloc(context, 1, sizeof *dp, "data parallel state");
   if (!dp) return BPT_ERR_OUT_OF_MEMORY;
   dp->graph = graph;
