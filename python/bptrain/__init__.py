@@ -14,6 +14,10 @@
         model.save("model.params")
 
 Arrays may be numpy arrays (used without copying rows one value at a time) or nested Python sequences.
+
+Lifetimes: every object keeps what it was made from alive (a node or optimiser its model, a model or data
+set its context), so objects may be dropped in any order. close() (or leaving `with Context()`) destroys an
+object and everything made from it at once; using any of them afterwards raises Error (status STATE).
 """
 import array
 import ctypes
