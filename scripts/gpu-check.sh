@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU machine check for the CUDA backend (issue 5), in one call: builds with CUDA, runs the CUDA parity
-# test, trains the MLP (and the ResNet example when it exists) in f32, bf16 and f16 + loss scaling where the
+# The GPU machine check for the CUDA backend (issue 5), in one call: builds with CUDA, runs the backend-ops
+# test (every op and primitive against the CPU), trains the MLP (and the ResNet example when it exists) in f32, bf16 and f16 + loss scaling where the
 # examples offer --precision, runs the same models in PyTorch (eager and AMP) on the same GPU, times gemm
 # against cuBLAS through PyTorch, and prints a short table last. Full logs go to $OUT (default build-gpu/out).
 #
@@ -98,7 +98,7 @@ start=$(date +%s)
 if ! cmake -S . -B "$build" "${cmake_args[@]}" >"$logs/configure.log" 2>&1; then
   say "configure FAILED (see configure.log)"; tail -20 "$logs/configure.log"; exit 1
 fi
-targets=(bptrain_static mnist_mlp test_cuda_parity)
+targets=(bptrain_static mnist_mlp test_backend_ops)
 for example in resnet mnist_precision; do [ -f "examples/$example.c" ] && targets+=("$example"); done
 if ! cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.log" 2>&1; then
   say "build FAILED (see build.log)"; grep -m20 -E "error|Error" "$logs/build.log"; exit 1
@@ -106,13 +106,13 @@ fi
 say "built ${targets[*]} in $(( $(date +%s) - start )) s"
 row "build: $(( $(date +%s) - start )) s ($(grep -m1 -o 'nvcc [0-9][0-9.]*' "$logs/configure.log" || echo nvcc))"
 
-# ---- 3. the CUDA parity tests ----
-"$build/tests/test_cuda_parity" >"$logs/test_cuda_parity.log" 2>&1
+# ---- 3. every op and shared primitive on every backend, the GPU among them ----
+"$build/tests/test_backend_ops" >"$logs/test_backend_ops.log" 2>&1
 status=$?
-summary=$(grep -E "cases compared|FAILED|ERROR|skipping" "$logs/test_cuda_parity.log" | head -5 | tr '\n' ' ')
-row "test_cuda_parity: exit $status $( [ $status = 0 ] && echo PASSED || echo '(77 = skipped, else FAILED)') $summary"
-BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1 "$build/tests/test_cuda_parity" >"$logs/test_cuda_parity_tf32.log" 2>&1
-row "test_cuda_parity with BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1: exit $? (tf32 may exceed the f32 tolerances: informative)"
+summary=$(grep -E "op cases|failures:|every case on cuda|FAILED" "$logs/test_backend_ops.log" | head -5 | tr '\n' ' ')
+row "test_backend_ops: exit $status $( [ $status = 0 ] && echo PASSED || echo FAILED) $summary"
+BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1 "$build/tests/test_backend_ops" >"$logs/test_backend_ops_tf32.log" 2>&1
+row "test_backend_ops with BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1: exit $? (tf32 may exceed the f32 tolerances: informative)"
 
 # ---- 3b. the NCCL engine on one GPU (comm layer, issue 7) ----
 if cmake --build "$build" -j "$jobs" --target test_nccl_smoke >>"$logs/build.log" 2>&1; then

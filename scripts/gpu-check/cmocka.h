@@ -1,5 +1,5 @@
 /* A small stand-in for CMocka, used by scripts/gpu-check.sh only on machines without libcmocka (the GPU
- * image has no Debian packages). It covers what tests/test_cuda_parity.c and tests/support use: unit
+ * image has no Debian packages). It covers what tests/test_backend_ops.c and tests/support use: unit
  * tests run in order, assertions, fail_msg, skip and print_message, with the same exit conventions. */
 #ifndef BPT_CMOCKA_SHIM_H
 #define BPT_CMOCKA_SHIM_H

@@ -1,0 +1,1472 @@
+/* Every op on every backend, from one table of cases (ggml's test-backend-ops is the model). Each case builds
+ * a small graph around one op (its inputs, its parameters, the op, and an MSE loss against a random target so
+ * that every output element matters), runs forward and backward on each backend, compares the op's output,
+ * the loss, the parameters after forward (batch-norm running statistics) and every input and parameter
+ * gradient with the CPU backend, the reference, and checks the gradients against central finite differences
+ * on that backend. A second table compares the shared backend primitives (GEMM, casts, reductions, updates,
+ * memory) member by member. A backend that cannot run a case reports BPT_ERR_UNSUPPORTED from compile or
+ * from the first forward, and the case is skipped there with a printed line. Every difference is recorded and
+ * the test fails once, at the end, with the whole list. An op in ops.def without a table line fails too. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu.h"
+#include "core/graph.h"
+#include "test_support.h"
+
+enum {
+  MAX_LEAVES = 8,
+  MAX_TENSORS = 12,
+  MAX_BACKENDS = 8,
+  FD_CHECKS_PER_TENSOR = 16,
+  FD_TAIL_CHECKS = 4,
+  NAME_SIZE = 64
+};
+
+/* ---- failures: recorded as they are found, reported once ---- */
+
+static char *failure_log;
+static size_t failure_length, failure_capacity;
+static int failure_count, skip_count;
+
+static void record_failure(const char *case_name, const char *backend, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+static void record_failure(const char *case_name, const char *backend, const char *format, ...) {
+  char line[768];
+  int used = snprintf(line, sizeof line, "  %s on %s: ", case_name, backend);
+  if (used < 0 || used >= (int)sizeof line) used = 0;
+  va_list arguments;
+  va_start(arguments, format);
+  vsnprintf(line + used, sizeof line - (size_t)used, format, arguments);
+  va_end(arguments);
+  size_t length = strlen(line);
+  if (failure_length + length + 2 > failure_capacity) {
+    size_t capacity = failure_capacity ? 2 * failure_capacity : 4096;
+    while (capacity < failure_length + length + 2)
+      capacity *= 2;
+    char *grown = realloc(failure_log, capacity);
+    if (!grown) fail_msg("out of memory recording a failure");
+    failure_log = grown;
+    failure_capacity = capacity;
+  }
+  memcpy(failure_log + failure_length, line, length);
+  failure_length += length;
+  failure_log[failure_length++] = '\n';
+  failure_log[failure_length] = '\0';
+  failure_count++;
+}
+
+static void record_skip(const char *case_name, const char *backend, bpt_status status, const char *message) {
+  print_message("skipped: %s on %s (%s: %s)\n", case_name, backend, bpt_status_string(status), message);
+  skip_count++;
+}
+
+/* ---- the backends under test ---- */
+
+typedef struct backend_under_test {
+  char label[48];
+  char name[32];
+  bool portable_loops; /* the CPU with its portable loops instead of the AVX-512 ones */
+  bpt_context *context;
+} backend_under_test;
+
+static backend_under_test backends[MAX_BACKENDS];
+static int backend_count;
+
+static void add_backend(const char *name, bool portable_loops) {
+  if (backend_count == MAX_BACKENDS) return;
+  backend_under_test *t = &backends[backend_count];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  snprintf(t->label, sizeof t->label, "%s%s", name, portable_loops ? " (portable loops)" : "");
+  t->portable_loops = portable_loops;
+  bpt_context_options options = bpt_context_options_default();
+  options.backend = name;
+  options.num_threads = 2;
+  options.seed = 7;
+  bpt_status status = bpt_context_create(&options, &t->context);
+  if (status != BPT_OK) {
+    /* A missing device is a clean status with a message, never a crash; the backend is then skipped. */
+    const char *message = bpt_context_last_error(NULL);
+    if (t->context != NULL || !message[0])
+      record_failure("context creation", t->label, "failed with %s but %s", bpt_status_string(status),
+                     t->context ? "returned a context" : "left no message");
+    print_message("skipped: every case on %s: %s (%s)\n", t->label, message, bpt_status_string(status));
+    t->context = NULL;
+    return;
+  }
+  if (strcmp(name, "cpu") == 0) ((bpt_cpu_state *)t->context->backend.state)->portable_loops = portable_loops;
+  if (strcmp(name, "fpga-sim") == 0) {
+    /* Its f32 mode: fixed point differs from the CPU by design (tests/test_fpga_fixed_point.c covers it). */
+    bpt_fpga_options fpga = bpt_fpga_options_default();
+    fpga.format = BPT_FPGA_FORMAT_F32;
+    if (bpt_fpga_configure(t->context, &fpga) != BPT_OK)
+      record_failure("fpga-sim f32 mode", t->label, "%s", bpt_context_last_error(t->context));
+  }
+  backend_count++;
+}
+
+/* The CPU first (the reference), then its portable loops, then every other registered backend. "cuda" is
+ * always tried, so a build without it says so. */
+static void open_backends(void) {
+  add_backend("cpu", false);
+  add_backend("cpu", true);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (!__builtin_cpu_supports("avx512f"))
+    print_message("note: this CPU has no AVX-512, so \"cpu\" runs the portable loops too\n");
+#endif
+  bool cuda_listed = false;
+  for (int i = 0; i < bpt_backend_count(); i++) {
+    const char *name = bpt_backend_name(i);
+    if (!name || strcmp(name, "cpu") == 0) continue;
+    cuda_listed |= strcmp(name, "cuda") == 0;
+    add_backend(name, false);
+  }
+  if (!cuda_listed) print_message("skipped: every case on cuda: this libbptrain was built without it\n");
+}
+
+static void close_backends(void) {
+  for (int i = 0; i < backend_count; i++)
+    bpt_context_destroy(backends[i].context);
+  backend_count = 0;
+}
+
+/* ---- results: named tensors of one run, compared tensor by tensor ---- */
+
+typedef struct result_tensor {
+  char name[NAME_SIZE];
+  bpt_dtype dtype; /* f32 values are compared with the case's tolerance, anything else byte for byte */
+  int64_t count;
+  void *data;
+} result_tensor;
+
+typedef struct case_result {
+  int count;
+  result_tensor tensors[MAX_TENSORS];
+} case_result;
+
+static size_t element_bytes(bpt_dtype dtype) {
+  switch (dtype) {
+  case BPT_DTYPE_F16:
+  case BPT_DTYPE_BF16: return 2;
+  case BPT_DTYPE_FP8_E4M3:
+  case BPT_DTYPE_FP8_E5M2:
+  case BPT_DTYPE_U8: return 1;
+  default: return 4;
+  }
+}
+
+/* A new tensor in the result, zero-filled, or NULL when the result is full. */
+static void *result_add(case_result *r, const char *name, bpt_dtype dtype, int64_t count) {
+  if (r->count == MAX_TENSORS) return NULL;
+  result_tensor *t = &r->tensors[r->count];
+  t->data = calloc((size_t)(count > 0 ? count : 1), element_bytes(dtype));
+  if (!t->data) return NULL;
+  r->count++;
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->dtype = dtype;
+  t->count = count;
+  return t->data;
+}
+
+static void result_free(case_result *r) {
+  for (int i = 0; i < r->count; i++)
+    free(r->tensors[i].data);
+  r->count = 0;
+}
+
+/* |got - expected| <= tolerance (|expected| + rms(expected)) element by element, so near-zero elements of a
+ * tensor are held to its scale; non-finite values must match exactly. tolerance 0: bit for bit. */
+static void compare_results(const char *case_name, const char *backend, const case_result *expected,
+                            const case_result *got, double tolerance) {
+  if (got->count != expected->count) {
+    record_failure(case_name, backend, "%d result tensors, the CPU has %d", got->count, expected->count);
+    return;
+  }
+  for (int t = 0; t < expected->count; t++) {
+    const result_tensor *e = &expected->tensors[t], *g = &got->tensors[t];
+    if (e->count != g->count || e->dtype != g->dtype) {
+      record_failure(case_name, backend, "%s: %lld elements, the CPU has %lld", e->name, (long long)g->count,
+                     (long long)e->count);
+      continue;
+    }
+    if (e->dtype != BPT_DTYPE_F32 || tolerance == 0.0) {
+      size_t width = element_bytes(e->dtype);
+      if (memcmp(e->data, g->data, (size_t)e->count * width) == 0) continue;
+      int64_t differ = 0, first = -1;
+      for (int64_t i = 0; i < e->count; i++)
+        if (memcmp((const char *)e->data + i * width, (const char *)g->data + i * width, width) != 0) {
+          if (first < 0) first = i;
+          differ++;
+        }
+      if (differ == 0) continue;
+      if (e->dtype == BPT_DTYPE_F32)
+        record_failure(case_name, backend, "%s[%lld] = %.9g, expected %.9g (%lld of %lld differ, bit for bit)", e->name,
+                       (long long)first, (double)((const float *)g->data)[first],
+                       (double)((const float *)e->data)[first], (long long)differ, (long long)e->count);
+      else {
+        uint32_t a = 0, b = 0;
+        memcpy(&a, (const char *)g->data + first * width, width);
+        memcpy(&b, (const char *)e->data + first * width, width);
+        record_failure(case_name, backend, "%s[%lld] = 0x%x, expected 0x%x (%lld of %lld differ, bit for bit)", e->name,
+                       (long long)first, a, b, (long long)differ, (long long)e->count);
+      }
+      continue;
+    }
+    const float *ev = e->data, *gv = g->data;
+    double squares = 0.0;
+    int64_t finite = 0;
+    for (int64_t i = 0; i < e->count; i++)
+      if (isfinite(ev[i])) {
+        squares += (double)ev[i] * ev[i];
+        finite++;
+      }
+    const double rms = finite ? sqrt(squares / (double)finite) : 0.0;
+    int64_t differ = 0, worst = -1;
+    double worst_excess = 0.0;
+    for (int64_t i = 0; i < e->count; i++) {
+      double excess;
+      if (!isfinite(ev[i]) || !isfinite(gv[i])) {
+        bool same = (isnan(ev[i]) && isnan(gv[i])) || ev[i] == gv[i];
+        excess = same ? 0.0 : INFINITY;
+      } else {
+        double allowed = tolerance * (fabs((double)ev[i]) + rms) + 1e-30;
+        excess = fabs((double)gv[i] - (double)ev[i]) / allowed;
+        if (excess <= 1.0) excess = 0.0;
+      }
+      if (excess > 0.0) {
+        differ++;
+        if (worst < 0 || excess > worst_excess) worst = i, worst_excess = excess;
+      }
+    }
+    if (differ)
+      record_failure(case_name, backend, "%s[%lld] = %.9g, expected %.9g (%lld of %lld beyond relative %g)", e->name,
+                     (long long)worst, (double)gv[worst], (double)ev[worst], (long long)differ, (long long)e->count,
+                     tolerance);
+  }
+}
+
+/* ---- op cases ---- */
+
+typedef bpt_status (*unary_op)(bpt_graph *, const char *, bpt_node *, bpt_node **);
+typedef struct op_case op_case;
+typedef struct case_graph case_graph;
+/* Builds the op and its leaves (through add_input/add_parameter) and returns the op's node. */
+typedef bpt_status (*case_builder)(case_graph *g, const op_case *c, bpt_node **op_output);
+
+typedef enum gradient_check {
+  CHECK_FINITE_DIFFERENCES = 0, /* every differentiable leaf against central differences of the loss */
+  CHECK_STRAIGHT_THROUGH,       /* binary_stochastic: dz = da (times sigmoid'(z)), computed on the host */
+  CHECK_DROPOUT_MASK,           /* dropout: dx = dy * mask, and finite differences (the mask is fixed) */
+  CHECK_EVALUATION_FORMULA      /* batch norm in evaluation mode (forward only): the output against its formula */
+} gradient_check;
+
+struct op_case {
+  const char *name;
+  bpt_op_id op;
+  case_builder build;
+  unary_op unary; /* build_unary: the op's graph call */
+  int64_t batch;
+  /* The op's main input, per sample (conv2d and pooling: always (C, H, W)). */
+  int rank;
+  int64_t shape[3];
+  /* Attributes, each read by the builders of the ops it names. */
+  int64_t units;                                                   /* linear: output features */
+  bool no_bias;                                                    /* linear, conv2d */
+  int64_t out_channels, kernel, stride, padding, dilation, groups; /* conv2d; pooling: kernel, stride, padding */
+  int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
+  int64_t to_shape[3];
+  float slope;                    /* leaky_relu */
+  float probability;              /* dropout */
+  bpt_straight_through estimator; /* binary_stochastic */
+  bool evaluation;                /* batch norm, dropout: evaluation mode */
+  bool deterministic;             /* binary_stochastic's deterministic mode */
+  /* How the case is run and checked. */
+  bool fan_out;     /* the main input also feeds an add after the op: its gradient has two writers */
+  bool kinks;       /* non-differentiable points: finite differences skip elements whose output sign flips */
+  float margin;     /* the main input keeps |x| >= margin, away from a kink at zero */
+  float spacing;    /* > 0: main input values all distinct, this far apart (max pooling's ties) */
+  double tolerance; /* against the CPU, relative; default 1e-4 */
+  double step;      /* finite-difference step; default 1e-2 */
+  gradient_check check;
+};
+
+typedef struct leaf {
+  char name[NAME_SIZE];
+  bpt_node *node;
+  bool is_input, differentiable, labels;
+  int64_t count;         /* elements, with the batch for inputs */
+  int64_t packed_offset; /* parameters: where bpt_graph_read_parameters() puts them */
+  float *values;         /* host values (labels as int32) */
+  bpt_tensor *tensor;
+} leaf;
+
+struct case_graph {
+  bpt_context *context;
+  bpt_graph *graph;
+  const op_case *c;
+  test_random random; /* seeded per case, so every backend gets the same leaves */
+  leaf leaves[MAX_LEAVES];
+  int leaf_count;
+  bpt_node *op_output, *prediction, *target, *loss; /* prediction, target: the MSE added around the op */
+  leaf *target_leaf;
+  float *parameters; /* host copy of the parameter block */
+  int64_t parameter_count;
+};
+
+static leaf *new_leaf(case_graph *g, const char *name, int64_t count) {
+  if (g->leaf_count == MAX_LEAVES) return NULL;
+  leaf *l = &g->leaves[g->leaf_count++];
+  memset(l, 0, sizeof *l);
+  snprintf(l->name, sizeof l->name, "%s", name);
+  l->count = count;
+  l->values = malloc((size_t)count * sizeof(float));
+  return l->values ? l : NULL;
+}
+
+static int64_t product(int rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++)
+    n *= dims[i];
+  return n;
+}
+
+/* Uniform in [low, high], never zero; |v| >= margin when margin > 0. */
+static void fill_values(test_random *random, float *values, int64_t count, float low, float high, float margin) {
+  for (int64_t i = 0; i < count; i++) {
+    float v;
+    int tries = 0;
+    do
+      v = test_random_uniform(random, low, high);
+    while ((v == 0.0f || fabsf(v) < margin) && ++tries < 1000);
+    values[i] = v;
+  }
+}
+
+/* Distinct values spacing apart, in random order, centred on zero. */
+static void fill_spaced(test_random *random, float *values, int64_t count, float spacing) {
+  for (int64_t i = 0; i < count; i++)
+    values[i] = ((float)i - 0.5f * (float)count + 0.25f) * spacing;
+  for (int64_t i = count - 1; i > 0; i--) {
+    int64_t j = (int64_t)(test_random_uniform(random, 0.0f, 1.0f) * (float)(i + 1)) % (i + 1);
+    float swap = values[i];
+    values[i] = values[j];
+    values[j] = swap;
+  }
+}
+
+/* An f32 input fed per batch; a differentiable one gets a gradient of its own (inputs normally have none)
+ * so the op's input gradient is read directly. The first leaf is the op's main input, filled with the
+ * case's margin or spacing. */
+static bpt_status add_input(case_graph *g, const char *name, int rank, const int64_t *dims, float low, float high,
+                            bool differentiable, bpt_node **out) {
+  leaf *l = new_leaf(g, name, g->c->batch * product(rank, dims));
+  if (!l) return BPT_ERR_OUT_OF_MEMORY;
+  BPT_CHECK(bpt_graph_input(g->graph, name, BPT_DTYPE_F32, rank, dims, out));
+  l->node = *out;
+  l->is_input = true;
+  l->differentiable = differentiable;
+  (*out)->requires_grad = differentiable;
+  if (g->leaf_count == 1 && g->c->spacing > 0.0f)
+    fill_spaced(&g->random, l->values, l->count, g->c->spacing);
+  else
+    fill_values(&g->random, l->values, l->count, low, high, g->leaf_count == 1 ? g->c->margin : 0.0f);
+  return BPT_OK;
+}
+
+static bpt_status add_labels(case_graph *g, const char *name, int64_t classes, bpt_node **out) {
+  leaf *l = new_leaf(g, name, g->c->batch);
+  if (!l) return BPT_ERR_OUT_OF_MEMORY;
+  BPT_CHECK(bpt_graph_input(g->graph, name, BPT_DTYPE_I32, 0, NULL, out));
+  l->node = *out;
+  l->is_input = l->labels = true;
+  int32_t *labels = (int32_t *)l->values;
+  for (int64_t i = 0; i < l->count; i++)
+    labels[i] = (int32_t)(test_random_uniform(&g->random, 0.0f, 1.0f) * (float)classes) % (int32_t)classes;
+  return BPT_OK;
+}
+
+static bpt_status add_parameter(case_graph *g, const char *name, int rank, const int64_t *dims, float low, float high,
+                                bool trainable, bpt_node **out) {
+  leaf *l = new_leaf(g, name, product(rank, dims));
+  if (!l) return BPT_ERR_OUT_OF_MEMORY;
+  BPT_CHECK(trainable ? bpt_graph_parameter(g->graph, name, rank, dims, BPT_INIT_ZEROS, out)
+                      : bpt_graph_nontrainable_parameter(g->graph, name, rank, dims, BPT_INIT_ZEROS, out));
+  l->node = *out;
+  l->differentiable = trainable;
+  fill_values(&g->random, l->values, l->count, low, high, 0.0f);
+  return BPT_OK;
+}
+
+/* ---- builders, one per op family ---- */
+
+static bpt_status build_input(case_graph *g, const op_case *c, bpt_node **out) {
+  return add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, out);
+}
+
+static bpt_status build_unary(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 2.0f, true, &x));
+  return c->unary(g->graph, "op", x, out);
+}
+
+static bpt_status build_leaky_relu(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 2.0f, true, &x));
+  return bpt_leaky_relu(g->graph, "op", x, c->slope, out);
+}
+
+static bpt_status build_binary_stochastic(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *z;
+  BPT_CHECK(add_input(g, "z", c->rank, c->shape, -3.0f, 3.0f, true, &z));
+  return bpt_binary_stochastic(g->graph, "op", z, c->estimator, out);
+}
+
+static bpt_status build_dropout(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 2.0f, true, &x));
+  return bpt_dropout(g->graph, "op", x, c->probability, out);
+}
+
+static bpt_status build_linear(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x, *weight, *bias = NULL;
+  const int64_t in = product(c->rank, c->shape), weight_dims[2] = {c->units, in};
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
+  BPT_CHECK(add_parameter(g, "weight", 2, weight_dims, -0.5f, 0.5f, true, &weight));
+  if (!c->no_bias) BPT_CHECK(add_parameter(g, "bias", 1, &c->units, -0.5f, 0.5f, true, &bias));
+  return bpt_linear(g->graph, "op", x, weight, bias, out);
+}
+
+static bpt_status build_softmax_cross_entropy(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *logits, *labels;
+  BPT_CHECK(add_input(g, "logits", c->rank, c->shape, -3.0f, 3.0f, true, &logits));
+  BPT_CHECK(add_labels(g, "labels", c->shape[0], &labels));
+  return bpt_softmax_cross_entropy(g->graph, "op", logits, labels, out);
+}
+
+static bpt_status build_mse(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *prediction, *target;
+  BPT_CHECK(add_input(g, "prediction", c->rank, c->shape, -2.0f, 2.0f, true, &prediction));
+  BPT_CHECK(add_input(g, "target", c->rank, c->shape, -1.0f, 1.0f, true, &target));
+  return bpt_mse_loss(g->graph, "op", prediction, target, out);
+}
+
+static bpt_status build_conv2d(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x, *weight, *bias = NULL;
+  const int64_t weight_dims[4] = {c->out_channels, c->shape[0] / c->groups, c->kernel, c->kernel};
+  BPT_CHECK(add_input(g, "x", 3, c->shape, -1.0f, 1.0f, true, &x));
+  BPT_CHECK(add_parameter(g, "weight", 4, weight_dims, -0.5f, 0.5f, true, &weight));
+  if (!c->no_bias) BPT_CHECK(add_parameter(g, "bias", 1, &c->out_channels, -0.5f, 0.5f, true, &bias));
+  bpt_conv2d_options options = bpt_conv2d_options_default();
+  options.stride_height = options.stride_width = c->stride;
+  options.padding_height = options.padding_width = c->padding;
+  options.dilation_height = options.dilation_width = c->dilation;
+  options.groups = c->groups;
+  return bpt_conv2d(g->graph, "op", x, weight, bias, &options, out);
+}
+
+/* batch_norm and batch_norm_relu, 1-D (rank 1) or 2-D (rank 3). */
+static bpt_status build_batch_norm(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x, *gamma, *beta, *mean, *variance;
+  const int64_t *channels = &c->shape[0];
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 3.0f, true, &x));
+  BPT_CHECK(add_parameter(g, "gamma", 1, channels, 0.5f, 1.5f, true, &gamma));
+  BPT_CHECK(add_parameter(g, "beta", 1, channels, -0.5f, 0.5f, true, &beta));
+  BPT_CHECK(add_parameter(g, "running_mean", 1, channels, -0.5f, 0.5f, false, &mean));
+  BPT_CHECK(add_parameter(g, "running_variance", 1, channels, 0.5f, 2.0f, false, &variance));
+  if (c->op == BPT_OP_BATCH_NORM_RELU)
+    return bpt_batch_norm_relu(g->graph, "op", x, gamma, beta, mean, variance, 0.1f, 1e-5f, out);
+  return bpt_batch_norm(g->graph, "op", x, gamma, beta, mean, variance, 0.1f, 1e-5f, out);
+}
+
+static bpt_status build_pool2d(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", 3, c->shape, -1.0f, 1.0f, true, &x));
+  if (c->op == BPT_OP_MAX_POOL2D) return bpt_max_pool2d(g->graph, "op", x, c->kernel, c->stride, c->padding, out);
+  return bpt_avg_pool2d(g->graph, "op", x, c->kernel, c->stride, c->padding, out);
+}
+
+static bpt_status build_global_avg_pool(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", 3, c->shape, -1.0f, 1.0f, true, &x));
+  return bpt_global_avg_pool(g->graph, "op", x, out);
+}
+
+/* add and add_relu; with fan_out both inputs are the same node. */
+static bpt_status build_add(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *a, *b;
+  BPT_CHECK(add_input(g, "a", c->rank, c->shape, -1.0f, 1.0f, true, &a));
+  if (c->fan_out)
+    b = a;
+  else
+    BPT_CHECK(add_input(g, "b", c->rank, c->shape, -1.0f, 1.0f, true, &b));
+  if (c->op == BPT_OP_ADD_RELU) return bpt_add_relu(g->graph, "op", a, b, out);
+  return bpt_add(g->graph, "op", a, b, out);
+}
+
+static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
+  if (c->to_rank == 0) return bpt_flatten(g->graph, "op", x, out);
+  return bpt_reshape(g->graph, "op", x, c->to_rank, c->to_shape, out);
+}
+
+/* One line per case. Sizes are small (the test runs under ASan) but odd, so vector loops run their tails
+ * (16-float AVX-512 rows, 8-bit mask bytes), with batch 1 and fan-out where the op allows. Cases taken over
+ * from the CUDA parity table keep its shapes. */
+#define SHAPE(...) .shape = {__VA_ARGS__}
+// clang-format off
+static const op_case op_cases[] = {
+    {"input: fed straight to the loss", BPT_OP_INPUT, build_input, .batch = 3, .rank = 2, SHAPE(2, 5)},
+    {"parameter: linear's weight and bias", BPT_OP_PARAMETER, build_linear, .batch = 2, .rank = 1, SHAPE(3), .units = 2},
+    {"linear 5x7->4", BPT_OP_LINEAR, build_linear, .batch = 5, .rank = 1, SHAPE(7), .units = 4},
+    {"linear batch 1, no bias", BPT_OP_LINEAR, build_linear, .batch = 1, .rank = 1, SHAPE(9), .units = 3, .no_bias = true},
+    {"linear 17x33->19", BPT_OP_LINEAR, build_linear, .batch = 17, .rank = 1, SHAPE(33), .units = 19},
+    {"linear rank-2 input flattened", BPT_OP_LINEAR, build_linear, .batch = 3, .rank = 2, SHAPE(2, 5), .units = 6},
+    {"relu 3x37", BPT_OP_RELU, build_unary, .unary = bpt_relu, .batch = 3, .rank = 1, SHAPE(37), .kinks = true, .margin = 0.1f},
+    {"relu batch 1, 17 (one mask byte and a bit)", BPT_OP_RELU, build_unary, .unary = bpt_relu, .batch = 1, .rank = 1, SHAPE(17), .kinks = true, .margin = 0.1f},
+    {"relu fan-out 2x3x5", BPT_OP_RELU, build_unary, .unary = bpt_relu, .batch = 2, .rank = 2, SHAPE(3, 5), .fan_out = true, .kinks = true, .margin = 0.1f},
+    {"relu 10007 (parity)", BPT_OP_RELU, build_unary, .unary = bpt_relu, .batch = 1, .rank = 1, SHAPE(10007), .kinks = true, .margin = 0.1f},
+    {"leaky_relu 0.1, 4x33", BPT_OP_LEAKY_RELU, build_leaky_relu, .batch = 4, .rank = 1, SHAPE(33), .slope = 0.1f, .kinks = true, .margin = 0.1f},
+    {"leaky_relu -0.5 fan-out, 10007 (parity)", BPT_OP_LEAKY_RELU, build_leaky_relu, .batch = 1, .rank = 1, SHAPE(10007), .slope = -0.5f, .fan_out = true, .kinks = true, .margin = 0.1f},
+    {"sigmoid 5x7", BPT_OP_SIGMOID, build_unary, .unary = bpt_sigmoid, .batch = 5, .rank = 1, SHAPE(7)},
+    {"sigmoid fan-out, 10007 (parity)", BPT_OP_SIGMOID, build_unary, .unary = bpt_sigmoid, .batch = 1, .rank = 1, SHAPE(10007), .fan_out = true},
+    {"tanh batch 1, 2x9", BPT_OP_TANH, build_unary, .unary = bpt_tanh, .batch = 1, .rank = 2, SHAPE(2, 9)},
+    {"tanh 10007 (parity)", BPT_OP_TANH, build_unary, .unary = bpt_tanh, .batch = 1, .rank = 1, SHAPE(10007)},
+    {"softmax_cross_entropy 8x10", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 8, .rank = 1, SHAPE(10)},
+    {"softmax_cross_entropy batch 1, 3 classes", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 1, .rank = 1, SHAPE(3)},
+    {"softmax_cross_entropy 128x10 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 128, .rank = 1, SHAPE(10)},
+    {"softmax_cross_entropy 33x1000 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 33, .rank = 1, SHAPE(1000)},
+    {"mse 4x9 (both inputs differentiable)", BPT_OP_MSE, build_mse, .batch = 4, .rank = 1, SHAPE(9)},
+    {"mse 50000 (parity)", BPT_OP_MSE, build_mse, .batch = 2, .rank = 1, SHAPE(25000)},
+    {"binary_stochastic identity", BPT_OP_BINARY_STOCHASTIC, build_binary_stochastic, .batch = 3, .rank = 1, SHAPE(41), .check = CHECK_STRAIGHT_THROUGH},
+    {"binary_stochastic sigmoid-adjusted", BPT_OP_BINARY_STOCHASTIC, build_binary_stochastic, .batch = 2, .rank = 1, SHAPE(33), .estimator = BPT_STRAIGHT_THROUGH_SIGMOID, .check = CHECK_STRAIGHT_THROUGH},
+    {"binary_stochastic deterministic", BPT_OP_BINARY_STOCHASTIC, build_binary_stochastic, .batch = 1, .rank = 1, SHAPE(19), .deterministic = true, .check = CHECK_STRAIGHT_THROUGH},
+    {"conv2d 2x4x9x7->8 k3 s1 p1 (parity)", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(4, 9, 7), .out_channels = 8, .kernel = 3, .stride = 1, .padding = 1, .dilation = 1, .groups = 1},
+    {"conv2d 3x3x16x16->16 k3 s2 p1 (parity)", BPT_OP_CONV2D, build_conv2d, .batch = 3, SHAPE(3, 16, 16), .out_channels = 16, .kernel = 3, .stride = 2, .padding = 1, .dilation = 1, .groups = 1},
+    {"conv2d 2x6x11x11->4 k3 d2 g2 (parity)", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(6, 11, 11), .out_channels = 4, .kernel = 3, .stride = 1, .padding = 0, .dilation = 2, .groups = 2},
+    {"conv2d 4x16x8x8->32 k1 (parity)", BPT_OP_CONV2D, build_conv2d, .batch = 4, SHAPE(16, 8, 8), .out_channels = 32, .kernel = 1, .stride = 1, .padding = 0, .dilation = 1, .groups = 1},
+    {"conv2d batch 1, 1x5x5->3 k2 no bias", BPT_OP_CONV2D, build_conv2d, .batch = 1, SHAPE(1, 5, 5), .out_channels = 3, .kernel = 2, .stride = 1, .padding = 0, .dilation = 1, .groups = 1, .no_bias = true},
+    {"conv2d depthwise 2x3x6x5 k3 p1 g3", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(3, 6, 5), .out_channels = 3, .kernel = 3, .stride = 1, .padding = 1, .dilation = 1, .groups = 3},
+    {"batch_norm 2-D 8x12x7x7 (parity)", BPT_OP_BATCH_NORM, build_batch_norm, .batch = 8, .rank = 3, SHAPE(12, 7, 7)},
+    {"batch_norm 2-D batch 1, 3x5x5", BPT_OP_BATCH_NORM, build_batch_norm, .batch = 1, .rank = 3, SHAPE(3, 5, 5)},
+    {"batch_norm 1-D 6x5", BPT_OP_BATCH_NORM, build_batch_norm, .batch = 6, .rank = 1, SHAPE(5)},
+    {"batch_norm evaluation 8x12x7x7 (parity)", BPT_OP_BATCH_NORM, build_batch_norm, .batch = 8, .rank = 3, SHAPE(12, 7, 7), .evaluation = true, .check = CHECK_EVALUATION_FORMULA},
+    {"batch_norm_relu 2-D 4x3x5x5", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 4, .rank = 3, SHAPE(3, 5, 5), .kinks = true, .step = 2e-3},
+    {"batch_norm_relu 2-D 2x2x17 rows", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 2, .rank = 3, SHAPE(2, 1, 17), .kinks = true, .step = 2e-3},
+    {"batch_norm_relu 1-D 7x6", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 7, .rank = 1, SHAPE(6), .kinks = true, .step = 2e-3},
+    {"batch_norm_relu evaluation 3x4x3x3", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 3, .rank = 3, SHAPE(4, 3, 3), .evaluation = true, .check = CHECK_EVALUATION_FORMULA},
+    {"max_pool2d k2 s2 p0 3x5x12x9 (parity)", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 3, SHAPE(5, 12, 9), .kernel = 2, .stride = 2, .padding = 0, .spacing = 0.01f, .step = 2.5e-3},
+    {"max_pool2d k3 s1 p1 3x5x12x9 (parity)", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 3, SHAPE(5, 12, 9), .kernel = 3, .stride = 1, .padding = 1, .spacing = 0.01f, .step = 2.5e-3},
+    {"max_pool2d batch 1, k3 s2 p1 2x7x7", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 1, SHAPE(2, 7, 7), .kernel = 3, .stride = 2, .padding = 1, .spacing = 0.02f, .step = 5e-3},
+    {"avg_pool2d k3 s2 p1 3x5x12x9 (parity)", BPT_OP_AVG_POOL2D, build_pool2d, .batch = 3, SHAPE(5, 12, 9), .kernel = 3, .stride = 2, .padding = 1},
+    {"avg_pool2d k2 s2 p0 3x5x12x9 (parity)", BPT_OP_AVG_POOL2D, build_pool2d, .batch = 3, SHAPE(5, 12, 9), .kernel = 2, .stride = 2, .padding = 0},
+    {"global_avg_pool 3x4x5x3", BPT_OP_GLOBAL_AVG_POOL, build_global_avg_pool, .batch = 3, SHAPE(4, 5, 3)},
+    {"global_avg_pool batch 1, 2x1x1", BPT_OP_GLOBAL_AVG_POOL, build_global_avg_pool, .batch = 1, SHAPE(2, 1, 1)},
+    {"add 3x2x7", BPT_OP_ADD, build_add, .batch = 3, .rank = 2, SHAPE(2, 7)},
+    {"add fan-out (a + a)", BPT_OP_ADD, build_add, .batch = 2, .rank = 1, SHAPE(9), .fan_out = true},
+    {"add 70001 (parity add_scaled)", BPT_OP_ADD, build_add, .batch = 1, .rank = 1, SHAPE(70001)},
+    {"add_relu 2x3x4x5", BPT_OP_ADD_RELU, build_add, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .kinks = true},
+    {"add_relu fan-out batch 1, 33", BPT_OP_ADD_RELU, build_add, .batch = 1, .rank = 1, SHAPE(33), .fan_out = true, .kinks = true, .margin = 0.1f},
+    {"reshape 2x3x4 -> 6x4", BPT_OP_RESHAPE, build_reshape, .batch = 2, .rank = 3, SHAPE(2, 3, 4), .to_rank = 2, .to_shape = {6, 4}},
+    {"reshape flatten batch 1, 3x5", BPT_OP_RESHAPE, build_reshape, .batch = 1, .rank = 2, SHAPE(3, 5), .to_rank = 0},
+    {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},
+    {"dropout 0.5 batch 1, 2x3x17", BPT_OP_DROPOUT, build_dropout, .batch = 1, .rank = 3, SHAPE(2, 3, 17), .probability = 0.5f, .check = CHECK_DROPOUT_MASK},
+    {"dropout evaluation 3x11", BPT_OP_DROPOUT, build_dropout, .batch = 3, .rank = 1, SHAPE(11), .probability = 0.4f, .evaluation = true},
+};
+// clang-format on
+#undef SHAPE
+enum { OP_CASE_COUNT = sizeof op_cases / sizeof op_cases[0] };
+
+/* ---- running one op case on one backend ---- */
+
+static void case_graph_destroy(case_graph *g) {
+  for (int i = 0; i < g->leaf_count; i++) {
+    free(g->leaves[i].values);
+    bpt_tensor_destroy(g->leaves[i].tensor);
+  }
+  free(g->parameters);
+  bpt_graph_destroy(g->graph);
+  memset(g, 0, sizeof *g);
+}
+
+static bpt_status set_leaf_input(case_graph *g, leaf *l) { return bpt_graph_set_input(g->graph, l->node, l->tensor); }
+
+static bpt_status write_parameters(case_graph *g) {
+  if (g->parameter_count == 0) return BPT_OK;
+  for (int i = 0; i < g->leaf_count; i++) {
+    const leaf *l = &g->leaves[i];
+    if (!l->is_input) memcpy(g->parameters + l->packed_offset, l->values, (size_t)l->count * sizeof(float));
+  }
+  return bpt_graph_write_parameters(g->graph, g->parameters, g->parameter_count);
+}
+
+/* Builds, compiles and feeds the case's graph. Returns the first failing status (with the context's message). */
+static bpt_status case_graph_create(case_graph *g, bpt_context *context, const op_case *c, int case_index) {
+  memset(g, 0, sizeof *g);
+  g->context = context;
+  g->c = c;
+  test_random_seed(&g->random, 1000 + (uint64_t)case_index);
+  BPT_CHECK(bpt_graph_create(context, &g->graph));
+  BPT_CHECK(c->build(g, c, &g->op_output));
+  const bool is_loss = c->op == BPT_OP_MSE || c->op == BPT_OP_SOFTMAX_CROSS_ENTROPY;
+  if (is_loss) {
+    g->loss = g->op_output;
+  } else {
+    g->prediction = g->op_output;
+    if (c->fan_out) BPT_CHECK(bpt_add(g->graph, "fan_out", g->op_output, g->leaves[0].node, &g->prediction));
+    BPT_CHECK(add_input(g, "target", g->prediction->rank - 1, g->prediction->dims + 1, -1.0f, 1.0f, false, &g->target));
+    g->target_leaf = &g->leaves[g->leaf_count - 1];
+    BPT_CHECK(bpt_mse_loss(g->graph, "loss", g->prediction, g->target, &g->loss));
+  }
+  bpt_precision_options precision = bpt_precision_options_default();
+  precision.keep_all_values = 1; /* the op's output stays readable after forward, for kink detection */
+  BPT_CHECK(bpt_graph_set_precision(g->graph, &precision));
+  BPT_CHECK(bpt_graph_compile(g->graph, g->loss, c->batch));
+  if (c->evaluation) BPT_CHECK(bpt_graph_set_training(g->graph, 0));
+  if (c->deterministic) BPT_CHECK(bpt_graph_set_deterministic(g->graph, 1));
+  g->parameter_count = bpt_graph_parameter_count(g->graph);
+  int64_t packed = 0;
+  for (int p = 0; p < g->graph->parameter_count; p++) {
+    for (int i = 0; i < g->leaf_count; i++)
+      if (g->leaves[i].node == g->graph->parameters[p]) g->leaves[i].packed_offset = packed;
+    packed += bpt_node_inner_count(g->graph->parameters[p]);
+  }
+  if (g->parameter_count) {
+    g->parameters = malloc((size_t)g->parameter_count * sizeof(float));
+    if (!g->parameters) return BPT_ERR_OUT_OF_MEMORY;
+    BPT_CHECK(bpt_graph_read_parameters(g->graph, g->parameters, g->parameter_count));
+    BPT_CHECK(write_parameters(g));
+  }
+  for (int i = 0; i < g->leaf_count; i++) {
+    leaf *l = &g->leaves[i];
+    if (!l->is_input) continue;
+    const bpt_node *node = l->node;
+    int64_t dims[BPT_MAX_RANK];
+    dims[0] = c->batch;
+    for (int d = 1; d < node->rank; d++)
+      dims[d] = node->dims[d];
+    BPT_CHECK(bpt_tensor_create(context, l->labels ? BPT_DTYPE_I32 : BPT_DTYPE_F32, node->rank, dims, &l->tensor));
+    memcpy(bpt_tensor_data(l->tensor), l->values, (size_t)l->count * sizeof(float));
+    BPT_CHECK(set_leaf_input(g, l));
+  }
+  return BPT_OK;
+}
+
+/* Elements of a node for the case's batch (bpt_node_count() knows the batch only once forward ran). */
+static int64_t node_elements(const case_graph *g, const bpt_node *node) {
+  return bpt_node_inner_count(node) * (node->batched ? g->c->batch : 1);
+}
+
+static bpt_status download_floats(bpt_graph *graph, const void *device, int64_t count, float *host) {
+  bpt_backend *backend = graph->backend;
+  return backend->vtable->download(backend, host, device, (size_t)count * sizeof(float));
+}
+
+/* NaN in every f32 buffer the run must write, so an element a kernel leaves unwritten shows. */
+static bpt_status poison(bpt_graph *graph, void *device, int64_t count) {
+  float *nan = malloc((size_t)count * sizeof(float));
+  if (!nan) return BPT_ERR_OUT_OF_MEMORY;
+  for (int64_t i = 0; i < count; i++)
+    nan[i] = NAN;
+  bpt_backend *backend = graph->backend;
+  bpt_status status = backend->vtable->upload(backend, device, nan, (size_t)count * sizeof(float));
+  free(nan);
+  return status;
+}
+
+static bool aliases_an_input(const bpt_node *node) {
+  for (int i = 0; i < node->input_count; i++)
+    if (node->inputs[i]->value == node->value) return true;
+  return false;
+}
+
+/* Forward and backward; the results are the op's output, the loss, the parameter block after forward and
+ * the gradient of every differentiable leaf. */
+static bpt_status run_forward_backward(case_graph *g, case_result *r) {
+  bpt_node *out = g->op_output;
+  const int64_t out_count = node_elements(g, out);
+  if (out->op != BPT_OP_INPUT && !aliases_an_input(out)) BPT_CHECK(poison(g->graph, out->value, out_count));
+  for (int i = 0; i < g->leaf_count && g->c->check != CHECK_EVALUATION_FORMULA; i++)
+    if (g->leaves[i].differentiable) BPT_CHECK(poison(g->graph, g->leaves[i].node->grad, g->leaves[i].count));
+  BPT_CHECK(bpt_graph_forward(g->graph));
+  float *values = result_add(r, "output", BPT_DTYPE_F32, out_count);
+  float *loss = result_add(r, "loss", BPT_DTYPE_F32, 1);
+  if (!values || !loss) return BPT_ERR_OUT_OF_MEMORY;
+  BPT_CHECK(download_floats(g->graph, out->value, out_count, values));
+  BPT_CHECK(bpt_graph_loss(g->graph, loss));
+  if (g->parameter_count) {
+    float *parameters = result_add(r, "parameters after forward", BPT_DTYPE_F32, g->parameter_count);
+    if (!parameters) return BPT_ERR_OUT_OF_MEMORY;
+    BPT_CHECK(bpt_graph_read_parameters(g->graph, parameters, g->parameter_count));
+  }
+  if (g->c->check == CHECK_EVALUATION_FORMULA) return BPT_OK; /* backward needs batch statistics */
+  BPT_CHECK(bpt_graph_backward(g->graph));
+  for (int i = 0; i < g->leaf_count; i++) {
+    const leaf *l = &g->leaves[i];
+    if (!l->differentiable) continue;
+    char name[NAME_SIZE];
+    snprintf(name, sizeof name, "d%s", l->name);
+    float *gradient = result_add(r, name, BPT_DTYPE_F32, l->count);
+    if (!gradient) return BPT_ERR_OUT_OF_MEMORY;
+    BPT_CHECK(download_floats(g->graph, l->node->grad, l->count, gradient));
+  }
+  return BPT_OK;
+}
+
+static const float *result_tensor_named(const case_result *r, const char *name) {
+  for (int i = 0; i < r->count; i++)
+    if (strcmp(r->tensors[i].name, name) == 0) return r->tensors[i].data;
+  return NULL;
+}
+
+/* The loss of one forward. Around an op, the MSE is summed again on the host in double from the prediction,
+ * so the finite differences see no f32 rounding of the sum; a loss op's own f32 value is used as it is. The
+ * op's output signs go to signs when given (kink detection). */
+static bpt_status evaluate(case_graph *g, double *loss, unsigned char *signs, float *scratch) {
+  BPT_CHECK(bpt_graph_forward(g->graph));
+  if (signs) {
+    const int64_t count = node_elements(g, g->op_output);
+    BPT_CHECK(download_floats(g->graph, g->op_output->value, count, scratch));
+    for (int64_t i = 0; i < count; i++)
+      signs[i] = scratch[i] > 0.0f;
+  }
+  if (!g->prediction) {
+    float value;
+    BPT_CHECK(bpt_graph_loss(g->graph, &value));
+    *loss = value;
+    return BPT_OK;
+  }
+  const int64_t count = node_elements(g, g->prediction);
+  BPT_CHECK(download_floats(g->graph, g->prediction->value, count, scratch));
+  double sum = 0.0;
+  for (int64_t i = 0; i < count; i++) {
+    double d = (double)scratch[i] - (double)g->target_leaf->values[i];
+    sum += d * d;
+  }
+  *loss = sum / (double)count;
+  return BPT_OK;
+}
+
+/* Sets element i of a leaf to value on the device (inputs through their tensor, parameters through the block). */
+static bpt_status set_leaf_element(case_graph *g, leaf *l, int64_t i, float value) {
+  l->values[i] = value;
+  if (l->is_input) {
+    ((float *)bpt_tensor_data(l->tensor))[i] = value;
+    return set_leaf_input(g, l);
+  }
+  return write_parameters(g);
+}
+
+/* Central differences of the loss for up to FD_CHECKS_PER_TENSOR elements of each differentiable leaf,
+ * against the analytic gradients of this backend's run. */
+static bpt_status check_finite_differences(case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const double step = c->step > 0.0 ? c->step : 1e-2;
+  int64_t largest = node_elements(g, g->op_output);
+  if (g->prediction && node_elements(g, g->prediction) > largest) largest = node_elements(g, g->prediction);
+  float *scratch = malloc((size_t)largest * sizeof(float));
+  unsigned char *plus_signs = c->kinks ? malloc((size_t)largest) : NULL,
+                *minus_signs = c->kinks ? malloc((size_t)largest) : NULL;
+  bpt_status status = scratch && (!c->kinks || (plus_signs && minus_signs)) ? BPT_OK : BPT_ERR_OUT_OF_MEMORY;
+  double base = 0.0;
+  if (status == BPT_OK) status = evaluate(g, &base, NULL, scratch);
+  const double noise = 2e-7 * fmax(1.0, fabs(base)) / step; /* f32 rounding of the loss, over the step */
+  for (int li = 0; li < g->leaf_count && status == BPT_OK; li++) {
+    leaf *l = &g->leaves[li];
+    if (!l->differentiable) continue;
+    char name[NAME_SIZE];
+    snprintf(name, sizeof name, "d%s", l->name);
+    const float *analytic = result_tensor_named(r, name);
+    /* Spread over the tensor, plus its last elements, where vector loops leave their tails. */
+    const int64_t spread = FD_CHECKS_PER_TENSOR - FD_TAIL_CHECKS;
+    const int64_t stride = l->count > FD_CHECKS_PER_TENSOR ? l->count / spread : 1;
+    int checked = 0, at_kinks = 0, wrong = 0;
+    int64_t first_wrong = 0;
+    double first_got = 0.0, first_numeric = 0.0;
+    for (int64_t k = 0; status == BPT_OK; k++) {
+      const int64_t i = stride == 1  ? k
+                        : k < spread ? k * stride + (stride - 1) / 2
+                                     : l->count - FD_TAIL_CHECKS + (k - spread);
+      if (i >= l->count || (stride > 1 && k >= FD_CHECKS_PER_TENSOR)) break;
+      const float original = l->values[i];
+      double plus = 0.0, minus = 0.0;
+      status = set_leaf_element(g, l, i, (float)(original + step));
+      if (status == BPT_OK) status = evaluate(g, &plus, plus_signs, scratch);
+      if (status == BPT_OK) status = set_leaf_element(g, l, i, (float)(original - step));
+      if (status == BPT_OK) status = evaluate(g, &minus, minus_signs, scratch);
+      bpt_status restored = set_leaf_element(g, l, i, original);
+      if (status == BPT_OK) status = restored;
+      if (status != BPT_OK) break;
+      if (c->kinks && memcmp(plus_signs, minus_signs, (size_t)node_elements(g, g->op_output)) != 0) {
+        at_kinks++; /* an output crossed zero within the step: the loss is not smooth there */
+        continue;
+      }
+      /* Divided by the perturbation f32 could represent, not by the nominal one. */
+      const double numeric = (plus - minus) / ((double)(float)(original + step) - (double)(float)(original - step));
+      const double got = analytic[i];
+      const double allowed = noise + 1e-6 + 2e-2 * fmax(fabs(got), fabs(numeric));
+      if (!(fabs(got - numeric) <= allowed) && wrong++ == 0) first_wrong = i, first_got = got, first_numeric = numeric;
+      checked++;
+    }
+    if (wrong)
+      record_failure(c->name, backend,
+                     "%s[%lld] = %.7g, finite differences give %.7g (%d of %d checked differ, step %g)", name,
+                     (long long)first_wrong, first_got, first_numeric, wrong, checked, step);
+    if (status == BPT_OK && checked == 0)
+      record_failure(c->name, backend, "%s: no element away from a kink to check by finite differences (%d at kinks)",
+                     name, at_kinks);
+  }
+  free(scratch);
+  free(plus_signs);
+  free(minus_signs);
+  return status;
+}
+
+/* dy of the MSE right after the op: 2 (y - t) / count. */
+static double output_gradient(const case_graph *g, const float *y, int64_t i, int64_t count) {
+  return 2.0 * ((double)y[i] - (double)g->target_leaf->values[i]) / (double)count;
+}
+
+/* binary_stochastic: a is 0 or 1 (1[z > 0] when deterministic) and the straight-through gradient is
+ * dz = da, or da s (1 - s), with da from the MSE computed here. */
+static void check_straight_through(const case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const float *a = result_tensor_named(r, "output"), *dz = result_tensor_named(r, "dz"), *z = g->leaves[0].values;
+  const int64_t count = g->leaves[0].count;
+  int64_t ones = 0;
+  for (int64_t i = 0; i < count; i++) {
+    if (!(a[i] == 0.0f || a[i] == 1.0f) || (c->deterministic && a[i] != (z[i] > 0.0f ? 1.0f : 0.0f))) {
+      record_failure(c->name, backend, "output[%lld] = %.9g for z = %.9g: not a%s binary sample", (long long)i,
+                     (double)a[i], (double)z[i], c->deterministic ? " deterministic" : "");
+      return;
+    }
+    ones += a[i] == 1.0f;
+    double s = 1.0 / (1.0 + exp(-(double)z[i]));
+    double expected =
+        output_gradient(g, a, i, count) * (c->estimator == BPT_STRAIGHT_THROUGH_SIGMOID ? s * (1.0 - s) : 1.0);
+    if (!(fabs(dz[i] - expected) <= 1e-5 * fabs(expected) + 1e-9)) {
+      record_failure(c->name, backend, "dz[%lld] = %.9g, the straight-through estimator gives %.9g", (long long)i,
+                     (double)dz[i], expected);
+      return;
+    }
+  }
+  if (ones == 0 || ones == count)
+    record_failure(c->name, backend, "output: all %lld samples are %s", (long long)count, ones ? "one" : "zero");
+}
+
+/* dropout: every mask value is 0 or 1 / (1 - p), about p of them 0, and dx = dy * mask. */
+static void check_dropout_mask(const case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const float *y = result_tensor_named(r, "output"), *dx = result_tensor_named(r, "dx"), *x = g->leaves[0].values;
+  const int64_t count = g->leaves[0].count;
+  const double kept = 1.0 / (1.0 - (double)c->probability);
+  int64_t dropped = 0;
+  for (int64_t i = 0; i < count; i++) {
+    const double mask = (double)y[i] / (double)x[i];
+    if (!(y[i] == 0.0f || fabs(mask - kept) <= 1e-6 * kept)) {
+      record_failure(c->name, backend, "output[%lld] = %.9g for x = %.9g: the mask is neither 0 nor %g", (long long)i,
+                     (double)y[i], (double)x[i], kept);
+      return;
+    }
+    dropped += y[i] == 0.0f;
+    const double expected = (y[i] == 0.0f ? 0.0 : kept) * output_gradient(g, y, i, count);
+    if (!(fabs(dx[i] - expected) <= 1e-5 * fabs(expected) + 1e-9)) {
+      record_failure(c->name, backend, "dx[%lld] = %.9g, dy * mask gives %.9g", (long long)i, (double)dx[i], expected);
+      return;
+    }
+  }
+  const double share = (double)dropped / (double)count;
+  if (!(fabs(share - (double)c->probability) <= 0.2))
+    record_failure(c->name, backend, "%lld of %lld values dropped for p = %g", (long long)dropped, (long long)count,
+                   (double)c->probability);
+}
+
+/* Batch norm with the running statistics: y = gamma (x - mean) / sqrt(variance + eps) + beta, then the ReLU of
+ * batch_norm_relu, in double on the host. */
+static void check_evaluation_formula(const case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const float *y = result_tensor_named(r, "output"), *x = g->leaves[0].values, *gamma = g->leaves[1].values;
+  const float *beta = g->leaves[2].values, *mean = g->leaves[3].values, *variance = g->leaves[4].values;
+  const int64_t channels = c->shape[0], spatial = product(c->rank - 1, c->shape + 1);
+  for (int64_t i = 0; i < g->leaves[0].count; i++) {
+    const int64_t k = i / spatial % channels;
+    double expected = gamma[k] * ((double)x[i] - mean[k]) / sqrt((double)variance[k] + 1e-5) + beta[k];
+    if (c->op == BPT_OP_BATCH_NORM_RELU && expected < 0.0) expected = 0.0;
+    if (!(fabs(y[i] - expected) <= 1e-5 * fabs(expected) + 1e-6)) {
+      record_failure(c->name, backend, "output[%lld] = %.9g, the evaluation formula gives %.9g", (long long)i,
+                     (double)y[i], expected);
+      return;
+    }
+  }
+}
+
+/* On the reference: the op's output and every gradient carry information (a case whose gradients are all zero
+ * would pass any comparison). */
+static void check_informative(const op_case *c, const case_result *r) {
+  for (int t = 0; t < r->count; t++) {
+    const result_tensor *tensor = &r->tensors[t];
+    if (strcmp(tensor->name, "parameters after forward") == 0) continue;
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < tensor->count; i++)
+      nonzero += ((const float *)tensor->data)[i] != 0.0f;
+    if (nonzero == 0) record_failure(c->name, "cpu", "%s is all zeros: the case checks nothing", tensor->name);
+  }
+}
+
+/* No case expects an infinity or a NaN; one here is usually an element left unwritten (outputs and gradients
+ * start as NaN). */
+static void check_finite(const op_case *c, const case_result *r, const char *backend) {
+  for (int t = 0; t < r->count; t++) {
+    const result_tensor *tensor = &r->tensors[t];
+    const float *values = tensor->data;
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < tensor->count; i++)
+      if (!isfinite(values[i]) && bad++ == 0) first = i;
+    if (bad)
+      record_failure(c->name, backend, "%s[%lld] = %g (%lld of %lld not finite: unwritten?)", tensor->name,
+                     (long long)first, (double)values[first], (long long)bad, (long long)tensor->count);
+  }
+}
+
+static bool graph_has_op(const bpt_graph *graph, bpt_op_id op) {
+  for (int i = 0; i < graph->node_count; i++)
+    if (graph->nodes[i]->op == op) return true;
+  return false;
+}
+
+static void run_op_case(int index) {
+  const op_case *c = &op_cases[index];
+  const double tolerance = c->tolerance > 0.0 ? c->tolerance : 1e-4;
+  case_result reference = {0};
+  for (int b = 0; b < backend_count; b++) {
+    backend_under_test *t = &backends[b];
+    case_graph g;
+    case_result r = {0};
+    const char *stage = "build and compile";
+    bpt_status status = case_graph_create(&g, t->context, c, index);
+    if (status == BPT_OK && b == 0 && !graph_has_op(g.graph, c->op))
+      record_failure(c->name, t->label, "the graph has no %s node", bpt_op_get(c->op)->name);
+    if (status == BPT_OK) {
+      stage = "forward and backward";
+      status = run_forward_backward(&g, &r);
+    }
+    if (status == BPT_ERR_UNSUPPORTED && b > 0) {
+      record_skip(c->name, t->label, status, bpt_context_last_error(t->context));
+    } else if (status != BPT_OK) {
+      record_failure(c->name, t->label, "%s failed with %s: %s", stage, bpt_status_string(status),
+                     bpt_context_last_error(t->context));
+    } else {
+      check_finite(c, &r, t->label);
+      if (b == 0)
+        check_informative(c, &r);
+      else if (reference.count)
+        compare_results(c->name, t->label, &reference, &r, tolerance);
+      if (c->check == CHECK_STRAIGHT_THROUGH) check_straight_through(&g, &r, t->label);
+      if (c->check == CHECK_DROPOUT_MASK) check_dropout_mask(&g, &r, t->label);
+      if (c->check == CHECK_EVALUATION_FORMULA) check_evaluation_formula(&g, &r, t->label);
+      if (c->check == CHECK_FINITE_DIFFERENCES || c->check == CHECK_DROPOUT_MASK) {
+        status = check_finite_differences(&g, &r, t->label);
+        if (status != BPT_OK)
+          record_failure(c->name, t->label, "finite differences failed with %s: %s", bpt_status_string(status),
+                         bpt_context_last_error(t->context));
+      }
+      if (b == 0) {
+        reference = r;
+        memset(&r, 0, sizeof r);
+      }
+    }
+    result_free(&r);
+    case_graph_destroy(&g);
+  }
+  result_free(&reference);
+}
+
+/* Every op in ops.def has at least one line in the table: a newly appended op without one fails here. */
+static void check_every_op_has_a_case(void) {
+  for (int op = 0; op < BPT_OP_COUNT; op++) {
+    bool found = false;
+    for (int k = 0; k < OP_CASE_COUNT; k++)
+      found |= op_cases[k].op == (bpt_op_id)op;
+    if (!found) record_failure(bpt_op_get((bpt_op_id)op)->name, "every backend", "the op has no case in op_cases[]");
+  }
+}
+
+/* ---- shared primitives, member by member ---- */
+
+typedef struct primitive_case primitive_case;
+/* Runs the primitive on t's backend and fills r; reference is true on the CPU run. */
+typedef bpt_status (*primitive_run)(backend_under_test *t, const primitive_case *c, bool reference, case_result *r);
+
+struct primitive_case {
+  const char *name;
+  primitive_run run;
+  int64_t count;
+  bpt_dtype from, to; /* cast; round_to_dtype rounds to `to` */
+  float scale, range; /* cast's scale; inputs uniform in [-range, range] */
+  float low, high;    /* scale_clamp's bounds */
+  int64_t m, n, k;    /* gemm: op(A) (m, k), op(B) (k, n) */
+  bool transpose_a, transpose_b;
+  int64_t pad; /* gemm: extra leading-dimension elements */
+  float alpha, beta;
+  bpt_dtype operand; /* gemm: narrow operand dtype, cast on the device (the CPU multiplies the rounded f32 values) */
+  bool only_b;       /* gemm: A stays f32, only B is narrow */
+  bool adam, nesterov, decoupled;
+  float momentum, weight_decay;
+  bool inject_nonfinite; /* unscale, absolute_max: an infinity (and a NaN) among the values */
+  double tolerance;      /* f32 results, relative; 0: bit for bit */
+};
+
+#define CALL(b, member, ...)                                                                                           \
+  ((b)->vtable->member                                                                                                 \
+       ? (b)->vtable->member((b), __VA_ARGS__)                                                                         \
+       : bpt_backend_fail((b), BPT_ERR_UNSUPPORTED, "backend '%s' has no %s member", (b)->vtable->name, #member))
+
+/* Device buffers of one run, freed together. */
+typedef struct device_set {
+  bpt_backend *backend;
+  void *pointers[10];
+  int count;
+  bpt_status status;
+} device_set;
+
+/* A device buffer holding host's bytes (or zeros for NULL); NULL once the set has failed. */
+static void *device_buffer(device_set *s, const void *host, size_t bytes) {
+  if (s->status != BPT_OK || s->count == 10) {
+    if (s->status == BPT_OK) s->status = BPT_ERR_INTERNAL;
+    return NULL;
+  }
+  bpt_backend *b = s->backend;
+  void *device = NULL;
+  s->status = b->vtable->alloc(b, bytes, &device);
+  if (s->status != BPT_OK) return NULL;
+  s->pointers[s->count++] = device;
+  s->status = host ? b->vtable->upload(b, device, host, bytes) : b->vtable->memset_zero(b, device, bytes);
+  return s->status == BPT_OK ? device : NULL;
+}
+
+static bpt_status device_set_download(device_set *s, case_result *r, const char *name, bpt_dtype dtype, int64_t count,
+                                      const void *device) {
+  if (s->status != BPT_OK) return s->status;
+  bpt_backend *b = s->backend;
+  if (b->vtable->synchronize) s->status = b->vtable->synchronize(b);
+  void *host = s->status == BPT_OK ? result_add(r, name, dtype, count) : NULL;
+  if (s->status == BPT_OK && !host) s->status = BPT_ERR_OUT_OF_MEMORY;
+  if (s->status == BPT_OK) s->status = b->vtable->download(b, host, device, (size_t)count * element_bytes(dtype));
+  return s->status;
+}
+
+static bpt_status device_set_free(device_set *s) {
+  for (int i = 0; i < s->count; i++)
+    s->backend->vtable->free(s->backend, s->pointers[i]);
+  s->count = 0;
+  return s->status;
+}
+
+static float *random_floats(int64_t count, float low, float high, uint64_t seed) {
+  float *values = malloc((size_t)count * sizeof(float));
+  if (!values) return NULL;
+  test_random random;
+  test_random_seed(&random, seed);
+  test_random_fill(&random, values, count, low, high);
+  return values;
+}
+
+static bpt_backend *reference_backend(void) { return &backends[0].context->backend; }
+
+static bpt_status run_gemm(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  bpt_backend *b = &t->context->backend;
+  const int64_t lda = (c->transpose_a ? c->m : c->k) + c->pad, ldb = (c->transpose_b ? c->k : c->n) + c->pad;
+  const int64_t ldc = c->n + 1, a_count = (c->transpose_a ? c->k : c->m) * lda;
+  const int64_t b_count = (c->transpose_b ? c->n : c->k) * ldb, c_count = c->m * ldc;
+  float *a = random_floats(a_count, -1, 1, 1), *bv = random_floats(b_count, -1, 1, 2),
+        *cv = random_floats(c_count, -1, 1, 3);
+  device_set s = {.backend = b, .status = a && bv && cv ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  const bool narrow = c->operand != BPT_DTYPE_F32;
+  if (narrow && reference && s.status == BPT_OK) {
+    /* The CPU has no narrow operands: it multiplies f32 copies rounded to the operand format. */
+    if (!c->only_b) s.status = CALL(b, round_to_dtype, a_count, c->operand, a);
+    if (s.status == BPT_OK) s.status = CALL(b, round_to_dtype, b_count, c->operand, bv);
+  }
+  void *da = device_buffer(&s, a, (size_t)a_count * 4), *db = device_buffer(&s, bv, (size_t)b_count * 4);
+  void *dc = device_buffer(&s, cv, (size_t)c_count * 4);
+  bpt_gemm_args args = {.transpose_a = c->transpose_a,
+                        .transpose_b = c->transpose_b,
+                        .m = c->m,
+                        .n = c->n,
+                        .k = c->k,
+                        .alpha = c->alpha,
+                        .a = da,
+                        .lda = lda,
+                        .b = db,
+                        .ldb = ldb,
+                        .beta = c->beta,
+                        .c = dc,
+                        .ldc = ldc};
+  if (narrow && !reference) {
+    void *a16 = c->only_b ? NULL : device_buffer(&s, NULL, (size_t)a_count * 2),
+         *b16 = device_buffer(&s, NULL, (size_t)b_count * 2);
+    if (s.status == BPT_OK && !c->only_b) s.status = CALL(b, cast, a_count, BPT_DTYPE_F32, da, c->operand, a16, 1.0f);
+    if (s.status == BPT_OK) s.status = CALL(b, cast, b_count, BPT_DTYPE_F32, db, c->operand, b16, 1.0f);
+    if (!c->only_b) args.a = a16, args.a_dtype = c->operand;
+    args.b = b16, args.b_dtype = c->operand;
+  }
+  if (s.status == BPT_OK) s.status = CALL(b, gemm, &args);
+  device_set_download(&s, r, "c", BPT_DTYPE_F32, c_count, dc);
+  free(a);
+  free(bv);
+  free(cv);
+  return device_set_free(&s);
+}
+
+/* Narrow sources are made by the CPU's cast, so every backend starts from the same bytes. */
+static bpt_status run_cast(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  float *values = random_floats(c->count, -c->range, c->range, 4);
+  void *source = malloc((size_t)c->count * 4);
+  device_set s = {.backend = b, .status = values && source ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  if (s.status == BPT_OK && c->from != BPT_DTYPE_F32)
+    s.status = CALL(reference_backend(), cast, c->count, BPT_DTYPE_F32, values, c->from, source, 1.0f);
+  else if (s.status == BPT_OK)
+    memcpy(source, values, (size_t)c->count * 4);
+  void *ds = device_buffer(&s, source, (size_t)c->count * element_bytes(c->from));
+  void *dd = device_buffer(&s, NULL, (size_t)c->count * element_bytes(c->to));
+  if (s.status == BPT_OK) s.status = CALL(b, cast, c->count, c->from, ds, c->to, dd, c->scale);
+  device_set_download(&s, r, "destination", c->to, c->count, dd);
+  free(values);
+  free(source);
+  return device_set_free(&s);
+}
+
+static bpt_status run_round_to_dtype(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  float *values = random_floats(c->count, -c->range, c->range, 5);
+  device_set s = {.backend = b, .status = values ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  void *dv = device_buffer(&s, values, (size_t)c->count * 4);
+  if (s.status == BPT_OK) s.status = CALL(b, round_to_dtype, c->count, c->to, dv);
+  device_set_download(&s, r, "values", BPT_DTYPE_F32, c->count, dv);
+  free(values);
+  return device_set_free(&s);
+}
+
+static bpt_status run_absolute_max(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  float *values = random_floats(c->count, -c->range, c->range, 6);
+  if (values && c->inject_nonfinite) values[c->count / 3] = INFINITY, values[c->count / 2] = NAN;
+  device_set s = {.backend = b, .status = values ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  void *dv = device_buffer(&s, values, (size_t)c->count * 4), *dm = device_buffer(&s, NULL, 4);
+  if (s.status == BPT_OK) s.status = CALL(b, absolute_max, c->count, dv, dm);
+  device_set_download(&s, r, "maximum", BPT_DTYPE_F32, 1, dm);
+  free(values);
+  return device_set_free(&s);
+}
+
+/* Sum and sum of squares come back to the host in double; every seventh value is an exact zero. */
+static bpt_status run_reduce_statistics(backend_under_test *t, const primitive_case *c, bool reference,
+                                        case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  float *values = random_floats(c->count, -c->range, c->range, 7);
+  for (int64_t i = 0; values && i < c->count; i += 7)
+    values[i] = 0.0f;
+  device_set s = {.backend = b, .status = values ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  void *dv = device_buffer(&s, values, (size_t)c->count * 4);
+  double sum = 0.0, squares = 0.0;
+  int64_t zeros = -1;
+  if (s.status == BPT_OK) s.status = CALL(b, reduce_statistics, c->count, dv, &sum, &squares, &zeros);
+  float *moments = s.status == BPT_OK ? result_add(r, "sum, sum of squares", BPT_DTYPE_F32, 2) : NULL;
+  int32_t *zero_count = s.status == BPT_OK ? result_add(r, "zeros", BPT_DTYPE_I32, 1) : NULL;
+  if (moments && zero_count) moments[0] = (float)sum, moments[1] = (float)squares, zero_count[0] = (int32_t)zeros;
+  free(values);
+  return device_set_free(&s);
+}
+
+static bpt_status run_scale_clamp(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  float *values = random_floats(c->count, -c->range, c->range, 8);
+  device_set s = {.backend = b, .status = values ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  void *dv = device_buffer(&s, values, (size_t)c->count * 4);
+  if (s.status == BPT_OK) s.status = CALL(b, scale_clamp, c->count, c->scale, c->low, c->high, dv);
+  device_set_download(&s, r, "x", BPT_DTYPE_F32, c->count, dv);
+  free(values);
+  return device_set_free(&s);
+}
+
+static bpt_status run_unscale(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  float *values = random_floats(c->count, -c->range, c->range, 9);
+  if (values && c->inject_nonfinite) values[c->count * 7 / 9] = INFINITY;
+  device_set s = {.backend = b, .status = values ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  void *dv = device_buffer(&s, values, (size_t)c->count * 4), *flag = device_buffer(&s, NULL, 4);
+  if (s.status == BPT_OK) s.status = CALL(b, unscale_check_finite, c->count, dv, c->scale, flag);
+  device_set_download(&s, r, "gradients", BPT_DTYPE_F32, c->count, dv);
+  device_set_download(&s, r, "found_nonfinite", BPT_DTYPE_I32, 1, flag);
+  free(values);
+  return device_set_free(&s);
+}
+
+/* Three steps, so the state carried between steps is compared too. */
+static bpt_status run_update(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  float *w = random_floats(c->count, -1, 1, 10), *g = random_floats(c->count, -1, 1, 11);
+  float *m = random_floats(c->count, -0.1f, 0.1f, 12), *v = random_floats(c->count, 0.001f, 0.1f, 13);
+  device_set s = {.backend = b, .status = w && g && m && v ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  const size_t bytes = (size_t)c->count * 4;
+  void *dw = device_buffer(&s, w, bytes), *dg = device_buffer(&s, g, bytes), *dm = device_buffer(&s, m, bytes);
+  void *dv = device_buffer(&s, v, bytes);
+  bpt_update_args args = {.count = c->count,
+                          .parameters = dw,
+                          .gradients = dg,
+                          .state0 = dm,
+                          .state1 = dv,
+                          .learning_rate = 0.01f,
+                          .weight_decay = c->weight_decay,
+                          .momentum = c->momentum,
+                          .nesterov = c->nesterov,
+                          .beta1 = 0.9f,
+                          .beta2 = 0.999f,
+                          .epsilon = 1e-8f,
+                          .decoupled_weight_decay = c->decoupled};
+  for (int step = 1; step <= 3 && s.status == BPT_OK; step++) {
+    args.step = step;
+    s.status = c->adam ? CALL(b, adam_update, &args) : CALL(b, sgd_update, &args);
+  }
+  device_set_download(&s, r, "parameters", BPT_DTYPE_F32, c->count, dw);
+  device_set_download(&s, r, "state0", BPT_DTYPE_F32, c->count, dm);
+  if (c->adam) device_set_download(&s, r, "state1", BPT_DTYPE_F32, c->count, dv);
+  free(w);
+  free(g);
+  free(m);
+  free(v);
+  return device_set_free(&s);
+}
+
+/* Dynamic loss scaling on the device: an overflowing step is seen (and skipped), the next one unscales exactly
+ * and updates with SGD. */
+static bpt_status run_loss_scaler(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  float *w = random_floats(c->count, -1, 1, 14), *g = random_floats(c->count, -1, 1, 15);
+  float *scaled = malloc((size_t)c->count * 4);
+  device_set s = {.backend = b, .status = w && g && scaled ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  const size_t bytes = (size_t)c->count * 4;
+  void *dw = device_buffer(&s, w, bytes), *dg = device_buffer(&s, NULL, bytes),
+       *velocity = device_buffer(&s, NULL, bytes);
+  int32_t *flags = result_add(r, "found_nonfinite per step", BPT_DTYPE_I32, 2);
+  void *flag = device_buffer(&s, NULL, 4);
+  if (!flags && s.status == BPT_OK) s.status = BPT_ERR_OUT_OF_MEMORY;
+  for (int step = 0; step < 2 && s.status == BPT_OK; step++) {
+    for (int64_t i = 0; i < c->count; i++)
+      scaled[i] = g[i] * c->scale; /* exact: the scale is a power of two */
+    if (step == 0) scaled[c->count / 3] = NAN;
+    s.status = b->vtable->upload(b, dg, scaled, bytes);
+    if (s.status == BPT_OK) s.status = b->vtable->memset_zero(b, flag, 4);
+    if (s.status == BPT_OK) s.status = CALL(b, unscale_check_finite, c->count, dg, 1.0f / c->scale, flag);
+    if (s.status == BPT_OK && b->vtable->synchronize) s.status = b->vtable->synchronize(b);
+    if (s.status == BPT_OK) s.status = b->vtable->download(b, &flags[step], flag, 4);
+    if (s.status != BPT_OK || flags[step]) continue;
+    bpt_update_args args = {.count = c->count,
+                            .parameters = dw,
+                            .gradients = dg,
+                            .state0 = velocity,
+                            .learning_rate = 0.1f,
+                            .momentum = 0.9f,
+                            .step = 1};
+    s.status = CALL(b, sgd_update, &args);
+  }
+  device_set_download(&s, r, "parameters", BPT_DTYPE_F32, c->count, dw);
+  free(w);
+  free(g);
+  free(scaled);
+  return device_set_free(&s);
+}
+
+/* Upload, device copy, download and memset_zero round-trip exactly; the host buffer is reused at once. */
+static bpt_status run_memory(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  bpt_backend *b = &t->context->backend;
+  const size_t bytes = (size_t)c->count * 4;
+  uint32_t *host = calloc((size_t)c->count, 4); /* an integer pattern: cheap to make for 20 MiB under ASan */
+  device_set s = {.backend = b, .status = host ? BPT_OK : BPT_ERR_OUT_OF_MEMORY};
+  for (int64_t i = 0; s.status == BPT_OK && i < c->count; i++)
+    host[i] = (uint32_t)i * 2654435761u;
+  void *one = device_buffer(&s, host, bytes);
+  for (int64_t i = 0; s.status == BPT_OK && i < c->count; i++)
+    host[i] = ~host[i];
+  void *two = device_buffer(&s, host, bytes), *three = device_buffer(&s, NULL, bytes);
+  if (s.status == BPT_OK) s.status = b->vtable->copy(b, three, one, bytes);
+  device_set_download(&s, r, "copied", BPT_DTYPE_I32, c->count, three);
+  device_set_download(&s, r, "uploaded after reuse", BPT_DTYPE_I32, c->count, two);
+  if (s.status == BPT_OK) s.status = b->vtable->memset_zero(b, two, bytes);
+  device_set_download(&s, r, "zeroed", BPT_DTYPE_I32, c->count, two);
+  free(host);
+  return device_set_free(&s);
+}
+
+/* An MLP like examples/mnist_mlp.c's (narrower, to stay quick under ASan) trained a few steps from the same weights and
+ * batches: the losses and the weights follow the CPU's trajectory. */
+static bpt_status run_mlp_steps(backend_under_test *t, const primitive_case *c, bool reference, case_result *r) {
+  (void)reference;
+  enum { FEATURES = 196, CLASSES = 10, BATCH = 32, STEPS = 6 };
+  bpt_context *context = t->context;
+  bpt_graph *graph = NULL;
+  bpt_optimizer *optimizer = NULL;
+  bpt_tensor *images = NULL, *labels = NULL;
+  bpt_node *x, *y, *hidden, *logits, *loss;
+  const int64_t features = FEATURES, image_dims[2] = {BATCH, FEATURES}, label_dims[1] = {BATCH};
+  bpt_status status = bpt_graph_create(context, &graph);
+  if (status == BPT_OK) status = bpt_graph_input(graph, "images", BPT_DTYPE_F32, 1, &features, &x);
+  if (status == BPT_OK) status = bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &y);
+  if (status == BPT_OK) status = bpt_layer_linear(graph, "fc1", x, 48, BPT_INIT_HE_UNIFORM, &hidden);
+  if (status == BPT_OK) status = bpt_relu(graph, "relu1", hidden, &hidden);
+  if (status == BPT_OK) status = bpt_layer_linear(graph, "fc2", hidden, 24, BPT_INIT_HE_UNIFORM, &hidden);
+  if (status == BPT_OK) status = bpt_relu(graph, "relu2", hidden, &hidden);
+  if (status == BPT_OK) status = bpt_layer_linear(graph, "fc3", hidden, CLASSES, BPT_INIT_HE_UNIFORM, &logits);
+  if (status == BPT_OK) status = bpt_softmax_cross_entropy(graph, "loss", logits, y, &loss);
+  if (status == BPT_OK) status = bpt_graph_compile(graph, loss, BATCH);
+  bpt_optimizer_options options = bpt_optimizer_options_default();
+  options.kind = BPT_OPTIMIZER_SGD;
+  options.learning_rate = (float)c->scale;
+  options.momentum = c->momentum;
+  if (status == BPT_OK) status = bpt_optimizer_create(graph, &options, &optimizer);
+  /* The same initial weights on every backend: the context seed initialises them on the host. */
+  if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_F32, 2, image_dims, &images);
+  if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_I32, 1, label_dims, &labels);
+  float *losses = status == BPT_OK ? result_add(r, "loss per step", BPT_DTYPE_F32, STEPS) : NULL;
+  if (status == BPT_OK && !losses) status = BPT_ERR_OUT_OF_MEMORY;
+  test_random random;
+  test_random_seed(&random, 10);
+  for (int step = 0; step < STEPS && status == BPT_OK; step++) {
+    test_random_fill(&random, bpt_tensor_data(images), BATCH * FEATURES, 0, 1);
+    int32_t *label_values = bpt_tensor_data(labels);
+    for (int i = 0; i < BATCH; i++)
+      label_values[i] = (int32_t)(test_random_uniform(&random, 0, 1) * CLASSES) % CLASSES;
+    status = bpt_graph_set_input(graph, x, images);
+    if (status == BPT_OK) status = bpt_graph_set_input(graph, y, labels);
+    if (status == BPT_OK) status = bpt_graph_forward(graph);
+    if (status == BPT_OK) status = bpt_graph_backward(graph);
+    if (status == BPT_OK) status = bpt_optimizer_step(optimizer);
+    if (status == BPT_OK) status = bpt_graph_loss(graph, &losses[step]);
+  }
+  const int64_t count = bpt_graph_parameter_count(graph);
+  float *weights = status == BPT_OK ? result_add(r, "weights after the steps", BPT_DTYPE_F32, count) : NULL;
+  if (status == BPT_OK && !weights) status = BPT_ERR_OUT_OF_MEMORY;
+  if (status == BPT_OK) status = bpt_graph_read_parameters(graph, weights, count);
+  bpt_tensor_destroy(images);
+  bpt_tensor_destroy(labels);
+  bpt_optimizer_destroy(optimizer);
+  bpt_graph_destroy(graph);
+  return status;
+}
+
+// clang-format off
+static const primitive_case primitive_cases[] = {
+    {"gemm f32 64x33x128", run_gemm, .m = 64, .n = 33, .k = 128, .pad = 3, .alpha = 0.75f, .tolerance = 1e-5},
+    {"gemm f32 64x33x128 ta", run_gemm, .m = 64, .n = 33, .k = 128, .transpose_a = true, .pad = 3, .alpha = 0.75f, .tolerance = 1e-5},
+    {"gemm f32 64x33x128 tb", run_gemm, .m = 64, .n = 33, .k = 128, .transpose_b = true, .pad = 3, .alpha = 0.75f, .tolerance = 1e-5},
+    {"gemm f32 64x33x128 ta tb", run_gemm, .m = 64, .n = 33, .k = 128, .transpose_a = true, .transpose_b = true, .pad = 3, .alpha = 0.75f, .tolerance = 1e-5},
+    {"gemm f32 128x784x10 beta 1", run_gemm, .m = 128, .n = 784, .k = 10, .pad = 2, .alpha = 0.75f, .beta = 1.0f, .tolerance = 1e-5},
+    {"gemm f32 128x784x10 ta tb beta 1", run_gemm, .m = 128, .n = 784, .k = 10, .transpose_a = true, .transpose_b = true, .pad = 2, .alpha = 0.75f, .beta = 1.0f, .tolerance = 1e-5},
+    {"gemm f32 31x257x65 ta", run_gemm, .m = 31, .n = 257, .k = 65, .transpose_a = true, .pad = 1, .alpha = 0.75f, .tolerance = 1e-5},
+    {"gemm f32 31x257x65 tb", run_gemm, .m = 31, .n = 257, .k = 65, .transpose_b = true, .pad = 1, .alpha = 0.75f, .tolerance = 1e-5},
+    {"gemm f32 1x1x1", run_gemm, .m = 1, .n = 1, .k = 1, .alpha = 1.0f, .beta = 1.0f, .tolerance = 1e-6},
+    {"gemm bf16 128x784x10", run_gemm, .m = 128, .n = 784, .k = 10, .alpha = 0.75f, .beta = 1.0f, .operand = BPT_DTYPE_BF16, .tolerance = 1e-3},
+    {"gemm bf16 128x784x10 ta tb", run_gemm, .m = 128, .n = 784, .k = 10, .transpose_a = true, .transpose_b = true, .alpha = 0.75f, .operand = BPT_DTYPE_BF16, .tolerance = 1e-3},
+    {"gemm f16 64x33x128 ta", run_gemm, .m = 64, .n = 33, .k = 128, .transpose_a = true, .alpha = 0.75f, .operand = BPT_DTYPE_F16, .tolerance = 1e-3},
+    {"gemm f16 31x257x65 tb", run_gemm, .m = 31, .n = 257, .k = 65, .transpose_b = true, .alpha = 0.75f, .operand = BPT_DTYPE_F16, .tolerance = 1e-3},
+    {"gemm f32 x bf16 10x784x128 ta", run_gemm, .m = 10, .n = 784, .k = 128, .transpose_a = true, .alpha = 1.0f, .beta = 1.0f, .operand = BPT_DTYPE_BF16, .only_b = true, .tolerance = 1e-3},
+    {"gemm f32 x fp8_e4m3 10x784x128 ta", run_gemm, .m = 10, .n = 784, .k = 128, .transpose_a = true, .alpha = 1.0f, .beta = 1.0f, .operand = BPT_DTYPE_FP8_E4M3, .only_b = true, .tolerance = 1e-3},
+    {"cast f32 -> bf16", run_cast, .count = 40009, .from = BPT_DTYPE_F32, .to = BPT_DTYPE_BF16, .scale = 1.0f, .range = 100.0f},
+    {"cast f32 -> f16 scale 4", run_cast, .count = 40009, .from = BPT_DTYPE_F32, .to = BPT_DTYPE_F16, .scale = 4.0f, .range = 100.0f},
+    {"cast f32 -> fp8_e4m3 scale 2, saturating", run_cast, .count = 40009, .from = BPT_DTYPE_F32, .to = BPT_DTYPE_FP8_E4M3, .scale = 2.0f, .range = 400.0f},
+    {"cast f32 -> fp8_e5m2 scale 8, saturating", run_cast, .count = 40009, .from = BPT_DTYPE_F32, .to = BPT_DTYPE_FP8_E5M2, .scale = 8.0f, .range = 10000.0f},
+    {"cast bf16 -> f32 scale 0.5", run_cast, .count = 40009, .from = BPT_DTYPE_BF16, .to = BPT_DTYPE_F32, .scale = 0.5f, .range = 100.0f},
+    {"cast f16 -> f32", run_cast, .count = 40009, .from = BPT_DTYPE_F16, .to = BPT_DTYPE_F32, .scale = 1.0f, .range = 100.0f},
+    {"round_to_dtype bf16", run_round_to_dtype, .count = 4099, .to = BPT_DTYPE_BF16, .range = 1000.0f},
+    {"round_to_dtype f16, overflowing to inf", run_round_to_dtype, .count = 4099, .to = BPT_DTYPE_F16, .range = 100000.0f},
+    {"round_to_dtype fp8_e4m3", run_round_to_dtype, .count = 4099, .to = BPT_DTYPE_FP8_E4M3, .range = 400.0f},
+    {"round_to_dtype fp8_e5m2", run_round_to_dtype, .count = 4099, .to = BPT_DTYPE_FP8_E5M2, .range = 1000.0f},
+    {"absolute_max 10007", run_absolute_max, .count = 10007, .range = 50.0f},
+    {"absolute_max 1", run_absolute_max, .count = 1, .range = 3.0f},
+    {"absolute_max skipping inf and NaN", run_absolute_max, .count = 4099, .range = 5.0f, .inject_nonfinite = true},
+    {"reduce_statistics 100003", run_reduce_statistics, .count = 100003, .range = 4.0f, .tolerance = 1e-6},
+    {"reduce_statistics 17", run_reduce_statistics, .count = 17, .range = 4.0f, .tolerance = 1e-6},
+    {"scale_clamp by norm", run_scale_clamp, .count = 10007, .range = 3.0f, .scale = 0.25f, .low = -INFINITY, .high = INFINITY},
+    {"scale_clamp by value", run_scale_clamp, .count = 10007, .range = 3.0f, .scale = 1.0f, .low = -0.5f, .high = 0.75f},
+    {"unscale_check_finite, all finite", run_unscale, .count = 100003, .range = 1000.0f, .scale = 1.0f / 1024.0f},
+    {"unscale_check_finite with an infinity", run_unscale, .count = 100003, .range = 1000.0f, .scale = 1.0f / 1024.0f, .inject_nonfinite = true},
+    {"update sgd", run_update, .count = 100003, .weight_decay = 0.01f, .tolerance = 1e-5},
+    {"update sgd momentum", run_update, .count = 100003, .weight_decay = 0.01f, .momentum = 0.9f, .tolerance = 1e-5},
+    {"update sgd nesterov", run_update, .count = 100003, .weight_decay = 0.01f, .momentum = 0.9f, .nesterov = true, .tolerance = 1e-5},
+    {"update adam (L2)", run_update, .count = 100003, .weight_decay = 0.01f, .adam = true, .tolerance = 1e-5},
+    {"update adamw", run_update, .count = 100003, .weight_decay = 0.01f, .adam = true, .decoupled = true, .tolerance = 1e-5},
+    {"loss scaler skips an overflow, then steps", run_loss_scaler, .count = 4099, .scale = 65536.0f},
+    {"memory round trip 4 bytes", run_memory, .count = 1},
+    {"memory round trip 4000 bytes", run_memory, .count = 1000},
+    {"memory round trip 300000 bytes", run_memory, .count = 75000},
+    {"memory round trip 20 MiB + 12 bytes", run_memory, .count = (20 << 20) / 4 + 3},
+    {"mlp 196-48-24-10, 6 sgd steps", run_mlp_steps, .scale = 0.05f, .momentum = 0.9f, .tolerance = 1e-4},
+};
+// clang-format on
+enum { PRIMITIVE_CASE_COUNT = sizeof primitive_cases / sizeof primitive_cases[0] };
+
+static void run_primitive_case(int index) {
+  const primitive_case *c = &primitive_cases[index];
+  case_result reference = {0};
+  for (int b = 0; b < backend_count; b++) {
+    backend_under_test *t = &backends[b];
+    case_result r = {0};
+    t->context->backend.error_message[0] = '\0';
+    bpt_status status = c->run(t, c, b == 0, &r);
+    if (status == BPT_ERR_UNSUPPORTED && b > 0) {
+      record_skip(c->name, t->label, status, t->context->backend.error_message);
+    } else if (status != BPT_OK) {
+      record_failure(c->name, t->label, "failed with %s: %s %s", bpt_status_string(status),
+                     t->context->backend.error_message, bpt_context_last_error(t->context));
+    } else if (b == 0) {
+      reference = r;
+      memset(&r, 0, sizeof r);
+    } else {
+      compare_results(c->name, t->label, &reference, &r, c->tolerance);
+    }
+    result_free(&r);
+  }
+  result_free(&reference);
+}
+
+/* ---- the test ---- */
+
+static void every_op_and_primitive_matches_the_cpu(void **state) {
+  (void)state;
+  open_backends();
+  assert_true(backend_count > 0 && strcmp(backends[0].name, "cpu") == 0 && !backends[0].portable_loops);
+  check_every_op_has_a_case();
+  for (int k = 0; k < OP_CASE_COUNT; k++)
+    run_op_case(k);
+  for (int k = 0; k < PRIMITIVE_CASE_COUNT; k++)
+    run_primitive_case(k);
+  print_message("%d op cases and %d primitive cases on %d backends, %d (case, backend) pairs skipped\n", OP_CASE_COUNT,
+                PRIMITIVE_CASE_COUNT, backend_count, skip_count);
+  close_backends();
+  if (failure_count) {
+    fprintf(stderr, "%d failures:\n%s", failure_count, failure_log);
+    free(failure_log);
+    failure_log = NULL;
+    fail_msg("%d (case, backend) comparisons failed; the list is above", failure_count);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(every_op_and_primitive_matches_the_cpu)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
