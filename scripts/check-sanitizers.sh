@@ -23,6 +23,10 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DBPT_SANITIZE=ON -DBPT_WITH_CUD
   { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j "$jobs"
 (cd "$build" && ctest --output-on-failure -j "$jobs" -LE long)
+# The Python binding's lifetime test ran above with the ASan runtime preloaded into the interpreter
+# (tests/checks.cmake); a build without Python would skip it silently, so insist on it here.
+(cd "$build" && ctest -N -R '^check_python_lifetimes$' | grep -q 'Total Tests: 1') ||
+  { echo "check-sanitizers: check_python_lifetimes is not registered (Python 3 not found?)" >&2; exit 1; }
 
 # Short example runs on a slice of the real data (the examples are part of "no crashes" too), and a
 # checkpoint stop/resume that must end with the same weights as the uninterrupted run.

@@ -82,7 +82,18 @@ BPT_API bpt_status bpt_comm_create_nccl(bpt_context *context, const bpt_comm_uni
 BPT_API bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int device,
                                             const bpt_comm_options *options, bpt_comm **out);
 
-/** Destroys a communicator without blocking, even after a failure or with a peer gone. NULL is a no-op. */
+/**
+ * Destroys a communicator, waiting at most its timeout for the other ranks (after a failure: not at all).
+ * When the library initialised MPI and this is its last communicator, MPI is finalised, but only once every
+ * rank answered a closing roll call, and MPI_Finalize itself is bounded by the timeout too.
+ * @return ::BPT_OK; or ::BPT_ERR_COMM when a rank did not answer in time (the context's last error names
+ * it): the communicator is freed anyway, MPI is left initialised and cannot be used again by this process,
+ * which should exit (the launcher then ends the job) or have called bpt_comm_abort_job(). NULL: ::BPT_OK.
+ */
+BPT_API bpt_status bpt_comm_close(bpt_comm *comm);
+
+/** bpt_comm_close() without the status (the context's last error still says what went wrong). NULL is a
+ * no-op. Never blocks longer than the communicator's timeout. */
 BPT_API void bpt_comm_destroy(bpt_comm *comm);
 
 /**

@@ -14,6 +14,10 @@
         model.save("model.params")
 
 Arrays may be numpy arrays (used without copying rows one value at a time) or nested Python sequences.
+
+Lifetimes: every object keeps what it was made from alive (a node or optimiser its model, a model or data
+set its context), so objects may be dropped in any order. close() (or leaving `with Context()`) destroys an
+object and everything made from it at once; using any of them afterwards raises Error (status STATE).
 """
 import array
 import ctypes
@@ -21,6 +25,7 @@ import os
 import random
 import struct
 import time
+import weakref
 
 from . import _native
 from ._native import lib
@@ -40,6 +45,7 @@ _OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
 _STATUS_NAMES = ["OK", "INVALID_ARGUMENT", "OUT_OF_MEMORY", "IO", "FORMAT", "SHAPE", "DTYPE", "UNSUPPORTED",
                  "DEVICE", "NUMERIC", "STATE", "COMM", "INTERNAL"]
 _PARAMETERS_MAGIC = b"BPTPARM1"
+_STATE, _INVALID_ARGUMENT = 10, 1
 
 
 class Error(Exception):
@@ -50,6 +56,80 @@ class Error(Exception):
         self.status_name = _STATUS_NAMES[status] if 0 <= status < len(_STATUS_NAMES) else str(status)
         self.message = message
         super().__init__("%s (%s)" % (message, lib.bpt_status_string(status).decode()))
+
+
+def _last_message(context_handle):
+    """The message of the call that just failed on context_handle: calls made without a context (or whose
+    handle argument was NULL) report in the calling thread's slot, read with bpt_context_last_error(NULL)."""
+    message = lib.bpt_context_last_error(context_handle) if context_handle else None
+    if not message:
+        message = lib.bpt_context_last_error(None)
+    return (message or b"").decode(errors="replace")
+
+
+class _Native:
+    """Owns one native handle and destroys it exactly once, never while a native object that uses it exists.
+
+    Each holder keeps its parent (what it was made from: model -> context, optimiser -> model) alive with a
+    strong reference and counts its own users. close() closes the users first (newest first), then the handle;
+    dropped without close() (garbage, a reference cycle, interpreter exit) a holder that still has users waits
+    for the last one to go. So any order of close() and of destruction is safe, and use after close raises
+    bptrain.Error instead of reaching freed memory. The destroy function is kept on the holder so that it is
+    still callable while the interpreter tears the module down.
+    """
+
+    __slots__ = ("handle", "what", "parent", "_destroy", "_users", "_children", "_orphaned", "__weakref__")
+
+    def __init__(self, handle, destroy, parent, what):
+        self.handle = handle
+        self.what = what
+        self.parent = parent
+        self._destroy = destroy
+        self._users = 0
+        self._children = []
+        self._orphaned = False
+        if parent is not None:
+            parent._users += 1
+            children = parent._children
+            if len(children) >= 32 and len(children) & (len(children) - 1) == 0:  # drop the dead now and then
+                children[:] = [reference for reference in children if reference() is not None]
+            children.append(weakref.ref(self))
+
+    def get(self):
+        """The native handle; bptrain.Error (STATE) once it (or what it was made from) is closed."""
+        if self.handle is None:
+            raise Error(_STATE, "bptrain: the %s is closed" % self.what)
+        return self.handle
+
+    @property
+    def open(self):
+        return self.handle is not None
+
+    def close(self):
+        children, self._children = self._children, []
+        for reference in reversed(children):
+            child = reference()
+            if child is not None:
+                child.close()
+        self._release()
+
+    def _release(self):
+        if self.handle is None:
+            return
+        if self._users > 0:  # only while the collector finalises a cycle: the last user's release frees us
+            self._orphaned = True
+            return
+        handle, self.handle = self.handle, None
+        if self._destroy is not None:
+            self._destroy(handle)
+        parent = self.parent
+        if parent is not None:
+            parent._users -= 1
+            if parent._orphaned and parent._users == 0:
+                parent._release()
+
+    def __del__(self):
+        self._release()
 
 
 def version():
@@ -71,8 +151,7 @@ class Context:
     """A library instance bound to one backend ("cpu", "cuda" or "fpga-sim"); use one per thread."""
 
     def __init__(self, backend="cpu", threads=0, seed=42):
-        self._handle = None
-        self._children = []
+        self._native = None
         if lib.bpt_abi_version() != _native.ABI_VERSION:
             raise ImportError("bptrain: binding expects ABI %d, library has ABI %d" %
                               (_native.ABI_VERSION, lib.bpt_abi_version()))
@@ -80,20 +159,20 @@ class Context:
         handle = _native.c_handle()
         status = lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle))
         if status:
-            raise Error(status, lib.bpt_context_last_error(None).decode())
-        self._handle = handle
+            raise Error(status, _last_message(None))
+        self._native = _Native(handle.value, lib.bpt_context_destroy, None, "context")
         self.seed = seed
 
     def check(self, status):
-        """Raises Error with the context's last message when `status` is not BPT_OK."""
+        """Raises Error with the message of the failed call when `status` is not BPT_OK."""
         if status:
-            raise Error(status, lib.bpt_context_last_error(self._handle).decode())
+            raise Error(status, _last_message(self._native.handle if self._native else None))
 
     @property
     def handle(self):
-        if not self._handle:
-            raise Error(10, "the context is closed")
-        return self._handle
+        if self._native is None:
+            raise Error(_STATE, "bptrain: the context was not created")
+        return self._native.get()
 
     @property
     def backend(self):
@@ -104,13 +183,10 @@ class Context:
         return lib.bpt_context_num_threads(self.handle)
 
     def close(self):
-        """Destroys everything made from this context, then the context."""
-        for child in reversed(self._children):
-            child.close()
-        self._children = []
-        if self._handle:
-            lib.bpt_context_destroy(self._handle)
-            self._handle = None
+        """Destroys everything made from this context, then the context: using any of them afterwards raises
+        Error (STATE). Without close() the context lives as long as anything made from it."""
+        if self._native is not None:
+            self._native.close()
 
     def __enter__(self):
         return self
@@ -118,24 +194,27 @@ class Context:
     def __exit__(self, *exception):
         self.close()
 
-    def __del__(self):
-        self.close()
-
 
 class _Tensor:
     """A host tensor used to move batches in and out of a graph."""
 
-    def __init__(self, context, dtype, dims):
+    def __init__(self, context, dtype, dims, owner):
         self.context = context
         self.dtype = dtype
-        self.handle = _native.c_handle()
+        handle = _native.c_handle()
         dims_array = (ctypes.c_int64 * len(dims))(*dims)
         context.check(lib.bpt_tensor_create(context.handle, _DTYPES[dtype][0], len(dims), dims_array,
-                                            ctypes.byref(self.handle)))
+                                            ctypes.byref(handle)))
+        # Used by its model's graph (set as input, read into): closed with the model, before the context.
+        self._native = _Native(handle.value, lib.bpt_tensor_destroy, owner, "tensor")
         self.capacity = dims[0]
         self.row_bytes = _DTYPES[dtype][2]
         for d in dims[1:]:
             self.row_bytes *= d
+
+    @property
+    def handle(self):
+        return self._native.get()
 
     def data(self):
         return lib.bpt_tensor_data(self.handle)
@@ -144,9 +223,7 @@ class _Tensor:
         self.context.check(lib.bpt_tensor_set_batch(self.handle, batch))
 
     def close(self):
-        if self.handle:
-            lib.bpt_tensor_destroy(self.handle)
-            self.handle = None
+        self._native.close()
 
 
 class _Rows:
@@ -207,8 +284,17 @@ class Node:
 
     def __init__(self, model, handle, dtype="f32"):
         self.model = model
-        self.handle = handle
+        self._graph = model._native  # keeps the graph's memory (which holds the node) alive
+        self._address = handle.value if isinstance(handle, ctypes.c_void_p) else handle
         self.dtype = dtype
+
+    @property
+    def handle(self):
+        """The native node; Error once its model is closed."""
+        self._graph.get()
+        if not self._address:
+            raise Error(_INVALID_ARGUMENT, "bptrain: the node handle is NULL")
+        return self._address
 
     @property
     def name(self):
@@ -220,7 +306,7 @@ class Node:
         return tuple(lib.bpt_node_dim(self.handle, axis) for axis in range(lib.bpt_node_rank(self.handle)))
 
     def __repr__(self):
-        return "Node(%r)" % self.name
+        return "Node(%r)" % self.name if self._graph.open and self._address else "Node(<closed>)"
 
 
 class Model:
@@ -228,15 +314,20 @@ class Model:
 
     def __init__(self, context):
         self.context = context
-        self.handle = _native.c_handle()
-        context.check(lib.bpt_graph_create(context.handle, ctypes.byref(self.handle)))
-        context._children.append(self)
+        handle = _native.c_handle()
+        context.check(lib.bpt_graph_create(context.handle, ctypes.byref(handle)))
+        self._native = _Native(handle.value, lib.bpt_graph_destroy, context._native, "model")
         self.inputs = []
         self.loss = None
         self.logits = None
         self.max_batch = 0
         self._tensors = {}
         self._names = {}
+
+    @property
+    def handle(self):
+        """The native graph; Error once the model or its context is closed."""
+        return self._native.get()
 
     def _name(self, name, kind):
         if name:
@@ -287,13 +378,13 @@ class Model:
         self.loss = loss
         self.max_batch = max_batch
         for node in self.inputs:
-            self._tensors[node.handle.value] = _Tensor(self.context, node.dtype, node.shape)
+            self._tensors[node._address] = _Tensor(self.context, node.dtype, node.shape, self._native)
         if self.logits is not None:
-            self._tensors[self.logits.handle.value] = _Tensor(self.context, "f32", self.logits.shape)
+            self._tensors[self.logits._address] = _Tensor(self.context, "f32", self.logits.shape, self._native)
 
     def _feed(self, sources, indices):
         for node, rows in zip(self.inputs, sources):
-            tensor = self._tensors[node.handle.value]
+            tensor = self._tensors[node._address]
             rows.copy_rows(tensor, indices)
             self.context.check(lib.bpt_graph_set_input(self.handle, node.handle, tensor.handle))
 
@@ -373,7 +464,7 @@ class Model:
                 raise ValueError("bptrain: a Dataset feeds a model with two inputs (images, labels)")
             if shuffle:
                 self.context.check(lib.bpt_dataset_shuffle(dataset.handle, seed))
-            images, labels = (self._tensors[node.handle.value] for node in self.inputs)
+            images, labels = (self._tensors[node._address] for node in self.inputs)
             batches = min(lib.bpt_dataset_batch_count(dataset.handle, batch_size), dataset.limit_batches(batch_size))
             for index in range(batches):
                 self.context.check(lib.bpt_dataset_batch(dataset.handle, index, batch_size, images.handle,
@@ -399,11 +490,11 @@ class Model:
         sources = [_Rows(x, self.inputs[0].dtype)]
         count = sources[0].count
         for node in self.inputs[1:]:
-            per_sample = self._tensors[node.handle.value].row_bytes // 4
+            per_sample = self._tensors[node._address].row_bytes // 4
             zeros = [0] * count if len(node.shape) == 1 else [[0] * per_sample] * count
             sources.append(_Rows(zeros, node.dtype))
-        tensor = self._tensors.get(output.handle.value) or _Tensor(self.context, "f32", output.shape)
-        self._tensors[output.handle.value] = tensor
+        tensor = self._tensors.get(output._address) or _Tensor(self.context, "f32", output.shape, self._native)
+        self._tensors[output._address] = tensor
         width = tensor.row_bytes // 4
         rows = []
         for first in range(0, count, batch_size):
@@ -418,9 +509,9 @@ class Model:
     def evaluate(self, *data, batch_size=None):
         """Mean loss and (for classification) accuracy over arrays or a Dataset, without training."""
         batch_size = batch_size or self.max_batch
-        logits = self._tensors.get(self.logits.handle.value) if self.logits is not None else None
+        logits = self._tensors.get(self.logits._address) if self.logits is not None else None
         total, correct, samples = 0.0, 0, 0
-        labels_tensor = self._tensors[self.inputs[-1].handle.value]
+        labels_tensor = self._tensors[self.inputs[-1]._address]
         for count in self._batches(data, batch_size, False, 0):
             self.context.check(lib.bpt_graph_forward(self.handle))
             total += self._read_loss() * count
@@ -483,12 +574,10 @@ class Model:
         self.set_parameters(values)
 
     def close(self):
-        for tensor in self._tensors.values():
-            tensor.close()
+        """Destroys the optimisers and tensors made for this model, then its graph: using any of them (or its
+        nodes) afterwards raises Error (STATE)."""
+        self._native.close()
         self._tensors = {}
-        if self.handle:
-            lib.bpt_graph_destroy(self.handle)
-            self.handle = None
 
 
 class Optimizer:
@@ -507,9 +596,15 @@ class Optimizer:
         options.weight_decay = weight_decay
         options.beta1, options.beta2, options.epsilon = beta1, beta2, epsilon
         self.context = model.context
-        self.handle = _native.c_handle()
-        self.context.check(lib.bpt_optimizer_create(model.handle, ctypes.byref(options), ctypes.byref(self.handle)))
-        self.context._children.append(self)
+        self.model = model
+        handle = _native.c_handle()
+        self.context.check(lib.bpt_optimizer_create(model.handle, ctypes.byref(options), ctypes.byref(handle)))
+        self._native = _Native(handle.value, lib.bpt_optimizer_destroy, model._native, "optimizer")
+
+    @property
+    def handle(self):
+        """The native optimiser; Error once it, its model or its context is closed."""
+        return self._native.get()
 
     @property
     def learning_rate(self):
@@ -524,9 +619,7 @@ class Optimizer:
         return lib.bpt_optimizer_step_count(self.handle)
 
     def close(self):
-        if self.handle:
-            lib.bpt_optimizer_destroy(self.handle)
-            self.handle = None
+        self._native.close()
 
 
 class Dataset:
@@ -535,12 +628,17 @@ class Dataset:
 
     def __init__(self, context, directory, split, mean=0.0, std=1.0, limit=None):
         self.context = context
-        self.handle = _native.c_handle()
+        handle = _native.c_handle()
         context.check(lib.bpt_dataset_load_idx_directory(context.handle, directory.encode(), split.encode(),
-                                                          ctypes.byref(self.handle)))
-        context._children.append(self)
+                                                          ctypes.byref(handle)))
+        self._native = _Native(handle.value, lib.bpt_dataset_destroy, context._native, "data set")
         context.check(lib.bpt_dataset_set_normalization(self.handle, mean, std))
         self.limit = limit
+
+    @property
+    def handle(self):
+        """The native data set; Error once it or its context is closed."""
+        return self._native.get()
 
     def __len__(self):
         return lib.bpt_dataset_size(self.handle)
@@ -559,9 +657,7 @@ class Dataset:
         return max(1, self.limit // batch_size)
 
     def close(self):
-        if self.handle:
-            lib.bpt_dataset_destroy(self.handle)
-            self.handle = None
+        self._native.close()
 
 
 def profile(context, enabled=True):

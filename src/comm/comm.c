@@ -69,11 +69,19 @@ bpt_status bpt_comm_wait_all(bpt_comm *comm, bpt_comm_request **requests, int co
     if (!pending) return BPT_OK;
     if ((rounds & 63) != 0) continue;
     double waited = bpt_comm_seconds() - start;
-    if (comm->timeout_seconds > 0 && waited > comm->timeout_seconds)
+    if (comm->timeout_seconds > 0 && waited > comm->timeout_seconds) {
+      char waiting[160];
+      snprintf(waiting, sizeof waiting, "a peer");
+      for (int i = 0; i < count && comm->engine->describe_waiting; i++)
+        if (requests[i]) {
+          comm->engine->describe_waiting(comm, requests[i], waiting, sizeof waiting);
+          break;
+        }
       return bpt_comm_fail(comm, BPT_ERR_COMM,
-                           "%s: %s did not complete within the %.3g s timeout: a peer died, hung or is not "
-                           "calling the same collectives",
-                           comm->engine->name, what, comm->timeout_seconds);
+                           "%s: %s did not complete within the %.3g s timeout: no answer from %s (died, hung, stopped "
+                           "or not calling the same collectives)",
+                           comm->engine->name, what, comm->timeout_seconds, waiting);
+    }
     pause_briefly(waited);
   }
 }
@@ -178,16 +186,28 @@ bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int 
   BPT_CHECK(load_engine(context, "nccl", &nccl, "bpt_comm_create_nccl_mpi"));
   bpt_comm_unique_id id;
   int rank = 0, size = 0, local_rank = 0;
-  BPT_CHECK(mpi->mpi_share_id(context, mpi_comm, &id, &rank, &size, &local_rank));
+  bpt_comm_options copy = bpt_comm_options_default();
+  if (options)
+    BPT_CHECK(bpt_copy_options(context, &copy, sizeof copy, options, options->size,
+                               offsetof(bpt_comm_options, timeout_seconds) + sizeof copy.timeout_seconds,
+                               "bpt_comm_create_nccl_mpi"));
+  if (!(copy.timeout_seconds >= 0.0) || !isfinite(copy.timeout_seconds))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_comm_create_nccl_mpi: timeout_seconds %g must be finite and >= 0 (0: none)",
+                     copy.timeout_seconds);
+  BPT_CHECK(mpi->mpi_share_id(context, mpi_comm, copy.timeout_seconds, &id, &rank, &size, &local_rank));
   return bpt_comm_create_nccl(context, &id, rank, size, device >= 0 ? device : local_rank, options, out);
 }
 
-void bpt_comm_destroy(bpt_comm *comm) {
-  if (!comm) return;
-  if (comm->engine && comm->engine->destroy) comm->engine->destroy(comm);
+bpt_status bpt_comm_close(bpt_comm *comm) {
+  if (!comm) return BPT_OK;
+  bpt_status status = comm->engine && comm->engine->destroy ? comm->engine->destroy(comm) : BPT_OK;
   bpt_context_release(comm->context);
   free(comm);
+  return status;
 }
+
+void bpt_comm_destroy(bpt_comm *comm) { (void)bpt_comm_close(comm); }
 
 void bpt_comm_abort_job(bpt_comm *comm, int exit_code) {
   if (comm && comm->engine && comm->engine->abort_job) comm->engine->abort_job(comm, exit_code);

@@ -30,9 +30,12 @@ typedef struct bpt_comm_engine_table {
   bpt_status (*order_after)(bpt_comm *comm, void *stream);
   /* Advances the request; sets *done (and frees it) once complete. An error marks the comm failed. */
   bpt_status (*test)(bpt_comm *comm, bpt_comm_request *request, bool *done);
-  /* Frees local resources without talking to peers when comm->failed. */
-  void (*destroy)(bpt_comm *comm);
+  /* Frees local resources without talking to peers when comm->failed; otherwise at most the timeout waiting
+   * for them, then BPT_ERR_COMM (recorded with bpt_comm_fail) naming those that did not answer. */
+  bpt_status (*destroy)(bpt_comm *comm);
   void (*abort_job)(bpt_comm *comm, int exit_code);
+  /* Optional: writes which ranks the unfinished request is still waiting for ("rank 1") into text. */
+  void (*describe_waiting)(bpt_comm *comm, bpt_comm_request *request, char *text, size_t size);
 } bpt_comm_engine_table;
 
 struct bpt_comm {
@@ -49,8 +52,8 @@ struct bpt_comm {
 bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t mpi_comm, bool progress_thread);
 bpt_status bpt_comm_nccl_open(bpt_comm *comm, const bpt_comm_unique_id *id, int rank, int world_size, int device);
 /* MPI helpers for NCCL's bootstrap: rank and node-local rank of mpi_comm, and a broadcast of the id. */
-bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t mpi_comm, bpt_comm_unique_id *id, int *rank, int *size,
-                                 int *local_rank);
+bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t mpi_comm, double timeout, bpt_comm_unique_id *id,
+                                 int *rank, int *size, int *local_rank);
 
 /* Records a failure on the communicator: it becomes unusable and the message lands on its context. */
 bpt_status bpt_comm_fail(bpt_comm *comm, bpt_status status, const char *format, ...)

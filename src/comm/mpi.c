@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -93,6 +94,205 @@ static bpt_status mpi_failure(bpt_comm *comm, int code, const char *what) {
 }
 
 static int modulo(int a, int b) { return ((a % b) + b) % b; }
+
+/* The tag of the roll calls on the caller's communicator (create) and on ours (destroy): MPI guarantees tags
+ * up to 32767. On our duplicate no ring is in flight by the time destroy calls it. */
+enum { ROLL_CALL_TAG = 32766 };
+
+/* Set once a blocking MPI call (MPI_Init_thread, MPI_Finalize) was left running on its helper thread after
+ * the timeout: that thread may still be inside MPI, so nothing here calls MPI again. */
+static const char *wedged_call;
+
+static bpt_status check_not_wedged(bpt_context *context, const char *where) {
+  if (!wedged_call) return BPT_OK;
+  return bpt_error(context, BPT_ERR_STATE,
+                   "%s: an earlier %s did not return within its timeout and is still blocked; MPI cannot be used "
+                   "again in this process (exit, or let the launcher end the job)",
+                   where, wedged_call);
+}
+
+static void pause_after(double waited) {
+  if (waited < 0.01) return; /* a peer a little behind usually answers within milliseconds */
+  struct timespec pause = {0, waited < 1.0 ? 20000 : 200000};
+  nanosleep(&pause, NULL);
+}
+
+/* A blocking MPI call that cannot be made non-blocking, run on its own thread so the caller can stop
+ * waiting after the timeout. Abandoned, the thread frees the call when (if ever) MPI returns. */
+typedef struct blocking_call {
+  pthread_mutex_t lock;
+  pthread_cond_t finished;
+  bool done, abandoned;
+  bool initialise; /* MPI_Init_thread; MPI_Finalize otherwise */
+  int result, provided;
+} blocking_call;
+
+static void *run_blocking_call(void *argument) {
+  blocking_call *call = argument;
+  int result = call->initialise ? MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &call->provided) : MPI_Finalize();
+  pthread_mutex_lock(&call->lock);
+  call->result = result;
+  call->done = true;
+  bool abandoned = call->abandoned;
+  pthread_cond_signal(&call->finished);
+  pthread_mutex_unlock(&call->lock);
+  if (abandoned) {
+    pthread_mutex_destroy(&call->lock);
+    pthread_cond_destroy(&call->finished);
+    free(call);
+  }
+  return NULL;
+}
+
+/* Runs MPI_Init_thread (initialise) or MPI_Finalize on a helper thread and waits at most timeout seconds
+ * (0: forever). Returns 1 with *result when it returned in time, 0 when abandoned (then wedged_call is
+ * set), -1 when no thread could be started (then the call ran on this thread). */
+static int call_bounded(bool initialise, double timeout, int *result, int *provided) {
+  blocking_call *call = calloc(1, sizeof *call);
+  pthread_condattr_t attributes;
+  pthread_attr_t thread_attributes;
+  pthread_t thread;
+  if (call) {
+    call->initialise = initialise;
+    pthread_mutex_init(&call->lock, NULL);
+    pthread_condattr_init(&attributes);
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
+    pthread_cond_init(&call->finished, &attributes);
+    pthread_condattr_destroy(&attributes);
+    pthread_attr_init(&thread_attributes);
+    pthread_attr_setdetachstate(&thread_attributes, PTHREAD_CREATE_DETACHED);
+  }
+  if (!call || pthread_create(&thread, &thread_attributes, run_blocking_call, call) != 0) {
+    if (call) {
+      pthread_attr_destroy(&thread_attributes);
+      pthread_mutex_destroy(&call->lock);
+      pthread_cond_destroy(&call->finished);
+      free(call);
+    }
+    *result = initialise ? MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, provided) : MPI_Finalize();
+    return -1;
+  }
+  pthread_attr_destroy(&thread_attributes);
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  double whole = (double)(long long)timeout;
+  deadline.tv_sec += (time_t)whole;
+  deadline.tv_nsec += (long)((timeout - whole) * 1e9);
+  if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&call->lock);
+  while (!call->done) {
+    if (timeout <= 0)
+      pthread_cond_wait(&call->finished, &call->lock);
+    else if (pthread_cond_timedwait(&call->finished, &call->lock, &deadline) != 0 && !call->done)
+      break;
+  }
+  bool done = call->done;
+  if (!done) {
+    call->abandoned = true;
+    wedged_call = initialise ? "MPI_Init_thread" : "MPI_Finalize";
+  }
+  *result = call->result;
+  if (provided) *provided = call->provided;
+  pthread_mutex_unlock(&call->lock);
+  if (done) {
+    pthread_mutex_destroy(&call->lock);
+    pthread_cond_destroy(&call->finished);
+    free(call);
+  }
+  return done ? 1 : 0;
+}
+
+/* "rank 1" or "ranks 1, 3, 4" into text. */
+static void list_ranks(const int *ranks, int count, char *text, size_t size) {
+  size_t used = (size_t)snprintf(text, size, "rank%s", count == 1 ? "" : "s");
+  for (int i = 0; i < count && used < size; i++) {
+    if (i == 8 && count > 9) {
+      snprintf(text + used, size - used, " and %d more", count - i);
+      return;
+    }
+    used += (size_t)snprintf(text + used, size - used, "%s %d", i ? "," : "", ranks[i]);
+  }
+}
+
+/* Before MPI_Init_thread returns only the launcher's environment says who we are: the ranks that did not
+ * answer are the others. */
+static void describe_other_launch_ranks(char *text, size_t size) {
+  const char *rank_text = getenv("OMPI_COMM_WORLD_RANK"), *size_text = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!rank_text) rank_text = getenv("PMI_RANK");
+  if (!size_text) size_text = getenv("PMI_SIZE");
+  int rank = rank_text ? atoi(rank_text) : -1, world = size_text ? atoi(size_text) : 0;
+  if (rank < 0 || world < 2 || rank >= world) {
+    snprintf(text, size, "another rank of the job (the launcher's environment does not say which)");
+    return;
+  }
+  int others[9] = {0}, count = 0;
+  for (int r = 0; r < world && count < 9; r++)
+    if (r != rank) others[count++] = r;
+  char listed[128];
+  list_ranks(others, count, listed, sizeof listed);
+  snprintf(text, size, "%s%s%s (this is rank %d of %d)", count > 1 ? "one or more of " : "", listed,
+           world - 1 > count ? ", ..." : "", rank, world);
+}
+
+/* Exchanges an empty message with every other rank of comm on tag and waits at most timeout seconds (0:
+ * forever). Returns MPI_SUCCESS when all answered; MPI_ERR_PENDING when some did not, named in missing;
+ * another MPI code on error (with *call naming the MPI call). Requests still open at the timeout are
+ * cancelled or freed, so nothing is left that refers to this function's memory. */
+static int roll_call(MPI_Comm comm, int tag, double timeout, char *missing, size_t missing_size, const char **call) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if (size <= 1) return MPI_SUCCESS;
+  MPI_Request *requests = malloc(sizeof *requests * 2 * (size_t)(size - 1));
+  int *silent = malloc(sizeof *silent * (size_t)size);
+  if (!requests || !silent) {
+    free(requests);
+    free(silent);
+    *call = "malloc (roll call)";
+    return MPI_ERR_NO_MEM;
+  }
+  int code = MPI_SUCCESS, posted = 0;
+  static char empty[1];
+  for (int peer = 0; peer < size && code == MPI_SUCCESS; peer++) {
+    if (peer == rank) continue;
+    code = MPI_Irecv(empty, 0, MPI_BYTE, peer, tag, comm, &requests[posted]);
+    *call = "MPI_Irecv (roll call)";
+    if (code != MPI_SUCCESS) break;
+    posted++;
+    code = MPI_Isend(empty, 0, MPI_BYTE, peer, tag, comm, &requests[posted]);
+    *call = "MPI_Isend (roll call)";
+    if (code == MPI_SUCCESS) posted++;
+  }
+  double start = bpt_comm_seconds();
+  int flag = 0;
+  while (code == MPI_SUCCESS) {
+    code = MPI_Testall(posted, requests, &flag, MPI_STATUSES_IGNORE);
+    *call = "MPI_Testall (roll call)";
+    if (code != MPI_SUCCESS || flag) break;
+    double waited = bpt_comm_seconds() - start;
+    if (timeout > 0 && waited > timeout) {
+      code = MPI_ERR_PENDING;
+      break;
+    }
+    pause_after(waited);
+  }
+  int count = 0;
+  for (int i = 0; i < posted; i++) {
+    if (requests[i] == MPI_REQUEST_NULL) continue;
+    if (i % 2 == 0) { /* a receive nobody sent: its peer did not answer */
+      int peer = i / 2 < rank ? i / 2 : i / 2 + 1;
+      silent[count++] = peer;
+      MPI_Cancel(&requests[i]);
+    }
+    MPI_Request_free(&requests[i]);
+  }
+  if (code == MPI_ERR_PENDING && count > 0) list_ranks(silent, count, missing, missing_size);
+  if (code == MPI_ERR_PENDING && count == 0) snprintf(missing, missing_size, "a rank that has not taken our message");
+  free(requests);
+  free(silent);
+  return code;
+}
+
 
 static int64_t chunk_begin(const bpt_comm_request *request, int size, int chunk) {
   return request->count * chunk / size;
@@ -367,9 +567,15 @@ static bpt_status mpi_test(bpt_comm *comm, bpt_comm_request *request, bool *done
   return BPT_OK;
 }
 
-static void mpi_destroy(bpt_comm *comm) {
+/* Frees our communicator and, when the library initialised MPI and this is the last one, finalises MPI, but
+ * only after every rank answered a roll call within the timeout: MPI_Finalize waits for every rank, and a
+ * stopped one would hold it forever. MPI_Finalize itself runs on a helper thread, bounded by the timeout
+ * too. When a rank does not answer MPI is left initialised: the process cannot use MPI again and should
+ * exit (the launcher then ends the job) or call bpt_comm_abort_job(). */
+static bpt_status mpi_destroy(bpt_comm *comm) {
   mpi_state *state = state_of(comm);
-  if (!state) return;
+  if (!state) return BPT_OK;
+  const char *where = "bpt_comm_destroy";
   if (state->progress_thread_running) { /* it never blocks inside MPI, so it stops promptly */
     pthread_mutex_lock(&state->lock);
     state->stopping = true;
@@ -381,21 +587,66 @@ static void mpi_destroy(bpt_comm *comm) {
   pthread_cond_destroy(&state->wake);
   int finalized = 0;
   MPI_Finalized(&finalized);
+  bpt_status status = BPT_OK;
   /* After a failure a peer may be gone: freeing the communicator or finalising could wait for it. */
-  if (!comm->failed && !finalized) MPI_Comm_free(&state->comm);
+  if (!comm->failed && !finalized && !wedged_call) {
+    char missing[160] = "";
+    const char *call = "";
+    int code = roll_call(state->comm, ROLL_CALL_TAG, comm->timeout_seconds, missing, sizeof missing, &call);
+    if (code == MPI_ERR_PENDING)
+      status = bpt_comm_fail(comm, BPT_ERR_COMM,
+                             "%s: no answer from %s within the %.3g s timeout (stopped, hung or not destroying its "
+                             "communicator); MPI was not finalised: exit, or end the job with bpt_comm_abort_job()",
+                             where, missing, comm->timeout_seconds);
+    else if (code != MPI_SUCCESS)
+      status = mpi_failure(comm, code, call);
+  }
+  if (!comm->failed && !finalized && !wedged_call) MPI_Comm_free(&state->comm);
   free(state->spare_scratch);
   free(state);
   comm->state = NULL;
-  if (--open_communicators == 0 && initialised_by_us && !comm->failed && !finalized) {
-    MPI_Finalize();
+  if (--open_communicators == 0 && initialised_by_us && !comm->failed && !finalized && !wedged_call) {
+    int code = MPI_SUCCESS;
+    if (call_bounded(false, comm->timeout_seconds, &code, NULL) == 0)
+      status = bpt_comm_fail(comm, BPT_ERR_COMM,
+                             "%s: MPI_Finalize did not return within the %.3g s timeout (a rank stopped after the "
+                             "closing roll call); MPI cannot be used again in this process: exit, or let the "
+                             "launcher end the job",
+                             where, comm->timeout_seconds);
     initialised_by_us = 0;
   }
+  return status;
 }
 
 static void mpi_abort_job(bpt_comm *comm, int exit_code) {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Abort(comm->state ? state_of(comm)->comm : MPI_COMM_WORLD, exit_code);
+  if (!finalized && !wedged_call) MPI_Abort(comm->state ? state_of(comm)->comm : MPI_COMM_WORLD, exit_code);
+}
+
+static void mpi_describe_waiting(bpt_comm *comm, bpt_comm_request *request, char *text, size_t size) {
+  mpi_state *state = state_of(comm);
+  int left = modulo(state->rank - 1, state->size), right = (state->rank + 1) % state->size;
+  if (request->kind == REQUEST_RING) {
+    bool receiving = false, sending = false;
+    pthread_mutex_lock(&state->lock);
+    for (int s = 0; s < request->segments; s++) {
+      sending = sending || request->requests[2 * s] != MPI_REQUEST_NULL;
+      receiving = receiving || request->requests[2 * s + 1] != MPI_REQUEST_NULL;
+    }
+    pthread_mutex_unlock(&state->lock);
+    if (receiving || sending) { /* the ring waits on its neighbours: the left one sends to us */
+      snprintf(text, size, "rank %d (its ring message %s)", receiving ? left : right,
+               receiving ? "has not arrived" : "was not taken");
+      return;
+    }
+  }
+  int others[8] = {0}, count = 0;
+  for (int r = 0; r < state->size && count < 8; r++)
+    if (r != state->rank) others[count++] = r;
+  char listed[96];
+  list_ranks(others, count, listed, sizeof listed);
+  snprintf(text, size, "%s%s%s", count > 1 ? "one or more of " : "", listed, state->size - 1 > count ? ", ..." : "");
 }
 
 static const bpt_comm_engine_table mpi_engine = {
@@ -409,19 +660,30 @@ static const bpt_comm_engine_table mpi_engine = {
     /* .test = */ mpi_test,
     /* .destroy = */ mpi_destroy,
     /* .abort_job = */ mpi_abort_job,
+    /* .describe_waiting = */ mpi_describe_waiting,
 };
 
-/* Turns the caller's handle into an MPI_Comm, initialising MPI for BPT_COMM_MPI_WORLD when needed. */
-static bpt_status resolve(bpt_context *context, int64_t handle, MPI_Comm *out, const char *where) {
+/* Turns the caller's handle into an MPI_Comm, initialising MPI for BPT_COMM_MPI_WORLD when needed (on a
+ * helper thread, so that a rank that never arrives costs the timeout, not a hang). */
+static bpt_status resolve(bpt_context *context, int64_t handle, double timeout, MPI_Comm *out, const char *where) {
+  BPT_CHECK(check_not_wedged(context, where));
   int initialised = 0, finalized = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalized);
   if (finalized) return bpt_error(context, BPT_ERR_STATE, "%s: MPI was already finalised", where);
   if (handle == BPT_COMM_MPI_WORLD) {
     if (!initialised) {
-      int provided = 0;
-      if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-        return bpt_error(context, BPT_ERR_COMM, "%s: MPI_Init_thread failed", where);
+      int provided = 0, code = MPI_SUCCESS;
+      if (call_bounded(true, timeout, &code, &provided) == 0) {
+        char others[192];
+        describe_other_launch_ranks(others, sizeof others);
+        return bpt_error(context, BPT_ERR_COMM,
+                         "%s: MPI_Init_thread did not return within the %.3g s timeout: no answer from %s (stopped, "
+                         "hung or never started); MPI cannot be used again in this process: exit, or let the "
+                         "launcher end the job",
+                         where, timeout, others);
+      }
+      if (code != MPI_SUCCESS) return bpt_error(context, BPT_ERR_COMM, "%s: MPI_Init_thread failed", where);
       initialised_by_us = 1;
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     }
@@ -440,19 +702,66 @@ static bpt_status resolve(bpt_context *context, int64_t handle, MPI_Comm *out, c
   return BPT_OK;
 }
 
+static bpt_status describe_mpi_error(bpt_context *context, int code, const char *call, const char *where) {
+  char message[MPI_MAX_ERROR_STRING] = "";
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  return bpt_error(context, BPT_ERR_COMM, "%s: %s failed: %s", where, call, message);
+}
+
+/* Every rank of parent answers within the timeout, or BPT_ERR_COMM names those that did not. Collective
+ * calls that cannot time out (MPI_Comm_split_type) are safe to make after it, short of a rank stopping in
+ * between. */
+static bpt_status all_present(bpt_context *context, MPI_Comm parent, double timeout, const char *where) {
+  char missing[160] = "";
+  const char *call = "";
+  int code = roll_call(parent, ROLL_CALL_TAG, timeout, missing, sizeof missing, &call);
+  if (code == MPI_ERR_PENDING) {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(parent, &rank);
+    MPI_Comm_size(parent, &size);
+    return bpt_error(context, BPT_ERR_COMM,
+                     "%s: no answer from %s within the %.3g s timeout (stopped, hung or not calling %s) (rank %d of "
+                     "%d)",
+                     where, missing, timeout, where, rank, size);
+  }
+  return code == MPI_SUCCESS ? BPT_OK : describe_mpi_error(context, code, call, where);
+}
+
+/* MPI_Comm_idup polled against the deadline (MPI_Comm_dup blocks while any rank is away). */
+static bpt_status duplicate(bpt_context *context, MPI_Comm parent, double timeout, MPI_Comm *out, bool *abandoned,
+                            const char *where) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  int code = MPI_Comm_idup(parent, out, &request), flag = 0;
+  double start = bpt_comm_seconds();
+  while (code == MPI_SUCCESS && !flag) {
+    code = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+    double waited = bpt_comm_seconds() - start;
+    if (code == MPI_SUCCESS && !flag && timeout > 0 && waited > timeout) {
+      /* The request stays open (MPI may still write *out), so out must outlive it: the caller leaks it. */
+      *abandoned = true;
+      return bpt_error(context, BPT_ERR_COMM,
+                       "%s: MPI_Comm_idup did not complete within the %.3g s timeout: every rank had answered, so one "
+                       "stopped or left since",
+                       where, timeout);
+    }
+    if (!flag) pause_after(waited);
+  }
+  return code == MPI_SUCCESS ? BPT_OK : describe_mpi_error(context, code, "MPI_Comm_idup", where);
+}
+
 bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t handle, bool progress_thread) {
   const char *where = "bpt_comm_create_mpi";
   MPI_Comm parent;
-  BPT_CHECK(resolve(comm->context, handle, &parent, where));
+  BPT_CHECK(resolve(comm->context, handle, comm->timeout_seconds, &parent, where));
+  BPT_CHECK(all_present(comm->context, parent, comm->timeout_seconds, where));
   mpi_state *state = bpt_calloc(comm->context, 1, sizeof *state, "MPI communicator state");
   if (!state) return BPT_ERR_OUT_OF_MEMORY;
-  int code = MPI_Comm_dup(parent, &state->comm);
-  if (code != MPI_SUCCESS) {
-    free(state);
-    char message[MPI_MAX_ERROR_STRING] = "";
-    int length = 0;
-    MPI_Error_string(code, message, &length);
-    return bpt_error(comm->context, BPT_ERR_COMM, "%s: MPI_Comm_dup failed: %s", where, message);
+  bool abandoned = false;
+  bpt_status status = duplicate(comm->context, parent, comm->timeout_seconds, &state->comm, &abandoned, where);
+  if (status != BPT_OK) {
+    if (!abandoned) free(state); /* abandoned, it stays: the open MPI_Comm_idup may still write to it */
+    return status;
   }
   MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(state->comm, &comm->rank);
@@ -474,11 +783,12 @@ bpt_status bpt_comm_mpi_open(bpt_comm *comm, int64_t handle, bool progress_threa
   return BPT_OK;
 }
 
-bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t handle, bpt_comm_unique_id *id, int *rank, int *size,
-                                 int *local_rank) {
+bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t handle, double timeout, bpt_comm_unique_id *id,
+                                 int *rank, int *size, int *local_rank) {
   const char *where = "bpt_comm_create_nccl_mpi";
   MPI_Comm parent;
-  BPT_CHECK(resolve(context, handle, &parent, where));
+  BPT_CHECK(resolve(context, handle, timeout, &parent, where));
+  BPT_CHECK(all_present(context, parent, timeout, where));
   MPI_Comm_rank(parent, rank);
   MPI_Comm_size(parent, size);
   /* Rank 0's status travels with the id, so that a failure there fails every rank instead of hanging them. */
@@ -488,8 +798,24 @@ bpt_status bpt_comm_mpi_share_id(bpt_context *context, int64_t handle, bpt_comm_
   } message;
   memset(&message, 0, sizeof message);
   if (*rank == 0) message.status = bpt_comm_nccl_unique_id(context, &message.id);
-  if (MPI_Bcast(&message, (int)sizeof message, MPI_BYTE, 0, parent) != MPI_SUCCESS)
-    return bpt_error(context, BPT_ERR_COMM, "%s: broadcasting the NCCL id failed", where);
+  /* Non-blocking, polled against the deadline; static because an abandoned broadcast may still write it. */
+  static struct {
+    int32_t status;
+    bpt_comm_unique_id id;
+  } received;
+  if (*rank == 0) memcpy(&received, &message, sizeof message);
+  MPI_Request request = MPI_REQUEST_NULL;
+  int code = MPI_Ibcast(&received, (int)sizeof received, MPI_BYTE, 0, parent, &request), flag = 0;
+  for (double start = bpt_comm_seconds(); code == MPI_SUCCESS && !flag;) {
+    code = MPI_Test(&request, &flag, MPI_STATUS_IGNORE);
+    double waited = bpt_comm_seconds() - start;
+    if (code == MPI_SUCCESS && !flag && timeout > 0 && waited > timeout)
+      return bpt_error(context, BPT_ERR_COMM, "%s: broadcasting the NCCL id did not complete within %.3g s (rank %d)",
+                       where, timeout, *rank);
+    if (!flag) pause_after(waited);
+  }
+  if (code != MPI_SUCCESS) return bpt_error(context, BPT_ERR_COMM, "%s: broadcasting the NCCL id failed", where);
+  memcpy(&message, &received, sizeof message);
   if (message.status != BPT_OK)
     return *rank == 0 ? (bpt_status)message.status
                       : bpt_error(context, (bpt_status)message.status, "%s: rank 0 could not make an NCCL id", where);

@@ -162,9 +162,10 @@ static bpt_status nccl_test(bpt_comm *comm, bpt_comm_request *request, bool *don
   return BPT_OK;
 }
 
-static void nccl_destroy(bpt_comm *comm) {
+static bpt_status nccl_destroy(bpt_comm *comm) {
   nccl_state *state = state_of(comm);
-  if (!state) return;
+  if (!state) return BPT_OK;
+  bpt_status status = BPT_OK;
   cudaSetDevice(state->device);
   if (state->comm) {
     bool clean = false;
@@ -175,6 +176,14 @@ static void nccl_destroy(bpt_comm *comm) {
              (comm->timeout_seconds == 0 || bpt_comm_seconds() - start < comm->timeout_seconds))
         ncclCommGetAsyncError(state->comm, &result);
       clean = result == ncclSuccess;
+      if (result == ncclInProgress)
+        status = bpt_comm_fail(comm, BPT_ERR_COMM,
+                               "bpt_comm_destroy: ncclCommFinalize did not complete within the %.3g s timeout (a peer "
+                               "stopped or is not destroying its communicator); the communicator was aborted",
+                               comm->timeout_seconds);
+      else if (!clean)
+        status = bpt_comm_fail(comm, BPT_ERR_COMM, "bpt_comm_destroy: ncclCommFinalize failed: %s",
+                               ncclGetErrorString(result));
     }
     if (clean)
       ncclCommDestroy(state->comm);
@@ -186,6 +195,7 @@ static void nccl_destroy(bpt_comm *comm) {
   if (state->stream) cudaStreamDestroy(state->stream);
   free(state);
   comm->state = NULL;
+  return status;
 }
 
 static void nccl_abort_job(bpt_comm *comm, int exit_code) {
@@ -209,6 +219,7 @@ static const bpt_comm_engine_table nccl_engine = {
     /* .test = */ nccl_test,
     /* .destroy = */ nccl_destroy,
     /* .abort_job = */ nccl_abort_job,
+    /* .describe_waiting = */ NULL,
 };
 
 bpt_status bpt_comm_nccl_unique_id(bpt_context *context, bpt_comm_unique_id *out) {

@@ -9,6 +9,7 @@
 
 #include "comm/range_reduce.h"
 #include "core/gradient_ranges.h"
+#include "core/graph_signature.h"
 #include "core/profiler.h"
 
 struct bpt_data_parallel {
@@ -225,6 +226,7 @@ bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_
   if (bpt_comm_reads_device_memory(comm) && cpu)
     return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: the %s engine reduces device memory; use the cuda backend",
                      where, bpt_comm_engine(comm));
+  BPT_CHECK(bpt_graph_signature_check(graph, comm, where)); /* the same model on every rank */
   bpt_data_parallel *dp = bpt_calloc(context, 1, sizeof *dp, "data parallel state");
   if (!dp) return BPT_ERR_OUT_OF_MEMORY;
   dp->graph = graph;

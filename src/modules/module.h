@@ -58,8 +58,8 @@ typedef struct bpt_module_interface {
   bpt_status (*probe)(char *message, size_t message_size);
   /* Comm engine modules (src/comm/comm.h describes each). */
   bpt_status (*mpi_open)(bpt_comm *comm, int64_t mpi_comm, bool progress_thread);
-  bpt_status (*mpi_share_id)(bpt_context *context, int64_t mpi_comm, bpt_comm_unique_id *id, int *rank, int *size,
-                             int *local_rank);
+  bpt_status (*mpi_share_id)(bpt_context *context, int64_t mpi_comm, double timeout, bpt_comm_unique_id *id,
+                             int *rank, int *size, int *local_rank);
   bpt_status (*nccl_open)(bpt_comm *comm, const bpt_comm_unique_id *id, int rank, int world_size, int device);
   bpt_status (*nccl_unique_id)(bpt_context *context, bpt_comm_unique_id *out);
 } bpt_module_interface;
