@@ -72,3 +72,9 @@ foreach(test check_abi check_downstream check_modules check_python check_python_
     set_tests_properties(${test} PROPERTIES LABELS package TIMEOUT 600 SKIP_RETURN_CODE 77)
   endif()
 endforeach()
+# Both install the build tree (cmake --install writes install_manifest.txt into it): one at a time.
+foreach(test check_downstream check_modules)
+  if(test IN_LIST BPT_CHECK_TESTS)
+    set_tests_properties(${test} PROPERTIES RESOURCE_LOCK build_tree_install)
+  endif()
+endforeach()
