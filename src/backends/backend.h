@@ -49,6 +49,9 @@ typedef struct bpt_update_args {
   float beta1, beta2, epsilon;
   bool decoupled_weight_decay;
   int64_t step; /* 1-based step number, for Adam's bias correction */
+  /* Optional (NULL: none), device int32: set to 1 when a parameter this update writes is inf or NaN, never
+   * cleared here. Every update kernel honours it, so the per-step parameter check costs no pass of its own. */
+  int32_t *found_nonfinite;
 } bpt_update_args;
 
 /* Op ids, from src/core/ops.def: the keys under which a backend registers an op's kernels. */

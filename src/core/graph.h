@@ -225,6 +225,9 @@ bpt_status bpt_anomaly_check(bpt_node *node);
 /* After an optimiser update: BPT_ERR_NUMERIC naming the first parameter that holds an inf or NaN, unless the
  * check is off (parameter_check.c; called from bpt_optimizer_step). */
 bpt_status bpt_parameter_check_after_step(bpt_graph *graph, int64_t step);
+/* The device flag the update kernels set (bpt_update_args.found_nonfinite), allocated on first use; NULL when
+ * the check is off. */
+bpt_status bpt_parameter_check_prepare(bpt_graph *graph, int32_t **flag);
 /* Frees the check's device flag (with the graph's device memory). */
 void bpt_parameter_check_release(bpt_graph *graph);
 bpt_status bpt_anomaly_check_backward(bpt_node *node);

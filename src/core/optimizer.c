@@ -170,7 +170,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   if (!graph->backward_done)
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: run bpt_graph_backward first");
   BPT_CHECK(bpt_thread_guard_enter(graph->context, "bpt_optimizer_step"));
-  if (optimizer->steps == INT64_MAX) /* restorable from a checkpoint: the next step must not wrap (issue 18) */
+  if (optimizer->steps == INT64_MAX) /* restorable from a checkpoint: the next step must not wrap */
     return bpt_error(graph->context, BPT_ERR_STATE, "bpt_optimizer_step: the step count is INT64_MAX and cannot advance");
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BEFORE_UPDATE, -1));
   /* A precision policy unscales and checks the gradients and may skip this update. Without one the step is
@@ -195,6 +195,8 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "bpt_optimizer_step: backend '%s' has no %s update kernel",
                      backend->vtable->name, o->kind == BPT_OPTIMIZER_SGD ? "SGD" : "Adam");
   backend->error_message[0] = 0;
+  int32_t *found_nonfinite = NULL;
+  BPT_CHECK(bpt_parameter_check_prepare(graph, &found_nonfinite));
   /* One kernel call per run of consecutive trainable parameters with equal settings; a run ends where the
    * next parameter begins, so alignment padding (zero values, zero gradients) rides along unchanged. */
   for (int first = 0; first < graph->parameter_count;) {
@@ -223,14 +225,15 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
                             .beta2 = o->beta2,
                             .epsilon = o->epsilon,
                             .decoupled_weight_decay = o->kind == BPT_OPTIMIZER_ADAMW,
-                            .step = optimizer->steps + 1};
+                            .step = optimizer->steps + 1,
+                            .found_nonfinite = found_nonfinite};
     bpt_status status = kernel(backend, &args);
     if (status != BPT_OK) return bpt_backend_error(graph->context, status, "bpt_optimizer_step");
     first = last + 1;
   }
   graph->random_step++;
   optimizer->steps++;
-  return bpt_parameter_check_after_step(graph, optimizer->steps); /* inf/NaN parameters fail the step (issue 18) */
+  return bpt_parameter_check_after_step(graph, optimizer->steps); /* inf/NaN parameters fail the step */
 }
 
 bpt_status bpt_optimizer_set_learning_rate(bpt_optimizer *optimizer, float learning_rate) {

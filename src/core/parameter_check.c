@@ -1,5 +1,5 @@
-/* The per-step parameter check (robustness, issue 18 class 8): after every optimiser update, one backend
- * reduction over the flat parameter block tells whether any parameter became inf or NaN. A NaN in the input
+/* The per-step parameter check: every update kernel sets a flag when a parameter it writes is inf or NaN
+ * (bpt_update_args.found_nonfinite, inside the update's own pass), and the step reads the flag. A NaN in the input
  * can pass ReLU as 0 and leave the loss finite while the weights it touched are lost; this makes that step's
  * bpt_optimizer_step() fail with BPT_ERR_NUMERIC naming the first such parameter, instead of reporting success. */
 #include "bptrain/anomaly.h"
@@ -9,7 +9,6 @@
 #include <stdlib.h>
 
 #include "core/graph.h"
-#include "core/precision.h"
 
 bpt_status bpt_graph_set_parameter_check(bpt_graph *graph, int enabled) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_set_parameter_check: graph is NULL");
@@ -19,15 +18,13 @@ bpt_status bpt_graph_set_parameter_check(bpt_graph *graph, int enabled) {
 
 int bpt_graph_parameter_check(const bpt_graph *graph) { return graph && !graph->parameter_check_off ? 1 : 0; }
 
-/* How often a device backend's flag is read back. The check itself runs after every step, on the device, into
- * a flag that stays set; reading the flag is a host-device synchronisation, which a step without a precision
+/* How often a device backend's flag is read back. The update kernels set it on the device every step, and it
+ * stays set; reading it is a host-device synchronisation, which a step without a precision
  * policy must not pay every time (so a device step reports a lost parameter up to this many steps late, and
  * says which steps). On a backend whose memory is host memory the flag is read every step, for free. */
 #define DEVICE_READ_INTERVAL 64
 
-/* The slow path, only once a parameter was found non-finite: which parameter, which element, how many. The
- * reduce_statistics fallback sums in float blocks, so parameters near FLT_MAX can overflow it while every
- * value is finite: then this finds none and the step stands. */
+/* The slow path, only once a parameter was found non-finite: which parameter, which element, how many. */
 static bpt_status name_non_finite(bpt_graph *graph, int64_t first_step, int64_t step) {
   const int64_t count = graph->parameter_elements;
   float *host = bpt_calloc(graph->context, (size_t)count, sizeof *host, "parameter check buffer");
@@ -65,39 +62,31 @@ static bpt_status name_non_finite(bpt_graph *graph, int64_t first_step, int64_t 
   return status;
 }
 
-/* Whether any parameter is inf or NaN, in one backend pass into the graph's own flag. unscale_check_finite with
- * a scale of 1 leaves every value as it is (x * 1 is exact) and vectorises; reduce_statistics, the fallback
- * (host memory only: it returns to the host), runs about 4x slower on the CPU. *read is false when the flag
- * was not read this step (a device backend between read-backs). */
-static bpt_status any_non_finite(bpt_graph *graph, int64_t step, bool *found, bool *read) {
-  bpt_backend *backend = graph->backend;
-  const bpt_backend_vtable *vtable = backend->vtable;
-  const int64_t count = graph->parameter_elements;
-  *found = false;
-  *read = true;
-  backend->error_message[0] = 0;
-  if (!vtable->unscale_check_finite) {
-    if (!vtable->is_host || !vtable->reduce_statistics) return BPT_OK; /* nothing to check with */
-    double sum = 0.0;
-    if (vtable->reduce_statistics(backend, count, graph->parameter_block, &sum, NULL, NULL) != BPT_OK)
-      return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_optimizer_step: checking the parameters");
-    /* Any inf or NaN makes the sum non-finite (and so, rarely, do finite values near FLT_MAX: see above). */
-    *found = !isfinite(sum);
-    return BPT_OK;
-  }
+bpt_status bpt_parameter_check_prepare(bpt_graph *graph, int32_t **flag) {
+  *flag = NULL;
+  if (graph->parameter_check_off || graph->parameter_elements == 0) return BPT_OK;
   if (!graph->parameter_check_flag) { /* once per compiled graph, not per step */
-    void *flag = NULL;
-    if (vtable->alloc(backend, sizeof(int32_t), &flag) != BPT_OK || vtable->memset_zero(backend, flag, sizeof(int32_t)) != BPT_OK) {
-      if (flag) vtable->free(backend, flag);
+    bpt_backend *backend = graph->backend;
+    void *memory = NULL;
+    if (backend->vtable->alloc(backend, sizeof(int32_t), &memory) != BPT_OK ||
+        backend->vtable->memset_zero(backend, memory, sizeof(int32_t)) != BPT_OK) {
+      if (memory) backend->vtable->free(backend, memory);
       return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_optimizer_step: the parameter check's flag");
     }
-    graph->parameter_check_flag = flag;
-    graph->parameter_check_since = step;
+    graph->parameter_check_flag = memory;
   }
-  int32_t *flag = graph->parameter_check_flag;
-  if (vtable->unscale_check_finite(backend, count, graph->parameter_block, 1.0f, flag) != BPT_OK)
-    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_optimizer_step: checking the parameters");
-  int32_t value = 0;
+  *flag = graph->parameter_check_flag;
+  return BPT_OK;
+}
+
+/* Whether the update kernels flagged a parameter, read every step where the memory is host memory and every
+ * DEVICE_READ_INTERVAL steps elsewhere; *read is false between device read-backs. */
+static bpt_status flagged(bpt_graph *graph, int64_t step, bool *found, bool *read) {
+  bpt_backend *backend = graph->backend;
+  const bpt_backend_vtable *vtable = backend->vtable;
+  int32_t *flag = graph->parameter_check_flag, value = 0;
+  *found = false;
+  *read = true;
   if (vtable->is_host) {
     value = *flag;
   } else {
@@ -116,11 +105,11 @@ static bpt_status any_non_finite(bpt_graph *graph, int64_t step, bool *found, bo
 }
 
 bpt_status bpt_parameter_check_after_step(bpt_graph *graph, int64_t step) {
-  if (graph->parameter_check_off || graph->parameter_elements == 0) return BPT_OK;
+  if (graph->parameter_check_off || !graph->parameter_check_flag) return BPT_OK;
   bool found = false, read = true;
-  BPT_CHECK(any_non_finite(graph, step, &found, &read));
+  BPT_CHECK(flagged(graph, step, &found, &read));
   if (!read) return BPT_OK;
-  const int64_t since = graph->parameter_check_since;
+  const int64_t since = graph->parameter_check_since > 0 ? graph->parameter_check_since : step;
   graph->parameter_check_since = step + 1;
   return found ? name_non_finite(graph, since < step ? since : step, step) : BPT_OK;
 }
@@ -128,4 +117,5 @@ bpt_status bpt_parameter_check_after_step(bpt_graph *graph, int64_t step) {
 void bpt_parameter_check_release(bpt_graph *graph) {
   if (graph->parameter_check_flag) graph->backend->vtable->free(graph->backend, graph->parameter_check_flag);
   graph->parameter_check_flag = NULL;
+  graph->parameter_check_since = 0;
 }

@@ -1,7 +1,17 @@
 /* Optimiser update kernels on the CPU: one fused pass over the flat parameter block per step. */
+#include <float.h>
 #include <math.h>
 
 #include "backends/cpu/cpu.h"
+
+/* Inside the update loops: a value is finite when |w| <= FLT_MAX (false for NaN); an OR reduction that the
+ * compiler vectorises alongside the update, so the check reads nothing twice. */
+#define NOT_FINITE(x) (!(fabsf(x) <= FLT_MAX))
+
+static bpt_status report(const bpt_update_args *args, int bad) {
+  if (bad && args->found_nonfinite) *args->found_nonfinite = 1;
+  return BPT_OK;
+}
 
 bpt_status bpt_cpu_sgd_update(bpt_backend *backend, const bpt_update_args *args) {
   (void)backend;
@@ -9,27 +19,33 @@ bpt_status bpt_cpu_sgd_update(bpt_backend *backend, const bpt_update_args *args)
   const float *g = args->gradients;
   const float lr = args->learning_rate, decay = args->weight_decay, mu = args->momentum;
   const int64_t count = args->count;
+  int bad = 0;
   if (!velocity || mu == 0.0f) {
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) w[i] -= lr * (g[i] + decay * w[i]);
-    return BPT_OK;
+#pragma omp parallel for reduction(| : bad) if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t i = 0; i < count; i++) {
+      w[i] -= lr * (g[i] + decay * w[i]);
+      bad |= NOT_FINITE(w[i]);
+    }
+    return report(args, bad);
   }
   /* PyTorch's convention: v = mu v + g; Nesterov steps along g + mu v. */
   if (args->nesterov) {
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for reduction(| : bad) if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) {
       float gradient = g[i] + decay * w[i];
       velocity[i] = mu * velocity[i] + gradient;
       w[i] -= lr * (gradient + mu * velocity[i]);
+      bad |= NOT_FINITE(w[i]);
     }
   } else {
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for reduction(| : bad) if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) {
       velocity[i] = mu * velocity[i] + g[i] + decay * w[i];
       w[i] -= lr * velocity[i];
+      bad |= NOT_FINITE(w[i]);
     }
   }
-  return BPT_OK;
+  return report(args, bad);
 }
 
 bpt_status bpt_cpu_adam_update(bpt_backend *backend, const bpt_update_args *args) {
@@ -44,13 +60,15 @@ bpt_status bpt_cpu_adam_update(bpt_backend *backend, const bpt_update_args *args
   const float lr_decay = args->decoupled_weight_decay ? args->learning_rate * decay : 0.0f;
   const float l2_decay = args->decoupled_weight_decay ? 0.0f : decay;
   const int64_t count = args->count;
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++) {
     float gradient = g[i] + l2_decay * w[i];
     w[i] -= lr_decay * w[i];
     m[i] = b1 * m[i] + (1.0f - b1) * gradient;
     v[i] = b2 * v[i] + (1.0f - b2) * gradient * gradient;
     w[i] -= step_size * m[i] / (sqrtf(v[i]) / correction2_root + eps);
+    bad |= NOT_FINITE(w[i]);
   }
-  return BPT_OK;
+  return report(args, bad);
 }

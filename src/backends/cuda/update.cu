@@ -48,7 +48,12 @@ bpt_status bpt_cuda_sgd_update(bpt_backend *backend, const bpt_update_args *args
     sgd_momentum_kernel<<<blocks, BPT_CUDA_THREADS, 0, state->stream>>>(
         args->count, args->parameters, args->gradients, args->state0, args->learning_rate, args->weight_decay,
         args->momentum, args->nesterov);
-  return bpt_cuda_check_launch(backend, "sgd_update");
+  bpt_status status = bpt_cuda_check_launch(backend, "sgd_update");
+  if (status != BPT_OK) return status;
+  /* The parameter check's flag: the same stream, so no synchronisation (a second pass, in device bandwidth). */
+  if (args->found_nonfinite)
+    return bpt_cuda_unscale_check_finite(backend, args->count, args->parameters, 1.0f, args->found_nonfinite);
+  return BPT_OK;
 }
 
 bpt_status bpt_cuda_adam_update(bpt_backend *backend, const bpt_update_args *args) {
@@ -61,5 +66,9 @@ bpt_status bpt_cuda_adam_update(bpt_backend *backend, const bpt_update_args *arg
   adam_kernel<<<bpt_cuda_blocks(state, args->count), BPT_CUDA_THREADS, 0, state->stream>>>(
       args->count, args->parameters, args->gradients, args->state0, args->state1, args->beta1, args->beta2,
       args->epsilon, args->learning_rate / correction1, correction2_root, lr_decay, l2_decay);
-  return bpt_cuda_check_launch(backend, "adam_update");
+  bpt_status status = bpt_cuda_check_launch(backend, "adam_update");
+  if (status != BPT_OK) return status;
+  if (args->found_nonfinite)
+    return bpt_cuda_unscale_check_finite(backend, args->count, args->parameters, 1.0f, args->found_nonfinite);
+  return BPT_OK;
 }

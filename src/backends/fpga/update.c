@@ -38,11 +38,22 @@ static void sgd_kernel(const bpt_fpga_format *format, int64_t count, float *w, c
   }
 }
 
+/* The parameter check's flag (bpt_update_args.found_nonfinite): in hardware a comparator on the write port. */
+static void mark_nonfinite(const bpt_update_args *args) {
+  if (!args->found_nonfinite) return;
+  for (int64_t i = 0; i < args->count; i++)
+    if (!isfinite(args->parameters[i])) {
+      *args->found_nonfinite = 1;
+      return;
+    }
+}
+
 bpt_status bpt_fpga_sgd_update(bpt_backend *backend, const bpt_update_args *args) {
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   charge_update(&state->model, BPT_FPGA_KERNEL_SGD_UPDATE, args);
   sgd_kernel(&state->format, args->count, args->parameters, args->gradients, args->state0, args->learning_rate,
              args->weight_decay, args->momentum, args->nesterov);
+  mark_nonfinite(args);
   return BPT_OK;
 }
 
@@ -74,5 +85,6 @@ bpt_status bpt_fpga_adam_update(bpt_backend *backend, const bpt_update_args *arg
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "adam update needs both moment buffers");
   charge_update(&state->model, BPT_FPGA_KERNEL_ADAM_UPDATE, args);
   adam_kernel(&state->format, args);
+  mark_nonfinite(args);
   return BPT_OK;
 }
