@@ -154,6 +154,16 @@ static bpt_status check_dims(bpt_graph *graph, const char *what, const char *nam
   return BPT_OK;
 }
 
+bpt_status bpt_node_infer_elementwise_shape(bpt_node *node) {
+  const bpt_node *x = node->inputs[0];
+  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
+  node->batched = x->batched;
+  node->rank = x->rank;
+  for (int i = 0; i < x->rank; i++)
+    node->dims[i] = x->dims[i];
+  return BPT_OK;
+}
+
 bpt_status bpt_node_check_shape(const bpt_node *node) {
   char shape[96];
   const int first = node->batched ? 1 : 0;

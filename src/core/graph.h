@@ -150,6 +150,8 @@ struct bpt_graph {
 int64_t bpt_node_inner_count(const bpt_node *node);
 /* Elements of the node for the current batch. */
 int64_t bpt_node_count(const bpt_node *node);
+/* Element-wise ops' shape rule: the output takes input 0's shape; input 0 must be f32. */
+bpt_status bpt_node_infer_elementwise_shape(bpt_node *node);
 /* BPT_OK when every dimension of node's inferred shape is in [1, BPT_MAX_DIM] and its per-sample element count
  * at most BPT_MAX_ELEMENTS (core/checked.h); run after every shape rule, so no later size arithmetic wraps. */
 bpt_status bpt_node_check_shape(const bpt_node *node);

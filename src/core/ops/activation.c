@@ -5,14 +5,7 @@
 
 #include "core/graph.h"
 
-static bpt_status activation_infer_shape(bpt_node *node) {
-  const bpt_node *x = node->inputs[0];
-  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
-  node->batched = x->batched;
-  node->rank = x->rank;
-  for (int i = 0; i < x->rank; i++) node->dims[i] = x->dims[i];
-  return BPT_OK;
-}
+static bpt_status activation_infer_shape(bpt_node *node) { return bpt_node_infer_elementwise_shape(node); }
 
 /* The kernels tell the activations apart by op id; LeakyReLU's slope is float attribute 0. */
 static bpt_status activation_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }

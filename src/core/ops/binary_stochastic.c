@@ -5,14 +5,7 @@
 #include "core/graph.h"
 #include "base/number_format.h"
 
-static bpt_status binary_stochastic_infer_shape(bpt_node *node) {
-  const bpt_node *z = node->inputs[0];
-  if (z->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", z->name);
-  node->batched = z->batched;
-  node->rank = z->rank;
-  for (int i = 0; i < z->rank; i++) node->dims[i] = z->dims[i];
-  return BPT_OK;
-}
+static bpt_status binary_stochastic_infer_shape(bpt_node *node) { return bpt_node_infer_elementwise_shape(node); }
 
 /* A stream per node and forward pass, so two neurons never share uniforms. */
 static uint64_t node_seed(const bpt_node *node) {

@@ -3,15 +3,7 @@
  * can overwrite an unset gradient (beta 0). The element-wise loops are the backends' kernels. */
 #include "core/graph.h"
 
-static bpt_status gelu_infer_shape(bpt_node *node) {
-  const bpt_node *x = node->inputs[0];
-  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
-  node->batched = x->batched;
-  node->rank = x->rank;
-  for (int i = 0; i < x->rank; i++)
-    node->dims[i] = x->dims[i];
-  return BPT_OK;
-}
+static bpt_status gelu_infer_shape(bpt_node *node) { return bpt_node_infer_elementwise_shape(node); }
 
 static bpt_status gelu_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 

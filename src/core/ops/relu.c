@@ -13,15 +13,7 @@ static void relu_configure(bpt_node *node) {
   if (!bpt_node_supported_on(node, node->graph->backend)) node->int_attributes[USES_MASK] = 0;
 }
 
-static bpt_status relu_infer_shape(bpt_node *node) {
-  const bpt_node *x = node->inputs[0];
-  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
-  node->batched = x->batched;
-  node->rank = x->rank;
-  for (int i = 0; i < x->rank; i++)
-    node->dims[i] = x->dims[i];
-  return BPT_OK;
-}
+static bpt_status relu_infer_shape(bpt_node *node) { return bpt_node_infer_elementwise_shape(node); }
 
 static size_t relu_saved_bytes(const bpt_node *node) {
   if (!node->requires_grad || !uses_mask(node)) return 0;
