@@ -261,18 +261,6 @@ static void expect_refusal(const char *path, bpt_optimizer_kind kind, int64_t hi
   model_destroy(&m);
 }
 
-static unsigned char *read_file(const char *path, size_t *size) {
-  FILE *file = fopen(path, "rb");
-  assert_non_null(file);
-  fseek(file, 0, SEEK_END);
-  *size = (size_t)ftell(file);
-  fseek(file, 0, SEEK_SET);
-  unsigned char *bytes = malloc(*size);
-  assert_int_equal(fread(bytes, 1, *size, file), *size);
-  fclose(file);
-  return bytes;
-}
-
 static void mismatching_files_are_refused(void **state) {
   (void)state;
   model m;
@@ -329,7 +317,7 @@ static void mismatching_files_are_refused(void **state) {
 
   /* Corruption: one flipped byte in the parameters, a truncated file, trailing bytes, a bad magic. */
   size_t size;
-  unsigned char *bytes = read_file(path, &size);
+  unsigned char *bytes = test_read_file(path, &size);
   unsigned char *copy = malloc(size + 1);
   memcpy(copy, bytes, size);
   copy[size - 100] ^= 0x40;
@@ -365,7 +353,7 @@ static void check_extra_section(uint32_t flags, bool accepted) {
   const char *path = temporary("extra.ckpt");
   assert_ok(m.context, bpt_checkpoint_save(m.graph, path, NULL));
   size_t size;
-  unsigned char *bytes = read_file(path, &size);
+  unsigned char *bytes = test_read_file(path, &size);
   bpt_writer writer = {0};
   bpt_put_bytes(&writer, bytes, size);
   size_t start = bpt_section_begin(&writer, BPT_TAG('Z', 'Z', 'Z', 'Z'), flags);

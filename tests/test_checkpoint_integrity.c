@@ -84,18 +84,6 @@ static bpt_checkpoint_contents contents_of(net *n) {
   return contents;
 }
 
-static unsigned char *read_bytes(const char *path, size_t *size) {
-  FILE *file = fopen(path, "rb");
-  assert_non_null(file);
-  fseek(file, 0, SEEK_END);
-  *size = (size_t)ftell(file);
-  fseek(file, 0, SEEK_SET);
-  unsigned char *bytes = malloc(*size);
-  assert_int_equal(fread(bytes, 1, *size, file), *size);
-  fclose(file);
-  return bytes;
-}
-
 static uint32_t load32(const unsigned char *at) {
   return (uint32_t)at[0] | (uint32_t)at[1] << 8 | (uint32_t)at[2] << 16 | (uint32_t)at[3] << 24;
 }
@@ -258,7 +246,7 @@ static void expect_patched_refusal(const spec *s, uint32_t tag, size_t field, co
   const char *path = test_write_file("integrity-patched.ckpt", "", 0);
   assert_ok(a.context, bpt_checkpoint_save(a.graph, path, &contents));
   size_t size, length = 0;
-  unsigned char *bytes = read_bytes(path, &size);
+  unsigned char *bytes = test_read_file(path, &size);
   size_t payload = find_section(bytes, size, tag, &length);
   assert_true(payload != 0 && field + width <= length);
   memcpy(bytes + payload + field, value, width); /* little-endian host: the file's byte order */
@@ -331,7 +319,7 @@ static void every_flipped_bit_is_refused(void **state) {
   const char *path = test_write_file("integrity-flips.ckpt", "", 0);
   assert_ok(a.context, bpt_checkpoint_save(a.graph, path, &contents));
   size_t size;
-  unsigned char *bytes = read_bytes(path, &size);
+  unsigned char *bytes = test_read_file(path, &size);
   bpt_checkpoint_contents loaded = contents_of(&b);
   assert_ok(b.context, bpt_checkpoint_load_memory(b.graph, bytes, size, "intact", &loaded));
   assert_true(bpt_graph_loss_scale(b.graph) == 1024.0f);
@@ -432,7 +420,7 @@ static void old_format_is_refused_by_name(void **state) {
   const char *path = test_write_file("integrity-v1.ckpt", "", 0);
   assert_ok(a.context, bpt_checkpoint_save(a.graph, path, &contents));
   size_t size;
-  unsigned char *bytes = read_bytes(path, &size);
+  unsigned char *bytes = test_read_file(path, &size);
   store32(bytes + 8, 1);
   store32(bytes + 20, (uint32_t)crc32(0, bytes, 20));
   assert_fails(a.context, BPT_ERR_FORMAT, "format version 1",

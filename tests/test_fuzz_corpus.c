@@ -22,18 +22,6 @@ static const char *source_dir(void) {
   return directory ? directory : ".";
 }
 
-static unsigned char *slurp(const char *path, size_t *size) {
-  FILE *file = fopen(path, "rb");
-  if (!file) fail_msg("cannot open %s", path);
-  fseek(file, 0, SEEK_END);
-  *size = (size_t)ftell(file);
-  fseek(file, 0, SEEK_SET);
-  unsigned char *bytes = malloc(*size ? *size : 1);
-  if (*size && fread(bytes, 1, *size, file) != *size) fail_msg("cannot read %s", path);
-  fclose(file);
-  return bytes;
-}
-
 /* Runs every file of fuzz/<kind>/<target> through run; returns how many there were. */
 static int replay(const char *kind, const char *target, int (*run)(const uint8_t *, size_t)) {
   char folder[4096];
@@ -47,7 +35,7 @@ static int replay(const char *kind, const char *target, int (*run)(const uint8_t
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", folder, entry->d_name);
     size_t size;
-    unsigned char *bytes = slurp(path, &size);
+    unsigned char *bytes = test_read_file(path, &size);
     run(bytes, size);
     free(bytes);
     count++;
@@ -104,7 +92,7 @@ static void huge_idx_header_does_not_allocate(void **state) {
   char path[4096];
   snprintf(path, sizeof path, "%s/fuzz/regressions/idx/huge-header-short-file", source_dir());
   size_t size;
-  unsigned char *bytes = slurp(path, &size);
+  unsigned char *bytes = test_read_file(path, &size);
   const char *file = test_write_file("huge-header.idx", bytes + 1, size - 1); /* byte 0 is the fuzz mode */
   free(bytes);
   pid_t child = fork();

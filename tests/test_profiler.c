@@ -76,19 +76,6 @@ static size_t count_occurrences(const char *haystack, const char *needle) {
   return count;
 }
 
-static char *read_text_file(const char *path) {
-  FILE *file = fopen(path, "rb");
-  assert_non_null(file);
-  fseek(file, 0, SEEK_END);
-  long size = ftell(file);
-  rewind(file);
-  char *text = calloc((size_t)size + 1, 1);
-  assert_non_null(text);
-  assert_int_equal(fread(text, 1, (size_t)size, file), (size_t)size);
-  fclose(file);
-  return text;
-}
-
 static void records_ops_steps_and_optimizer(void **state) {
   (void)state;
   model m;
@@ -112,7 +99,7 @@ static void records_ops_steps_and_optimizer(void **state) {
 
   const char *path = test_write_file("profile.json", "", 0);
   assert_ok(m.context, bpt_profiler_write_trace(m.context, path));
-  char *trace = read_text_file(path);
+  char *trace = (char *)test_read_file(path, NULL);
   assert_true(strncmp(trace, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", 39) == 0);
   assert_non_null(strstr(trace, "\n]}\n"));
   /* 3 steps x (4 forward + 4 backward + 1 optimiser) events, plus one span per step. */

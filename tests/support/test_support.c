@@ -154,3 +154,16 @@ const char *test_fashion_mnist_directory(void) {
   snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", directory);
   return access(path, R_OK) == 0 ? directory : NULL;
 }
+
+unsigned char *test_read_file(const char *path, size_t *size) {
+  FILE *file = fopen(path, "rb");
+  if (!file) fail_msg("cannot open %s", path);
+  long length = fseek(file, 0, SEEK_END) == 0 ? ftell(file) : -1;
+  if (length < 0 || fseek(file, 0, SEEK_SET) != 0) fail_msg("cannot find the size of %s", path);
+  unsigned char *bytes = calloc((size_t)length + 1, 1);
+  if (!bytes) fail_msg("out of memory reading %s", path);
+  if (fread(bytes, 1, (size_t)length, file) != (size_t)length) fail_msg("cannot read %s", path);
+  fclose(file);
+  if (size) *size = (size_t)length;
+  return bytes;
+}

@@ -55,6 +55,10 @@ void test_check_gradients(bpt_context *context, bpt_graph *graph, double step, d
 void test_reference_gemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* The whole file at path, with a NUL byte after its *size bytes (size may be NULL), so text files read as
+ * strings; fails the test when the file cannot be read. The caller frees it. */
+unsigned char *test_read_file(const char *path, size_t *size);
+
 /* Writes bytes to a fresh file under the build's temporary folder; returns its path (static buffer per call
  * index slot, valid until the 8th following call). */
 const char *test_write_file(const char *name, const void *bytes, size_t size);
