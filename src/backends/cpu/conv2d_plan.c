@@ -38,7 +38,9 @@ bpt_status bpt_cpu_conv_plan(bpt_backend *backend, const bpt_conv2d_args *a, boo
   const int64_t phase_height = (padded_height + sh - 1) / sh;
   p->phase_width = (padded_width + sw - 1) / sw;
   p->phase_plane = (phase_height * p->phase_width + (a->kernel_width - 1) * a->dilation_width / sw + 15) / 16 * 16;
-  p->padded_plane = sh * sw * p->phase_plane;
+  /* Only strides the padded lowering takes get its layout: sh sw phase planes of a stride far beyond the input
+   * (one output pixel, allowed) would overflow, and that lowering is not used for them anyway. */
+  p->padded_plane = sh <= CONV_MAX_PHASE_STRIDE && sw <= CONV_MAX_PHASE_STRIDE ? sh * sw * p->phase_plane : 0;
   p->phase_rows_used = p->phase_columns_used = 0;
   for (int64_t i = 0; i < a->kernel_height && sh <= CONV_MAX_PHASE_STRIDE; i++)
     p->phase_rows_used |= 1u << (i * a->dilation_height % sh);
