@@ -206,10 +206,13 @@ bpt_status bpt_match_report(bpt_context *context, const bpt_match *match, bpt_ch
   char reason[192], name[BPT_NAME_SIZE];
   int rank;
   int64_t dims[BPT_MAX_RANK];
+  /* An item whose name the file has with another shape is listed once, as that file tensor, skipped. */
   for (int i = 0; i < match->item_count; i++)
-    BPT_CHECK(bpt_checkpoint_report_add(context, report,
-                                        match->items[i].match >= 0 ? BPT_CHECKPOINT_LOADED : BPT_CHECKPOINT_MISSING,
-                                        match->items[i].name, match->items[i].match >= 0 ? "" : "not in the file"));
+    if (match->items[i].match >= 0)
+      BPT_CHECK(bpt_checkpoint_report_add(context, report, BPT_CHECKPOINT_LOADED, match->items[i].name, ""));
+    else if (!match->items[i].seen)
+      BPT_CHECK(
+          bpt_checkpoint_report_add(context, report, BPT_CHECKPOINT_MISSING, match->items[i].name, "not in the file"));
   for (int64_t t = 0; t < match->tensor_count; t++) {
     const bpt_file_tensor *tensor = &match->tensors[t];
     if (tensor->item >= 0 && tensor->same_shape) continue;
