@@ -3,9 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "backends/cpu/blas_guard.h"
+#include "backends/cpu/blas_library.h"
 #include "backends/cpu/cpu.h"
 
 static bpt_status cpu_create(bpt_backend *backend, const bpt_backend_options *options) {
@@ -15,11 +14,14 @@ static bpt_status cpu_create(bpt_backend *backend, const bpt_backend_options *op
   while (status == BPT_ERR_OUT_OF_MEMORY && options->num_threads == 0 && threads > 1)
     status = bpt_cpu_blas_reserve(backend, threads /= 2);
   if (status != BPT_OK) return status;
+  /* The workspace now holds a buffer for the check's product (blas_library.c). */
+  bpt_cpu_blas_self_check();
   backend->num_threads = threads;
   backend->state = NULL;
   /* Both calls: the OpenMP build of OpenBLAS follows omp_set_num_threads, the pthread build does not. */
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  const bpt_cpu_blas *blas = bpt_cpu_blas_load();
+  if (blas->set_num_threads) blas->set_num_threads(threads);
   return bpt_cpu_state_create(backend);
 }
 
