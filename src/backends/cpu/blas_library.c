@@ -19,7 +19,8 @@
 #include "backends/cpu/blas_guard.h"
 
 static bpt_cpu_blas blas;
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool loaded; /* final: OpenBLAS loaded, or no candidate could be */
 static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool checked;
 static bpt_cpu_sgemm_fn checked_sgemm; /* what bpt_cpu_sgemm calls once checked is set */
@@ -47,13 +48,18 @@ static const char *const candidates[] = {
 
 static void *symbol(void *library, const char *name) { return dlsym(library, name); }
 
-/* Opens the first candidate that loads, with OPENBLAS_CORETYPE=core for the load alone when core is set. */
-static void *open_library(const char *core, bool *was_loaded, const char **path, char *error, size_t capacity) {
+/* Opens the first candidate that loads, with OPENBLAS_CORETYPE=core for the load alone when core is set; sets
+ * *short_of_space instead when loading would not fit in the address space. */
+static void *open_library(const char *core, bool *was_loaded, bool *short_of_space, const char **path, char *error,
+                          size_t capacity) {
   for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
     void *library = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
     *was_loaded = library != NULL;
     /* Under an address-space limit OpenBLAS's constructor could spin forever (blas_guard.c). */
-    if (!library && !bpt_cpu_blas_load_fits(error, capacity)) return NULL;
+    if (!library && !bpt_cpu_blas_load_fits(error, capacity)) {
+      *short_of_space = true;
+      return NULL;
+    }
     if (!library) {
       if (core) setenv("OPENBLAS_CORETYPE", core, 1);
       library = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
@@ -68,7 +74,8 @@ static void *open_library(const char *core, bool *was_loaded, const char **path,
   return NULL;
 }
 
-static void load(void) {
+/* One attempt; false when it should be retried (the address space was short). */
+static bool load(void) {
   if (planted_cpu)
     blas.cpu = *planted_cpu;
   else
@@ -76,14 +83,15 @@ static void load(void) {
   /* Read before any dlopen: the user's setting, even an empty one (0.3.21 then picks by features). */
   const char *user = getenv("OPENBLAS_CORETYPE");
   const char *core = user ? NULL : bpt_cpu_blas_core_to_set(&blas.cpu);
-  bool was_loaded = false;
+  bool was_loaded = false, short_of_space = false;
   const char *path = NULL;
   char error[256] = "";
-  void *library = open_library(core, &was_loaded, &path, error, sizeof error);
+  void *library = open_library(core, &was_loaded, &short_of_space, &path, error, sizeof error);
+  blas.short_of_space = short_of_space;
   if (!library) {
     snprintf(blas.library, sizeof blas.library, "none: cannot load OpenBLAS (%s)", error);
     snprintf(blas.core_choice, sizeof blas.core_choice, "no BLAS loaded");
-    return;
+    return !short_of_space;
   }
   /* Object-to-function pointer conversion through a union: ISO C leaves the direct cast undefined. */
   union {
@@ -128,10 +136,15 @@ static void load(void) {
   else
     snprintf(blas.core_choice, sizeof blas.core_choice, "OpenBLAS's own detection");
   /* The library stays loaded for the life of the process: OpenBLAS's threads and buffers outlive any call. */
+  return true;
 }
 
 const bpt_cpu_blas *bpt_cpu_blas_load(void) {
-  pthread_once(&load_once, load);
+  if (atomic_load_explicit(&loaded, memory_order_acquire)) return &blas;
+  pthread_mutex_lock(&load_lock);
+  if (!atomic_load_explicit(&loaded, memory_order_relaxed) && load())
+    atomic_store_explicit(&loaded, true, memory_order_release);
+  pthread_mutex_unlock(&load_lock);
   return &blas;
 }
 
@@ -208,6 +221,10 @@ bool bpt_cpu_blas_self_check(void) {
   if (atomic_load_explicit(&checked, memory_order_relaxed)) {
     pthread_mutex_unlock(&check_lock);
     return true;
+  }
+  if (library->short_of_space) {
+    pthread_mutex_unlock(&check_lock);
+    return false;
   }
   bpt_cpu_sgemm_fn sgemm = planted_sgemm ? planted_sgemm : library->sgemm;
   /* OpenBLAS must hold a workspace buffer before its first product, or it may retry a mapping forever. */

@@ -28,9 +28,12 @@ typedef struct bpt_cpu_blas {
   char config[128];      /* openblas_get_config() alone, "" without it */
   char core[32];         /* openblas_get_corename(), "" without one */
   char core_choice[160]; /* who chose the core */
+  bool short_of_space;   /* not loaded because loading would not fit in the address space: library says why,
+                            and the next bpt_cpu_blas_load tries again */
 } bpt_cpu_blas;
 
-/* Loads the BLAS once (thread-safe; never fails: without one, sgemm is NULL and library says why). */
+/* Loads the BLAS once (thread-safe; never fails: without one, sgemm is NULL and library says why). While
+ * short_of_space is set, each call tries again. */
 const bpt_cpu_blas *bpt_cpu_blas_load(void);
 
 /* Runs the start-up self-check once, if OpenBLAS's workspace for one thread fits (blas_guard.c); until it has
