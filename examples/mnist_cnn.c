@@ -43,6 +43,7 @@ int main(int argc, char **argv) {
   printf("libbptrain %s, backend %s, %d threads: LeNet-5 on %lld training and %lld test samples from %s\n",
          bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context),
          (long long)bpt_dataset_size(e.train), (long long)bpt_dataset_size(e.test), data);
+  example_print_compute_info(e.context);
   fflush(stdout);
 
   int64_t image[3] = {1, 28, 28};

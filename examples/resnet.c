@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
          bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context), depth,
          (long long)bpt_graph_parameter_count(e.graph), (long long)bpt_dataset_size(e.train),
          (long long)bpt_dataset_size(e.test), data);
+  example_print_compute_info(e.context);
   fflush(stdout);
 
   const char *eval_path = example_option(argc, argv, "--eval");
