@@ -77,8 +77,8 @@ static void set_inputs(model *m, const float *pixels, float mean, float std, uin
   assert_ok(m->context, bpt_graph_set_input(m->graph, m->input, x));
   bpt_tensor_destroy(x);
   const bool targets = bpt_node_rank(m->labels) == 2;
-  bpt_tensor *y = new_tensor(m->context, targets ? BPT_DTYPE_F32 : BPT_DTYPE_I32, targets ? 1 : 0,
-                             (const int64_t[]){CLASSES});
+  bpt_tensor *y =
+      new_tensor(m->context, targets ? BPT_DTYPE_F32 : BPT_DTYPE_I32, targets ? 1 : 0, (const int64_t[]){CLASSES});
   test_random random;
   test_random_seed(&random, seed);
   for (int64_t i = 0; i < bpt_tensor_element_count(y); i++) {
@@ -176,8 +176,10 @@ static bool onnx_available(void) {
   model_end(&m, false);
   const char *path = test_write_file("probe.onnx", "", 0);
   const bpt_status status = bpt_graph_export_onnx(m.graph, path, NULL);
-  if (status == BPT_ERR_UNSUPPORTED) print_message("skipped: %s\n", bpt_context_last_error(m.context));
-  else assert_ok(m.context, status);
+  if (status == BPT_ERR_UNSUPPORTED)
+    print_message("skipped: %s\n", bpt_context_last_error(m.context));
+  else
+    assert_ok(m.context, status);
   model_destroy(&m);
   return status == BPT_OK;
 }
@@ -245,7 +247,8 @@ static void test_resnet8(void **state) {
   assert_ok(m.context, bpt_layer_resnet_basic_block(m.graph, "stage1", x, 16, 1, &x));
   assert_ok(m.context, bpt_layer_resnet_basic_block(m.graph, "stage2", x, 32, 2, &x));
   assert_ok(m.context, bpt_layer_resnet_basic_block(m.graph, "stage3", x, 64, 2, &x));
-  const bpt_layer_spec head[] = {{BPT_LAYER(BPT_LAYER_GLOBAL_AVG_POOL)}, {BPT_LAYER(BPT_LAYER_LINEAR), .units = CLASSES}};
+  const bpt_layer_spec head[] = {{BPT_LAYER(BPT_LAYER_GLOBAL_AVG_POOL)},
+                                 {BPT_LAYER(BPT_LAYER_LINEAR), .units = CLASSES}};
   assert_ok(m.context, bpt_layer_sequential(m.graph, "head", x, head, 2, &m.output));
   model_end(&m, false);
   float *pixels = random_pixels(&m, 23);
@@ -271,8 +274,8 @@ static void build_zoo(model *m) {
   conv.dilation_height = 1;
   conv.dilation_width = 2;
   conv.groups = 2;
-  assert_ok(m->context, bpt_graph_parameter(m->graph, "conv.weight", 4, (const int64_t[]){6, 2, 3, 3},
-                                            BPT_INIT_HE_NORMAL, &w));
+  assert_ok(m->context,
+            bpt_graph_parameter(m->graph, "conv.weight", 4, (const int64_t[]){6, 2, 3, 3}, BPT_INIT_HE_NORMAL, &w));
   assert_ok(m->context, bpt_graph_parameter(m->graph, "conv.bias", 1, (const int64_t[]){6}, BPT_INIT_HE_UNIFORM, &b));
   assert_ok(m->context, bpt_conv2d(m->graph, "conv", m->input, w, b, &conv, &x));
   assert_ok(m->context, bpt_avg_pool2d(m->graph, "avg", x, 3, 2, 1, &x));

@@ -11,8 +11,8 @@ BPT_EXTERN_C_BEGIN
 
 /** Options for bpt_graph_export_onnx(); get them from bpt_onnx_export_options_default(). */
 typedef struct bpt_onnx_export_options {
-  size_t size;     /**< sizeof(bpt_onnx_export_options), set by the default function */
-  int64_t opset;   /**< ONNX operator set, 13 to 21 (default 17); Gelu is one node from 20 on, Erf before */
+  size_t size;      /**< sizeof(bpt_onnx_export_options), set by the default function */
+  int64_t opset;    /**< ONNX operator set, 13 to 21 (default 17); Gelu is one node from 20 on, Erf before */
   float input_mean; /**< every f32 input is normalised inside the model as (x - input_mean) / input_std */
   float input_std;  /**< (defaults 0 and 1: no normalisation nodes), as bpt_dataset_set_normalization() */
   int softmax;      /**< non-zero: a softmax_cross_entropy loss exports probabilities, not logits */

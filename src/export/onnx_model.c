@@ -33,8 +33,8 @@ struct onnx_builder {
   Onnx__NodeProto **nodes;
   Onnx__TensorProto **initializers;
   Onnx__ValueInfoProto **inputs, **outputs;
-  size_t node_count, node_capacity, initializer_count, initializer_capacity, input_count, input_capacity,
-      output_count, output_capacity;
+  size_t node_count, node_capacity, initializer_count, initializer_capacity, input_count, input_capacity, output_count,
+      output_capacity;
 };
 
 /* Zeroed memory that lives until the builder is freed; NULL (recorded) when out of memory. */
@@ -97,8 +97,8 @@ const char *onnx_name(onnx_builder *b, const char *base, const char *suffix) {
   return name;
 }
 
-bpt_status onnx_node(onnx_builder *b, const char *op_type, const char *name, const char *const *inputs,
-                     int input_count, const char *output, Onnx__NodeProto **out) {
+bpt_status onnx_node(onnx_builder *b, const char *op_type, const char *name, const char *const *inputs, int input_count,
+                     const char *output, Onnx__NodeProto **out) {
   while (input_count > 0 && !inputs[input_count - 1])
     input_count--;
   Onnx__NodeProto *node = allocate(b, 1, sizeof *node);
@@ -186,8 +186,8 @@ static Onnx__TensorProto *new_initializer(onnx_builder *b, const char *name, int
   return tensor;
 }
 
-bpt_status onnx_constant_floats(onnx_builder *b, const char *name, int rank, const int64_t *dims,
-                                const float *values, int64_t count) {
+bpt_status onnx_constant_floats(onnx_builder *b, const char *name, int rank, const int64_t *dims, const float *values,
+                                int64_t count) {
   void *data;
   Onnx__TensorProto *tensor =
       new_initializer(b, name, rank, dims, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, count, sizeof(float), &data);
@@ -198,8 +198,8 @@ bpt_status onnx_constant_floats(onnx_builder *b, const char *name, int rank, con
   return BPT_OK;
 }
 
-bpt_status onnx_constant_ints(onnx_builder *b, const char *name, int rank, const int64_t *dims,
-                              const int64_t *values, int64_t count) {
+bpt_status onnx_constant_ints(onnx_builder *b, const char *name, int rank, const int64_t *dims, const int64_t *values,
+                              int64_t count) {
   void *data;
   Onnx__TensorProto *tensor =
       new_initializer(b, name, rank, dims, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, count, sizeof(int64_t), &data);
@@ -219,8 +219,8 @@ static bpt_status add_parameter(onnx_builder *b, const bpt_node *node) {
   if (!tensor) return out_of_memory(b);
   bpt_backend *backend = node->graph->backend;
   if (backend->vtable->download(backend, data, node->value, (size_t)count * sizeof(float)) != BPT_OK)
-    return bpt_error(b->context, BPT_ERR_DEVICE, WHERE ": reading parameter '%s' from backend '%s' failed",
-                     node->name, backend->vtable->name);
+    return bpt_error(b->context, BPT_ERR_DEVICE, WHERE ": reading parameter '%s' from backend '%s' failed", node->name,
+                     backend->vtable->name);
   tensor->n_float_data = (size_t)count;
   tensor->float_data = data;
   return BPT_OK;
@@ -414,7 +414,8 @@ bpt_status bpt_graph_export_onnx(bpt_graph *graph, const char *path, const bpt_o
                      WHERE ": input_mean %g and input_std %g must be finite, input_std non-zero", (double)o.input_mean,
                      (double)o.input_std);
   if (!graph->compiled)
-    return bpt_error(context, BPT_ERR_STATE, WHERE ": compile the graph first (its shapes and parameters are exported)");
+    return bpt_error(context, BPT_ERR_STATE,
+                     WHERE ": compile the graph first (its shapes and parameters are exported)");
 
   onnx_builder b = {.context = context, .graph = graph, .opset = o.opset};
   Onnx__ModelProto model;

@@ -78,13 +78,13 @@ static bpt_status emit_conv2d(onnx_builder *b, const bpt_node *node) {
   const int64_t *a = node->int_attributes, *w = node->inputs[1]->dims;
   const char *y = onnx_value(b, node);
   Onnx__NodeProto *conv;
-  BPT_CHECK(onnx_node(b, "Conv", y, (const char *[]){input(b, node, 0), input(b, node, 1), input(b, node, 2)}, 3, y,
-                      &conv));
+  BPT_CHECK(
+      onnx_node(b, "Conv", y, (const char *[]){input(b, node, 0), input(b, node, 1), input(b, node, 2)}, 3, y, &conv));
   BPT_CHECK(onnx_attribute_ints(b, conv, "kernel_shape", (const int64_t[]){w[2], w[3]}, 2));
   BPT_CHECK(onnx_attribute_ints(b, conv, "strides", (const int64_t[]){a[CONV_STRIDE_H], a[CONV_STRIDE_W]}, 2));
   BPT_CHECK(onnx_attribute_ints(
-      b, conv, "pads",
-      (const int64_t[]){a[CONV_PADDING_H], a[CONV_PADDING_W], a[CONV_PADDING_H], a[CONV_PADDING_W]}, 4));
+      b, conv, "pads", (const int64_t[]){a[CONV_PADDING_H], a[CONV_PADDING_W], a[CONV_PADDING_H], a[CONV_PADDING_W]},
+      4));
   BPT_CHECK(onnx_attribute_ints(b, conv, "dilations", (const int64_t[]){a[CONV_DILATION_H], a[CONV_DILATION_W]}, 2));
   return onnx_attribute_int(b, conv, "group", a[CONV_GROUPS]);
 }
@@ -99,8 +99,8 @@ static bpt_status pool2d(onnx_builder *b, const bpt_node *node, const char *op_t
   BPT_CHECK(onnx_attribute_ints(b, pool, "kernel_shape", (const int64_t[]){a[POOL_KERNEL_H], a[POOL_KERNEL_W]}, 2));
   BPT_CHECK(onnx_attribute_ints(b, pool, "strides", (const int64_t[]){a[POOL_STRIDE_H], a[POOL_STRIDE_W]}, 2));
   BPT_CHECK(onnx_attribute_ints(
-      b, pool, "pads",
-      (const int64_t[]){a[POOL_PADDING_H], a[POOL_PADDING_W], a[POOL_PADDING_H], a[POOL_PADDING_W]}, 4));
+      b, pool, "pads", (const int64_t[]){a[POOL_PADDING_H], a[POOL_PADDING_W], a[POOL_PADDING_H], a[POOL_PADDING_W]},
+      4));
   return node->op == BPT_OP_AVG_POOL2D ? onnx_attribute_int(b, pool, "count_include_pad", 1) : BPT_OK;
 }
 static bpt_status emit_max_pool2d(onnx_builder *b, const bpt_node *node) { return pool2d(b, node, "MaxPool"); }
@@ -182,7 +182,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }
 
 int onnx_input_count(const bpt_node *node) {
-  const bool folded = (node->op == BPT_OP_BATCH_NORM || node->op == BPT_OP_BATCH_NORM_RELU) &&
-                      node->int_attributes[BATCH_NORM_FOLDED];
+  const bool folded =
+      (node->op == BPT_OP_BATCH_NORM || node->op == BPT_OP_BATCH_NORM_RELU) && node->int_attributes[BATCH_NORM_FOLDED];
   return folded ? 1 : node->input_count;
 }

@@ -18,6 +18,7 @@ bpt_status bpt_graph_export_onnx(bpt_graph *graph, const char *path, const bpt_o
   (void)path;
   (void)options;
   return bpt_error(graph ? graph->context : NULL, BPT_ERR_UNSUPPORTED,
-                   "bpt_graph_export_onnx: this libbptrain was built without ONNX export (needs protobuf-c: install "
-                   "protobuf-c-compiler and libprotobuf-c-dev, reconfigure with -DBPT_WITH_ONNX=ON)");
+                   "bpt_graph_export_onnx: this libbptrain was built without ONNX export (it needs protoc-c, "
+                   "libprotobuf-c and onnx.proto: apt-get install protobuf-c-compiler libprotobuf-c-dev libonnx-dev, "
+                   "then reconfigure with -DBPT_WITH_ONNX=ON)");
 }
