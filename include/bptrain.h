@@ -32,6 +32,7 @@
 /* Data, checkpoints and diagnostics. */
 #include "bptrain/data.h"
 #include "bptrain/checkpoint.h"
+#include "bptrain/onnx.h"
 #include "bptrain/anomaly.h"
 #include "bptrain/profiler.h"
 #include "bptrain/compute_info.h"
