@@ -24,19 +24,24 @@ def _candidates():
         yield "BPTRAIN_LIBRARY", explicit
         return
     yield "beside the package", os.path.join(_HERE, SONAME)
-    # CMake install: <prefix>/share/bptrain/python/bptrain next to <prefix>/lib*/; pip install into <prefix>.
-    prefixes = [os.path.abspath(os.path.join(_HERE, "..", "..", "..", "..")), sys.prefix]
+    # The prefix this package was installed under: by CMake (<prefix>/share/bptrain/python/bptrain, next to
+    # <prefix>/lib*/) or by pip into an environment whose prefix also holds the library; then CMake's
+    # default prefix, for an install whose directory is not in the loader's cache yet.
+    prefixes = [sys.prefix, "/usr/local"]
+    if _HERE.endswith(os.path.join("share", "bptrain", "python", "bptrain")):
+        prefixes.insert(0, os.path.abspath(os.path.join(_HERE, "..", "..", "..", "..")))
     for prefix in dict.fromkeys(prefixes):
         for libdir in _LIBDIRS:
-            yield "install prefix", os.path.join(prefix, libdir, SONAME)
+            yield "install prefix %s" % prefix, os.path.join(prefix, libdir, SONAME)
     yield "system search path", SONAME
     found = ctypes.util.find_library("bptrain")
     if found:
         yield "ldconfig", found
-    # A development checkout: python/bptrain beside the build directories of the repository.
+    # A development checkout: python/bptrain beside the repository's build directories.
     repository = os.path.abspath(os.path.join(_HERE, "..", ".."))
-    for build in ("build", "build-test", "build-release"):
-        yield "repository build", os.path.join(repository, build, SONAME)
+    if os.path.exists(os.path.join(repository, "include", "bptrain", "common.h")):
+        for build in ("build", "build-test", "build-release"):
+            yield "repository build", os.path.join(repository, build, SONAME)
 
 
 def _load():

@@ -159,6 +159,8 @@ class Model:
         if name:
             return str(name)
         self._names[kind] = self._names.get(kind, 0) + 1
+        if kind == "loss" and self._names[kind] == 1:  # a model's one loss is "loss", like the C examples'
+            return kind
         return "%s%d" % (kind, self._names[kind])
 
     def _add(self, function, *arguments, dtype="f32", sample_shape=None):
