@@ -15,6 +15,8 @@ packages=(
 )
 # --- packaging (issue 8): ABI check (abidw/abidiff), API reference, --plot, Python binding and its tests ---
 packages+=(abigail-tools doxygen gnuplot-nox python3)
+# The Python binding takes and returns NumPy arrays; its tests run with Debian's python3 and this numpy
+packages+=(python3-numpy)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2
