@@ -275,9 +275,9 @@ _OPTIONAL_PROTOTYPES = {
     "bpt_checkpoint_load_options_default": (CheckpointLoadOptions, []),
     "bpt_checkpoint_load_with_options": (status, [G, ctypes.c_char_p, _p(CheckpointContents),
                                                   _p(CheckpointLoadOptions), handle_p]),
-    "bpt_checkpoint_report_count": (c_int, [handle, c_int]),
-    "bpt_checkpoint_report_name": (ctypes.c_char_p, [handle, c_int, c_int]),
-    "bpt_checkpoint_report_reason": (ctypes.c_char_p, [handle, c_int, c_int]),
+    "bpt_checkpoint_report_count": (c_int64, [handle, c_int]),
+    "bpt_checkpoint_report_name": (ctypes.c_char_p, [handle, c_int, c_int64]),
+    "bpt_checkpoint_report_reason": (ctypes.c_char_p, [handle, c_int, c_int64]),
     "bpt_checkpoint_report_destroy": (None, [handle]),
 }
 
