@@ -21,6 +21,7 @@ set its context), so objects may be dropped in any order. close() (or leaving `w
 object and everything made from it at once; using any of them afterwards raises StateError.
 """
 
+from . import _native
 from ._errors import (CommError, DeviceError, DtypeError, Error, FileError, FormatError, InternalError,
                       InvalidArgumentError, NumericError, OutOfMemoryError, ShapeError, StateError, UnsupportedError,
                       STATUS_NAMES)
@@ -39,7 +40,12 @@ __all__ = ["Error", "InvalidArgumentError", "OutOfMemoryError", "FileError", "Fo
            "InternalError", "STATUS_NAMES", "DTYPES", "Context", "Model", "Node", "Optimizer", "Schedule", "Dataset",
            "LoadReport", "SpeculativeTrainer", "MetricsWriter", "version", "version_number", "abi_version",
            "backends", "backend_available", "choose_backend", "dtype_size", "dtype_max_finite", "library_path",
-           "has_load_options", "plot_metrics", "profile", "profile_summary", "write_profile_trace"]
+           "has_load_options", "has_onnx_export", "plot_metrics", "profile", "profile_summary", "write_profile_trace"]
+
+
+def has_onnx_export():
+    """True when the loaded library exports ONNX (bpt_graph_export_onnx; Model.export_onnx)."""
+    return _native.has("bpt_graph_export_onnx")
 
 
 def profile(context, enabled=True):

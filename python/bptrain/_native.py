@@ -106,6 +106,8 @@ GraphMemoryStats = _struct("GraphMemoryStats", [
     ("gradient_bytes", size_t), ("parameter_bytes", size_t), ("input_bytes", size_t)], "bpt_graph_memory_stats")
 CheckpointContents = _struct("CheckpointContents", [("optimizer", handle), ("dataset", handle), ("epoch", c_int64),
                                                     ("step", c_int64)], "bpt_checkpoint_contents")
+OnnxExportOptions = _struct("OnnxExportOptions", [("opset", c_int64), ("input_mean", c_float), ("input_std", c_float),
+                                                  ("softmax", c_int)], "bpt_onnx_export_options")
 CheckpointLoadOptions = _struct("CheckpointLoadOptions", [("strict", c_int)], "bpt_checkpoint_load_options")
 FpgaOptions = _struct("FpgaOptions", [
     ("format", c_int), ("word_bits", c_int), ("integer_bits", c_int), ("rounding", c_int), ("overflow", c_int),
@@ -279,6 +281,9 @@ _OPTIONAL_PROTOTYPES = {
     "bpt_checkpoint_report_name": (ctypes.c_char_p, [handle, c_int, c_int64]),
     "bpt_checkpoint_report_reason": (ctypes.c_char_p, [handle, c_int, c_int64]),
     "bpt_checkpoint_report_destroy": (None, [handle]),
+    # onnx.h
+    "bpt_onnx_export_options_default": (OnnxExportOptions, []),
+    "bpt_graph_export_onnx": (status, [G, ctypes.c_char_p, _p(OnnxExportOptions)]),
 }
 
 

@@ -10,7 +10,7 @@ import ctypes
 import time
 
 from . import _native, _ops
-from ._errors import INVALID_ARGUMENT, SHAPE, STATE, error
+from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, error
 from ._handles import _Native
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
@@ -640,6 +640,19 @@ class Model:
         skipped, missing names; epoch and step)."""
         self._require_compiled("load")
         return load_checkpoint(self, path, optimizer, dataset, strict)
+
+    def export_onnx(self, path, opset=17, input_mean=0.0, input_std=1.0, softmax=False):
+        """Writes the model's inference computation (evaluation mode, no loss: the logits, or their softmax
+        with `softmax`) as an ONNX file; `input_mean` and `input_std` put the input normalisation inside it,
+        so that it takes raw pixels in [0, 1]. UnsupportedError names an op without an ONNX equivalent, or
+        says the library has no ONNX export (bptrain.has_onnx_export())."""
+        self._require_compiled("export_onnx")
+        if not _native.has("bpt_graph_export_onnx"):
+            raise error(UNSUPPORTED, "bptrain: Model.export_onnx: %s has no bpt_graph_export_onnx" % lib._name)
+        options = lib.bpt_onnx_export_options_default()
+        options.opset, options.input_mean, options.input_std = int(opset), input_mean, input_std
+        options.softmax = int(bool(softmax))
+        self.context.check(lib.bpt_graph_export_onnx(self.handle, str(path).encode(), ctypes.byref(options)))
 
     def close(self):
         """Destroys the optimisers and tensors made for this model, then its graph: using any of them (or its

@@ -497,6 +497,8 @@ class Checkpoints(unittest.TestCase):
             error = expect(bptrain.Error, other.load, path)
             self.assertIn(error.status_name, ("SHAPE", "INVALID_ARGUMENT"))
             self.assertIn(path, error.message)
+            if bptrain.has_load_options():  # a library that matches by name says which parameter differs
+                self.assertIn("fc1.weight", error.message)
             np.testing.assert_array_equal(other.parameters(), before)  # a refused file changes nothing
             expect(bptrain.FileError, model.load, os.path.join(directory, "absent.ckpt"))
             with open(path, "r+b") as file:
@@ -523,6 +525,44 @@ class Checkpoints(unittest.TestCase):
             self.assertEqual(report.skipped, [])
             np.testing.assert_array_equal(inference.state_dict()["fc2.weight"], model.state_dict()["fc2.weight"])
             self.assertEqual(logits.shape, (8, 2))
+            wider = bptrain.Model(context())
+            x, y = wider.input("x", (4,)), wider.input("y", (), "i32")
+            hidden = wider.relu(wider.linear(x, 9, name="fc1"))
+            wider.compile(wider.softmax_cross_entropy(wider.linear(hidden, 3, name="fc2"), y), 8)
+            report = wider.load(path, strict=False)
+            self.assertEqual(report.loaded, ["fc2.bias"])
+            self.assertIn("fc1.weight", report.skipped)
+            self.assertIn("shape", report.reasons["fc1.weight"])
+
+
+class Onnx(unittest.TestCase):
+    @unittest.skipUnless(bptrain.has_onnx_export(), "this libbptrain has no bpt_graph_export_onnx")
+    def test_export(self):
+        model, _, _ = small_classifier()
+        features, _ = batch()
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "model.onnx")
+            model.export_onnx(path, softmax=True)
+            self.assertGreater(os.path.getsize(path), 4 * len(model.parameters()))
+            try:
+                import onnxruntime
+            except ImportError:
+                print("SKIP (ONNX Runtime comparison): no onnxruntime in %s (pip install onnxruntime)" %
+                      sys.executable)
+            else:
+                session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+                (probabilities,) = session.run(None, {"x": features})
+                logits = model.predict(features)
+                expected = np.exp(logits - logits.max(axis=1, keepdims=True))
+                np.testing.assert_allclose(probabilities, expected / expected.sum(axis=1, keepdims=True),
+                                           rtol=1e-4, atol=1e-6)
+            expect(bptrain.FileError, model.export_onnx, os.path.join(directory, "no", "such", "model.onnx"))
+        stochastic = bptrain.Model(context())
+        stochastic.binary_stochastic(stochastic.input("x", (4,)), name="bsn")
+        stochastic.compile(None, 1)
+        error = expect(bptrain.UnsupportedError, stochastic.export_onnx, os.path.join(tempfile.gettempdir(), "x"))
+        self.assertIn("bsn", error.message)
+        expect(bptrain.StateError, bptrain.Model(context()).export_onnx, "never-written.onnx")
 
 
 class Datasets(unittest.TestCase):
