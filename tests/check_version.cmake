@@ -1,5 +1,6 @@
-# Keeps the version macros of include/bptrain/common.h equal to project(VERSION) in CMakeLists.txt, which
-# names the shared library's files: run as cmake -DSOURCE_DIR=... -P check_version.cmake.
+# Keeps the version macros of include/bptrain/common.h and the Python package's version
+# (python/bptrain/_version.py, read by python/pyproject.toml) equal to project(VERSION) in CMakeLists.txt,
+# which names the shared library's files: run as cmake -DSOURCE_DIR=... -P check_version.cmake.
 file(STRINGS ${SOURCE_DIR}/CMakeLists.txt project_line REGEX "^project\\(bptrain VERSION ")
 string(REGEX MATCH "VERSION ([0-9]+)\\.([0-9]+)\\.([0-9]+)" _ "${project_line}")
 set(cmake_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}.${CMAKE_MATCH_3}")
@@ -12,4 +13,9 @@ list(JOIN header_parts "." header_version)
 if(NOT cmake_version STREQUAL header_version OR cmake_version STREQUAL "..")
   message(FATAL_ERROR "check_version: CMakeLists.txt says ${cmake_version}, include/bptrain/common.h ${header_version}")
 endif()
-message(STATUS "check_version: ${header_version} in CMakeLists.txt and include/bptrain/common.h")
+file(STRINGS ${SOURCE_DIR}/python/bptrain/_version.py python_line REGEX "^__version__ = ")
+string(REGEX MATCH "\"([0-9.]+)\"" _ "${python_line}")
+if(NOT CMAKE_MATCH_1 STREQUAL cmake_version)
+  message(FATAL_ERROR "check_version: CMakeLists.txt says ${cmake_version}, python/bptrain/_version.py '${CMAKE_MATCH_1}'")
+endif()
+message(STATUS "check_version: ${header_version} in CMakeLists.txt, include/bptrain/common.h and python/bptrain/_version.py")

@@ -5,6 +5,7 @@ from . import _native
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
+from ._tensor import _Tensor
 from .context import require_numpy
 
 
@@ -87,7 +88,6 @@ class Dataset:
     def arrays(self, chunk=4096):
         """(images, labels): every sample in the current order, normalised, as float32 (samples,) +
         sample_shape, and the labels as int32 (samples,) (None without labels)."""
-        from .model import _Tensor  # a tensor needs an owner; the data set's native holder serves
         numpy = require_numpy()
         count, shape = len(self), self.sample_shape
         images = numpy.empty((count,) + shape, dtype=numpy.float32)
