@@ -165,6 +165,9 @@ _PROTOTYPES = {
     "bpt_tensor_set_batch": (status, [T, c_int64]),
     # graph.h (the op builders come from _ops.py)
     "bpt_graph_create": (status, [C, handle_p]),
+    "bpt_graph_input": (status, [G, ctypes.c_char_p, c_int, c_int, int64_p, handle_p]),
+    "bpt_graph_parameter": (status, [G, ctypes.c_char_p, c_int, int64_p, c_int, handle_p]),
+    "bpt_graph_nontrainable_parameter": (status, [G, ctypes.c_char_p, c_int, int64_p, c_int, handle_p]),
     "bpt_graph_destroy": (None, [G]),
     "bpt_graph_compile": (status, [G, N, c_int64]),
     "bpt_graph_set_input": (status, [G, N, T]),
