@@ -32,6 +32,7 @@ def main():
     parser.add_argument("--threads", type=int, default=0, help="CPU threads, 0 for all cores")
     parser.add_argument("--save", help="save the trained model to this checkpoint file")
     parser.add_argument("--eval", help="skip training: load this checkpoint and report the test accuracy")
+    parser.add_argument("--onnx", help="export the model to this ONNX file (it takes raw pixels in [0, 1])")
     arguments = parser.parse_args()
 
     with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
@@ -63,6 +64,9 @@ def main():
             if arguments.save:
                 model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
                 print("checkpoint saved to %s" % arguments.save)
+        if arguments.onnx:
+            model.export_onnx(arguments.onnx, input_mean=MEAN, input_std=STD)
+            print("ONNX model written to %s" % arguments.onnx)
         # NumPy out: class scores of the first 1000 test images, compared with their labels.
         test_images, test_labels = test.arrays()
         predicted = model.predict(test_images[:1000]).argmax(axis=1)

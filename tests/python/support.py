@@ -6,8 +6,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.abspath(os.path.join(HERE, "..", ".."))
-if os.path.join(REPOSITORY, "python") not in sys.path:
-    sys.path.insert(0, os.path.join(REPOSITORY, "python"))
+if os.path.join(REPOSITORY, "python") not in sys.path:  # after PYTHONPATH, which CTest sets
+    sys.path.append(os.path.join(REPOSITORY, "python"))
 
 try:
     import numpy  # noqa: F401

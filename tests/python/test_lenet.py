@@ -3,8 +3,8 @@ is the C example's model file both ways: mnist_cnn --eval reads what Python save
 Python measured, and Python loads what mnist_cnn --save wrote and measures the accuracy mnist_cnn reported.
 
 Run by CTest (check_python_lenet) with BPT_MNIST_CNN naming the built example; skips (77) without NumPy or
-the data set (apt-get install dataset-fashion-mnist). About 40 s of CPU time on 2 cores for Python's 3 epochs
-and 15 s for the C example's 1 epoch.
+the data set (apt-get install dataset-fashion-mnist). About 37 s of CPU time in all (Python's 3 epochs and
+the C example's 1 epoch), 106 s wall on this shared 2-core machine.
 """
 import os
 import re
