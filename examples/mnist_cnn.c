@@ -12,8 +12,8 @@ static const char usage[] =
     "                 [--grad-stats] [--save FILE] [--eval FILE]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
-    "  --save FILE    write the trained parameters to FILE\n"
-    "  --eval FILE    skip training: load FILE and report the test accuracy\n"
+    "  --save FILE    write the trained parameters to FILE as a checkpoint\n"
+    "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     EXAMPLE_CLASSES_USAGE;
 
 int main(int argc, char **argv) {
@@ -43,6 +43,7 @@ int main(int argc, char **argv) {
   printf("libbptrain %s, backend %s, %d threads: LeNet-5 on %lld training and %lld test samples from %s\n",
          bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context),
          (long long)bpt_dataset_size(e.train), (long long)bpt_dataset_size(e.test), data);
+  example_print_compute_info(e.context);
   fflush(stdout);
 
   int64_t image[3] = {1, 28, 28};

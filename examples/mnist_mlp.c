@@ -47,6 +47,7 @@ int main(int argc, char **argv) {
   printf("libbptrain %s, backend %s, %d threads: %lld training and %lld test samples from %s\n", bpt_version(),
          bpt_context_backend(context), bpt_context_num_threads(context), (long long)bpt_dataset_size(train),
          (long long)bpt_dataset_size(test), data);
+  example_print_compute_info(context);
   fflush(stdout);
 
   bpt_graph *graph = NULL;

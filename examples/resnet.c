@@ -25,8 +25,8 @@ static const char usage[] =
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --augment      random horizontal flips and shifts of up to 2 pixels (needs more epochs)\n"
     "  --clip NORM    clip the global gradient norm to NORM\n"
-    "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE\n"
-    "  --eval FILE    skip training: load FILE and report the test accuracy\n"
+    "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE as a checkpoint\n"
+    "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n"
     EXAMPLE_CLASSES_USAGE;
 
@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
          bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context), depth,
          (long long)bpt_graph_parameter_count(e.graph), (long long)bpt_dataset_size(e.train),
          (long long)bpt_dataset_size(e.test), data);
+  example_print_compute_info(e.context);
   fflush(stdout);
 
   const char *eval_path = example_option(argc, argv, "--eval");

@@ -35,6 +35,10 @@ int64_t example_class_count(int argc, char **argv, bpt_context *context, const b
 
 double example_seconds(void);
 
+/* Prints "compute: ..." (bpt_cpu_compute_info's summary: BLAS, kernel and who chose it, self-check, bf16 GEMMs,
+ * CPU) when the context runs on the CPU. */
+void example_print_compute_info(const bpt_context *context);
+
 /* A one-line progress bar on stderr: "epoch 1/5 [=====>    ] 30000/60000  41234 samples/s  loss 0.4312". */
 typedef struct example_progress {
   const char *label;

@@ -1,7 +1,7 @@
-/* Matrix products on the CPU: every f32 one goes to OpenBLAS cblas_sgemm (row-major); the bf16 policy's go to
- * the vdpbf16ps kernels of gemm_bf16*.c where the CPU has AVX512_BF16. */
-#include <cblas.h>
-
+/* Matrix products on the CPU: every f32 one goes to bpt_cpu_sgemm (row-major), OpenBLAS's cblas_sgemm unless
+ * blas_library.c replaced it; the bf16 policy's go to the vdpbf16ps kernels of gemm_bf16*.c where the CPU has
+ * AVX512_BF16. */
+#include "backends/cpu/blas_library.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm_bf16.h"
 
@@ -19,9 +19,7 @@ bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
   /* Narrow operands (issue 4): widened to f32 scratch in gemm_mixed.c. */
   if (args->a_dtype != BPT_DTYPE_F32 || args->b_dtype != BPT_DTYPE_F32 || args->c_dtype != BPT_DTYPE_F32)
     return bpt_cpu_gemm_mixed(backend, args);
-  cblas_sgemm(CblasRowMajor, args->transpose_a ? CblasTrans : CblasNoTrans,
-              args->transpose_b ? CblasTrans : CblasNoTrans, (blasint)args->m, (blasint)args->n, (blasint)args->k,
-              args->alpha, args->a, (blasint)args->lda, args->b, (blasint)args->ldb, args->beta, args->c,
-              (blasint)args->ldc);
+  bpt_cpu_sgemm(args->transpose_a, args->transpose_b, args->m, args->n, args->k, args->alpha, args->a, args->lda,
+                args->b, args->ldb, args->beta, args->c, args->ldc);
   return BPT_OK;
 }
