@@ -161,6 +161,7 @@ int main(int argc, char **argv) {
   s.classes = example_class_count(argc, argv, context, train_set, test_set, 0);
   printf("libbptrain %s: %lld training and %lld test samples from %s, %ld epochs, batch %ld\n", bpt_version(),
          (long long)bpt_dataset_size(train_set), (long long)bpt_dataset_size(test_set), s.data, s.epochs, s.batch);
+  example_print_compute_info(context); /* says whether the bf16 policy's GEMMs are native or emulated */
 
   bpt_precision_options runs[7];
   int run_count = 0;

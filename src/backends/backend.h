@@ -34,6 +34,9 @@ typedef struct bpt_gemm_args {
   float beta;
   float *c;
   int64_t ldc;
+  /* The bf16 policy's products: the operands hold bf16 values (or are rounded to bf16 like autocast), so a
+   * backend may multiply them as bf16 with f32 accumulation; false asks for f32 arithmetic. */
+  bool bf16_products;
 } bpt_gemm_args;
 
 /* One SGD or Adam step over a contiguous range of parameters. */
@@ -93,6 +96,7 @@ typedef struct bpt_kernel_node {
   uint64_t seed;      /* stochastic ops: this call's random stream */
   bool evaluation;    /* inference mode (batch norm: running statistics) */
   bool deterministic; /* stochastic ops use their evaluation form */
+  bool bf16_products; /* bf16 policy: products may run on bf16 operands (bpt_gemm_args.bf16_products) */
 } bpt_kernel_node;
 
 /* An op's kernels on one backend, registered under its op id with BPT_REGISTER_KERNELS in that backend's file

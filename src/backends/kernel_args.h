@@ -32,6 +32,7 @@ typedef struct bpt_conv2d_args {
   int64_t stride_height, stride_width, padding_height, padding_width, dilation_height, dilation_width;
   int64_t groups;
   bool assign_input_gradient; /* conv2d_backward_data: dx = rather than += (beta 0) */
+  bool bf16_products;         /* bf16 policy: the lowerings' GEMMs may run in bf16 (bpt_gemm_args) */
 } bpt_conv2d_args;
 
 /* conv2d's int attributes: stride (0, 1), padding (2, 3), dilation (4, 5), groups (6); inputs x, weight, bias. */
@@ -45,6 +46,7 @@ static inline bpt_conv2d_args bpt_conv2d_args_of(const bpt_kernel_node *node) {
   args.stride_height = a[0], args.stride_width = a[1], args.padding_height = a[2], args.padding_width = a[3];
   args.dilation_height = a[4], args.dilation_width = a[5], args.groups = a[6];
   args.assign_input_gradient = x->beta == 0.0f;
+  args.bf16_products = node->bf16_products;
   return args;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/graph.h"
+#include "core/precision.h"
 
 static_assert(BPT_MAX_INPUTS <= BPT_KERNEL_MAX_INPUTS && BPT_MAX_INT_ATTRIBUTES == BPT_KERNEL_MAX_INT_ATTRIBUTES &&
                   BPT_MAX_FLOAT_ATTRIBUTES == BPT_KERNEL_MAX_FLOAT_ATTRIBUTES,
@@ -38,6 +39,7 @@ void bpt_node_describe(const bpt_node *node, bpt_kernel_node *description) {
   d->seed = 0;
   d->evaluation = node->graph->evaluation;
   d->deterministic = node->graph->deterministic;
+  d->bf16_products = bpt_graph_bf16_products(node->graph);
 }
 
 static bpt_status kernel_failed(const bpt_node *node, bpt_status status, const char *what) {

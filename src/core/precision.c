@@ -104,6 +104,8 @@ static bpt_dtype compute_dtype(const bpt_graph *graph) {
   return graph->precision ? graph->precision->options.compute_dtype : BPT_DTYPE_F32;
 }
 
+bool bpt_graph_bf16_products(const bpt_graph *graph) { return compute_dtype(graph) == BPT_DTYPE_BF16; }
+
 static bpt_status upload_loss_scale(bpt_graph *graph) {
   bpt_backend *backend = graph->backend;
   float scale = graph->precision->loss_scale;

@@ -40,6 +40,9 @@ bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip);
  * checkpoint loader (a saved scaler), so whatever the scaler can hold is saved and loaded alike. */
 bpt_status bpt_precision_check_scaler(bpt_context *context, float loss_scale, int64_t clean_steps,
                                       int64_t skipped_steps, const char *where);
+/* Whether the graph's products may run on bf16 operands (a bf16 policy): the GEMMs of linear and conv2d pass it
+ * to the backend (bpt_gemm_args.bf16_products), which uses bf16 arithmetic where the hardware has it. */
+bool bpt_graph_bf16_products(const bpt_graph *graph);
 /* Checkpoints: puts back a saved dynamic loss scaler (the scale seeds the loss gradient). */
 bpt_status bpt_precision_restore_scaler(bpt_graph *graph, float loss_scale, int64_t clean_steps,
                                         int64_t skipped_steps);

@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "backends/cpu/blas_library.h"
+#include "backends/cpu/gemm_bf16.h"
 
-/* How the CPU backend multiplies bf16 operands. The native bf16 kernels (issue 16.2, gemm_bf16*.c) report
- * themselves here. */
-static const char *bf16_gemm_kind(void) { return "emulated (f32 arithmetic on bf16-rounded values)"; }
+/* How the CPU backend multiplies the bf16 policy's operands (gemm_bf16.c decides, by CPUID). */
+static const char *bf16_gemm_kind(void) { return bpt_cpu_bf16_gemm_mode(); }
 
 static char summary[2048];
 static pthread_mutex_t summary_lock = PTHREAD_MUTEX_INITIALIZER;

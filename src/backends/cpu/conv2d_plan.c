@@ -7,6 +7,7 @@
 
 #include "backends/cpu/conv2d_plan.h"
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/gemm_bf16.h"
 
 /* The data gradient passes strided_phases = false: see bpt_cpu_conv2d_backward_data in conv2d.c. */
 bpt_status bpt_cpu_conv_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool strided_phases, conv_plan *p) {
@@ -15,6 +16,7 @@ bpt_status bpt_cpu_conv_plan(bpt_backend *backend, const bpt_conv2d_args *a, boo
                             "conv2d: %lld groups do not divide %lld input and %lld output "
                             "channels",
                             (long long)a->groups, (long long)a->in_channels, (long long)a->out_channels);
+  p->bf16_products = a->bf16_products && bpt_cpu_has_avx512_bf16();
   p->group_in = a->in_channels / a->groups;
   p->group_out = a->out_channels / a->groups;
   p->kernel_area = a->kernel_height * a->kernel_width;
@@ -108,6 +110,14 @@ static int64_t even_block(int64_t count, int64_t limit) {
 
 void bpt_cpu_conv_gemm(const conv_plan *plan, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (plan->bf16_products) {
+    /* The packed kernel needs no cutting. Should its panels find no memory, the f32 product below is the
+     * emulation of the same bf16 operands: a slower, not a different, result. */
+    const bpt_gemm_args args = {.transpose_a = transpose_a, .transpose_b = transpose_b, .m = m, .n = n, .k = k,
+                                .alpha = 1.0f, .a = a, .lda = lda, .b = b, .ldb = ldb, .beta = beta, .c = c,
+                                .ldc = ldc, .bf16_products = true};
+    if (bpt_bf16_gemm_run(NULL, &args, bpt_bf16_micro_kernel_avx512) == BPT_OK) return;
+  }
   if (!plan->small_blocks) {
     blas_gemm(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
     return;

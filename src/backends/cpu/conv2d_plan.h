@@ -28,6 +28,7 @@ typedef struct conv_plan {
   int threads;                                           /* threads running chunks (1: BLAS threads instead) */
   bool pointwise, padded, by_tap;                        /* by_tap: padded, one GEMM per tap, no columns */
   bool small_blocks;                                     /* cut GEMMs for OpenBLAS's small-matrix path */
+  bool bf16_products; /* bf16 policy on a CPU with AVX512_BF16: the GEMMs run gemm_bf16.c's kernel */
 } conv_plan;
 
 /* Plans a pass of the convolution a describes; strided_phases: whether strided convolutions may use the
@@ -37,7 +38,8 @@ bpt_status bpt_cpu_conv_plan(bpt_backend *backend, const bpt_conv2d_args *a, boo
 /* The phase plane and offset where tap (i, j)'s run of columns starts, within one channel's phases. */
 int64_t bpt_cpu_conv_tap_offset(const bpt_conv2d_args *a, const conv_plan *p, int64_t i, int64_t j);
 
-/* C (m, n) = op(A) (m, k) . op(B) (k, n) + beta C, row-major, in blocks when plan->small_blocks. */
+/* C (m, n) = op(A) (m, k) . op(B) (k, n) + beta C, row-major, in blocks when plan->small_blocks; whole, in bf16,
+ * when plan->bf16_products. */
 void bpt_cpu_conv_gemm(const conv_plan *plan, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 

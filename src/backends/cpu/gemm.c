@@ -1,13 +1,21 @@
-/* Matrix products on the CPU: every one goes to bpt_cpu_sgemm (row-major), OpenBLAS's cblas_sgemm unless
- * blas_library.c replaced it. */
+/* Matrix products on the CPU: every f32 one goes to bpt_cpu_sgemm (row-major), OpenBLAS's cblas_sgemm unless
+ * blas_library.c replaced it; the bf16 policy's go to the vdpbf16ps kernels of gemm_bf16*.c where the CPU has
+ * AVX512_BF16. */
 #include "backends/cpu/blas_library.h"
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/gemm_bf16.h"
 
 bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
   if (args->m < 0 || args->n < 0 || args->k < 0 || args->m > INT32_MAX || args->n > INT32_MAX || args->k > INT32_MAX)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE, "gemm dimensions %lld x %lld x %lld are out of range",
                             (long long)args->m, (long long)args->n, (long long)args->k);
   if (args->m == 0 || args->n == 0) return BPT_OK;
+  /* The bf16 policy on a CPU with AVX512_BF16 (issue 16.2); elsewhere the emulation below, unchanged. */
+  if (args->bf16_products) {
+    bool handled = false;
+    bpt_status status = bpt_cpu_gemm_bf16(backend, args, &handled);
+    if (handled || status != BPT_OK) return status;
+  }
   /* Narrow operands (issue 4): widened to f32 scratch in gemm_mixed.c. */
   if (args->a_dtype != BPT_DTYPE_F32 || args->b_dtype != BPT_DTYPE_F32 || args->c_dtype != BPT_DTYPE_F32)
     return bpt_cpu_gemm_mixed(backend, args);

@@ -79,7 +79,8 @@ static bpt_status linear_forward(bpt_node *node) {
   /* y (N, out) = x (N, in) . W^T (in, out) */
   bpt_gemm_args product = {.transpose_a = false, .transpose_b = true, .m = batch, .n = out, .k = in, .alpha = 1.0f,
                            .a = x->value, .lda = in, .b = weight->value, .ldb = in, .beta = 0.0f,
-                           .c = node->value, .ldc = out};
+                           .c = node->value, .ldc = out,
+                           .bf16_products = bpt_graph_bf16_products(node->graph)};
   BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   if (bias) BPT_CHECK(bpt_node_forward_kernels(node)); /* y += b */
   if (node->saved) BPT_CHECK(save_input(node));
@@ -93,7 +94,8 @@ static bpt_status linear_backward(bpt_node *node) {
     /* dW (out, in) += dy^T (out, N) . x (N, in) */
     bpt_gemm_args product = {.transpose_a = true, .transpose_b = false, .m = out, .n = in, .k = batch, .alpha = 1.0f,
                              .a = node->grad, .lda = out, .b = x->value, .ldb = in, .beta = 1.0f,
-                             .c = weight->grad, .ldc = in};
+                             .c = weight->grad, .ldc = in,
+                             .bf16_products = bpt_graph_bf16_products(node->graph)};
     if (node->saved) {
       /* x from its compressed copy; alpha undoes the FP8 scale. */
       product.b_dtype = saved_input_dtype(node);
@@ -107,7 +109,8 @@ static bpt_status linear_backward(bpt_node *node) {
     /* dx (N, in) += dy (N, out) . W (out, in); skipped for inputs, which saves a third of the first layer. */
     bpt_gemm_args product = {.transpose_a = false, .transpose_b = false, .m = batch, .n = in, .k = out, .alpha = 1.0f,
                              .a = node->grad, .lda = out, .b = weight->value, .ldb = in, .beta = 1.0f,
-                             .c = x->grad, .ldc = in};
+                             .c = x->grad, .ldc = in,
+                             .bf16_products = bpt_graph_bf16_products(node->graph)};
     BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   }
   return BPT_OK;
