@@ -171,6 +171,23 @@ static void seeded_epochs_repeat_exactly(void **state) {
   /* The seed and the shuffle both change the batches, so the result. */
   assert_true(memcmp(first, other_seed, sizeof first) != 0);
   assert_true(memcmp(first, unshuffled, sizeof first) != 0);
+
+  /* Epochs 1 to 3 one call each (first_epoch) repeat the single call. */
+  small_model m = small_mlp(0.2f, 8);
+  bpt_train_options options = bpt_train_options_default();
+  options.seed = 5;
+  bpt_train_result result = {.size = sizeof result};
+  for (int64_t epoch = 1; epoch <= 3; epoch++) {
+    options.first_epoch = options.epochs = epoch;
+    assert_ok(m.context, bpt_train(m.graph, m.optimizer, m.train, &options, &result));
+    assert_int_equal(result.epochs, epoch);
+  }
+  assert_ok(m.context, bpt_graph_read_parameters(m.graph, again, 23));
+  assert_memory_equal(first, again, sizeof first);
+  options.first_epoch = 4;
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "need 1 <= first_epoch <= epochs",
+               bpt_train(m.graph, m.optimizer, m.train, &options, &result));
+  small_destroy(&m);
 }
 
 typedef struct epoch_log {
@@ -185,6 +202,13 @@ static int log_epoch(void *data, const bpt_train_epoch *epoch) {
   log->improved[log->calls++] = epoch->improved;
   if (epoch->epoch == 1) bpt_graph_read_parameters(log->graph, log->epoch_one_parameters, 23);
   return 0;
+}
+
+static bpt_status flat_validation(void *data, bpt_graph *graph, bpt_train_epoch *epoch) {
+  (void)data;
+  (void)graph;
+  epoch->validation_loss = 1.0;
+  return BPT_OK;
 }
 
 static void early_stopping_after_patience(void **state) {
@@ -214,8 +238,21 @@ static void early_stopping_after_patience(void **state) {
   assert_ok(m.context, bpt_graph_read_parameters(m.graph, restored, 23));
   assert_memory_equal(restored, log.epoch_one_parameters, sizeof restored);
 
-  options.monitor = BPT_TRAIN_MONITOR_VALIDATION_ACCURACY;
+  /* A validate hook replaces the validation pass: here it plants a flat loss of 1. */
   options.validation = NULL;
+  options.validate = flat_validation;
+  options.min_delta = 0.0;
+  options.patience = 2;
+  options.restore_best = 0;
+  log.calls = 0;
+  assert_ok(m.context, bpt_train(m.graph, m.optimizer, m.train, &options, &result));
+  assert_int_equal(result.stop, BPT_TRAIN_STOPPED_EARLY);
+  assert_int_equal(result.epochs, 3);
+  assert_float_equal(result.best_metric, 1.0, 0.0);
+  assert_float_equal(result.last.validation_loss, 1.0, 0.0);
+
+  options.validate = NULL;
+  options.monitor = BPT_TRAIN_MONITOR_VALIDATION_ACCURACY;
   assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "needs a validation set",
                bpt_train(m.graph, m.optimizer, m.train, &options, &result));
   small_destroy(&m);

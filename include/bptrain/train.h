@@ -109,11 +109,16 @@ typedef bpt_status (*bpt_train_batch_fn)(void *data, bpt_tensor *samples, bpt_te
 /** Called after backward (and clipping), before the optimiser step (gradient statistics). */
 typedef bpt_status (*bpt_train_step_fn)(void *data, bpt_graph *graph, const bpt_train_progress *progress);
 
+/** Called after each epoch in place of the built-in validation: fills epoch's validation_* fields its own way
+ * (a stochastic model averaged over passes, another data pipeline), before early stopping reads them. */
+typedef bpt_status (*bpt_train_validate_fn)(void *data, bpt_graph *graph, bpt_train_epoch *epoch);
+
 /** How bpt_train() runs; get it from bpt_train_options_default(). */
 typedef struct bpt_train_options {
   size_t size;             /**< sizeof(bpt_train_options), set by the default function */
   bpt_train_roles roles;   /**< all NULL by default: found by role */
-  int64_t epochs;          /**< default 1 */
+  int64_t epochs;          /**< the last epoch to run (default 1) */
+  int64_t first_epoch;     /**< the first (default 1): a resumed run, or one driven an epoch per call, starts later */
   int64_t batch_size;      /**< 0 (default): the graph's compiled batch */
   int shuffle;             /**< 1 (default): epoch e (from 1) shuffles with seed + e; 0: the current order */
   uint64_t seed;           /**< default 0 */
@@ -136,12 +141,14 @@ typedef struct bpt_train_options {
   void *prepare_batch_data;
   bpt_train_step_fn before_step;    /**< after backward, before the step, or NULL */
   void *before_step_data;
+  bpt_train_validate_fn validate;   /**< replaces the validation pass (then validation may be NULL), or NULL */
+  void *validate_data;
   /** NULL, or a CSV that gets one "step" row per optimiser step and one "epoch" row per epoch
    * (bpt_train_write_metrics_header() names the columns; the header is written first when the file is empty). */
   FILE *metrics;
 } bpt_train_options;
 
-/** @return one epoch at the compiled batch, shuffled with seed 0, no validation, no callbacks. */
+/** @return epoch 1 only, at the compiled batch, shuffled with seed 0, no validation, no callbacks. */
 BPT_API bpt_train_options bpt_train_options_default(void);
 
 /** Why bpt_train() returned. */
@@ -155,7 +162,7 @@ typedef enum bpt_train_stop {
 typedef struct bpt_train_result {
   size_t size;          /**< set by the caller to sizeof(bpt_train_result); the bytes written on return */
   bpt_train_stop stop;  /**< why it returned */
-  int64_t epochs;       /**< epochs completed */
+  int64_t epochs;       /**< the last epoch completed (first_epoch - 1 when none) */
   int64_t steps;        /**< optimiser steps taken */
   int64_t best_epoch;   /**< the monitored metric's best epoch (0 without a monitor) */
   double best_metric;   /**< its value then (NaN without a monitor) */
@@ -165,7 +172,7 @@ typedef struct bpt_train_result {
 
 /**
  * Trains a compiled classifier (or any graph with a data and a labels input) with @p optimizer for
- * options->epochs epochs over @p train: each epoch shuffles (seeded), then per batch fills the inputs, runs
+ * epochs options->first_epoch to options->epochs over @p train: each epoch shuffles (seeded), then per batch fills the inputs, runs
  * forward and backward, optionally clips, steps the optimiser (its schedule, if any, sets the rate) and calls
  * the progress callback; after the epoch it evaluates the validation set in eval mode (switching back to
  * training mode for the next epoch), writes the CSV row, applies early stopping and calls the epoch callback.

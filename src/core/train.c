@@ -13,7 +13,7 @@
 #include "core/train_roles.h"
 
 bpt_train_options bpt_train_options_default(void) {
-  return (bpt_train_options){.size = sizeof(bpt_train_options), .epochs = 1, .shuffle = 1, .top_k = 5};
+  return (bpt_train_options){.size = sizeof(bpt_train_options), .epochs = 1, .first_epoch = 1, .shuffle = 1, .top_k = 5};
 }
 
 static double seconds_now(void) {
@@ -122,6 +122,7 @@ static bpt_status track_best(train_run *run, bpt_train_epoch *record, int *stop)
 }
 
 static bpt_status validate(train_run *run, bpt_train_epoch *record) {
+  if (run->o->validate) return run->o->validate(run->o->validate_data, run->graph, record);
   if (!run->o->validation) return BPT_OK;
   bpt_eval_options eval = bpt_eval_options_default();
   eval.roles = run->o->roles;
@@ -137,7 +138,7 @@ static bpt_status validate(train_run *run, bpt_train_epoch *record) {
 
 static bpt_status run_epochs(train_run *run) {
   const bpt_train_options *o = run->o;
-  for (int64_t epoch = 1; epoch <= o->epochs; epoch++) {
+  for (int64_t epoch = o->first_epoch; epoch <= o->epochs; epoch++) {
     bpt_train_epoch record;
     int stop = 0;
     BPT_CHECK(train_epoch(run, epoch, &record, &stop));
@@ -164,14 +165,15 @@ static bpt_status run_epochs(train_run *run) {
 
 static bpt_status check_options(bpt_graph *graph, const bpt_train_options *o, const char *where) {
   bpt_context *context = graph->context;
-  if (o->epochs < 1)
-    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: epochs %lld must be >= 1", where, (long long)o->epochs);
+  if (o->first_epoch < 1 || o->epochs < o->first_epoch)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: epochs %lld to %lld: need 1 <= first_epoch <= epochs",
+                     where, (long long)o->first_epoch, (long long)o->epochs);
   if (o->top_k < 1) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: top_k %d must be >= 1", where, o->top_k);
   if (o->monitor < BPT_TRAIN_MONITOR_NONE || o->monitor > BPT_TRAIN_MONITOR_TRAIN_LOSS)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: monitor %d is not a bpt_train_monitor", where,
                      (int)o->monitor);
   if ((o->monitor == BPT_TRAIN_MONITOR_VALIDATION_LOSS || o->monitor == BPT_TRAIN_MONITOR_VALIDATION_ACCURACY) &&
-      !o->validation)
+      !o->validation && !o->validate)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: monitoring a validation metric needs a validation set",
                      where);
   if (o->patience < 0 || !(o->min_delta >= 0.0) || !(o->clip_norm >= 0.0f))
@@ -196,6 +198,7 @@ bpt_status bpt_train(bpt_graph *graph, bpt_optimizer *optimizer, bpt_dataset *tr
   BPT_CHECK(bpt_train_find_nodes(graph, &o.roles, o.validation != NULL, where, &run.nodes));
   BPT_CHECK(bpt_train_batch_size(graph, o.batch_size, where, &run.batch));
   BPT_CHECK(check_options(graph, &o, where));
+  run.result.epochs = o.first_epoch - 1;
   if (o.restore_best) {
     run.best_parameters = bpt_calloc(context, (size_t)bpt_graph_parameter_count(graph), sizeof(float),
                                      "bpt_train: the best epoch's parameters");
