@@ -3,16 +3,17 @@
  *   conv 6@5x5 pad 2 - ReLU - maxpool 2 - conv 16@5x5 - ReLU - maxpool 2 - fc 120 - ReLU - fc 84 - ReLU - fc 10
  *
  *   mnist_cnn [--data DIR] [--epochs 3] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
- *             [--grad-stats] [--save FILE] [--eval FILE] [--metrics FILE.csv] [--plot FILE.png]
+ *             [--grad-stats] [--summary] [--save FILE] [--eval FILE] [--metrics FILE.csv] [--plot FILE.png]
  *             [--profile FILE.json]
  */
 #include "cnn_example.h"
 
 static const char usage[] =
     "usage: mnist_cnn [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
-    "                 [--grad-stats] [--save FILE] [--eval FILE]\n"
+    "                 [--grad-stats] [--summary] [--save FILE] [--eval FILE]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
+    "  --summary      print the model summary (per-layer parameters, buffers and activation bytes)\n"
     "  --save FILE    write the trained parameters to FILE\n"
     "  --eval FILE    skip training: load FILE and report the test accuracy\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
@@ -20,7 +21,7 @@ static const char usage[] =
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum",
                                        "--threads", "--seed",   "--save",  "--eval", "--classes", EXAMPLE_OPTIONS, NULL};
-  static const char *const flags[] = {"--grad-stats", NULL};
+  static const char *const flags[] = {"--grad-stats", "--summary", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -69,6 +70,7 @@ int main(int argc, char **argv) {
                                                 (int)(sizeof lenet / sizeof lenet[0]), &e.logits));
   EXAMPLE_CHECK(e.context, bpt_softmax_cross_entropy(e.graph, "loss", e.logits, e.labels, &loss));
   EXAMPLE_CHECK(e.context, bpt_graph_compile(e.graph, loss, e.batch));
+  if (example_flag(argc, argv, "--summary")) example_print_summary(e.graph);
   printf("model: %lld parameters\n", (long long)bpt_graph_parameter_count(e.graph));
   fflush(stdout);
 

@@ -18,11 +18,12 @@
 
 static const char usage[] =
     "usage: resnet [--depth 8|14|20] [--epochs N] [--batch N] [--lr X] [--momentum X] [--weight-decay X]\n"
-    "              [--augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats]\n"
+    "              [--augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats] [--summary]\n"
     "              [--save FILE] [--eval FILE] [--fold] [--backend cpu|cuda] [--dtype f32|bf16|f16]\n"
     "              [--storage compute|f16|bf16|fp8]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
+    "  --summary      print the model summary (per-layer parameters, buffers and activation bytes)\n"
     "  --augment      random horizontal flips and shifts of up to 2 pixels (needs more epochs)\n"
     "  --clip NORM    clip the global gradient norm to NORM\n"
     "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE\n"
@@ -95,7 +96,7 @@ int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
                                        "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", EXAMPLE_OPTIONS, NULL};
-  static const char *const flags[] = {"--grad-stats", "--augment", "--fold", NULL};
+  static const char *const flags[] = {"--grad-stats", "--summary", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -143,6 +144,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
   build_resnet(&e, depth, compute_dtype, storage);
+  if (example_flag(argc, argv, "--summary")) example_print_summary(e.graph);
   example_banner(e.context, "ResNet-%ld (%lld parameters) on %lld training and %lld test samples from %s", depth,
                  (long long)bpt_graph_parameter_count(e.graph), (long long)bpt_dataset_size(e.train),
                  (long long)bpt_dataset_size(e.test), data);

@@ -209,6 +209,16 @@ bpt_train_options example_train_options(long epochs, uint64_t seed, bpt_dataset 
   return options;
 }
 
+void example_print_summary(const bpt_graph *graph) {
+  const size_t length = bpt_graph_summary_text(graph, NULL, 0);
+  char *text = malloc(length + 1);
+  if (!text) return;
+  bpt_graph_summary_text(graph, text, length + 1);
+  fputs(text, stdout);
+  fflush(stdout);
+  free(text);
+}
+
 void example_banner(const bpt_context *context, const char *format, ...) {
   printf("libbptrain %s, backend %s, %d threads: ", bpt_version(), bpt_context_backend(context),
          bpt_context_num_threads(context));

@@ -74,6 +74,9 @@ int example_progress_callback(void *data, const bpt_train_progress *progress);
 int example_print_epoch(void *data, const bpt_train_epoch *epoch);
 int example_print_epoch_with_rate(void *data, const bpt_train_epoch *epoch);
 
+/* Prints the graph's model summary (bpt_graph_summary_text) to stdout. */
+void example_print_summary(const bpt_graph *graph);
+
 /* bpt_train() options as the examples use them: epochs, shuffled with seed + epoch, validated on test in eval
  * mode, the progress bar *bar, example_print_epoch, and the --metrics CSV when metrics is non-NULL. */
 bpt_train_options example_train_options(long epochs, uint64_t seed, bpt_dataset *test, example_progress *bar,
