@@ -4,12 +4,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "bptrain/gradients.h"
 #include "bptrain/mode.h"
-#include "bptrain/schedule.h"
 #include "core/train_roles.h"
 
 bpt_train_options bpt_train_options_default(void) {

@@ -2,7 +2,6 @@
  * (trainable and buffers apart) and its output bytes at the compiled batch, plus totals and a text table. */
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "bptrain/introspection.h"
 #include "bptrain/train.h"
