@@ -12,8 +12,8 @@
 static bpt_dataset *make_dataset(bpt_context *context, const char *name, const unsigned char *pixels, int count,
                                  int width, const unsigned char *labels) {
   unsigned char images[16 + 1024], label_bytes[8 + 256];
-  const unsigned char image_header[16] = {0, 0, 0x08, 3, 0, 0, 0, (unsigned char)count, 0, 0, 0, 1,
-                                          0, 0, 0, (unsigned char)width};
+  const unsigned char image_header[16] = {0, 0, 0x08, 3, 0, 0, 0, (unsigned char)count,
+                                          0, 0, 0,    1, 0, 0, 0, (unsigned char)width};
   const unsigned char label_header[8] = {0, 0, 0x08, 1, 0, 0, 0, (unsigned char)count};
   memcpy(images, image_header, 16);
   memcpy(images + 16, pixels, (size_t)(count * width));
@@ -71,7 +71,8 @@ static void evaluation_matches_hand_counts(void **state) {
   assert_float_equal(result.top_k_accuracy, 5.0 / 6.0, 1e-12);
   assert_int_equal(result.top_k, 2);
   const int64_t expected[9] = {2, 0, 0, 1, 0, 1, 0, 1, 1}; /* row: label, column: prediction */
-  for (int i = 0; i < 9; i++) assert_int_equal(confusion[i], expected[i]);
+  for (int i = 0; i < 9; i++)
+    assert_int_equal(confusion[i], expected[i]);
   double loss = 0.0;
   for (int n = 0; n < 6; n++) {
     const unsigned char *l = known_pixels + 3 * n;
@@ -85,7 +86,8 @@ static void evaluation_matches_hand_counts(void **state) {
   assert_int_equal(result.top_k, 3);
   options.confusion_matrix = confusion;
   options.confusion_classes = 4;
-  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "'scores' have 3 classes", bpt_evaluate(graph, dataset, &options, &result));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "'scores' have 3 classes",
+               bpt_evaluate(graph, dataset, &options, &result));
   bpt_graph_destroy(graph);
   bpt_dataset_destroy(dataset);
   bpt_context_destroy(context);
@@ -97,7 +99,8 @@ static bpt_dataset *separable_dataset(bpt_context *context, const char *name, ui
   test_random random;
   test_random_seed(&random, seed);
   for (int n = 0; n < 64; n++) {
-    for (int k = 0; k < 4; k++) pixels[4 * n + k] = (unsigned char)test_random_uniform(&random, 0.0f, 255.0f);
+    for (int k = 0; k < 4; k++)
+      pixels[4 * n + k] = (unsigned char)test_random_uniform(&random, 0.0f, 255.0f);
     labels[n] = pixels[4 * n] > pixels[4 * n + 3];
   }
   return make_dataset(context, name, pixels, 64, 4, labels);
@@ -232,7 +235,8 @@ static void early_stopping_after_patience(void **state) {
   assert_int_equal(result.best_epoch, 1);
   assert_int_equal(result.last.best_epoch, 1);
   const int64_t improved[4] = {1, 0, 0, 0};
-  for (int i = 0; i < 4; i++) assert_int_equal(log.improved[i], improved[i]);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(log.improved[i], improved[i]);
   assert_true(isfinite(result.best_metric) && result.best_metric > 0.0);
   float restored[23];
   assert_ok(m.context, bpt_graph_read_parameters(m.graph, restored, 23));
@@ -316,13 +320,14 @@ static void metrics_csv_rows(void **state) {
     assert_non_null(line);
     assert_memory_equal(line, kinds[row], strlen(kinds[row]));
     int commas = 0;
-    for (const char *c = line; *c; c++) commas += *c == ',';
+    for (const char *c = line; *c; c++)
+      commas += *c == ',';
     assert_int_equal(commas, 8);
     if (row == 5) {
       /* epoch,2,4,train_loss,(empty train_accuracy),test_loss,test_accuracy,0.2,seconds */
       char expected[128];
-      snprintf(expected, sizeof expected, ",%.6g,,%.6g,%.6g,0.2,", result.last.train_loss,
-               result.last.validation_loss, result.last.validation_accuracy);
+      snprintf(expected, sizeof expected, ",%.6g,,%.6g,%.6g,0.2,", result.last.train_loss, result.last.validation_loss,
+               result.last.validation_accuracy);
       assert_non_null(strstr(line, expected));
     } else if (row != 2) {
       assert_non_null(strstr(line, ",,,,0.2,")); /* a step row: loss, three empty columns, the rate */
@@ -434,9 +439,12 @@ static void roles_are_named_or_found(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(evaluation_matches_hand_counts),   cmocka_unit_test(seeded_epochs_repeat_exactly),
-      cmocka_unit_test(early_stopping_after_patience),    cmocka_unit_test(progress_callback_stops_training),
-      cmocka_unit_test(metrics_csv_rows),                 cmocka_unit_test(summary_counts_match_hand_counts),
+      cmocka_unit_test(evaluation_matches_hand_counts),
+      cmocka_unit_test(seeded_epochs_repeat_exactly),
+      cmocka_unit_test(early_stopping_after_patience),
+      cmocka_unit_test(progress_callback_stops_training),
+      cmocka_unit_test(metrics_csv_rows),
+      cmocka_unit_test(summary_counts_match_hand_counts),
       cmocka_unit_test(roles_are_named_or_found),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -41,12 +41,12 @@ BPT_API bpt_eval_options bpt_eval_options_default(void);
 
 /** What bpt_evaluate() measured. */
 typedef struct bpt_eval_result {
-  size_t size;                /**< set by the caller to sizeof(bpt_eval_result); the bytes written on return */
-  int64_t samples;            /**< samples evaluated (the data set's size) */
-  double loss;                /**< the loss averaged over samples */
-  double accuracy;            /**< fraction whose argmax (the first of equal scores) is the label */
-  double top_k_accuracy;      /**< fraction whose label ranks among the top_k scores (ties: lower class first) */
-  int top_k;                  /**< the k used */
+  size_t size;           /**< set by the caller to sizeof(bpt_eval_result); the bytes written on return */
+  int64_t samples;       /**< samples evaluated (the data set's size) */
+  double loss;           /**< the loss averaged over samples */
+  double accuracy;       /**< fraction whose argmax (the first of equal scores) is the label */
+  double top_k_accuracy; /**< fraction whose label ranks among the top_k scores (ties: lower class first) */
+  int top_k;             /**< the k used */
 } bpt_eval_result;
 
 /**
@@ -85,19 +85,19 @@ typedef enum bpt_train_monitor {
 
 /** What an epoch callback is told after each epoch (and its validation). Unknown values are NaN. */
 typedef struct bpt_train_epoch {
-  size_t size;                       /**< sizeof(bpt_train_epoch) */
-  int64_t epoch, epochs;             /**< this epoch (from 1) of how many */
-  int64_t step;                      /**< optimiser steps taken since bpt_train() began */
-  double train_loss;                 /**< the batch losses averaged over the epoch's samples */
-  double running_loss;               /**< the smoothed loss at the epoch's end */
-  double validation_loss;            /**< NaN without a validation set */
-  double validation_accuracy;        /**< NaN without a validation set */
-  double validation_top_k_accuracy;  /**< NaN without a validation set */
-  double learning_rate;              /**< the rate of the epoch's last step */
-  double train_seconds;              /**< this epoch's training pass, evaluation excluded */
-  double seconds;                    /**< since bpt_train() began */
-  int improved;                      /**< 1 when the monitored metric improved (always 1 without a monitor) */
-  int64_t best_epoch;                /**< the best epoch so far (0 without a monitor) */
+  size_t size;                      /**< sizeof(bpt_train_epoch) */
+  int64_t epoch, epochs;            /**< this epoch (from 1) of how many */
+  int64_t step;                     /**< optimiser steps taken since bpt_train() began */
+  double train_loss;                /**< the batch losses averaged over the epoch's samples */
+  double running_loss;              /**< the smoothed loss at the epoch's end */
+  double validation_loss;           /**< NaN without a validation set */
+  double validation_accuracy;       /**< NaN without a validation set */
+  double validation_top_k_accuracy; /**< NaN without a validation set */
+  double learning_rate;             /**< the rate of the epoch's last step */
+  double train_seconds;             /**< this epoch's training pass, evaluation excluded */
+  double seconds;                   /**< since bpt_train() began */
+  int improved;                     /**< 1 when the monitored metric improved (always 1 without a monitor) */
+  int64_t best_epoch;               /**< the best epoch so far (0 without a monitor) */
 } bpt_train_epoch;
 
 /** Called after each epoch; returning nonzero stops training cleanly there. */
@@ -130,18 +130,18 @@ typedef struct bpt_train_options {
    * @c restore_best the parameters of the best epoch (batch-norm running statistics included; optimiser
    * state and the epoch counter are not rolled back) are written back when training ends. */
   bpt_train_monitor monitor;
-  int64_t patience;   /**< default 0 */
-  double min_delta;   /**< default 0 */
-  int restore_best;   /**< default 0 */
+  int64_t patience;               /**< default 0 */
+  double min_delta;               /**< default 0 */
+  int restore_best;               /**< default 0 */
   bpt_train_progress_fn progress; /**< after every step, or NULL */
   void *progress_data;
-  bpt_train_epoch_fn epoch_end;   /**< after every epoch, or NULL */
+  bpt_train_epoch_fn epoch_end; /**< after every epoch, or NULL */
   void *epoch_data;
   bpt_train_batch_fn prepare_batch; /**< on each filled training batch, or NULL */
   void *prepare_batch_data;
-  bpt_train_step_fn before_step;    /**< after backward, before the step, or NULL */
+  bpt_train_step_fn before_step; /**< after backward, before the step, or NULL */
   void *before_step_data;
-  bpt_train_validate_fn validate;   /**< replaces the validation pass (then validation may be NULL), or NULL */
+  bpt_train_validate_fn validate; /**< replaces the validation pass (then validation may be NULL), or NULL */
   void *validate_data;
   /** NULL, or a CSV that gets one "step" row per optimiser step and one "epoch" row per epoch
    * (bpt_train_write_metrics_header() names the columns; the header is written first when the file is empty). */
@@ -153,7 +153,7 @@ BPT_API bpt_train_options bpt_train_options_default(void);
 
 /** Why bpt_train() returned. */
 typedef enum bpt_train_stop {
-  BPT_TRAIN_COMPLETED = 0,          /**< all epochs ran */
+  BPT_TRAIN_COMPLETED = 0,           /**< all epochs ran */
   BPT_TRAIN_STOPPED_BY_CALLBACK = 1, /**< a progress or epoch callback returned nonzero */
   BPT_TRAIN_STOPPED_EARLY = 2        /**< the monitored metric did not improve for patience epochs */
 } bpt_train_stop;
@@ -172,10 +172,10 @@ typedef struct bpt_train_result {
 
 /**
  * Trains a compiled classifier (or any graph with a data and a labels input) with @p optimizer for
- * epochs options->first_epoch to options->epochs over @p train: each epoch shuffles (seeded), then per batch fills the inputs, runs
- * forward and backward, optionally clips, steps the optimiser (its schedule, if any, sets the rate) and calls
- * the progress callback; after the epoch it evaluates the validation set in eval mode (switching back to
- * training mode for the next epoch), writes the CSV row, applies early stopping and calls the epoch callback.
+ * epochs options->first_epoch to options->epochs over @p train: each epoch shuffles (seeded), then per batch fills the
+ * inputs, runs forward and backward, optionally clips, steps the optimiser (its schedule, if any, sets the rate) and
+ * calls the progress callback; after the epoch it evaluates the validation set in eval mode (switching back to training
+ * mode for the next epoch), writes the CSV row, applies early stopping and calls the epoch callback.
  * @p options may be NULL (defaults); @p result may be NULL. A failing step returns its status and message.
  */
 BPT_API bpt_status bpt_train(bpt_graph *graph, bpt_optimizer *optimizer, bpt_dataset *train,

@@ -11,7 +11,8 @@
 #include "core/train_roles.h"
 
 bpt_train_options bpt_train_options_default(void) {
-  return (bpt_train_options){.size = sizeof(bpt_train_options), .epochs = 1, .first_epoch = 1, .shuffle = 1, .top_k = 5};
+  return (bpt_train_options){
+      .size = sizeof(bpt_train_options), .epochs = 1, .first_epoch = 1, .shuffle = 1, .top_k = 5};
 }
 
 static double seconds_now(void) {
@@ -41,7 +42,10 @@ static bpt_status train_epoch(train_run *run, int64_t epoch, bpt_train_epoch *re
   BPT_CHECK(bpt_graph_set_training(graph, 1));
   if (o->shuffle) BPT_CHECK(bpt_dataset_shuffle(run->train, o->seed + (uint64_t)epoch));
   const int64_t batches = bpt_dataset_batch_count(run->train, run->batch);
-  bpt_train_progress progress = {.size = sizeof progress, .epoch = epoch, .epochs = o->epochs, .batches = batches,
+  bpt_train_progress progress = {.size = sizeof progress,
+                                 .epoch = epoch,
+                                 .epochs = o->epochs,
+                                 .batches = batches,
                                  .total = bpt_dataset_size(run->train)};
   const double epoch_start = seconds_now();
   double loss_sum = 0.0;
@@ -77,22 +81,28 @@ static bpt_status train_epoch(train_run *run, int64_t epoch, bpt_train_epoch *re
       break;
     }
   }
-  *record = (bpt_train_epoch){.size = sizeof *record, .epoch = epoch, .epochs = o->epochs, .step = run->result.steps,
+  *record = (bpt_train_epoch){.size = sizeof *record,
+                              .epoch = epoch,
+                              .epochs = o->epochs,
+                              .step = run->result.steps,
                               .train_loss = progress.samples ? loss_sum / (double)progress.samples : NAN,
-                              .running_loss = progress.running_loss, .validation_loss = NAN,
-                              .validation_accuracy = NAN, .validation_top_k_accuracy = NAN,
+                              .running_loss = progress.running_loss,
+                              .validation_loss = NAN,
+                              .validation_accuracy = NAN,
+                              .validation_top_k_accuracy = NAN,
                               .learning_rate = bpt_optimizer_learning_rate(run->optimizer),
-                              .train_seconds = seconds_now() - epoch_start, .improved = 1};
+                              .train_seconds = seconds_now() - epoch_start,
+                              .improved = 1};
   run->result.train_seconds += record->train_seconds;
   return BPT_OK;
 }
 
 static double monitored_value(const bpt_train_epoch *record, bpt_train_monitor monitor) {
   switch (monitor) {
-    case BPT_TRAIN_MONITOR_VALIDATION_LOSS: return record->validation_loss;
-    case BPT_TRAIN_MONITOR_VALIDATION_ACCURACY: return record->validation_accuracy;
-    case BPT_TRAIN_MONITOR_TRAIN_LOSS: return record->train_loss;
-    default: return NAN;
+  case BPT_TRAIN_MONITOR_VALIDATION_LOSS: return record->validation_loss;
+  case BPT_TRAIN_MONITOR_VALIDATION_ACCURACY: return record->validation_accuracy;
+  case BPT_TRAIN_MONITOR_TRAIN_LOSS: return record->train_loss;
+  default: return NAN;
   }
 }
 
@@ -103,8 +113,9 @@ static bpt_status track_best(train_run *run, bpt_train_epoch *record, int *stop)
   const double value = monitored_value(record, o->monitor);
   const double best = run->result.best_metric;
   const bool higher_is_better = o->monitor == BPT_TRAIN_MONITOR_VALIDATION_ACCURACY;
-  const bool improved = !isnan(value) && (run->result.best_epoch == 0 ||
-                                          (higher_is_better ? value > best + o->min_delta : value < best - o->min_delta));
+  const bool improved =
+      !isnan(value) &&
+      (run->result.best_epoch == 0 || (higher_is_better ? value > best + o->min_delta : value < best - o->min_delta));
   record->improved = improved;
   if (improved) {
     run->result.best_epoch = record->epoch;

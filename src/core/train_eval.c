@@ -9,9 +9,8 @@ bpt_eval_options bpt_eval_options_default(void) {
   return (bpt_eval_options){.size = sizeof(bpt_eval_options), .top_k = 5};
 }
 
-static bpt_status evaluate_batches(bpt_graph *graph, bpt_dataset *dataset, const bpt_train_nodes *nodes,
-                                   int64_t batch, int top_k, int64_t *confusion, bpt_eval_result *out,
-                                   const char *where) {
+static bpt_status evaluate_batches(bpt_graph *graph, bpt_dataset *dataset, const bpt_train_nodes *nodes, int64_t batch,
+                                   int top_k, int64_t *confusion, bpt_eval_result *out, const char *where) {
   bpt_context *context = graph->context;
   const int64_t classes = nodes->logits->dims[1];
   const int64_t logit_dims[2] = {batch, classes};

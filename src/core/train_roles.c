@@ -4,15 +4,14 @@
 
 #include "core/train_roles.h"
 
-static bpt_status find_named(bpt_graph *graph, const char *name, const char *role, const char *where,
-                             bpt_node **out) {
+static bpt_status find_named(bpt_graph *graph, const char *name, const char *role, const char *where, bpt_node **out) {
   for (int i = 0; i < graph->node_count; i++)
     if (strcmp(graph->nodes[i]->name, name) == 0) {
       *out = graph->nodes[i];
       return BPT_OK;
     }
-  return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: the graph has no node '%s' (named as the %s)", where, name,
-                   role);
+  return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: the graph has no node '%s' (named as the %s)", where,
+                   name, role);
 }
 
 bpt_status bpt_train_find_nodes(bpt_graph *graph, const bpt_train_roles *roles, int need_logits, const char *where,
@@ -42,11 +41,12 @@ bpt_status bpt_train_find_nodes(bpt_graph *graph, const bpt_train_roles *roles, 
                          out->data->name, node->name);
       out->data = node;
     }
-    if (!out->data) return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: the graph has no data input", where);
+    if (!out->data)
+      return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: the graph has no data input", where);
   }
   if (out->data->op != BPT_OP_INPUT || out->labels->op != BPT_OP_INPUT)
-    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: '%s' is not a graph input",
-                     where, out->data->op != BPT_OP_INPUT ? out->data->name : out->labels->name);
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: '%s' is not a graph input", where,
+                     out->data->op != BPT_OP_INPUT ? out->data->name : out->labels->name);
   if (!need_logits) return BPT_OK;
   if (roles->logits) {
     BPT_CHECK(find_named(graph, roles->logits, "logits", where, &out->logits));

@@ -14,11 +14,13 @@ static int64_t summary_batch(const bpt_graph *graph) { return graph->compiled ? 
 /* Elements of node at batch (dims[0] holds the batch for batched nodes only once compiled). */
 static int64_t elements_at(const bpt_node *node, int64_t batch) {
   int64_t count = node->batched ? batch : 1;
-  for (int axis = node->batched ? 1 : 0; axis < node->rank; axis++) count *= node->dims[axis];
+  for (int axis = node->batched ? 1 : 0; axis < node->rank; axis++)
+    count *= node->dims[axis];
   return count;
 }
 
-/* True when no node before `node` (one of parameter's readers) reads parameter: each parameter is counted once, at its first reader. */
+/* True when no node before `node` (one of parameter's readers) reads parameter: each parameter is counted once, at its
+ * first reader. */
 static bool first_reader(const bpt_graph *graph, const bpt_node *node, const bpt_node *parameter) {
   for (int i = 0; i < node->index; i++) {
     const bpt_node *earlier = graph->nodes[i];
@@ -31,12 +33,14 @@ static bool first_reader(const bpt_graph *graph, const bpt_node *node, const bpt
 static void fill_row(const bpt_graph *graph, const bpt_node *node, bpt_layer_summary *row) {
   const int64_t batch = summary_batch(graph);
   *row = (bpt_layer_summary){.size = sizeof *row, .name = node->name, .op = bpt_node_op_name(node), .rank = node->rank};
-  for (int axis = 0; axis < node->rank; axis++) row->dims[axis] = node->dims[axis];
+  for (int axis = 0; axis < node->rank; axis++)
+    row->dims[axis] = node->dims[axis];
   if (node->batched && node->rank > 0) row->dims[0] = batch;
   for (int k = 0; k < node->input_count; k++) {
     const bpt_node *input = node->inputs[k];
     bool repeated = false;
-    for (int j = 0; j < k; j++) repeated |= node->inputs[j] == input;
+    for (int j = 0; j < k; j++)
+      repeated |= node->inputs[j] == input;
     if (!input || input->op != BPT_OP_PARAMETER || repeated || !first_reader(graph, node, input)) continue;
     if (input->requires_grad)
       row->trainable_parameters += elements_at(input, 1);
