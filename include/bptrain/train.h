@@ -61,9 +61,12 @@ BPT_API bpt_status bpt_evaluate(bpt_graph *graph, bpt_dataset *dataset, const bp
 /** What a progress callback is told after each optimiser step. */
 typedef struct bpt_train_progress {
   size_t size;               /**< sizeof(bpt_train_progress) */
-  int64_t epoch, epochs;     /**< this epoch (from 1) of how many */
-  int64_t batch, batches;    /**< batches done in this epoch (from 1) of how many */
-  int64_t samples, total;    /**< samples done in this epoch of the data set's size */
+  int64_t epoch;             /**< this epoch (from 1) */
+  int64_t epochs;            /**< the last epoch of the run */
+  int64_t batch;             /**< batches done in this epoch (from 1) */
+  int64_t batches;           /**< batches in an epoch */
+  int64_t samples;           /**< samples done in this epoch */
+  int64_t total;             /**< the data set's size */
   int64_t step;              /**< optimiser steps taken since bpt_train() began */
   double loss;               /**< this batch's loss */
   double running_loss;       /**< exponentially smoothed loss of this epoch (0.98 old + 0.02 new) */
@@ -86,7 +89,8 @@ typedef enum bpt_train_monitor {
 /** What an epoch callback is told after each epoch (and its validation). Unknown values are NaN. */
 typedef struct bpt_train_epoch {
   size_t size;                      /**< sizeof(bpt_train_epoch) */
-  int64_t epoch, epochs;            /**< this epoch (from 1) of how many */
+  int64_t epoch;                    /**< this epoch (from 1) */
+  int64_t epochs;                   /**< the last epoch of the run */
   int64_t step;                     /**< optimiser steps taken since bpt_train() began */
   double train_loss;                /**< the batch losses averaged over the epoch's samples */
   double running_loss;              /**< the smoothed loss at the epoch's end */
@@ -130,19 +134,19 @@ typedef struct bpt_train_options {
    * @c restore_best the parameters of the best epoch (batch-norm running statistics included; optimiser
    * state and the epoch counter are not rolled back) are written back when training ends. */
   bpt_train_monitor monitor;
-  int64_t patience;               /**< default 0 */
-  double min_delta;               /**< default 0 */
-  int restore_best;               /**< default 0 */
-  bpt_train_progress_fn progress; /**< after every step, or NULL */
-  void *progress_data;
-  bpt_train_epoch_fn epoch_end; /**< after every epoch, or NULL */
-  void *epoch_data;
+  int64_t patience;                 /**< default 0 */
+  double min_delta;                 /**< default 0 */
+  int restore_best;                 /**< default 0 */
+  bpt_train_progress_fn progress;   /**< after every step, or NULL */
+  void *progress_data;              /**< passed to progress */
+  bpt_train_epoch_fn epoch_end;     /**< after every epoch, or NULL */
+  void *epoch_data;                 /**< passed to epoch_end */
   bpt_train_batch_fn prepare_batch; /**< on each filled training batch, or NULL */
-  void *prepare_batch_data;
-  bpt_train_step_fn before_step; /**< after backward, before the step, or NULL */
-  void *before_step_data;
-  bpt_train_validate_fn validate; /**< replaces the validation pass (then validation may be NULL), or NULL */
-  void *validate_data;
+  void *prepare_batch_data;         /**< passed to prepare_batch */
+  bpt_train_step_fn before_step;    /**< after backward, before the step, or NULL */
+  void *before_step_data;           /**< passed to before_step */
+  bpt_train_validate_fn validate;   /**< replaces the validation pass (then validation may be NULL), or NULL */
+  void *validate_data;              /**< passed to validate */
   /** NULL, or a CSV that gets one "step" row per optimiser step and one "epoch" row per epoch
    * (bpt_train_write_metrics_header() names the columns; the header is written first when the file is empty). */
   FILE *metrics;
