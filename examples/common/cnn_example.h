@@ -113,9 +113,11 @@ static void cnn_example_print_statistics(const cnn_example *e, long step) {
     const size_t length = strlen(op);
     const bool relu_output = length >= 4 && strcmp(op + length - 4, "relu") == 0;
     if (!relu_output && strcmp(op, "global_avg_pool") != 0) continue;
-    bpt_value_statistics s;
+    bpt_value_statistics s = {.size = sizeof s};
     /* A value that backward never reads shares its memory after forward and cannot be inspected. */
-    if (bpt_graph_value_statistics(e->graph, node, &s) == BPT_ERR_STATE) continue;
+    const bpt_status status = bpt_graph_value_statistics(e->graph, node, &s);
+    if (status == BPT_ERR_STATE) continue;
+    EXAMPLE_CHECK(e->context, status);
     printf("  act   %-28s mean %.4f  std %.4f  zeros %.1f%%\n", bpt_node_name(node), s.mean, s.standard_deviation,
            100.0 * s.zero_fraction);
   }
