@@ -14,8 +14,8 @@ static const char usage[] =
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --summary      print the model summary (per-layer parameters, buffers and activation bytes)\n"
-    "  --save FILE    write the trained parameters to FILE\n"
-    "  --eval FILE    skip training: load FILE and report the test accuracy\n"
+    "  --save FILE    write the trained parameters to FILE as a checkpoint\n"
+    "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
 int main(int argc, char **argv) {

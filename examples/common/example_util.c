@@ -94,6 +94,12 @@ void example_check_arguments(int argc, char **argv, const char *const *valued, c
   }
 }
 
+void example_print_compute_info(const bpt_context *context) {
+  bpt_compute_info info = {.size = sizeof info};
+  if (strcmp(bpt_context_backend(context), "cpu") == 0 && bpt_cpu_compute_info(&info) == BPT_OK)
+    printf("compute: %s\n", info.summary);
+}
+
 double example_seconds(void) {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -227,5 +233,6 @@ void example_banner(const bpt_context *context, const char *format, ...) {
   vprintf(format, arguments);
   va_end(arguments);
   printf("\n");
+  example_print_compute_info(context);
   fflush(stdout);
 }

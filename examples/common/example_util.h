@@ -41,6 +41,10 @@ int64_t example_class_count(int argc, char **argv, bpt_context *context, const b
 
 double example_seconds(void);
 
+/* Prints "compute: ..." (bpt_cpu_compute_info's summary: BLAS, kernel and who chose it, self-check, bf16 GEMMs,
+ * CPU) when the context runs on the CPU. */
+void example_print_compute_info(const bpt_context *context);
+
 /* A one-line progress bar on stderr: "epoch 1/5 [=====>    ] 30000/60000  41234 samples/s  loss 0.4312". */
 typedef struct example_progress {
   const char *label;
@@ -62,7 +66,8 @@ typedef struct example_classifier {
 bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *widths, int width_count,
                              int64_t classes, example_classifier *out);
 
-/* The line every example prints first: "libbptrain 0.1.0, backend cpu, 2 threads: " and then the formatted rest. */
+/* The lines every example prints first: "libbptrain 0.1.0, backend cpu, 2 threads: " and the formatted rest,
+ * then example_print_compute_info()'s "compute:" line. */
 void example_banner(const bpt_context *context, const char *format, ...) __attribute__((format(printf, 2, 3)));
 
 /* bpt_train()'s progress callback drawing the bar above: data is an example_progress, whose label is NULL
