@@ -55,8 +55,9 @@ endfunction()
 
 include(cmake/cuda.cmake OPTIONAL)
 include(cmake/mpi.cmake OPTIONAL)
+include(cmake/onnx.cmake)
 
-foreach(feature CUDA MPI NCCL)
+foreach(feature CUDA MPI NCCL ONNX)
   if(NOT DEFINED BPT_HAVE_${feature})
     set(BPT_HAVE_${feature} OFF)
   endif()

@@ -16,11 +16,11 @@ static const char usage[] =
     "  --summary      print the model summary (per-layer parameters, buffers and activation bytes)\n"
     "  --save FILE    write the trained parameters to FILE as a checkpoint\n"
     "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
-    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE EXAMPLE_ONNX_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum",
-                                       "--threads", "--seed",   "--save",  "--eval", "--classes", EXAMPLE_OPTIONS, NULL};
+                                       "--threads", "--seed",   "--save",  "--eval", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--grad-stats", "--summary", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -97,6 +97,7 @@ int main(int argc, char **argv) {
     if (save_path) cnn_example_save(&e, save_path);
     bpt_optimizer_destroy(optimizer);
   }
+  example_export_onnx(argc, argv, e.context, e.graph, 0.2860f, 0.3530f);
   const int status = example_metrics_close(metrics);
   bpt_graph_destroy(e.graph);
   bpt_dataset_destroy(e.train);

@@ -11,11 +11,11 @@ static const char usage[] =
     "                 [--seed N] [--backend NAME]\n"
     "  --data DIR   IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     EXAMPLE_CLASSES_USAGE
-    EXAMPLE_USAGE;
+    EXAMPLE_USAGE EXAMPLE_ONNX_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--threads",
-                                       "--seed", "--backend", "--classes", EXAMPLE_OPTIONS, NULL};
+                                       "--seed", "--backend", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
   example_check_arguments(argc, argv, valued, NULL, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -70,6 +70,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(context, bpt_train(graph, optimizer, train, &train_options, &result));
   const double accuracy = result.last.validation_accuracy;
   printf("final test accuracy: %.2f%%\n", 100.0 * accuracy);
+  example_export_onnx(argc, argv, context, graph, 0.0f, 1.0f);
   int status = example_metrics_close(metrics);
 
   bpt_optimizer_destroy(optimizer);

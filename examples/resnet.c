@@ -29,7 +29,7 @@ static const char usage[] =
     "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE as a checkpoint\n"
     "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n"
-    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE EXAMPLE_ONNX_USAGE;
 
 static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bpt_activation_storage storage) {
   int64_t image[3] = {1, 28, 28};
@@ -95,7 +95,7 @@ static void evaluate(cnn_example *e, const char *path, bool fold) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
-                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", EXAMPLE_OPTIONS, NULL};
+                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--grad-stats", "--summary", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -180,6 +180,7 @@ int main(int argc, char **argv) {
     if (save_path) cnn_example_save(&e, save_path);
     bpt_optimizer_destroy(optimizer);
   }
+  example_export_onnx(argc, argv, e.context, e.graph, 0.2860f, 0.3530f);
   const int status = example_metrics_close(metrics);
   bpt_graph_destroy(e.graph);
   bpt_dataset_destroy(e.train);

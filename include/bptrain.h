@@ -33,6 +33,7 @@
 #include "bptrain/data.h"
 #include "bptrain/train.h"
 #include "bptrain/checkpoint.h"
+#include "bptrain/onnx.h"
 #include "bptrain/anomaly.h"
 #include "bptrain/profiler.h"
 #include "bptrain/compute_info.h"
