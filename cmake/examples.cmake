@@ -58,3 +58,11 @@ if(BPT_BUILD_TESTS AND TARGET mnist_mlp_cpp)
     PASS_REGULAR_EXPRESSION "gnuplot not found.*apt-get install gnuplot-nox"
     SKIP_REGULAR_EXPRESSION "skipped: no Fashion-MNIST")
 endif()
+
+# The examples' helpers (option parsing, progress bar, --metrics/--plot/--profile) are meant to be copied into
+# programs of one's own, so they are installed with the examples that use them.
+if(DEFINED CMAKE_INSTALL_DATADIR)
+  file(GLOB BPT_EXAMPLE_HELPERS ${CMAKE_CURRENT_SOURCE_DIR}/examples/common/*.[ch])
+  install(FILES ${BPT_EXAMPLE_HELPERS} DESTINATION ${CMAKE_INSTALL_DATADIR}/bptrain/examples/common)
+  install(FILES ${BPT_EXAMPLES} DESTINATION ${CMAKE_INSTALL_DATADIR}/bptrain/examples)
+endif()

@@ -4,7 +4,9 @@
  *
  *   checkpoint_resume --checkpoint FILE [--resume] [--stop-after STEPS] [--save-every STEPS] [--data DIR]
  *                     [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
+ *                     [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -15,7 +17,7 @@ static const char usage[] =
     "                         [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
     "  --resume          continue from FILE (epoch, step, weights, optimizer state, sample order)\n"
     "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint)\n"
-    EXAMPLE_CLASSES_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
 /* FNV-1a over the parameters' bytes: equal checksums mean bit-identical weights. */
 static uint64_t parameter_checksum(bpt_context *context, bpt_graph *graph) {
@@ -46,7 +48,7 @@ static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_o
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--checkpoint", "--stop-after", "--save-every", "--data", "--epochs", "--batch",
-                                       "--lr",         "--momentum",   "--threads",    "--seed", "--classes", NULL};
+                                       "--lr",         "--momentum",   "--threads",    "--seed", "--classes", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--resume", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *path = example_option(argc, argv, "--checkpoint");
@@ -67,6 +69,7 @@ int main(int argc, char **argv) {
   context_options.seed = seed;
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
+  example_metrics *metrics = example_metrics_open(argc, argv, context, "checkpoint_resume");
   bpt_dataset *train = NULL, *test = NULL;
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "train", &train));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "t10k", &test));
@@ -77,7 +80,7 @@ int main(int argc, char **argv) {
   static const int64_t widths[2] = {512, 256};
   example_classifier mlp;
   EXAMPLE_CHECK(context, example_build_mlp(graph, features, widths, 2, classes, &mlp));
-  bpt_node *images = mlp.images, *labels = mlp.labels, *logits = mlp.logits, *loss = mlp.loss;
+  bpt_node *images = mlp.images, *labels = mlp.labels, *loss = mlp.loss;
   EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, batch));
   bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
   optimizer_options.learning_rate = (float)example_option_double(argc, argv, "--lr", 0.05);
@@ -101,6 +104,8 @@ int main(int argc, char **argv) {
   bpt_tensor *batch_images = NULL, *batch_labels = NULL;
   EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, batch_dims, &batch_images));
   EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, batch_dims, &batch_labels));
+  /* Its own loop rather than bpt_train(): a resumed run starts in the middle of an epoch. */
+  bpt_eval_options evaluation = bpt_eval_options_default();
   long batches = (long)bpt_dataset_batch_count(train, batch), done = 0;
   bool stopped = false;
   while (epoch < epochs && !stopped) {
@@ -119,6 +124,9 @@ int main(int argc, char **argv) {
       EXAMPLE_CHECK(context, bpt_graph_forward(graph));
       EXAMPLE_CHECK(context, bpt_graph_backward(graph));
       EXAMPLE_CHECK(context, bpt_optimizer_step(optimizer));
+      float batch_loss;
+      EXAMPLE_CHECK(context, bpt_graph_loss(graph, &batch_loss));
+      example_metrics_step(metrics, epoch + 1, batch_loss, bpt_optimizer_learning_rate(optimizer));
       done++;
       if (save_every && bpt_optimizer_step_count(optimizer) % save_every == 0)
         save(context, graph, path, optimizer, train, epoch, step + 1);
@@ -127,11 +135,12 @@ int main(int argc, char **argv) {
     step = 0;
     epoch++;
     save(context, graph, path, optimizer, train, epoch, 0);
-    double accuracy, test_loss;
-    EXAMPLE_CHECK(context,
-                  example_accuracy(context, graph, images, labels, logits, test, batch, &accuracy, &test_loss));
-    printf("epoch %ld: test accuracy %.2f%%, test loss %.4f (checkpoint %s)\n", epoch, 100.0 * accuracy, test_loss,
-           path);
+    bpt_eval_result tested = {.size = sizeof tested};
+    EXAMPLE_CHECK(context, bpt_evaluate(graph, test, &evaluation, &tested));
+    example_metrics_epoch(metrics, epoch, NAN, NAN, tested.loss, tested.accuracy,
+                          bpt_optimizer_learning_rate(optimizer));
+    printf("epoch %ld: test accuracy %.2f%%, test loss %.4f (checkpoint %s)\n", epoch, 100.0 * tested.accuracy,
+           tested.loss, path);
     fflush(stdout);
   }
   printf("parameter checksum: %016llx after %lld optimizer steps\n",
@@ -139,10 +148,11 @@ int main(int argc, char **argv) {
 
   bpt_tensor_destroy(batch_images);
   bpt_tensor_destroy(batch_labels);
+  const int status = example_metrics_close(metrics);
   bpt_optimizer_destroy(optimizer);
   bpt_graph_destroy(graph);
   bpt_dataset_destroy(train);
   bpt_dataset_destroy(test);
   bpt_context_destroy(context);
-  return 0;
+  return status;
 }

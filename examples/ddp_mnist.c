@@ -3,12 +3,13 @@
  *
  *   mpirun -np 2 ddp_mnist [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9]
  *          [--threads N] [--seed 42] [--bucket-kb 25600] [--accumulate 1] [--compression none|f16|int8|topk]
- *          [--timeout 300] [--no-overlap]
+ *          [--timeout 300] [--no-overlap] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  *
  * --batch is the global batch; each rank takes batch / (ranks * accumulate) samples per micro-batch. Rank 0
  * prints progress and the test accuracy. No mpi.h needed: MPI_COMM_WORLD is BPT_COMM_MPI_WORLD.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,7 +22,7 @@ static const char usage[] =
     "                 [--timeout SECONDS] [--no-overlap]\n"
     "  --batch N    global batch over all ranks and micro-batches (default 128)\n"
     "  --threads N  CPU threads per rank (default: the cores divided among the ranks on this node)\n"
-    EXAMPLE_CLASSES_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
 static bpt_compression parse_compression(const char *name) {
   const char *names[] = {"none", "f16", "int8", "topk"};
@@ -43,7 +44,7 @@ static int default_threads(void) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",       "--epochs",      "--batch",   "--lr",
                                        "--momentum",   "--threads",     "--seed",    "--bucket-kb",
-                                       "--accumulate", "--compression", "--timeout", "--classes", NULL};
+                                       "--accumulate", "--compression", "--timeout", "--classes", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--no-overlap", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -77,6 +78,8 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  /* Rank 0 alone records and profiles: the other ranks run the same steps. */
+  example_metrics *metrics = rank == 0 ? example_metrics_open(argc, argv, context, "ddp_mnist") : NULL;
   bpt_dataset *train = NULL, *test = NULL;
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "train", &train));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "t10k", &test));
@@ -94,7 +97,7 @@ int main(int argc, char **argv) {
   static const int64_t widths[2] = {512, 256};
   example_classifier mlp;
   EXAMPLE_CHECK(context, example_build_mlp(graph, features, widths, 2, classes, &mlp));
-  bpt_node *images = mlp.images, *labels = mlp.labels, *logits = mlp.logits, *loss = mlp.loss;
+  bpt_node *images = mlp.images, *labels = mlp.labels, *loss = mlp.loss;
   /* Evaluation runs whole batches through the same graph, so compile for the larger of the two. */
   EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, batch > share ? batch : share));
 
@@ -143,19 +146,26 @@ int main(int argc, char **argv) {
       float batch_loss;
       EXAMPLE_CHECK(context, bpt_graph_loss(graph, &batch_loss));
       running_loss = step == 0 ? batch_loss : 0.98 * running_loss + 0.02 * batch_loss;
-      if (rank == 0) example_progress_update(&progress, (long)((step + 1) * batch), running_loss);
+      if (rank == 0) {
+        example_metrics_step(metrics, epoch, batch_loss, bpt_optimizer_learning_rate(optimizer));
+        example_progress_update(&progress, (long)((step + 1) * batch), running_loss);
+      }
     }
     if (rank == 0) {
       example_progress_finish(&progress, running_loss);
-      double test_loss;
-      EXAMPLE_CHECK(context,
-                    example_accuracy(context, graph, images, labels, logits, test, batch, &accuracy, &test_loss));
-      printf("epoch %ld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", epoch, 100.0 * accuracy, test_loss,
+      bpt_eval_options evaluation = bpt_eval_options_default();
+      evaluation.batch_size = batch;
+      bpt_eval_result tested = {.size = sizeof tested};
+      EXAMPLE_CHECK(context, bpt_evaluate(graph, test, &evaluation, &tested));
+      accuracy = tested.accuracy;
+      example_metrics_epoch(metrics, epoch, NAN, NAN, tested.loss, accuracy, bpt_optimizer_learning_rate(optimizer));
+      printf("epoch %ld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", epoch, 100.0 * accuracy, tested.loss,
              example_seconds() - start);
       fflush(stdout);
     }
   }
   if (rank == 0) printf("final test accuracy: %.2f%%\n", 100.0 * accuracy);
+  const int status = example_metrics_close(metrics);
 
   bpt_tensor_destroy(batch_images);
   bpt_tensor_destroy(batch_labels);
@@ -166,5 +176,5 @@ int main(int argc, char **argv) {
   bpt_dataset_destroy(test);
   bpt_comm_destroy(comm);
   bpt_context_destroy(context);
-  return 0;
+  return status;
 }

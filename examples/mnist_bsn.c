@@ -8,6 +8,7 @@
  *
  *   mnist_bsn [--data DIR] [--epochs 5] [--batch 64] [--lr X] [--momentum 0.9] [--estimator sigmoid]
  *             [--sgd] [--eval-samples 16] [--threads N] [--seed 42] [--backend cpu] [--no-baseline]
+ *             [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,7 +23,7 @@ static const char usage[] =
     "  --eval-samples  stochastic passes averaged for the final extra accuracy (default 16; 0 or 1: none)\n"
     "  --estimator  straight-through gradient: identity (dz = da) or sigmoid (dz = da sigmoid'(z), default)\n"
     "  --no-baseline  skip training the float (ReLU) MLP used for comparison\n"
-    EXAMPLE_CLASSES_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
 typedef struct run_settings {
   const char *data;
@@ -79,9 +80,49 @@ static double stochastic_accuracy(bpt_context *context, bpt_graph *graph, bpt_no
   return (double)correct / (double)bpt_dataset_size(test_set);
 }
 
+/* What the epoch hooks of one run need. */
+typedef struct bsn_run {
+  const run_settings *settings;
+  bpt_context *context;
+  bpt_graph *graph;
+  bpt_dataset *test_set;
+  bpt_node *images, *labels, *logits;
+  const char *kind;
+} bsn_run;
+
+/* Evaluation uses the deterministic neuron, a = 1[sigmoid(z) > 0.5]; training goes on with the stochastic one. */
+static bpt_status validate_deterministic(void *data, bpt_graph *graph, bpt_train_epoch *epoch) {
+  const bsn_run *run = data;
+  bpt_eval_options options = bpt_eval_options_default();
+  options.batch_size = run->settings->batch;
+  bpt_eval_result result = {.size = sizeof result};
+  bpt_status status = bpt_graph_set_deterministic(graph, 1);
+  if (status == BPT_OK) status = bpt_evaluate(graph, run->test_set, &options, &result);
+  if (status == BPT_OK) status = bpt_graph_set_deterministic(graph, 0);
+  epoch->validation_loss = result.loss;
+  epoch->validation_accuracy = result.accuracy;
+  epoch->validation_top_k_accuracy = result.top_k_accuracy;
+  return status;
+}
+
+static int print_epoch(void *data, const bpt_train_epoch *epoch) {
+  const bsn_run *run = data;
+  printf("%s epoch %lld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", run->kind, (long long)epoch->epoch,
+         100.0 * epoch->validation_accuracy, epoch->validation_loss, epoch->seconds);
+  const run_settings *settings = run->settings;
+  if (settings->binary && settings->eval_samples > 1 && epoch->epoch == epoch->epochs) {
+    double averaged = stochastic_accuracy(run->context, run->graph, run->images, run->labels, run->logits,
+                                          run->test_set, settings->batch, settings->eval_samples);
+    printf("%s epoch %lld: test accuracy %.2f%% averaging %ld stochastic passes\n", run->kind,
+           (long long)epoch->epoch, 100.0 * averaged, settings->eval_samples);
+  }
+  fflush(stdout);
+  return 0;
+}
+
 /* Trains one MLP and returns its final test accuracy. */
 static double train(const run_settings *settings, bpt_dataset *train_set, bpt_dataset *test_set,
-                    bpt_context *context) {
+                    bpt_context *context, FILE *metrics) {
   int64_t features = bpt_dataset_sample_size(train_set), classes = settings->classes;
   long batch = settings->batch;
   bpt_graph *graph = NULL;
@@ -110,44 +151,27 @@ static double train(const run_settings *settings, bpt_dataset *train_set, bpt_da
   bpt_optimizer *optimizer = NULL;
   EXAMPLE_CHECK(context, bpt_optimizer_create(graph, &optimizer_options, &optimizer));
 
-  int64_t batch_dims[2] = {batch, features};
-  bpt_tensor *batch_images = NULL, *batch_labels = NULL;
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, batch_dims, &batch_images));
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, batch_dims, &batch_labels));
-  const char *kind = settings->binary ? "binary" : "float";
-  double accuracy = 0.0, start = example_seconds();
-  for (long epoch = 1; epoch <= settings->epochs; epoch++) {
-    EXAMPLE_CHECK(context, bpt_dataset_shuffle(train_set, settings->context_options.seed + (uint64_t)epoch));
-    EXAMPLE_CHECK(context, bpt_graph_set_deterministic(graph, 0));
-    char label[64];
-    snprintf(label, sizeof label, "%s epoch %ld/%ld", kind, epoch, settings->epochs);
-    EXAMPLE_CHECK(context, example_train_epoch(graph, optimizer, images, labels, train_set, batch, batch_images,
-                                               batch_labels, label, NULL));
-    /* Evaluation uses the deterministic neuron: a = 1[sigmoid(z) > 0.5]. */
-    EXAMPLE_CHECK(context, bpt_graph_set_deterministic(graph, 1));
-    double test_loss;
-    EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test_set, batch, &accuracy,
-                                            &test_loss));
-    printf("%s epoch %ld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", kind, epoch, 100.0 * accuracy,
-           test_loss, example_seconds() - start);
-    if (settings->binary && settings->eval_samples > 1 && epoch == settings->epochs) {
-      double averaged = stochastic_accuracy(context, graph, images, labels, logits, test_set, batch,
-                                            settings->eval_samples);
-      printf("%s epoch %ld: test accuracy %.2f%% averaging %ld stochastic passes\n", kind, epoch, 100.0 * averaged,
-             settings->eval_samples);
-    }
-    fflush(stdout);
-  }
-  bpt_tensor_destroy(batch_images);
-  bpt_tensor_destroy(batch_labels);
+  char prefix[16];
+  snprintf(prefix, sizeof prefix, "%s ", settings->binary ? "binary" : "float");
+  example_progress bar = {.prefix = prefix};
+  bsn_run run = {.settings = settings, .context = context, .graph = graph, .test_set = test_set, .images = images, .labels = labels, .logits = logits,
+                 .kind = settings->binary ? "binary" : "float"};
+  bpt_train_options options =
+      example_train_options(settings->epochs, settings->context_options.seed, NULL, &bar, metrics);
+  options.validate = validate_deterministic;
+  options.validate_data = &run;
+  options.epoch_end = print_epoch;
+  options.epoch_data = &run;
+  bpt_train_result result = {.size = sizeof result};
+  EXAMPLE_CHECK(context, bpt_train(graph, optimizer, train_set, &options, &result));
   bpt_optimizer_destroy(optimizer);
   bpt_graph_destroy(graph);
-  return accuracy;
+  return result.last.validation_accuracy;
 }
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs",  "--batch",   "--lr",      "--momentum",
-                                       "--seed", "--threads", "--backend", "--estimator", "--eval-samples", "--classes", NULL};
+                                       "--seed", "--threads", "--backend", "--estimator", "--eval-samples", "--classes", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--no-baseline", "--sgd", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   run_settings settings = {0};
@@ -179,27 +203,27 @@ int main(int argc, char **argv) {
   if (backend) settings.context_options.backend = backend;
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&settings.context_options, &context));
+  example_metrics *metrics = example_metrics_open(argc, argv, context, "mnist_bsn");
   bpt_dataset *train_set = NULL, *test_set = NULL;
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, settings.data, "train", &train_set));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, settings.data, "t10k", &test_set));
   settings.classes = example_class_count(argc, argv, context, train_set, test_set, 0);
-  printf("libbptrain %s, backend %s, %d threads: %lld training and %lld test samples from %s\n", bpt_version(),
-         bpt_context_backend(context), bpt_context_num_threads(context), (long long)bpt_dataset_size(train_set),
-         (long long)bpt_dataset_size(test_set), settings.data);
-  fflush(stdout);
+  example_banner(context, "%lld training and %lld test samples from %s", (long long)bpt_dataset_size(train_set),
+                 (long long)bpt_dataset_size(test_set), settings.data);
 
   settings.binary = true;
-  double binary_accuracy = train(&settings, train_set, test_set, context);
+  double binary_accuracy = train(&settings, train_set, test_set, context, example_metrics_csv(metrics));
   printf("binary stochastic MLP (%s estimator): final test accuracy %.2f%%\n",
          settings.estimator == BPT_STRAIGHT_THROUGH_SIGMOID ? "sigmoid" : "identity", 100.0 * binary_accuracy);
   if (!example_flag(argc, argv, "--no-baseline")) {
     settings.binary = false;
-    double float_accuracy = train(&settings, train_set, test_set, context);
+    double float_accuracy = train(&settings, train_set, test_set, context, example_metrics_csv(metrics));
     printf("float (ReLU) MLP: final test accuracy %.2f%%\n", 100.0 * float_accuracy);
     printf("gap: %.2f points (target: within 1.5)\n", 100.0 * (float_accuracy - binary_accuracy));
   }
+  const int status = example_metrics_close(metrics);
   bpt_dataset_destroy(train_set);
   bpt_dataset_destroy(test_set);
   bpt_context_destroy(context);
-  return 0;
+  return status;
 }

@@ -3,23 +3,25 @@
  *   conv 6@5x5 pad 2 - ReLU - maxpool 2 - conv 16@5x5 - ReLU - maxpool 2 - fc 120 - ReLU - fc 84 - ReLU - fc 10
  *
  *   mnist_cnn [--data DIR] [--epochs 3] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
- *             [--grad-stats] [--save FILE] [--eval FILE]
+ *             [--grad-stats] [--summary] [--save FILE] [--eval FILE] [--metrics FILE.csv] [--plot FILE.png]
+ *             [--profile FILE.json]
  */
 #include "cnn_example.h"
 
 static const char usage[] =
     "usage: mnist_cnn [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
-    "                 [--grad-stats] [--save FILE] [--eval FILE]\n"
+    "                 [--grad-stats] [--summary] [--save FILE] [--eval FILE]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
+    "  --summary      print the model summary (per-layer parameters, buffers and activation bytes)\n"
     "  --save FILE    write the trained parameters to FILE as a checkpoint\n"
     "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
-    EXAMPLE_CLASSES_USAGE EXAMPLE_ONNX_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE EXAMPLE_ONNX_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum",
-                                       "--threads", "--seed",   "--save",  "--eval", "--classes", "--onnx", NULL};
-  static const char *const flags[] = {"--grad-stats", NULL};
+                                       "--threads", "--seed",   "--save",  "--eval", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
+  static const char *const flags[] = {"--grad-stats", "--summary", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -33,18 +35,17 @@ int main(int argc, char **argv) {
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
+  e.seed = context_options.seed;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &e.context));
+  example_metrics *metrics = example_metrics_open(argc, argv, e.context, "mnist_cnn");
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "train", &e.train));
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "t10k", &e.test));
   e.classes = example_class_count(argc, argv, e.context, e.train, e.test, 10);
   /* Fashion-MNIST's pixel mean and standard deviation. */
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
-  printf("libbptrain %s, backend %s, %d threads: LeNet-5 on %lld training and %lld test samples from %s\n",
-         bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context),
-         (long long)bpt_dataset_size(e.train), (long long)bpt_dataset_size(e.test), data);
-  example_print_compute_info(e.context);
-  fflush(stdout);
+  example_banner(e.context, "LeNet-5 on %lld training and %lld test samples from %s",
+                 (long long)bpt_dataset_size(e.train), (long long)bpt_dataset_size(e.test), data);
 
   int64_t image[3] = {1, 28, 28};
   bpt_node *loss;
@@ -69,6 +70,7 @@ int main(int argc, char **argv) {
                                                 (int)(sizeof lenet / sizeof lenet[0]), &e.logits));
   EXAMPLE_CHECK(e.context, bpt_softmax_cross_entropy(e.graph, "loss", e.logits, e.labels, &loss));
   EXAMPLE_CHECK(e.context, bpt_graph_compile(e.graph, loss, e.batch));
+  if (example_flag(argc, argv, "--summary")) example_print_summary(e.graph);
   printf("model: %lld parameters\n", (long long)bpt_graph_parameter_count(e.graph));
   fflush(stdout);
 
@@ -87,33 +89,19 @@ int main(int argc, char **argv) {
     optimizer_options.momentum = (float)example_option_double(argc, argv, "--momentum", 0.9);
     bpt_optimizer *optimizer = NULL;
     EXAMPLE_CHECK(e.context, bpt_optimizer_create(e.graph, &optimizer_options, &optimizer));
-    int64_t batch_dims[3] = {e.batch, 28, 28};
-    bpt_tensor *batch_images = NULL, *batch_labels = NULL;
-    EXAMPLE_CHECK(e.context, bpt_tensor_create(e.context, BPT_DTYPE_F32, 3, batch_dims, &batch_images));
-    EXAMPLE_CHECK(e.context, bpt_tensor_create(e.context, BPT_DTYPE_I32, 1, batch_dims, &batch_labels));
-    const double start = example_seconds();
-    double training_seconds = 0.0;
-    for (long epoch = 1; epoch <= epochs; epoch++) {
-      const double epoch_start = example_seconds();
-      cnn_example_train_epoch(&e, optimizer, epoch, epochs, batch_images, batch_labels, context_options.seed);
-      training_seconds += example_seconds() - epoch_start;
-      accuracy = cnn_example_test_accuracy(&e, &test_loss);
-      printf("epoch %ld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", epoch, 100.0 * accuracy, test_loss,
-             example_seconds() - start);
-      fflush(stdout);
-    }
-    printf("final test accuracy: %.2f%% after %ld epochs, %.1f s of training (%.0f samples/s)\n", 100.0 * accuracy,
-           epochs, training_seconds, (double)epochs * (double)bpt_dataset_size(e.train) / training_seconds);
+    const bpt_train_result result = cnn_example_fit(&e, optimizer, epochs, example_metrics_csv(metrics), false);
+    printf("final test accuracy: %.2f%% after %ld epochs, %.1f s of training (%.0f samples/s)\n",
+           100.0 * result.last.validation_accuracy, epochs, result.train_seconds,
+           (double)epochs * (double)bpt_dataset_size(e.train) / result.train_seconds);
     const char *save_path = example_option(argc, argv, "--save");
     if (save_path) cnn_example_save(&e, save_path);
-    bpt_tensor_destroy(batch_images);
-    bpt_tensor_destroy(batch_labels);
     bpt_optimizer_destroy(optimizer);
   }
   example_export_onnx(argc, argv, e.context, e.graph, 0.2860f, 0.3530f);
+  const int status = example_metrics_close(metrics);
   bpt_graph_destroy(e.graph);
   bpt_dataset_destroy(e.train);
   bpt_dataset_destroy(e.test);
   bpt_context_destroy(e.context);
-  return 0;
+  return status;
 }

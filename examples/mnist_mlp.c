@@ -1,13 +1,9 @@
 /* Trains a 784-512-256-10 ReLU MLP on an MNIST-style IDX data set (Fashion-MNIST by default) with SGD
- * and momentum, printing a progress bar per epoch and the test accuracy after each one.
+ * and momentum through bpt_train(), printing a progress bar per epoch and the test accuracy after each one.
  *
  *   mnist_mlp [--data DIR] [--epochs 5] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N]
  *             [--seed 42] [--backend cpu] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  */
-#include <math.h>
-#include <stdlib.h>
-
-#include "example_metrics.h"
 #include "example_util.h"
 
 static const char usage[] =
@@ -15,11 +11,11 @@ static const char usage[] =
     "                 [--seed N] [--backend NAME]\n"
     "  --data DIR   IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     EXAMPLE_CLASSES_USAGE
-    EXAMPLE_METRICS_USAGE EXAMPLE_ONNX_USAGE;
+    EXAMPLE_USAGE EXAMPLE_ONNX_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--threads",
-                                       "--seed", "--backend", EXAMPLE_METRICS_OPTIONS, "--classes", "--onnx", NULL};
+                                       "--seed", "--backend", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
   example_check_arguments(argc, argv, valued, NULL, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -44,11 +40,8 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "t10k", &test));
   int64_t features = bpt_dataset_sample_size(train);
   int64_t classes = example_class_count(argc, argv, context, train, test, 0);
-  printf("libbptrain %s, backend %s, %d threads: %lld training and %lld test samples from %s\n", bpt_version(),
-         bpt_context_backend(context), bpt_context_num_threads(context), (long long)bpt_dataset_size(train),
-         (long long)bpt_dataset_size(test), data);
-  example_print_compute_info(context);
-  fflush(stdout);
+  example_banner(context, "%lld training and %lld test samples from %s", (long long)bpt_dataset_size(train),
+                 (long long)bpt_dataset_size(test), data);
 
   bpt_graph *graph = NULL;
   bpt_node *images, *labels, *hidden, *logits, *loss;
@@ -70,51 +63,16 @@ int main(int argc, char **argv) {
   bpt_optimizer *optimizer = NULL;
   EXAMPLE_CHECK(context, bpt_optimizer_create(graph, &optimizer_options, &optimizer));
 
-  int64_t batch_dims[2] = {batch, features};
-  bpt_tensor *batch_images = NULL, *batch_labels = NULL;
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, batch_dims, &batch_images));
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, batch_dims, &batch_labels));
-
-  double accuracy = 0.0, start = example_seconds();
-  for (long epoch = 1; epoch <= epochs; epoch++) {
-    EXAMPLE_CHECK(context, bpt_dataset_shuffle(train, context_options.seed + (uint64_t)epoch));
-    char label[64];
-    snprintf(label, sizeof label, "epoch %ld/%ld", epoch, epochs);
-    example_progress progress;
-    int64_t batches = bpt_dataset_batch_count(train, batch);
-    example_progress_start(&progress, label, (long)bpt_dataset_size(train));
-    double running_loss = 0.0, loss_sum = 0.0;
-    long seen = 0;
-    for (int64_t b = 0; b < batches; b++) {
-      EXAMPLE_CHECK(context, bpt_dataset_batch(train, b, batch, batch_images, batch_labels));
-      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, images, batch_images));
-      EXAMPLE_CHECK(context, bpt_graph_set_input(graph, labels, batch_labels));
-      EXAMPLE_CHECK(context, bpt_graph_forward(graph));
-      EXAMPLE_CHECK(context, bpt_graph_backward(graph));
-      EXAMPLE_CHECK(context, bpt_optimizer_step(optimizer));
-      float batch_loss;
-      EXAMPLE_CHECK(context, bpt_graph_loss(graph, &batch_loss));
-      running_loss = b == 0 ? batch_loss : 0.98 * running_loss + 0.02 * batch_loss;
-      loss_sum += (double)batch_loss * (double)bpt_tensor_dim(batch_images, 0);
-      seen += (long)bpt_tensor_dim(batch_images, 0);
-      example_metrics_step(metrics, epoch, batch_loss, bpt_optimizer_learning_rate(optimizer));
-      example_progress_update(&progress, seen, running_loss);
-    }
-    example_progress_finish(&progress, running_loss);
-    double test_loss;
-    EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test, batch, &accuracy, &test_loss));
-    example_metrics_epoch(metrics, epoch, loss_sum / (double)seen, NAN, test_loss, accuracy,
-                          bpt_optimizer_learning_rate(optimizer));
-    printf("epoch %ld: test accuracy %.2f%%, test loss %.4f, %.1f s elapsed\n", epoch, 100.0 * accuracy, test_loss,
-           example_seconds() - start);
-    fflush(stdout);
-  }
+  example_progress bar = {0};
+  bpt_train_options train_options =
+      example_train_options(epochs, context_options.seed, test, &bar, example_metrics_csv(metrics));
+  bpt_train_result result = {.size = sizeof result};
+  EXAMPLE_CHECK(context, bpt_train(graph, optimizer, train, &train_options, &result));
+  const double accuracy = result.last.validation_accuracy;
   printf("final test accuracy: %.2f%%\n", 100.0 * accuracy);
   example_export_onnx(argc, argv, context, graph, 0.0f, 1.0f);
   int status = example_metrics_close(metrics);
 
-  bpt_tensor_destroy(batch_images);
-  bpt_tensor_destroy(batch_labels);
   bpt_optimizer_destroy(optimizer);
   bpt_graph_destroy(graph);
   bpt_dataset_destroy(train);

@@ -5,7 +5,7 @@
  *
  *   mnist_precision [--data DIR] [--epochs 5] [--batch 128] [--lr 0.05] [--momentum 0.9] [--dtype f32|bf16|f16]
  *                   [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--all]
- *                   [--threads N] [--seed 42]
+ *                   [--threads N] [--seed 42] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +19,7 @@ static const char usage[] =
     "  --dtype         compute dtype of activations, their gradients and weight copies (default f32)\n"
     "  --storage       format of the activations kept for backward (default: the compute dtype)\n"
     "  --all           run every configuration and print a table\n"
-    EXAMPLE_CLASSES_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
 typedef struct run_result {
   double accuracy;
@@ -36,10 +36,18 @@ typedef struct settings {
   int64_t classes; /* checked against both label sets (--classes) */
 } settings;
 
-static run_result train(const settings *s, const bpt_precision_options *precision, bpt_dataset *train_set,
-                        bpt_dataset *test_set) {
-  bpt_context *context = NULL;
-  EXAMPLE_CHECK(NULL, bpt_context_create(&s->context_options, &context));
+static int print_epoch(void *data, const bpt_train_epoch *epoch) {
+  bpt_graph *graph = data;
+  printf("epoch %lld: test accuracy %.2f%%, loss scale %g, %lld skipped steps\n", (long long)epoch->epoch,
+         100.0 * epoch->validation_accuracy, (double)bpt_graph_loss_scale(graph),
+         (long long)bpt_graph_skipped_steps(graph));
+  fflush(stdout);
+  return 0;
+}
+
+/* One run on the shared context: parameters start from its seed alone, so every run starts alike. */
+static run_result train(const settings *s, bpt_context *context, const bpt_precision_options *precision,
+                        bpt_dataset *train_set, bpt_dataset *test_set, FILE *metrics) {
   int64_t features = bpt_dataset_sample_size(train_set), classes = s->classes;
   bpt_graph *graph = NULL;
   EXAMPLE_CHECK(context, bpt_graph_create(context, &graph));
@@ -47,39 +55,27 @@ static run_result train(const settings *s, const bpt_precision_options *precisio
   static const int64_t widths[2] = {512, 256};
   example_classifier mlp;
   EXAMPLE_CHECK(context, example_build_mlp(graph, features, widths, 2, classes, &mlp));
-  bpt_node *images = mlp.images, *labels = mlp.labels, *logits = mlp.logits, *loss = mlp.loss;
-  EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, s->batch));
+  EXAMPLE_CHECK(context, bpt_graph_compile(graph, mlp.loss, s->batch));
   bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
   optimizer_options.learning_rate = s->learning_rate;
   optimizer_options.momentum = s->momentum;
   bpt_optimizer *optimizer = NULL;
   EXAMPLE_CHECK(context, bpt_optimizer_create(graph, &optimizer_options, &optimizer));
-  int64_t dims[2] = {s->batch, features};
-  bpt_tensor *x = NULL, *y = NULL;
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, dims, &x));
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, dims, &y));
-  run_result result = {0};
-  for (long epoch = 1; epoch <= s->epochs; epoch++) {
-    EXAMPLE_CHECK(context, bpt_dataset_shuffle(train_set, s->context_options.seed + (uint64_t)epoch));
-    char label[64];
-    snprintf(label, sizeof label, "%s epoch %ld/%ld", bpt_dtype_name(precision->compute_dtype), epoch, s->epochs);
-    EXAMPLE_CHECK(context,
-                  example_train_epoch(graph, optimizer, images, labels, train_set, s->batch, x, y, label, NULL));
-    EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test_set, s->batch,
-                                            &result.accuracy, NULL));
-    printf("epoch %ld: test accuracy %.2f%%, loss scale %g, %lld skipped steps\n", epoch, 100.0 * result.accuracy,
-           (double)bpt_graph_loss_scale(graph), (long long)bpt_graph_skipped_steps(graph));
-    fflush(stdout);
-  }
+  char prefix[16];
+  snprintf(prefix, sizeof prefix, "%s ", bpt_dtype_name(precision->compute_dtype));
+  example_progress bar = {.prefix = prefix};
+  bpt_train_options options = example_train_options(s->epochs, s->context_options.seed, test_set, &bar, metrics);
+  options.epoch_end = print_epoch;
+  options.epoch_data = graph;
+  bpt_train_result trained = {.size = sizeof trained};
+  EXAMPLE_CHECK(context, bpt_train(graph, optimizer, train_set, &options, &trained));
+  run_result result = {.accuracy = trained.last.validation_accuracy};
   result.loss_scale = bpt_graph_loss_scale(graph);
   result.skipped = bpt_graph_skipped_steps(graph);
   result.memory.size = sizeof result.memory;
   EXAMPLE_CHECK(context, bpt_graph_memory(graph, &result.memory));
-  bpt_tensor_destroy(x);
-  bpt_tensor_destroy(y);
   bpt_optimizer_destroy(optimizer);
   bpt_graph_destroy(graph);
-  bpt_context_destroy(context);
   return result;
 }
 
@@ -102,7 +98,7 @@ static void print_result(const bpt_precision_options *p, const run_result *r) {
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--dtype",
-                                       "--loss-scaling", "--storage", "--threads", "--seed", "--backend", "--classes", NULL};
+                                       "--loss-scaling", "--storage", "--threads", "--seed", "--backend", "--classes", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--all", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   settings s = {0};
@@ -155,13 +151,13 @@ int main(int argc, char **argv) {
 
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&s.context_options, &context));
+  example_metrics *metrics = example_metrics_open(argc, argv, context, "mnist_precision");
   bpt_dataset *train_set = NULL, *test_set = NULL;
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, s.data, "train", &train_set));
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, s.data, "t10k", &test_set));
   s.classes = example_class_count(argc, argv, context, train_set, test_set, 0);
-  printf("libbptrain %s: %lld training and %lld test samples from %s, %ld epochs, batch %ld\n", bpt_version(),
-         (long long)bpt_dataset_size(train_set), (long long)bpt_dataset_size(test_set), s.data, s.epochs, s.batch);
-  example_print_compute_info(context); /* says whether the bf16 policy's GEMMs are native or emulated */
+  example_banner(context, "%lld training and %lld test samples from %s, %ld epochs, batch %ld",
+                 (long long)bpt_dataset_size(train_set), (long long)bpt_dataset_size(test_set), s.data, s.epochs, s.batch);
 
   bpt_precision_options runs[7];
   int run_count = 0;
@@ -184,7 +180,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < run_count; i++) {
     printf("run %d/%d: compute %s, saved activations %s%s\n", i + 1, run_count, bpt_dtype_name(runs[i].compute_dtype),
            storage_name(runs[i].saved_activation_storage), runs[i].keep_all_values ? ", every value kept" : "");
-    results[i] = train(&s, &runs[i], train_set, test_set);
+    results[i] = train(&s, context, &runs[i], train_set, test_set, example_metrics_csv(metrics));
   }
   printf("\n| dtype | scaling | storage | test acc | final scale | skipped | held B/sample | held w/o inputs | "
          "transient B/sample |\n");
@@ -194,8 +190,9 @@ int main(int argc, char **argv) {
     print_result(&runs[i], &results[i]);
     if (runs[i].keep_all_values) printf("  (previous row: every value kept, as before the memory plan)\n");
   }
+  const int status = example_metrics_close(metrics);
   bpt_dataset_destroy(train_set);
   bpt_dataset_destroy(test_set);
   bpt_context_destroy(context);
-  return 0;
+  return status;
 }

@@ -12,23 +12,24 @@
  *
  *   resnet [--depth 8] [--epochs 6] [--batch 128] [--lr 0.1] [--momentum 0.9] [--weight-decay 5e-4]
  *          [--augment] [--clip NORM] [--threads N] [--seed 42] [--data DIR] [--grad-stats]
- *          [--save FILE] [--eval FILE] [--fold]
+ *          [--save FILE] [--eval FILE] [--fold] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  */
 #include "cnn_example.h"
 
 static const char usage[] =
     "usage: resnet [--depth 8|14|20] [--epochs N] [--batch N] [--lr X] [--momentum X] [--weight-decay X]\n"
-    "              [--augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats]\n"
+    "              [--augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats] [--summary]\n"
     "              [--save FILE] [--eval FILE] [--fold] [--backend cpu|cuda] [--dtype f32|bf16|f16]\n"
     "              [--storage compute|f16|bf16|fp8]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
+    "  --summary      print the model summary (per-layer parameters, buffers and activation bytes)\n"
     "  --augment      random horizontal flips and shifts of up to 2 pixels (needs more epochs)\n"
     "  --clip NORM    clip the global gradient norm to NORM\n"
     "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE as a checkpoint\n"
     "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n"
-    EXAMPLE_CLASSES_USAGE EXAMPLE_ONNX_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE EXAMPLE_ONNX_USAGE;
 
 static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bpt_activation_storage storage) {
   int64_t image[3] = {1, 28, 28};
@@ -94,8 +95,8 @@ static void evaluate(cnn_example *e, const char *path, bool fold) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
-                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", "--onnx", NULL};
-  static const char *const flags[] = {"--grad-stats", "--augment", "--fold", NULL};
+                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
+  static const char *const flags[] = {"--grad-stats", "--summary", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -134,20 +135,19 @@ int main(int argc, char **argv) {
   context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   if (example_option(argc, argv, "--backend")) context_options.backend = example_option(argc, argv, "--backend");
+  e.seed = context_options.seed;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &e.context));
+  example_metrics *metrics = example_metrics_open(argc, argv, e.context, "resnet");
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "train", &e.train));
   EXAMPLE_CHECK(e.context, bpt_dataset_load_idx_directory(e.context, data, "t10k", &e.test));
   e.classes = example_class_count(argc, argv, e.context, e.train, e.test, 10);
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
   build_resnet(&e, depth, compute_dtype, storage);
-  printf("libbptrain %s, backend %s, %d threads: ResNet-%ld (%lld parameters) on %lld training and %lld test "
-         "samples from %s\n",
-         bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context), depth,
-         (long long)bpt_graph_parameter_count(e.graph), (long long)bpt_dataset_size(e.train),
-         (long long)bpt_dataset_size(e.test), data);
-  example_print_compute_info(e.context);
-  fflush(stdout);
+  if (example_flag(argc, argv, "--summary")) example_print_summary(e.graph);
+  example_banner(e.context, "ResNet-%ld (%lld parameters) on %lld training and %lld test samples from %s", depth,
+                 (long long)bpt_graph_parameter_count(e.graph), (long long)bpt_dataset_size(e.train),
+                 (long long)bpt_dataset_size(e.test), data);
 
   const char *eval_path = example_option(argc, argv, "--eval");
   if (eval_path) {
@@ -171,34 +171,20 @@ int main(int argc, char **argv) {
     schedule.total_steps = steps_per_epoch * epochs - schedule.warmup_steps;
     EXAMPLE_CHECK(e.context, bpt_optimizer_set_schedule(optimizer, &schedule));
 
-    int64_t batch_dims[3] = {e.batch, 28, 28};
-    bpt_tensor *batch_images = NULL, *batch_labels = NULL;
-    EXAMPLE_CHECK(e.context, bpt_tensor_create(e.context, BPT_DTYPE_F32, 3, batch_dims, &batch_images));
-    EXAMPLE_CHECK(e.context, bpt_tensor_create(e.context, BPT_DTYPE_I32, 1, batch_dims, &batch_labels));
     const double start = example_seconds();
-    double training_seconds = 0.0, accuracy = 0.0, test_loss = 0.0;
-    for (long epoch = 1; epoch <= epochs; epoch++) {
-      const double epoch_start = example_seconds();
-      cnn_example_train_epoch(&e, optimizer, epoch, epochs, batch_images, batch_labels, context_options.seed);
-      training_seconds += example_seconds() - epoch_start;
-      accuracy = cnn_example_test_accuracy(&e, &test_loss);
-      printf("epoch %ld: test accuracy %.2f%%, test loss %.4f, learning rate %.4f, %.1f s elapsed\n", epoch,
-             100.0 * accuracy, test_loss, (double)bpt_optimizer_learning_rate(optimizer), example_seconds() - start);
-      fflush(stdout);
-    }
+    const bpt_train_result result = cnn_example_fit(&e, optimizer, epochs, example_metrics_csv(metrics), true);
     printf("final test accuracy: %.2f%% after %ld epochs, %.1f s of training (%.0f samples/s), %.1f s in all\n",
-           100.0 * accuracy, epochs, training_seconds,
-           (double)epochs * (double)bpt_dataset_size(e.train) / training_seconds, example_seconds() - start);
+           100.0 * result.last.validation_accuracy, epochs, result.train_seconds,
+           (double)epochs * (double)bpt_dataset_size(e.train) / result.train_seconds, example_seconds() - start);
     const char *save_path = example_option(argc, argv, "--save");
     if (save_path) cnn_example_save(&e, save_path);
-    bpt_tensor_destroy(batch_images);
-    bpt_tensor_destroy(batch_labels);
     bpt_optimizer_destroy(optimizer);
   }
   example_export_onnx(argc, argv, e.context, e.graph, 0.2860f, 0.3530f);
+  const int status = example_metrics_close(metrics);
   bpt_graph_destroy(e.graph);
   bpt_dataset_destroy(e.train);
   bpt_dataset_destroy(e.test);
   bpt_context_destroy(e.context);
-  return 0;
+  return status;
 }

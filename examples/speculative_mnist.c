@@ -7,7 +7,9 @@
  *   speculative_mnist [--data DIR] [--epochs 2] [--train-samples 60000] [--fpga-samples 10000] [--batch 32]
  *                     [--lr 0.02] [--momentum 0.9] [--seed 42] [--thresholds 0,0.10,0.175,0.25]
  *                     [--repeats 1] [--trainer-threads 2] [--fpga-fixed W:I] [--skip-cpu] [--skip-fpga]
+ *                     [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +24,7 @@ static const char usage[] =
     "  --fpga-samples N    the same on fpga-sim, whose C simulation is slower\n"
     "  --repeats N         CPU runs per threshold, interleaved; the fastest wall time is kept (noisy machines)\n"
     "  --fpga-fixed W:I    fpga-sim in ap_fixed<W, I, AP_RND, AP_SAT> instead of f32\n"
-    EXAMPLE_CLASSES_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
 enum { MAX_THRESHOLDS = 16, EVALUATION_BATCH = 500 };
 
@@ -44,7 +46,7 @@ typedef struct settings {
 
 /* Trains one model at one threshold on one backend; returns wall seconds (CPU) or simulated ones (fpga-sim). */
 static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_set, const char *backend,
-                  float threshold, run_result *result) {
+                  float threshold, run_result *result, example_metrics *metrics) {
   bool fpga = strcmp(backend, "fpga-sim") == 0;
   bpt_context_options context_options = bpt_context_options_default();
   context_options.backend = backend;
@@ -52,6 +54,7 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   context_options.seed = s->seed;
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
+  example_metrics_begin_run(metrics, context);
   if (fpga) {
     bpt_fpga_options fpga_options = bpt_fpga_options_default();
     if (s->fixed_word_bits) {
@@ -121,6 +124,7 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
       float batch_loss;
       EXAMPLE_CHECK(context, bpt_speculative_train_batch(trainer, batch_images, batch_labels, &batch_loss));
       running_loss = b == 0 ? batch_loss : 0.98 * running_loss + 0.02 * batch_loss;
+      example_metrics_step(metrics, epoch, batch_loss, bpt_optimizer_learning_rate(optimizer));
       seen += (long)bpt_tensor_dim(batch_images, 0);
       example_progress_update(&progress, seen, running_loss);
     }
@@ -145,8 +149,13 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   result->hit_rate = counters.samples ? (double)counters.hits / (double)counters.samples : 0.0;
   result->busy_seconds = counters.main_thread_seconds > counters.worker_thread_seconds ? counters.main_thread_seconds
                                                                                        : counters.worker_thread_seconds;
-  EXAMPLE_CHECK(context, example_accuracy(context, graph, images, labels, logits, test_set, evaluation_batch,
-                                          &result->accuracy, NULL));
+  bpt_eval_options evaluation = bpt_eval_options_default();
+  evaluation.batch_size = evaluation_batch;
+  bpt_eval_result tested = {.size = sizeof tested};
+  EXAMPLE_CHECK(context, bpt_evaluate(graph, test_set, &evaluation, &tested));
+  result->accuracy = tested.accuracy;
+  example_metrics_epoch(metrics, s->epochs, NAN, NAN, tested.loss, tested.accuracy,
+                        bpt_optimizer_learning_rate(optimizer));
   result->done = true;
   printf("%-8s threshold %.3f: hit rate %5.1f%%, mean gate distance %.4f, test accuracy %.2f%%, %s %.3f s, "
          "thread CPU time main %.3f s worker %.3f s\n",
@@ -159,6 +168,7 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   bpt_speculative_destroy(trainer);
   bpt_optimizer_destroy(optimizer);
   bpt_graph_destroy(graph);
+  if (example_metrics_end_run(metrics)) exit(1);
   bpt_context_destroy(context);
 }
 
@@ -178,7 +188,7 @@ static int parse_thresholds(const char *text, float *values) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {
       "--data", "--epochs",     "--train-samples", "--fpga-samples",    "--batch",      "--lr", "--momentum",
-      "--seed", "--thresholds", "--repeats",       "--trainer-threads", "--fpga-fixed", "--classes", NULL};
+      "--seed", "--thresholds", "--repeats",       "--trainer-threads", "--fpga-fixed", "--classes", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--skip-cpu", "--skip-fpga", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   settings s = {.data = example_option(argc, argv, "--data"),
@@ -212,6 +222,8 @@ int main(int argc, char **argv) {
   data_options.num_threads = 1;
   bpt_context *data_context = NULL; /* owns the data sets; each run has its own context */
   EXAMPLE_CHECK(NULL, bpt_context_create(&data_options, &data_context));
+  /* Each run profiles its own context (example_metrics_begin_run); the CSV follows all runs in turn. */
+  example_metrics *metrics = example_metrics_open(argc, argv, data_context, "speculative_mnist");
   bpt_dataset *train_set = NULL, *test_set = NULL;
   EXAMPLE_CHECK(data_context, bpt_dataset_load_idx_directory(data_context, s.data, "train", &train_set));
   EXAMPLE_CHECK(data_context, bpt_dataset_load_idx_directory(data_context, s.data, "t10k", &test_set));
@@ -226,7 +238,7 @@ int main(int argc, char **argv) {
   for (long repeat = 0; run_cpu && repeat < s.repeats; repeat++) {
     for (int t = 0; t < threshold_count; t++) {
       run_result result = {0};
-      train(&s, train_set, test_set, "cpu", thresholds[t], &result);
+      train(&s, train_set, test_set, "cpu", thresholds[t], &result, metrics);
       if (!cpu[t].done || result.seconds < cpu[t].seconds) {
         double busy =
             cpu[t].done && cpu[t].busy_seconds < result.busy_seconds ? cpu[t].busy_seconds : result.busy_seconds;
@@ -238,7 +250,7 @@ int main(int argc, char **argv) {
     }
   }
   for (int t = 0; run_fpga && t < threshold_count; t++)
-    train(&s, train_set, test_set, "fpga-sim", thresholds[t], &fpga[t]);
+    train(&s, train_set, test_set, "fpga-sim", thresholds[t], &fpga[t], metrics);
 
   /* Speedup is the share of time saved against threshold 0: 1 - time / time at threshold 0. The CPU critical
    * path is the longer thread's CPU time, what the wall time would be on two otherwise idle cores. */
@@ -269,8 +281,9 @@ int main(int argc, char **argv) {
     else
       printf("- | - |\n");
   }
+  const int status = example_metrics_close(metrics);
   bpt_dataset_destroy(train_set);
   bpt_dataset_destroy(test_set);
   bpt_context_destroy(data_context);
-  return 0;
+  return status;
 }

@@ -31,6 +31,7 @@
 #include "bptrain/precision.h"
 /* Data, checkpoints and diagnostics. */
 #include "bptrain/data.h"
+#include "bptrain/train.h"
 #include "bptrain/checkpoint.h"
 #include "bptrain/onnx.h"
 #include "bptrain/anomaly.h"

@@ -1,5 +1,5 @@
-/* What the convolutional examples (mnist_cnn, resnet) share: the training loop with progress bar, schedule,
- * optional augmentation and --grad-stats, evaluation in eval mode, and --save / --eval of a checkpoint.
+/* What the convolutional examples (mnist_cnn, resnet) share: bpt_train() with the progress bar, optional
+ * augmentation and --grad-stats, evaluation in eval mode, and --save / --eval of a checkpoint.
  * Header-only (static functions) so the examples build without a change to the build files. --eval loads
  * the parameters only (matched by name and shape) into the training graph the example built. */
 #ifndef BPT_CNN_EXAMPLE_H
@@ -21,6 +21,9 @@ typedef struct cnn_example {
   bool augment;    /* random horizontal flips and shifts of up to 2 pixels */
   bool grad_stats; /* print gradient norms and activation statistics */
   float clip_norm; /* 0: no clipping */
+  uint64_t seed;   /* epoch e shuffles with seed + e */
+  uint64_t augment_state;
+  example_progress bar;
 } cnn_example;
 
 /* --save: a checkpoint of the parameters and registered buffers (docs/checkpoints.md), the one model file that
@@ -96,59 +99,74 @@ static void cnn_example_print_statistics(const cnn_example *e, long step) {
     const size_t length = strlen(op);
     const bool relu_output = length >= 4 && strcmp(op + length - 4, "relu") == 0;
     if (!relu_output && strcmp(op, "global_avg_pool") != 0) continue;
-    bpt_value_statistics s;
+    bpt_value_statistics s = {.size = sizeof s};
     /* A value that backward never reads shares its memory after forward and cannot be inspected. */
-    if (bpt_graph_value_statistics(e->graph, node, &s) == BPT_ERR_STATE) continue;
+    const bpt_status status = bpt_graph_value_statistics(e->graph, node, &s);
+    if (status == BPT_ERR_STATE) continue;
+    EXAMPLE_CHECK(e->context, status);
     printf("  act   %-28s mean %.4f  std %.4f  zeros %.1f%%\n", bpt_node_name(node), s.mean, s.standard_deviation,
            100.0 * s.zero_fraction);
   }
   fflush(stdout);
 }
 
-/* One epoch of training; returns the running loss. */
-static double cnn_example_train_epoch(cnn_example *e, bpt_optimizer *optimizer, long epoch, long epochs,
-                                      bpt_tensor *batch_images, bpt_tensor *batch_labels, uint64_t seed) {
-  EXAMPLE_CHECK(e->context, bpt_graph_set_training(e->graph, 1));
-  EXAMPLE_CHECK(e->context, bpt_dataset_shuffle(e->train, seed + (uint64_t)epoch));
-  char label[64];
-  snprintf(label, sizeof label, "epoch %ld/%ld", epoch, epochs);
-  example_progress progress;
-  const int64_t batches = bpt_dataset_batch_count(e->train, e->batch);
-  example_progress_start(&progress, label, (long)bpt_dataset_size(e->train));
-  double running_loss = 0.0;
-  long seen = 0;
-  uint64_t augment_state = seed * 7919 + (uint64_t)epoch;
-  for (int64_t b = 0; b < batches; b++) {
-    EXAMPLE_CHECK(e->context, bpt_dataset_batch(e->train, b, e->batch, batch_images, batch_labels));
-    if (e->augment) cnn_example_augment(batch_images, &augment_state);
-    EXAMPLE_CHECK(e->context, bpt_graph_set_input(e->graph, e->images, batch_images));
-    EXAMPLE_CHECK(e->context, bpt_graph_set_input(e->graph, e->labels, batch_labels));
-    EXAMPLE_CHECK(e->context, bpt_graph_forward(e->graph));
-    EXAMPLE_CHECK(e->context, bpt_graph_backward(e->graph));
-    if (e->clip_norm > 0.0f) EXAMPLE_CHECK(e->context, bpt_graph_clip_gradient_norm(e->graph, e->clip_norm, NULL));
-    const long step = (long)bpt_optimizer_step_count(optimizer);
-    if (e->grad_stats && (step == 0 || b == batches - 1)) {
-      if (progress.interactive) fprintf(stderr, "\n");
-      cnn_example_print_statistics(e, step);
-    }
-    EXAMPLE_CHECK(e->context, bpt_optimizer_step(optimizer));
-    float batch_loss;
-    EXAMPLE_CHECK(e->context, bpt_graph_loss(e->graph, &batch_loss));
-    running_loss = b == 0 ? batch_loss : 0.98 * running_loss + 0.02 * batch_loss;
-    seen += (long)bpt_tensor_dim(batch_images, 0);
-    example_progress_update(&progress, seen, running_loss);
+/* bpt_train()'s hooks for the CNN examples: augmentation of each filled batch, --grad-stats before the first
+ * step and each epoch's last, and the progress bar, which also restarts the augmentation stream per epoch. */
+static bpt_status cnn_example_prepare_batch(void *data, bpt_tensor *samples, bpt_tensor *labels) {
+  cnn_example *e = data;
+  (void)labels;
+  if (e->augment) cnn_example_augment(samples, &e->augment_state);
+  return BPT_OK;
+}
+
+static bpt_status cnn_example_before_step(void *data, bpt_graph *graph, const bpt_train_progress *progress) {
+  cnn_example *e = data;
+  (void)graph;
+  if (progress->step == 0 || progress->batch == progress->batches) {
+    if (e->bar.interactive) fprintf(stderr, "\n");
+    cnn_example_print_statistics(e, (long)progress->step);
   }
-  example_progress_finish(&progress, running_loss);
-  return running_loss;
+  return BPT_OK;
+}
+
+static int cnn_example_progress(void *data, const bpt_train_progress *progress) {
+  cnn_example *e = data;
+  if (progress->batch == progress->batches) e->augment_state = e->seed * 7919 + (uint64_t)progress->epoch + 1;
+  return example_progress_callback(&e->bar, progress);
+}
+
+/* Trains for epochs epochs with the test set as validation, printing a line per epoch (with the learning rate
+ * when print_rate) and writing the --metrics rows to metrics (NULL: none). */
+static bpt_train_result cnn_example_fit(cnn_example *e, bpt_optimizer *optimizer, long epochs, FILE *metrics,
+                                        bool print_rate) {
+  bpt_train_options options = example_train_options(epochs, e->seed, e->test, &e->bar, metrics);
+  options.batch_size = e->batch;
+  options.clip_norm = e->clip_norm;
+  options.progress = cnn_example_progress;
+  options.progress_data = e;
+  if (print_rate) options.epoch_end = example_print_epoch_with_rate;
+  if (e->augment) {
+    options.prepare_batch = cnn_example_prepare_batch;
+    options.prepare_batch_data = e;
+  }
+  if (e->grad_stats) {
+    options.before_step = cnn_example_before_step;
+    options.before_step_data = e;
+  }
+  e->augment_state = e->seed * 7919 + 1;
+  bpt_train_result result = {.size = sizeof result};
+  EXAMPLE_CHECK(e->context, bpt_train(e->graph, optimizer, e->train, &options, &result));
+  return result;
 }
 
 /* Test accuracy in evaluation mode (batch norm on running statistics, no dropout). */
 static double cnn_example_test_accuracy(cnn_example *e, double *test_loss) {
-  double accuracy = 0.0;
-  EXAMPLE_CHECK(e->context, bpt_graph_set_training(e->graph, 0));
-  EXAMPLE_CHECK(e->context, example_accuracy(e->context, e->graph, e->images, e->labels, e->logits, e->test, e->batch,
-                                             &accuracy, test_loss));
-  return accuracy;
+  bpt_eval_options options = bpt_eval_options_default();
+  options.batch_size = e->batch;
+  bpt_eval_result result = {.size = sizeof result};
+  EXAMPLE_CHECK(e->context, bpt_evaluate(e->graph, e->test, &options, &result));
+  *test_loss = result.loss;
+  return result.accuracy;
 }
 
 #endif

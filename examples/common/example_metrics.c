@@ -58,7 +58,7 @@ example_metrics *example_metrics_open(int argc, char **argv, bpt_context *contex
       fprintf(stderr, "error: --metrics: cannot create '%s'\n", metrics->csv_path);
       exit(2);
     }
-    fprintf(metrics->csv, "kind,epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,learning_rate,seconds\n");
+    bpt_train_write_metrics_header(metrics->csv);
   }
   if (profile_path && bpt_profiler_enable(context, 1) != BPT_OK) {
     fprintf(stderr, "error: --profile: %s\n", bpt_context_last_error(context));
@@ -67,34 +67,26 @@ example_metrics *example_metrics_open(int argc, char **argv, bpt_context *contex
   return metrics;
 }
 
-/* Unknown values (NaN) stay empty, which both gnuplot and CSV readers take as missing. */
-static void write_value(FILE *file, double value) {
-  if (!isnan(value)) fprintf(file, "%.6g", value);
-  fputc(',', file);
-}
+FILE *example_metrics_csv(const example_metrics *metrics) { return metrics ? metrics->csv : NULL; }
 
+/* The rows are the library's (bpt_train writes the same ones), so loops of their own and bpt_train() agree. */
 void example_metrics_step(example_metrics *metrics, long epoch, double loss, double learning_rate) {
   if (!metrics) return;
   metrics->step++;
   if (!metrics->csv) return;
-  fprintf(metrics->csv, "step,%ld,%ld,", epoch, metrics->step);
-  write_value(metrics->csv, loss);
-  fprintf(metrics->csv, ",,,");
-  write_value(metrics->csv, learning_rate);
-  fprintf(metrics->csv, "%.3f\n", seconds_now() - metrics->start);
+  bpt_train_progress progress = {.size = sizeof progress, .epoch = epoch, .step = metrics->step, .loss = loss,
+                                 .learning_rate = learning_rate};
+  bpt_train_write_metrics_step(metrics->csv, &progress, seconds_now() - metrics->start);
 }
 
 void example_metrics_epoch(example_metrics *metrics, long epoch, double train_loss, double train_accuracy,
                            double test_loss, double test_accuracy, double learning_rate) {
   if (!metrics || !metrics->csv) return;
-  fprintf(metrics->csv, "epoch,%ld,%ld,", epoch, metrics->step);
-  write_value(metrics->csv, train_loss);
-  write_value(metrics->csv, train_accuracy);
-  write_value(metrics->csv, test_loss);
-  write_value(metrics->csv, test_accuracy);
-  write_value(metrics->csv, learning_rate);
-  fprintf(metrics->csv, "%.3f\n", seconds_now() - metrics->start);
-  fflush(metrics->csv);
+  (void)train_accuracy; /* the library's rows leave train_accuracy empty: no example measures it */
+  bpt_train_epoch row = {.size = sizeof row, .epoch = epoch, .step = metrics->step, .train_loss = train_loss,
+                         .validation_loss = test_loss, .validation_accuracy = test_accuracy,
+                         .learning_rate = learning_rate, .seconds = seconds_now() - metrics->start};
+  bpt_train_write_metrics_epoch(metrics->csv, &row);
 }
 
 /* Finds an executable in PATH (popen would only tell us through the shell's "not found"). */
@@ -224,6 +216,39 @@ int example_plot_metrics(const char *csv_path, const char *png_path, const char 
   return 0;
 }
 
+/* Prints the profiled context's summary and writes its trace; returns 1 when the trace could not be written. */
+static int report_profile(example_metrics *metrics) {
+  size_t length = bpt_profiler_summary(metrics->context, NULL, 0);
+  char *summary = malloc(length + 1);
+  if (summary) {
+    bpt_profiler_summary(metrics->context, summary, length + 1);
+    fputs(summary, stdout);
+    free(summary);
+  }
+  if (bpt_profiler_write_trace(metrics->context, metrics->profile_path) != BPT_OK) {
+    fprintf(stderr, "error: --profile: %s\n", bpt_context_last_error(metrics->context));
+    return 1;
+  }
+  printf("profile: Chrome trace in %s (open in chrome://tracing or https://ui.perfetto.dev)\n", metrics->profile_path);
+  return 0;
+}
+
+void example_metrics_begin_run(example_metrics *metrics, bpt_context *context) {
+  if (!metrics || !metrics->profile_path) return;
+  metrics->context = context;
+  if (bpt_profiler_enable(context, 1) != BPT_OK) {
+    fprintf(stderr, "error: --profile: %s\n", bpt_context_last_error(context));
+    exit(1);
+  }
+}
+
+int example_metrics_end_run(example_metrics *metrics) {
+  if (!metrics || !metrics->profile_path || !metrics->context) return 0;
+  const int failed = report_profile(metrics);
+  metrics->context = NULL;
+  return failed;
+}
+
 int example_metrics_close(example_metrics *metrics) {
   if (!metrics) return 0;
   int failures = 0;
@@ -237,22 +262,7 @@ int example_metrics_close(example_metrics *metrics) {
     else
       failures++;
   }
-  if (metrics->profile_path) {
-    size_t length = bpt_profiler_summary(metrics->context, NULL, 0);
-    char *summary = malloc(length + 1);
-    if (summary) {
-      bpt_profiler_summary(metrics->context, summary, length + 1);
-      fputs(summary, stdout);
-      free(summary);
-    }
-    if (bpt_profiler_write_trace(metrics->context, metrics->profile_path) == BPT_OK) {
-      printf("profile: Chrome trace in %s (open in chrome://tracing or https://ui.perfetto.dev)\n",
-             metrics->profile_path);
-    } else {
-      fprintf(stderr, "error: --profile: %s\n", bpt_context_last_error(metrics->context));
-      failures++;
-    }
-  }
+  if (metrics->profile_path && metrics->context) failures += report_profile(metrics);
   free(metrics);
   return failures ? 1 : 0;
 }

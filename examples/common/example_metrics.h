@@ -2,7 +2,8 @@
  * (loss and accuracy curves drawn by gnuplot) and --profile FILE.json (the library's profiler: a summary
  * table on stdout and a Chrome trace). Usable from C and C++.
  *
- * Wiring an example:
+ * Wiring an example that trains with bpt_train(): steps 1, 2 and 5 below, and
+ * options.metrics = example_metrics_csv(metrics). Wiring a loop of its own:
  *   1. add EXAMPLE_METRICS_OPTIONS to its NULL-terminated list of valued options (example_check_arguments);
  *   2. after creating the context:  example_metrics *metrics = example_metrics_open(argc, argv, context, "title");
  *   3. after each optimiser step:    example_metrics_step(metrics, epoch, loss, learning_rate);
@@ -32,11 +33,18 @@ typedef struct example_metrics example_metrics;
 /* Reads --metrics, --plot and --profile; returns NULL when none is given. Exits with a message when a file
  * cannot be created or the profiler cannot start. */
 example_metrics *example_metrics_open(int argc, char **argv, bpt_context *context, const char *title);
+/* The --metrics CSV (NULL without --metrics or --plot), to hand to bpt_train_options.metrics. */
+FILE *example_metrics_csv(const example_metrics *metrics);
 /* Records one optimiser step; the step number counts from 1 across epochs. */
 void example_metrics_step(example_metrics *metrics, long epoch, double loss, double learning_rate);
 /* Records the end of an epoch. */
 void example_metrics_epoch(example_metrics *metrics, long epoch, double train_loss, double train_accuracy,
                            double test_loss, double test_accuracy, double learning_rate);
+/* For an example whose runs each have a context of their own: with --profile, profile context from now on;
+ * end_run prints its summary and writes the trace (a later run's overwrites it) before the context goes.
+ * end_run returns 1 when the trace could not be written. */
+void example_metrics_begin_run(example_metrics *metrics, bpt_context *context);
+int example_metrics_end_run(example_metrics *metrics);
 /* Closes the CSV, draws the plot, prints the profile summary and writes the trace; frees metrics.
  * Returns 0, or 1 when an output could not be produced (the message is already on stderr). */
 int example_metrics_close(example_metrics *metrics);

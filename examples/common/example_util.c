@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "example_util.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -167,72 +168,81 @@ bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *
   return bpt_softmax_cross_entropy(graph, "loss", out->logits, out->labels, &out->loss);
 }
 
-bpt_status example_train_epoch(bpt_graph *graph, bpt_optimizer *optimizer, bpt_node *images, bpt_node *labels,
-                               bpt_dataset *train, long batch, bpt_tensor *x, bpt_tensor *y, const char *label,
-                               double *running_loss) {
-  example_progress progress;
-  example_progress_start(&progress, label, (long)bpt_dataset_size(train));
-  double smoothed = 0.0;
-  long seen = 0;
-  const int64_t batches = bpt_dataset_batch_count(train, batch);
-  for (int64_t b = 0; b < batches; b++) {
-    BPT_EXAMPLE_TRY(bpt_dataset_batch(train, b, batch, x, y));
-    BPT_EXAMPLE_TRY(bpt_graph_set_input(graph, images, x));
-    BPT_EXAMPLE_TRY(bpt_graph_set_input(graph, labels, y));
-    BPT_EXAMPLE_TRY(bpt_graph_forward(graph));
-    BPT_EXAMPLE_TRY(bpt_graph_backward(graph));
-    BPT_EXAMPLE_TRY(bpt_optimizer_step(optimizer));
-    float batch_loss;
-    BPT_EXAMPLE_TRY(bpt_graph_loss(graph, &batch_loss));
-    smoothed = b == 0 ? batch_loss : 0.98 * smoothed + 0.02 * batch_loss;
-    seen += (long)bpt_tensor_dim(x, 0);
-    example_progress_update(&progress, seen, smoothed);
+int example_progress_callback(void *data, const bpt_train_progress *progress) {
+  example_progress *bar = data;
+  if (progress->batch == 1) {
+    const char *label = bar->label;
+    example_progress_start(bar, NULL, (long)progress->total);
+    bar->label = label;
   }
-  example_progress_finish(&progress, smoothed);
-  if (running_loss) *running_loss = smoothed;
-  return BPT_OK;
+  char label[64];
+  const char *saved = bar->label;
+  if (!saved) {
+    snprintf(label, sizeof label, "%sepoch %lld/%lld", bar->prefix ? bar->prefix : "", (long long)progress->epoch,
+             (long long)progress->epochs);
+    bar->label = label;
+  }
+  if (progress->batch == progress->batches) {
+    bar->done = (long)progress->samples;
+    example_progress_finish(bar, progress->running_loss);
+  } else {
+    example_progress_update(bar, (long)progress->samples, progress->running_loss);
+  }
+  bar->label = saved;
+  return 0;
 }
 
-bpt_status example_accuracy(bpt_context *context, bpt_graph *graph, bpt_node *images_input, bpt_node *labels_input,
-                            bpt_node *logits, bpt_dataset *dataset, long batch, double *accuracy, double *mean_loss) {
-  int64_t sample_dims[BPT_MAX_RANK + 1];
-  int sample_rank = bpt_dataset_sample_shape(dataset, sample_dims + 1);
-  sample_dims[0] = batch;
-  int64_t classes = bpt_node_dim(logits, 1);
-  int64_t logit_dims[2] = {batch, classes};
-  bpt_tensor *images = NULL, *labels = NULL, *output = NULL;
-  bpt_status status = bpt_tensor_create(context, BPT_DTYPE_F32, sample_rank + 1, sample_dims, &images);
-  if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_I32, 1, sample_dims, &labels);
-  if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_F32, 2, logit_dims, &output);
-  long correct = 0;
-  double loss_sum = 0.0;
-  int64_t batches = bpt_dataset_batch_count(dataset, batch);
-  for (int64_t b = 0; status == BPT_OK && b < batches; b++) {
-    status = bpt_dataset_batch(dataset, b, batch, images, labels);
-    if (status == BPT_OK) status = bpt_graph_set_input(graph, images_input, images);
-    if (status == BPT_OK) status = bpt_graph_set_input(graph, labels_input, labels);
-    if (status == BPT_OK) status = bpt_graph_forward(graph);
-    float loss = 0.0f;
-    if (status == BPT_OK) status = bpt_graph_loss(graph, &loss);
-    if (status == BPT_OK) status = bpt_graph_read(graph, logits, output);
-    if (status != BPT_OK) break;
-    const float *values = bpt_tensor_data(output);
-    const int32_t *truth = bpt_tensor_data(labels);
-    int64_t count = bpt_tensor_dim(labels, 0);
-    loss_sum += (double)loss * (double)count;
-    for (int64_t n = 0; n < count; n++) {
-      int64_t best = 0;
-      for (int64_t c = 1; c < classes; c++)
-        if (values[n * classes + c] > values[n * classes + best]) best = c;
-      correct += best == truth[n];
-    }
-  }
-  if (status == BPT_OK) {
-    *accuracy = (double)correct / (double)bpt_dataset_size(dataset);
-    if (mean_loss) *mean_loss = loss_sum / (double)bpt_dataset_size(dataset);
-  }
-  bpt_tensor_destroy(images);
-  bpt_tensor_destroy(labels);
-  bpt_tensor_destroy(output);
-  return status;
+static void print_epoch(const bpt_train_epoch *epoch, bool learning_rate) {
+  printf("epoch %lld: test accuracy %.2f%%, test loss %.4f, ", (long long)epoch->epoch,
+         100.0 * epoch->validation_accuracy, epoch->validation_loss);
+  if (learning_rate) printf("learning rate %.4f, ", epoch->learning_rate);
+  printf("%.1f s elapsed\n", epoch->seconds);
+  fflush(stdout);
+}
+
+int example_print_epoch(void *data, const bpt_train_epoch *epoch) {
+  (void)data;
+  print_epoch(epoch, false);
+  return 0;
+}
+
+int example_print_epoch_with_rate(void *data, const bpt_train_epoch *epoch) {
+  (void)data;
+  print_epoch(epoch, true);
+  return 0;
+}
+
+bpt_train_options example_train_options(long epochs, uint64_t seed, bpt_dataset *test, example_progress *bar,
+                                        FILE *metrics) {
+  bpt_train_options options = bpt_train_options_default();
+  options.epochs = epochs;
+  options.seed = seed;
+  options.validation = test;
+  options.progress = example_progress_callback;
+  options.progress_data = bar;
+  options.epoch_end = example_print_epoch;
+  options.metrics = metrics;
+  return options;
+}
+
+void example_print_summary(const bpt_graph *graph) {
+  const size_t length = bpt_graph_summary_text(graph, NULL, 0);
+  char *text = malloc(length + 1);
+  if (!text) return;
+  bpt_graph_summary_text(graph, text, length + 1);
+  fputs(text, stdout);
+  fflush(stdout);
+  free(text);
+}
+
+void example_banner(const bpt_context *context, const char *format, ...) {
+  printf("libbptrain %s, backend %s, %d threads: ", bpt_version(), bpt_context_backend(context),
+         bpt_context_num_threads(context));
+  va_list arguments;
+  va_start(arguments, format);
+  vprintf(format, arguments);
+  va_end(arguments);
+  printf("\n");
+  example_print_compute_info(context);
+  fflush(stdout);
 }

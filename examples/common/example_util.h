@@ -1,4 +1,4 @@
-/* Shared helpers for the examples: option parsing, a progress bar, timing, evaluation and error exits.
+/* Shared helpers for the examples: option parsing, the banner, a progress bar for bpt_train(), timing and error exits.
  * Not part of the library: examples show the public API, these keep them short. */
 #ifndef BPT_EXAMPLE_UTIL_H
 #define BPT_EXAMPLE_UTIL_H
@@ -7,6 +7,12 @@
 #include <stdio.h>
 
 #include "bptrain.h"
+#include "example_metrics.h"
+
+/* The valued options every example takes, for its list given to example_check_arguments(), and their usage
+ * lines. An option all examples gain is one line in each of these two. */
+#define EXAMPLE_OPTIONS EXAMPLE_METRICS_OPTIONS
+#define EXAMPLE_USAGE EXAMPLE_METRICS_USAGE
 
 /* Prints the context's last error with the failing expression and exits(1): examples stop at the first error. */
 #define EXAMPLE_CHECK(context, expression)                                                                  \
@@ -48,6 +54,7 @@ void example_print_compute_info(const bpt_context *context);
 /* A one-line progress bar on stderr: "epoch 1/5 [=====>    ] 30000/60000  41234 samples/s  loss 0.4312". */
 typedef struct example_progress {
   const char *label;
+  const char *prefix; /* example_progress_callback without a label: "<prefix>epoch E/N" */
   long total, done;
   double start, last_draw;
   bool interactive;
@@ -65,15 +72,25 @@ typedef struct example_classifier {
 bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *widths, int width_count,
                              int64_t classes, example_classifier *out);
 
-/* One epoch of forward, backward and optimiser step over every batch of train in its current order, with a
- * progress bar named label; *running_loss ends as the smoothed training loss. examples/mnist_mlp.c spells
- * the same loop out. x (f32) and y (i32) are batch tensors with room for batch samples. */
-bpt_status example_train_epoch(bpt_graph *graph, bpt_optimizer *optimizer, bpt_node *images, bpt_node *labels,
-                               bpt_dataset *train, long batch, bpt_tensor *x, bpt_tensor *y, const char *label,
-                               double *running_loss);
+/* The lines every example prints first: "libbptrain 0.1.0, backend cpu, 2 threads: " and the formatted rest,
+ * then example_print_compute_info()'s "compute:" line. */
+void example_banner(const bpt_context *context, const char *format, ...) __attribute__((format(printf, 2, 3)));
 
-/* Runs the graph forward over a data set and returns the fraction of argmax(logits) equal to the label. */
-bpt_status example_accuracy(bpt_context *context, bpt_graph *graph, bpt_node *images_input, bpt_node *labels_input,
-                            bpt_node *logits, bpt_dataset *dataset, long batch, double *accuracy, double *mean_loss);
+/* bpt_train()'s progress callback drawing the bar above: data is an example_progress, whose label is NULL
+ * ("<prefix>epoch E/N" from the progress) or the caller's. It starts a fresh bar at each epoch's first batch. */
+int example_progress_callback(void *data, const bpt_train_progress *progress);
+
+/* bpt_train()'s epoch callbacks printing "epoch E: test accuracy A%, test loss L, S s elapsed" (the second one
+ * adds ", learning rate R" before the time); data is unused. */
+int example_print_epoch(void *data, const bpt_train_epoch *epoch);
+int example_print_epoch_with_rate(void *data, const bpt_train_epoch *epoch);
+
+/* Prints the graph's model summary (bpt_graph_summary_text) to stdout. */
+void example_print_summary(const bpt_graph *graph);
+
+/* bpt_train() options as the examples use them: epochs, shuffled with seed + epoch, validated on test in eval
+ * mode, the progress bar *bar, example_print_epoch, and the --metrics CSV when metrics is non-NULL. */
+bpt_train_options example_train_options(long epochs, uint64_t seed, bpt_dataset *test, example_progress *bar,
+                                        FILE *metrics);
 
 #endif

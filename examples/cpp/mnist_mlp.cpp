@@ -152,7 +152,6 @@ int run(int argc, char **argv) {
 
   tensor_ptr batch_images = make_tensor(c, BPT_DTYPE_F32, {o.batch, features});
   tensor_ptr batch_labels = make_tensor(c, BPT_DTYPE_I32, {o.batch});
-  tensor_ptr batch_logits = make_tensor(c, BPT_DTYPE_F32, {o.batch, classes});
   std::printf("libbptrain %s (ABI %d) from C++: %lld training samples%s\n", bpt_version(), bpt_abi_version(),
               static_cast<long long>(bpt_dataset_size(train.get())), o.limit ? " (limited)" : "");
 
@@ -178,35 +177,16 @@ int run(int argc, char **argv) {
       example_metrics_step(metrics, epoch, batch_loss, optimizer_options.learning_rate);
     }
 
-    // Evaluation: argmax of the logits against the labels over the whole test set.
-    int64_t correct = 0, test_batches = bpt_dataset_batch_count(test.get(), o.batch);
-    double test_loss = 0.0;
-    for (int64_t b = 0; b < test_batches; b++) {
-      CHECK(c, bpt_dataset_batch(test.get(), b, o.batch, batch_images.get(), batch_labels.get()));
-      CHECK(c, bpt_graph_set_input(g, images, batch_images.get()));
-      CHECK(c, bpt_graph_set_input(g, labels, batch_labels.get()));
-      CHECK(c, bpt_graph_forward(g));
-      float batch_loss = 0.0f;
-      CHECK(c, bpt_graph_loss(g, &batch_loss));
-      CHECK(c, bpt_graph_read(g, logits, batch_logits.get()));
-      const float *values = static_cast<const float *>(bpt_tensor_data(batch_logits.get()));
-      const int32_t *truth = static_cast<const int32_t *>(bpt_tensor_data(batch_labels.get()));
-      int64_t count = bpt_tensor_dim(batch_labels.get(), 0);
-      test_loss += batch_loss * static_cast<double>(count);
-      for (int64_t n = 0; n < count; n++) {
-        const float *row = values + n * classes;
-        int64_t best = 0;
-        for (int64_t k = 1; k < classes; k++)
-          if (row[k] > row[best]) best = k;
-        correct += best == truth[n];
-      }
-    }
-    double test_count = static_cast<double>(bpt_dataset_size(test.get()));
-    accuracy = static_cast<double>(correct) / test_count;
-    example_metrics_epoch(metrics, epoch, loss_sum / static_cast<double>(seen), NAN, test_loss / test_count, accuracy,
+    // Evaluation in eval mode: loss, accuracy (argmax) and top-5 over the whole test set.
+    bpt_eval_options evaluation = bpt_eval_options_default();
+    bpt_eval_result tested;
+    tested.size = sizeof tested;
+    CHECK(c, bpt_evaluate(g, test.get(), &evaluation, &tested));
+    accuracy = tested.accuracy;
+    example_metrics_epoch(metrics, epoch, loss_sum / static_cast<double>(seen), NAN, tested.loss, accuracy,
                           optimizer_options.learning_rate);
     std::printf("epoch %ld: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n", epoch,
-                loss_sum / static_cast<double>(seen), test_loss / test_count, 100.0 * accuracy);
+                loss_sum / static_cast<double>(seen), tested.loss, 100.0 * accuracy);
     std::fflush(stdout);
   }
   std::printf("final test accuracy: %.2f%%\n", 100.0 * accuracy);

@@ -140,6 +140,8 @@ def _p(structure):
     return ctypes.POINTER(structure)
 
 
+_EvalOptionsBytes = type("_EvalOptionsBytes", (ctypes.Structure,), {"_fields_": [("_bytes", c_uint64 * 8)]})
+_TrainOptionsBytes = type("_TrainOptionsBytes", (ctypes.Structure,), {"_fields_": [("_bytes", c_uint64 * 26)]})
 G, N, T, O, D, C = handle, handle, handle, handle, handle, handle  # graph, node, tensor, optimiser, data set, context
 _PROTOTYPES = {
     # common.h
@@ -264,6 +266,18 @@ _PROTOTYPES = {
     "bpt_profiler_reset": (status, [C]),
     "bpt_profiler_summary": (size_t, [C, ctypes.c_char_p, size_t]),
     "bpt_profiler_write_trace": (status, [C, ctypes.c_char_p]),
+    # train.h: prototypes only, the training helper is not bound yet (bptrain.training keeps its Python
+    # loop); the options structs are opaque blocks of their C size (64 and 208 bytes, returned in memory).
+    "bpt_eval_options_default": (_EvalOptionsBytes, []),
+    "bpt_evaluate": (status, [G, D, ctypes.c_void_p, ctypes.c_void_p]),
+    "bpt_train_options_default": (_TrainOptionsBytes, []),
+    "bpt_train": (status, [G, O, D, ctypes.c_void_p, ctypes.c_void_p]),
+    "bpt_train_write_metrics_header": (status, [ctypes.c_void_p]),
+    "bpt_train_write_metrics_step": (status, [ctypes.c_void_p, ctypes.c_void_p, c_double]),
+    "bpt_train_write_metrics_epoch": (status, [ctypes.c_void_p, ctypes.c_void_p]),
+    "bpt_graph_summary": (status, [G, ctypes.c_void_p]),
+    "bpt_graph_layer_summary": (status, [G, c_int, ctypes.c_void_p]),
+    "bpt_graph_summary_text": (size_t, [G, ctypes.c_char_p, size_t]),
     # fpga.h
     "bpt_fpga_options_default": (FpgaOptions, []),
     "bpt_fpga_configure": (status, [C, _p(FpgaOptions)]),
