@@ -14,10 +14,10 @@
 #   runs one thread instead of two. Default: 3 rounds, about 2-3 minutes on 2 vCPUs; --quick: 1 round, ~1 minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rounds=3 samples=12800 seconds=4 conditions="idle busy twin"
+rounds=3 samples=12800 seconds=2 conditions="idle busy twin"
 while [ $# -gt 0 ]; do
   case $1 in
-    --quick) rounds=1 samples=6400 seconds=2 ;;
+    --quick) rounds=1 samples=6400 seconds=1 ;;
     --rounds) rounds=$2; shift ;;
     --samples) samples=$2; shift ;;
     --seconds) seconds=$2; shift ;;

@@ -4,9 +4,9 @@
 # uses every core unless told otherwise. It builds the whole tree (library, examples, tests) in build/, so
 # the README's later commands (cmake --install build, ctest in build/) work in the same folder.
 # OpenMP threads sleep while they wait (OMP_WAIT_POLICY=passive) unless the caller chose a waiting policy:
-# libgomp's default spinning is many times slower on cores that other work shares, and passive costs an idle
-# machine no more than noise (bench/shared_cores.sh, docs/benchmarks.md). libgomp reads these variables once,
-# when it loads, so the example cannot set them itself. `run-example.sh --print-env` prints the OpenMP
+# libgomp's default spinning is many times slower on cores that other work shares, while passive's price on
+# idle cores is a wake-up per parallel region (bench/shared_cores.sh, docs/benchmarks.md). libgomp reads these
+# variables once, when it loads, so the example cannot set them itself. `run-example.sh --print-env` prints the OpenMP
 # waiting variables the example would get, and stops there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
