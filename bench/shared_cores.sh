@@ -11,7 +11,7 @@
 #
 #   bash bench/shared_cores.sh [--quick] [--rounds N] [--samples N] [--seconds S] [--conditions "idle busy twin"]
 #   OPTIONS="default OMP_WAIT_POLICY=passive GOMP_SPINCOUNT=1000 ..." overrides the rows; "threads=1" in a row
-#   runs one thread instead of two. Default: 3 rounds, about 2-3 minutes on 2 vCPUs; --quick: 1 round, ~1 minute.
+#   runs one thread instead of two. Default: 3 rounds, 3 minutes on 2 loaded vCPUs (less when quiet); --quick: 1 round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=3 samples=12800 seconds=2 conditions="idle busy twin"
