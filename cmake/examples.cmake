@@ -41,6 +41,13 @@ if(BPT_BUILD_TESTS AND Python3_FOUND AND NOT BPT_SANITIZE)
   set_tests_properties(example_python_mnist_mlp PROPERTIES LABELS "package;example" SKIP_RETURN_CODE 77 TIMEOUT 300
     ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
 endif()
+# The checkpoint as the examples' one model file: --save, --eval, another model's file, an old BPTPARAM file.
+if(BPT_BUILD_TESTS AND TARGET mnist_cnn AND TARGET checkpoint_resume AND Python3_FOUND AND NOT BPT_SANITIZE)
+  add_test(NAME example_model_file
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/examples/check_model_file.sh ${CMAKE_BINARY_DIR}/example-model-file
+                   $<TARGET_FILE:mnist_cnn> $<TARGET_FILE:checkpoint_resume>)
+  set_tests_properties(example_model_file PROPERTIES LABELS "example" SKIP_RETURN_CODE 77 TIMEOUT 300)
+endif()
 # --plot without gnuplot: training still completes and the message says how to get gnuplot.
 if(BPT_BUILD_TESTS AND TARGET mnist_mlp_cpp)
   add_test(NAME example_plot_without_gnuplot

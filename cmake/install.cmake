@@ -109,6 +109,10 @@ string(REGEX REPLACE "/$" "" BPT_PKG_CONFIG_TO_PREFIX "${BPT_PKG_CONFIG_TO_PREFI
 configure_file(cmake/bptrain.pc.in ${CMAKE_CURRENT_BINARY_DIR}/bptrain.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/bptrain.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
-install(FILES README.md docs/guide.md docs/abi.md DESTINATION ${CMAKE_INSTALL_DOCDIR} OPTIONAL)
+# The documentation keeps the source tree's layout (README.md beside docs/), so that every path the text names
+# (`docs/guide.md`) and every relative link resolves in the installed copy too (tests/check_installed_docs.py).
+install(FILES README.md LICENSE CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+file(GLOB BPT_DOC_PAGES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
+install(FILES ${BPT_DOC_PAGES} DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
 install(DIRECTORY python/bptrain DESTINATION ${CMAKE_INSTALL_DATADIR}/bptrain/python OPTIONAL
         PATTERN __pycache__ EXCLUDE)

@@ -12,8 +12,8 @@ static const char usage[] =
     "                 [--grad-stats] [--save FILE] [--eval FILE]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
-    "  --save FILE    write the trained parameters to FILE\n"
-    "  --eval FILE    skip training: load FILE and report the test accuracy\n"
+    "  --save FILE    write the trained parameters to FILE as a checkpoint\n"
+    "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     EXAMPLE_CLASSES_USAGE;
 
 int main(int argc, char **argv) {

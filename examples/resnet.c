@@ -25,8 +25,8 @@ static const char usage[] =
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --augment      random horizontal flips and shifts of up to 2 pixels (needs more epochs)\n"
     "  --clip NORM    clip the global gradient norm to NORM\n"
-    "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE\n"
-    "  --eval FILE    skip training: load FILE and report the test accuracy\n"
+    "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE as a checkpoint\n"
+    "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n"
     EXAMPLE_CLASSES_USAGE;
 

@@ -252,6 +252,21 @@ int bpt_fuzz_checkpoint(const uint8_t *data, size_t size, int fix) {
   contents.dataset = f->dataset;
   if (bpt_checkpoint_load_memory(f->graph, copy, size, "fuzz input", &contents) == BPT_OK) train_step(f);
   if (size & 1 && bpt_checkpoint_load_memory(f->graph, copy, size, "fuzz input", NULL) == BPT_OK) train_step(f);
+  /* Not strict, with a report: whatever matches loads, and every report entry must be readable. */
+  bpt_checkpoint_load_options lenient = bpt_checkpoint_load_options_default();
+  lenient.strict = 0;
+  bpt_checkpoint_report *report = NULL;
+  contents.dataset = size & 2 ? f->dataset : NULL;
+  if (bpt_checkpoint_load_memory_with_options(f->graph, copy, size, "fuzz input", &contents, &lenient, &report) ==
+      BPT_OK) {
+    for (int entry = 0; entry < 3; entry++)
+      for (int64_t i = 0; i < bpt_checkpoint_report_count(report, (bpt_checkpoint_entry)entry); i++)
+        if (!bpt_checkpoint_report_name(report, (bpt_checkpoint_entry)entry, i) ||
+            !bpt_checkpoint_report_reason(report, (bpt_checkpoint_entry)entry, i))
+          abort();
+    train_step(f);
+  }
+  bpt_checkpoint_report_destroy(report);
   free(copy);
   return 0;
 }

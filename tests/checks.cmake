@@ -65,15 +65,25 @@ else()
   add_test(NAME check_doxygen COMMAND sh -c "echo 'doxygen not found: install doxygen'; exit 77")
 endif()
 
+# The installed documentation is self-contained and docs/api.md lists every public header (issue 17).
+if(Python3_FOUND)
+  add_test(NAME check_installed_docs
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/check_installed_docs.py ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_BINARY_DIR} ${CMAKE_BINARY_DIR}/installed-docs)
+else()
+  add_test(NAME check_installed_docs COMMAND sh -c "echo 'python3 not found: install python3'; exit 77")
+endif()
+
 get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)
-foreach(test check_abi check_downstream check_modules check_python check_python_lifetimes check_doxygen)
+foreach(test check_abi check_downstream check_modules check_python check_python_lifetimes check_doxygen
+             check_installed_docs)
   if(test IN_LIST BPT_CHECK_TESTS)
     set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${BPT_CHECKS_ENVIRONMENT})
     set_tests_properties(${test} PROPERTIES LABELS package TIMEOUT 600 SKIP_RETURN_CODE 77)
   endif()
 endforeach()
-# Both install the build tree (cmake --install writes install_manifest.txt into it): one at a time.
-foreach(test check_downstream check_modules)
+# These install the build tree (cmake --install writes install_manifest.txt into it): one at a time.
+foreach(test check_downstream check_modules check_installed_docs)
   if(test IN_LIST BPT_CHECK_TESTS)
     set_tests_properties(${test} PROPERTIES RESOURCE_LOCK build_tree_install)
   endif()

@@ -166,6 +166,14 @@ static void graph_building(void **state) {
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "input 'x' belongs to another graph", bpt_relu(g, "r", other.x, &y));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "belongs to another graph", bpt_sigmoid(g, "r", other.logits, &y));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "input 1 is NULL", bpt_linear(g, "l", s.x, NULL, NULL, &y));
+  /* A NULL input left by an earlier builder that failed: the node being built is named and the failure repeated. */
+  bpt_node *failed = s.x;
+  FAILS(c, BPT_ERR_SHAPE, "dimension 0 is 0", bpt_layer_linear(g, "fc_zero", s.x, 0, BPT_INIT_ZEROS, &failed));
+  assert_null(failed);
+  FAILS(c, BPT_ERR_INVALID_ARGUMENT,
+        "mse 'loss2': input 0 is NULL (did an earlier builder fail? the last error was: "
+        "parameter 'fc_zero.weight': dimension 0 is 0",
+        bpt_mse_loss(g, "loss2", failed, s.x, &y));
   FAILS(c, BPT_ERR_SHAPE, "input 'x' has 4 features, weight 'w7' expects 7", bpt_linear(g, "l", s.x, weight, NULL, &y));
   FAILS(c, BPT_ERR_DTYPE, "input and weight must be f32", bpt_linear(g, "l", s.labels, weight, NULL, &y));
   FAILS(c, BPT_ERR_SHAPE, "must be a 2-D (out, in) tensor", bpt_linear(g, "l", s.x, s.x, NULL, &y));
@@ -204,7 +212,12 @@ static void graph_building(void **state) {
   FAILS(c, BPT_ERR_SHAPE, "loss 'fc' is not a scalar f32", bpt_graph_compile(g, s.logits, 4));
   assert_ok(c, bpt_graph_compile(g, s.loss, 4));
   FAILS(c, BPT_ERR_STATE, "already compiled", bpt_graph_compile(g, s.loss, 4));
-  FAILS(c, BPT_ERR_STATE, "already compiled; nodes cannot be added", bpt_relu(g, "late", s.x, &y));
+  FAILS(c, BPT_ERR_STATE, "relu 'late': the graph is already compiled; nodes cannot be added", bpt_relu(g, "late", s.x, &y));
+  /* A layer added after compile is named (its parameters used to fail first, as an anonymous "parameter"). */
+  FAILS(c, BPT_ERR_STATE, "bpt_layer_linear 'late_fc': the graph is already compiled",
+        bpt_layer_linear(g, "late_fc", s.x, 3, BPT_INIT_ZEROS, &y));
+  FAILS(c, BPT_ERR_STATE, "parameter 'late_w': the graph is already compiled",
+        bpt_graph_parameter(g, "late_w", 2, dims, BPT_INIT_ZEROS, &y));
   small_destroy(&other);
   small_destroy(&s);
 }
@@ -246,12 +259,21 @@ static void running_out_of_order(void **state) {
 
   bpt_optimizer *optimizer;
   assert_ok(c, bpt_optimizer_create(g, NULL, &optimizer));
+  /* Before any forward: "run forward first". */
+  bpt_context *oc = other.context;
+  FAILS(oc, BPT_ERR_STATE, "bpt_graph_backward: run bpt_graph_forward first", bpt_graph_backward(other.graph));
+  FAILS(oc, BPT_ERR_STATE, "run bpt_graph_forward first", bpt_graph_backward_accumulate(other.graph));
+  FAILS(oc, BPT_ERR_STATE, "bpt_graph_loss: run bpt_graph_forward first", bpt_graph_loss(other.graph, &(float){0}));
+  FAILS(oc, BPT_ERR_STATE, "run forward before reading 'fc'", bpt_graph_read(other.graph, other.logits, output));
+  /* After a forward that failed: its error, repeated. */
   FAILS(c, BPT_ERR_STATE, "input 'x' was not set", bpt_graph_forward(g));
-  FAILS(c, BPT_ERR_STATE, "run bpt_graph_forward first", bpt_graph_backward(g));
-  FAILS(c, BPT_ERR_STATE, "run bpt_graph_forward first", bpt_graph_backward_accumulate(g));
-  FAILS(c, BPT_ERR_STATE, "run forward first", bpt_graph_loss(g, &(float){0}));
+  FAILS(c, BPT_ERR_STATE, "the last bpt_graph_forward failed, so there is no forward pass to differentiate "
+                          "(bpt_graph_forward: input 'x' was not set)", bpt_graph_backward(g));
+  FAILS(c, BPT_ERR_STATE, "the last bpt_graph_forward failed", bpt_graph_backward_accumulate(g));
+  FAILS(c, BPT_ERR_STATE, "the last bpt_graph_forward failed, so there is no loss to read", bpt_graph_loss(g, &(float){0}));
   FAILS(c, BPT_ERR_STATE, "run bpt_graph_backward first", bpt_optimizer_step(optimizer));
-  FAILS(c, BPT_ERR_STATE, "run forward before reading 'fc'", bpt_graph_read(g, s.logits, output));
+  FAILS(c, BPT_ERR_STATE, "so 'fc' has no value to read (bpt_graph_forward: input 'x' was not set)",
+        bpt_graph_read(g, s.logits, output));
 
   /* set_input: NULLs, non-inputs, foreign nodes, wrong dtype, shape and batch. */
   FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_set_input(NULL, s.x, x));
@@ -269,6 +291,14 @@ static void running_out_of_order(void **state) {
   assert_ok(c, bpt_graph_set_input(g, s.x, x));
   assert_ok(c, bpt_graph_set_input(g, s.labels, labels));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "label 3 of sample 2 is outside [0, 3)", bpt_graph_forward(g));
+  /* After a forward that failed, the calls that need one repeat its error instead of "run forward first". */
+  FAILS(c, BPT_ERR_STATE, "bpt_graph_backward: the last bpt_graph_forward failed, so there is no forward pass "
+                          "to differentiate (softmax_cross_entropy 'loss': forward kernel failed on backend 'cpu': label 3 of sample 2",
+        bpt_graph_backward(g));
+  FAILS(c, BPT_ERR_STATE, "bpt_graph_loss: the last bpt_graph_forward failed, so there is no loss to read (",
+        bpt_graph_loss(g, &(float){0}));
+  FAILS(c, BPT_ERR_STATE, "the last bpt_graph_forward failed, so 'fc' has no value to read (",
+        bpt_graph_read(g, s.logits, output));
   label_values[2] = -1;
   assert_ok(c, bpt_graph_set_input(g, s.labels, labels));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "label -1 of sample 2", bpt_graph_forward(g));
@@ -387,6 +417,9 @@ static void data_sets(void **state) {
   FAILS(c, BPT_ERR_IO, "cannot open", bpt_dataset_load_idx(c, "/nonexistent/images", NULL, &data));
   FAILS(c, BPT_ERR_FORMAT, "6 images but 5 labels", bpt_dataset_load_idx(c, images_path, five, &data));
   FAILS(c, BPT_ERR_FORMAT, "rank 3, expected 1", bpt_dataset_load_idx(c, images_path, images_path, &data));
+  FAILS(c, BPT_ERR_FORMAT, "rank 1 (one value per sample, as in a label file)",
+        bpt_dataset_load_idx(c, labels_path, NULL, &data));
+  FAILS(c, BPT_ERR_FORMAT, "IDX image file", bpt_dataset_load_idx(c, labels_path, labels_path, &data));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "NULL argument", bpt_dataset_load_idx_directory(c, NULL, "train", &data));
   FAILS(c, BPT_ERR_IO, "neither train-images-idx3-ubyte.gz nor",
         bpt_dataset_load_idx_directory(c, "/nonexistent", "train", &data));

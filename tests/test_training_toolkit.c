@@ -10,7 +10,7 @@
 
 static float rate_at(const bpt_schedule_options *schedule, int64_t step) {
   float rate = -1.0f;
-  bpt_status status = bpt_schedule_learning_rate(schedule, step, &rate);
+  bpt_status status = bpt_schedule_learning_rate(NULL, schedule, step, &rate);
   if (status != BPT_OK) fail_msg("schedule at step %lld: %s", (long long)step, bpt_context_last_error(NULL));
   return rate;
 }
@@ -44,8 +44,17 @@ static void schedules_at_chosen_steps(void **state) {
   bpt_schedule_options broken = cosine;
   broken.total_steps = 0;
   float rate;
-  assert_int_equal(bpt_schedule_learning_rate(&broken, 3, &rate), BPT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(bpt_schedule_learning_rate(NULL, &broken, 3, &rate), BPT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(bpt_context_last_error(NULL), "total_steps"));
+  /* With a context, the message is the context's (issue 17: it used to reach only the thread's slot). */
+  bpt_context *context = test_context(1);
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "bpt_schedule_learning_rate: cosine schedule needs total_steps >= 1",
+               bpt_schedule_learning_rate(context, &broken, 3, &rate));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "bpt_schedule_learning_rate: step -1 must be >= 0",
+               bpt_schedule_learning_rate(context, &cosine, -1, &rate));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "bpt_schedule_learning_rate: schedule is NULL",
+               bpt_schedule_learning_rate(context, NULL, 3, &rate));
+  bpt_context_destroy(context);
 }
 
 /* x (2) -> linear (1) -> MSE, plus a buffer that no optimiser may touch. */

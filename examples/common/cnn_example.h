@@ -1,8 +1,7 @@
 /* What the convolutional examples (mnist_cnn, resnet) share: the training loop with progress bar, schedule,
- * optional augmentation and --grad-stats, evaluation in eval mode, and --save / --eval of a parameter file.
- * Header-only (static functions) so the examples build without a change to the build files. A model file
- * is "BPTPARAM" + int64 count + count floats: every parameter in declaration order, batch-norm running
- * statistics included (they are buffers in the parameter block). */
+ * optional augmentation and --grad-stats, evaluation in eval mode, and --save / --eval of a checkpoint.
+ * Header-only (static functions) so the examples build without a change to the build files. --eval loads
+ * the parameters only (matched by name and shape) into the training graph the example built. */
 #ifndef BPT_CNN_EXAMPLE_H
 #define BPT_CNN_EXAMPLE_H
 
@@ -24,51 +23,38 @@ typedef struct cnn_example {
   float clip_norm; /* 0: no clipping */
 } cnn_example;
 
+/* --save: a checkpoint of the parameters and registered buffers (docs/checkpoints.md), the one model file that
+ * every example, the C API and the Python binding read. */
 static void cnn_example_save(const cnn_example *e, const char *path) {
-  int64_t count = bpt_graph_parameter_count(e->graph);
-  float *values = malloc((size_t)count * sizeof *values);
-  FILE *file = fopen(path, "wb");
-  if (!values || !file) {
-    fprintf(stderr, "error: cannot write %s\n", path);
-    exit(1);
-  }
-  EXAMPLE_CHECK(e->context, bpt_graph_read_parameters(e->graph, values, count));
-  bool ok = fwrite("BPTPARAM", 1, 8, file) == 8 && fwrite(&count, sizeof count, 1, file) == 1 &&
-            fwrite(values, sizeof *values, (size_t)count, file) == (size_t)count;
-  if (fclose(file) != 0 || !ok) {
-    fprintf(stderr, "error: writing %s failed\n", path);
-    exit(1);
-  }
-  free(values);
-  printf("saved %lld parameters (batch-norm running statistics included) to %s\n", (long long)count, path);
+  EXAMPLE_CHECK(e->context, bpt_checkpoint_save(e->graph, path, NULL));
+  printf("saved a checkpoint of %lld parameter values (batch-norm running statistics included) to %s\n",
+         (long long)bpt_graph_parameter_count(e->graph), path);
 }
 
-static void cnn_example_load(const cnn_example *e, const char *path) {
-  int64_t count = bpt_graph_parameter_count(e->graph), stored = 0;
-  char magic[8];
+/* Whether path starts with the magic of a parameter file from before checkpoints (BPTPARAM, BPTPARM1). */
+static bool cnn_example_is_old_parameter_file(const char *path) {
+  char magic[8] = {0};
   FILE *file = fopen(path, "rb");
-  if (!file) {
-    fprintf(stderr, "error: cannot open %s\n", path);
-    exit(1);
+  bool old = file && fread(magic, 1, 8, file) == 8 &&
+             (memcmp(magic, "BPTPARAM", 8) == 0 || memcmp(magic, "BPTPARM1", 8) == 0);
+  if (file) fclose(file);
+  return old;
+}
+
+/* --eval: the parameters of a checkpoint, matched by name and shape; a file of another model fails naming the
+ * first parameter that differs. An old BPTPARAM file (this example's --save before checkpoints) loads by
+ * position when the value count agrees, with a note, since nothing in it can be checked. */
+static void cnn_example_load(const cnn_example *e, const char *path) {
+  bpt_checkpoint_load_options options = bpt_checkpoint_load_options_default();
+  if (cnn_example_is_old_parameter_file(path)) {
+    options.strict = 0;
+    EXAMPLE_CHECK(e->context, bpt_checkpoint_load_with_options(e->graph, path, NULL, &options, NULL));
+    printf("note: %s is an old parameter file (no names or shapes): its %lld values were loaded by position; "
+           "train again with --save for a checkpoint\n",
+           path, (long long)bpt_graph_parameter_count(e->graph));
+    return;
   }
-  if (fread(magic, 1, 8, file) != 8 || memcmp(magic, "BPTPARAM", 8) != 0 ||
-      fread(&stored, sizeof stored, 1, file) != 1) {
-    fprintf(stderr, "error: %s is not a parameter file\n", path);
-    exit(1);
-  }
-  if (stored != count) {
-    fprintf(stderr, "error: %s holds %lld parameters, this model has %lld (another depth?)\n", path, (long long)stored,
-            (long long)count);
-    exit(1);
-  }
-  float *values = malloc((size_t)count * sizeof *values);
-  if (!values || fread(values, sizeof *values, (size_t)count, file) != (size_t)count) {
-    fprintf(stderr, "error: %s is truncated\n", path);
-    exit(1);
-  }
-  fclose(file);
-  EXAMPLE_CHECK(e->context, bpt_graph_write_parameters(e->graph, values, count));
-  free(values);
+  EXAMPLE_CHECK(e->context, bpt_checkpoint_load_with_options(e->graph, path, NULL, &options, NULL));
 }
 
 /* Flips half the images left-right and shifts each by up to 2 pixels (zero fill), in place. */

@@ -32,8 +32,12 @@ typedef struct bpt_schedule_options {
 /** @return a constant schedule at 0.1 without warm-up (step_size 1, gamma 0.1, warm-up factor 0). */
 BPT_API bpt_schedule_options bpt_schedule_options_default(void);
 
-/** Computes the learning rate at @p step (>= 0) into @p learning_rate. */
-BPT_API bpt_status bpt_schedule_learning_rate(const bpt_schedule_options *schedule, int64_t step, float *learning_rate);
+/**
+ * Computes the learning rate at @p step (>= 0) into @p learning_rate. An error's message goes to
+ * bpt_context_last_error(@p context), or to bpt_context_last_error(NULL) when @p context is NULL.
+ */
+BPT_API bpt_status bpt_schedule_learning_rate(bpt_context *context, const bpt_schedule_options *schedule, int64_t step,
+                                              float *learning_rate);
 
 /** Makes bpt_optimizer_step() set the learning rate from @p schedule at its step count before each update. */
 BPT_API bpt_status bpt_optimizer_set_schedule(bpt_optimizer *optimizer, const bpt_schedule_options *schedule);

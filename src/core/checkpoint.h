@@ -1,13 +1,52 @@
-/* Internal checkpoint entry points: loading from memory (the fuzz target and the file loader share it)
- * and releasing the graph's buffer list. */
+/* Internal checkpoint entry points and what saving (checkpoint.c) and loading (checkpoint_load.c) share: the
+ * section tags, where a registered buffer's values are, which op attributes are state rather than
+ * configuration, and loading from memory (the fuzz target and the file loader share it). */
 #ifndef BPT_CORE_CHECKPOINT_H
 #define BPT_CORE_CHECKPOINT_H
 
-#include "bptrain/checkpoint.h"
+#include <stdbool.h>
 
-/* Loads a checkpoint already in memory; `what` names it in messages. Same contract as bpt_checkpoint_load. */
+#include "bptrain/checkpoint.h"
+#include "core/checkpoint_format.h"
+#include "core/graph.h"
+
+enum {
+  BPT_TAG_META = BPT_TAG('M', 'E', 'T', 'A'),
+  BPT_TAG_GRAPH = BPT_TAG('G', 'R', 'P', 'H'),
+  BPT_TAG_PARAMETERS = BPT_TAG('P', 'A', 'R', 'M'),
+  BPT_TAG_BUFFERS = BPT_TAG('B', 'U', 'F', 'S'),
+  BPT_TAG_RNG = BPT_TAG('R', 'N', 'G', ' '),
+  BPT_TAG_OPTIMIZER = BPT_TAG('O', 'P', 'T', 'M'),
+  BPT_TAG_ORDER = BPT_TAG('D', 'O', 'R', 'D'),
+  /* The dynamic loss scaler (scale, steps since its last change, skipped steps), when the graph has one. */
+  BPT_TAG_LOSS_SCALER = BPT_TAG('L', 'S', 'C', 'L'),
+};
+
+/* Attributes that the library sets itself (state, not configuration): linear's float slot 0 holds the FP8
+ * scale of the last forward's saved activation; relu's integer slot 0 says whether compile chose the
+ * backend's mask kernels, which depends on the backend, not the model. They are stored as 0 and not compared. */
+static inline bool bpt_checkpoint_float_attribute_is_state(bpt_op_id op, int index) {
+  return op == BPT_OP_LINEAR && index == 0;
+}
+static inline bool bpt_checkpoint_int_attribute_is_state(bpt_op_id op, int index) {
+  return op == BPT_OP_RELU && index == 0;
+}
+
+/* Where a registered buffer's values are now (a node's saved memory exists only after compile); NULL if not yet. */
+float *bpt_checkpoint_buffer_values(const bpt_graph_buffer *buffer);
+
+/* Loads a checkpoint already in memory; `what` names it in messages. Same contract as
+ * bpt_checkpoint_load_with_options (options NULL: strict; report NULL: none). */
+bpt_status bpt_checkpoint_load_memory_with_options(bpt_graph *graph, const unsigned char *bytes, size_t size,
+                                                   const char *what, bpt_checkpoint_contents *contents,
+                                                   const bpt_checkpoint_load_options *options,
+                                                   bpt_checkpoint_report **report);
+/* The strict load from memory. */
 bpt_status bpt_checkpoint_load_memory(bpt_graph *graph, const unsigned char *bytes, size_t size, const char *what,
                                       bpt_checkpoint_contents *contents);
+/* The arguments every save and load checks; copies contents into *copy (defaults when NULL). */
+bpt_status bpt_checkpoint_check_arguments(bpt_graph *graph, const char *path, const bpt_checkpoint_contents *contents,
+                                          bpt_checkpoint_contents *copy, const char *where);
 /* Frees the list behind bpt_graph_register_buffer (called by bpt_graph_destroy). */
 void bpt_graph_free_buffers(bpt_graph *graph);
 

@@ -63,6 +63,18 @@ static bool name_taken(const bpt_graph *graph, const char *name) {
   return false;
 }
 
+/* A NULL input is most often the output of a builder call that failed and whose status was not checked: its
+ * message, still the context's last error, says why, so it is repeated here. */
+static bpt_status null_input_error(bpt_graph *graph, const char *op, const char *name, int index) {
+  char earlier[BPT_ERROR_MESSAGE_SIZE];
+  snprintf(earlier, sizeof earlier, "%s", bpt_context_last_error(graph->context));
+  if (!earlier[0])
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s '%.63s': input %d is NULL", op, name, index);
+  return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT,
+                   "%s '%.63s': input %d is NULL (did an earlier builder fail? the last error was: %s)", op, name,
+                   index, earlier);
+}
+
 bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
                               int input_count, bpt_node **out) {
   return bpt_graph_add_node_with_attributes(graph, op, name, inputs, input_count, NULL, 0, NULL, 0, out);
@@ -81,20 +93,20 @@ bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, co
   bpt_context *context = graph->context;
   if (!out) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: out is NULL", definition->name);
   if (graph->compiled)
-    return bpt_error(context, BPT_ERR_STATE, "%s: the graph is already compiled; nodes cannot be added",
-                     definition->name);
+    return bpt_error(context, BPT_ERR_STATE, "%s '%s': the graph is already compiled; nodes cannot be added",
+                     definition->name, name ? name : "");
   if (input_count > bpt_op_max_inputs(op) || input_count > BPT_MAX_INPUTS)
     return bpt_error(context, BPT_ERR_INTERNAL, "%s: %d inputs", definition->name, input_count);
-  for (int i = 0; i < input_count; i++) {
-    if (!inputs[i]) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: input %d is NULL", definition->name, i);
-    if (inputs[i]->graph != graph)
-      return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: input '%s' belongs to another graph",
-                       definition->name, inputs[i]->name);
-  }
   char generated[BPT_NAME_SIZE];
   if (!name || !name[0]) {
     snprintf(generated, sizeof generated, "%s_%d", definition->name, graph->node_count);
     name = generated;
+  }
+  for (int i = 0; i < input_count; i++) {
+    if (!inputs[i]) return null_input_error(graph, definition->name, name, i);
+    if (inputs[i]->graph != graph)
+      return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s '%s': input '%s' belongs to another graph",
+                       definition->name, name, inputs[i]->name);
   }
   if (strlen(name) >= BPT_NAME_SIZE)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: name '%.20s...' is longer than %d characters",
@@ -213,9 +225,13 @@ bpt_status bpt_graph_parameter(bpt_graph *graph, const char *name, int rank, con
 
 bpt_status bpt_layer_linear(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_features,
                             bpt_initializer initializer, bpt_node **out) {
+  if (out) *out = NULL; /* a failed layer leaves NULL, which the next builder reports with this error */
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_linear: graph is NULL");
   if (!x || !name || !out)
     return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_linear: x, name and out must be non-NULL");
+  if (graph->compiled)
+    return bpt_error(graph->context, BPT_ERR_STATE,
+                     "bpt_layer_linear '%s': the graph is already compiled; layers cannot be added", name);
   char parameter_name[BPT_NAME_SIZE + 8];
   bpt_node *weight, *bias;
   int64_t in_features = bpt_node_inner_count(x);

@@ -103,6 +103,9 @@ struct bpt_graph {
   int64_t batch; /* batch of the current run */
   bool forward_done;
   bool backward_done;
+  /* Why the last bpt_graph_forward failed (empty after one that succeeded), so that the calls needing a
+   * forward can repeat it instead of saying "run forward first" to someone who just did. */
+  char forward_error[BPT_ERROR_MESSAGE_SIZE];
   /* Backward ran since the last forward: transient values' bytes then hold activation gradients. */
   bool transient_values_overwritten;
 

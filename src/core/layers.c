@@ -10,10 +10,15 @@
 
 #define NAME_SIZE (BPT_NAME_SIZE + 16)
 
-static bpt_status check(bpt_graph *graph, const char *where, const void *x, const char *name, const void *out) {
+/* Also sets *out to NULL, so that a failed layer leaves NULL, which the next builder reports with this error. */
+static bpt_status check(bpt_graph *graph, const char *where, const void *x, const char *name, bpt_node **out) {
+  if (out) *out = NULL;
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
   if (!x || !name || !out)
     return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: x, name and out must be non-NULL", where);
+  if (graph->compiled)
+    return bpt_error(graph->context, BPT_ERR_STATE, "%s '%s': the graph is already compiled; layers cannot be added",
+                     where, name);
   return BPT_OK;
 }
 

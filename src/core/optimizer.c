@@ -184,8 +184,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   bpt_optimizer_options *o = &optimizer->options;
   if (optimizer->has_schedule) {
     float rate = o->learning_rate;
-    if (bpt_schedule_learning_rate(&optimizer->schedule, optimizer->steps, &rate) != BPT_OK)
-      return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_optimizer_step: %s", bpt_context_last_error(NULL));
+    BPT_CHECK(bpt_schedule_learning_rate(graph->context, &optimizer->schedule, optimizer->steps, &rate));
     o->learning_rate = rate;
   }
   bpt_backend *backend = graph->backend;
@@ -254,14 +253,13 @@ int64_t bpt_optimizer_step_count(const bpt_optimizer *optimizer) { return optimi
 bpt_status bpt_optimizer_set_schedule(bpt_optimizer *optimizer, const bpt_schedule_options *schedule) {
   BPT_CHECK(check_attached(optimizer, "bpt_optimizer_set_schedule"));
   bpt_context *context = optimizer->graph->context;
-  if (bpt_schedule_validate(schedule, "bpt_optimizer_set_schedule") != BPT_OK)
-    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s", bpt_context_last_error(NULL));
+  BPT_CHECK(bpt_schedule_validate(context, schedule, "bpt_optimizer_set_schedule"));
   optimizer->schedule = bpt_schedule_options_default();
   memcpy(&optimizer->schedule, schedule,
          schedule->size < sizeof optimizer->schedule ? schedule->size : sizeof optimizer->schedule);
   optimizer->schedule.size = sizeof optimizer->schedule;
   optimizer->has_schedule = true;
-  return bpt_schedule_learning_rate(&optimizer->schedule, optimizer->steps, &optimizer->options.learning_rate);
+  return bpt_schedule_learning_rate(context, &optimizer->schedule, optimizer->steps, &optimizer->options.learning_rate);
 }
 
 bpt_status bpt_optimizer_set_group(bpt_optimizer *optimizer, bpt_node *const *parameters, int count,

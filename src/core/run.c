@@ -1,5 +1,6 @@
 /* Running a compiled graph: feeding inputs, forward in topological order, backward in reverse,
  * and copying values and parameters in and out of device memory. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,9 +54,7 @@ bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tenso
   return BPT_OK;
 }
 
-bpt_status bpt_graph_forward(bpt_graph *graph) {
-  BPT_CHECK(require_compiled(graph, "bpt_graph_forward"));
-  BPT_CHECK(bpt_thread_guard_enter(graph->context, "bpt_graph_forward"));
+static bpt_status forward(bpt_graph *graph) {
   int64_t batch = 0;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
@@ -83,6 +82,25 @@ bpt_status bpt_graph_forward(bpt_graph *graph) {
   graph->transient_values_overwritten = false;
   graph->backward_done = false;
   return BPT_OK;
+}
+
+bpt_status bpt_graph_forward(bpt_graph *graph) {
+  BPT_CHECK(require_compiled(graph, "bpt_graph_forward"));
+  BPT_CHECK(bpt_thread_guard_enter(graph->context, "bpt_graph_forward"));
+  graph->forward_error[0] = 0;
+  bpt_status status = forward(graph);
+  if (status != BPT_OK)
+    snprintf(graph->forward_error, sizeof graph->forward_error, "%s", bpt_context_last_error(graph->context));
+  return status;
+}
+
+/* The calls that need a finished forward: after one that failed, repeat its error rather than "run forward". */
+static bpt_status require_forward(const bpt_graph *graph, const char *where, const char *what) {
+  if (graph->forward_done) return BPT_OK;
+  if (graph->forward_error[0])
+    return bpt_error(graph->context, BPT_ERR_STATE, "%s: the last bpt_graph_forward failed, so there is no %s (%s)",
+                     where, what, graph->forward_error);
+  return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_forward first", where);
 }
 
 /* Activation gradients share memory (memory_plan.c), so each is cleared just before the backward that first
@@ -121,7 +139,7 @@ static bpt_status clear_gradients_left_unset(bpt_graph *graph, bpt_node *node, i
 static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where) {
   BPT_CHECK(require_compiled(graph, where));
   if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "%s: the graph was compiled without a loss", where);
-  if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "%s: run bpt_graph_forward first", where);
+  BPT_CHECK(require_forward(graph, where, "forward pass to differentiate"));
   BPT_CHECK(bpt_thread_guard_enter(graph->context, where));
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_BEGIN, accumulate));
   if (!accumulate) BPT_CHECK(bpt_graph_zero_gradients(graph));
@@ -166,7 +184,7 @@ bpt_status bpt_graph_loss(bpt_graph *graph, float *loss) {
   BPT_CHECK(require_compiled(graph, "bpt_graph_loss"));
   if (!loss) return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_loss: loss is NULL");
   if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "bpt_graph_loss: the graph has no loss");
-  if (!graph->forward_done) return bpt_error(graph->context, BPT_ERR_STATE, "bpt_graph_loss: run forward first");
+  BPT_CHECK(require_forward(graph, "bpt_graph_loss", "loss to read"));
   bpt_backend *backend = graph->backend;
   if (backend->vtable->download(backend, loss, graph->loss->value, sizeof *loss) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_graph_loss");
@@ -175,8 +193,13 @@ bpt_status bpt_graph_loss(bpt_graph *graph, float *loss) {
 
 bpt_status bpt_node_check_value_readable(const bpt_node *node, const char *where) {
   const bpt_graph *graph = node->graph;
-  if (!graph->forward_done && node->op != BPT_OP_PARAMETER)
+  if (!graph->forward_done && node->op != BPT_OP_PARAMETER) {
+    if (graph->forward_error[0])
+      return bpt_error(graph->context, BPT_ERR_STATE,
+                       "%s: the last bpt_graph_forward failed, so '%s' has no value to read (%s)", where, node->name,
+                       graph->forward_error);
     return bpt_error(graph->context, BPT_ERR_STATE, "%s: run forward before reading '%s'", where, node->name);
+  }
   if (node->value_reused_by)
     return bpt_error(graph->context, BPT_ERR_STATE,
                      "%s: the value of '%s' is not kept after forward (its memory is reused by '%s'); "

@@ -19,41 +19,41 @@ bpt_schedule_options bpt_schedule_options_default(void) {
   return options;
 }
 
-static bpt_status validate(const bpt_schedule_options *s, const char *where) {
+static bpt_status validate(bpt_context *context, const bpt_schedule_options *s, const char *where) {
   if ((unsigned)s->kind > (unsigned)BPT_SCHEDULE_COSINE)
-    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: unknown schedule kind %d", where, (int)s->kind);
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: unknown schedule kind %d", where, (int)s->kind);
   if (!(s->base_learning_rate >= 0.0f) || !isfinite(s->base_learning_rate) || s->warmup_steps < 0 ||
       !(s->warmup_start_factor >= 0.0f && s->warmup_start_factor <= 1.0f))
-    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT,
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
                      "%s: base rate %g must be finite and >= 0, warm-up steps %lld >= 0, start factor %g in [0, 1]",
                      where, (double)s->base_learning_rate, (long long)s->warmup_steps, (double)s->warmup_start_factor);
   if (s->kind == BPT_SCHEDULE_STEP && (s->step_size < 1 || !(s->gamma > 0.0f)))
-    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: step schedule needs step_size >= 1 (%lld) and gamma > 0 (%g)",
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: step schedule needs step_size >= 1 (%lld) and gamma > 0 (%g)",
                      where, (long long)s->step_size, (double)s->gamma);
   if (s->kind == BPT_SCHEDULE_COSINE &&
       (s->total_steps < 1 || !(s->minimum_learning_rate >= 0.0f) || s->minimum_learning_rate > s->base_learning_rate))
-    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT,
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
                      "%s: cosine schedule needs total_steps >= 1 (%lld) and 0 <= minimum (%g) <= base (%g)", where,
                      (long long)s->total_steps, (double)s->minimum_learning_rate, (double)s->base_learning_rate);
   return BPT_OK;
 }
 
-/* Validation without a context: the message goes to the thread's error slot, and callers with a context
- * copy it there (see bpt_optimizer_set_schedule). */
-bpt_status bpt_schedule_validate(const bpt_schedule_options *schedule, const char *where) {
-  if (!schedule) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: schedule is NULL", where);
+/* With a NULL context the message goes to the thread's error slot (bpt_context_last_error(NULL)). */
+bpt_status bpt_schedule_validate(bpt_context *context, const bpt_schedule_options *schedule, const char *where) {
+  if (!schedule) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: schedule is NULL", where);
   if (schedule->size < offsetof(bpt_schedule_options, minimum_learning_rate) + sizeof(float))
-    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT,
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
                      "%s: size field is %zu; initialise options with bpt_schedule_options_default()", where,
                      schedule->size);
-  return validate(schedule, where);
+  return validate(context, schedule, where);
 }
 
-bpt_status bpt_schedule_learning_rate(const bpt_schedule_options *s, int64_t step, float *learning_rate) {
+bpt_status bpt_schedule_learning_rate(bpt_context *context, const bpt_schedule_options *s, int64_t step,
+                                      float *learning_rate) {
   const char *where = "bpt_schedule_learning_rate";
-  BPT_CHECK(bpt_schedule_validate(s, where));
+  BPT_CHECK(bpt_schedule_validate(context, s, where));
   if (step < 0 || !learning_rate)
-    return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: step %lld must be >= 0 and the result non-NULL", where,
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: step %lld must be >= 0 and the result non-NULL", where,
                      (long long)step);
   const double base = s->base_learning_rate;
   if (step < s->warmup_steps) {

@@ -4,7 +4,7 @@
 
 #include "bptrain/cnn.h"
 
-/* Checks size and values; the message goes to the thread's error slot (no context here). */
-bpt_status bpt_schedule_validate(const bpt_schedule_options *schedule, const char *where);
+/* Checks size and values; the message goes to the context (the thread's error slot when it is NULL). */
+bpt_status bpt_schedule_validate(bpt_context *context, const bpt_schedule_options *schedule, const char *where);
 
 #endif

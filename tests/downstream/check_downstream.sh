@@ -32,6 +32,7 @@ fi
 step "pkg-config bptrain"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig:$prefix/${BPT_INSTALL_LIBDIR:-lib}/pkgconfig"
 pkg-config --modversion bptrain
+grep -qx 'License: MIT' "$prefix"/lib*/pkgconfig/bptrain.pc || { echo "bptrain.pc states no License: MIT" >&2; exit 1; }
 # Dependencies stay private: a dynamic link needs -lbptrain alone; --static adds them.
 libs=$(pkg-config --libs bptrain)
 echo "pkg-config --libs: $libs"

@@ -49,6 +49,13 @@ bpt_status bpt_dataset_load_idx(bpt_context *context, const char *images_path, c
   dataset->std = 1.0f;
   bpt_status status = bpt_idx_read(context, images_path, &dataset->images);
   if (status == BPT_OK && labels_path) status = bpt_idx_read(context, labels_path, &dataset->labels);
+  /* A rank-1 file holds one value per sample: a label file given as the images, which would otherwise load as a
+   * data set of one-pixel images and train a model of the wrong size without complaint. */
+  if (status == BPT_OK && dataset->images.rank < 2)
+    status = bpt_error(context, BPT_ERR_FORMAT,
+                       "IDX image file '%s': rank 1 (one value per sample, as in a label file); images need rank 2 "
+                       "or more (count, values per sample...)",
+                       images_path);
   if (status == BPT_OK) {
     dataset->size = dataset->images.dims[0];
     dataset->sample_size = dataset->images.count / dataset->size;
