@@ -20,7 +20,7 @@ pypi="" debian=""
 case ",$torch_sides," in *,pypi,*) pypi=$(bash bench/torch_env.sh pypi) ;; esac
 case ",$torch_sides," in *,debian,*) debian=$(bash bench/torch_env.sh debian) ;; esac
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DBPT_BUILD_TESTS=OFF > /dev/null
-cmake --build build-bench -j 2 --target mlp_train_bench mlp_gemm_bound_bench > /dev/null
+cmake --build build-bench -j 2 --target mlp_train_bench mlp_gemm_bound_bench gemm_shapes_bench > /dev/null
 
 run() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
 field() { echo "$1" | sed -n "s/.*$2=\([^ ]*\).*/\1/p" | sort -g -r | head -1; }
@@ -31,7 +31,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; els
 
 echo "mlp benchmark: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), threads $threads," \
   "$rounds rounds of $samples samples; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "libbptrain BLAS: OpenBLAS core $(run /usr/bin/python3 -c 'import ctypes; l = ctypes.CDLL("libopenblas.so.0"); l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())')"
+run build-bench/gemm_shapes_bench --info
 printf "%-6s %-22s %-40s %-7s %-22s %-7s %-10s %-20s\n" batch "libbptrain (RSS)" "PyTorch 2.x best (RSS, mode, kernel)" \
   speed "PyTorch 1.13 (RSS)" speed "RSS/2.x" "GEMM bound (ours %)"
 for batch in $batches; do

@@ -1,16 +1,27 @@
 /* The GEMM bound of the MLP benchmark: times only the eight matrix products one training step of the
- * 784-512-256-10 MLP performs (three forward, three weight gradients, two input gradients), through the same
- * OpenBLAS and thread count as libbptrain. samples/s here is what a step with free element-wise work,
+ * 784-512-256-10 MLP performs (three forward, three weight gradients, two input gradients), through
+ * the CPU backend's gemm (bpt_cpu_sgemm: the OpenBLAS core libbptrain chose) after a CPU context set the
+ * threads. samples/s here is what a step with free element-wise work,
  * losses and updates would reach. Prints "gemm_bound batch=B samples_per_second=S gflops=G".
  *
  *   mlp_gemm_bound_bench --batch 128 [--threads 2] [--steps 300]
  */
-#include <cblas.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <bptrain.h>
+
+#include "backends/backend.h"
+#include "core/context.h"
 #include "example_util.h"
+
+/* One product through the CPU backend's shared gemm primitive: bpt_cpu_gemm, then bpt_cpu_sgemm. */
+static void backend_gemm(bpt_backend *backend, bool transpose_a, bool transpose_b, int m, int n, int k, const float *a,
+                         int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+  const bpt_gemm_args args = {.transpose_a = transpose_a, .transpose_b = transpose_b, .m = m, .n = n, .k = k,
+                              .alpha = 1.0f, .a = a, .lda = lda, .b = b, .ldb = ldb, .beta = beta, .c = c, .ldc = ldc};
+  backend->vtable->gemm(backend, &args);
+}
 
 typedef struct product {
   int transpose_a, transpose_b, m, n, k;
@@ -22,8 +33,13 @@ int main(int argc, char **argv) {
   const int batch = (int)example_option_long(argc, argv, "--batch", 128);
   const int threads = (int)example_option_long(argc, argv, "--threads", 2);
   const long steps = example_option_long(argc, argv, "--steps", 300);
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  bpt_context_options options = bpt_context_options_default();
+  options.num_threads = threads;
+  bpt_context *context = NULL;
+  if (bpt_context_create(&options, &context) != BPT_OK) {
+    fprintf(stderr, "mlp_gemm_bound_bench: %s\n", bpt_context_last_error(NULL));
+    return 1;
+  }
   const product products[] = {
       {0, 1, batch, 512, 784}, {0, 1, batch, 256, 512}, {0, 1, batch, 10, 256},  /* forward: x W^T */
       {1, 0, 512, 784, batch}, {1, 0, 256, 512, batch}, {1, 0, 10, 256, batch}, /* dW += dy^T x */
@@ -47,9 +63,8 @@ int main(int argc, char **argv) {
     if (step == 20) start = example_seconds();
     for (int p = 0; p < count; p++) {
       const product *q = &products[p];
-      cblas_sgemm(CblasRowMajor, q->transpose_a ? CblasTrans : CblasNoTrans, q->transpose_b ? CblasTrans : CblasNoTrans,
-                  q->m, q->n, q->k, 1.0f, a[p], q->transpose_a ? q->m : q->k, b[p], q->transpose_b ? q->k : q->n,
-                  p < 3 ? 0.0f : 1.0f, c[p], q->n);
+      backend_gemm(&context->backend, q->transpose_a, q->transpose_b, q->m, q->n, q->k, a[p], q->transpose_a ? q->m : q->k,
+                   b[p], q->transpose_b ? q->k : q->n, p < 3 ? 0.0f : 1.0f, c[p], q->n);
     }
   }
   double seconds = (example_seconds() - start) / (double)steps;
@@ -59,5 +74,6 @@ int main(int argc, char **argv) {
     free(b[p]);
     free(c[p]);
   }
+  bpt_context_destroy(context);
   return 0;
 }

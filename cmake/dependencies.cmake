@@ -6,6 +6,8 @@ find_package(ZLIB REQUIRED)
 
 # Debian ships OpenBLAS built for pthreads and for OpenMP. We want the OpenMP one so that BLAS and
 # our element-wise loops share one thread pool instead of two pools spinning against each other.
+# libbptrain does not link it: src/backends/cpu/blas_library.c dlopens it at first use (so that it can choose
+# OpenBLAS's core before OpenBLAS initialises), from this directory first; only cblas.h is needed to build.
 set(BPT_OPENBLAS_HINTS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp)
 find_library(BPT_OPENBLAS_LIBRARY NAMES openblas HINTS ${BPT_OPENBLAS_HINTS} NO_DEFAULT_PATH)
 if(NOT BPT_OPENBLAS_LIBRARY)
@@ -21,9 +23,11 @@ if(NOT BPT_CBLAS_INCLUDE_DIR)
 endif()
 message(STATUS "bptrain: OpenBLAS ${BPT_OPENBLAS_LIBRARY}")
 
-list(APPEND BPT_PRIVATE_LIBRARIES ${BPT_OPENBLAS_LIBRARY} OpenMP::OpenMP_C ZLIB::ZLIB m)
+list(APPEND BPT_PRIVATE_LIBRARIES OpenMP::OpenMP_C ZLIB::ZLIB m)
 list(APPEND BPT_PRIVATE_INCLUDES ${BPT_CBLAS_INCLUDE_DIR})
-# The module loader (src/modules/loader.c) needs dlopen and a mutex: in libc itself from glibc 2.34 on.
+list(APPEND BPT_PRIVATE_DEFINITIONS BPT_OPENBLAS_DIR="${BPT_OPENBLAS_DIR}" BPT_OPENBLAS_FILE="${BPT_OPENBLAS_LIBRARY}")
+# The module loader (src/modules/loader.c) and the BLAS loader need dlopen and a mutex: in libc itself from
+# glibc 2.34 on.
 find_package(Threads REQUIRED)
 include(CheckSymbolExists)
 check_symbol_exists(dlopen dlfcn.h BPT_DLOPEN_IN_LIBC)
@@ -31,7 +35,8 @@ if(NOT BPT_DLOPEN_IN_LIBC)
   list(APPEND BPT_PRIVATE_LIBRARIES ${CMAKE_DL_LIBS})
 endif()
 list(APPEND BPT_PRIVATE_LIBRARIES Threads::Threads)
-# Keep the OpenMP OpenBLAS at run time too: the plain libopenblas.so.0 link may point at the pthread build.
+# The BLAS loader's last resort is a bare dlopen("libopenblas.so.0"), which follows libbptrain's RUNPATH: the
+# OpenMP build's directory, because the plain libopenblas.so.0 link may point at the pthread build.
 set(CMAKE_BUILD_RPATH ${BPT_OPENBLAS_DIR})
 set(CMAKE_INSTALL_RPATH ${BPT_OPENBLAS_DIR})
 
@@ -50,8 +55,9 @@ endfunction()
 
 include(cmake/cuda.cmake OPTIONAL)
 include(cmake/mpi.cmake OPTIONAL)
+include(cmake/onnx.cmake)
 
-foreach(feature CUDA MPI NCCL)
+foreach(feature CUDA MPI NCCL ONNX)
   if(NOT DEFINED BPT_HAVE_${feature})
     set(BPT_HAVE_${feature} OFF)
   endif()

@@ -1,8 +1,8 @@
 # Installation: headers, the shared and static libraries, the loadable modules, a CMake package (find_package(bptrain) giving
 # bptrain::bptrain and bptrain::bptrain_static, with a version file) and a pkg-config file.
-# The always-present dependencies (OpenBLAS, OpenMP, zlib) appear only as private link requirements: the
-# shared library carries them itself, the static one lists them for the linker. The optional ones (CUDA,
-# NCCL, MPI) belong to the modules alone, which both libraries dlopen at run time.
+# The always-present dependencies (OpenMP, zlib) appear only as private link requirements: the shared
+# library carries them itself, the static one lists them for the linker. OpenBLAS is dlopened by both at
+# first use (src/backends/cpu/blas_library.c), as are the optional modules (CUDA, NCCL, MPI).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -74,11 +74,6 @@ bpt_flatten_link_items(BPT_STATIC_LINK_ITEMS ${BPT_PRIVATE_LIBRARIES})
 list(REMOVE_DUPLICATES BPT_STATIC_LINK_ITEMS)
 bpt_pkg_config_libs(BPT_PKG_CONFIG_LIBS_PRIVATE ${BPT_STATIC_LINK_ITEMS})
 set(BPT_STATIC_LINK_OPTIONS "")
-if(BPT_OPENBLAS_DIR)
-  # The static library needs the OpenMP build of OpenBLAS at run time as well as at link time.
-  set(BPT_STATIC_LINK_OPTIONS "-Wl,-rpath,${BPT_OPENBLAS_DIR}")
-  string(APPEND BPT_PKG_CONFIG_LIBS_PRIVATE " ${BPT_STATIC_LINK_OPTIONS}")
-endif()
 install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
 install(TARGETS bptrain EXPORT bptrain-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -14,11 +14,11 @@ static const char usage[] =
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --save FILE    write the trained parameters to FILE as a checkpoint\n"
     "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
-    EXAMPLE_CLASSES_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_ONNX_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum",
-                                       "--threads", "--seed",   "--save",  "--eval", "--classes", NULL};
+                                       "--threads", "--seed",   "--save",  "--eval", "--classes", "--onnx", NULL};
   static const char *const flags[] = {"--grad-stats", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -43,6 +43,7 @@ int main(int argc, char **argv) {
   printf("libbptrain %s, backend %s, %d threads: LeNet-5 on %lld training and %lld test samples from %s\n",
          bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context),
          (long long)bpt_dataset_size(e.train), (long long)bpt_dataset_size(e.test), data);
+  example_print_compute_info(e.context);
   fflush(stdout);
 
   int64_t image[3] = {1, 28, 28};
@@ -109,6 +110,7 @@ int main(int argc, char **argv) {
     bpt_tensor_destroy(batch_labels);
     bpt_optimizer_destroy(optimizer);
   }
+  example_export_onnx(argc, argv, e.context, e.graph, 0.2860f, 0.3530f);
   bpt_graph_destroy(e.graph);
   bpt_dataset_destroy(e.train);
   bpt_dataset_destroy(e.test);

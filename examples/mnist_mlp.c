@@ -15,11 +15,11 @@ static const char usage[] =
     "                 [--seed N] [--backend NAME]\n"
     "  --data DIR   IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     EXAMPLE_CLASSES_USAGE
-    EXAMPLE_METRICS_USAGE;
+    EXAMPLE_METRICS_USAGE EXAMPLE_ONNX_USAGE;
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--threads",
-                                       "--seed", "--backend", EXAMPLE_METRICS_OPTIONS, "--classes", NULL};
+                                       "--seed", "--backend", EXAMPLE_METRICS_OPTIONS, "--classes", "--onnx", NULL};
   example_check_arguments(argc, argv, valued, NULL, usage);
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
@@ -47,6 +47,7 @@ int main(int argc, char **argv) {
   printf("libbptrain %s, backend %s, %d threads: %lld training and %lld test samples from %s\n", bpt_version(),
          bpt_context_backend(context), bpt_context_num_threads(context), (long long)bpt_dataset_size(train),
          (long long)bpt_dataset_size(test), data);
+  example_print_compute_info(context);
   fflush(stdout);
 
   bpt_graph *graph = NULL;
@@ -109,6 +110,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   printf("final test accuracy: %.2f%%\n", 100.0 * accuracy);
+  example_export_onnx(argc, argv, context, graph, 0.0f, 1.0f);
   int status = example_metrics_close(metrics);
 
   bpt_tensor_destroy(batch_images);

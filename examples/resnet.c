@@ -28,7 +28,7 @@ static const char usage[] =
     "  --save FILE    write the trained parameters (with batch-norm running statistics) to FILE as a checkpoint\n"
     "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n"
-    EXAMPLE_CLASSES_USAGE;
+    EXAMPLE_CLASSES_USAGE EXAMPLE_ONNX_USAGE;
 
 static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bpt_activation_storage storage) {
   int64_t image[3] = {1, 28, 28};
@@ -94,7 +94,7 @@ static void evaluate(cnn_example *e, const char *path, bool fold) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
-                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", NULL};
+                                       "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", "--onnx", NULL};
   static const char *const flags[] = {"--grad-stats", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
          bpt_version(), bpt_context_backend(e.context), bpt_context_num_threads(e.context), depth,
          (long long)bpt_graph_parameter_count(e.graph), (long long)bpt_dataset_size(e.train),
          (long long)bpt_dataset_size(e.test), data);
+  example_print_compute_info(e.context);
   fflush(stdout);
 
   const char *eval_path = example_option(argc, argv, "--eval");
@@ -194,6 +195,7 @@ int main(int argc, char **argv) {
     bpt_tensor_destroy(batch_labels);
     bpt_optimizer_destroy(optimizer);
   }
+  example_export_onnx(argc, argv, e.context, e.graph, 0.2860f, 0.3530f);
   bpt_graph_destroy(e.graph);
   bpt_dataset_destroy(e.train);
   bpt_dataset_destroy(e.test);

@@ -32,8 +32,10 @@
 /* Data, checkpoints and diagnostics. */
 #include "bptrain/data.h"
 #include "bptrain/checkpoint.h"
+#include "bptrain/onnx.h"
 #include "bptrain/anomaly.h"
 #include "bptrain/profiler.h"
+#include "bptrain/compute_info.h"
 /* Multi-process training, the FPGA simulation backend and speculative backpropagation. */
 #include "bptrain/comm.h"
 #include "bptrain/fpga.h"

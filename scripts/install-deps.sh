@@ -15,6 +15,9 @@ packages=(
 )
 # --- packaging (issue 8): ABI check (abidw/abidiff), API reference, --plot, Python binding and its tests ---
 packages+=(abigail-tools doxygen gnuplot-nox python3)
+# --- ONNX export (issue 17.3): protobuf-c and the official onnx.proto (libonnx-dev ships it); python3-venv for
+# the ONNX Runtime check's environment (scripts/onnx_env.sh) ---
+packages+=(protobuf-c-compiler libprotobuf-c-dev libonnx-dev python3-venv)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2

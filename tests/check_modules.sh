@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The core library loads and trains without its loadable modules (issue 15): the built and the installed
-# libbptrain.so.0 need none of CUDA, cuDNN, NCCL or MPI; with the cuda, mpi and nccl modules deleted from
+# libbptrain.so.0 need none of CUDA, cuDNN, NCCL or MPI, nor OpenBLAS, which the CPU backend dlopens itself
+# so that it can choose OpenBLAS's core first (issue 16); with the cuda, mpi and nccl modules deleted from
 # an install prefix the MLP example still trains on the CPU, selecting "cuda" fails with a message naming
 # the missing module file, and `import bptrain` works without the MPI module (and loads no MPI).
 # Usage: check_modules.sh BUILD_DIR WORK_DIR   (exits 77 without Fashion-MNIST)
@@ -12,9 +13,9 @@ rm -rf "$work" && mkdir -p "$work"
 unset BPTRAIN_MODULE_PATH BPTRAIN_LIBRARY
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { printf '\n== %s\n' "$*"; }
-forbidden='cudart|cublas|cudnn|nccl|mpi'
+forbidden='cudart|cublas|cudnn|nccl|mpi|openblas'
 
-needs_none() { # LIBRARY: its NEEDED entries name no CUDA, NCCL or MPI library
+needs_none() { # LIBRARY: its NEEDED entries name no CUDA, NCCL, MPI or OpenBLAS library
   local needed
   needed=$(readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
   echo "$1 needs: $(echo "$needed" | tr '\n' ' ')"
@@ -23,9 +24,10 @@ needs_none() { # LIBRARY: its NEEDED entries name no CUDA, NCCL or MPI library
 
 step "the built core library"
 needs_none "$build/libbptrain.so.0"
-# The static library must not pull them in either: no undefined CUDA, NCCL or MPI symbol in its objects.
-if nm -u "$build/libbptrain.a" 2> /dev/null | grep -Eq ' (cuda|cudnn|cublas|nccl|MPI_|PMPI_)'; then
-  fail "libbptrain.a refers to $(nm -u "$build/libbptrain.a" | grep -E ' (cuda|cudnn|cublas|nccl|MPI_)' | head -3 | tr '\n' ' ')"
+# The static library must not pull them in either: no undefined CUDA, NCCL, MPI or BLAS symbol in its objects.
+undefined=' (cuda|cudnn|cublas|nccl|MPI_|PMPI_|cblas_|openblas_|blas_memory)'
+if nm -u "$build/libbptrain.a" 2> /dev/null | grep -Eq "$undefined"; then
+  fail "libbptrain.a refers to $(nm -u "$build/libbptrain.a" | grep -E "$undefined" | head -3 | tr '\n' ' ')"
 fi
 
 step "install into $work/prefix"

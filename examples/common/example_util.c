@@ -43,6 +43,16 @@ long example_option_long(int argc, char **argv, const char *name, long fallback)
   return parsed;
 }
 
+void example_export_onnx(int argc, char **argv, bpt_context *context, bpt_graph *graph, float mean, float std) {
+  const char *path = example_option(argc, argv, "--onnx");
+  if (!path) return;
+  bpt_onnx_export_options options = bpt_onnx_export_options_default();
+  options.input_mean = mean;
+  options.input_std = std;
+  EXAMPLE_CHECK(context, bpt_graph_export_onnx(graph, path, &options));
+  printf("wrote ONNX model %s (opset %lld; input pixels in [0, 1])\n", path, (long long)options.opset);
+}
+
 int64_t example_class_count(int argc, char **argv, bpt_context *context, const bpt_dataset *train,
                             const bpt_dataset *test, int fallback) {
   const long requested = example_option_long(argc, argv, "--classes", fallback);
@@ -91,6 +101,12 @@ void example_check_arguments(int argc, char **argv, const char *const *valued, c
       exit(2);
     }
   }
+}
+
+void example_print_compute_info(const bpt_context *context) {
+  bpt_compute_info info = {.size = sizeof info};
+  if (strcmp(bpt_context_backend(context), "cpu") == 0 && bpt_cpu_compute_info(&info) == BPT_OK)
+    printf("compute: %s\n", info.summary);
 }
 
 double example_seconds(void) {

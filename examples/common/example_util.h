@@ -33,7 +33,17 @@ void example_check_arguments(int argc, char **argv, const char *const *valued, c
 int64_t example_class_count(int argc, char **argv, bpt_context *context, const bpt_dataset *train,
                             const bpt_dataset *test, int fallback);
 
+/* --onnx FILE: writes graph's inference computation to FILE as ONNX (bpt_graph_export_onnx), with the data set's
+ * normalisation (mean, std as given to bpt_dataset_set_normalization) inside, so the model takes pixels in [0, 1].
+ * Does nothing without the option. */
+#define EXAMPLE_ONNX_USAGE "  --onnx FILE  export the model to FILE as ONNX (input: pixels in [0, 1]; docs/onnx.md)\n"
+void example_export_onnx(int argc, char **argv, bpt_context *context, bpt_graph *graph, float mean, float std);
+
 double example_seconds(void);
+
+/* Prints "compute: ..." (bpt_cpu_compute_info's summary: BLAS, kernel and who chose it, self-check, bf16 GEMMs,
+ * CPU) when the context runs on the CPU. */
+void example_print_compute_info(const bpt_context *context);
 
 /* A one-line progress bar on stderr: "epoch 1/5 [=====>    ] 30000/60000  41234 samples/s  loss 0.4312". */
 typedef struct example_progress {

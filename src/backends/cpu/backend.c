@@ -3,23 +3,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "backends/cpu/blas_guard.h"
+#include "backends/cpu/blas_library.h"
 #include "backends/cpu/cpu.h"
 
+/* The OpenMP runtime starts when libbptrain loads, as it did while OpenBLAS was linked (its constructor asked
+ * OpenMP for the thread count): LLVM's libomp maps a shared-memory registration file as it starts and ends the
+ * process when that fails, so it must not start for the first time under an address-space limit set later
+ * (test_process_limits). libgomp only reads its environment here. */
+__attribute__((constructor)) static void start_openmp(void) { (void)omp_get_max_threads(); }
+
 static bpt_status cpu_create(bpt_backend *backend, const bpt_backend_options *options) {
+  const bpt_cpu_blas *blas = bpt_cpu_blas_load();
+  if (blas->short_of_space)
+    return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "%s; set OPENBLAS_NUM_THREADS=1 or raise the limit",
+                            strncmp(blas->library, "none: ", 6) == 0 ? blas->library + 6 : blas->library);
   int threads = options->num_threads > 0 ? options->num_threads : omp_get_num_procs();
   /* OpenBLAS's workspace must fit before it is asked for; an automatic thread count halves until it does. */
   bpt_status status = bpt_cpu_blas_reserve(backend, threads);
   while (status == BPT_ERR_OUT_OF_MEMORY && options->num_threads == 0 && threads > 1)
     status = bpt_cpu_blas_reserve(backend, threads /= 2);
   if (status != BPT_OK) return status;
+  /* The workspace now holds a buffer for the check's product (blas_library.c). */
+  bpt_cpu_blas_self_check();
   backend->num_threads = threads;
   backend->state = NULL;
   /* Both calls: the OpenMP build of OpenBLAS follows omp_set_num_threads, the pthread build does not. */
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  if (blas->set_num_threads) blas->set_num_threads(threads);
   return bpt_cpu_state_create(backend);
 }
 

@@ -12,4 +12,11 @@
  */
 bpt_status bpt_cpu_blas_reserve(bpt_backend *backend, int threads);
 
+/* Whether loading OpenBLAS fits in the address space now: its constructor maps a workspace buffer for each
+ * default thread and, when one does not fit, retries forever. When not, writes why. */
+bool bpt_cpu_blas_load_fits(char *why, size_t capacity);
+
+/* bpt_cpu_blas_reserve without a backend to report to: whether the buffers for `threads` are mapped. */
+bool bpt_cpu_blas_reserve_quietly(int threads);
+
 #endif

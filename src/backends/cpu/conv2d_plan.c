@@ -3,7 +3,7 @@
  * The data movement and the three passes are in conv2d.c. */
 #include <omp.h>
 
-#include <cblas.h>
+#include "backends/cpu/blas_library.h"
 
 #include "backends/cpu/conv2d_plan.h"
 #include "backends/cpu/cpu.h"
@@ -89,8 +89,7 @@ int64_t bpt_cpu_conv_tap_offset(const bpt_conv2d_args *a, const conv_plan *p, in
 
 static void blas_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
-              (blasint)m, (blasint)n, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+  bpt_cpu_sgemm(transpose_a, transpose_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* C (m, n) = op(A) (m, k) . op(B) (k, n) + beta C, row-major, cut into blocks OpenBLAS multiplies without

@@ -1,6 +1,6 @@
-/* Matrix products on the CPU: every one goes to OpenBLAS cblas_sgemm (row-major). */
-#include <cblas.h>
-
+/* Matrix products on the CPU: every one goes to bpt_cpu_sgemm (row-major), OpenBLAS's cblas_sgemm unless
+ * blas_library.c replaced it. */
+#include "backends/cpu/blas_library.h"
 #include "backends/cpu/cpu.h"
 
 bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
@@ -11,9 +11,7 @@ bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
   /* Narrow operands (issue 4): widened to f32 scratch in gemm_mixed.c. */
   if (args->a_dtype != BPT_DTYPE_F32 || args->b_dtype != BPT_DTYPE_F32 || args->c_dtype != BPT_DTYPE_F32)
     return bpt_cpu_gemm_mixed(backend, args);
-  cblas_sgemm(CblasRowMajor, args->transpose_a ? CblasTrans : CblasNoTrans,
-              args->transpose_b ? CblasTrans : CblasNoTrans, (blasint)args->m, (blasint)args->n, (blasint)args->k,
-              args->alpha, args->a, (blasint)args->lda, args->b, (blasint)args->ldb, args->beta, args->c,
-              (blasint)args->ldc);
+  bpt_cpu_sgemm(args->transpose_a, args->transpose_b, args->m, args->n, args->k, args->alpha, args->a, args->lda,
+                args->b, args->ldb, args->beta, args->c, args->ldc);
   return BPT_OK;
 }

@@ -1,5 +1,5 @@
 /* Matrix products with f16, bf16 or FP8 operands on the CPU: emulation. Operands are widened to f32 scratch
- * (exact), multiplied by cblas_sgemm with f32 accumulation, and a narrow C is rounded back to nearest even,
+ * (exact), multiplied by bpt_cpu_sgemm with f32 accumulation, and a narrow C is rounded back to nearest even,
  * which is what a tensor-core GEMM with f32 accumulation produces up to summation order. */
 #include <stdlib.h>
 

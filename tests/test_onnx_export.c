@@ -1,0 +1,360 @@
+/* ONNX export (bpt_graph_export_onnx). The refusals are checked here; the numerics by ONNX Runtime: this test
+ * builds small trained models covering every exported op (an MLP, LeNet, ResNet-8 with and without its batch
+ * norms folded, and a convolution / activation zoo), runs them in evaluation mode and writes, per model,
+ * "<name>.onnx", "<name>.input" (raw f32 pixels in [0, 1], what the ONNX model takes) and "<name>.output"
+ * (libbptrain's outputs, f32) into $BPT_BINARY_DIR/onnx-export, which tests/onnx/check_onnx_runtime.py
+ * compares (CTest runs it after this test). */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bptrain.h"
+#include "test_support.h"
+
+enum { BATCH = 5, CLASSES = 10 };
+/* The examples' Fashion-MNIST normalisation, which image models carry inside the ONNX file. */
+#define MEAN 0.2860f
+#define STD 0.3530f
+
+typedef struct model {
+  bpt_context *context;
+  bpt_graph *graph;
+  bpt_node *input, *labels, *output, *loss;
+  int64_t sample[3];
+  int sample_rank;
+} model;
+
+static int64_t sample_size(const model *m) {
+  int64_t size = 1;
+  for (int i = 0; i < m->sample_rank; i++)
+    size *= m->sample[i];
+  return size;
+}
+
+static model model_begin(uint64_t seed, int rank, const int64_t *sample) {
+  model m = {.context = test_context(seed), .sample_rank = rank};
+  memcpy(m.sample, sample, (size_t)rank * sizeof *sample);
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context, bpt_graph_input(m.graph, "images", BPT_DTYPE_F32, rank, sample, &m.input));
+  return m;
+}
+
+static void model_end(model *m, bool mse) {
+  if (mse) {
+    bpt_node *target;
+    assert_ok(m->context, bpt_graph_input(m->graph, "target", BPT_DTYPE_F32, 1, (const int64_t[]){CLASSES}, &target));
+    m->labels = target;
+    assert_ok(m->context, bpt_mse_loss(m->graph, "loss", m->output, target, &m->loss));
+  } else {
+    assert_ok(m->context, bpt_graph_input(m->graph, "labels", BPT_DTYPE_I32, 0, NULL, &m->labels));
+    assert_ok(m->context, bpt_softmax_cross_entropy(m->graph, "loss", m->output, m->labels, &m->loss));
+  }
+  assert_ok(m->context, bpt_graph_compile(m->graph, m->loss, BATCH));
+}
+
+static void model_destroy(model *m) {
+  bpt_graph_destroy(m->graph);
+  bpt_context_destroy(m->context);
+}
+
+static bpt_tensor *new_tensor(bpt_context *context, bpt_dtype dtype, int rank, const int64_t *sample) {
+  int64_t dims[4] = {BATCH};
+  memcpy(dims + 1, sample, (size_t)rank * sizeof *sample);
+  bpt_tensor *tensor = NULL;
+  assert_ok(context, bpt_tensor_create(context, dtype, rank + 1, dims, &tensor));
+  return tensor;
+}
+
+/* Sets the model's input to (pixels - mean) / std and its labels or targets to something to learn. */
+static void set_inputs(model *m, const float *pixels, float mean, float std, uint64_t seed) {
+  bpt_tensor *x = new_tensor(m->context, BPT_DTYPE_F32, m->sample_rank, m->sample);
+  float *data = bpt_tensor_data(x);
+  for (int64_t i = 0; i < BATCH * sample_size(m); i++)
+    data[i] = (pixels[i] - mean) / std;
+  assert_ok(m->context, bpt_graph_set_input(m->graph, m->input, x));
+  bpt_tensor_destroy(x);
+  const bool targets = bpt_node_rank(m->labels) == 2;
+  bpt_tensor *y =
+      new_tensor(m->context, targets ? BPT_DTYPE_F32 : BPT_DTYPE_I32, targets ? 1 : 0, (const int64_t[]){CLASSES});
+  test_random random;
+  test_random_seed(&random, seed);
+  for (int64_t i = 0; i < bpt_tensor_element_count(y); i++) {
+    if (targets) {
+      ((float *)bpt_tensor_data(y))[i] = test_random_uniform(&random, -1.0f, 1.0f);
+    } else {
+      ((int32_t *)bpt_tensor_data(y))[i] = (int32_t)(i % CLASSES);
+    }
+  }
+  assert_ok(m->context, bpt_graph_set_input(m->graph, m->labels, y));
+  bpt_tensor_destroy(y);
+}
+
+/* A few SGD steps in training mode, so that weights, biases and batch-norm running statistics all move off
+ * their initial values (a transposed or misplaced one then shows in the outputs). */
+static void train(model *m, const float *pixels, float mean, float std) {
+  bpt_optimizer_options options = bpt_optimizer_options_default();
+  options.kind = BPT_OPTIMIZER_SGD;
+  options.learning_rate = 0.05f;
+  bpt_optimizer *optimizer = NULL;
+  assert_ok(m->context, bpt_optimizer_create(m->graph, &options, &optimizer));
+  set_inputs(m, pixels, mean, std, 3);
+  for (int step = 0; step < 3; step++) {
+    assert_ok(m->context, bpt_graph_forward(m->graph));
+    assert_ok(m->context, bpt_graph_backward(m->graph));
+    assert_ok(m->context, bpt_optimizer_step(optimizer));
+  }
+  bpt_optimizer_destroy(optimizer);
+}
+
+static const char *export_directory(void) {
+  static char path[4096];
+  const char *base = getenv("BPT_BINARY_DIR");
+  snprintf(path, sizeof path, "%s/onnx-export", base ? base : "/tmp");
+  mkdir(path, 0755);
+  return path;
+}
+
+static void write_floats(const char *name, const char *suffix, const float *values, int64_t count) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s.%s", export_directory(), name, suffix);
+  FILE *file = fopen(path, "wb");
+  if (!file) fail_msg("cannot create %s", path);
+  if (fwrite(values, sizeof *values, (size_t)count, file) != (size_t)count) fail_msg("cannot write %s", path);
+  fclose(file);
+}
+
+/* Evaluation-mode outputs for pixels, the ONNX file and the reference files; softmax as options->softmax. */
+static void export_model(model *m, const char *name, const float *pixels, bpt_onnx_export_options options) {
+  assert_ok(m->context, bpt_graph_set_training(m->graph, 0));
+  set_inputs(m, pixels, options.input_mean, options.input_std, 5);
+  assert_ok(m->context, bpt_graph_forward(m->graph));
+  const int64_t classes = bpt_node_dim(m->output, 1);
+  bpt_tensor *out = new_tensor(m->context, BPT_DTYPE_F32, 1, &classes);
+  assert_ok(m->context, bpt_graph_read(m->graph, m->output, out));
+  float *y = bpt_tensor_data(out);
+  if (options.softmax)
+    for (int64_t n = 0; n < BATCH; n++) {
+      double sum = 0.0, top = y[n * classes];
+      for (int64_t c = 1; c < classes; c++)
+        top = fmax(top, y[n * classes + c]);
+      for (int64_t c = 0; c < classes; c++)
+        sum += exp(y[n * classes + c] - top);
+      for (int64_t c = 0; c < classes; c++)
+        y[n * classes + c] = (float)(exp(y[n * classes + c] - top) / sum);
+    }
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s.onnx", export_directory(), name);
+  assert_ok(m->context, bpt_graph_export_onnx(m->graph, path, &options));
+  write_floats(name, "input", pixels, BATCH * sample_size(m));
+  write_floats(name, "output", y, BATCH * classes);
+  bpt_tensor_destroy(out);
+}
+
+static float *random_pixels(const model *m, uint64_t seed) {
+  float *pixels = malloc((size_t)(BATCH * sample_size(m)) * sizeof *pixels);
+  assert_non_null(pixels);
+  test_random random;
+  test_random_seed(&random, seed);
+  test_random_fill(&random, pixels, BATCH * sample_size(m), 0.0f, 1.0f);
+  return pixels;
+}
+
+static bpt_onnx_export_options image_options(void) {
+  bpt_onnx_export_options options = bpt_onnx_export_options_default();
+  options.input_mean = MEAN;
+  options.input_std = STD;
+  return options;
+}
+
+/* Without protobuf-c the call exists and says so; the model tests then skip. */
+static bool onnx_available(void) {
+  model m = model_begin(1, 1, (const int64_t[]){4});
+  assert_ok(m.context, bpt_layer_linear(m.graph, "fc", m.input, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  const char *path = test_write_file("probe.onnx", "", 0);
+  const bpt_status status = bpt_graph_export_onnx(m.graph, path, NULL);
+  if (status == BPT_ERR_UNSUPPORTED)
+    print_message("skipped: %s\n", bpt_context_last_error(m.context));
+  else
+    assert_ok(m.context, status);
+  model_destroy(&m);
+  return status == BPT_OK;
+}
+
+/* 784 -> 64 (ReLU) -> 10, exported with its softmax, no normalisation (the MLP example feeds raw pixels). */
+static void test_mlp(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  model m = model_begin(11, 1, (const int64_t[]){784});
+  bpt_node *x;
+  assert_ok(m.context, bpt_layer_linear(m.graph, "fc1", m.input, 64, BPT_INIT_HE_UNIFORM, &x));
+  assert_ok(m.context, bpt_relu(m.graph, "relu1", x, &x));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "fc2", x, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  float *pixels = random_pixels(&m, 21);
+  train(&m, pixels, 0.0f, 1.0f);
+  bpt_onnx_export_options options = bpt_onnx_export_options_default();
+  options.softmax = 1;
+  export_model(&m, "mlp", pixels, options);
+  free(pixels);
+  model_destroy(&m);
+}
+
+/* The mnist_cnn example's LeNet-5 on (N, 1, 28, 28) with the normalisation inside the model. */
+static void test_lenet(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  model m = model_begin(12, 3, (const int64_t[]){1, 28, 28});
+  const bpt_layer_spec lenet[] = {
+      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 6, .kernel = 5, .padding = 2},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
+      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 5},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
+      {BPT_LAYER(BPT_LAYER_FLATTEN)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 120},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 84},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = CLASSES},
+  };
+  assert_ok(m.context, bpt_layer_sequential(m.graph, "lenet", m.input, lenet, 12, &m.output));
+  model_end(&m, false);
+  float *pixels = random_pixels(&m, 22);
+  train(&m, pixels, MEAN, STD);
+  export_model(&m, "lenet", pixels, image_options());
+  free(pixels);
+  model_destroy(&m);
+}
+
+/* The resnet example's ResNet-8 (one basic block per stage), exported as trained and again with its batch
+ * norms folded into the convolutions. */
+static void test_resnet8(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  model m = model_begin(13, 3, (const int64_t[]){1, 28, 28});
+  const bpt_layer_spec stem[] = {
+      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 3, .padding = 1},
+      {BPT_LAYER(BPT_LAYER_BATCH_NORM)},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+  };
+  bpt_node *x;
+  assert_ok(m.context, bpt_layer_sequential(m.graph, "stem", m.input, stem, 3, &x));
+  assert_ok(m.context, bpt_layer_resnet_basic_block(m.graph, "stage1", x, 16, 1, &x));
+  assert_ok(m.context, bpt_layer_resnet_basic_block(m.graph, "stage2", x, 32, 2, &x));
+  assert_ok(m.context, bpt_layer_resnet_basic_block(m.graph, "stage3", x, 64, 2, &x));
+  const bpt_layer_spec head[] = {{BPT_LAYER(BPT_LAYER_GLOBAL_AVG_POOL)},
+                                 {BPT_LAYER(BPT_LAYER_LINEAR), .units = CLASSES}};
+  assert_ok(m.context, bpt_layer_sequential(m.graph, "head", x, head, 2, &m.output));
+  model_end(&m, false);
+  float *pixels = random_pixels(&m, 23);
+  train(&m, pixels, MEAN, STD);
+  export_model(&m, "resnet8", pixels, image_options());
+  int folded = 0;
+  assert_ok(m.context, bpt_graph_fold_batch_norm(m.graph, &folded));
+  assert_true(folded > 0);
+  export_model(&m, "resnet8_folded", pixels, image_options());
+  free(pixels);
+  model_destroy(&m);
+}
+
+/* Every other op and attribute: strided, dilated, grouped convolution with bias, padded average and max
+ * pooling, a 4-D batch norm, reshape, leaky ReLU, sigmoid, tanh, GELU and dropout, into an MSE loss. */
+static void build_zoo(model *m) {
+  bpt_node *x, *w, *b;
+  bpt_conv2d_options conv = bpt_conv2d_options_default();
+  conv.stride_height = 2;
+  conv.stride_width = 1;
+  conv.padding_height = 1;
+  conv.padding_width = 2;
+  conv.dilation_height = 1;
+  conv.dilation_width = 2;
+  conv.groups = 2;
+  assert_ok(m->context,
+            bpt_graph_parameter(m->graph, "conv.weight", 4, (const int64_t[]){6, 2, 3, 3}, BPT_INIT_HE_NORMAL, &w));
+  assert_ok(m->context, bpt_graph_parameter(m->graph, "conv.bias", 1, (const int64_t[]){6}, BPT_INIT_HE_UNIFORM, &b));
+  assert_ok(m->context, bpt_conv2d(m->graph, "conv", m->input, w, b, &conv, &x));
+  assert_ok(m->context, bpt_avg_pool2d(m->graph, "avg", x, 3, 2, 1, &x));
+  assert_ok(m->context, bpt_layer_batch_norm(m->graph, "bn", x, &x));
+  assert_ok(m->context, bpt_leaky_relu(m->graph, "leaky", x, 0.1f, &x));
+  assert_ok(m->context, bpt_max_pool2d(m->graph, "max", x, 3, 1, 1, &x));
+  assert_ok(m->context, bpt_flatten(m->graph, "flat", x, &x));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "fc1", x, 24, BPT_INIT_HE_UNIFORM, &x));
+  assert_ok(m->context, bpt_sigmoid(m->graph, "sigmoid", x, &x));
+  assert_ok(m->context, bpt_reshape(m->graph, "reshape", x, 3, (const int64_t[]){2, 3, 4}, &x));
+  assert_ok(m->context, bpt_tanh(m->graph, "tanh", x, &x));
+  assert_ok(m->context, bpt_dropout(m->graph, "dropout", x, 0.5f, &x));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "fc2", x, 16, BPT_INIT_HE_UNIFORM, &x));
+  assert_ok(m->context, bpt_gelu(m->graph, "gelu", x, &x));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "fc3", x, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
+  model_end(m, true);
+}
+
+static void test_op_zoo(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  for (int opset = 17; opset <= 20; opset += 3) {
+    model m = model_begin(14, 3, (const int64_t[]){4, 11, 9});
+    build_zoo(&m);
+    float *pixels = random_pixels(&m, 24);
+    train(&m, pixels, 0.5f, 2.0f);
+    bpt_onnx_export_options options = bpt_onnx_export_options_default();
+    options.opset = opset;
+    options.input_mean = 0.5f;
+    options.input_std = 2.0f;
+    export_model(&m, opset >= 20 ? "zoo_opset20" : "zoo_opset17", pixels, options);
+    free(pixels);
+    model_destroy(&m);
+  }
+}
+
+static void test_refusals(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  const char *path = test_write_file("refused.onnx", "keep", 4);
+  /* A binary stochastic neuron has no ONNX equivalent: the message names the node and the op. */
+  model m = model_begin(15, 1, (const int64_t[]){4});
+  bpt_node *x;
+  assert_ok(m.context, bpt_layer_linear(m.graph, "fc1", m.input, 8, BPT_INIT_HE_UNIFORM, &x));
+  assert_ok(m.context, bpt_binary_stochastic(m.graph, "neurons", x, BPT_STRAIGHT_THROUGH_SIGMOID, &x));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "fc2", x, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  assert_fails(m.context, BPT_ERR_STATE, "compile the graph first", bpt_graph_export_onnx(m.graph, path, NULL));
+  model_end(&m, false);
+  assert_fails(m.context, BPT_ERR_UNSUPPORTED, "node 'neurons' (op binary_stochastic) has no ONNX equivalent",
+               bpt_graph_export_onnx(m.graph, path, NULL));
+  size_t size = 0;
+  unsigned char *kept = test_read_file(path, &size);
+  assert_int_equal(size, 4); /* a refused export leaves the file alone */
+  free(kept);
+  model_destroy(&m);
+
+  m = model_begin(16, 1, (const int64_t[]){4});
+  assert_ok(m.context, bpt_layer_linear(m.graph, "fc", m.input, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  assert_fails(m.context, BPT_ERR_IO, "/no/such/directory/model.onnx",
+               bpt_graph_export_onnx(m.graph, "/no/such/directory/model.onnx", NULL));
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "path is NULL", bpt_graph_export_onnx(m.graph, NULL, NULL));
+  assert_fails(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_export_onnx(NULL, path, NULL));
+  bpt_onnx_export_options options = bpt_onnx_export_options_default();
+  options.opset = 12;
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "opset 12", bpt_graph_export_onnx(m.graph, path, &options));
+  options = bpt_onnx_export_options_default();
+  options.input_std = 0.0f;
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "input_std", bpt_graph_export_onnx(m.graph, path, &options));
+  options = bpt_onnx_export_options_default();
+  options.size = 4;
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, NULL, bpt_graph_export_onnx(m.graph, path, &options));
+  model_destroy(&m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
+      cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
