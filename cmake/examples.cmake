@@ -32,11 +32,11 @@ if(BPT_BUILD_TESTS AND TARGET mnist_mlp_cpp)
                    $<TARGET_FILE:mnist_mlp_cpp> --epochs 1 --limit 4000 --batch 100 --threads 1)
   set_tests_properties(example_cpp_mnist_mlp PROPERTIES LABELS "package;example" SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
-find_package(Python3 COMPONENTS Interpreter QUIET)
-if(BPT_BUILD_TESTS AND Python3_FOUND AND NOT BPT_SANITIZE)
+include(${CMAKE_CURRENT_SOURCE_DIR}/cmake/python.cmake)
+if(BPT_BUILD_TESTS AND BPT_PYTHON_NUMPY AND NOT BPT_SANITIZE)
   add_test(NAME example_python_mnist_mlp
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/examples/check_example.sh ${CMAKE_BINARY_DIR}/example-python 70
-                   ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/examples/python/mnist_mlp.py --epochs 1
+                   ${BPT_PYTHON_NUMPY} ${CMAKE_CURRENT_SOURCE_DIR}/examples/python/mnist_mlp.py --epochs 1
                    --limit 4000 --batch 100 --threads 1)
   set_tests_properties(example_python_mnist_mlp PROPERTIES LABELS "package;example" SKIP_RETURN_CODE 77 TIMEOUT 300
     ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")

@@ -18,6 +18,8 @@ packages+=(abigail-tools doxygen gnuplot-nox python3)
 # --- ONNX export (issue 17.3): protobuf-c and the official onnx.proto (libonnx-dev ships it); python3-venv for
 # the ONNX Runtime check's environment (scripts/onnx_env.sh) ---
 packages+=(protobuf-c-compiler libprotobuf-c-dev libonnx-dev python3-venv)
+# The Python binding takes and returns NumPy arrays; its tests run with Debian's python3 and this numpy
+packages+=(python3-numpy)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2

@@ -1,7 +1,8 @@
-# Keeps the version in its four places equal (the bump rule is in docs/abi.md, "Which number changes"):
+# Keeps the version in its five places equal (the bump rule is in docs/abi.md, "Which number changes"):
 # project(VERSION) and BPT_ABI_VERSION in CMakeLists.txt (the shared library's file names and SONAME), the
-# BPT_VERSION_* and BPT_ABI_VERSION macros of include/bptrain/common.h, and the top entry of CHANGELOG.md,
-# whose heading reads "## <Unreleased or date> (X.Y.Z, ABI N)". Run as cmake -DSOURCE_DIR=... -P check_version.cmake.
+# BPT_VERSION_* and BPT_ABI_VERSION macros of include/bptrain/common.h, the top entry of CHANGELOG.md, whose
+# heading reads "## <Unreleased or date> (X.Y.Z, ABI N)", and the Python package's python/bptrain/_version.py
+# (read by python/pyproject.toml). Run as cmake -DSOURCE_DIR=... -P check_version.cmake.
 file(STRINGS ${SOURCE_DIR}/CMakeLists.txt project_line REGEX "^project\\(bptrain VERSION ")
 string(REGEX MATCH "VERSION ([0-9]+)\\.([0-9]+)\\.([0-9]+)" _ "${project_line}")
 set(cmake_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}.${CMAKE_MATCH_3}")
@@ -35,5 +36,10 @@ if(NOT cmake_version STREQUAL changelog_version OR NOT cmake_abi STREQUAL change
   message(FATAL_ERROR "check_version: CMakeLists.txt says ${cmake_version} (ABI ${cmake_abi}), but the top entry of "
                       "CHANGELOG.md is '${changelog_top}' (expected '## ... (${cmake_version}, ABI ${cmake_abi})')")
 endif()
-message(STATUS "check_version: ${header_version}, ABI ${header_abi} in CMakeLists.txt, include/bptrain/common.h "
-               "and CHANGELOG.md")
+file(STRINGS ${SOURCE_DIR}/python/bptrain/_version.py python_line REGEX "^__version__ = ")
+string(REGEX MATCH "\"([0-9.]+)\"" _ "${python_line}")
+if(NOT CMAKE_MATCH_1 STREQUAL cmake_version)
+  message(FATAL_ERROR "check_version: CMakeLists.txt says ${cmake_version}, python/bptrain/_version.py '${CMAKE_MATCH_1}'")
+endif()
+message(STATUS "check_version: ${header_version}, ABI ${header_abi} in CMakeLists.txt, include/bptrain/common.h, "
+               "CHANGELOG.md and python/bptrain/_version.py")

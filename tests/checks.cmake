@@ -24,36 +24,37 @@ if(NOT BPT_SANITIZE)
                                       ${CMAKE_BINARY_DIR}/check-modules)
 endif()
 
-find_package(Python3 COMPONENTS Interpreter QUIET)
-set(BPT_PYTHON_ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
-if(Python3_FOUND AND NOT BPT_SANITIZE)
-  add_test(NAME check_python COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/python/test_bptrain.py)
-  set_tests_properties(check_python PROPERTIES ENVIRONMENT "${BPT_PYTHON_ENVIRONMENT}")
-endif()
-# The binding's object lifetimes (tests/python/test_lifetimes.py). In the sanitizer build the interpreter is
-# not instrumented, so the ASan runtime is preloaded ahead of it; the interpreter's own allocations would
-# read as leaks, so leak checking is off there (use-after-free and overflows still abort the test).
-if(Python3_FOUND)
-  set(BPT_LIFETIME_ENVIRONMENT "${BPT_PYTHON_ENVIRONMENT}")
-  if(BPT_SANITIZE)
-    if(CMAKE_C_COMPILER_ID MATCHES "Clang")
-      set(bpt_asan_name libclang_rt.asan-${CMAKE_SYSTEM_PROCESSOR}.so)
-    else()
-      set(bpt_asan_name libasan.so)
-    endif()
-    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=${bpt_asan_name} OUTPUT_VARIABLE bpt_asan_runtime
-                    OUTPUT_STRIP_TRAILING_WHITESPACE)
-    if(NOT EXISTS "${bpt_asan_runtime}")
-      message(FATAL_ERROR "BPT_SANITIZE: cannot find the ASan runtime ${bpt_asan_name} to preload into Python")
-    endif()
-    list(APPEND BPT_LIFETIME_ENVIRONMENT "LD_PRELOAD=${bpt_asan_runtime}"
-         "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"
-         "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1")
+# The Python binding (tests/python/): its API against known values, LeNet from Python with the C example's
+# checkpoints, and its object lifetimes. In the sanitizer build only the lifetimes run: the interpreter is
+# not instrumented, so the ASan runtime is preloaded ahead of it; the interpreter's own allocations would read
+# as leaks, so leak checking is off there (use-after-free and overflows still abort the test).
+include(${CMAKE_SOURCE_DIR}/cmake/python.cmake)
+if(NOT BPT_SANITIZE)
+  bpt_add_python_test(check_python test_bptrain.py)
+  bpt_add_python_test(check_python_api test_api.py)
+  if(TARGET mnist_cnn)
+    bpt_add_python_test(check_python_lenet test_lenet.py "BPT_MNIST_CNN=$<TARGET_FILE:mnist_cnn>"
+                        "OMP_WAIT_POLICY=passive")
   endif()
-  add_test(NAME check_python_lifetimes COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/python/test_lifetimes.py)
-  set_tests_properties(check_python_lifetimes PROPERTIES ENVIRONMENT "${BPT_LIFETIME_ENVIRONMENT}"
-                       FAIL_REGULAR_EXPRESSION "AddressSanitizer|runtime error")
 endif()
+set(BPT_LIFETIME_ENVIRONMENT "")
+if(BPT_SANITIZE)
+  if(CMAKE_C_COMPILER_ID MATCHES "Clang")
+    set(bpt_asan_name libclang_rt.asan-${CMAKE_SYSTEM_PROCESSOR}.so)
+  else()
+    set(bpt_asan_name libasan.so)
+  endif()
+  execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=${bpt_asan_name} OUTPUT_VARIABLE bpt_asan_runtime
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT EXISTS "${bpt_asan_runtime}")
+    message(FATAL_ERROR "BPT_SANITIZE: cannot find the ASan runtime ${bpt_asan_name} to preload into Python")
+  endif()
+  list(APPEND BPT_LIFETIME_ENVIRONMENT "LD_PRELOAD=${bpt_asan_runtime}"
+       "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"
+       "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1")
+endif()
+bpt_add_python_test(check_python_lifetimes test_lifetimes.py ${BPT_LIFETIME_ENVIRONMENT})
+set_tests_properties(check_python_lifetimes PROPERTIES FAIL_REGULAR_EXPRESSION "AddressSanitizer|runtime error")
 
 find_program(BPT_DOXYGEN doxygen)
 if(BPT_DOXYGEN)
@@ -75,8 +76,8 @@ else()
 endif()
 
 get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)
-foreach(test check_abi check_downstream check_modules check_python check_python_lifetimes check_doxygen
-             check_installed_docs)
+foreach(test check_abi check_downstream check_modules check_python check_python_api check_python_lenet
+             check_python_lifetimes check_doxygen check_installed_docs)
   if(test IN_LIST BPT_CHECK_TESTS)
     set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${BPT_CHECKS_ENVIRONMENT})
     set_tests_properties(${test} PROPERTIES LABELS package TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -2,9 +2,10 @@
 """Trains the 784-512-256-10 MLP of examples/mnist_mlp.c on Fashion-MNIST from Python, through the ctypes
 binding in python/bptrain (no compiler needed). Run from the repository after building:
 
-    BPTRAIN_LIBRARY=build/libbptrain.so PYTHONPATH=python python3 examples/python/mnist_mlp.py --epochs 2
+    PYTHONPATH=python python3 examples/python/mnist_mlp.py --epochs 2
 
-or, after `cmake --install`, with PYTHONPATH=<prefix>/share/bptrain/python.
+(the package finds build/libbptrain.so.0 of the checkout; elsewhere set BPTRAIN_LIBRARY), or after
+`pip install ./python`. --save writes a checkpoint that `mnist_mlp --eval FILE` (the C example) reads.
 """
 import argparse
 import sys
@@ -27,7 +28,7 @@ def main():
     parser.add_argument("--metrics", help="write per-step and per-epoch metrics to this CSV file")
     parser.add_argument("--plot", help="draw loss and accuracy curves to this PNG (needs gnuplot)")
     parser.add_argument("--profile", help="profile and write a Chrome trace to this JSON file")
-    parser.add_argument("--save", help="save the trained parameters to this file")
+    parser.add_argument("--save", help="save the trained model to this checkpoint file")
     arguments = parser.parse_args()
 
     with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
@@ -66,8 +67,8 @@ def main():
             bptrain.write_profile_trace(context, arguments.profile)
             print("profile: Chrome trace in %s" % arguments.profile)
         if arguments.save:
-            model.save(arguments.save)
-            print("parameters saved to %s" % arguments.save)
+            model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
+            print("checkpoint saved to %s" % arguments.save)
     return status
 
 

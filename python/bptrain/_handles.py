@@ -1,0 +1,71 @@
+"""Ownership of native handles: each Python object holds its handle in a _Native, which destroys it exactly
+once and never while a native object made from it is alive, whatever the order of close() and collection.
+"""
+import weakref
+
+from ._errors import STATE, error
+
+
+class _Native:
+    """Owns one native handle and destroys it exactly once, never while a native object that uses it exists.
+
+    Each holder keeps its parent (what it was made from: model -> context, optimiser -> model) alive with a
+    strong reference and counts its own users. close() closes the users first (newest first), then the handle;
+    dropped without close() (garbage, a reference cycle, interpreter exit) a holder that still has users waits
+    for the last one to go. So any order of close() and of destruction is safe, and use after close raises
+    bptrain.Error instead of reaching freed memory. The destroy function is kept on the holder so that it is
+    still callable while the interpreter tears the module down.
+    """
+
+    __slots__ = ("handle", "what", "parent", "_destroy", "_users", "_children", "_orphaned", "__weakref__")
+
+    def __init__(self, handle, destroy, parent, what):
+        self.handle = handle
+        self.what = what
+        self.parent = parent
+        self._destroy = destroy
+        self._users = 0
+        self._children = []
+        self._orphaned = False
+        if parent is not None:
+            parent._users += 1
+            children = parent._children
+            if len(children) >= 32 and len(children) & (len(children) - 1) == 0:  # drop the dead now and then
+                children[:] = [reference for reference in children if reference() is not None]
+            children.append(weakref.ref(self))
+
+    def get(self):
+        """The native handle; bptrain.Error (STATE) once it (or what it was made from) is closed."""
+        if self.handle is None:
+            raise error(STATE, "bptrain: the %s is closed" % self.what)
+        return self.handle
+
+    @property
+    def open(self):
+        return self.handle is not None
+
+    def close(self):
+        children, self._children = self._children, []
+        for reference in reversed(children):
+            child = reference()
+            if child is not None:
+                child.close()
+        self._release()
+
+    def _release(self):
+        if self.handle is None:
+            return
+        if self._users > 0:  # only while the collector finalises a cycle: the last user's release frees us
+            self._orphaned = True
+            return
+        handle, self.handle = self.handle, None
+        if self._destroy is not None:
+            self._destroy(handle)
+        parent = self.parent
+        if parent is not None:
+            parent._users -= 1
+            if parent._orphaned and parent._users == 0:
+                parent._release()
+
+    def __del__(self):
+        self._release()

@@ -1,0 +1,180 @@
+"""The training loop of Model: fit, train_step, evaluate and predict over arrays or a Dataset. Batches
+are fed by Model._feed (one copy into the input buffer); evaluation and prediction run in evaluation mode.
+"""
+import time
+
+from ._errors import INVALID_ARGUMENT, STATE, error
+from ._native import lib
+from ._tensor import _Tensor
+from .context import require_numpy
+from .metrics import MetricsWriter
+
+
+class TrainingLoop:
+    """Mixed into Model: the methods that run whole passes over data."""
+
+    def train_step(self, optimizer, *arrays, clip_norm=None):
+        """One forward, backward and optimiser step on one batch (one array per input); returns the loss."""
+        sources, count = self._sources(arrays, "train_step")
+        self._feed(sources, slice(0, count))
+        return self._step(optimizer, clip_norm)
+
+    def _step(self, optimizer, clip_norm):
+        self.context.check(lib.bpt_graph_forward(self.handle))
+        self.context.check(lib.bpt_graph_backward(self.handle))
+        if clip_norm:
+            self.clip_gradient_norm(clip_norm)
+        self.context.check(lib.bpt_optimizer_step(optimizer.handle))
+        return self.loss_value()
+
+    def fit(self, optimizer, *data, epochs=1, batch_size=None, shuffle=True, seed=None, metrics=None,
+            evaluation=None, verbose=False, clip_norm=None, callback=None):
+        """Trains (in training mode) on arrays (one per input, in declaration order) or on a Dataset.
+
+        `evaluation` is the same kind of data, evaluated after each epoch. `metrics` names a CSV file that
+        receives one row per step and per epoch (the format of the C examples' --metrics); `callback(record)`
+        is called after each epoch. Returns one dict per epoch: epoch, train_loss, and test_loss /
+        test_accuracy when `evaluation` is given.
+        """
+        self._require_compiled("fit")
+        from .training import Optimizer
+        if not isinstance(optimizer, Optimizer):
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: the first argument must be a bptrain.Optimizer")
+        batch_size = batch_size or self.max_batch
+        seed = self.context.seed if seed is None else seed
+        writer = MetricsWriter(metrics) if metrics else None
+        history = []
+        step = 0
+        start = time.monotonic()
+        try:
+            for epoch in range(1, epochs + 1):
+                self.train()
+                total, samples = 0.0, 0
+                for count in self._batches(data, batch_size, shuffle, seed + epoch, "fit"):
+                    loss = self._step(optimizer, clip_norm)
+                    step += 1
+                    total += loss * count
+                    samples += count
+                    if writer:
+                        writer.step(epoch, step, loss, optimizer.learning_rate, time.monotonic() - start)
+                record = {"epoch": epoch, "train_loss": total / max(samples, 1)}
+                if evaluation is not None:
+                    result = self.evaluate(*(evaluation if isinstance(evaluation, tuple) else (evaluation,)),
+                                           batch_size=batch_size)
+                    record["test_loss"] = result["loss"]
+                    if "accuracy" in result:
+                        record["test_accuracy"] = result["accuracy"]
+                if writer:
+                    writer.epoch(epoch, step, record, optimizer.learning_rate, time.monotonic() - start)
+                if verbose:
+                    print("epoch %d: %s" % (epoch, ", ".join("%s %.4f" % item for item in record.items()
+                                                               if item[0] != "epoch")), flush=True)
+                history.append(record)
+                if callback is not None:
+                    callback(record)
+        finally:
+            if writer:
+                writer.close()
+        return history
+
+    def _batches(self, data, batch_size, shuffle, seed, what):
+        """Feeds each batch into the inputs and yields its sample count."""
+        from .data import Dataset
+        numpy = require_numpy()
+        if batch_size < 1 or batch_size > self.max_batch:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: batch_size %d is not in 1..%d (the compiled max_batch)"
+                        % (what, batch_size, self.max_batch))
+        if len(data) == 1 and isinstance(data[0], Dataset):
+            dataset = data[0]
+            if len(self.inputs) != 2 or self.inputs[1].dtype != "i32":
+                raise error(INVALID_ARGUMENT, "bptrain: Model.%s: a Dataset feeds a model with two inputs (f32 "
+                                              "images, i32 labels); this one has %d" % (what, len(self.inputs)))
+            if shuffle:
+                self.context.check(lib.bpt_dataset_shuffle(dataset.handle, seed))
+            images, labels = (self._tensors[node._address] for node in self.inputs)
+            batches = min(lib.bpt_dataset_batch_count(dataset.handle, batch_size), dataset.limit_batches(batch_size))
+            for index in range(batches):
+                self.context.check(lib.bpt_dataset_batch(dataset.handle, index, batch_size, images.handle,
+                                                         labels.handle))
+                for node, tensor in zip(self.inputs, (images, labels)):
+                    self.context.check(lib.bpt_graph_set_input(self.handle, node.handle, tensor.handle))
+                yield images.rows()
+            return
+        sources, count = self._sources(data, what)
+        order = numpy.random.RandomState(seed % (1 << 32)).permutation(count) if shuffle else None
+        for first in range(0, count, batch_size):
+            last = min(first + batch_size, count)
+            self._feed(sources, order[first:last] if shuffle else slice(first, last))
+            yield last - first
+
+    def _default_output(self, output, what):
+        output = output or self.logits or self.prediction
+        if output is None:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the model has no softmax_cross_entropy or mse_loss "
+                                          "to take the output from; pass output=<node>" % what)
+        return output
+
+    def _with_mode(self, training):
+        """Context manager: the given mode for the duration, then the previous one."""
+        model = self
+
+        class Mode:
+            def __enter__(self):
+                self.previous = model.training
+                model.context.check(lib.bpt_graph_set_training(model.handle, int(training)))
+
+            def __exit__(self, *exception):
+                model.context.check(lib.bpt_graph_set_training(model.handle, int(self.previous)))
+        return Mode()
+
+    def predict(self, x, output=None, batch_size=None):
+        """Runs forward (in evaluation mode) on samples `x` for the first input (other inputs are fed zeros)
+        and returns the values of `output` (default: the logits or the MSE prediction) as an ndarray of shape
+        (samples,) + the output's per-sample shape."""
+        numpy = require_numpy()
+        self._require_compiled("predict")
+        output = self._default_output(output, "predict")
+        batch_size = batch_size or self.max_batch
+        source = self._array(x, self.inputs[0])
+        count = len(source)
+        sources = [source] + [None] * (len(self.inputs) - 1)
+        tensor = self._tensors.get(output._address)
+        if tensor is None:
+            tensor = self._tensors[output._address] = _Tensor(self, "f32", output.shape)
+        result = numpy.empty((count,) + tensor.sample_shape, dtype=numpy.float32)
+        with self._with_mode(False):
+            for first in range(0, count, batch_size):
+                last = min(first + batch_size, count)
+                self._feed(sources, slice(first, last))
+                self.context.check(lib.bpt_graph_forward(self.handle))
+                self.context.check(lib.bpt_graph_read(self.handle, output.handle, tensor.handle))
+                result[first:last] = tensor.view()[:last - first]
+        return result
+
+    def evaluate(self, *data, batch_size=None):
+        """Mean loss and (for classification) accuracy in evaluation mode over arrays or a Dataset."""
+        numpy = require_numpy()
+        self._require_compiled("evaluate")
+        if self.loss is None:
+            raise error(STATE, "bptrain: Model.evaluate: the model was compiled without a loss")
+        batch_size = batch_size or self.max_batch
+        logits = None
+        if self.logits is not None:
+            logits = self._tensors.get(self.logits._address)
+            if logits is None:
+                logits = self._tensors[self.logits._address] = _Tensor(self, "f32", self.logits.shape)
+        total, correct, samples = 0.0, 0, 0
+        labels = self._tensors[self.inputs[-1]._address]
+        with self._with_mode(False):
+            for count in self._batches(data, batch_size, False, 0, "evaluate"):
+                self.context.check(lib.bpt_graph_forward(self.handle))
+                total += self.loss_value() * count
+                samples += count
+                if logits is not None:
+                    self.context.check(lib.bpt_graph_read(self.handle, self.logits.handle, logits.handle))
+                    predicted = logits.view()[:count].reshape(count, -1).argmax(axis=1)
+                    correct += int(numpy.count_nonzero(predicted == labels.view()[:count]))
+        result = {"loss": total / max(samples, 1), "samples": samples}
+        if logits is not None:
+            result["accuracy"] = correct / max(samples, 1)
+        return result

@@ -1,0 +1,99 @@
+"""Optimisers (SGD, Adam, AdamW) with parameter groups, and learning-rate schedules."""
+import ctypes
+
+from . import _native
+from ._errors import INVALID_ARGUMENT, error
+from ._handles import _Native
+from ._native import lib
+from .context import check_without_context
+
+_OPTIMIZERS = {"sgd": 0, "adam": 1, "adamw": 2}
+_SCHEDULES = {"constant": 0, "step": 1, "cosine": 2}
+
+
+class Schedule:
+    """A learning-rate schedule: kind "constant", "step" (base * gamma^floor(step / step_size)) or "cosine"
+    (from base to minimum_learning_rate over total_steps), after an optional linear warm-up."""
+
+    def __init__(self, kind="constant", base_learning_rate=0.1, warmup_steps=0, warmup_start_factor=0.0,
+                 step_size=1, gamma=0.1, total_steps=0, minimum_learning_rate=0.0):
+        if kind not in _SCHEDULES:
+            raise error(INVALID_ARGUMENT, "bptrain: Schedule: kind must be one of %s, not %r" %
+                        (sorted(_SCHEDULES), kind))
+        options = lib.bpt_schedule_options_default()
+        options.kind = _SCHEDULES[kind]
+        options.base_learning_rate, options.warmup_steps = base_learning_rate, warmup_steps
+        options.warmup_start_factor, options.step_size, options.gamma = warmup_start_factor, step_size, gamma
+        options.total_steps, options.minimum_learning_rate = total_steps, minimum_learning_rate
+        self.options = options
+        self.kind = kind
+
+    def learning_rate(self, step):
+        """The learning rate at optimiser step `step` (>= 0)."""
+        value = ctypes.c_float()
+        check_without_context(lib.bpt_schedule_learning_rate(None, ctypes.byref(self.options), int(step),
+                                                             ctypes.byref(value)))
+        return value.value
+
+
+class Optimizer:
+    """SGD (with momentum), Adam or AdamW over a compiled model's parameters."""
+
+    def __init__(self, model, kind="sgd", learning_rate=0.01, momentum=0.0, nesterov=False, weight_decay=0.0,
+                 beta1=0.9, beta2=0.999, epsilon=1e-8, schedule=None):
+        if kind not in _OPTIMIZERS:
+            raise error(INVALID_ARGUMENT, "bptrain: Optimizer: kind must be one of %s, not %r" %
+                        (sorted(_OPTIMIZERS), kind))
+        model._require_compiled("Optimizer")
+        options = lib.bpt_optimizer_options_default()
+        options.kind = _OPTIMIZERS[kind]
+        options.learning_rate, options.momentum, options.nesterov = learning_rate, momentum, int(nesterov)
+        options.weight_decay, options.beta1, options.beta2, options.epsilon = weight_decay, beta1, beta2, epsilon
+        self.context = model.context
+        self.model = model
+        handle = _native.handle()
+        self.context.check(lib.bpt_optimizer_create(model.handle, ctypes.byref(options), ctypes.byref(handle)))
+        self._native = _Native(handle.value, lib.bpt_optimizer_destroy, model._native, "optimizer")
+        if schedule is not None:
+            self.set_schedule(schedule)
+
+    @property
+    def handle(self):
+        """The native optimiser; StateError once it, its model or its context is closed."""
+        return self._native.get()
+
+    @property
+    def learning_rate(self):
+        return lib.bpt_optimizer_learning_rate(self.handle)
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        self.context.check(lib.bpt_optimizer_set_learning_rate(self.handle, value))
+
+    @property
+    def steps(self):
+        return lib.bpt_optimizer_step_count(self.handle)
+
+    def step(self):
+        """One update from the gradients of the last backward pass."""
+        self.context.check(lib.bpt_optimizer_step(self.handle))
+
+    def set_schedule(self, schedule):
+        """Sets the learning rate from `schedule` (a Schedule) before each step, at the step count."""
+        if not isinstance(schedule, Schedule):
+            raise error(INVALID_ARGUMENT, "bptrain: Optimizer.set_schedule: expected a bptrain.Schedule")
+        self.context.check(lib.bpt_optimizer_set_schedule(self.handle, ctypes.byref(schedule.options)))
+
+    def set_group(self, parameters, learning_rate_scale=1.0, weight_decay=0.0):
+        """Gives `parameters` (Nodes or names) their own learning-rate multiplier and weight decay."""
+        nodes = [self.model.node(p) if isinstance(p, str) else p for p in parameters]
+        handles = (ctypes.c_void_p * max(1, len(nodes)))(*[node.handle for node in nodes])
+        self.context.check(lib.bpt_optimizer_set_group(self.handle, handles, len(nodes), learning_rate_scale,
+                                                       weight_decay))
+
+    def no_decay_on_vectors(self):
+        """Weight decay 0 on every rank-1 parameter (biases, batch-norm scales and shifts)."""
+        self.context.check(lib.bpt_optimizer_no_decay_on_vectors(self.handle))
+
+    def close(self):
+        self._native.close()
