@@ -48,6 +48,15 @@ if(BPT_BUILD_TESTS AND TARGET mnist_cnn AND TARGET checkpoint_resume AND Python3
                    $<TARGET_FILE:mnist_cnn> $<TARGET_FILE:checkpoint_resume>)
   set_tests_properties(example_model_file PROPERTIES LABELS "example" SKIP_RETURN_CODE 77 TIMEOUT 300)
 endif()
+# One model file from three languages and ONNX (the README's "One model file" section).
+if(BPT_BUILD_TESTS AND TARGET mnist_mlp AND TARGET mnist_mlp_cpp AND BPT_PYTHON_NUMPY AND NOT BPT_SANITIZE)
+  add_test(NAME example_model_languages
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/examples/check_model_languages.sh
+                   ${CMAKE_BINARY_DIR}/example-model-languages $<TARGET_FILE:mnist_mlp> $<TARGET_FILE:mnist_mlp_cpp>
+                   ${BPT_PYTHON_NUMPY})
+  set_tests_properties(example_model_languages PROPERTIES LABELS "example" SKIP_RETURN_CODE 77 TIMEOUT 300
+    ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+endif()
 # --plot without gnuplot: training still completes and the message says how to get gnuplot.
 if(BPT_BUILD_TESTS AND TARGET mnist_mlp_cpp)
   add_test(NAME example_plot_without_gnuplot

@@ -5,7 +5,8 @@ binding in python/bptrain (no compiler needed). Run from the repository after bu
     PYTHONPATH=python python3 examples/python/mnist_mlp.py --epochs 2
 
 (the package finds build/libbptrain.so.0 of the checkout; elsewhere set BPTRAIN_LIBRARY), or after
-`pip install ./python`. --save writes a checkpoint that `mnist_mlp --eval FILE` (the C example) reads.
+`pip install ./python`. --save writes a checkpoint that `mnist_mlp --eval FILE` (the C example), `mnist_mlp_cpp --eval FILE`
+(the C++ one) and this script's --eval read.
 """
 import argparse
 import sys
@@ -29,6 +30,7 @@ def main():
     parser.add_argument("--plot", help="draw loss and accuracy curves to this PNG (needs gnuplot)")
     parser.add_argument("--profile", help="profile and write a Chrome trace to this JSON file")
     parser.add_argument("--save", help="save the trained model to this checkpoint file")
+    parser.add_argument("--eval", help="skip training: load this checkpoint's parameters and report the test accuracy")
     arguments = parser.parse_args()
 
     with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
@@ -46,6 +48,12 @@ def main():
         model.compile(model.softmax_cross_entropy(logits, labels), max_batch=arguments.batch)
         optimizer = bptrain.Optimizer(model, "sgd", learning_rate=arguments.lr, momentum=arguments.momentum)
 
+        if arguments.eval:
+            model.load(arguments.eval)
+            tested = model.evaluate(test, batch_size=arguments.batch)
+            print("%s: test accuracy %.2f%%, test loss %.4f" %
+                  (arguments.eval, 100.0 * tested["accuracy"], tested["loss"]))
+            return 0
         if arguments.profile:
             bptrain.profile(context)
         metrics = arguments.metrics or (arguments.plot + ".csv" if arguments.plot else None)

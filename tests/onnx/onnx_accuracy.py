@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Prints the test accuracy (percent) of an exported classifier in ONNX Runtime on raw IDX test images.
 
-Usage: onnx_accuracy.py MODEL.onnx DATA_DIR. The images are fed as pixels in [0, 1] (byte / 255), shaped as
+Usage: onnx_accuracy.py MODEL.onnx DATA_DIR (t10k-*-idx*-ubyte, gzip-compressed or not). The images are fed as pixels in [0, 1] (byte / 255), shaped as
 the model's input asks (N x 784 or N x 1 x 28 x 28): any normalisation must be inside the model. Exits 77
 without onnxruntime.
 """
+import gzip
 import os
 import sys
 
@@ -17,8 +18,13 @@ except ImportError as error:
 
 
 def read_idx(path):
-    with open(path, "rb") as file:
-        data = file.read()
+    """An IDX file as an array; the file may be gzip-compressed under PATH.gz (as Debian ships Fashion-MNIST)."""
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rb") as file:
+            data = file.read()
+    else:
+        with open(path, "rb") as file:
+            data = file.read()
     rank = data[3]
     dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(rank)]
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
