@@ -140,7 +140,13 @@ def _p(structure):
     return ctypes.POINTER(structure)
 
 
-_EvalOptionsBytes = type("_EvalOptionsBytes", (ctypes.Structure,), {"_fields_": [("_bytes", c_uint64 * 8)]})
+EvalOptions = type("EvalOptions", (ctypes.Structure,), {"_fields_": [
+    ("size", size_t), ("data_input", ctypes.c_char_p), ("labels_input", ctypes.c_char_p), ("logits", ctypes.c_char_p),
+    ("batch_size", c_int64), ("top_k", c_int), ("confusion_matrix", ctypes.POINTER(c_int64)),
+    ("confusion_classes", c_int64)], "__doc__": "bpt_eval_options"})
+EvalResult = _struct("EvalResult", [("samples", c_int64), ("loss", c_double), ("accuracy", c_double),
+                                    ("top_k_accuracy", c_double), ("top_k", c_int)], "bpt_eval_result")
+_EvalOptionsBytes = EvalOptions
 _TrainOptionsBytes = type("_TrainOptionsBytes", (ctypes.Structure,), {"_fields_": [("_bytes", c_uint64 * 26)]})
 G, N, T, O, D, C = handle, handle, handle, handle, handle, handle  # graph, node, tensor, optimiser, data set, context
 _PROTOTYPES = {
@@ -269,7 +275,7 @@ _PROTOTYPES = {
     # train.h: prototypes only, the training helper is not bound yet (bptrain.training keeps its Python
     # loop); the options structs are opaque blocks of their C size (64 and 208 bytes, returned in memory).
     "bpt_eval_options_default": (_EvalOptionsBytes, []),
-    "bpt_evaluate": (status, [G, D, ctypes.c_void_p, ctypes.c_void_p]),
+    "bpt_evaluate": (status, [G, D, _p(EvalOptions), _p(EvalResult)]),
     "bpt_train_options_default": (_TrainOptionsBytes, []),
     "bpt_train": (status, [G, O, D, ctypes.c_void_p, ctypes.c_void_p]),
     "bpt_train_write_metrics_header": (status, [ctypes.c_void_p]),

@@ -438,6 +438,41 @@ class Model(TrainingLoop):
         self._require_compiled("load")
         return load_checkpoint(self, path, optimizer, dataset, strict)
 
+    def summary(self):
+        """The model summary as text (bpt_graph_summary_text): per layer its output shape, trainable
+        parameters, buffers and activation bytes at the compiled batch, then the totals."""
+        self._require_compiled("summary")
+        needed = lib.bpt_graph_summary_text(self.handle, None, 0)
+        buffer = ctypes.create_string_buffer(needed + 1)
+        lib.bpt_graph_summary_text(self.handle, buffer, needed + 1)
+        return buffer.value.decode()
+
+    def evaluate_dataset(self, dataset, top_k=5, confusion_matrix=False, batch_size=None):
+        """The library's evaluation (bpt_evaluate) of a classifier on a Dataset in eval mode: a dict with
+        samples, loss, accuracy, top_k and top_k_accuracy, and with confusion_matrix=True a classes x classes
+        int64 array (row = label, column = prediction)."""
+        self._require_compiled("evaluate_dataset")
+        options = lib.bpt_eval_options_default()
+        options.top_k = int(top_k)
+        options.batch_size = int(batch_size or 0)
+        matrix = None
+        if confusion_matrix:
+            numpy = require_numpy()
+            if self.logits is None:
+                raise error(STATE, "bptrain: Model.evaluate_dataset: the model has no logits for a confusion matrix")
+            classes = int(self.logits.shape[-1])
+            matrix = numpy.zeros((classes, classes), dtype=numpy.int64)
+            options.confusion_matrix = matrix.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+            options.confusion_classes = classes
+        result = _native.EvalResult()
+        result.size = ctypes.sizeof(result)
+        self.context.check(lib.bpt_evaluate(self.handle, dataset.handle, ctypes.byref(options), ctypes.byref(result)))
+        measured = {"samples": result.samples, "loss": result.loss, "accuracy": result.accuracy,
+                    "top_k": result.top_k, "top_k_accuracy": result.top_k_accuracy}
+        if matrix is not None:
+            measured["confusion_matrix"] = matrix
+        return measured
+
     def export_onnx(self, path, opset=17, input_mean=0.0, input_std=1.0, softmax=False):
         """Writes the model's inference computation (evaluation mode, no loss: the logits, or their softmax
         with `softmax`) as an ONNX file; `input_mean` and `input_std` put the input normalisation inside it,
