@@ -3,9 +3,10 @@
 # on Fashion-MNIST. Extra arguments go to the example (e.g. --epochs 1, --threads 1, --data DIR); the example
 # uses every core unless told otherwise. It builds the whole tree (library, examples, tests) in build/, so
 # the README's later commands (cmake --install build, ctest in build/) work in the same folder.
-# OpenMP threads sleep while they wait (OMP_WAIT_POLICY=passive) unless the caller chose a waiting policy:
-# libgomp's default spinning is many times slower on cores that other work shares, while passive's price on
-# idle cores is a wake-up per parallel region (bench/shared_cores.sh, docs/benchmarks.md). libgomp reads these
+# OpenMP threads spin only briefly before they sleep (GOMP_SPINCOUNT=1000) unless the caller chose a waiting
+# policy: libgomp's default spinning (300,000 rounds) is many times slower on cores that other work shares;
+# 1,000 rounds was as fast as that default on idle cores and as fast as passive waiting on shared ones, where
+# passive costs 3-5% on idle cores (bench/shared_cores.sh, docs/benchmarks.md). libgomp reads these
 # variables once, when it loads, so the example cannot set them itself. `run-example.sh --print-env` prints the OpenMP
 # waiting variables the example would get, and stops there.
 set -euo pipefail
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 # GOMP_SPINCOUNT (libgomp) and KMP_BLOCKTIME (LLVM's libomp, a clang build) choose the waiting as well; an
 # empty value is no choice (libgomp ignores it with a warning).
-if [ -z "${OMP_WAIT_POLICY:-}${GOMP_SPINCOUNT:-}${KMP_BLOCKTIME:-}" ]; then export OMP_WAIT_POLICY=passive; fi
+if [ -z "${OMP_WAIT_POLICY:-}${GOMP_SPINCOUNT:-}${KMP_BLOCKTIME:-}" ]; then export GOMP_SPINCOUNT=1000; fi
 if [ "${1:-}" = --print-env ]; then
   env | grep -E '^(OMP_WAIT_POLICY|GOMP_SPINCOUNT|KMP_BLOCKTIME)=' | sort || true
   exit 0
