@@ -13,10 +13,12 @@
 #pragma clang diagnostic ignored "-Wpass-failed"
 #endif
 
+/* The work estimate is a double: it is only compared with a threshold, and a window may be far larger than
+ * the plane it covers (padding), so the product of six extents can exceed int64 (found by fuzz_shape). */
 static bool parallel(const bpt_pool2d_args *a) {
-  return a->batch * a->channels > 1 &&
-         a->batch * a->channels * a->out_height * a->out_width * a->kernel_height * a->kernel_width >
-             BPT_CPU_PARALLEL_THRESHOLD;
+  const double work = (double)a->batch * (double)a->channels * (double)a->out_height * (double)a->out_width *
+                      (double)a->kernel_height * (double)a->kernel_width;
+  return a->batch * a->channels > 1 && work > BPT_CPU_PARALLEL_THRESHOLD;
 }
 
 /* Average pooling with one window over the whole plane (global average pooling): a plane is one contiguous
@@ -32,7 +34,7 @@ bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *a
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
   const int64_t planes = a->batch * a->channels;
-  const float inverse_area = 1.0f / (float)(a->kernel_height * a->kernel_width);
+  const float inverse_area = 1.0f / ((float)a->kernel_height * (float)a->kernel_width);
   if (whole_plane_average(a)) {
 #pragma omp parallel for if (parallel(a))
     for (int64_t plane = 0; plane < planes; plane++) {
@@ -85,7 +87,7 @@ bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
   const int64_t planes = a->batch * a->channels;
-  const float inverse_area = 1.0f / (float)(a->kernel_height * a->kernel_width);
+  const float inverse_area = 1.0f / ((float)a->kernel_height * (float)a->kernel_width);
   if (whole_plane_average(a)) {
 #pragma omp parallel for if (parallel(a))
     for (int64_t plane = 0; plane < planes; plane++) {

@@ -12,7 +12,7 @@
 // Same rules as the CPU backend: ties and NaN go to the first value in row-major window order; the argmax
 // is the winner's index inside its H x W plane.
 __global__ void pool2d_forward_kernel(bpt_pool2d_args a, const float *x, float *y, int32_t *argmax) {
-  const float inverse_area = 1.0f / (float)(a.kernel_height * a.kernel_width);
+  const float inverse_area = 1.0f / ((float)a.kernel_height * (float)a.kernel_width);
   GRID_STRIDE(o, a.batch * a.channels * a.out_height * a.out_width) {
     int64_t ow = o % a.out_width, oh = (o / a.out_width) % a.out_height, plane = o / (a.out_width * a.out_height);
     const float *input = x + plane * a.in_height * a.in_width;
@@ -51,7 +51,7 @@ __device__ void covering(int64_t i, int64_t kernel, int64_t stride, int64_t padd
 }
 
 __global__ void pool2d_backward_kernel(bpt_pool2d_args a, const float *dy, const int32_t *argmax, float *dx) {
-  const float inverse_area = 1.0f / (float)(a.kernel_height * a.kernel_width);
+  const float inverse_area = 1.0f / ((float)a.kernel_height * (float)a.kernel_width);
   GRID_STRIDE(i, a.batch * a.channels * a.in_height * a.in_width) {
     int64_t iw = i % a.in_width, ih = (i / a.in_width) % a.in_height, plane = i / (a.in_width * a.in_height);
     const int64_t in_plane = ih * a.in_width + iw;
