@@ -34,5 +34,6 @@ if(BPT_HAVE_ONNX)
   list(APPEND BPT_PRIVATE_LIBRARIES ${BPT_PROTOBUF_C_LIBRARY})
   message(STATUS "bptrain: ONNX export from ${BPT_ONNX_PROTO} (${BPT_PROTOBUF_C_LIBRARY})")
 else()
-  list(APPEND BPT_OPTIONAL_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/export/onnx_unavailable.c)
+  list(APPEND BPT_OPTIONAL_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/export/onnx_unavailable.c
+       ${CMAKE_CURRENT_SOURCE_DIR}/src/export/onnx_options.c)
 endif()

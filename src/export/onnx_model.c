@@ -389,15 +389,6 @@ static bpt_status build(onnx_builder *b, const bpt_onnx_export_options *options,
   return b->out_of_memory ? out_of_memory(b) : BPT_OK;
 }
 
-bpt_onnx_export_options bpt_onnx_export_options_default(void) {
-  bpt_onnx_export_options options;
-  memset(&options, 0, sizeof options);
-  options.size = sizeof options;
-  options.opset = 17;
-  options.input_std = 1.0f;
-  return options;
-}
-
 bpt_status bpt_graph_export_onnx(bpt_graph *graph, const char *path, const bpt_onnx_export_options *options) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, WHERE ": graph is NULL");
   bpt_context *context = graph->context;
