@@ -22,19 +22,8 @@ case "$which" in
     ;;
   pypi)
     venv=${BPT_TORCH_VENV:-$here/.venv-torch}
-    if ! "$venv/bin/python" -c "import torch, numpy" 2>/dev/null; then
-      if ! /usr/bin/python3 -c "import venv, ensurepip" 2>/dev/null; then
-        if [ "$(id -u)" -eq 0 ]; then
-          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2
-        else
-          echo "torch_env: python3-venv is missing (apt-get install python3-venv as root)" >&2
-          exit 1
-        fi
-      fi
-      echo "torch_env: creating $venv with PyTorch 2.x from PyPI (once; a few GB)" >&2
-      /usr/bin/python3 -m venv "$venv" >&2
-      "$venv/bin/pip" install --quiet --progress-bar off "torch>=2" numpy >&2
-    fi
+    source "$here/../scripts/python_venv.sh"
+    bpt_python_venv torch_env "$venv" "torch, numpy" "PyTorch 2.x (a few GB)" "torch>=2" numpy
     echo "$venv/bin/python"
     ;;
   *)

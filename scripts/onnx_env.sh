@@ -6,17 +6,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${BPT_ONNX_VENV:-$root/.venv-onnx}
-if ! "$venv/bin/python" -c "import onnxruntime, onnx, numpy" 2> /dev/null; then
-  if ! /usr/bin/python3 -c "import venv, ensurepip" 2> /dev/null; then
-    if [ "$(id -u)" -eq 0 ]; then
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2
-    else
-      echo "onnx_env: python3-venv is missing (apt-get install python3-venv as root)" >&2
-      exit 1
-    fi
-  fi
-  echo "onnx_env: creating $venv with onnxruntime and onnx from PyPI (once)" >&2
-  /usr/bin/python3 -m venv "$venv" >&2
-  "$venv/bin/pip" install --quiet --progress-bar off onnxruntime onnx numpy >&2
-fi
+source "$root/scripts/python_venv.sh"
+bpt_python_venv onnx_env "$venv" "onnxruntime, onnx, numpy" "onnxruntime and onnx" onnxruntime onnx numpy
 echo "$venv/bin/python"
