@@ -11,8 +11,8 @@
 #include "core/graph.h"
 #include "test_support.h"
 
-/* relu_mask_forward, add_relu_mask_forward and relu_mask_backward (adding and assigning), with the AVX-512
- * loops where the CPU has them and with the portable ones; the count leaves a partial last byte. */
+/* relu_mask_forward, add_relu_mask_forward and relu_mask_backward (adding and assigning), with the loops
+ * of each level the CPU has (AVX-512, AVX2, portable); the count leaves a partial last byte. */
 static void relu_mask_kernels_match_reference(void **state) {
   (void)state;
   bpt_context *context = test_context(1);
@@ -25,8 +25,8 @@ static void relu_mask_kernels_match_reference(void **state) {
   test_random_seed(&random, 2);
   test_random_fill(&random, x, COUNT, -1.0f, 1.0f);
   test_random_fill(&random, dy, COUNT, -1.0f, 1.0f);
-  for (int portable = 0; portable < 2; portable++) {
-    ((bpt_cpu_state *)backend->state)->portable_loops = portable;
+  for (bpt_cpu_loops loops = BPT_CPU_LOOPS_PORTABLE; loops <= bpt_cpu_loops_supported(); loops++) {
+    ((bpt_cpu_state *)backend->state)->loop_limit = loops;
     for (int i = 0; i < COUNT; i++)
       dx[i] = 0.5f;
     assert_int_equal(bpt_cpu_relu_mask_forward(backend, COUNT, x, y, mask), BPT_OK);

@@ -70,20 +70,23 @@ static void record_skip(const char *case_name, const char *backend, bpt_status s
 typedef struct backend_under_test {
   char label[48];
   char name[32];
-  bool portable_loops; /* the CPU with its portable loops instead of the AVX-512 ones */
+  bpt_cpu_loops loop_limit; /* the CPU with its loops held to this level (0: as shipped, the widest) */
   bpt_context *context;
 } backend_under_test;
 
 static backend_under_test backends[MAX_BACKENDS];
 static int backend_count;
 
-static void add_backend(const char *name, bool portable_loops) {
+static void add_backend(const char *name, bpt_cpu_loops loop_limit) {
   if (backend_count == MAX_BACKENDS) return;
   backend_under_test *t = &backends[backend_count];
   memset(t, 0, sizeof *t);
   snprintf(t->name, sizeof t->name, "%s", name);
-  snprintf(t->label, sizeof t->label, "%s%s", name, portable_loops ? " (portable loops)" : "");
-  t->portable_loops = portable_loops;
+  snprintf(t->label, sizeof t->label, "%s%s", name,
+           loop_limit == BPT_CPU_LOOPS_PORTABLE ? " (portable loops)"
+           : loop_limit == BPT_CPU_LOOPS_AVX2   ? " (AVX2 loops)"
+                                                : "");
+  t->loop_limit = loop_limit;
   bpt_context_options options = bpt_context_options_default();
   options.backend = name;
   options.num_threads = 2;
@@ -99,7 +102,7 @@ static void add_backend(const char *name, bool portable_loops) {
     t->context = NULL;
     return;
   }
-  if (strcmp(name, "cpu") == 0) ((bpt_cpu_state *)t->context->backend.state)->portable_loops = portable_loops;
+  if (strcmp(name, "cpu") == 0 && loop_limit) ((bpt_cpu_state *)t->context->backend.state)->loop_limit = loop_limit;
   if (strcmp(name, "fpga-sim") == 0) {
     /* Its f32 mode: fixed point differs from the CPU by design (tests/test_fpga_fixed_point.c covers it). */
     bpt_fpga_options fpga = bpt_fpga_options_default();
@@ -110,21 +113,23 @@ static void add_backend(const char *name, bool portable_loops) {
   backend_count++;
 }
 
-/* The CPU first (the reference), then its portable loops, then every other registered backend. "cuda" is
- * always tried, so a build without it says so. */
+/* The CPU first (the reference), then each narrower level of its loops this CPU has, then every other
+ * registered backend. "cuda" is always tried, so a build without it says so. */
 static void open_backends(void) {
-  add_backend("cpu", false);
-  add_backend("cpu", true);
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (!__builtin_cpu_supports("avx512f"))
-    print_message("note: this CPU has no AVX-512, so \"cpu\" runs the portable loops too\n");
-#endif
+  const bpt_cpu_loops widest = bpt_cpu_loops_supported();
+  add_backend("cpu", 0);
+  if (widest > BPT_CPU_LOOPS_AVX2) add_backend("cpu", BPT_CPU_LOOPS_AVX2);
+  if (widest > BPT_CPU_LOOPS_PORTABLE) add_backend("cpu", BPT_CPU_LOOPS_PORTABLE);
+  print_message("note: \"cpu\" runs this CPU's widest loops: %s\n",
+                widest == BPT_CPU_LOOPS_AVX512 ? "AVX-512"
+                : widest == BPT_CPU_LOOPS_AVX2 ? "AVX2 (no AVX-512 here, so those loops are not checked)"
+                                               : "portable (no AVX2 here, so no vector loops are checked)");
   bool cuda_listed = false;
   for (int i = 0; i < bpt_backend_count(); i++) {
     const char *name = bpt_backend_name(i);
     if (!name || strcmp(name, "cpu") == 0) continue;
     cuda_listed |= strcmp(name, "cuda") == 0;
-    add_backend(name, false);
+    add_backend(name, 0);
   }
   if (!cuda_listed) print_message("skipped: every case on cuda: this libbptrain was built without it\n");
 }
@@ -1453,7 +1458,7 @@ static void run_primitive_case(int index) {
 static void every_op_and_primitive_matches_the_cpu(void **state) {
   (void)state;
   open_backends();
-  assert_true(backend_count > 0 && strcmp(backends[0].name, "cpu") == 0 && !backends[0].portable_loops);
+  assert_true(backend_count > 0 && strcmp(backends[0].name, "cpu") == 0 && !backends[0].loop_limit);
   check_every_op_has_a_case();
   for (int k = 0; k < OP_CASE_COUNT; k++)
     run_op_case(k);

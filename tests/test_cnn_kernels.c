@@ -250,11 +250,11 @@ static void conv_matches_direct_loops(void **state) {
 
 /* ---- batch norm ---- */
 
-/* Once with the AVX-512 row loops (where the CPU has them) and once with the portable ones. */
-static void batch_norm_statistics_match_two_pass_on(bool portable_loops) {
+/* Once per level of row loops the CPU has (AVX-512, AVX2, portable). */
+static void batch_norm_statistics_match_two_pass_on(bpt_cpu_loops loops) {
   bpt_context *context = test_context(2);
   bpt_backend *backend = &context->backend;
-  ((bpt_cpu_state *)backend->state)->portable_loops = portable_loops;
+  ((bpt_cpu_state *)backend->state)->loop_limit = loops;
   enum { N = 7, C = 3, S = 37 };
   /* A large mean over a small spread is where a naive sum of squares cancels catastrophically. */
   static const float means[C] = {1000.0f, -3.0f, 0.0f}, spreads[C] = {0.01f, 2.0f, 1.0f};
@@ -317,8 +317,8 @@ static void batch_norm_statistics_match_two_pass_on(bool portable_loops) {
 
 static void batch_norm_statistics_match_two_pass(void **state) {
   (void)state;
-  batch_norm_statistics_match_two_pass_on(false);
-  batch_norm_statistics_match_two_pass_on(true);
+  for (bpt_cpu_loops loops = BPT_CPU_LOOPS_PORTABLE; loops <= bpt_cpu_loops_supported(); loops++)
+    batch_norm_statistics_match_two_pass_on(loops);
 }
 
 /* ---- pooling ---- */

@@ -1,9 +1,10 @@
 /* Fused ReLU ops (batch_norm_relu, add_relu) against the separate ops they replace. One small network is
  * built twice from the same seed: with batch norm, add and ReLU as separate nodes, and with the fused nodes.
- * The fused graph runs on the CPU table as it is (ReLU inside the batch-norm and add kernels, with the AVX-512
- * loops where the CPU has them and with the portable ones) and on a copy that fuses nothing, the path backends
+ * The fused graph runs on the CPU table as it is (ReLU inside the batch-norm and add kernels, with the loops
+ * of each level the CPU has: AVX-512, AVX2, portable) and on a copy that fuses nothing, the path backends
  * without fused kernels take (ReLU in place on y and on dy). Plane sizes are chosen so that a row's mask bits
- * do not fill whole bytes (25 values: 16 and then 9 for the AVX-512 loops, and 1-D batch norm). */
+ * do not fill whole bytes (25 values: 16 and then 9 for the AVX-512 loops, 3 x 8 and 1 for the AVX2 ones, and 1-D batch
+ * norm). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -122,7 +123,7 @@ static void assert_close(const float *got, const float *expected, int64_t count,
   assert_true(nonzero > count / 2);
 }
 
-/* The CPU's fused kernels, with AVX-512 and with portable loops, match batch norm, add and ReLU as separate
+/* The CPU's fused kernels, with each level of loops the CPU has, match batch norm, add and ReLU as separate
  * nodes. (The CUDA backend's batch_norm_relu and add_relu kernels run the ReLU in place instead; they are
  * compared with the CPU where a device is present.) */
 static void fused_ops_match_separate_ops(void **state) {
@@ -132,15 +133,16 @@ static void fused_ops_match_separate_ops(void **state) {
   float *expected = training_step(&separate, &count);
 
   bpt_cpu_state *cpu = fused.context->backend.state;
-  const char *runs[2] = {"fused kernels", "fused kernels, portable loops"};
-  for (int run = 0; run < 2; run++) {
-    cpu->portable_loops = run == 1;
+  static const char *const runs[] = {"", "fused kernels, portable loops", "fused kernels, AVX2 loops",
+                                     "fused kernels, AVX-512 loops"};
+  for (bpt_cpu_loops loops = BPT_CPU_LOOPS_PORTABLE; loops <= bpt_cpu_loops_supported(); loops++) {
+    cpu->loop_limit = loops;
     float *got = training_step(&fused, &fused_count);
     assert_int_equal(fused_count, count);
-    assert_close(got, expected, count, runs[run]);
+    assert_close(got, expected, count, runs[loops]);
     free(got);
   }
-  cpu->portable_loops = false;
+  cpu->loop_limit = BPT_CPU_LOOPS_AVX512;
 
   /* The fused graph's ReLUs zero a share of the values: the test is not passing through an inactive ReLU. */
   const bpt_node *add = NULL;

@@ -37,12 +37,12 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
   bpt_status status = bpt_cpu_scratch_reserve(backend, 1, (size_t)(2 * N * C + 2 * C));
   if (status != BPT_OK) return status;
   float *row_sums = bpt_cpu_scratch(backend, 0), *means = row_sums + 2 * N * C, *scales = means + C;
-  const bool avx512 = bpt_cpu_avx512_loops(backend);
+  const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
   if (a->training) {
 #pragma omp parallel for schedule(static) if (parallel(a))
     for (int64_t n = 0; n < N; n++)
       for (int64_t c = 0; c < C; c++)
-        bpt_cpu_batch_norm_row_sums(avx512, x + (n * C + c) * S, S, x[c * S], &row_sums[2 * (n * C + c)],
+        bpt_cpu_batch_norm_row_sums(loops, x + (n * C + c) * S, S, x[c * S], &row_sums[2 * (n * C + c)],
                                     &row_sums[2 * (n * C + c) + 1]);
   }
   for (int64_t c = 0; c < C; c++) {
@@ -75,8 +75,8 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
 #pragma omp parallel for schedule(static) if (parallel(a))
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < C; c++)
-      bpt_cpu_batch_norm_normalise_row(avx512, x + (n * C + c) * S, S, means[c], scales[c], beta[c],
-                                       y + (n * C + c) * S, row_bits(a, n * C + c));
+      bpt_cpu_batch_norm_normalise_row(loops, x + (n * C + c) * S, S, means[c], scales[c], beta[c], y + (n * C + c) * S,
+                                       row_bits(a, n * C + c));
   return BPT_OK;
 }
 
@@ -92,11 +92,11 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
   if (status != BPT_OK) return status;
   float *row_sums = bpt_cpu_scratch(backend, 0), *scales = row_sums + 2 * N * C, *mean_dys = scales + C,
         *coefficients = mean_dys + C;
-  const bool avx512 = bpt_cpu_avx512_loops(backend);
+  const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
 #pragma omp parallel for schedule(static) if (parallel(a))
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < C; c++)
-      bpt_cpu_batch_norm_gradient_row_sums(avx512, x + (n * C + c) * S, dy + (n * C + c) * S, S, saved_mean[c],
+      bpt_cpu_batch_norm_gradient_row_sums(loops, x + (n * C + c) * S, dy + (n * C + c) * S, S, saved_mean[c],
                                            row_bits(a, n * C + c), &row_sums[2 * (n * C + c)],
                                            &row_sums[2 * (n * C + c) + 1]);
   for (int64_t c = 0; c < C; c++) {
@@ -118,7 +118,7 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
 #pragma omp parallel for schedule(static) if (parallel(a))
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < C; c++)
-      bpt_cpu_batch_norm_input_gradient_row(avx512, x + (n * C + c) * S, dy + (n * C + c) * S, S, saved_mean[c],
+      bpt_cpu_batch_norm_input_gradient_row(loops, x + (n * C + c) * S, dy + (n * C + c) * S, S, saved_mean[c],
                                             scales[c], mean_dys[c], coefficients[c], row_bits(a, n * C + c),
                                             a->assign_input_gradient, dx + (n * C + c) * S);
   return BPT_OK;

@@ -1,7 +1,9 @@
 /* Batch norm's loops over one row: the S values of one sample's channel (batch_norm.c walks the rows in
  * memory order). Each has an AVX-512 version, whose masked loads handle a row's tail and, with fused ReLU,
- * read dy through the row's mask bits at no cost, and a portable one for other CPUs (valgrind among them).
- * Both compute the same expressions without FMA contraction, so they agree to float rounding of the sums.
+ * read dy through the row's mask bits at no cost; an AVX2 version, 8 values (one mask byte) at a time; and a
+ * portable one for other CPUs. The portable ReLU loops go value by value, which left ResNet-8 on an AVX2 CPU
+ * spending 29% of its step here (perf, AMD EPYC Zen 2). All compute the same expressions without FMA
+ * contraction, so they agree to float rounding of the sums.
  *
  * ReLU mask bits: bit i % 8 of byte i / 8 of the row's (S + 7) / 8 bytes is set where y_i > 0 (NULL: no ReLU). */
 #include "backends/cpu/cpu.h"
@@ -16,6 +18,8 @@
 #define ROWS_AVX512 1
 #include <immintrin.h>
 #define ROWS_AVX512_TARGET __attribute__((target("avx512f")))
+/* No FMA: the products and sums round as in the other versions. */
+#define ROWS_AVX2_TARGET __attribute__((target("avx2")))
 #else
 #define ROWS_AVX512 0
 #endif
@@ -97,7 +101,7 @@ static void input_gradient_row_portable(const float *x, const float *dy, int64_t
   }
 }
 
-/* ---- AVX-512 loops ---- */
+/* ---- AVX-512 and AVX2 loops ---- */
 
 #if ROWS_AVX512
 
@@ -174,40 +178,135 @@ ROWS_AVX512_TARGET static void input_gradient_row_avx512(const float *x, const f
   }
 }
 
-#define ROWS_DISPATCH(avx512, call_avx512, call_portable)                                                              \
+/* AVX2: */
+
+/* Lane masks: the first min(S - i, 8) lanes; the lanes whose bit is set in a byte of ReLU bits. */
+ROWS_AVX2_TARGET static inline __m256i row_lanes_avx2(int64_t i, int64_t S) {
+  const int64_t count = S - i < 8 ? S - i : 8;
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+ROWS_AVX2_TARGET static inline __m256i byte_lanes_avx2(uint8_t bits) {
+  const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), lane_bits), lane_bits);
+}
+ROWS_AVX2_TARGET static inline float sum_lanes_avx2(__m256 v) {
+  __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  half = _mm_add_ps(half, _mm_movehl_ps(half, half));
+  return _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
+}
+/* The 8 values from i, zero past the row's end (masked loads read nothing there). */
+ROWS_AVX2_TARGET static inline __m256 load_row_avx2(const float *p, int64_t i, int64_t S) {
+  return S - i >= 8 ? _mm256_loadu_ps(p + i) : _mm256_maskload_ps(p + i, row_lanes_avx2(i, S));
+}
+ROWS_AVX2_TARGET static inline void store_row_avx2(float *p, int64_t i, int64_t S, __m256 v) {
+  if (S - i >= 8)
+    _mm256_storeu_ps(p + i, v);
+  else
+    _mm256_maskstore_ps(p + i, row_lanes_avx2(i, S), v);
+}
+
+ROWS_AVX2_TARGET static void row_sums_avx2(const float *x, int64_t S, float shift, float *sum, float *squares) {
+  const __m256 shifts = _mm256_set1_ps(shift);
+  __m256 total[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, total_squares[2] = {total[0], total[0]};
+  for (int64_t i = 0, k = 0; i < S; i += 8, k ^= 1) {
+    __m256 centred = _mm256_sub_ps(load_row_avx2(x, i, S), shifts);
+    if (S - i < 8) centred = _mm256_and_ps(centred, _mm256_castsi256_ps(row_lanes_avx2(i, S)));
+    total[k] = _mm256_add_ps(total[k], centred);
+    total_squares[k] = _mm256_add_ps(total_squares[k], _mm256_mul_ps(centred, centred));
+  }
+  *sum = sum_lanes_avx2(_mm256_add_ps(total[0], total[1]));
+  *squares = sum_lanes_avx2(_mm256_add_ps(total_squares[0], total_squares[1]));
+}
+
+ROWS_AVX2_TARGET static void normalise_row_avx2(const float *x, int64_t S, float mean, float scale, float shift,
+                                                float *y, uint8_t *bits) {
+  const __m256 means = _mm256_set1_ps(mean), scales = _mm256_set1_ps(scale), shifts = _mm256_set1_ps(shift);
+  for (int64_t i = 0; i < S; i += 8) {
+    __m256 value = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(load_row_avx2(x, i, S), means), scales), shifts);
+    if (bits) {
+      const __m256 positive = _mm256_cmp_ps(value, _mm256_setzero_ps(), _CMP_GT_OQ);
+      value = _mm256_and_ps(value, positive);
+      /* Lanes past the row's end compare on zero loads plus shift: keep their bits clear. */
+      const unsigned tail = S - i >= 8 ? 0xFFu : (1u << (S - i)) - 1u;
+      bits[i / 8] = (uint8_t)((unsigned)_mm256_movemask_ps(positive) & tail);
+    }
+    store_row_avx2(y, i, S, value);
+  }
+}
+
+ROWS_AVX2_TARGET static void gradient_row_sums_avx2(const float *x, const float *dy, int64_t S, float mean,
+                                                    const uint8_t *bits, float *sum_dy, float *sum_dy_centred) {
+  const __m256 means = _mm256_set1_ps(mean);
+  __m256 total[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, centred_total[2] = {total[0], total[0]};
+  for (int64_t i = 0, k = 0; i < S; i += 8, k ^= 1) {
+    /* dy is zero past the row's end, so those lanes add nothing whatever x - mean is there. */
+    __m256 gradient = load_row_avx2(dy, i, S);
+    if (bits) gradient = _mm256_and_ps(gradient, _mm256_castsi256_ps(byte_lanes_avx2(bits[i / 8])));
+    const __m256 centred = _mm256_sub_ps(load_row_avx2(x, i, S), means);
+    total[k] = _mm256_add_ps(total[k], gradient);
+    centred_total[k] = _mm256_add_ps(centred_total[k], _mm256_mul_ps(gradient, centred));
+  }
+  *sum_dy = sum_lanes_avx2(_mm256_add_ps(total[0], total[1]));
+  *sum_dy_centred = sum_lanes_avx2(_mm256_add_ps(centred_total[0], centred_total[1]));
+}
+
+ROWS_AVX2_TARGET static void input_gradient_row_avx2(const float *x, const float *dy, int64_t S, float mean,
+                                                     float scale, float mean_dy, float coefficient, const uint8_t *bits,
+                                                     bool assign, float *dx) {
+  const __m256 means = _mm256_set1_ps(mean), scales = _mm256_set1_ps(scale), mean_dys = _mm256_set1_ps(mean_dy),
+               coefficients = _mm256_set1_ps(coefficient);
+  for (int64_t i = 0; i < S; i += 8) {
+    __m256 gradient = load_row_avx2(dy, i, S);
+    if (bits) gradient = _mm256_and_ps(gradient, _mm256_castsi256_ps(byte_lanes_avx2(bits[i / 8])));
+    const __m256 centred = _mm256_sub_ps(load_row_avx2(x, i, S), means);
+    __m256 value =
+        _mm256_mul_ps(scales, _mm256_sub_ps(_mm256_sub_ps(gradient, mean_dys), _mm256_mul_ps(centred, coefficients)));
+    if (!assign) value = _mm256_add_ps(load_row_avx2(dx, i, S), value);
+    store_row_avx2(dx, i, S, value);
+  }
+}
+
+#define ROWS_DISPATCH(loops, call_avx512, call_avx2, call_portable)                                                    \
   do {                                                                                                                 \
-    if (avx512)                                                                                                        \
+    if ((loops) == BPT_CPU_LOOPS_AVX512)                                                                               \
       call_avx512;                                                                                                     \
+    else if ((loops) == BPT_CPU_LOOPS_AVX2)                                                                            \
+      call_avx2;                                                                                                       \
     else                                                                                                               \
       call_portable;                                                                                                   \
   } while (0)
 #else
-#define ROWS_DISPATCH(avx512, call_avx512, call_portable)                                                              \
+#define ROWS_DISPATCH(loops, call_avx512, call_avx2, call_portable)                                                    \
   do {                                                                                                                 \
-    (void)(avx512);                                                                                                    \
+    (void)(loops);                                                                                                     \
     call_portable;                                                                                                     \
   } while (0)
 #endif
 
-void bpt_cpu_batch_norm_row_sums(bool avx512, const float *x, int64_t S, float shift, float *sum, float *squares) {
-  ROWS_DISPATCH(avx512, row_sums_avx512(x, S, shift, sum, squares), row_sums_portable(x, S, shift, sum, squares));
+void bpt_cpu_batch_norm_row_sums(bpt_cpu_loops loops, const float *x, int64_t S, float shift, float *sum,
+                                 float *squares) {
+  ROWS_DISPATCH(loops, row_sums_avx512(x, S, shift, sum, squares), row_sums_avx2(x, S, shift, sum, squares),
+                row_sums_portable(x, S, shift, sum, squares));
 }
 
-void bpt_cpu_batch_norm_normalise_row(bool avx512, const float *x, int64_t S, float mean, float scale, float shift,
-                                      float *y, uint8_t *bits) {
-  ROWS_DISPATCH(avx512, normalise_row_avx512(x, S, mean, scale, shift, y, bits),
+void bpt_cpu_batch_norm_normalise_row(bpt_cpu_loops loops, const float *x, int64_t S, float mean, float scale,
+                                      float shift, float *y, uint8_t *bits) {
+  ROWS_DISPATCH(loops, normalise_row_avx512(x, S, mean, scale, shift, y, bits),
+                normalise_row_avx2(x, S, mean, scale, shift, y, bits),
                 normalise_row_portable(x, S, mean, scale, shift, y, bits));
 }
 
-void bpt_cpu_batch_norm_gradient_row_sums(bool avx512, const float *x, const float *dy, int64_t S, float mean,
+void bpt_cpu_batch_norm_gradient_row_sums(bpt_cpu_loops loops, const float *x, const float *dy, int64_t S, float mean,
                                           const uint8_t *bits, float *sum_dy, float *sum_dy_centred) {
-  ROWS_DISPATCH(avx512, gradient_row_sums_avx512(x, dy, S, mean, bits, sum_dy, sum_dy_centred),
+  ROWS_DISPATCH(loops, gradient_row_sums_avx512(x, dy, S, mean, bits, sum_dy, sum_dy_centred),
+                gradient_row_sums_avx2(x, dy, S, mean, bits, sum_dy, sum_dy_centred),
                 gradient_row_sums_portable(x, dy, S, mean, bits, sum_dy, sum_dy_centred));
 }
 
-void bpt_cpu_batch_norm_input_gradient_row(bool avx512, const float *x, const float *dy, int64_t S, float mean,
+void bpt_cpu_batch_norm_input_gradient_row(bpt_cpu_loops loops, const float *x, const float *dy, int64_t S, float mean,
                                            float scale, float mean_dy, float coefficient, const uint8_t *bits,
                                            bool assign, float *dx) {
-  ROWS_DISPATCH(avx512, input_gradient_row_avx512(x, dy, S, mean, scale, mean_dy, coefficient, bits, assign, dx),
+  ROWS_DISPATCH(loops, input_gradient_row_avx512(x, dy, S, mean, scale, mean_dy, coefficient, bits, assign, dx),
+                input_gradient_row_avx2(x, dy, S, mean, scale, mean_dy, coefficient, bits, assign, dx),
                 input_gradient_row_portable(x, dy, S, mean, scale, mean_dy, coefficient, bits, assign, dx));
 }

@@ -54,6 +54,15 @@ bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The vector loops a kernel may run, narrowest first: each level's loops need the CPU to report (and the OS to
+ * save) its registers. Kernels built for baseline x86-64 carry a target attribute per function and choose
+ * at run time. */
+typedef enum bpt_cpu_loops {
+  BPT_CPU_LOOPS_PORTABLE = 1, /* plain C (what the compiler vectorises for baseline x86-64), any CPU */
+  BPT_CPU_LOOPS_AVX2 = 2,     /* AVX2 and FMA */
+  BPT_CPU_LOOPS_AVX512 = 3,   /* AVX-512F */
+} bpt_cpu_loops;
+
 /* The backend's state: one growing scratch buffer per thread for im2col columns and partial sums, so a
  * training step allocates nothing once the largest layer has run. */
 typedef struct bpt_cpu_state {
@@ -61,17 +70,18 @@ typedef struct bpt_cpu_state {
   float **scratch;
   size_t *scratch_floats;
   bool gemm_convolutions_only; /* skip conv2d_direct.c's kernels (tests check the GEMM lowerings with it) */
-  bool portable_loops;         /* skip the AVX-512 loops of batch_norm_rows.c and relu_mask.c (tests check the
-                                  portable ones with it) */
+  bpt_cpu_loops loop_limit;    /* the widest loops kernels may run (tests lower it to check the narrower
+                                  ones); BPT_CPU_LOOPS_AVX512, no limit, unless a test sets it */
 } bpt_cpu_state;
 
 bpt_status bpt_cpu_state_create(bpt_backend *backend);
 void bpt_cpu_state_destroy(bpt_backend *backend);
 /* Makes scratch slot 0..slots-1 hold at least floats values (contents not kept); call outside parallel regions. */
 bpt_status bpt_cpu_scratch_reserve(bpt_backend *backend, int slots, size_t floats);
-/* Whether the batch-norm and ReLU-mask kernels run their AVX-512 loops: the CPU has AVX-512F and the backend's
- * portable_loops is unset. */
-bool bpt_cpu_avx512_loops(bpt_backend *backend);
+/* The widest loops this CPU has (BPT_CPU_LOOPS_PORTABLE off x86-64), read once. */
+bpt_cpu_loops bpt_cpu_loops_supported(void);
+/* The loops the backend's kernels run: the CPU's widest, at most the state's loop_limit. */
+bpt_cpu_loops bpt_cpu_vector_loops(bpt_backend *backend);
 float *bpt_cpu_scratch(bpt_backend *backend, int slot);
 
 bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
@@ -90,13 +100,14 @@ bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_nor
  * and its squares; y = (x - mean) scale + shift; sums of dy and dy (x - mean); dx (+)= scale (dy - mean_dy -
  * (x - mean) coefficient). bits: the row's ReLU mask ((S + 7) / 8 bytes; NULL: no ReLU), written by the
  * normalising loop (which then stores max(y, 0)) and read by the gradient loops (dy counts as 0 where clear).
- * avx512: bpt_cpu_avx512_loops(), whether to run the AVX-512 loops rather than the portable ones. */
-void bpt_cpu_batch_norm_row_sums(bool avx512, const float *x, int64_t S, float shift, float *sum, float *squares);
-void bpt_cpu_batch_norm_normalise_row(bool avx512, const float *x, int64_t S, float mean, float scale, float shift,
-                                      float *y, uint8_t *bits);
-void bpt_cpu_batch_norm_gradient_row_sums(bool avx512, const float *x, const float *dy, int64_t S, float mean,
+ * loops: bpt_cpu_vector_loops(), which of the row loops run. */
+void bpt_cpu_batch_norm_row_sums(bpt_cpu_loops loops, const float *x, int64_t S, float shift, float *sum,
+                                 float *squares);
+void bpt_cpu_batch_norm_normalise_row(bpt_cpu_loops loops, const float *x, int64_t S, float mean, float scale,
+                                      float shift, float *y, uint8_t *bits);
+void bpt_cpu_batch_norm_gradient_row_sums(bpt_cpu_loops loops, const float *x, const float *dy, int64_t S, float mean,
                                           const uint8_t *bits, float *sum_dy, float *sum_dy_centred);
-void bpt_cpu_batch_norm_input_gradient_row(bool avx512, const float *x, const float *dy, int64_t S, float mean,
+void bpt_cpu_batch_norm_input_gradient_row(bpt_cpu_loops loops, const float *x, const float *dy, int64_t S, float mean,
                                            float scale, float mean_dy, float coefficient, const uint8_t *bits,
                                            bool assign, float *dx);
 /* y = max(a + b, 0) with relu_mask_forward's bits (relu_mask.c). */

@@ -115,7 +115,7 @@ RELU_AVX512_TARGET static void backward_avx512(const uint8_t *mask, const float 
   }
 }
 #else
-/* Never chosen (bpt_cpu_avx512_loops is false without x86-64): the names only keep the drivers plain. */
+/* Never chosen (bpt_cpu_vector_loops is portable off x86-64): the names only keep the drivers plain. */
 static void forward_avx512(const float *a, const float *b, float *y, uint8_t *mask, int64_t first, int64_t end) {
   forward_sse2(a, b, y, mask, first, end);
 }
@@ -126,7 +126,7 @@ static void backward_avx512(const uint8_t *mask, const float *dy, float *dx, boo
 
 /* y = max(a (+ b), 0) and its bits; b may be NULL. */
 static void forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y, uint8_t *mask) {
-  const bool avx512 = bpt_cpu_avx512_loops(backend);
+  const bool avx512 = bpt_cpu_vector_loops(backend) == BPT_CPU_LOOPS_AVX512;
   const int64_t pieces = (count + PIECE - 1) / PIECE;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t piece = 0; piece < pieces; piece++) {
@@ -152,7 +152,7 @@ bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, co
 
 bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
                                       float *dx, bool assign) {
-  const bool avx512 = bpt_cpu_avx512_loops(backend);
+  const bool avx512 = bpt_cpu_vector_loops(backend) == BPT_CPU_LOOPS_AVX512;
   const int64_t pieces = (count + PIECE - 1) / PIECE;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t piece = 0; piece < pieces; piece++) {

@@ -9,6 +9,7 @@ bpt_status bpt_cpu_state_create(bpt_backend *backend) {
   int slots = backend->num_threads > 0 ? backend->num_threads : 1;
   if (state) {
     state->slots = slots;
+    state->loop_limit = BPT_CPU_LOOPS_AVX512;
     state->scratch = calloc((size_t)slots, sizeof *state->scratch);
     state->scratch_floats = calloc((size_t)slots, sizeof *state->scratch_floats);
   }
@@ -49,11 +50,17 @@ bpt_status bpt_cpu_scratch_reserve(bpt_backend *backend, int slots, size_t float
 
 float *bpt_cpu_scratch(bpt_backend *backend, int slot) { return ((bpt_cpu_state *)backend->state)->scratch[slot]; }
 
-bool bpt_cpu_avx512_loops(bpt_backend *backend) {
+bpt_cpu_loops bpt_cpu_loops_supported(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->portable_loops;
-#else
-  (void)backend;
-  return false;
+  /* __builtin_cpu_supports counts AVX features only where the OS saves their registers (XGETBV), as
+   * bpt_cpu_features_read does; valgrind, for one, reports AVX2 but not AVX-512F. */
+  if (__builtin_cpu_supports("avx512f")) return BPT_CPU_LOOPS_AVX512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BPT_CPU_LOOPS_AVX2;
 #endif
+  return BPT_CPU_LOOPS_PORTABLE;
+}
+
+bpt_cpu_loops bpt_cpu_vector_loops(bpt_backend *backend) {
+  const bpt_cpu_loops supported = bpt_cpu_loops_supported(), limit = ((bpt_cpu_state *)backend->state)->loop_limit;
+  return supported < limit ? supported : limit;
 }
