@@ -29,8 +29,13 @@ bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a,
   /* A stride-2 data gradient whose dx phases hold 64 pixels or fewer (14x14 input) measured faster as SGEMM +
    * col2im (3.66 against 3.90 ms for ResNet-8's 32 -> 64 layer, bench/conv_kernels.c). */
   if (data_gradient && stride == 2 && (a->in_height + 1) / 2 * ((a->in_width + 1) / 2) <= 64) return false;
-  return __builtin_cpu_supports("avx512f") && !((bpt_cpu_state *)backend->state)->gemm_convolutions_only &&
-         a->kernel_height == 3 && a->kernel_width == 3 && a->stride_width == stride && (stride == 1 || stride == 2) &&
+  const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
+  if (loops == BPT_CPU_LOOPS_PORTABLE || ((bpt_cpu_state *)backend->state)->gemm_convolutions_only) return false;
+  /* With AVX2 only the Winograd kernels are built, for all three passes (input and output channels in 16s). */
+  if (loops == BPT_CPU_LOOPS_AVX2 &&
+      !(stride == 1 && bpt_cpu_winograd_applies(a) && a->in_channels % 16 == 0 && a->out_channels % 16 == 0))
+    return false;
+  return a->kernel_height == 3 && a->kernel_width == 3 && a->stride_width == stride && (stride == 1 || stride == 2) &&
          a->padding_height == 1 && a->padding_width == 1 && a->dilation_height == 1 && a->dilation_width == 1 &&
          a->groups == 1 && a->in_channels % 8 == 0 && a->out_channels % 16 == 0 &&
          a->out_height == (a->in_height - 1) / stride + 1 && a->out_width == (a->in_width - 1) / stride + 1;
@@ -255,7 +260,7 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
       pack_weights(w, outputs, inputs, transposed, packed);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
-      bpt_cpu_direct_pad_planes(&g, in_channels, x + n * in_channels * in_floats, planes);
+      bpt_cpu_direct_pad_planes(BPT_CPU_LOOPS_AVX512, &g, in_channels, x + n * in_channels * in_floats, planes);
       const bool last = n + 1 == a->batch;
       const direct_prefetch next = {last ? NULL : x + (n + 1) * in_channels * in_floats,
                                     last || !accumulate ? NULL : out + (n + 1) * out_channels * out_floats,
@@ -363,7 +368,7 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
     }
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
-      bpt_cpu_direct_pad_planes(&dy_planes, O, dy + n * O * dy_floats, planes);
+      bpt_cpu_direct_pad_planes(BPT_CPU_LOOPS_AVX512, &dy_planes, O, dy + n * O * dy_floats, planes);
       const bool last = n + 1 == a->batch;
       const direct_prefetch next = {last ? NULL : dy + (n + 1) * O * dy_floats, last ? NULL : dx + (n + 1) * C * H * W,
                                     O * dy_floats, C * H * W};

@@ -1,10 +1,18 @@
-/* Direct and Winograd AVX-512 kernels for 3x3 convolutions; conv2d.c hands them the convolutions they take.
+/* Direct and Winograd kernels for 3x3 convolutions; conv2d.c hands them the convolutions they take.
  *
  * - conv2d_direct_layout.c: the zero-bordered (and, for stride 2, phase-split) input planes they all read;
+ * - conv2d_direct_transpose.c: the pixel-major copies of planes (conv2d_transpose.h's kernels);
  * - conv2d_direct.c: forward and data-gradient passes, a register tile of outputs per reduction;
  * - conv2d_direct_filter.c: the weight gradient, an outer product per output pixel;
- * - conv2d_winograd.c: Winograd F(2x2, 3x3) for the stride-1 forward and data-gradient passes;
- * - conv2d_winograd_channels.c: the same with channels in lanes, for the weight gradient and small planes.
+ * - conv2d_winograd.c: Winograd F(2x2, 3x3) for the stride-1 forward and data-gradient passes
+ *   (conv2d_winograd_tiles.h's kernels);
+ * - conv2d_winograd_channels.c: the same with channels in lanes, for the weight gradient
+ *   (conv2d_winograd_filter.h's kernels) and small planes.
+ *
+ * Which CPUs run what: with AVX-512F (bpt_cpu_vector_loops() == BPT_CPU_LOOPS_AVX512) all of them. With AVX2 +
+ * FMA only the Winograd kernels of the stride-1 planes of 14 or more with channels in 16s (all three passes),
+ * built from the same kernel bodies on 8-lane vectors (conv2d_vec.h); the rest stay on conv2d.c's GEMM
+ * lowerings. The portable level takes none of them.
  *
  * Private to the CPU backend. */
 #ifndef BPT_CPU_CONV2D_DIRECT_H
@@ -12,11 +20,13 @@
 
 #include <stdbool.h>
 
+#include "backends/cpu/cpu.h"
 #include "backends/kernel_args.h"
 
 /* Whether the direct kernels run a pass of a (the data gradient when data_gradient): 3x3, stride 1 or 2,
- * padding 1, no dilation, one group, input channels a multiple of 8, output channels of 16, a CPU with
- * AVX-512F, and the backend's gemm_convolutions_only unset; stride-2 data gradients only on inputs over 14x14. */
+ * padding 1, no dilation, one group, input channels a multiple of 8, output channels of 16, AVX-512 loops, and the
+ * backend's gemm_convolutions_only unset; stride-2 data gradients only on inputs over 14x14. With AVX2 loops
+ * only stride 1 on planes of 14 or more (Winograd) with channels in 16s. */
 bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a, bool data_gradient);
 
 /* y = conv(x, weight) + bias (bias may be NULL). */
@@ -72,8 +82,9 @@ typedef struct direct_geometry {
 direct_geometry bpt_cpu_direct_geometry(const bpt_conv2d_args *a);
 
 /* planes (channels of channel_floats, then DIRECT_SLACK zeros) = x's channel planes inside a zero border, in
- * g's layout. */
-void bpt_cpu_direct_pad_planes(const direct_geometry *g, int64_t channels, const float *x, float *planes);
+ * g's layout; loops: with AVX-512 instructions, or (any other level) in plain C. */
+void bpt_cpu_direct_pad_planes(bpt_cpu_loops loops, const direct_geometry *g, int64_t channels, const float *x,
+                               float *planes);
 
 /* Threads for units independent pieces of work: the backend's, or fewer. */
 int bpt_cpu_direct_threads(bpt_backend *backend, int64_t units);
@@ -111,39 +122,17 @@ bpt_status bpt_cpu_winograd_small_convolve(bpt_backend *backend, const bpt_conv2
                                            const float *bias, bool accumulate, float *out);
 
 /* transposed (pixels, channels) = (channels, pixels): one sample's dy, or its padded input planes
- * (conv2d_direct_filter.c). Blocks of 16 channels by 16 pixels are transposed in registers; the rest element by
- * element. */
-void bpt_cpu_direct_transpose_planes(int64_t channels, int64_t pixels, const float *planes, float *transposed);
+ * (conv2d_direct_transpose.c); loops: BPT_CPU_LOOPS_AVX512 or BPT_CPU_LOOPS_AVX2, the registers it uses. */
+void bpt_cpu_direct_transpose_planes(bpt_cpu_loops loops, int64_t channels, int64_t pixels, const float *planes,
+                                     float *transposed);
 
-/* The same for x's channel planes (channels in 16s) straight into the pixel-major stride-1 padded layout of g:
- * only the image's positions are written, so the border stays as the caller zeroed it. */
-void bpt_cpu_direct_pad_transposed(const direct_geometry *g, int64_t channels, const float *x, float *transposed);
+/* The same for x's channel planes (channels in 16s, or 8s with AVX2) straight into the pixel-major stride-1
+ * padded layout of g: only the image's positions are written, so the border stays as the caller zeroed it. */
+void bpt_cpu_direct_pad_transposed(bpt_cpu_loops loops, const direct_geometry *g, int64_t channels, const float *x,
+                                   float *transposed);
 
 /* The first count (at most 16) lanes. */
 static inline __mmask16 direct_lanes(int64_t count) { return (__mmask16)((1u << count) - 1u); }
-
-/* Winograd F(2x2, 3x3)'s input transform V = B^T d B of 16 tiles or channels at once (one per lane), d read
- * from `source` at offset(i, j) for i, j in 0..3; V(i, j) is stored at out + (4 i + j) step. Shared by both
- * Winograd layouts (conv2d_winograd.c, conv2d_winograd_channels.c). */
-DIRECT_INLINE void winograd_input_transform(const float *source, const int64_t offsets[16], float *out, int64_t step) {
-  __m512 d[4][4], t[4][4];
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 4; j++)
-      d[i][j] = _mm512_loadu_ps(source + offsets[i * 4 + j]);
-  for (int j = 0; j < 4; j++) {
-    t[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-    t[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-    t[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-    t[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-  }
-  for (int i = 0; i < 4; i++) {
-    float *row = out + 4 * i * step;
-    _mm512_storeu_ps(row, _mm512_sub_ps(t[i][0], t[i][2]));
-    _mm512_storeu_ps(row + step, _mm512_add_ps(t[i][1], t[i][2]));
-    _mm512_storeu_ps(row + 2 * step, _mm512_sub_ps(t[i][2], t[i][1]));
-    _mm512_storeu_ps(row + 3 * step, _mm512_sub_ps(t[i][1], t[i][3]));
-  }
-}
 
 /* Vectors in tile `tile` of `tiles` when `remaining` vectors are left: tiles as even as they can be, since a
  * short last tile holds fewer accumulators than the FMA latency needs. */

@@ -107,68 +107,6 @@ DIRECT_TARGET static void filter_tile_16(const direct_geometry *g, const float *
     }
 }
 
-/* rows (16 vectors) transposed in registers: row r lane l becomes row l lane r. */
-DIRECT_INLINE void transpose_16x16(__m512 rows[16]) {
-  __m512 pairs[16], quads[16];
-  for (int r = 0; r < 16; r += 2) {
-    pairs[r] = _mm512_unpacklo_ps(rows[r], rows[r + 1]);
-    pairs[r + 1] = _mm512_unpackhi_ps(rows[r], rows[r + 1]);
-  }
-  /* quads[4 i + k], 128-bit lane L: column 4 L + k of rows 4 i .. 4 i + 3. */
-  for (int r = 0; r < 16; r += 4) {
-    const __m512d a = _mm512_castps_pd(pairs[r]), b = _mm512_castps_pd(pairs[r + 1]);
-    const __m512d c = _mm512_castps_pd(pairs[r + 2]), d = _mm512_castps_pd(pairs[r + 3]);
-    quads[r] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    quads[r + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    quads[r + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    quads[r + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int k = 0; k < 4; k++) {
-    const __m512 even_low = _mm512_shuffle_f32x4(quads[k], quads[4 + k], 0x88);
-    const __m512 odd_low = _mm512_shuffle_f32x4(quads[k], quads[4 + k], 0xdd);
-    const __m512 even_high = _mm512_shuffle_f32x4(quads[8 + k], quads[12 + k], 0x88);
-    const __m512 odd_high = _mm512_shuffle_f32x4(quads[8 + k], quads[12 + k], 0xdd);
-    rows[k] = _mm512_shuffle_f32x4(even_low, even_high, 0x88);
-    rows[8 + k] = _mm512_shuffle_f32x4(even_low, even_high, 0xdd);
-    rows[4 + k] = _mm512_shuffle_f32x4(odd_low, odd_high, 0x88);
-    rows[12 + k] = _mm512_shuffle_f32x4(odd_low, odd_high, 0xdd);
-  }
-}
-
-DIRECT_TARGET void bpt_cpu_direct_transpose_planes(int64_t channels, int64_t pixels, const float *planes,
-                                                   float *transposed) {
-  const int64_t block_channels = channels / 16 * 16, block_pixels = pixels / 16 * 16;
-  for (int64_t c0 = 0; c0 < block_channels; c0 += 16)
-    for (int64_t p0 = 0; p0 < block_pixels; p0 += 16) {
-      __m512 rows[16];
-      for (int r = 0; r < 16; r++)
-        rows[r] = _mm512_loadu_ps(planes + (c0 + r) * pixels + p0);
-      transpose_16x16(rows);
-      for (int r = 0; r < 16; r++)
-        _mm512_storeu_ps(transposed + (p0 + r) * channels + c0, rows[r]);
-    }
-  for (int64_t c = 0; c < channels; c++)
-    for (int64_t p = c < block_channels ? block_pixels : 0; p < pixels; p++)
-      transposed[p * channels + c] = planes[c * pixels + p];
-}
-
-DIRECT_TARGET void bpt_cpu_direct_pad_transposed(const direct_geometry *g, int64_t channels, const float *x,
-                                                 float *transposed) {
-  const int64_t H = g->in_height, W = g->in_width, R = g->row;
-  for (int64_t c0 = 0; c0 < channels; c0 += 16)
-    for (int64_t h = 0; h < H; h++)
-      for (int64_t w0 = 0; w0 < W; w0 += 16) {
-        const int64_t count = W - w0 < 16 ? W - w0 : 16;
-        __m512 rows[16];
-        for (int r = 0; r < 16; r++)
-          rows[r] = _mm512_maskz_loadu_ps(direct_lanes(count), x + ((c0 + r) * H + h) * W + w0);
-        transpose_16x16(rows);
-        float *target = transposed + ((h + 1) * R + w0 + 1) * channels + c0;
-        for (int64_t p = 0; p < count; p++)
-          _mm512_storeu_ps(target + p * channels, rows[p]);
-      }
-}
-
 bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                                const float *dy, float *dweight) {
   if (bpt_cpu_winograd_filter_applies(a)) return bpt_cpu_winograd_backward_filter(backend, a, x, dy, dweight);
@@ -199,10 +137,12 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
     for (int64_t k = 0; k < chunks; k++) {
       const int64_t first = k * chunk, samples = first + chunk <= a->batch ? chunk : a->batch - first;
       for (int64_t s = 0; s < samples; s++) {
-        bpt_cpu_direct_pad_planes(&g, C, x + (first + s) * C * in_floats, planes);
-        bpt_cpu_direct_transpose_planes(C, g.channel_floats, planes, transposed_x + s * g.channel_floats * C);
+        bpt_cpu_direct_pad_planes(BPT_CPU_LOOPS_AVX512, &g, C, x + (first + s) * C * in_floats, planes);
+        bpt_cpu_direct_transpose_planes(BPT_CPU_LOOPS_AVX512, C, g.channel_floats, planes,
+                                        transposed_x + s * g.channel_floats * C);
         if (!sixteen)
-          bpt_cpu_direct_transpose_planes(O, pixels, dy + (first + s) * O * pixels, transposed_dy + s * pixels * O);
+          bpt_cpu_direct_transpose_planes(BPT_CPU_LOOPS_AVX512, O, pixels, dy + (first + s) * O * pixels,
+                                          transposed_dy + s * pixels * O);
       }
       /* The next chunk's x and dy, a part before each tile. */
       const int64_t after = first + samples, next_samples = after + chunk <= a->batch ? chunk : a->batch - after;

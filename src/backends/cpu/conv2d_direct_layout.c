@@ -53,8 +53,34 @@ DIRECT_TARGET static void zero_floats(float *out, int64_t count) {
     _mm512_mask_storeu_ps(out + k, direct_lanes(count - k < 16 ? count - k : 16), _mm512_setzero_ps());
 }
 
-DIRECT_TARGET void bpt_cpu_direct_pad_planes(const direct_geometry *g, int64_t channels, const float *x,
-                                             float *planes) {
+/* One channel's four stride-2 phase planes (g's layout), pixel by pixel. */
+static void split_phases(const direct_geometry *g, const float *source, float *plane) {
+  const int64_t H = g->in_height, W = g->in_width, R = g->row;
+  for (int64_t phase = 0; phase < 4; phase++, plane += g->plane) {
+    const int64_t r = phase / 2, q = phase % 2;
+    /* Columns b whose pixel 2 b + q - 1 lies inside the image: [low, high). */
+    const int64_t low = q == 0 ? 1 : 0, high = (W - q) / 2 + 1 < R ? (W - q) / 2 + 1 : R;
+    for (int64_t row = 0; row <= g->out_height; row++) {
+      float *out = plane + row * R;
+      const int64_t h = 2 * row + r - 1;
+      if (h < 0 || h >= H) {
+        memset(out, 0, (size_t)R * sizeof *out);
+        continue;
+      }
+      const float *in = source + h * W;
+      for (int64_t b = 0; b < low; b++)
+        out[b] = 0.0f;
+#pragma omp simd
+      for (int64_t b = low; b < high; b++)
+        out[b] = in[2 * b + q - 1];
+      for (int64_t b = high; b < R; b++)
+        out[b] = 0.0f;
+    }
+    memset(plane + (g->out_height + 1) * R, 0, (size_t)(g->plane - (g->out_height + 1) * R) * sizeof *plane);
+  }
+}
+
+DIRECT_TARGET static void pad_planes_avx512(const direct_geometry *g, int64_t channels, const float *x, float *planes) {
   const int64_t H = g->in_height, W = g->in_width, R = g->row;
   for (int64_t c = 0; c < channels; c++) {
     const float *source = x + c * H * W;
@@ -91,30 +117,31 @@ DIRECT_TARGET void bpt_cpu_direct_pad_planes(const direct_geometry *g, int64_t c
       }
       continue;
     }
-    for (int64_t phase = 0; phase < 4; phase++, plane += g->plane) {
-      const int64_t r = phase / 2, q = phase % 2;
-      /* Columns b whose pixel 2 b + q - 1 lies inside the image: [low, high). */
-      const int64_t low = q == 0 ? 1 : 0, high = (W - q) / 2 + 1 < R ? (W - q) / 2 + 1 : R;
-      for (int64_t row = 0; row <= g->out_height; row++) {
-        float *out = plane + row * R;
-        const int64_t h = 2 * row + r - 1;
-        if (h < 0 || h >= H) {
-          memset(out, 0, (size_t)R * sizeof *out);
-          continue;
-        }
-        const float *in = source + h * W;
-        for (int64_t b = 0; b < low; b++)
-          out[b] = 0.0f;
-#pragma omp simd
-        for (int64_t b = low; b < high; b++)
-          out[b] = in[2 * b + q - 1];
-        for (int64_t b = high; b < R; b++)
-          out[b] = 0.0f;
-      }
-      memset(plane + (g->out_height + 1) * R, 0, (size_t)(g->plane - (g->out_height + 1) * R) * sizeof *plane);
-    }
+    split_phases(g, source, plane);
   }
   memset(planes + channels * g->channel_floats, 0, DIRECT_SLACK * sizeof *planes);
+}
+
+/* The same in plain C, for CPUs without AVX-512: a zeroed plane and a copy per row (stride 1), or the phase
+ * split. */
+static void pad_planes_portable(const direct_geometry *g, int64_t channels, const float *x, float *planes) {
+  const int64_t H = g->in_height, W = g->in_width, R = g->row;
+  for (int64_t c = 0; c < channels; c++) {
+    const float *source = x + c * H * W;
+    float *plane = planes + c * g->channel_floats;
+    if (g->stride == 1) {
+      memset(plane, 0, (size_t)g->plane * sizeof *plane);
+      for (int64_t h = 0; h < H; h++)
+        memcpy(plane + (h + 1) * R + 1, source + h * W, (size_t)W * sizeof *plane);
+    } else
+      split_phases(g, source, plane);
+  }
+  memset(planes + channels * g->channel_floats, 0, DIRECT_SLACK * sizeof *planes);
+}
+
+void bpt_cpu_direct_pad_planes(bpt_cpu_loops loops, const direct_geometry *g, int64_t channels, const float *x,
+                               float *planes) {
+  (loops == BPT_CPU_LOOPS_AVX512 ? pad_planes_avx512 : pad_planes_portable)(g, channels, x, planes);
 }
 
 #endif

@@ -30,7 +30,7 @@ bool bpt_cpu_winograd_filter_applies(const bpt_conv2d_args *a) {
 
 /* phases (O planes of 4 phases (a, b) of TH TW) = dy (O, H, W) split by row and column parity: phase (a, b)
  * tile t = ty TW + tx holds dy (2 ty + a, 2 tx + b), or zero past an odd plane's edge. */
-DIRECT_TARGET static void split_dy(const float *dy, int64_t out_channels, int64_t H, int64_t W, float *phases) {
+DIRECT_TARGET static void split_dy_avx512(const float *dy, int64_t out_channels, int64_t H, int64_t W, float *phases) {
   const int64_t TW = (W + 1) / 2, tiles = (H + 1) / 2 * TW;
   if (H % 2 || W % 2) memset(phases, 0, (size_t)(out_channels * 4 * tiles) * sizeof *phases);
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -47,76 +47,6 @@ DIRECT_TARGET static void split_dy(const float *dy, int64_t out_channels, int64_
         _mm512_mask_storeu_ps(odds + k / 2, direct_lanes(count / 2), _mm512_permutex2var_ps(low, odd, high));
       }
     }
-}
-
-/* D[xi] (O, GROUP_TILES) = A dY A^T for `count` tiles from tile t0 (the rest zero). */
-DIRECT_TARGET static void transform_dy(const float *phases, int64_t out_channels, int64_t tiles, int64_t t0,
-                                       int64_t count, float *transformed) {
-  const __mmask16 lanes = direct_lanes(count);
-  for (int64_t o = 0; o < out_channels; o++) {
-    const float *source = phases + o * 4 * tiles + t0;
-    __m512 y[2][2], t[4][2];
-    for (int a = 0; a < 2; a++)
-      for (int b = 0; b < 2; b++)
-        y[a][b] = _mm512_maskz_loadu_ps(lanes, source + (a * 2 + b) * tiles);
-    /* A = [[1, 0], [1, 1], [1, -1], [0, -1]]: rows, then columns. */
-    for (int b = 0; b < 2; b++) {
-      t[0][b] = y[0][b];
-      t[1][b] = _mm512_add_ps(y[0][b], y[1][b]);
-      t[2][b] = _mm512_sub_ps(y[0][b], y[1][b]);
-      t[3][b] = y[1][b];
-    }
-    for (int i = 0; i < 4; i++) {
-      float *out = transformed + (i * 4 * out_channels + o) * GROUP_TILES;
-      const int64_t next = out_channels * GROUP_TILES;
-      /* Row 3 of A is (0, -1): negate column 3 and row 3 (twice for xi = 15). */
-      const __m512 first = i == 3 ? _mm512_sub_ps(_mm512_setzero_ps(), t[i][0]) : t[i][0];
-      const __m512 second = i == 3 ? _mm512_sub_ps(_mm512_setzero_ps(), t[i][1]) : t[i][1];
-      _mm512_storeu_ps(out, first);
-      _mm512_storeu_ps(out + next, _mm512_add_ps(first, second));
-      _mm512_storeu_ps(out + 2 * next, _mm512_sub_ps(first, second));
-      _mm512_storeu_ps(out + 3 * next, _mm512_sub_ps(_mm512_setzero_ps(), second));
-    }
-  }
-}
-
-/* V[xi] (GROUP_TILES, C) = B^T d B for `count` tiles from tile t0, d read from the pixel-major padded input
- * (positions of C channels, rows of R). */
-DIRECT_TARGET static void transform_input(const float *transposed_x, int64_t channels, int64_t R, int64_t TW,
-                                          int64_t t0, int64_t count, float *transformed) {
-  int64_t offsets[16];
-  for (int64_t i = 0; i < 4; i++)
-    for (int64_t j = 0; j < 4; j++)
-      offsets[i * 4 + j] = (i * R + j) * channels;
-  for (int64_t k = 0; k < count; k++) {
-    const int64_t ty = (t0 + k) / TW, tx = (t0 + k) % TW;
-    for (int64_t c0 = 0; c0 < channels; c0 += 16)
-      winograd_input_transform(transposed_x + (2 * ty * R + 2 * tx) * channels + c0, offsets,
-                               transformed + k * channels + c0, GROUP_TILES * channels);
-  }
-}
-
-/* sums (16 xi of (O, C)) += D[xi] V[xi] over the group's `count` tiles: for each xi, vector of 16 input channels
- * and block of 16 output channels, 16 accumulators. */
-DIRECT_TARGET static void group_product(const float *dy_transformed, const float *x_transformed, int64_t out_channels,
-                                        int64_t channels, int64_t count, float *sums) {
-  for (int64_t xi = 0; xi < 16; xi++)
-    for (int64_t o0 = 0; o0 < out_channels; o0 += 16)
-      for (int64_t c0 = 0; c0 < channels; c0 += 16) {
-        float *target = sums + (xi * out_channels + o0) * channels + c0;
-        const float *dys = dy_transformed + (xi * out_channels + o0) * GROUP_TILES;
-        const float *xs = x_transformed + xi * GROUP_TILES * channels + c0;
-        __m512 acc[16];
-        for (int m = 0; m < 16; m++)
-          acc[m] = _mm512_loadu_ps(target + m * channels);
-        for (int64_t k = 0; k < count; k++) {
-          const __m512 in = _mm512_loadu_ps(xs + k * channels);
-          for (int m = 0; m < 16; m++)
-            acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(dys[m * GROUP_TILES + k]), in, acc[m]);
-        }
-        for (int m = 0; m < 16; m++)
-          _mm512_storeu_ps(target + m * channels, acc[m]);
-      }
 }
 
 /* dweight (O, C, 3, 3) += G^T M G for every (o, c), M[xi] = sums (16 xi of (O, C)). */
@@ -141,54 +71,31 @@ static void add_weight_gradient(const float *sums, int64_t out_channels, int64_t
   }
 }
 
+/* dy's phases in plain C, for AVX2 (no two-source permute across 16 lanes): the compiler vectorises nothing
+ * here, but it is one pass over dy per sample against 16 products per tile. */
+static void split_dy_avx2(const float *dy, int64_t out_channels, int64_t H, int64_t W, float *phases) {
+  const int64_t TW = (W + 1) / 2, tiles = (H + 1) / 2 * TW;
+  if (H % 2 || W % 2) memset(phases, 0, (size_t)(out_channels * 4 * tiles) * sizeof *phases);
+  for (int64_t o = 0; o < out_channels; o++)
+    for (int64_t h = 0; h < H; h++) {
+      const float *row = dy + (o * H + h) * W;
+      float *evens = phases + (o * 4 + h % 2 * 2) * tiles + h / 2 * TW, *odds = evens + tiles;
+      for (int64_t w = 0; w < W; w++)
+        (w % 2 ? odds : evens)[w / 2] = row[w];
+    }
+}
+
+#define CONV_VEC_AVX512
+#include "backends/cpu/conv2d_winograd_filter.h"
+
+#define CONV_VEC_AVX2
+#include "backends/cpu/conv2d_winograd_filter.h"
+
 bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                             const float *dy, float *dweight) {
-  const direct_geometry g = bpt_cpu_direct_geometry(a);
-  const int64_t C = a->in_channels, O = a->out_channels, H = a->in_height, W = a->in_width;
-  const int64_t TW = (W + 1) / 2, tiles = (H + 1) / 2 * TW, pixels = H * W, sums_floats = 16 * O * C;
-  /* An odd plane's last tiles read up to row H + 2 and column 1 of the row after: positions past the padded
-   * plane, zero like its border. */
-  const int64_t positions = g.channel_floats + 2 * g.row;
-  const size_t transposed_floats = (size_t)(C * positions), phases_floats = (size_t)(O * 4 * tiles);
-  const size_t dy_group_floats = (size_t)(16 * O * GROUP_TILES), x_group_floats = (size_t)(16 * GROUP_TILES * C);
-  const int threads = bpt_cpu_direct_threads(backend, a->batch);
-  bpt_status status = bpt_cpu_scratch_reserve(
-      backend, threads, (size_t)sums_floats + transposed_floats + phases_floats + dy_group_floats + x_group_floats);
-  if (status != BPT_OK) return status;
-  for (int t = 0; t < threads; t++)
-    memset(bpt_cpu_scratch(backend, t), 0, (size_t)sums_floats * sizeof(float));
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    float *sums = bpt_cpu_scratch(backend, omp_get_thread_num()), *transposed_x = sums + sums_floats;
-    float *phases = transposed_x + transposed_floats;
-    float *dy_group = phases + phases_floats, *x_group = dy_group + dy_group_floats;
-    memset(transposed_x, 0, transposed_floats * sizeof(float));
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < a->batch; n++) {
-      bpt_cpu_direct_pad_transposed(&g, C, x + n * C * pixels, transposed_x);
-      split_dy(dy + n * O * pixels, O, H, W, phases);
-      const bool last = n + 1 == a->batch;
-      const direct_prefetch next = {last ? NULL : x + (n + 1) * C * pixels, last ? NULL : dy + (n + 1) * O * pixels,
-                                    C * pixels, O * pixels};
-      const int64_t groups = (tiles + GROUP_TILES - 1) / GROUP_TILES;
-      for (int64_t group = 0; group < groups; group++) {
-        const int64_t t0 = group * GROUP_TILES, count = tiles - t0 < GROUP_TILES ? tiles - t0 : GROUP_TILES;
-        bpt_cpu_direct_prefetch(&next, group, groups);
-        transform_dy(phases, O, tiles, t0, count, dy_group);
-        transform_input(transposed_x, C, g.row, TW, t0, count, x_group);
-        group_product(dy_group, x_group, O, C, count, sums);
-      }
-    }
-  }
-  /* The threads' sums, added in a fixed order into the first, then transformed once. */
-  float *total = bpt_cpu_scratch(backend, 0);
-  for (int t = 1; t < threads; t++) {
-    const float *partial = bpt_cpu_scratch(backend, t);
-    for (int64_t k = 0; k < sums_floats; k++)
-      total[k] += partial[k];
-  }
-  add_weight_gradient(total, O, C, dweight);
-  return BPT_OK;
+  if (bpt_cpu_vector_loops(backend) == BPT_CPU_LOOPS_AVX512)
+    return winograd_backward_filter_avx512(backend, a, x, dy, dweight);
+  return winograd_backward_filter_avx2(backend, a, x, dy, dweight);
 }
 
 /* ---- Forward and data gradient on small planes ----
@@ -272,7 +179,7 @@ DIRECT_TARGET static void small_output(const float *product, int64_t count, int6
 /* out (O planes of H W) (+)= pixels (H W pixels of O) transposed (+ bias). */
 DIRECT_TARGET static void small_store(const float *pixels, int64_t count, int64_t out_channels, const float *bias,
                                       bool accumulate, float *transposed, float *out) {
-  bpt_cpu_direct_transpose_planes(count, out_channels, pixels, transposed);
+  bpt_cpu_direct_transpose_planes(BPT_CPU_LOOPS_AVX512, count, out_channels, pixels, transposed);
   for (int64_t o = 0; o < out_channels; o++) {
     const __m512 shift = _mm512_set1_ps(bias ? bias[o] : 0.0f);
     for (int64_t p = 0; p < count; p += 16) {
@@ -309,14 +216,14 @@ bpt_status bpt_cpu_winograd_small_convolve(bpt_backend *backend, const bpt_conv2
     memset(transposed_x, 0, transposed_floats * sizeof(float));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
-      bpt_cpu_direct_pad_transposed(&g, C, x + n * C * pixels, transposed_x);
+      bpt_cpu_direct_pad_transposed(BPT_CPU_LOOPS_AVX512, &g, C, x + n * C * pixels, transposed_x);
       const bool last = n + 1 == a->batch;
       const direct_prefetch next = {last ? NULL : x + (n + 1) * C * pixels,
                                     last || !accumulate ? NULL : out + (n + 1) * O * pixels, C * pixels, O * pixels};
       for (int64_t group = 0, t0 = 0; group < groups; group++) {
         const int64_t count = direct_tile_vectors(tiles - t0, group, groups);
         bpt_cpu_direct_prefetch(&next, group, groups);
-        transform_input(transposed_x, C, g.row, TW, t0, count, x_group);
+        transform_input_avx512(transposed_x, C, g.row, TW, t0, count, x_group);
         for (int64_t o0 = 0; o0 < O; o0 += SMALL_CHANNELS) {
           small_products[count](x_group, C, packed, O, o0, product);
           small_output(product, count, t0, TW, H, W, O, o0, pixel_out);

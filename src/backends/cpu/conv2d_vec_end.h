@@ -1,0 +1,23 @@
+/* Undoes conv2d_vec.h's per-target names, so that the next target's can be defined. */
+#undef CONV_VEC_AVX512
+#undef CONV_VEC_AVX2
+#undef vec_t
+#undef VEC_LANES
+#undef VEC_LOOPS
+#undef VEC
+#undef VEC_TARGET
+#undef VEC_INLINE
+#undef vec_zero
+#undef vec_set1
+#undef vec_load
+#undef vec_store
+#undef vec_add
+#undef vec_sub
+#undef vec_fmadd
+#undef vec_load_first
+#undef vec_store_first
+#undef vec_store_interleaved
+#undef vec_transpose
+#undef VEC_WINOGRAD_BLOCK
+#undef VEC_FILTER_OUTPUTS
+#undef VEC_FILTER_VECTORS
