@@ -31,9 +31,11 @@ bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a,
   if (data_gradient && stride == 2 && (a->in_height + 1) / 2 * ((a->in_width + 1) / 2) <= 64) return false;
   const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
   if (loops == BPT_CPU_LOOPS_PORTABLE || ((bpt_cpu_state *)backend->state)->gemm_convolutions_only) return false;
-  /* With AVX2 only the Winograd kernels are built, for all three passes (input and output channels in 16s). */
+  /* With AVX2 only the Winograd kernels are built: tiles in lanes on planes of 14 or more, channels in lanes
+   * below, the weight gradient channels in lanes on both (input and output channels in 16s). */
   if (loops == BPT_CPU_LOOPS_AVX2 &&
-      !(stride == 1 && bpt_cpu_winograd_applies(a) && a->in_channels % 16 == 0 && a->out_channels % 16 == 0))
+      !(stride == 1 && a->in_channels % 16 == 0 && a->out_channels % 16 == 0 &&
+        (bpt_cpu_winograd_applies(a) || bpt_cpu_winograd_small_applies(loops, a, a->in_channels, a->out_channels))))
     return false;
   return a->kernel_height == 3 && a->kernel_width == 3 && a->stride_width == stride && (stride == 1 || stride == 2) &&
          a->padding_height == 1 && a->padding_width == 1 && a->dilation_height == 1 && a->dilation_width == 1 &&
@@ -237,7 +239,7 @@ static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const
                            float *out) {
   if (a->stride_height == 1 && bpt_cpu_winograd_applies(a))
     return bpt_cpu_winograd_convolve(backend, a, x, in_channels, w, out_channels, transposed, bias, accumulate, out);
-  if (bpt_cpu_winograd_small_applies(a, in_channels, out_channels))
+  if (bpt_cpu_winograd_small_applies(bpt_cpu_vector_loops(backend), a, in_channels, out_channels))
     return bpt_cpu_winograd_small_convolve(backend, a, x, in_channels, w, out_channels, transposed, bias, accumulate,
                                            out);
   const direct_geometry g = bpt_cpu_direct_geometry(a);

@@ -112,11 +112,12 @@ void bpt_cpu_winograd_weights(const float *w, int64_t out, int64_t in, bool tran
 
 /* Winograd with channels in lanes (conv2d_winograd_channels.c): the weight gradient (stride 1, planes of 6 or
  * more, channels in 16s), and the forward or data-gradient pass on planes under 14 (input channels in 16s,
- * output channels in 64s), as bpt_cpu_winograd_convolve. */
+ * output channels in 64s, or 16s with AVX2 loops), as bpt_cpu_winograd_convolve. */
 bool bpt_cpu_winograd_filter_applies(const bpt_conv2d_args *a);
 bpt_status bpt_cpu_winograd_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                             const float *dy, float *dweight);
-bool bpt_cpu_winograd_small_applies(const bpt_conv2d_args *a, int64_t in_channels, int64_t out_channels);
+bool bpt_cpu_winograd_small_applies(bpt_cpu_loops loops, const bpt_conv2d_args *a, int64_t in_channels,
+                                    int64_t out_channels);
 bpt_status bpt_cpu_winograd_small_convolve(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
                                            int64_t in_channels, const float *w, int64_t out_channels, bool transposed,
                                            const float *bias, bool accumulate, float *out);

@@ -38,6 +38,8 @@
 /* The weight gradient's tile (conv2d_winograd_channels.c): output channels by vectors of input channels. */
 #define VEC_FILTER_OUTPUTS 16
 #define VEC_FILTER_VECTORS 1
+/* Vectors of output channels per small-plane Winograd tile (conv2d_winograd_channels.h's small_product). */
+#define VEC_SMALL_VECTORS 4
 /* target[p] (+)= lane first + p / 2 of evens (p even) or odds (p odd) for p < pixels (pixels <= 2 count): a
  * run of Winograd tiles' two output columns, interleaved into an image row. */
 #define vec_store_interleaved vec_store_interleaved_avx512
@@ -114,6 +116,7 @@ static inline __attribute__((always_inline, target("avx512f"))) void vec_transpo
 #define VEC_WINOGRAD_BLOCK 8
 #define VEC_FILTER_OUTPUTS 8
 #define VEC_FILTER_VECTORS 1
+#define VEC_SMALL_VECTORS 2
 
 #ifndef CONV_VEC_AVX2_HELPERS
 #define CONV_VEC_AVX2_HELPERS
