@@ -82,7 +82,7 @@ typedef struct direct_geometry {
 direct_geometry bpt_cpu_direct_geometry(const bpt_conv2d_args *a);
 
 /* planes (channels of channel_floats, then DIRECT_SLACK zeros) = x's channel planes inside a zero border, in
- * g's layout; loops: with AVX-512 instructions, or (any other level) in plain C. */
+ * g's layout; loops: BPT_CPU_LOOPS_AVX512 or BPT_CPU_LOOPS_AVX2, the instructions it uses. */
 void bpt_cpu_direct_pad_planes(bpt_cpu_loops loops, const direct_geometry *g, int64_t channels, const float *x,
                                float *planes);
 

@@ -122,9 +122,35 @@ DIRECT_TARGET static void pad_planes_avx512(const direct_geometry *g, int64_t ch
   memset(planes + channels * g->channel_floats, 0, DIRECT_SLACK * sizeof *planes);
 }
 
-/* The same in plain C, for CPUs without AVX-512: a zeroed plane and a copy per row (stride 1), or the phase
- * split. */
-static void pad_planes_portable(const direct_geometry *g, int64_t channels, const float *x, float *planes) {
+/* One channel's stride-2 phase planes with AVX2: as pad_planes_avx512's permutes, image row h is padded row
+ * h + 1, its even columns phase q = 1 from b = 0 and its odd ones phase q = 0 from b = 1; each 16 pixels are
+ * split by two in-lane shuffles and a cross-lane permute, the rest of the row pixel by pixel. The pixel-by-pixel
+ * split_phases took 2.9% of ResNet-8's training step on the AVX2 Zen 2 (perf), being the Winograd kernels'
+ * layout. */
+__attribute__((target("avx2,fma"))) static void split_phases_avx2(const direct_geometry *g, const float *source,
+                                                                  float *plane) {
+  const int64_t H = g->in_height, W = g->in_width, R = g->row;
+  memset(plane, 0, (size_t)(4 * g->plane) * sizeof *plane);
+  for (int64_t h = 0; h < H; h++) {
+    const float *in = source + h * W;
+    float *row = plane + (h + 1) % 2 * 2 * g->plane + (h + 1) / 2 * R, *evens = row + g->plane, *odds = row + 1;
+    int64_t w = 0;
+    for (; w + 16 <= W; w += 16) {
+      const __m256 low = _mm256_loadu_ps(in + w), high = _mm256_loadu_ps(in + w + 8);
+      const __m256 even = _mm256_shuffle_ps(low, high, _MM_SHUFFLE(2, 0, 2, 0));
+      const __m256 odd = _mm256_shuffle_ps(low, high, _MM_SHUFFLE(3, 1, 3, 1));
+      _mm256_storeu_ps(evens + w / 2,
+                       _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(even), _MM_SHUFFLE(3, 1, 2, 0))));
+      _mm256_storeu_ps(odds + w / 2,
+                       _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(odd), _MM_SHUFFLE(3, 1, 2, 0))));
+    }
+    for (; w < W; w++)
+      (w % 2 ? odds : evens)[w / 2] = in[w];
+  }
+}
+
+/* The same without AVX-512: a zeroed plane and a copy per row (stride 1), or the phase split. */
+static void pad_planes_avx2(const direct_geometry *g, int64_t channels, const float *x, float *planes) {
   const int64_t H = g->in_height, W = g->in_width, R = g->row;
   for (int64_t c = 0; c < channels; c++) {
     const float *source = x + c * H * W;
@@ -134,14 +160,14 @@ static void pad_planes_portable(const direct_geometry *g, int64_t channels, cons
       for (int64_t h = 0; h < H; h++)
         memcpy(plane + (h + 1) * R + 1, source + h * W, (size_t)W * sizeof *plane);
     } else
-      split_phases(g, source, plane);
+      split_phases_avx2(g, source, plane);
   }
   memset(planes + channels * g->channel_floats, 0, DIRECT_SLACK * sizeof *planes);
 }
 
 void bpt_cpu_direct_pad_planes(bpt_cpu_loops loops, const direct_geometry *g, int64_t channels, const float *x,
                                float *planes) {
-  (loops == BPT_CPU_LOOPS_AVX512 ? pad_planes_avx512 : pad_planes_portable)(g, channels, x, planes);
+  (loops == BPT_CPU_LOOPS_AVX512 ? pad_planes_avx512 : pad_planes_avx2)(g, channels, x, planes);
 }
 
 #endif
