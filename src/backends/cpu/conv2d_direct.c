@@ -31,12 +31,15 @@ bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a,
   if (data_gradient && stride == 2 && (a->in_height + 1) / 2 * ((a->in_width + 1) / 2) <= 64) return false;
   const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
   if (loops == BPT_CPU_LOOPS_PORTABLE || ((bpt_cpu_state *)backend->state)->gemm_convolutions_only) return false;
-  /* With AVX2 only the Winograd kernels are built: tiles in lanes on planes of 14 or more, channels in lanes
-   * below, the weight gradient channels in lanes on both (input and output channels in 16s). */
-  if (loops == BPT_CPU_LOOPS_AVX2 &&
-      !(stride == 1 && a->in_channels % 16 == 0 && a->out_channels % 16 == 0 &&
+  /* With AVX2: at stride 1 the Winograd kernels only, tiles in lanes on planes of 14 or more, channels in lanes
+   * below, the weight gradient channels in lanes on both (input and output channels in 16s); at stride 2 the
+   * direct forward pass and weight gradient, the data gradient (its phases interleaved with AVX-512 permutes)
+   * staying on SGEMM + col2im. */
+  if (loops == BPT_CPU_LOOPS_AVX2 && stride == 1 &&
+      !(a->in_channels % 16 == 0 && a->out_channels % 16 == 0 &&
         (bpt_cpu_winograd_applies(a) || bpt_cpu_winograd_small_applies(loops, a, a->in_channels, a->out_channels))))
     return false;
+  if (loops == BPT_CPU_LOOPS_AVX2 && stride == 2 && data_gradient) return false;
   return a->kernel_height == 3 && a->kernel_width == 3 && a->stride_width == stride && (stride == 1 || stride == 2) &&
          a->padding_height == 1 && a->padding_width == 1 && a->dilation_height == 1 && a->dilation_width == 1 &&
          a->groups == 1 && a->in_channels % 8 == 0 && a->out_channels % 16 == 0 &&
@@ -64,98 +67,6 @@ static void pack_weights(const float *w, int64_t out, int64_t in, bool transpose
         }
 }
 
-/* out (DIRECT_BLOCK planes of OH OW) (+)= the block's outputs at positions [t0, t0 + 16 V), summed over every input
- * channel and tap; then each row's valid lanes are compressed out and stored. */
-DIRECT_INLINE void forward_tile(const int V, const direct_geometry *g, const float *planes, int64_t in_channels,
-                                const float *packed, const float *bias, bool accumulate, int64_t t0, float *out) {
-  __m512 acc[DIRECT_BLOCK][DIRECT_VECTORS];
-  for (int m = 0; m < DIRECT_BLOCK; m++)
-    for (int v = 0; v < V; v++)
-      acc[m][v] = bias ? _mm512_set1_ps(bias[m]) : _mm512_setzero_ps();
-  const int64_t R = g->row;
-  for (int64_t c = 0; c < in_channels; c++) {
-    const float *source = planes + c * g->channel_floats + t0;
-    const float *weights = packed + c * g->taps * DIRECT_BLOCK;
-    for (int64_t tap = 0; tap < g->taps; tap++) {
-      __m512 in[DIRECT_VECTORS];
-      for (int v = 0; v < V; v++)
-        in[v] = _mm512_loadu_ps(source + g->offsets[tap] + 16 * v);
-      for (int m = 0; m < DIRECT_BLOCK; m++) {
-        const __m512 weight = _mm512_set1_ps(weights[tap * DIRECT_BLOCK + m]);
-        for (int v = 0; v < V; v++)
-          acc[m][v] = _mm512_fmadd_ps(weight, in[v], acc[m][v]);
-      }
-    }
-  }
-  const int64_t W = g->out_width, plane_floats = g->out_height * W;
-  for (int v = 0; v < V; v++) {
-    const int64_t t = t0 + 16 * v, end = t + 16 < g->positions ? t + 16 : g->positions;
-    for (int64_t oh = t / R; oh * R < end; oh++) {
-      const int64_t low = oh * R > t ? oh * R : t, high = oh * R + W < end ? oh * R + W : end;
-      if (low >= high) continue;
-      const __mmask16 lanes = (__mmask16)((((1u << (high - t)) - 1u) >> (low - t)) << (low - t));
-      const __mmask16 first = (__mmask16)((1u << (high - low)) - 1u);
-      float *target = out + oh * W + (low - oh * R);
-      for (int m = 0; m < DIRECT_BLOCK; m++) {
-        __m512 values = _mm512_maskz_compress_ps(lanes, acc[m][v]);
-        if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(first, target + m * plane_floats));
-        _mm512_mask_storeu_ps(target + m * plane_floats, first, values);
-      }
-    }
-  }
-}
-
-/* One function per tile width, so that each keeps its accumulators in registers. */
-#define FORWARD_TILE_FUNCTION(V)                                                                                       \
-  DIRECT_TARGET static void forward_tile_##V(const direct_geometry *g, const float *planes, int64_t in_channels,       \
-                                             const float *packed, const float *bias, bool accumulate, int64_t t0,      \
-                                             float *out) {                                                             \
-    forward_tile(V, g, planes, in_channels, packed, bias, accumulate, t0, out);                                        \
-  }
-FORWARD_TILE_FUNCTION(1)
-FORWARD_TILE_FUNCTION(2)
-FORWARD_TILE_FUNCTION(3)
-FORWARD_TILE_FUNCTION(4)
-FORWARD_TILE_FUNCTION(5)
-FORWARD_TILE_FUNCTION(6)
-typedef void (*forward_tile_function)(const direct_geometry *, const float *, int64_t, const float *, const float *,
-                                      bool, int64_t, float *);
-static const forward_tile_function forward_tiles[DIRECT_VECTORS + 1] = {
-    NULL, forward_tile_1, forward_tile_2, forward_tile_3, forward_tile_4, forward_tile_5, forward_tile_6};
-
-/* out (out_channels planes of one sample) (+)= the convolution of one sample's planes with packed weights
- * (out_channels / DIRECT_BLOCK blocks of (in_channels, g->taps, DIRECT_BLOCK)); parts [first_part, first_part +
- * blocks) of `parts` of next are prefetched between the blocks. */
-static void convolve_sample(const direct_geometry *g, const float *planes, int64_t in_channels, const float *packed,
-                            int64_t out_channels, const float *bias, bool accumulate, const direct_prefetch *next,
-                            int64_t first_part, int64_t parts, float *out) {
-  const int64_t vectors = (g->positions + 15) / 16, out_floats = g->out_height * g->out_width;
-  for (int64_t b = 0; b < out_channels / DIRECT_BLOCK; b++) {
-    bpt_cpu_direct_prefetch(next, first_part + b, parts);
-    const float *block_weights = packed + b * in_channels * g->taps * DIRECT_BLOCK;
-    const float *block_bias = bias ? bias + b * DIRECT_BLOCK : NULL;
-    float *block_out = out + b * DIRECT_BLOCK * out_floats;
-    const int64_t tiles = (vectors + DIRECT_VECTORS - 1) / DIRECT_VECTORS;
-    for (int64_t tile = 0, v = 0; tile < tiles; tile++) {
-      const int64_t count = direct_tile_vectors(vectors - v, tile, tiles);
-      forward_tiles[count](g, planes, in_channels, block_weights, block_bias, accumulate, 16 * v, block_out);
-      v += count;
-    }
-  }
-}
-
-/* ---- Small output planes (64 pixels or fewer: 7x7 in ResNet) ----
- * Tiles of consecutive positions would spend a quarter of their lanes on the garbage column there, so these
- * planes take tiles of up to 6 output pixels by 64 output channels instead: each input value is broadcast
- * against 4 vectors of weights (24 accumulators, 4 loads and 6 broadcasts per 24 FMAs). Tiles are written
- * pixel-major into a buffer, which is transposed into the sample's channel planes at the end. */
-#define PIXEL_TILE 6
-#define PIXEL_CHANNELS 64
-
-static bool pixel_major(const direct_geometry *g, int64_t out_channels) {
-  return out_channels % PIXEL_CHANNELS == 0 && g->out_height * g->out_width <= 64 && g->taps == DIRECT_TAPS;
-}
-
 /* packed (in, tap, out) from w (out, in, 3, 3), or transposed as in pack_weights. */
 static void pack_pixel_weights(const float *w, int64_t out, int64_t in, bool transposed, float *packed) {
   const int64_t outputs = transposed ? in : out, inputs = transposed ? out : in;
@@ -166,117 +77,30 @@ static void pack_pixel_weights(const float *w, int64_t out, int64_t in, bool tra
             transposed ? w[(c * in + o) * DIRECT_TAPS + DIRECT_TAPS - 1 - tap] : w[(o * in + c) * DIRECT_TAPS + tap];
 }
 
-/* buffer (P pixels of 64 channels) = the tile's outputs for output channels [0, 64) of packed's columns. */
-DIRECT_INLINE void pixel_tile(const int P, const direct_geometry *g, const float *planes, int64_t in_channels,
-                              const float *packed, int64_t out_channels, const int64_t *positions, float *buffer) {
-  __m512 acc[PIXEL_TILE][4];
-  for (int k = 0; k < P; k++)
-    for (int v = 0; v < 4; v++)
-      acc[k][v] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < in_channels; c++) {
-    const float *plane = planes + c * g->channel_floats;
-    for (int64_t tap = 0; tap < DIRECT_TAPS; tap++) {
-      const float *weights = packed + (c * DIRECT_TAPS + tap) * out_channels, *source = plane + g->offsets[tap];
-      __m512 weight[4];
-      for (int v = 0; v < 4; v++)
-        weight[v] = _mm512_loadu_ps(weights + 16 * v);
-      for (int k = 0; k < P; k++) {
-        const __m512 value = _mm512_set1_ps(source[positions[k]]);
-        for (int v = 0; v < 4; v++)
-          acc[k][v] = _mm512_fmadd_ps(value, weight[v], acc[k][v]);
-      }
-    }
-  }
-  for (int k = 0; k < P; k++)
-    for (int v = 0; v < 4; v++)
-      _mm512_storeu_ps(buffer + k * PIXEL_CHANNELS + 16 * v, acc[k][v]);
-}
-
-#define PIXEL_TILE_FUNCTION(P)                                                                                         \
-  DIRECT_TARGET static void pixel_tile_##P(const direct_geometry *g, const float *planes, int64_t in_channels,         \
-                                           const float *packed, int64_t out_channels, const int64_t *positions,        \
-                                           float *buffer) {                                                            \
-    pixel_tile(P, g, planes, in_channels, packed, out_channels, positions, buffer);                                    \
-  }
-PIXEL_TILE_FUNCTION(1)
-PIXEL_TILE_FUNCTION(2)
-PIXEL_TILE_FUNCTION(3)
-PIXEL_TILE_FUNCTION(4)
-PIXEL_TILE_FUNCTION(5)
-PIXEL_TILE_FUNCTION(6)
+typedef void (*forward_tile_function)(const direct_geometry *, const float *, int64_t, const float *, const float *,
+                                      bool, int64_t, float *);
 typedef void (*pixel_tile_function)(const direct_geometry *, const float *, int64_t, const float *, int64_t,
                                     const int64_t *, float *);
-static const pixel_tile_function pixel_tiles[PIXEL_TILE + 1] = {NULL,         pixel_tile_1, pixel_tile_2, pixel_tile_3,
-                                                                pixel_tile_4, pixel_tile_5, pixel_tile_6};
 
-/* out (out_channels planes of one sample) (+)= the convolution of one sample's planes, pixel-major tiles. */
-static void convolve_sample_by_pixel(const direct_geometry *g, const float *planes, int64_t in_channels,
-                                     const float *packed, int64_t out_channels, const float *bias, bool accumulate,
-                                     float *buffer, float *out) {
-  const int64_t pixels = g->out_height * g->out_width, tiles = (pixels + PIXEL_TILE - 1) / PIXEL_TILE;
-  for (int64_t o0 = 0; o0 < out_channels; o0 += PIXEL_CHANNELS) {
-    for (int64_t tile = 0, p = 0; tile < tiles; tile++) {
-      const int64_t count = direct_tile_vectors(pixels - p, tile, tiles);
-      int64_t positions[PIXEL_TILE];
-      for (int64_t k = 0; k < count; k++)
-        positions[k] = (p + k) / g->out_width * g->row + (p + k) % g->out_width;
-      pixel_tiles[count](g, planes, in_channels, packed + o0, out_channels, positions, buffer + p * PIXEL_CHANNELS);
-      p += count;
-    }
-    for (int64_t o = 0; o < PIXEL_CHANNELS; o++) {
-      float *plane = out + (o0 + o) * pixels;
-      const float shift = bias ? bias[o0 + o] : 0.0f;
-      for (int64_t p = 0; p < pixels; p++)
-        plane[p] = (accumulate ? plane[p] : shift) + buffer[p * PIXEL_CHANNELS + o];
-    }
-  }
-}
+#define CONV_VEC_AVX512
+#include "backends/cpu/conv2d_direct_tiles.h"
+
+#define CONV_VEC_AVX2
+#include "backends/cpu/conv2d_direct_tiles.h"
 
 /* out (+)= the convolution of every sample of x (in_channels planes) with packed weights: the forward pass,
  * or with transposed weights and accumulate the data gradient. */
 static bpt_status convolve(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, int64_t in_channels,
                            const float *w, int64_t out_channels, bool transposed, const float *bias, bool accumulate,
                            float *out) {
+  const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
   if (a->stride_height == 1 && bpt_cpu_winograd_applies(a))
     return bpt_cpu_winograd_convolve(backend, a, x, in_channels, w, out_channels, transposed, bias, accumulate, out);
-  if (bpt_cpu_winograd_small_applies(bpt_cpu_vector_loops(backend), a, in_channels, out_channels))
+  if (bpt_cpu_winograd_small_applies(loops, a, in_channels, out_channels))
     return bpt_cpu_winograd_small_convolve(backend, a, x, in_channels, w, out_channels, transposed, bias, accumulate,
                                            out);
-  const direct_geometry g = bpt_cpu_direct_geometry(a);
-  const bool by_pixel = pixel_major(&g, out_channels);
-  const int64_t in_floats = g.in_height * g.in_width, out_floats = g.out_height * g.out_width;
-  const size_t packed_floats = (size_t)(in_channels * out_channels * DIRECT_TAPS);
-  const size_t planes_floats = (size_t)(in_channels * g.channel_floats) + DIRECT_SLACK;
-  const int threads = bpt_cpu_direct_threads(backend, a->batch);
-  bpt_status status = bpt_cpu_scratch_reserve(
-      backend, threads, packed_floats + planes_floats + (by_pixel ? (size_t)(out_floats * PIXEL_CHANNELS) : 0));
-  if (status != BPT_OK) return status;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    float *packed = bpt_cpu_scratch(backend, omp_get_thread_num()), *planes = packed + packed_floats;
-    float *buffer = planes + planes_floats;
-    const int64_t outputs = transposed ? in_channels : out_channels, inputs = transposed ? out_channels : in_channels;
-    if (by_pixel)
-      pack_pixel_weights(w, outputs, inputs, transposed, packed);
-    else
-      pack_weights(w, outputs, inputs, transposed, packed);
-#pragma omp for schedule(static)
-    for (int64_t n = 0; n < a->batch; n++) {
-      bpt_cpu_direct_pad_planes(BPT_CPU_LOOPS_AVX512, &g, in_channels, x + n * in_channels * in_floats, planes);
-      const bool last = n + 1 == a->batch;
-      const direct_prefetch next = {last ? NULL : x + (n + 1) * in_channels * in_floats,
-                                    last || !accumulate ? NULL : out + (n + 1) * out_channels * out_floats,
-                                    in_channels * in_floats, out_channels * out_floats};
-      if (by_pixel) {
-        bpt_cpu_direct_prefetch(&next, 0, 1);
-        convolve_sample_by_pixel(&g, planes, in_channels, packed, out_channels, bias, accumulate, buffer,
-                                 out + n * out_channels * out_floats);
-      } else
-        convolve_sample(&g, planes, in_channels, packed, out_channels, bias, accumulate, &next, 0,
-                        out_channels / DIRECT_BLOCK, out + n * out_channels * out_floats);
-    }
-  }
-  return BPT_OK;
+  return (loops == BPT_CPU_LOOPS_AVX512 ? convolve_direct_avx512 : convolve_direct_avx2)(
+      backend, a, x, in_channels, w, out_channels, transposed, bias, accumulate, out);
 }
 
 bpt_status bpt_cpu_conv_direct_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
@@ -376,8 +200,8 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
                                     O * dy_floats, C * H * W};
       const int64_t blocks = C / DIRECT_BLOCK;
       for (int64_t phase = 0; phase < 4; phase++)
-        convolve_sample(&phases[phase], planes, O, phase_weights[phase], C, NULL, false, &next, phase * blocks,
-                        4 * blocks, phase_out + phase * C * phase_floats);
+        convolve_sample_avx512(&phases[phase], planes, O, phase_weights[phase], C, NULL, false, &next, phase * blocks,
+                               4 * blocks, phase_out + phase * C * phase_floats);
       interleave_phases(C, H, W, phase_out, C * phase_floats, a->assign_input_gradient, dx + n * C * H * W);
     }
   }

@@ -52,9 +52,9 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
 
 #if DIRECT_KERNELS
 
-/* Output channels per register tile (broadcast weights), and vectors of 16 positions per tile at most. */
+/* Output channels per register tile (broadcast weights); the vectors of positions per tile are
+ * conv2d_vec.h's VEC_DIRECT_VECTORS. */
 #define DIRECT_BLOCK 4
-#define DIRECT_VECTORS 6
 /* Zeros after the last padded plane: the last vector of positions reads up to 15 floats past it. */
 #define DIRECT_SLACK 16
 #define DIRECT_TAPS 9

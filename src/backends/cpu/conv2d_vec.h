@@ -40,9 +40,15 @@
 #define VEC_FILTER_VECTORS 1
 /* Vectors of output channels per small-plane Winograd tile (conv2d_winograd_channels.h's small_product). */
 #define VEC_SMALL_VECTORS 4
+/* Vectors of positions per direct forward tile of DIRECT_BLOCK output channels (conv2d_direct_tiles.h): 4 x 6,
+ * 24 accumulators, 6 loads and 4 broadcasts per 24 FMAs. */
+#define VEC_DIRECT_VECTORS 6
+/* Input channels per direct weight-gradient tile (conv2d_direct_filter.h), times 3 taps: 24 accumulators. */
+#define VEC_FILTER_CHANNELS 8
 /* target[p] (+)= lane first + p / 2 of evens (p even) or odds (p odd) for p < pixels (pixels <= 2 count): a
  * run of Winograd tiles' two output columns, interleaved into an image row. */
 #define vec_store_interleaved vec_store_interleaved_avx512
+#define vec_store_lanes vec_store_lanes_avx512
 #ifndef CONV_VEC_AVX512_HELPERS
 #define CONV_VEC_AVX512_HELPERS
 static inline __attribute__((always_inline, target("avx512f"))) void
@@ -62,6 +68,15 @@ vec_store_interleaved_avx512(float *target, __m512 evens, __m512 odds, int64_t f
   values = _mm512_permutex2var_ps(evens, high, odds);
   if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(second_half, target + 16));
   _mm512_mask_storeu_ps(target + 16, second_half, values);
+}
+
+/* target[k] (+)= lane first + k of v for k < count: one output row's run of a tile of positions. */
+static inline __attribute__((always_inline, target("avx512f"))) void
+vec_store_lanes_avx512(float *target, __m512 v, int64_t first, int64_t count, bool accumulate) {
+  const __mmask16 lanes = (__mmask16)(((1u << count) - 1u) << first), low = direct_lanes(count);
+  __m512 values = _mm512_maskz_compress_ps(lanes, v);
+  if (accumulate) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(low, target));
+  _mm512_mask_storeu_ps(target, low, values);
 }
 
 /* rows (VEC_LANES vectors) transposed in registers: row r lane l becomes row l lane r. */
@@ -111,12 +126,17 @@ static inline __attribute__((always_inline, target("avx512f"))) void vec_transpo
 #define vec_load_first(p, n) vec_load_first_avx2((p), (n))
 #define vec_store_first(p, v, n) vec_store_first_avx2((p), (v), (n))
 #define vec_store_interleaved vec_store_interleaved_avx2
+#define vec_store_lanes vec_store_lanes_avx2
 /* 16 ymm registers: 8 accumulators of 8 tiles, the input vector and a broadcast. 8 accumulators fall short of
  * Zen 2's 2 FMA pipes x 5 cycles, but the 12 of 6 outputs by 2 vectors of tiles do not divide 16 channels. */
 #define VEC_WINOGRAD_BLOCK 8
 #define VEC_FILTER_OUTPUTS 8
 #define VEC_FILTER_VECTORS 1
 #define VEC_SMALL_VECTORS 2
+/* 4 x 3: 12 accumulators, 3 input vectors and a broadcast fill the 16 ymm registers. */
+#define VEC_DIRECT_VECTORS 3
+/* 4 input channels by 3 taps: 12 accumulators. */
+#define VEC_FILTER_CHANNELS 4
 
 #ifndef CONV_VEC_AVX2_HELPERS
 #define CONV_VEC_AVX2_HELPERS
@@ -160,6 +180,18 @@ __attribute__((target("avx2,fma"))) static inline void vec_store_interleaved_avx
     const float value = p % 2 ? odd[first + p / 2] : even[first + p / 2];
     target[p] = accumulate ? target[p] + value : value;
   }
+}
+
+__attribute__((target("avx2,fma"))) static inline void vec_store_lanes_avx2(float *target, __m256 v, int64_t first,
+                                                                            int64_t count, bool accumulate) {
+  if (first == 0 && count == 8) {
+    _mm256_storeu_ps(target, accumulate ? _mm256_add_ps(v, _mm256_loadu_ps(target)) : v);
+    return;
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, v);
+  for (int64_t k = 0; k < count; k++)
+    target[k] = accumulate ? target[k] + lanes[first + k] : lanes[first + k];
 }
 
 #define vec_transpose vec_transpose_avx2

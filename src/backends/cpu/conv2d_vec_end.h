@@ -18,7 +18,10 @@
 #undef vec_store_first
 #undef vec_store_interleaved
 #undef vec_transpose
+#undef vec_store_lanes
 #undef VEC_WINOGRAD_BLOCK
 #undef VEC_FILTER_OUTPUTS
 #undef VEC_FILTER_VECTORS
 #undef VEC_SMALL_VECTORS
+#undef VEC_DIRECT_VECTORS
+#undef VEC_FILTER_CHANNELS
