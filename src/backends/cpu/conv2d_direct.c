@@ -33,13 +33,11 @@ bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a,
   if (loops == BPT_CPU_LOOPS_PORTABLE || ((bpt_cpu_state *)backend->state)->gemm_convolutions_only) return false;
   /* With AVX2: at stride 1 the Winograd kernels only, tiles in lanes on planes of 14 or more, channels in lanes
    * below, the weight gradient channels in lanes on both (input and output channels in 16s); at stride 2 the
-   * direct forward pass and weight gradient, the data gradient (its phases interleaved with AVX-512 permutes)
-   * staying on SGEMM + col2im. */
+   * direct kernels as with AVX-512. */
   if (loops == BPT_CPU_LOOPS_AVX2 && stride == 1 &&
       !(a->in_channels % 16 == 0 && a->out_channels % 16 == 0 &&
         (bpt_cpu_winograd_applies(a) || bpt_cpu_winograd_small_applies(loops, a, a->in_channels, a->out_channels))))
     return false;
-  if (loops == BPT_CPU_LOOPS_AVX2 && stride == 2 && data_gradient) return false;
   return a->kernel_height == 3 && a->kernel_width == 3 && a->stride_width == stride && (stride == 1 || stride == 2) &&
          a->padding_height == 1 && a->padding_width == 1 && a->dilation_height == 1 && a->dilation_width == 1 &&
          a->groups == 1 && a->in_channels % 8 == 0 && a->out_channels % 16 == 0 &&
@@ -128,38 +126,6 @@ static direct_geometry strided_phase(const direct_geometry *dy_planes, int64_t p
   return g;
 }
 
-/* dx (C, H, W) (+)= the phase planes interleaved: dx (c, 2 a + ph, 2 b + pw) from phase ph * 2 + pw,
- * (C, Ha, Wa) with Ha = ceil((H - ph) / 2), Wa = ceil((W - pw) / 2). */
-DIRECT_TARGET static void interleave_phases(int64_t C, int64_t H, int64_t W, const float *phases, int64_t phase_stride,
-                                            bool assign, float *dx) {
-  const int64_t even_width = (W + 1) / 2, odd_width = W / 2;
-  const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i high = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  for (int64_t c = 0; c < C; c++)
-    for (int64_t h = 0; h < H; h++) {
-      const int64_t ph = h % 2, rows = (H - ph + 1) / 2;
-      const float *even = phases + 2 * ph * phase_stride + (c * rows + h / 2) * even_width;
-      const float *odd = phases + (2 * ph + 1) * phase_stride + (c * rows + h / 2) * odd_width;
-      float *target = dx + (c * H + h) * W;
-      if (W > 32) {
-        for (int64_t w = 0; w < W; w++) {
-          const float value = w % 2 ? odd[w / 2] : even[w / 2];
-          target[w] = assign ? value : target[w] + value;
-        }
-        continue;
-      }
-      const __m512 evens = _mm512_maskz_loadu_ps(direct_lanes(even_width), even);
-      const __m512 odds = _mm512_maskz_loadu_ps(direct_lanes(odd_width), odd);
-      const __mmask16 first = direct_lanes(W < 16 ? W : 16), second = direct_lanes(W > 16 ? W - 16 : 0);
-      __m512 values = _mm512_permutex2var_ps(evens, low, odds);
-      if (!assign) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(first, target));
-      _mm512_mask_storeu_ps(target, first, values);
-      values = _mm512_permutex2var_ps(evens, high, odds);
-      if (!assign) values = _mm512_add_ps(values, _mm512_maskz_loadu_ps(second, target + 16));
-      _mm512_mask_storeu_ps(target + 16, second, values);
-    }
-}
-
 static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy, const float *w,
                                         float *dx) {
   const int64_t C = a->in_channels, O = a->out_channels, H = a->in_height, W = a->in_width;
@@ -171,6 +137,8 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
   const size_t packed_floats = (size_t)(C * O * DIRECT_TAPS), planes_floats = (size_t)(O * dy_planes.plane);
   const int64_t phase_floats = ((H + 1) / 2) * ((W + 1) / 2), dy_floats = a->out_height * a->out_width;
   const int threads = bpt_cpu_direct_threads(backend, a->batch);
+  const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
+  const bool avx512 = loops == BPT_CPU_LOOPS_AVX512;
   bpt_status status = bpt_cpu_scratch_reserve(
       backend, threads, packed_floats + planes_floats + DIRECT_SLACK + (size_t)(4 * C * phase_floats));
   if (status != BPT_OK) return status;
@@ -194,15 +162,17 @@ static bpt_status strided_backward_data(bpt_backend *backend, const bpt_conv2d_a
     }
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < a->batch; n++) {
-      bpt_cpu_direct_pad_planes(BPT_CPU_LOOPS_AVX512, &dy_planes, O, dy + n * O * dy_floats, planes);
+      bpt_cpu_direct_pad_planes(loops, &dy_planes, O, dy + n * O * dy_floats, planes);
       const bool last = n + 1 == a->batch;
       const direct_prefetch next = {last ? NULL : dy + (n + 1) * O * dy_floats, last ? NULL : dx + (n + 1) * C * H * W,
                                     O * dy_floats, C * H * W};
       const int64_t blocks = C / DIRECT_BLOCK;
       for (int64_t phase = 0; phase < 4; phase++)
-        convolve_sample_avx512(&phases[phase], planes, O, phase_weights[phase], C, NULL, false, &next, phase * blocks,
-                               4 * blocks, phase_out + phase * C * phase_floats);
-      interleave_phases(C, H, W, phase_out, C * phase_floats, a->assign_input_gradient, dx + n * C * H * W);
+        (avx512 ? convolve_sample_avx512 : convolve_sample_avx2)(&phases[phase], planes, O, phase_weights[phase], C,
+                                                                 NULL, false, &next, phase * blocks, 4 * blocks,
+                                                                 phase_out + phase * C * phase_floats);
+      (avx512 ? interleave_phases_avx512 : interleave_phases_avx2)(C, H, W, phase_out, C * phase_floats,
+                                                                   a->assign_input_gradient, dx + n * C * H * W);
     }
   }
   return BPT_OK;

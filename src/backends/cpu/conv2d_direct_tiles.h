@@ -208,11 +208,31 @@ static bpt_status VEC(convolve_direct)(bpt_backend *backend, const bpt_conv2d_ar
         (&g, planes, in_channels, packed, out_channels, bias, accumulate, buffer, out + n * out_channels * out_floats);
       } else
         VEC(convolve_sample)
-        (&g, planes, in_channels, packed, out_channels, bias, accumulate, &next, 0, out_channels / DIRECT_BLOCK,
-         out + n * out_channels * out_floats);
+      (&g, planes, in_channels, packed, out_channels, bias, accumulate, &next, 0, out_channels / DIRECT_BLOCK,
+       out + n * out_channels * out_floats);
     }
   }
   return BPT_OK;
+}
+
+/* dx (C, H, W) (+)= the phase planes interleaved: dx (c, 2 a + ph, 2 b + pw) from phase ph * 2 + pw,
+ * (C, Ha, Wa) with Ha = ceil((H - ph) / 2), Wa = ceil((W - pw) / 2); 2 VEC_LANES pixels of a row at a time. */
+VEC_TARGET static void VEC(interleave_phases)(int64_t C, int64_t H, int64_t W, const float *phases,
+                                              int64_t phase_stride, bool assign, float *dx) {
+  const int64_t even_width = (W + 1) / 2, odd_width = W / 2;
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t ph = h % 2, rows = (H - ph + 1) / 2;
+      const float *even = phases + 2 * ph * phase_stride + (c * rows + h / 2) * even_width;
+      const float *odd = phases + (2 * ph + 1) * phase_stride + (c * rows + h / 2) * odd_width;
+      float *target = dx + (c * H + h) * W;
+      for (int64_t w = 0; w < W; w += 2 * VEC_LANES) {
+        const int64_t pixels = W - w < 2 * VEC_LANES ? W - w : 2 * VEC_LANES;
+        const vec_t evens = vec_load_first(even + w / 2, (pixels + 1) / 2);
+        const vec_t odds = vec_load_first(odd + w / 2, pixels / 2);
+        vec_store_interleaved(target + w, evens, odds, 0, VEC_LANES, pixels, !assign);
+      }
+    }
 }
 
 #undef PIXEL_TILE
