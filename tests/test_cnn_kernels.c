@@ -236,9 +236,9 @@ static void check_conv_lowerings(bpt_backend *backend) {
   state->gemm_convolutions_only = false;
 }
 
-/* Once per level of loops the CPU has: the AVX-512 kernels (direct and Winograd), the AVX2 ones (Winograd on
- * stride-1 planes of 14 or more with channels in 16s: cases 25, 38, 40, 44, 45), and the portable level, which
- * leaves every case to the GEMM lowerings. */
+/* Once per level of loops the CPU has: the AVX-512 kernels, the AVX2 ones (the same bodies on 8 lanes; stride 1
+ * only through Winograd with channels in 16s: cases 7, 25, 30, 32, 36, 38, 40, 41, 44-47; stride 2: 21, 33-35,
+ * 37, 42), and the portable level, which leaves every case to the GEMM lowerings. */
 static void conv_matches_direct_loops(void **state) {
   (void)state;
   for (bpt_cpu_loops loops = BPT_CPU_LOOPS_PORTABLE; loops <= bpt_cpu_loops_supported(); loops++) {

@@ -1,5 +1,5 @@
-/* Direct AVX-512 kernels for ResNet's workhorse convolution: 3x3, stride 1 or 2, padding 1, no dilation, one
- * group, input channels a multiple of 8 and output channels of 16. The GEMM lowerings of conv2d.c spend about a third
+/* Direct kernels (AVX-512 or AVX2, conv2d_direct_tiles.h) for ResNet's workhorse convolution: 3x3, stride 1 or
+ * 2, padding 1, no dilation, one group, input channels a multiple of 8 and output channels of 16. The GEMM lowerings of conv2d.c spend about a third
  * of such a layer's time around OpenBLAS: each tap's GEMM re-reads and re-writes the whole output, and the
  * products are padded and copied out. Here a tile of outputs stays in registers for its whole reduction and
  * is written once, straight into the NCHW tensor.
@@ -8,8 +8,9 @@
  * R = W + 1), so output position t = oh R + ow reads tap (i, j) at t + i R + j, one contiguous run per tap
  * (as in conv2d.c's padded lowering). The last position of each row (ow = W) is garbage and never stored.
  *
- * - Forward: 4 output channels by 16-96 consecutive positions per tile, broadcasting each weight against
- *   the shifted input vectors (4 x 6 vectors: 24 accumulators, 6 loads and 4 broadcasts per 24 FMAs).
+ * - Forward: 4 output channels by up to VEC_DIRECT_VECTORS vectors of consecutive positions per tile,
+ *   broadcasting each weight against the shifted input vectors (AVX-512 4 x 6 vectors: 24 accumulators, 6
+ *   loads and 4 broadcasts per 24 FMAs; AVX2 4 x 3).
  * - Data gradient: the same kernel on zero-bordered dy with the weights transposed and the taps flipped
  *   (the adjoint of a "same" 3x3 convolution is one), adding into dx.
  * - Stride 2: the forward pass reads the input's phase planes; the data gradient is four stride-1

@@ -2,17 +2,20 @@
  *
  * - conv2d_direct_layout.c: the zero-bordered (and, for stride 2, phase-split) input planes they all read;
  * - conv2d_direct_transpose.c: the pixel-major copies of planes (conv2d_transpose.h's kernels);
- * - conv2d_direct.c: forward and data-gradient passes, a register tile of outputs per reduction;
- * - conv2d_direct_filter.c: the weight gradient, an outer product per output pixel;
+ * - conv2d_direct.c: forward and data-gradient passes, a register tile of outputs per reduction
+ *   (conv2d_direct_tiles.h's kernels);
+ * - conv2d_direct_filter.c: the weight gradient, an outer product per output pixel (conv2d_direct_filter.h's);
  * - conv2d_winograd.c: Winograd F(2x2, 3x3) for the stride-1 forward and data-gradient passes
  *   (conv2d_winograd_tiles.h's kernels);
- * - conv2d_winograd_channels.c: the same with channels in lanes, for the weight gradient
- *   (conv2d_winograd_filter.h's kernels) and small planes.
+ * - conv2d_winograd_channels.c: the same with channels in lanes, for the weight gradient and small planes
+ *   (conv2d_winograd_channels.h's kernels).
  *
- * Which CPUs run what: with AVX-512F (bpt_cpu_vector_loops() == BPT_CPU_LOOPS_AVX512) all of them. With AVX2 +
- * FMA only the Winograd kernels of the stride-1 planes of 14 or more with channels in 16s (all three passes),
- * built from the same kernel bodies on 8-lane vectors (conv2d_vec.h); the rest stay on conv2d.c's GEMM
- * lowerings. The portable level takes none of them.
+ * Which CPUs run what: the kernel bodies (*.h) are written once on conv2d_vec.h and compiled for AVX-512F
+ * (bpt_cpu_vector_loops() == BPT_CPU_LOOPS_AVX512, 16-lane zmm tiles) and for AVX2 + FMA (BPT_CPU_LOOPS_AVX2,
+ * 8-lane ymm tiles re-sized for 16 registers). With AVX2 the stride-1 convolutions must also be Winograd's
+ * (planes of 6 or more, both sides 14 or more or both under 14, channels in 16s) and the weight gradient of
+ * 16 input channels takes the generic tiles (filter_tile_16 is AVX-512 only); the rest stay on conv2d.c's
+ * GEMM lowerings. The portable level takes none of them.
  *
  * Private to the CPU backend. */
 #ifndef BPT_CPU_CONV2D_DIRECT_H
@@ -26,7 +29,7 @@
 /* Whether the direct kernels run a pass of a (the data gradient when data_gradient): 3x3, stride 1 or 2,
  * padding 1, no dilation, one group, input channels a multiple of 8, output channels of 16, AVX-512 loops, and the
  * backend's gemm_convolutions_only unset; stride-2 data gradients only on inputs over 14x14. With AVX2 loops
- * only stride 1 on planes of 14 or more (Winograd) with channels in 16s. */
+ * the same, stride 1 only where Winograd applies (see above). */
 bool bpt_cpu_conv_direct_applies(bpt_backend *backend, const bpt_conv2d_args *a, bool data_gradient);
 
 /* y = conv(x, weight) + bias (bias may be NULL). */

@@ -1,5 +1,6 @@
-/* The vector layer the Winograd kernels are written on once and compiled for two targets. A kernel body
- * (conv2d_winograd_tiles.h, conv2d_winograd_filter.h, conv2d_transpose.h) includes it first and
+/* The vector layer the direct and Winograd kernels are written on once and compiled for two targets. A kernel
+ * body (conv2d_direct_tiles.h, conv2d_direct_filter.h, conv2d_winograd_tiles.h, conv2d_winograd_channels.h,
+ * conv2d_transpose.h) includes it first and
  * conv2d_vec_end.h last, and a .c file includes the body twice: after defining CONV_VEC_AVX512 (16 lanes of
  * __m512) and after CONV_VEC_AVX2 (8 lanes of __m256, AVX2 + FMA). A body names its functions VEC(name)
  * (name_avx512, name_avx2) and uses only what is defined here (vec_t, vec_*, VEC_*), so each target gets the
