@@ -33,9 +33,10 @@
 /* The first n (0..16) lanes from p, the rest zero; and the first n lanes of v stored at p. */
 #define vec_load_first(p, n) _mm512_maskz_loadu_ps(direct_lanes(n), (p))
 #define vec_store_first(p, v, n) _mm512_mask_storeu_ps((p), direct_lanes(n), (v))
-/* Output channels per register tile of the Winograd products (conv2d_winograd.c): 16 accumulators of 16
- * tiles, one load per 16 FMAs. Where the outputs do not come in 16s, 8. */
+/* Output channels by vectors of tiles per register tile of the Winograd products (conv2d_winograd_tiles.h): 16
+ * accumulators of 16 tiles, one load per 16 FMAs. Where the outputs do not come in 16s, half the block. */
 #define VEC_WINOGRAD_BLOCK 16
+#define VEC_WINOGRAD_VECTORS 1
 /* The weight gradient's tile (conv2d_winograd_channels.c): output channels by vectors of input channels. */
 #define VEC_FILTER_OUTPUTS 16
 #define VEC_FILTER_VECTORS 1
@@ -128,9 +129,13 @@ static inline __attribute__((always_inline, target("avx512f"))) void vec_transpo
 #define vec_store_first(p, v, n) vec_store_first_avx2((p), (v), (n))
 #define vec_store_interleaved vec_store_interleaved_avx2
 #define vec_store_lanes vec_store_lanes_avx2
-/* 16 ymm registers: 8 accumulators of 8 tiles, the input vector and a broadcast. 8 accumulators fall short of
- * Zen 2's 2 FMA pipes x 5 cycles, but the 12 of 6 outputs by 2 vectors of tiles do not divide 16 channels. */
-#define VEC_WINOGRAD_BLOCK 8
+/* 16 ymm registers: 4 output channels by 3 vectors of 8 tiles, 12 accumulators (enough for Zen 2's 2 FMA pipes
+ * x 5 cycles), 3 loads and 4 broadcasts per 12 FMAs, the 3 input vectors and a broadcast. Measured
+ * (bench/conv_kernels.c, 1 thread, shared machine) against 8 x 1: 16 -> 16 on 28x28 forward 5.3-5.9 against
+ * 6.5-6.6 ms, data 5.3-6.2 against 6.0-6.7; 32 -> 32 on 14x14 even (5.1-5.7 against 5.0-5.5); 4 x 2 slower. */
+#define VEC_WINOGRAD_BLOCK 4
+#define VEC_WINOGRAD_VECTORS 3
+/* The channels-in-lanes weight gradient: 8 output channels by a vector of 8 input channels (not re-measured). */
 #define VEC_FILTER_OUTPUTS 8
 #define VEC_FILTER_VECTORS 1
 #define VEC_SMALL_VECTORS 2

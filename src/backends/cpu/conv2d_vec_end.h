@@ -20,6 +20,7 @@
 #undef vec_transpose
 #undef vec_store_lanes
 #undef VEC_WINOGRAD_BLOCK
+#undef VEC_WINOGRAD_VECTORS
 #undef VEC_FILTER_OUTPUTS
 #undef VEC_FILTER_VECTORS
 #undef VEC_SMALL_VECTORS

@@ -7,6 +7,8 @@
  * input is split into the stride-2 phase planes (tile (ty, tx) is position u = ty R + tx of every phase,
  * R = TW + 1, the last of each row a garbage tile), so each of the 16 values of d is one contiguous run.
  * The transforms' coefficients are 0, +-1 and 1/2, so the results match the direct sums to float rounding. */
+#include <string.h>
+
 #include <omp.h>
 
 #include "backends/cpu/conv2d_direct.h"
@@ -49,9 +51,9 @@ static direct_geometry winograd_geometry(const bpt_conv2d_args *a) {
   return bpt_cpu_direct_geometry(&tiles);
 }
 
-/* Where a group's lanes go: per tile row it touches, lanes [first, first + count) hold tiles whose two output
+/* Where a vector's lanes go: per tile row it touches, lanes [first, first + count) hold tiles whose two output
  * columns cover `pixels` pixels from `offset` in rows 2 ty (and 2 ty + 1 when `rows` is 2) of each plane. Rows of
- * R >= 8 tiles: a group of 16 lanes touches 3 rows at most. */
+ * R >= 8 tiles: a vector of 16 lanes touches 3 rows at most. */
 #define WINOGRAD_SEGMENTS 4
 typedef struct winograd_segment {
   int64_t first, count, pixels, offset, rows;
