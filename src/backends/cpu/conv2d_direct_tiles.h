@@ -202,14 +202,13 @@ static bpt_status VEC(convolve_direct)(bpt_backend *backend, const bpt_conv2d_ar
       const direct_prefetch next = {last ? NULL : x + (n + 1) * in_channels * in_floats,
                                     last || !accumulate ? NULL : out + (n + 1) * out_channels * out_floats,
                                     in_channels * in_floats, out_channels * out_floats};
+      float *sample = out + n * out_channels * out_floats;
+      const int64_t parts = out_channels / DIRECT_BLOCK;
       if (by_pixel) {
         bpt_cpu_direct_prefetch(&next, 0, 1);
-        VEC(convolve_sample_by_pixel)
-        (&g, planes, in_channels, packed, out_channels, bias, accumulate, buffer, out + n * out_channels * out_floats);
+        VEC(convolve_sample_by_pixel)(&g, planes, in_channels, packed, out_channels, bias, accumulate, buffer, sample);
       } else
-        VEC(convolve_sample)
-      (&g, planes, in_channels, packed, out_channels, bias, accumulate, &next, 0, out_channels / DIRECT_BLOCK,
-       out + n * out_channels * out_floats);
+        VEC(convolve_sample)(&g, planes, in_channels, packed, out_channels, bias, accumulate, &next, 0, parts, sample);
     }
   }
   return BPT_OK;

@@ -47,10 +47,9 @@ VEC_TARGET static void VEC(transform_input)(const float *transposed_x, int64_t c
       offsets[i * 4 + j] = (i * R + j) * channels;
   for (int64_t k = 0; k < count; k++) {
     const int64_t ty = (t0 + k) / TW, tx = (t0 + k) % TW;
+    const float *corner = transposed_x + (2 * ty * R + 2 * tx) * channels;
     for (int64_t c0 = 0; c0 < channels; c0 += VEC_LANES)
-      VEC(winograd_input_transform)
-    (transposed_x + (2 * ty * R + 2 * tx) * channels + c0, offsets, transformed + k * channels + c0,
-     GROUP_TILES * channels);
+      VEC(winograd_input_transform)(corner + c0, offsets, transformed + k * channels + c0, GROUP_TILES * channels);
   }
 }
 
@@ -201,8 +200,8 @@ VEC_TARGET static void VEC(small_output)(const float *product, int64_t count, in
     const int64_t ty = (t0 + k) / TW, tx = (t0 + k) % TW;
     for (int v = 0; v < VEC_SMALL_VECTORS; v++) {
       vec_t y[2][2];
-      VEC(winograd_output_transform)
-      (product + k * SMALL_CHANNELS + VEC_LANES * v, SMALL_TILES * SMALL_CHANNELS, vec_zero(), y);
+      const float *tile = product + k * SMALL_CHANNELS + VEC_LANES * v;
+      VEC(winograd_output_transform)(tile, SMALL_TILES * SMALL_CHANNELS, vec_zero(), y);
       for (int a = 0; a < 2 && 2 * ty + a < H; a++) {
         float *row = pixels + ((2 * ty + a) * W + 2 * tx) * out_channels + o0 + VEC_LANES * v;
         vec_store(row, y[a][0]);

@@ -123,9 +123,9 @@ static bpt_status VEC(winograd_convolve)(bpt_backend *backend, const bpt_conv2d_
             VEC(winograd_product_full)(weights, blocks, transformed, in_channels, product);
           else
             VEC(winograd_product_half)(weights, blocks, transformed, in_channels, product);
-          VEC(winograd_output)
-          (&g, product, block, u, bias ? bias + b * block : NULL, accumulate,
-           out + (n * out_channels + b * block) * plane_floats);
+          const float *block_bias = bias ? bias + b * block : NULL;
+          float *block_out = out + (n * out_channels + b * block) * plane_floats;
+          VEC(winograd_output)(&g, product, block, u, block_bias, accumulate, block_out);
         }
       }
     }
