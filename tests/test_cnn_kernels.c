@@ -186,6 +186,12 @@ static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(1, 2, 28, 28, 4, 5, 5, 2, 2, 1, 1), 20);
   check_conv(backend, conv(24, 8, 14, 14, 16, 3, 3, 2, 1, 1, 1), 21);
   check_conv(backend, conv(2, 3, 7, 7, 4, 3, 3, 2, 0, 1, 1), 22);
+  /* The bounds-checked im2col and col2im on rows of 8 or more: LeNet's conv2 (14x14 -> 10x10, rows of 10),
+   * padding that cuts rows short at both sides (5x5, padding 1, on 11x13), and rows of 23 (two vectors and
+   * an overlapping third) from a 7x7 kernel on rows of 29. */
+  check_conv(backend, conv(3, 6, 14, 14, 16, 5, 5, 1, 0, 1, 1), 48);
+  check_conv(backend, conv(2, 3, 11, 13, 4, 5, 5, 1, 1, 1, 1), 49);
+  check_conv(backend, conv(2, 2, 9, 29, 3, 7, 7, 1, 0, 1, 1), 50);
   /* Products big enough to be cut into OpenBLAS's small-matrix blocks: columns of the forward and data
    * GEMMs, and both the columns and the reduction (a 32x33-column sample) of the weight gradient's. */
   check_conv(backend, conv(2, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1), 25);
