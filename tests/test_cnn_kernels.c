@@ -254,6 +254,36 @@ static void conv_matches_direct_loops(void **state) {
   bpt_context_destroy(context);
 }
 
+/* Convolutions with at most CONV_SMALL_MAX_ROWS (32) input values per output, which run conv2d_small.c's loops
+ * in the forward pass and the weight gradient, at every level of loops the CPU has: LeNet's conv1, a
+ * one-channel 3x3 stem (16 outputs: whole tiles), 27 values per output in two groups, 13 outputs (tiles of 6
+ * and 4 with remainders), stride 2 through phase planes, dilation, and rows whose columns end in partial
+ * vectors; on two threads (chunks shared) and one. */
+static void small_convolutions_on(bpt_backend *backend, bpt_cpu_loops loops) {
+  ((bpt_cpu_state *)backend->state)->loop_limit = loops;
+  check_conv(backend, conv(3, 1, 28, 28, 6, 5, 5, 1, 2, 1, 1), 61);
+  check_conv(backend, conv(2, 1, 12, 12, 16, 3, 3, 1, 1, 1, 1), 62);
+  check_conv(backend, conv(2, 6, 9, 17, 4, 3, 3, 1, 1, 1, 2), 63);
+  check_conv(backend, conv(3, 2, 11, 11, 13, 3, 3, 1, 1, 1, 1), 64);
+  check_conv(backend, conv(2, 1, 17, 17, 5, 5, 5, 2, 2, 1, 1), 65);
+  check_conv(backend, conv(2, 2, 9, 17, 7, 3, 3, 1, 2, 2, 1), 66);
+  check_conv(backend, conv(9, 3, 5, 13, 3, 1, 3, 1, 1, 1, 1), 67);
+  ((bpt_cpu_state *)backend->state)->loop_limit = BPT_CPU_LOOPS_AVX512;
+}
+
+static void small_convolutions_match_direct_loops(void **state) {
+  (void)state;
+  for (int threads = 2; threads >= 1; threads--) {
+    bpt_context_options options = bpt_context_options_default();
+    options.num_threads = threads;
+    bpt_context *context = NULL;
+    assert_int_equal(bpt_context_create(&options, &context), BPT_OK);
+    for (bpt_cpu_loops loops = BPT_CPU_LOOPS_PORTABLE; loops <= bpt_cpu_loops_supported(); loops++)
+      small_convolutions_on(&context->backend, loops);
+    bpt_context_destroy(context);
+  }
+}
+
 /* ---- batch norm ---- */
 
 /* Once per level of row loops the CPU has (AVX-512, AVX2, portable). */
@@ -550,6 +580,7 @@ static void shape_errors_are_reported(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(conv_matches_direct_loops),    cmocka_unit_test(batch_norm_statistics_match_two_pass),
+      cmocka_unit_test(small_convolutions_match_direct_loops),
       cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(whole_plane_average_matches_mean),
       cmocka_unit_test(train_and_eval_modes),         cmocka_unit_test(shape_errors_are_reported),
   };

@@ -22,7 +22,9 @@
  * offset), in which a tap's receptive fields are again one contiguous run, of phase rows Wq = ceil(Wp / s_w)
  * wide. The forward pass and the weight gradient use them; the data gradient of a strided convolution
  * keeps the bounds-checked col2im, which measured faster. Planes so narrow that the garbage columns would
- * exceed a quarter of the columns keep the bounds-checked im2col. */
+ * exceed a quarter of the columns keep the bounds-checked im2col. Padded convolutions with at most
+ * CONV_SMALL_MAX_ROWS input values per output (one-channel stems) run conv2d_small.c's loops on the padded
+ * planes instead of the forward and weight-gradient GEMMs. */
 #include <omp.h>
 #include <string.h>
 
@@ -357,6 +359,15 @@ static void forward_chunk(bpt_backend *backend, const bpt_conv2d_args *a, const 
       scatter_product(a, p, product, first, samples, g, bias, y);
       continue;
     }
+    if (p->small) {
+      const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
+      for (int64_t s = 0; s < samples; s++) {
+        pad_planes(a, p, x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane, padded);
+        bpt_cpu_conv_small_forward(loops, a, p, w, padded, product + s * p->sample_columns, ld);
+      }
+      scatter_product(a, p, product, first, samples, g, bias, y);
+      continue;
+    }
     const float *b = NULL;
     if (p->pointwise) {
       b = x + (first * a->in_channels + g * p->group_in) * p->in_plane;
@@ -536,6 +547,14 @@ static void weight_gradient_share(bpt_backend *backend, const bpt_conv2d_args *a
                                 ld, padded + bpt_cpu_conv_tap_offset(a, p, i, j), p->padded_plane, 1.0f,
                                 dw_group + t * p->group_out * p->group_in, p->group_in);
             }
+        }
+        continue;
+      }
+      if (p->small) {
+        const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
+        for (int64_t s = 0; s < samples; s++) {
+          pad_planes(a, p, x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane, padded);
+          bpt_cpu_conv_small_weight_gradient(loops, a, p, d + s * p->sample_columns, ld, padded, dw_group);
         }
         continue;
       }

@@ -3,6 +3,7 @@
 #ifndef BPT_CPU_CONV2D_PLAN_H
 #define BPT_CPU_CONV2D_PLAN_H
 
+#include "backends/cpu/cpu.h"
 #include "backends/kernel_args.h"
 
 /* Columns per GEMM we aim for: below this OpenBLAS spends its time in packing, not multiplying. */
@@ -17,6 +18,8 @@
  * group, and at most this many (O/g) (C/g) weights per tap (see bpt_cpu_conv_plan). */
 #define CONV_TAP_MIN_CHANNELS 16
 #define CONV_TAP_MAX_WEIGHTS 512
+/* At most this many input values per output (C/g kh kw): conv2d_small.c's loops instead of the GEMM. */
+#define CONV_SMALL_MAX_ROWS 32
 
 typedef struct conv_plan {
   int64_t group_in, group_out, kernel_area, column_rows; /* C/g, O/g, kh * kw, C/g * kh * kw */
@@ -27,6 +30,7 @@ typedef struct conv_plan {
   int64_t chunk, chunks;                                 /* samples per chunk, number of chunks */
   int threads;                                           /* threads running chunks (1: BLAS threads instead) */
   bool pointwise, padded, by_tap;                        /* by_tap: padded, one GEMM per tap, no columns */
+  bool small;                                            /* padded, conv2d_small.c's loops, no columns */
   bool small_blocks;                                     /* cut GEMMs for OpenBLAS's small-matrix path */
   bool bf16_products; /* bf16 policy on a CPU with AVX512_BF16: the GEMMs run gemm_bf16.c's kernel */
 } conv_plan;
@@ -61,5 +65,13 @@ typedef struct conv_buffers {
 
 /* The calling OpenMP thread's pointers into its scratch, reserved beforehand for layout. */
 conv_buffers bpt_cpu_conv_thread_buffers(bpt_backend *backend, const conv_scratch *layout);
+
+/* conv2d_small.c, for plans with small set, per sample and group on its padded planes (columns as in the
+ * padded lowering, L = sample_columns): product (O/g, L) [ld] = W_g (O/g, C/g kh kw) . the tap-shifted planes,
+ * and dW_g (O/g, C/g kh kw) += dy (O/g, L) [ld] . the tap-shifted planes^T. */
+void bpt_cpu_conv_small_forward(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p, const float *w,
+                                const float *padded, float *product, int64_t ld);
+void bpt_cpu_conv_small_weight_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p,
+                                        const float *dy, int64_t ld, const float *padded, float *dw);
 
 #endif
