@@ -498,19 +498,24 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
   return BPT_OK;
 }
 
+/* The sum of one output plane, in vector lanes: a chain of dependent scalar adds made the bias gradient 4% of
+ * a LeNet training step (perf, 1 thread). */
+CONV_VECTOR_CLONES static float plane_sum(const float *plane, int64_t count) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < count; i++)
+    sum += plane[i];
+  return sum;
+}
+
 /* dbias (O) += dy summed over samples and pixels. */
 static void bias_gradient(const bpt_conv2d_args *a, const float *dy, float *dbias) {
   const int64_t out_plane = a->out_height * a->out_width;
 #pragma omp parallel for if (a->batch * a->out_channels * out_plane > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t o = 0; o < a->out_channels; o++) {
     double sum = 0.0;
-    for (int64_t n = 0; n < a->batch; n++) {
-      const float *plane = dy + (n * a->out_channels + o) * out_plane;
-      float partial_sum = 0.0f;
-      for (int64_t i = 0; i < out_plane; i++)
-        partial_sum += plane[i];
-      sum += partial_sum;
-    }
+    for (int64_t n = 0; n < a->batch; n++)
+      sum += plane_sum(dy + (n * a->out_channels + o) * out_plane, out_plane);
     dbias[o] += (float)sum;
   }
 }
