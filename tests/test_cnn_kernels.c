@@ -1,6 +1,7 @@
 /* The CPU's convolution, batch-norm and pooling kernels against plain references: a direct 7-loop
  * convolution (and its two adjoints) in double, two-pass double batch statistics, pooling ties; and the
  * train/eval semantics of batch norm and dropout in a graph. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,6 +420,50 @@ static void max_pool_ties_route_to_first(void **state) {
   bpt_context_destroy(context);
 }
 
+/* 2x2 stride-2 max pooling (its own loop in pool2d.c) against a plain window loop, with ties (values from a
+ * set of five), NaN, -inf and -FLT_MAX among them, on odd planes (a last row and column no window covers),
+ * LeNet's 28x28 and rows of 33: same outputs (NaN where NaN) and the same winners. */
+static void max_pool_pairs_match_window_loop(void **state) {
+  (void)state;
+  bpt_context *context = test_context(4);
+  static const int64_t sizes[3][2] = {{7, 9}, {28, 28}, {5, 33}};
+  const float specials[4] = {NAN, -INFINITY, -FLT_MAX, 1.0f};
+  test_random random;
+  test_random_seed(&random, 4);
+  for (int shape = 0; shape < 3; shape++) {
+    const int64_t N = 2, C = 3, H = sizes[shape][0], W = sizes[shape][1], OH = H / 2, OW = W / 2;
+    float *x = malloc((size_t)(N * C * H * W) * sizeof *x), *y = malloc((size_t)(N * C * OH * OW) * sizeof *y);
+    int32_t *argmax = malloc((size_t)(N * C * OH * OW) * sizeof *argmax);
+    for (int64_t i = 0; i < N * C * H * W; i++) {
+      const float u = test_random_uniform(&random, 0.0f, 1.0f);
+      x[i] = u < 0.1f ? specials[(int)(u * 40.0f)] : floorf(test_random_uniform(&random, -2.0f, 3.0f));
+    }
+    /* A window of NaNs only, one of -inf only, and NaN first before larger values. */
+    x[0] = x[1] = x[W] = x[W + 1] = NAN;
+    x[2] = x[3] = x[W + 2] = x[W + 3] = -INFINITY;
+    x[4] = NAN, x[5] = 2.0f, x[W + 4] = 2.0f, x[W + 5] = -1.0f;
+    bpt_pool2d_args args = {.kind = BPT_POOL_MAX, .batch = N, .channels = C, .in_height = H, .in_width = W,
+                            .out_height = OH, .out_width = OW, .kernel_height = 2, .kernel_width = 2,
+                            .stride_height = 2, .stride_width = 2};
+    assert_int_equal(bpt_cpu_pool2d_forward(&context->backend, &args, x, y, argmax), BPT_OK);
+    for (int64_t plane = 0; plane < N * C; plane++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          const float *in = x + plane * H * W;
+          float best = -FLT_MAX;
+          int64_t index = 2 * oh * W + 2 * ow;
+          for (int64_t h = 2 * oh; h < 2 * oh + 2; h++)
+            for (int64_t w = 2 * ow; w < 2 * ow + 2; w++)
+              if (in[h * W + w] > best) best = in[h * W + w], index = h * W + w;
+          const int64_t o = plane * OH * OW + oh * OW + ow;
+          assert_int_equal(argmax[o], index);
+          assert_true(isnan(in[index]) ? isnan(y[o]) : y[o] == in[index]);
+        }
+    free(x), free(y), free(argmax);
+  }
+  bpt_context_destroy(context);
+}
+
 /* A window over the whole plane (global average pooling) against means in double: 6 planes of 7x7 and of
  * 5x3; backward adds each plane's share to what dx held. */
 static void whole_plane_average_matches_mean(void **state) {
@@ -581,7 +626,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(conv_matches_direct_loops),    cmocka_unit_test(batch_norm_statistics_match_two_pass),
       cmocka_unit_test(small_convolutions_match_direct_loops),
-      cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(whole_plane_average_matches_mean),
+      cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(max_pool_pairs_match_window_loop), cmocka_unit_test(whole_plane_average_matches_mean),
       cmocka_unit_test(train_and_eval_modes),         cmocka_unit_test(shape_errors_are_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
