@@ -255,11 +255,13 @@ static void conv_matches_direct_loops(void **state) {
   bpt_context_destroy(context);
 }
 
-/* Convolutions with at most CONV_SMALL_MAX_ROWS (32) input values per output, which run conv2d_small.c's loops
- * in the forward pass and the weight gradient, at every level of loops the CPU has: LeNet's conv1, a
- * one-channel 3x3 stem (16 outputs: whole tiles), 27 values per output in two groups, 13 outputs (tiles of 6
- * and 4 with remainders), stride 2 through phase planes, dilation, and rows whose columns end in partial
- * vectors; on two threads (chunks shared) and one. */
+/* Convolutions with few channels (C/g < 16, O/g <= 16, C/g kh kw <= 160), which run conv2d_small.c's loops in
+ * the forward pass and the weight gradient, at every level of loops the CPU has: LeNet's conv1 and conv2
+ * (garbage columns up to half the width), a one-channel 3x3 stem (16 outputs: whole tiles), 27 values per
+ * output in two groups, 13 outputs (tiles of 6 and 4 with remainders), stride 2 through phase planes,
+ * dilation, rows whose columns end in partial vectors, 125, 135 and exactly 160 values per output, 6
+ * channels per group; and, on the other side of the limits, 175 values per output and garbage columns over
+ * half the width. On two threads (chunks shared) and one. */
 static void small_convolutions_on(bpt_backend *backend, bpt_cpu_loops loops) {
   ((bpt_cpu_state *)backend->state)->loop_limit = loops;
   check_conv(backend, conv(3, 1, 28, 28, 6, 5, 5, 1, 2, 1, 1), 61);
@@ -269,6 +271,15 @@ static void small_convolutions_on(bpt_backend *backend, bpt_cpu_loops loops) {
   check_conv(backend, conv(2, 1, 17, 17, 5, 5, 5, 2, 2, 1, 1), 65);
   check_conv(backend, conv(2, 2, 9, 17, 7, 3, 3, 1, 2, 2, 1), 66);
   check_conv(backend, conv(9, 3, 5, 13, 3, 1, 3, 1, 1, 1, 1), 67);
+  check_conv(backend, conv(5, 6, 14, 14, 16, 5, 5, 1, 0, 1, 1), 68);
+  check_conv(backend, conv(2, 5, 9, 11, 7, 5, 5, 1, 1, 1, 1), 69);
+  check_conv(backend, conv(3, 15, 7, 7, 9, 3, 3, 1, 1, 1, 1), 70);
+  check_conv(backend, conv(2, 10, 9, 9, 5, 4, 4, 1, 1, 1, 1), 71);
+  check_conv(backend, conv(2, 12, 10, 10, 8, 3, 3, 1, 1, 1, 2), 72);
+  check_conv(backend, conv(2, 7, 12, 12, 5, 5, 5, 1, 2, 1, 1), 73);
+  check_conv(backend, conv(2, 2, 8, 8, 4, 5, 5, 1, 0, 1, 1), 74);
+  /* A 3x1 kernel without padding has no garbage columns, so the last partial vector holds real outputs. */
+  check_conv(backend, conv(2, 3, 9, 13, 5, 3, 1, 1, 0, 1, 1), 75);
   ((bpt_cpu_state *)backend->state)->loop_limit = BPT_CPU_LOOPS_AVX512;
 }
 

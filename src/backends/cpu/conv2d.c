@@ -22,9 +22,9 @@
  * offset), in which a tap's receptive fields are again one contiguous run, of phase rows Wq = ceil(Wp / s_w)
  * wide. The forward pass and the weight gradient use them; the data gradient of a strided convolution
  * keeps the bounds-checked col2im, which measured faster. Planes so narrow that the garbage columns would
- * exceed a quarter of the columns keep the bounds-checked im2col. Padded convolutions with at most
- * CONV_SMALL_MAX_ROWS input values per output (one-channel stems) run conv2d_small.c's loops on the padded
- * planes instead of the forward and weight-gradient GEMMs. */
+ * exceed a quarter of the columns keep the bounds-checked im2col. Convolutions with few channels (LeNet's,
+ * one-channel stems) run conv2d_small.c's loops on the padded planes instead of the forward and
+ * weight-gradient GEMMs, and take the padded layout with up to half as many garbage columns as outputs. */
 #include <omp.h>
 #include <string.h>
 
@@ -290,9 +290,7 @@ CONV_VECTOR_CLONES static void gather_output(const bpt_conv2d_args *a, const con
       }
       for (int64_t oh = 0; oh < a->out_height; oh++) {
         float *row = target + oh * Wq;
-#pragma omp simd
-        for (int64_t ow = 0; ow < OW; ow++)
-          row[ow] = source[oh * OW + ow];
+        copy_run(row, source + oh * OW, OW);
         for (int64_t ow = OW; ow < Wq; ow++)
           row[ow] = 0.0f;
       }
@@ -332,6 +330,14 @@ static void lower_chunk(const bpt_conv2d_args *a, const conv_plan *p, const floa
   }
 }
 
+/* The padded planes of group g of the chunk's samples, one sample's after another (conv2d_small.c's input). */
+static void pad_samples(const bpt_conv2d_args *a, const conv_plan *p, const float *x, int64_t first, int64_t samples,
+                        int64_t g, float *padded) {
+  for (int64_t s = 0; s < samples; s++)
+    pad_planes(a, p, x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane,
+               padded + s * p->group_in * p->padded_plane);
+}
+
 /* One chunk of samples of the forward pass, on the calling thread's scratch. */
 static void forward_chunk(bpt_backend *backend, const bpt_conv2d_args *a, const conv_plan *p,
                           const conv_scratch *layout, const float *x, const float *weight, const float *bias, float *y,
@@ -360,11 +366,8 @@ static void forward_chunk(bpt_backend *backend, const bpt_conv2d_args *a, const 
       continue;
     }
     if (p->small) {
-      const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
-      for (int64_t s = 0; s < samples; s++) {
-        pad_planes(a, p, x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane, padded);
-        bpt_cpu_conv_small_forward(loops, a, p, w, padded, product + s * p->sample_columns, ld);
-      }
+      pad_samples(a, p, x, first, samples, g, padded);
+      bpt_cpu_conv_small_forward(bpt_cpu_vector_loops(backend), a, p, w, samples, padded, product, ld);
       scatter_product(a, p, product, first, samples, g, bias, y);
       continue;
     }
@@ -556,11 +559,8 @@ static void weight_gradient_share(bpt_backend *backend, const bpt_conv2d_args *a
         continue;
       }
       if (p->small) {
-        const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
-        for (int64_t s = 0; s < samples; s++) {
-          pad_planes(a, p, x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane, padded);
-          bpt_cpu_conv_small_weight_gradient(loops, a, p, d + s * p->sample_columns, ld, padded, dw_group);
-        }
+        pad_samples(a, p, x, first, samples, g, padded);
+        bpt_cpu_conv_small_weight_gradient(bpt_cpu_vector_loops(backend), a, p, d, ld, samples, padded, dw_group);
         continue;
       }
       const float *b = x + (first * a->in_channels + g * p->group_in) * p->in_plane;

@@ -18,8 +18,10 @@
  * group, and at most this many (O/g) (C/g) weights per tap (see bpt_cpu_conv_plan). */
 #define CONV_TAP_MIN_CHANNELS 16
 #define CONV_TAP_MAX_WEIGHTS 512
-/* At most this many input values per output (C/g kh kw): conv2d_small.c's loops instead of the GEMM. */
-#define CONV_SMALL_MAX_ROWS 32
+/* Convolutions with fewer than CONV_TAP_MIN_CHANNELS input channels per group, at most this many output
+ * channels per group and input values per output (C/g kh kw) run conv2d_small.c's loops (see bpt_cpu_conv_plan). */
+#define CONV_SMALL_MAX_OUTPUTS 16
+#define CONV_SMALL_MAX_ROWS 160
 
 typedef struct conv_plan {
   int64_t group_in, group_out, kernel_area, column_rows; /* C/g, O/g, kh * kw, C/g * kh * kw */
@@ -66,12 +68,14 @@ typedef struct conv_buffers {
 /* The calling OpenMP thread's pointers into its scratch, reserved beforehand for layout. */
 conv_buffers bpt_cpu_conv_thread_buffers(bpt_backend *backend, const conv_scratch *layout);
 
-/* conv2d_small.c, for plans with small set, per sample and group on its padded planes (columns as in the
- * padded lowering, L = sample_columns): product (O/g, L) [ld] = W_g (O/g, C/g kh kw) . the tap-shifted planes,
- * and dW_g (O/g, C/g kh kw) += dy (O/g, L) [ld] . the tap-shifted planes^T. */
+/* conv2d_small.c, for plans with small set, on one group of a chunk's samples: their padded planes one after
+ * another (C/g padded_plane floats each), their columns side by side as in the padded lowering (L =
+ * sample_columns, leading dimension ld = samples L). product (O/g, samples L) = W_g (O/g, C/g kh kw) . the
+ * tap-shifted planes, and dW_g (O/g, C/g kh kw) += dy (O/g, samples L) . the tap-shifted planes^T. */
 void bpt_cpu_conv_small_forward(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p, const float *w,
-                                const float *padded, float *product, int64_t ld);
+                                int64_t samples, const float *padded, float *product, int64_t ld);
 void bpt_cpu_conv_small_weight_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p,
-                                        const float *dy, int64_t ld, const float *padded, float *dw);
+                                        const float *dy, int64_t ld, int64_t samples, const float *padded,
+                                        float *dw);
 
 #endif
