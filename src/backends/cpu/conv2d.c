@@ -23,8 +23,9 @@
  * wide. The forward pass and the weight gradient use them; the data gradient of a strided convolution
  * keeps the bounds-checked col2im, which measured faster. Planes so narrow that the garbage columns would
  * exceed a quarter of the columns keep the bounds-checked im2col. Convolutions with few channels (LeNet's,
- * one-channel stems) run conv2d_small.c's loops on the padded planes instead of the forward and
- * weight-gradient GEMMs, and take the padded layout with up to half as many garbage columns as outputs. */
+ * one-channel stems) run conv2d_small.c's loops on the padded planes instead of the GEMMs (the data
+ * gradient only for unit strides), and take the padded layout with up to half as many garbage columns as
+ * outputs. */
 #include <omp.h>
 #include <string.h>
 
@@ -452,6 +453,17 @@ static void data_gradient_chunk(bpt_backend *backend, const bpt_conv2d_args *a, 
                               taps + t * p->group_out * p->group_in, p->group_in, d + s * p->sample_columns, ld,
                               t ? 1.0f : 0.0f, planes + bpt_cpu_conv_tap_offset(a, p, i, j), p->padded_plane);
           }
+        add_interiors(a, p, planes, dx_group + s * a->in_channels * p->in_plane);
+      }
+      continue;
+    }
+    if (p->small) {
+      /* padded planes = W_g^T (C/g kh kw, O/g) . dy (O/g, OH * Wq) added at each tap's offset, whose interiors
+       * are then added into dx, as col2im_padded does but without the column matrix. */
+      for (int64_t s = 0; s < samples; s++) {
+        memset(planes, 0, (size_t)(p->group_in * p->padded_plane) * sizeof *planes);
+        bpt_cpu_conv_small_data_gradient(bpt_cpu_vector_loops(backend), a, p, w, d + s * p->sample_columns, ld,
+                                         planes);
         add_interiors(a, p, planes, dx_group + s * a->in_channels * p->in_plane);
       }
       continue;

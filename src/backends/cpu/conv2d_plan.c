@@ -57,9 +57,9 @@ bpt_status bpt_cpu_conv_plan(bpt_backend *backend, const bpt_conv2d_args *a, boo
    * 128 on one thread (AMD EPYC Zen 2, AVX2), forward and weight gradient: LeNet's conv1 (1 -> 6, 5x5, 25
    * values per output) 1.48 -> 0.59 and 2.73 -> 1.42 ms; ResNet's stem (1 -> 16, 3x3) 1.45 -> 0.89 ms forward;
    * LeNet's conv2 (6 -> 16 on 14x14 -> 10x10, 150 values per output, 4 garbage columns per 10) 2.06 -> 1.46 and
-   * 2.25 -> 2.0 ms. For these the garbage columns may reach half the output width. The data gradient
-   * (strided_phases false) keeps the columns and col2im. */
-  const bool small = strided_phases && !p->bf16_products && p->group_in < CONV_TAP_MIN_CHANNELS &&
+   * 2.25 -> 2.0 ms, data gradient (unit strides only; strided ones, strided_phases false, keep col2im)
+   * 2.41 -> 1.66 ms. For these the garbage columns may reach half the output width. */
+  const bool small = (strided_phases || !strided) && !p->bf16_products && p->group_in < CONV_TAP_MIN_CHANNELS &&
                      p->group_out <= CONV_SMALL_MAX_OUTPUTS && p->column_rows <= CONV_SMALL_MAX_ROWS;
   const int64_t garbage = p->phase_width - a->out_width;
   p->padded = !p->pointwise && (!strided || strided_phases) && sh <= CONV_MAX_PHASE_STRIDE &&
