@@ -280,6 +280,8 @@ static void small_convolutions_on(bpt_backend *backend, bpt_cpu_loops loops) {
   check_conv(backend, conv(2, 2, 8, 8, 4, 5, 5, 1, 0, 1, 1), 74);
   /* A 3x1 kernel without padding has no garbage columns, so the last partial vector holds real outputs. */
   check_conv(backend, conv(2, 3, 9, 13, 5, 3, 1, 1, 0, 1, 1), 75);
+  /* 36 values per output: the weight gradient's tiles of 5 taps leave one. */
+  check_conv(backend, conv(2, 4, 9, 9, 3, 3, 3, 1, 1, 1, 1), 76);
   ((bpt_cpu_state *)backend->state)->loop_limit = BPT_CPU_LOOPS_AVX512;
 }
 

@@ -175,8 +175,9 @@ SMALL_AVX2_INLINE void product_avx2(const rows_product *m, bool accumulate) {
 SMALL_AVX2_TARGET static void product_set_avx2(const rows_product *m) { product_avx2(m, false); }
 SMALL_AVX2_TARGET static void product_add_avx2(const rows_product *m) { product_avx2(m, true); }
 
-/* Up to 4 output channels by 2 input rows: 8 vector accumulators over the columns, fed by 4 + 2 loads. */
-enum { GRADIENT_OUTPUTS = 4, GRADIENT_INPUTS = 2 };
+/* Up to 2 output channels by 5 input rows (a 5-wide kernel's row of taps): 10 vector accumulators over the
+ * columns, enough to cover the FMAs' latency, fed by 2 + 5 loads. */
+enum { GRADIENT_OUTPUTS = 2, GRADIENT_INPUTS = 5 };
 
 SMALL_AVX2_INLINE float horizontal_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -223,7 +224,13 @@ SMALL_AVX2_INLINE void gradient_rows_avx2(const conv_plan *p, const int64_t *off
   int64_t k = 0;
   for (; k + GRADIENT_INPUTS <= p->column_rows; k += GRADIENT_INPUTS)
     gradient_tile_avx2(p, offsets, dy, ld, samples, padded, dw, o, k, outputs, GRADIENT_INPUTS);
-  if (k < p->column_rows) gradient_tile_avx2(p, offsets, dy, ld, samples, padded, dw, o, k, outputs, 1);
+  switch (p->column_rows - k) {
+  case 4: gradient_tile_avx2(p, offsets, dy, ld, samples, padded, dw, o, k, outputs, 4); break;
+  case 3: gradient_tile_avx2(p, offsets, dy, ld, samples, padded, dw, o, k, outputs, 3); break;
+  case 2: gradient_tile_avx2(p, offsets, dy, ld, samples, padded, dw, o, k, outputs, 2); break;
+  case 1: gradient_tile_avx2(p, offsets, dy, ld, samples, padded, dw, o, k, outputs, 1); break;
+  default: break;
+  }
 }
 
 SMALL_AVX2_TARGET static void weight_gradient_avx2(const conv_plan *p, const int64_t *offsets, const float *dy,
@@ -231,12 +238,7 @@ SMALL_AVX2_TARGET static void weight_gradient_avx2(const conv_plan *p, const int
   int64_t o = 0;
   for (; o + GRADIENT_OUTPUTS <= p->group_out; o += GRADIENT_OUTPUTS)
     gradient_rows_avx2(p, offsets, dy, ld, samples, padded, dw, o, GRADIENT_OUTPUTS);
-  switch (p->group_out - o) {
-  case 3: gradient_rows_avx2(p, offsets, dy, ld, samples, padded, dw, o, 3); break;
-  case 2: gradient_rows_avx2(p, offsets, dy, ld, samples, padded, dw, o, 2); break;
-  case 1: gradient_rows_avx2(p, offsets, dy, ld, samples, padded, dw, o, 1); break;
-  default: break;
-  }
+  if (o < p->group_out) gradient_rows_avx2(p, offsets, dy, ld, samples, padded, dw, o, 1);
 }
 #endif
 
