@@ -460,12 +460,11 @@ static void data_gradient_chunk(bpt_backend *backend, const bpt_conv2d_args *a, 
     if (p->small) {
       /* padded planes = W_g^T (C/g kh kw, O/g) . dy (O/g, OH * Wq) added at each tap's offset, whose interiors
        * are then added into dx, as col2im_padded does but without the column matrix. */
-      for (int64_t s = 0; s < samples; s++) {
-        memset(planes, 0, (size_t)(p->group_in * p->padded_plane) * sizeof *planes);
-        bpt_cpu_conv_small_data_gradient(bpt_cpu_vector_loops(backend), a, p, w, d + s * p->sample_columns, ld,
-                                         planes);
-        add_interiors(a, p, planes, dx_group + s * a->in_channels * p->in_plane);
-      }
+      const int64_t sample_planes = p->group_in * p->padded_plane;
+      memset(planes, 0, (size_t)(samples * sample_planes) * sizeof *planes);
+      bpt_cpu_conv_small_data_gradient(bpt_cpu_vector_loops(backend), a, p, w, samples, d, ld, planes);
+      for (int64_t s = 0; s < samples; s++)
+        add_interiors(a, p, planes + s * sample_planes, dx_group + s * a->in_channels * p->in_plane);
       continue;
     }
     if (p->pointwise) {

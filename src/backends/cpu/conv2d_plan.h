@@ -74,10 +74,10 @@ conv_buffers bpt_cpu_conv_thread_buffers(bpt_backend *backend, const conv_scratc
  * tap-shifted planes, and dW_g (O/g, C/g kh kw) += dy (O/g, samples L) . the tap-shifted planes^T. */
 void bpt_cpu_conv_small_forward(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p, const float *w,
                                 int64_t samples, const float *padded, float *product, int64_t ld);
-/* planes (one sample's group channels, padded, zeroed by the caller) += W_g^T (C/g kh kw, O/g) . dy (O/g, L)
- * [ld] added at each tap's offset (unit strides: col2im_padded without the column matrix). */
+/* planes (laid out as padded above) += W_g^T (C/g kh kw, O/g) . dy (O/g, samples L) added at each tap's offset
+ * (unit strides: col2im_padded without the column matrix). */
 void bpt_cpu_conv_small_data_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p,
-                                      const float *w, const float *dy, int64_t ld, float *planes);
+                                      const float *w, int64_t samples, const float *dy, int64_t ld, float *planes);
 void bpt_cpu_conv_small_weight_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p,
                                         const float *dy, int64_t ld, int64_t samples, const float *padded,
                                         float *dw);

@@ -282,7 +282,7 @@ void bpt_cpu_conv_small_forward(bpt_cpu_loops loops, const bpt_conv2d_args *a, c
 }
 
 void bpt_cpu_conv_small_data_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p, const float *w,
-                                      const float *dy, int64_t ld, float *planes) {
+                                      int64_t samples, const float *dy, int64_t ld, float *planes) {
   int64_t offsets[CONV_SMALL_MAX_ROWS], targets[CONV_SMALL_MAX_ROWS], outputs[CONV_SMALL_MAX_OUTPUTS];
   float packed[PACKED_WEIGHTS];
   row_offsets(a, p, offsets);
@@ -306,7 +306,11 @@ void bpt_cpu_conv_small_data_gradient(bpt_cpu_loops loops, const bpt_conv2d_args
       for (int64_t o = 0; o < p->group_out; o++)
         *packed_weight(&m, q, o) = w[o * p->column_rows + k];
     }
-  run_product(loops, &m, true);
+  for (int64_t s = 0; s < samples; s++) {
+    m.source = dy + s * p->sample_columns;
+    m.target = planes + s * p->group_in * p->padded_plane;
+    run_product(loops, &m, true);
+  }
 }
 
 void bpt_cpu_conv_small_weight_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p,
