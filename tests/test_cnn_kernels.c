@@ -455,9 +455,17 @@ static void max_pool_pairs_match_window_loop(void **state) {
     x[0] = x[1] = x[W] = x[W + 1] = NAN;
     x[2] = x[3] = x[W + 2] = x[W + 3] = -INFINITY;
     x[4] = NAN, x[5] = 2.0f, x[W + 4] = 2.0f, x[W + 5] = -1.0f;
-    bpt_pool2d_args args = {.kind = BPT_POOL_MAX, .batch = N, .channels = C, .in_height = H, .in_width = W,
-                            .out_height = OH, .out_width = OW, .kernel_height = 2, .kernel_width = 2,
-                            .stride_height = 2, .stride_width = 2};
+    bpt_pool2d_args args = {.kind = BPT_POOL_MAX,
+                            .batch = N,
+                            .channels = C,
+                            .in_height = H,
+                            .in_width = W,
+                            .out_height = OH,
+                            .out_width = OW,
+                            .kernel_height = 2,
+                            .kernel_width = 2,
+                            .stride_height = 2,
+                            .stride_width = 2};
     assert_int_equal(bpt_cpu_pool2d_forward(&context->backend, &args, x, y, argmax), BPT_OK);
     for (int64_t plane = 0; plane < N * C; plane++)
       for (int64_t oh = 0; oh < OH; oh++)
@@ -637,10 +645,14 @@ static void shape_errors_are_reported(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(conv_matches_direct_loops),    cmocka_unit_test(batch_norm_statistics_match_two_pass),
+      cmocka_unit_test(conv_matches_direct_loops),
+      cmocka_unit_test(batch_norm_statistics_match_two_pass),
       cmocka_unit_test(small_convolutions_match_direct_loops),
-      cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(max_pool_pairs_match_window_loop), cmocka_unit_test(whole_plane_average_matches_mean),
-      cmocka_unit_test(train_and_eval_modes),         cmocka_unit_test(shape_errors_are_reported),
+      cmocka_unit_test(max_pool_ties_route_to_first),
+      cmocka_unit_test(max_pool_pairs_match_window_loop),
+      cmocka_unit_test(whole_plane_average_matches_mean),
+      cmocka_unit_test(train_and_eval_modes),
+      cmocka_unit_test(shape_errors_are_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,10 +76,9 @@ void bpt_cpu_conv_small_forward(bpt_cpu_loops loops, const bpt_conv2d_args *a, c
                                 int64_t samples, const float *padded, float *product, int64_t ld);
 /* planes (laid out as padded above) += W_g^T (C/g kh kw, O/g) . dy (O/g, samples L) added at each tap's offset
  * (unit strides: col2im_padded without the column matrix). */
-void bpt_cpu_conv_small_data_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p,
-                                      const float *w, int64_t samples, const float *dy, int64_t ld, float *planes);
+void bpt_cpu_conv_small_data_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p, const float *w,
+                                      int64_t samples, const float *dy, int64_t ld, float *planes);
 void bpt_cpu_conv_small_weight_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p,
-                                        const float *dy, int64_t ld, int64_t samples, const float *padded,
-                                        float *dw);
+                                        const float *dy, int64_t ld, int64_t samples, const float *padded, float *dw);
 
 #endif
