@@ -1,6 +1,7 @@
 /* The CPU's convolution, batch-norm and pooling kernels against plain references: a direct 7-loop
  * convolution (and its two adjoints) in double, two-pass double batch statistics, pooling ties; and the
  * train/eval semantics of batch norm and dropout in a graph. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,12 @@ static void check_conv_cases(bpt_backend *backend) {
   check_conv(backend, conv(1, 2, 28, 28, 4, 5, 5, 2, 2, 1, 1), 20);
   check_conv(backend, conv(24, 8, 14, 14, 16, 3, 3, 2, 1, 1, 1), 21);
   check_conv(backend, conv(2, 3, 7, 7, 4, 3, 3, 2, 0, 1, 1), 22);
+  /* The bounds-checked im2col and col2im on rows of 8 or more: LeNet's conv2 (14x14 -> 10x10, rows of 10),
+   * padding that cuts rows short at both sides (5x5, padding 1, on 11x13), and rows of 23 (two vectors and
+   * an overlapping third) from a 7x7 kernel on rows of 29. */
+  check_conv(backend, conv(3, 6, 14, 14, 16, 5, 5, 1, 0, 1, 1), 48);
+  check_conv(backend, conv(2, 3, 11, 13, 4, 5, 5, 1, 1, 1, 1), 49);
+  check_conv(backend, conv(2, 2, 9, 29, 3, 7, 7, 1, 0, 1, 1), 50);
   /* Products big enough to be cut into OpenBLAS's small-matrix blocks: columns of the forward and data
    * GEMMs, and both the columns and the reduction (a 32x33-column sample) of the weight gradient's. */
   check_conv(backend, conv(2, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1), 25);
@@ -253,6 +260,49 @@ static void conv_matches_direct_loops(void **state) {
     assert_int_equal(bpt_context_create(&options, &context), BPT_OK);
     ((bpt_cpu_state *)context->backend.state)->loop_limit = loops;
     check_conv_lowerings(&context->backend);
+    bpt_context_destroy(context);
+  }
+}
+
+/* Convolutions with few channels (C/g < 16, O/g <= 16, C/g kh kw <= 160), which run conv2d_small.c's loops in
+ * the forward pass and the weight gradient, at every level of loops the CPU has: LeNet's conv1 and conv2
+ * (garbage columns up to half the width), a one-channel 3x3 stem (16 outputs: whole tiles), 27 values per
+ * output in two groups, 13 outputs (tiles of 6 and 4 with remainders), stride 2 through phase planes,
+ * dilation, rows whose columns end in partial vectors, 125, 135 and exactly 160 values per output, 6
+ * channels per group; and, on the other side of the limits, 175 values per output and garbage columns over
+ * half the width. On two threads (chunks shared) and one. */
+static void small_convolutions_on(bpt_backend *backend, bpt_cpu_loops loops) {
+  ((bpt_cpu_state *)backend->state)->loop_limit = loops;
+  check_conv(backend, conv(3, 1, 28, 28, 6, 5, 5, 1, 2, 1, 1), 61);
+  check_conv(backend, conv(2, 1, 12, 12, 16, 3, 3, 1, 1, 1, 1), 62);
+  check_conv(backend, conv(2, 6, 9, 17, 4, 3, 3, 1, 1, 1, 2), 63);
+  check_conv(backend, conv(3, 2, 11, 11, 13, 3, 3, 1, 1, 1, 1), 64);
+  check_conv(backend, conv(2, 1, 17, 17, 5, 5, 5, 2, 2, 1, 1), 65);
+  check_conv(backend, conv(2, 2, 9, 17, 7, 3, 3, 1, 2, 2, 1), 66);
+  check_conv(backend, conv(9, 3, 5, 13, 3, 1, 3, 1, 1, 1, 1), 67);
+  check_conv(backend, conv(5, 6, 14, 14, 16, 5, 5, 1, 0, 1, 1), 68);
+  check_conv(backend, conv(2, 5, 9, 11, 7, 5, 5, 1, 1, 1, 1), 69);
+  check_conv(backend, conv(3, 15, 7, 7, 9, 3, 3, 1, 1, 1, 1), 70);
+  check_conv(backend, conv(2, 10, 9, 9, 5, 4, 4, 1, 1, 1, 1), 71);
+  check_conv(backend, conv(2, 12, 10, 10, 8, 3, 3, 1, 1, 1, 2), 72);
+  check_conv(backend, conv(2, 7, 12, 12, 5, 5, 5, 1, 2, 1, 1), 73);
+  check_conv(backend, conv(2, 2, 8, 8, 4, 5, 5, 1, 0, 1, 1), 74);
+  /* A 3x1 kernel without padding has no garbage columns, so the last partial vector holds real outputs. */
+  check_conv(backend, conv(2, 3, 9, 13, 5, 3, 1, 1, 0, 1, 1), 75);
+  /* 36 values per output: the weight gradient's tiles of 5 taps leave one. */
+  check_conv(backend, conv(2, 4, 9, 9, 3, 3, 3, 1, 1, 1, 1), 76);
+  ((bpt_cpu_state *)backend->state)->loop_limit = BPT_CPU_LOOPS_AVX512;
+}
+
+static void small_convolutions_match_direct_loops(void **state) {
+  (void)state;
+  for (int threads = 2; threads >= 1; threads--) {
+    bpt_context_options options = bpt_context_options_default();
+    options.num_threads = threads;
+    bpt_context *context = NULL;
+    assert_int_equal(bpt_context_create(&options, &context), BPT_OK);
+    for (bpt_cpu_loops loops = BPT_CPU_LOOPS_PORTABLE; loops <= bpt_cpu_loops_supported(); loops++)
+      small_convolutions_on(&context->backend, loops);
     bpt_context_destroy(context);
   }
 }
@@ -389,6 +439,58 @@ static void max_pool_ties_route_to_first(void **state) {
   average.kind = BPT_POOL_AVERAGE;
   assert_int_equal(bpt_cpu_pool2d_forward(backend, &average, plane, out, NULL), BPT_OK);
   assert_true(fabsf(out[0] - (-5 - 4 - 2 - 1) / 9.0f) < 1e-6f);
+  bpt_context_destroy(context);
+}
+
+/* 2x2 stride-2 max pooling (its own loop in pool2d.c) against a plain window loop, with ties (values from a
+ * set of five), NaN, -inf and -FLT_MAX among them, on odd planes (a last row and column no window covers),
+ * LeNet's 28x28 and rows of 33: same outputs (NaN where NaN) and the same winners. */
+static void max_pool_pairs_match_window_loop(void **state) {
+  (void)state;
+  bpt_context *context = test_context(4);
+  static const int64_t sizes[3][2] = {{7, 9}, {28, 28}, {5, 33}};
+  const float specials[4] = {NAN, -INFINITY, -FLT_MAX, 1.0f};
+  test_random random;
+  test_random_seed(&random, 4);
+  for (int shape = 0; shape < 3; shape++) {
+    const int64_t N = 2, C = 3, H = sizes[shape][0], W = sizes[shape][1], OH = H / 2, OW = W / 2;
+    float *x = malloc((size_t)(N * C * H * W) * sizeof *x), *y = malloc((size_t)(N * C * OH * OW) * sizeof *y);
+    int32_t *argmax = malloc((size_t)(N * C * OH * OW) * sizeof *argmax);
+    for (int64_t i = 0; i < N * C * H * W; i++) {
+      const float u = test_random_uniform(&random, 0.0f, 1.0f);
+      x[i] = u < 0.1f ? specials[(int)(u * 40.0f)] : floorf(test_random_uniform(&random, -2.0f, 3.0f));
+    }
+    /* A window of NaNs only, one of -inf only, and NaN first before larger values. */
+    x[0] = x[1] = x[W] = x[W + 1] = NAN;
+    x[2] = x[3] = x[W + 2] = x[W + 3] = -INFINITY;
+    x[4] = NAN, x[5] = 2.0f, x[W + 4] = 2.0f, x[W + 5] = -1.0f;
+    bpt_pool2d_args args = {.kind = BPT_POOL_MAX,
+                            .batch = N,
+                            .channels = C,
+                            .in_height = H,
+                            .in_width = W,
+                            .out_height = OH,
+                            .out_width = OW,
+                            .kernel_height = 2,
+                            .kernel_width = 2,
+                            .stride_height = 2,
+                            .stride_width = 2};
+    assert_int_equal(bpt_cpu_pool2d_forward(&context->backend, &args, x, y, argmax), BPT_OK);
+    for (int64_t plane = 0; plane < N * C; plane++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          const float *in = x + plane * H * W;
+          float best = -FLT_MAX;
+          int64_t index = 2 * oh * W + 2 * ow;
+          for (int64_t h = 2 * oh; h < 2 * oh + 2; h++)
+            for (int64_t w = 2 * ow; w < 2 * ow + 2; w++)
+              if (in[h * W + w] > best) best = in[h * W + w], index = h * W + w;
+          const int64_t o = plane * OH * OW + oh * OW + ow;
+          assert_int_equal(argmax[o], index);
+          assert_true(isnan(in[index]) ? isnan(y[o]) : y[o] == in[index]);
+        }
+    free(x), free(y), free(argmax);
+  }
   bpt_context_destroy(context);
 }
 
@@ -552,9 +654,14 @@ static void shape_errors_are_reported(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(conv_matches_direct_loops),    cmocka_unit_test(batch_norm_statistics_match_two_pass),
-      cmocka_unit_test(max_pool_ties_route_to_first), cmocka_unit_test(whole_plane_average_matches_mean),
-      cmocka_unit_test(train_and_eval_modes),         cmocka_unit_test(shape_errors_are_reported),
+      cmocka_unit_test(conv_matches_direct_loops),
+      cmocka_unit_test(batch_norm_statistics_match_two_pass),
+      cmocka_unit_test(small_convolutions_match_direct_loops),
+      cmocka_unit_test(max_pool_ties_route_to_first),
+      cmocka_unit_test(max_pool_pairs_match_window_loop),
+      cmocka_unit_test(whole_plane_average_matches_mean),
+      cmocka_unit_test(train_and_eval_modes),
+      cmocka_unit_test(shape_errors_are_reported),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,10 @@
  * offset), in which a tap's receptive fields are again one contiguous run, of phase rows Wq = ceil(Wp / s_w)
  * wide. The forward pass and the weight gradient use them; the data gradient of a strided convolution
  * keeps the bounds-checked col2im, which measured faster. Planes so narrow that the garbage columns would
- * exceed a quarter of the columns keep the bounds-checked im2col. */
+ * exceed a quarter of the columns keep the bounds-checked im2col. Convolutions with few channels (LeNet's,
+ * one-channel stems) run conv2d_small.c's loops on the padded planes instead of the GEMMs (the data
+ * gradient only for unit strides), and take the padded layout with up to half as many garbage columns as
+ * outputs. */
 #include <omp.h>
 #include <string.h>
 
@@ -50,7 +53,51 @@
 #define CONV_VECTOR_CLONES
 #endif
 
-/* col (C/g * kh * kw rows, leading dimension ld) = receptive fields of the channels of one sample's group. */
+/* out[0, n) = in[0, n) for the short rows of the gathers (OW values, often under 16): vectors of 8 with the
+ * last one overlapping its predecessor, so a row of 10 is two vector copies instead of one and a scalar
+ * tail with its loop control (LeNet's conv2, 14x14 -> 10x10: im2col was 16% of a training step). */
+static inline void copy_run(float *out, const float *in, int64_t n) {
+  if (n >= 8) {
+    for (int64_t k = 0; k + 8 < n; k += 8)
+      memcpy(out + k, in + k, 8 * sizeof *out);
+    memcpy(out + n - 8, in + n - 8, 8 * sizeof *out);
+  } else if (n >= 4) {
+    memcpy(out, in, 4 * sizeof *out);
+    memcpy(out + n - 4, in + n - 4, 4 * sizeof *out);
+  } else {
+    for (int64_t k = 0; k < n; k++)
+      out[k] = in[k];
+  }
+}
+
+/* out[0, n) += in[0, n): col2im's rows, in fixed-width pieces (8, then 4, then single values) that compile
+ * to whole vectors; sums cannot overlap the way copy_run's copies do. */
+static inline void add_run(float *out, const float *in, int64_t n) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int64_t l = 0; l < 8; l++)
+      out[k + l] += in[k + l];
+  if (n - k >= 4) {
+    for (int64_t l = 0; l < 4; l++)
+      out[k + l] += in[k + l];
+    k += 4;
+  }
+  for (; k < n; k++)
+    out[k] += in[k];
+}
+
+/* The output positions [low, high) along one axis whose input position o s + offset lies inside [0, size),
+ * for output positions [0, count). */
+static void inside_range(int64_t size, int64_t count, int64_t s, int64_t offset, int64_t *low, int64_t *high) {
+  *low = offset >= 0 ? 0 : (-offset + s - 1) / s;
+  *high = size - 1 - offset >= 0 ? (size - 1 - offset) / s + 1 : 0;
+  if (*high > count) *high = count;
+  if (*low > *high) *low = *high;
+}
+
+/* col (C/g * kh * kw rows, leading dimension ld) = receptive fields of the channels of one sample's group.
+ * Each row of col is the tap's (OH, OW) window of the plane: rows of outputs above and below the image are
+ * zeroed in one block, the rest copied row by row with zeros where the window overhangs the sides. */
 CONV_VECTOR_CLONES static void im2col(const bpt_conv2d_args *a, const conv_plan *p, const float *x, float *col,
                                       int64_t ld) {
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
@@ -62,29 +109,25 @@ CONV_VECTOR_CLONES static void im2col(const bpt_conv2d_args *a, const conv_plan 
         float *row = col + ((c * a->kernel_height + i) * a->kernel_width + j) * ld;
         const int64_t row_offset = i * a->dilation_height - a->padding_height;
         const int64_t column_offset = j * a->dilation_width - a->padding_width;
-        /* Output columns whose input column lies inside the image: [low, high). */
-        int64_t low = column_offset >= 0 ? 0 : (-column_offset + sw - 1) / sw;
-        int64_t high = W - 1 - column_offset >= 0 ? (W - 1 - column_offset) / sw + 1 : 0;
-        if (high > OW) high = OW;
-        if (low > high) low = high;
-        for (int64_t oh = 0; oh < OH; oh++) {
+        int64_t top, bottom, low, high;
+        inside_range(H, OH, sh, row_offset, &top, &bottom);
+        inside_range(W, OW, sw, column_offset, &low, &high);
+        memset(row, 0, (size_t)(top * OW) * sizeof *row);
+        memset(row + bottom * OW, 0, (size_t)((OH - bottom) * OW) * sizeof *row);
+        if (low == high) {
+          memset(row + top * OW, 0, (size_t)((bottom - top) * OW) * sizeof *row);
+          continue;
+        }
+        for (int64_t oh = top; oh < bottom; oh++) {
           float *out = row + oh * OW;
-          const int64_t ih = oh * sh + row_offset;
-          if (ih < 0 || ih >= H) {
-            memset(out, 0, (size_t)OW * sizeof *out);
-            continue;
-          }
-          /* Rows are short (OW values): inline loops beat a memcpy call per row. */
-          const float *source = plane + ih * W;
+          const float *source = plane + (oh * sh + row_offset) * W + low * sw + column_offset;
           for (int64_t ow = 0; ow < low; ow++)
             out[ow] = 0.0f;
           if (sw == 1) {
-#pragma omp simd
-            for (int64_t ow = low; ow < high; ow++)
-              out[ow] = source[ow + column_offset];
+            copy_run(out + low, source, high - low);
           } else {
             for (int64_t ow = low; ow < high; ow++)
-              out[ow] = source[ow * sw + column_offset];
+              out[ow] = source[(ow - low) * sw];
           }
           for (int64_t ow = high; ow < OW; ow++)
             out[ow] = 0.0f;
@@ -105,21 +148,19 @@ CONV_VECTOR_CLONES static void col2im(const bpt_conv2d_args *a, const conv_plan 
         const float *row = col + ((c * a->kernel_height + i) * a->kernel_width + j) * ld;
         const int64_t row_offset = i * a->dilation_height - a->padding_height;
         const int64_t column_offset = j * a->dilation_width - a->padding_width;
-        int64_t low = column_offset >= 0 ? 0 : (-column_offset + sw - 1) / sw;
-        int64_t high = W - 1 - column_offset >= 0 ? (W - 1 - column_offset) / sw + 1 : 0;
-        if (high > OW) high = OW;
-        for (int64_t oh = 0; oh < OH; oh++) {
-          const int64_t ih = oh * sh + row_offset;
-          if (ih < 0 || ih >= H) continue;
-          const float *in = row + oh * OW;
-          float *target = plane + ih * W;
+        int64_t top, bottom, low, high;
+        inside_range(H, OH, sh, row_offset, &top, &bottom);
+        inside_range(W, OW, sw, column_offset, &low, &high);
+        if (low == high) continue;
+        for (int64_t oh = top; oh < bottom; oh++) {
+          const float *in = row + oh * OW + low;
+          float *target = plane + (oh * sh + row_offset) * W + low * sw + column_offset;
           if (sw == 1) {
-#pragma omp simd
-            for (int64_t ow = low; ow < high; ow++)
-              target[ow + column_offset] += in[ow];
-          } else
-            for (int64_t ow = low; ow < high; ow++)
-              target[ow * sw + column_offset] += in[ow];
+            add_run(target, in, high - low);
+          } else {
+            for (int64_t ow = 0; ow < high - low; ow++)
+              target[ow * sw] += in[ow];
+          }
         }
       }
   }
@@ -250,9 +291,7 @@ CONV_VECTOR_CLONES static void gather_output(const bpt_conv2d_args *a, const con
       }
       for (int64_t oh = 0; oh < a->out_height; oh++) {
         float *row = target + oh * Wq;
-#pragma omp simd
-        for (int64_t ow = 0; ow < OW; ow++)
-          row[ow] = source[oh * OW + ow];
+        copy_run(row, source + oh * OW, OW);
         for (int64_t ow = OW; ow < Wq; ow++)
           row[ow] = 0.0f;
       }
@@ -292,6 +331,14 @@ static void lower_chunk(const bpt_conv2d_args *a, const conv_plan *p, const floa
   }
 }
 
+/* The padded planes of group g of the chunk's samples, one sample's after another (conv2d_small.c's input). */
+static void pad_samples(const bpt_conv2d_args *a, const conv_plan *p, const float *x, int64_t first, int64_t samples,
+                        int64_t g, float *padded) {
+  for (int64_t s = 0; s < samples; s++)
+    pad_planes(a, p, x + ((first + s) * a->in_channels + g * p->group_in) * p->in_plane,
+               padded + s * p->group_in * p->padded_plane);
+}
+
 /* One chunk of samples of the forward pass, on the calling thread's scratch. */
 static void forward_chunk(bpt_backend *backend, const bpt_conv2d_args *a, const conv_plan *p,
                           const conv_scratch *layout, const float *x, const float *weight, const float *bias, float *y,
@@ -316,6 +363,12 @@ static void forward_chunk(bpt_backend *backend, const bpt_conv2d_args *a, const 
                               product + s * p->sample_columns, ld);
           }
       }
+      scatter_product(a, p, product, first, samples, g, bias, y);
+      continue;
+    }
+    if (p->small) {
+      pad_samples(a, p, x, first, samples, g, padded);
+      bpt_cpu_conv_small_forward(bpt_cpu_vector_loops(backend), a, p, w, samples, padded, product, ld);
       scatter_product(a, p, product, first, samples, g, bias, y);
       continue;
     }
@@ -404,6 +457,16 @@ static void data_gradient_chunk(bpt_backend *backend, const bpt_conv2d_args *a, 
       }
       continue;
     }
+    if (p->small) {
+      /* padded planes = W_g^T (C/g kh kw, O/g) . dy (O/g, OH * Wq) added at each tap's offset, whose interiors
+       * are then added into dx, as col2im_padded does but without the column matrix. */
+      const int64_t sample_planes = p->group_in * p->padded_plane;
+      memset(planes, 0, (size_t)(samples * sample_planes) * sizeof *planes);
+      bpt_cpu_conv_small_data_gradient(bpt_cpu_vector_loops(backend), a, p, w, samples, d, ld, planes);
+      for (int64_t s = 0; s < samples; s++)
+        add_interiors(a, p, planes + s * sample_planes, dx_group + s * a->in_channels * p->in_plane);
+      continue;
+    }
     if (p->pointwise) {
       /* dx (C/g, H * W) += W_g^T (C/g, O/g) . dy (O/g, H * W) */
       bpt_cpu_conv_gemm(p, true, false, p->group_in, p->in_plane, p->group_out, w, p->column_rows, d, p->out_plane,
@@ -449,19 +512,24 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
   return BPT_OK;
 }
 
+/* The sum of one output plane, in vector lanes: a chain of dependent scalar adds made the bias gradient 4% of
+ * a LeNet training step (perf, 1 thread). */
+CONV_VECTOR_CLONES static float plane_sum(const float *plane, int64_t count) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < count; i++)
+    sum += plane[i];
+  return sum;
+}
+
 /* dbias (O) += dy summed over samples and pixels. */
 static void bias_gradient(const bpt_conv2d_args *a, const float *dy, float *dbias) {
   const int64_t out_plane = a->out_height * a->out_width;
 #pragma omp parallel for if (a->batch * a->out_channels * out_plane > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t o = 0; o < a->out_channels; o++) {
     double sum = 0.0;
-    for (int64_t n = 0; n < a->batch; n++) {
-      const float *plane = dy + (n * a->out_channels + o) * out_plane;
-      float partial_sum = 0.0f;
-      for (int64_t i = 0; i < out_plane; i++)
-        partial_sum += plane[i];
-      sum += partial_sum;
-    }
+    for (int64_t n = 0; n < a->batch; n++)
+      sum += plane_sum(dy + (n * a->out_channels + o) * out_plane, out_plane);
     dbias[o] += (float)sum;
   }
 }
@@ -499,6 +567,11 @@ static void weight_gradient_share(bpt_backend *backend, const bpt_conv2d_args *a
                                 dw_group + t * p->group_out * p->group_in, p->group_in);
             }
         }
+        continue;
+      }
+      if (p->small) {
+        pad_samples(a, p, x, first, samples, g, padded);
+        bpt_cpu_conv_small_weight_gradient(bpt_cpu_vector_loops(backend), a, p, d, ld, samples, padded, dw_group);
         continue;
       }
       const float *b = x + (first * a->in_channels + g * p->group_in) * p->in_plane;

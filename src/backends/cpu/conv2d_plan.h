@@ -3,6 +3,7 @@
 #ifndef BPT_CPU_CONV2D_PLAN_H
 #define BPT_CPU_CONV2D_PLAN_H
 
+#include "backends/cpu/cpu.h"
 #include "backends/kernel_args.h"
 
 /* Columns per GEMM we aim for: below this OpenBLAS spends its time in packing, not multiplying. */
@@ -17,6 +18,10 @@
  * group, and at most this many (O/g) (C/g) weights per tap (see bpt_cpu_conv_plan). */
 #define CONV_TAP_MIN_CHANNELS 16
 #define CONV_TAP_MAX_WEIGHTS 512
+/* Convolutions with fewer than CONV_TAP_MIN_CHANNELS input channels per group, at most this many output
+ * channels per group and input values per output (C/g kh kw) run conv2d_small.c's loops (see bpt_cpu_conv_plan). */
+#define CONV_SMALL_MAX_OUTPUTS 16
+#define CONV_SMALL_MAX_ROWS 160
 
 typedef struct conv_plan {
   int64_t group_in, group_out, kernel_area, column_rows; /* C/g, O/g, kh * kw, C/g * kh * kw */
@@ -27,6 +32,7 @@ typedef struct conv_plan {
   int64_t chunk, chunks;                                 /* samples per chunk, number of chunks */
   int threads;                                           /* threads running chunks (1: BLAS threads instead) */
   bool pointwise, padded, by_tap;                        /* by_tap: padded, one GEMM per tap, no columns */
+  bool small;                                            /* padded, conv2d_small.c's loops, no columns */
   bool small_blocks;                                     /* cut GEMMs for OpenBLAS's small-matrix path */
   bool bf16_products; /* bf16 policy on a CPU with AVX512_BF16: the GEMMs run gemm_bf16.c's kernel */
 } conv_plan;
@@ -61,5 +67,18 @@ typedef struct conv_buffers {
 
 /* The calling OpenMP thread's pointers into its scratch, reserved beforehand for layout. */
 conv_buffers bpt_cpu_conv_thread_buffers(bpt_backend *backend, const conv_scratch *layout);
+
+/* conv2d_small.c, for plans with small set, on one group of a chunk's samples: their padded planes one after
+ * another (C/g padded_plane floats each), their columns side by side as in the padded lowering (L =
+ * sample_columns, leading dimension ld = samples L). product (O/g, samples L) = W_g (O/g, C/g kh kw) . the
+ * tap-shifted planes, and dW_g (O/g, C/g kh kw) += dy (O/g, samples L) . the tap-shifted planes^T. */
+void bpt_cpu_conv_small_forward(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p, const float *w,
+                                int64_t samples, const float *padded, float *product, int64_t ld);
+/* planes (laid out as padded above) += W_g^T (C/g kh kw, O/g) . dy (O/g, samples L) added at each tap's offset
+ * (unit strides: col2im_padded without the column matrix). */
+void bpt_cpu_conv_small_data_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p, const float *w,
+                                      int64_t samples, const float *dy, int64_t ld, float *planes);
+void bpt_cpu_conv_small_weight_gradient(bpt_cpu_loops loops, const bpt_conv2d_args *a, const conv_plan *p,
+                                        const float *dy, int64_t ld, int64_t samples, const float *padded, float *dw);
 
 #endif
