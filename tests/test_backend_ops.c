@@ -555,6 +555,12 @@ static const op_case op_cases[] = {
     {"conv2d 2x4x9x7->8 k3 s1 p1 (parity)", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(4, 9, 7), .out_channels = 8, .kernel = 3, .stride = 1, .padding = 1, .dilation = 1, .groups = 1},
     {"conv2d 3x3x16x16->16 k3 s2 p1 (parity)", BPT_OP_CONV2D, build_conv2d, .batch = 3, SHAPE(3, 16, 16), .out_channels = 16, .kernel = 3, .stride = 2, .padding = 1, .dilation = 1, .groups = 1},
     {"conv2d 2x6x11x11->4 k3 d2 g2 (parity)", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(6, 11, 11), .out_channels = 4, .kernel = 3, .stride = 1, .padding = 0, .dilation = 2, .groups = 2},
+    /* The 3x3 kernels' shapes (conv2d_direct.h): "cpu" runs its AVX2 or AVX-512 kernels, the portable level the
+     * SGEMM lowerings. Winograd on planes of 14 or more; stride 2 direct (data gradient on inputs over 14x14);
+     * Winograd with channels in lanes on a small plane (output channels in 64s). */
+    {"conv2d 2x16x14x14->16 k3 s1 p1 (Winograd)", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(16, 14, 14), .out_channels = 16, .kernel = 3, .stride = 1, .padding = 1, .dilation = 1, .groups = 1},
+    {"conv2d 2x16x17x17->32 k3 s2 p1 (direct)", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(16, 17, 17), .out_channels = 32, .kernel = 3, .stride = 2, .padding = 1, .dilation = 1, .groups = 1},
+    {"conv2d 2x16x7x7->64 k3 s1 p1 (small plane)", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(16, 7, 7), .out_channels = 64, .kernel = 3, .stride = 1, .padding = 1, .dilation = 1, .groups = 1},
     {"conv2d 4x16x8x8->32 k1 (parity)", BPT_OP_CONV2D, build_conv2d, .batch = 4, SHAPE(16, 8, 8), .out_channels = 32, .kernel = 1, .stride = 1, .padding = 0, .dilation = 1, .groups = 1},
     {"conv2d batch 1, 1x5x5->3 k2 no bias", BPT_OP_CONV2D, build_conv2d, .batch = 1, SHAPE(1, 5, 5), .out_channels = 3, .kernel = 2, .stride = 1, .padding = 0, .dilation = 1, .groups = 1, .no_bias = true},
     {"conv2d depthwise 2x3x6x5 k3 p1 g3", BPT_OP_CONV2D, build_conv2d, .batch = 2, SHAPE(3, 6, 5), .out_channels = 3, .kernel = 3, .stride = 1, .padding = 1, .dilation = 1, .groups = 3},
