@@ -274,5 +274,7 @@ static bpt_status VEC(winograd_small_convolve)(bpt_backend *backend, const bpt_c
 
 #undef OUTER_ROWS
 #undef OUTER_VECTORS
+#undef SMALL_TILES
+#undef SMALL_CHANNELS
 
 #include "backends/cpu/conv2d_vec_end.h"
