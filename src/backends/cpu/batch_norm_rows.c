@@ -17,6 +17,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ROWS_AVX512 1
 #include <immintrin.h>
+
+#include "backends/cpu/avx2_lanes.h"
 #define ROWS_AVX512_TARGET __attribute__((target("avx512f")))
 /* No FMA: the products and sums round as in the other versions. */
 #define ROWS_AVX2_TARGET __attribute__((target("avx2")))
@@ -182,17 +184,11 @@ ROWS_AVX512_TARGET static void input_gradient_row_avx512(const float *x, const f
 
 /* Lane masks: the first min(S - i, 8) lanes; the lanes whose bit is set in a byte of ReLU bits. */
 ROWS_AVX2_TARGET static inline __m256i row_lanes_avx2(int64_t i, int64_t S) {
-  const int64_t count = S - i < 8 ? S - i : 8;
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return bpt_avx2_first_lanes(S - i < 8 ? S - i : 8);
 }
 ROWS_AVX2_TARGET static inline __m256i byte_lanes_avx2(uint8_t bits) {
   const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), lane_bits), lane_bits);
-}
-ROWS_AVX2_TARGET static inline float sum_lanes_avx2(__m256 v) {
-  __m128 half = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  half = _mm_add_ps(half, _mm_movehl_ps(half, half));
-  return _mm_cvtss_f32(_mm_add_ss(half, _mm_movehdup_ps(half)));
 }
 /* The 8 values from i, zero past the row's end (masked loads read nothing there). */
 ROWS_AVX2_TARGET static inline __m256 load_row_avx2(const float *p, int64_t i, int64_t S) {
@@ -214,8 +210,8 @@ ROWS_AVX2_TARGET static void row_sums_avx2(const float *x, int64_t S, float shif
     total[k] = _mm256_add_ps(total[k], centred);
     total_squares[k] = _mm256_add_ps(total_squares[k], _mm256_mul_ps(centred, centred));
   }
-  *sum = sum_lanes_avx2(_mm256_add_ps(total[0], total[1]));
-  *squares = sum_lanes_avx2(_mm256_add_ps(total_squares[0], total_squares[1]));
+  *sum = bpt_avx2_sum_lanes(_mm256_add_ps(total[0], total[1]));
+  *squares = bpt_avx2_sum_lanes(_mm256_add_ps(total_squares[0], total_squares[1]));
 }
 
 ROWS_AVX2_TARGET static void normalise_row_avx2(const float *x, int64_t S, float mean, float scale, float shift,
@@ -246,8 +242,8 @@ ROWS_AVX2_TARGET static void gradient_row_sums_avx2(const float *x, const float 
     total[k] = _mm256_add_ps(total[k], gradient);
     centred_total[k] = _mm256_add_ps(centred_total[k], _mm256_mul_ps(gradient, centred));
   }
-  *sum_dy = sum_lanes_avx2(_mm256_add_ps(total[0], total[1]));
-  *sum_dy_centred = sum_lanes_avx2(_mm256_add_ps(centred_total[0], centred_total[1]));
+  *sum_dy = bpt_avx2_sum_lanes(_mm256_add_ps(total[0], total[1]));
+  *sum_dy_centred = bpt_avx2_sum_lanes(_mm256_add_ps(centred_total[0], centred_total[1]));
 }
 
 ROWS_AVX2_TARGET static void input_gradient_row_avx2(const float *x, const float *dy, int64_t S, float mean,

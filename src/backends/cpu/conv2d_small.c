@@ -19,6 +19,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SMALL_AVX2 1
 #include <immintrin.h>
+
+#include "backends/cpu/avx2_lanes.h"
 #define SMALL_AVX2_TARGET __attribute__((target("avx2,fma")))
 /* The tiles' helpers, inlined so that their row and vector counts are constants in each use. */
 #define SMALL_AVX2_INLINE static inline __attribute__((target("avx2,fma"), always_inline))
@@ -103,12 +105,6 @@ static void weight_gradient_portable(const conv_plan *p, const int64_t *offsets,
  * FMAs. */
 enum { PRODUCT_VECTORS = 2 };
 
-/* Lanes [0, n) of a vector set, for the last, partial vector of a row of columns. */
-SMALL_AVX2_INLINE __m256i first_lanes(int64_t n) {
-  static const int32_t table[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-  return _mm256_loadu_si256((const __m256i *)(table + 8 - n));
-}
-
 /* Result rows [q, q + rows), columns [t, t + 8 vectors); with masked, one vector of which only the mask's
  * lanes are read and written. */
 SMALL_AVX2_INLINE void product_tile_avx2(const rows_product *m, int64_t q, int64_t t, int rows, int vectors,
@@ -154,7 +150,7 @@ SMALL_AVX2_INLINE void product_rows_avx2(const rows_product *m, int64_t q, int r
     product_tile_avx2(m, q, t, rows, 1, false, all, accumulate);
     t += 8;
   }
-  if (t < L) product_tile_avx2(m, q, t, rows, 1, true, first_lanes(L - t), accumulate);
+  if (t < L) product_tile_avx2(m, q, t, rows, 1, true, bpt_avx2_first_lanes(L - t), accumulate);
 }
 
 /* All rows, the tile's row count a constant in each call. */
@@ -179,13 +175,6 @@ SMALL_AVX2_TARGET static void product_add_avx2(const rows_product *m) { product_
  * columns, enough to cover the FMAs' latency, fed by 2 + 5 loads. */
 enum { GRADIENT_OUTPUTS = 2, GRADIENT_INPUTS = 5 };
 
-SMALL_AVX2_INLINE float horizontal_sum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 /* dw rows [o, o + outputs), columns [k, k + inputs) += the dot products of dy's rows with the input rows. */
 SMALL_AVX2_INLINE void gradient_tile_avx2(const conv_plan *p, const int64_t *offsets, const float *dy, int64_t ld,
                                           int64_t samples, const float *padded, float *dw, int64_t o, int64_t k,
@@ -196,7 +185,7 @@ SMALL_AVX2_INLINE void gradient_tile_avx2(const conv_plan *p, const int64_t *off
     for (int q = 0; q < inputs; q++)
       sums[r][q] = _mm256_setzero_ps();
   /* Whole vectors of columns, then the last few under a mask (masked-off lanes load as zero). */
-  const __m256i tail = first_lanes(L % 8);
+  const __m256i tail = bpt_avx2_first_lanes(L % 8);
   for (int64_t s = 0; s < samples; s++) {
     const float *d_sample = dy + s * L, *x_sample = padded + s * planes;
     for (int64_t t = 0; t < L; t += 8) {
@@ -216,7 +205,7 @@ SMALL_AVX2_INLINE void gradient_tile_avx2(const conv_plan *p, const int64_t *off
   }
   for (int r = 0; r < outputs; r++)
     for (int q = 0; q < inputs; q++)
-      dw[(o + r) * K + k + q] += horizontal_sum(sums[r][q]);
+      dw[(o + r) * K + k + q] += bpt_avx2_sum_lanes(sums[r][q]);
 }
 
 SMALL_AVX2_INLINE void gradient_rows_avx2(const conv_plan *p, const int64_t *offsets, const float *dy, int64_t ld,
