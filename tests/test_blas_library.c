@@ -93,7 +93,8 @@ static void plain_gemm_matches_reference(void **state) {
     test_random_fill(&random, c, m * ld, -1.0f, 1.0f);
     memcpy(expected, c, sizeof(float) * m * ld);
     if (beta_zero)
-      for (int64_t i = 0; i < m * ld; i++) c[i] = NAN; /* beta 0 ignores C */
+      for (int64_t i = 0; i < m * ld; i++)
+        c[i] = NAN; /* beta 0 ignores C */
     test_reference_gemm(ta, tb, m, n, k, alpha, a, ld, b, ld, beta, expected, ld);
     bpt_cpu_sgemm_plain(ta, tb, m, n, k, alpha, a, ld, b, ld, beta, c, ld);
     for (int64_t i = 0; i < m; i++)
@@ -128,7 +129,8 @@ static void info_fields_are_filled(void **state) {
   assert_int_equal(bpt_cpu_compute_info(&info), BPT_OK);
   const char *strings[] = {info.blas,      info.blas_core,  info.blas_core_choice, info.self_check, info.gemm,
                            info.bf16_gemm, info.cpu_vendor, info.cpu_model,        info.summary};
-  for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) assert_non_null(strings[i]);
+  for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
+    assert_non_null(strings[i]);
   print_message("summary: %s\n", info.summary);
   assert_true(strncmp(info.self_check, "passed", 6) == 0);
   assert_string_equal(info.gemm, "OpenBLAS cblas_sgemm");
@@ -149,7 +151,7 @@ static void info_fields_are_filled(void **state) {
 
 /* ---- Loading, in fresh processes ---------------------------------------------------------------------- */
 
-static char self_path[4096];
+static const char *self_path; /* this program, re-executed as the child */
 
 /* Runs this program with "--child name", env_value for OPENBLAS_CORETYPE (unset when NULL); fails the test
  * when it does not exit 0, showing its output, which is returned in output. */
@@ -169,14 +171,15 @@ static void run_child(const char *name, const char *env_value, char *output, siz
     else
       unsetenv("OPENBLAS_CORETYPE");
     setenv("OMP_WAIT_POLICY", "passive", 1);
-    char *arguments[] = {self_path, "--child", (char *)name, NULL};
+    char *arguments[] = {(char *)self_path, "--child", (char *)name, NULL};
     execv(self_path, arguments);
     _exit(99);
   }
   close(pipe_fds[1]);
   size_t used = 0;
   ssize_t got;
-  while (used + 1 < capacity && (got = read(pipe_fds[0], output + used, capacity - 1 - used)) > 0) used += (size_t)got;
+  while (used + 1 < capacity && (got = read(pipe_fds[0], output + used, capacity - 1 - used)) > 0)
+    used += (size_t)got;
   output[used] = '\0';
   close(pipe_fds[0]);
   int status = 0;
@@ -233,7 +236,8 @@ static void wrong_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE transpose_a
                         blasint ldb, float beta, float *c, blasint ldc) {
   (void)order;
   for (blasint i = 0; i < m; i++)
-    for (blasint j = 0; j < n; j++) c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : 2.0f * beta * c[(size_t)i * ldc + j];
+    for (blasint j = 0; j < n; j++)
+      c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : 2.0f * beta * c[(size_t)i * ldc + j];
   bpt_cpu_sgemm_plain(transpose_a == CblasTrans, transpose_b == CblasTrans, m, n, k, alpha, a, lda, b, ldb, 1.0f, c,
                       ldc);
 }
@@ -317,9 +321,8 @@ static int child_main(const char *name) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--child") == 0) return child_main(argv[2]);
-  const ssize_t length = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-  if (length <= 0) return 77;
-  self_path[length] = '\0';
+  self_path = test_self_executable();
+  if (!self_path) return 77;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(core_for_each_cpu),
       cmocka_unit_test(plain_gemm_matches_reference),

@@ -56,10 +56,10 @@ static bpt_status child_train(bpt_context *context, const char **stage) {
   bpt_node *x, *y, *h, *loss;
   int64_t image_dims[3] = {3, 16, 16}, batch_image_dims[4] = {64, 3, 16, 16}, label_dims[1] = {64};
   bpt_status status;
-#define CHILD_STEP(what, call)            \
-  do {                                    \
-    *stage = what;                        \
-    if ((status = (call)) != BPT_OK) goto done; \
+#define CHILD_STEP(what, call)                                                                                         \
+  do {                                                                                                                 \
+    *stage = what;                                                                                                     \
+    if ((status = (call)) != BPT_OK) goto done;                                                                        \
   } while (0)
   CHILD_STEP("graph", bpt_graph_create(context, &graph));
   CHILD_STEP("graph", bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, image_dims, &x));
@@ -80,7 +80,8 @@ static bpt_status child_train(bpt_context *context, const char **stage) {
   test_random random;
   test_random_seed(&random, 5);
   test_random_fill(&random, bpt_tensor_data(images), bpt_tensor_element_count(images), -1.0f, 1.0f);
-  for (int n = 0; n < 64; n++) ((int32_t *)bpt_tensor_data(labels))[n] = n % 10;
+  for (int n = 0; n < 64; n++)
+    ((int32_t *)bpt_tensor_data(labels))[n] = n % 10;
   for (int step = 0; step < 2; step++) {
     CHILD_STEP("set_input", bpt_graph_set_input(graph, x, images));
     CHILD_STEP("set_input", bpt_graph_set_input(graph, y, labels));
@@ -157,8 +158,8 @@ typedef struct child_case {
   rlim_t nproc;         /* RLIMIT_NPROC when as_nobody */
   const char *env_name; /* an environment variable set for the child, or NULL */
   const char *env_value;
-  int threads;    /* num_threads */
-  long extra_mib; /* RLIMIT_AS above the child's VmSize, or -1 */
+  int threads;      /* num_threads */
+  long extra_mib;   /* RLIMIT_AS above the child's VmSize, or -1 */
   int other_thread; /* train on a second host thread */
 } child_case;
 
@@ -167,7 +168,7 @@ typedef struct child_report {
   int exited, exit_code, signal, timed_out;
 } child_report;
 
-static char self_path[4096];
+static const char *self_path; /* this program, re-executed as the child */
 
 static void child_exec(const child_case *c) {
   if (c->as_nobody) {
@@ -185,7 +186,7 @@ static void child_exec(const child_case *c) {
   char threads[16], extra[32];
   snprintf(threads, sizeof threads, "%d", c->threads);
   snprintf(extra, sizeof extra, "%ld", c->extra_mib);
-  char *arguments[] = {self_path, "--case", threads, extra, c->other_thread ? "thread" : NULL, NULL};
+  char *arguments[] = {(char *)self_path, "--case", threads, extra, c->other_thread ? "thread" : NULL, NULL};
   execv(self_path, arguments);
   _exit(79);
 }
@@ -251,8 +252,8 @@ static const char *run_case(const child_case *c, child_report *report) {
   assert_null(strstr(report->output, "Thread creation failed"));
   assert_null(strstr(report->output, "OMP: Error"));
   if (!report->exited || report->exit_code != 0)
-    fail_msg("%s: child ended with exit code %d, signal %d, output:\n%s", c->name, report->exit_code,
-             report->signal, report->output);
+    fail_msg("%s: child ended with exit code %d, signal %d, output:\n%s", c->name, report->exit_code, report->signal,
+             report->output);
   const char *result = strstr(report->output, "result ");
   if (!result) fail_msg("%s: no result line in:\n%s", c->name, report->output);
   return result;
@@ -303,8 +304,8 @@ static void second_host_thread_under_limit(void **state) {
   (void)state;
   child_report report;
   /* OMP_NUM_THREADS=4: the second thread's default team is larger than the context's 2. */
-  const child_case c = {"nproc=3 num_threads=2 OMP_NUM_THREADS=4 on a second thread", 1, 3, "OMP_NUM_THREADS", "4", 2,
-                        -1, 1};
+  const child_case c = {
+      "nproc=3 num_threads=2 OMP_NUM_THREADS=4 on a second thread", 1, 3, "OMP_NUM_THREADS", "4", 2, -1, 1};
   const char *result = run_case(&c, &report);
   skip_unless_nobody_works(&c, result);
   assert_true(has(result, "create=ok threads=2"));
@@ -333,8 +334,8 @@ static void huge_openmp_stack_size(void **state) {
   const char *result = run_case(&two, &report);
   assert_true(has(result, "create=out of memory"));
   assert_true(has(result, "GOMP_STACKSIZE"));
-  const child_case kib = {"OMP_STACKSIZE=4000000000000 (KiB) num_threads=2", 0, 0, "OMP_STACKSIZE", "4000000000000", 2,
-                          -1, 0};
+  const child_case kib = {
+      "OMP_STACKSIZE=4000000000000 (KiB) num_threads=2", 0, 0, "OMP_STACKSIZE", "4000000000000", 2, -1, 0};
   assert_true(has(run_case(&kib, &report), "create=out of memory"));
   /* 100G may or may not be mappable here (overcommit, RAM): either way a result, never an exit. */
   const child_case hundred = {"OMP_STACKSIZE=100G num_threads=2", 0, 0, "OMP_STACKSIZE", "100G", 2, -1, 0};
@@ -376,9 +377,8 @@ static void address_space_sweep(void **state) {
 
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "--case") == 0) return child_main(argc, argv);
-  const ssize_t length = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-  if (length <= 0) return 77;
-  self_path[length] = '\0';
+  self_path = test_self_executable();
+  if (!self_path) return 77;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(no_thread_can_start),
       cmocka_unit_test(few_threads_can_start),

@@ -41,7 +41,8 @@ float test_random_uniform(test_random *random, float low, float high) {
 void test_random_fill(test_random *random, float *values, int64_t count, float low, float high) {
   for (int64_t i = 0; i < count; i++) {
     float value;
-    do value = test_random_uniform(random, low, high);
+    do
+      value = test_random_uniform(random, low, high);
     while (value == 0.0f);
     values[i] = value;
   }
@@ -94,7 +95,8 @@ void test_check_gradients(bpt_context *context, bpt_graph *graph, double step, d
     double error = fabs(analytic - numeric);
     double allowed = absolute_tolerance + relative_tolerance * fmax(fabs(analytic), fabs(numeric));
     if (error > allowed) {
-      if (failures < 5) print_error("parameter element %lld: analytic %.6g, numeric %.6g\n", (long long)i, analytic, numeric);
+      if (failures < 5)
+        print_error("parameter element %lld: analytic %.6g, numeric %.6g\n", (long long)i, analytic, numeric);
       failures++;
     }
   }
@@ -104,8 +106,8 @@ void test_check_gradients(bpt_context *context, bpt_graph *graph, double step, d
   if (failures) fail_msg("%d gradient elements disagree with finite differences", failures);
 }
 
-void test_reference_gemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+void test_reference_gemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) {
       double sum = 0.0;
@@ -166,4 +168,14 @@ unsigned char *test_read_file(const char *path, size_t *size) {
   fclose(file);
   if (size) *size = (size_t)length;
   return bytes;
+}
+
+const char *test_self_executable(void) {
+  static char path[4096];
+  if (!path[0]) {
+    const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (length <= 0) return NULL;
+    path[length] = '\0';
+  }
+  return path;
 }

@@ -13,16 +13,16 @@
 #include "bptrain.h"
 
 /* Asserts a call returned BPT_OK, printing the context's last error otherwise. */
-#define assert_ok(context, expression)                                                                        \
-  do {                                                                                                        \
-    bpt_status assert_ok_status_ = (expression);                                                              \
-    if (assert_ok_status_ != BPT_OK)                                                                          \
-      fail_msg("%s returned %s: %s", #expression, bpt_status_string(assert_ok_status_),                     \
-               bpt_context_last_error(context));                                                              \
+#define assert_ok(context, expression)                                                                                 \
+  do {                                                                                                                 \
+    bpt_status assert_ok_status_ = (expression);                                                                       \
+    if (assert_ok_status_ != BPT_OK)                                                                                   \
+      fail_msg("%s returned %s: %s", #expression, bpt_status_string(assert_ok_status_),                                \
+               bpt_context_last_error(context));                                                                       \
   } while (0)
 
 /* Asserts a call failed with the given status and that the context's message contains `fragment`. */
-#define assert_fails(context, expected, fragment, expression)                                                 \
+#define assert_fails(context, expected, fragment, expression)                                                          \
   test_assert_fails((context), (expected), (fragment), (expression), #expression, __FILE__, __LINE__)
 void test_assert_fails(const bpt_context *context, bpt_status expected, const char *fragment, bpt_status actual,
                        const char *expression, const char *file, int line);
@@ -52,8 +52,8 @@ void test_check_gradients(bpt_context *context, bpt_graph *graph, double step, d
                           double relative_tolerance, int max_checks);
 
 /* Naive row-major C = alpha op(A) op(B) + beta C in double, the reference for GEMM-based kernels. */
-void test_reference_gemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+void test_reference_gemm(int transpose_a, int transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* The whole file at path, with a NUL byte after its *size bytes (size may be NULL), so text files read as
  * strings; fails the test when the file cannot be read. The caller frees it. */
@@ -64,6 +64,10 @@ unsigned char *test_read_file(const char *path, size_t *size);
 const char *test_write_file(const char *name, const void *bytes, size_t size);
 /* Writes bytes gzip-compressed. */
 const char *test_write_gzip_file(const char *name, const void *bytes, size_t size);
+
+/* The running test program's own path (from /proc/self/exe, read once), for tests that re-execute themselves
+ * as a child with another environment or limits; NULL where it cannot be read (such tests then skip). */
+const char *test_self_executable(void);
 
 /* Returns the Fashion-MNIST directory when it is installed, else NULL (tests then skip). */
 const char *test_fashion_mnist_directory(void);
