@@ -27,11 +27,28 @@ static bpt_context *fuzz_context(void) {
   return context;
 }
 
+/* This process's scratch files, removed when it exits: a long fuzzing session starts many processes, and
+ * files left in /dev/shm hold memory until reboot. */
+enum { SCRATCH_FILES = 8 };
+static char scratch_files[SCRATCH_FILES][512];
+
+static void remove_scratch_files(void) {
+  for (int i = 0; i < SCRATCH_FILES && scratch_files[i][0]; i++)
+    remove(scratch_files[i]);
+}
+
 /* A per-process file in a RAM-backed folder: gzopen needs a path, and workers run in parallel. */
 static const char *scratch_path(const char *suffix, char *buffer, size_t size) {
   const char *folder = getenv("BPT_FUZZ_TMPDIR");
   if (!folder) folder = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   snprintf(buffer, size, "%s/bpt-fuzz-%ld-%s", folder, (long)getpid(), suffix);
+  int i = 0;
+  while (i < SCRATCH_FILES && scratch_files[i][0] && strcmp(scratch_files[i], buffer) != 0)
+    i++;
+  if (i < SCRATCH_FILES && !scratch_files[i][0]) {
+    if (i == 0) atexit(remove_scratch_files);
+    snprintf(scratch_files[i], sizeof scratch_files[i], "%s", buffer);
+  }
   return buffer;
 }
 
