@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The CPU backend's AVX-512 loops on a CPU without AVX-512: builds the library with those loops compiled for
+# AVX2 + FMA over plain-C intrinsics (cmake -DBPT_AVX512_EMULATION=ON, tests/support/avx512_emulation.h) in
+# build-avx512-emulated/ and runs the whole test suite there. Every test that loops over the CPU's loop levels
+# (test_backend_ops, test_cnn_kernels, test_fused_relu, test_activation_memory, test_bf16_gemm_native, ...)
+# then runs the AVX-512 loops against the AVX2 and portable ones, the plain references and finite
+# differences, and the examples train through them. CPUs with AVX-512 run the real loops in the README's
+# test command instead, so this skips there; it also skips without AVX2 + FMA, which the emulation needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+has() { [[ " $flags " == *" $1 "* ]]; }
+if has avx512f; then
+  echo "check-avx512-emulated: skipped: this CPU has AVX-512F, so the test suite already runs the real AVX-512 loops"
+  exit 0
+fi
+if ! has avx2 || ! has fma; then
+  echo "check-avx512-emulated: skipped: the emulated AVX-512 loops are compiled for AVX2 + FMA, which this CPU lacks"
+  exit 0
+fi
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+build=${BPT_BUILD_DIR:-build-avx512-emulated}
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBPT_BUILD_TESTS=ON -DBPT_AVX512_EMULATION=ON -DBPT_WITH_CUDA=OFF
+cmake --build "$build" -j "$jobs"
+# The loop level every such test starts from, as the library reports it.
+(cd "$build" && ./tests/test_backend_ops 2>&1 | grep -m1 'widest loops' || true)
+(cd "$build" && ctest --output-on-failure -j "$jobs")
