@@ -32,6 +32,7 @@ include(${CMAKE_SOURCE_DIR}/cmake/python.cmake)
 if(NOT BPT_SANITIZE)
   bpt_add_python_test(check_python test_bptrain.py)
   bpt_add_python_test(check_python_api test_api.py)
+  bpt_add_python_test(check_python_misuse test_misuse.py "OMP_WAIT_POLICY=passive")
   if(TARGET mnist_cnn)
     bpt_add_python_test(check_python_lenet test_lenet.py "BPT_MNIST_CNN=$<TARGET_FILE:mnist_cnn>"
                         "OMP_WAIT_POLICY=passive")
@@ -76,8 +77,8 @@ else()
 endif()
 
 get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)
-foreach(test check_abi check_downstream check_modules check_python check_python_api check_python_lenet
-             check_python_lifetimes check_doxygen check_installed_docs)
+foreach(test check_abi check_downstream check_modules check_python check_python_api check_python_misuse
+             check_python_lenet check_python_lifetimes check_doxygen check_installed_docs)
   if(test IN_LIST BPT_CHECK_TESTS)
     set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT ${BPT_CHECKS_ENVIRONMENT})
     set_tests_properties(${test} PROPERTIES LABELS package TIMEOUT 600 SKIP_RETURN_CODE 77)

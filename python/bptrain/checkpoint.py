@@ -5,6 +5,7 @@ parameters): the same file the C API and the C examples' --save / --eval use.
 import ctypes
 
 from . import _native
+from ._checks import integer
 from ._errors import UNSUPPORTED, error
 from ._native import lib
 
@@ -29,7 +30,7 @@ def _contents(optimizer, dataset, epoch=0, step=0):
     contents = lib.bpt_checkpoint_contents_default()
     contents.optimizer = optimizer.handle if optimizer is not None else None
     contents.dataset = dataset.handle if dataset is not None else None
-    contents.epoch, contents.step = int(epoch), int(step)
+    contents.epoch, contents.step = integer(epoch, "checkpoint epoch"), integer(step, "checkpoint step")
     return contents
 
 

@@ -4,6 +4,7 @@ no graph: dtypes, number-format conversion, the profiler and the fpga-sim backen
 import ctypes
 
 from . import _native
+from ._checks import INT32, UINT64, integer
 from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, error
 from ._handles import _Native
 from ._native import lib
@@ -131,7 +132,9 @@ class Context:
         options = lib.bpt_context_options_default()
         options.size = ctypes.sizeof(options)
         options.backend = str(backend).encode()
-        options.num_threads, options.seed, options.cpu_fallback = int(threads), int(seed), int(bool(cpu_fallback))
+        seed = integer(seed, "Context seed", *UINT64)
+        options.num_threads = integer(threads, "Context threads", *INT32)
+        options.seed, options.cpu_fallback = seed, int(bool(cpu_fallback))
         handle = _native.handle()
         status = lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle))
         if status:

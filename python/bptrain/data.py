@@ -2,6 +2,7 @@
 import ctypes
 
 from . import _native
+from ._checks import INT32, UINT64, integer, number
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
@@ -33,7 +34,7 @@ class Dataset:
         self._native = _Native(handle.value, lib.bpt_dataset_destroy, context._native, "data set")
         self.has_labels = labels is not None or directory is not None
         self.set_normalization(mean, std)
-        self.limit = limit
+        self.limit = None if limit is None else integer(limit, "Dataset limit", 1)
 
     @property
     def handle(self):
@@ -64,21 +65,23 @@ class Dataset:
         """The class count of a classifier over this training set and `test`, checked against both."""
         classes = ctypes.c_int()
         self.context.check(lib.bpt_dataset_check_classes(self.handle, test.handle if test is not None else None,
-                                                         int(requested), ctypes.byref(classes)))
+                                                         integer(requested, "Dataset.check_classes requested", *INT32),
+                                                         ctypes.byref(classes)))
         return classes.value
 
     def set_normalization(self, mean, std):
         """Each value becomes (byte / 255 - mean) / std in batches and arrays."""
-        self.context.check(lib.bpt_dataset_set_normalization(self.handle, mean, std))
+        self.context.check(lib.bpt_dataset_set_normalization(self.handle, number(mean, "Dataset mean"),
+                                                             number(std, "Dataset std")))
 
     def shuffle(self, seed):
-        self.context.check(lib.bpt_dataset_shuffle(self.handle, int(seed)))
+        self.context.check(lib.bpt_dataset_shuffle(self.handle, integer(seed, "Dataset.shuffle seed", *UINT64)))
 
     def reset_order(self):
         self.context.check(lib.bpt_dataset_reset_order(self.handle))
 
     def batch_count(self, batch_size):
-        return lib.bpt_dataset_batch_count(self.handle, int(batch_size))
+        return lib.bpt_dataset_batch_count(self.handle, integer(batch_size, "Dataset.batch_count batch_size", 1))
 
     def limit_batches(self, batch_size):
         if self.limit is None:
@@ -89,6 +92,7 @@ class Dataset:
         """(images, labels): every sample in the current order, normalised, as float32 (samples,) +
         sample_shape, and the labels as int32 (samples,) (None without labels)."""
         numpy = require_numpy()
+        chunk = integer(chunk, "Dataset.arrays chunk", 1, INT32[1])
         count, shape = len(self), self.sample_shape
         images = numpy.empty((count,) + shape, dtype=numpy.float32)
         labels = numpy.empty(count, dtype=numpy.int32) if self.has_labels else None

@@ -3,6 +3,7 @@ are fed by Model._feed (one copy into the input buffer); evaluation and predicti
 """
 import time
 
+from ._checks import UINT64, integer
 from ._errors import INVALID_ARGUMENT, STATE, error
 from ._native import lib
 from ._tensor import _Tensor
@@ -40,8 +41,9 @@ class TrainingLoop:
         from .training import Optimizer
         if not isinstance(optimizer, Optimizer):
             raise error(INVALID_ARGUMENT, "bptrain: Model.fit: the first argument must be a bptrain.Optimizer")
-        batch_size = batch_size or self.max_batch
-        seed = self.context.seed if seed is None else seed
+        batch_size = self._batch_size(batch_size, "fit")
+        epochs = integer(epochs, "Model.fit epochs", 1)
+        seed = self.context.seed if seed is None else integer(seed, "Model.fit seed", *UINT64)
         writer = MetricsWriter(metrics) if metrics else None
         history = []
         step = 0
@@ -77,20 +79,27 @@ class TrainingLoop:
                 writer.close()
         return history
 
+    def _batch_size(self, batch_size, what):
+        """`batch_size` checked against the compiled max_batch; None means max_batch."""
+        if batch_size is None:
+            return self.max_batch
+        batch_size = integer(batch_size, "Model.%s batch_size" % what)
+        if batch_size < 1 or batch_size > self.max_batch:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: batch_size %d is not in 1..%d (the compiled max_batch)"
+                        % (what, batch_size, self.max_batch))
+        return batch_size
+
     def _batches(self, data, batch_size, shuffle, seed, what):
         """Feeds each batch into the inputs and yields its sample count."""
         from .data import Dataset
         numpy = require_numpy()
-        if batch_size < 1 or batch_size > self.max_batch:
-            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: batch_size %d is not in 1..%d (the compiled max_batch)"
-                        % (what, batch_size, self.max_batch))
         if len(data) == 1 and isinstance(data[0], Dataset):
             dataset = data[0]
             if len(self.inputs) != 2 or self.inputs[1].dtype != "i32":
                 raise error(INVALID_ARGUMENT, "bptrain: Model.%s: a Dataset feeds a model with two inputs (f32 "
                                               "images, i32 labels); this one has %d" % (what, len(self.inputs)))
             if shuffle:
-                self.context.check(lib.bpt_dataset_shuffle(dataset.handle, seed))
+                self.context.check(lib.bpt_dataset_shuffle(dataset.handle, seed % (1 << 64)))
             images, labels = (self._tensors[node._address] for node in self.inputs)
             batches = min(lib.bpt_dataset_batch_count(dataset.handle, batch_size), dataset.limit_batches(batch_size))
             for index in range(batches):
@@ -134,7 +143,7 @@ class TrainingLoop:
         numpy = require_numpy()
         self._require_compiled("predict")
         output = self._default_output(output, "predict")
-        batch_size = batch_size or self.max_batch
+        batch_size = self._batch_size(batch_size, "predict")
         source = self._array(x, self.inputs[0])
         count = len(source)
         sources = [source] + [None] * (len(self.inputs) - 1)
@@ -157,7 +166,7 @@ class TrainingLoop:
         self._require_compiled("evaluate")
         if self.loss is None:
             raise error(STATE, "bptrain: Model.evaluate: the model was compiled without a loss")
-        batch_size = batch_size or self.max_batch
+        batch_size = self._batch_size(batch_size, "evaluate")
         logits = None
         if self.logits is not None:
             logits = self._tensors.get(self.logits._address)

@@ -9,6 +9,7 @@ place, without a conversion copy.
 import ctypes
 
 from . import _native, _ops
+from ._checks import INT32, integer, number
 from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, error
 from ._handles import _Native
 from ._native import lib
@@ -138,7 +139,7 @@ class Model(TrainingLoop):
             raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
         rank, dims = _ops._dims(shape, "Model.input")
         node = self._add(lib.bpt_graph_input, str(name).encode(), DTYPES[dtype], rank, dims, dtype=dtype,
-                         sample_shape=tuple(int(d) for d in shape))
+                         sample_shape=tuple(dims[axis] for axis in range(rank)))
         self.inputs.append(node)
         return node
 
@@ -162,9 +163,13 @@ class Model(TrainingLoop):
                  "flatten": 6, "linear": 7, "dropout": 8, "resnet_block": 9, "tanh": 10, "sigmoid": 11}
         specs = (_native.LayerSpec * max(1, len(layers)))()
         for index, layer in enumerate(layers):
-            kind, fields = (layer, {}) if isinstance(layer, str) else (layer[0], dict(layer[1]) if len(layer) > 1
-                                                                       else {})
-            if kind not in kinds:
+            try:
+                kind, fields = (layer, {}) if isinstance(layer, str) else (layer[0], dict(layer[1]) if len(layer) > 1
+                                                                           else {})
+            except (TypeError, ValueError, IndexError, KeyError):
+                raise error(INVALID_ARGUMENT, "bptrain: sequential: layer %d is %r, not a kind name or a (kind, "
+                                              "{field: value}) pair" % (index, layer)) from None
+            if not isinstance(kind, str) or kind not in kinds:
                 raise error(INVALID_ARGUMENT, "bptrain: sequential: layer %d: unknown kind %r (one of %s)" %
                             (index, kind, sorted(kinds)))
             specs[index] = lib.bpt_layer_spec_default(kinds[kind])
@@ -172,7 +177,8 @@ class Model(TrainingLoop):
                 if field not in ("units", "kernel", "stride", "padding", "rate"):
                     raise error(INVALID_ARGUMENT, "bptrain: sequential: layer %d (%s): unknown field %r" %
                                 (index, kind, field))
-                setattr(specs[index], field, value)
+                what = "sequential: layer %d (%s) %s" % (index, kind, field)
+                setattr(specs[index], field, number(value, what) if field == "rate" else integer(value, what))
         return self._add(lib.bpt_layer_sequential, str(prefix).encode(), _ops._node(x, "Model.sequential")[0],
                          specs, len(layers))
 
@@ -189,7 +195,8 @@ class Model(TrainingLoop):
         for field, value in (("initial_loss_scale", initial_loss_scale), ("growth_interval", growth_interval),
                              ("growth_factor", growth_factor), ("backoff_factor", backoff_factor)):
             if value is not None:
-                setattr(options, field, value)
+                what = "Model.set_precision " + field
+                setattr(options, field, integer(value, what) if field == "growth_interval" else number(value, what))
         options.keep_all_values = int(bool(keep_all_values))
         self.context.check(lib.bpt_graph_set_precision(self.handle, ctypes.byref(options)))
 
@@ -207,10 +214,10 @@ class Model(TrainingLoop):
         `loss` may be None for an inference-only graph."""
         if loss is not None and not isinstance(loss, Node):
             raise error(INVALID_ARGUMENT, "bptrain: compile: loss must be a Node or None")
-        self.context.check(lib.bpt_graph_compile(self.handle, loss.handle if loss is not None else None,
-                                                 int(max_batch)))
+        max_batch = integer(max_batch, "Model.compile max_batch")
+        self.context.check(lib.bpt_graph_compile(self.handle, loss.handle if loss is not None else None, max_batch))
         self.loss = loss
-        self.max_batch = int(max_batch)
+        self.max_batch = max_batch
         for node in self.inputs:
             self._tensors[node._address] = _Tensor(self, node.dtype, (self.max_batch,) + node.sample_shape)
 
@@ -357,12 +364,13 @@ class Model(TrainingLoop):
     def clip_gradient_norm(self, max_norm):
         """Scales the gradients to a global L2 norm of at most `max_norm`; returns the norm before."""
         norm = ctypes.c_float()
-        self.context.check(lib.bpt_graph_clip_gradient_norm(self.handle, max_norm, ctypes.byref(norm)))
+        self.context.check(lib.bpt_graph_clip_gradient_norm(self.handle, number(max_norm, "clip_gradient_norm max_norm"),
+                                                            ctypes.byref(norm)))
         return norm.value
 
     def clip_gradient_value(self, limit):
         """Clamps every gradient element to [-limit, limit]."""
-        self.context.check(lib.bpt_graph_clip_gradient_value(self.handle, limit))
+        self.context.check(lib.bpt_graph_clip_gradient_value(self.handle, number(limit, "clip_gradient_value limit")))
 
     # --- parameters and introspection ----------------------------------------------------------------
     def parameters(self):
@@ -453,8 +461,8 @@ class Model(TrainingLoop):
         int64 array (row = label, column = prediction)."""
         self._require_compiled("evaluate_dataset")
         options = lib.bpt_eval_options_default()
-        options.top_k = int(top_k)
-        options.batch_size = int(batch_size or 0)
+        options.top_k = integer(top_k, "Model.evaluate_dataset top_k", *INT32)
+        options.batch_size = 0 if batch_size is None else self._batch_size(batch_size, "evaluate_dataset")
         matrix = None
         if confusion_matrix:
             numpy = require_numpy()
@@ -482,7 +490,9 @@ class Model(TrainingLoop):
         if not _native.has("bpt_graph_export_onnx"):
             raise error(UNSUPPORTED, "bptrain: Model.export_onnx: %s has no bpt_graph_export_onnx" % lib._name)
         options = lib.bpt_onnx_export_options_default()
-        options.opset, options.input_mean, options.input_std = int(opset), input_mean, input_std
+        options.opset = integer(opset, "Model.export_onnx opset")
+        options.input_mean = number(input_mean, "Model.export_onnx input_mean")
+        options.input_std = number(input_std, "Model.export_onnx input_std")
         options.softmax = int(bool(softmax))
         self.context.check(lib.bpt_graph_export_onnx(self.handle, str(path).encode(), ctypes.byref(options)))
 

@@ -4,6 +4,7 @@ softmax outputs are close."""
 import ctypes
 
 from . import _native
+from ._checks import INT32, integer, number
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
@@ -22,9 +23,13 @@ class SpeculativeTrainer:
             raise error(INVALID_ARGUMENT, "bptrain: SpeculativeTrainer: distance must be one of %s" %
                         sorted(_DISTANCES))
         options = lib.bpt_speculative_options_default()
-        options.threshold, options.distance = threshold, _DISTANCES[distance]
-        options.final_threshold = threshold if final_threshold is None else final_threshold
-        options.schedule_steps, options.threads, options.gradient_clip = schedule_steps, threads, gradient_clip
+        options.threshold = number(threshold, "SpeculativeTrainer threshold")
+        options.distance = _DISTANCES[distance]
+        options.final_threshold = options.threshold if final_threshold is None else number(
+            final_threshold, "SpeculativeTrainer final_threshold")
+        options.schedule_steps = integer(schedule_steps, "SpeculativeTrainer schedule_steps")
+        options.threads = integer(threads, "SpeculativeTrainer threads", *INT32)
+        options.gradient_clip = number(gradient_clip, "SpeculativeTrainer gradient_clip")
         self.model = model
         self.context = model.context
         handle = _native.handle()

@@ -2,6 +2,7 @@
 import ctypes
 
 from . import _native
+from ._checks import integer, number
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
@@ -22,16 +23,19 @@ class Schedule:
                         (sorted(_SCHEDULES), kind))
         options = lib.bpt_schedule_options_default()
         options.kind = _SCHEDULES[kind]
-        options.base_learning_rate, options.warmup_steps = base_learning_rate, warmup_steps
-        options.warmup_start_factor, options.step_size, options.gamma = warmup_start_factor, step_size, gamma
-        options.total_steps, options.minimum_learning_rate = total_steps, minimum_learning_rate
+        for field, value in (("warmup_steps", warmup_steps), ("step_size", step_size), ("total_steps", total_steps)):
+            setattr(options, field, integer(value, "Schedule " + field))
+        for field, value in (("base_learning_rate", base_learning_rate), ("warmup_start_factor", warmup_start_factor),
+                             ("gamma", gamma), ("minimum_learning_rate", minimum_learning_rate)):
+            setattr(options, field, number(value, "Schedule " + field))
         self.options = options
         self.kind = kind
 
     def learning_rate(self, step):
         """The learning rate at optimiser step `step` (>= 0)."""
         value = ctypes.c_float()
-        check_without_context(lib.bpt_schedule_learning_rate(None, ctypes.byref(self.options), int(step),
+        step = integer(step, "Schedule.learning_rate step")
+        check_without_context(lib.bpt_schedule_learning_rate(None, ctypes.byref(self.options), step,
                                                              ctypes.byref(value)))
         return value.value
 
@@ -47,8 +51,10 @@ class Optimizer:
         model._require_compiled("Optimizer")
         options = lib.bpt_optimizer_options_default()
         options.kind = _OPTIMIZERS[kind]
-        options.learning_rate, options.momentum, options.nesterov = learning_rate, momentum, int(nesterov)
-        options.weight_decay, options.beta1, options.beta2, options.epsilon = weight_decay, beta1, beta2, epsilon
+        for field, value in (("learning_rate", learning_rate), ("momentum", momentum), ("weight_decay", weight_decay),
+                             ("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon)):
+            setattr(options, field, number(value, "Optimizer " + field))
+        options.nesterov = int(bool(nesterov))
         self.context = model.context
         self.model = model
         handle = _native.handle()
@@ -68,7 +74,7 @@ class Optimizer:
 
     @learning_rate.setter
     def learning_rate(self, value):
-        self.context.check(lib.bpt_optimizer_set_learning_rate(self.handle, value))
+        self.context.check(lib.bpt_optimizer_set_learning_rate(self.handle, number(value, "Optimizer.learning_rate")))
 
     @property
     def steps(self):
@@ -88,8 +94,9 @@ class Optimizer:
         """Gives `parameters` (Nodes or names) their own learning-rate multiplier and weight decay."""
         nodes = [self.model.node(p) if isinstance(p, str) else p for p in parameters]
         handles = (ctypes.c_void_p * max(1, len(nodes)))(*[node.handle for node in nodes])
-        self.context.check(lib.bpt_optimizer_set_group(self.handle, handles, len(nodes), learning_rate_scale,
-                                                       weight_decay))
+        self.context.check(lib.bpt_optimizer_set_group(self.handle, handles, len(nodes),
+                                                       number(learning_rate_scale, "set_group learning_rate_scale"),
+                                                       number(weight_decay, "set_group weight_decay")))
 
     def no_decay_on_vectors(self):
         """Weight decay 0 on every rank-1 parameter (biases, batch-norm scales and shifts)."""
