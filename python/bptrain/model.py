@@ -10,7 +10,7 @@ import ctypes
 
 from . import _native, _ops
 from ._checks import INT32, integer, number
-from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, error
+from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, Error, error
 from ._handles import _Native
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
@@ -269,11 +269,33 @@ class Model(TrainingLoop):
 
     # --- feeding and running -------------------------------------------------------------------------
     def _array(self, data, node):
-        """`data` as a C-contiguous array of the node's dtype, shaped (samples,) + the node's sample shape."""
+        """`data` as a C-contiguous array of the node's dtype, shaped (samples,) + the node's sample shape.
+
+        NumPy's casts are unsafe, so values that would change are refused first: complex, text, bytes and
+        date values (the imaginary part dropped, "1.5" parsed), and for an i32 input fractions, NaN, inf and
+        integers outside int32 (2**32 + 1 would become the label 1)."""
         numpy = require_numpy()
+        if data is None:
+            raise error(INVALID_ARGUMENT, "bptrain: input %r: got None, expected an array of samples" % node.name)
         try:
-            array = numpy.ascontiguousarray(data, dtype=numpy_dtype(node.dtype))
-        except (TypeError, ValueError) as failure:
+            raw = numpy.asarray(data)
+            if raw.dtype.kind not in "biufO":
+                raise error(INVALID_ARGUMENT, "bptrain: input %r: %s values cannot feed a %s input (numbers only)" %
+                            (node.name, raw.dtype, node.dtype))
+            if node.dtype == "i32" and raw.dtype.kind not in "b" and raw.size:
+                values = raw.astype(numpy.float64) if raw.dtype.kind in "fO" else raw
+                if values.dtype.kind == "f" and not (numpy.isfinite(values).all() and
+                                                     (values == numpy.trunc(values)).all()):
+                    raise error(INVALID_ARGUMENT, "bptrain: input %r (i32): the values must be integers, got %s" %
+                                (node.name, values[~(numpy.isfinite(values) & (values == numpy.trunc(values)))][:3]))
+                low, high = values.min(), values.max()
+                if low < INT32[0] or high > INT32[1]:
+                    raise error(INVALID_ARGUMENT, "bptrain: input %r (i32): values %s..%s are outside int32" %
+                                (node.name, low, high))
+            array = numpy.ascontiguousarray(raw, dtype=numpy_dtype(node.dtype))
+        except (TypeError, ValueError, OverflowError) as failure:
+            if isinstance(failure, Error):
+                raise
             raise error(INVALID_ARGUMENT, "bptrain: input %r: cannot read the data as %s values: %s" %
                         (node.name, node.dtype, failure)) from None
         if array.ndim == 0:
@@ -281,10 +303,12 @@ class Model(TrainingLoop):
         per_sample = 1
         for d in node.sample_shape:
             per_sample *= d
-        if array.size != array.shape[0] * per_sample:
+        values = 1
+        for d in array.shape[1:]:
+            values *= d
+        if values != per_sample:
             raise error(SHAPE, "bptrain: input %r: samples have %d values (shape %s), the input expects %d (shape %s)"
-                        % (node.name, array.size // max(array.shape[0], 1), array.shape[1:], per_sample,
-                           node.sample_shape))
+                        % (node.name, values, array.shape[1:], per_sample, node.sample_shape))
         return array.reshape((array.shape[0],) + node.sample_shape)
 
     def _sources(self, arrays, what):
@@ -296,6 +320,8 @@ class Model(TrainingLoop):
         counts = sorted({len(source) for source in sources})
         if len(counts) != 1:
             raise error(SHAPE, "bptrain: Model.%s: inputs have different sample counts %s" % (what, counts))
+        if counts[0] == 0:  # a loss and an accuracy over no samples would read as 0, not as a mistake
+            raise error(SHAPE, "bptrain: Model.%s: the arrays hold no samples" % what)
         return sources, counts[0]
 
     def _feed(self, sources, rows):

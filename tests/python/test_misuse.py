@@ -76,6 +76,53 @@ class Integers(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.clip_gradient_norm, "1")
 
 
+class Arrays(unittest.TestCase):
+    """NumPy casts unsafely; values that a cast would change must be refused, never fed."""
+
+    def test_accepted_dtypes_and_layouts_give_the_same_scores(self):
+        model, _ = classifier()
+        reference = model.predict(FEATURES)
+        wide = np.zeros((8, 8), np.float32)
+        wide[:, ::2] = FEATURES
+        for variant in (FEATURES.astype(np.float64), FEATURES.astype(object), FEATURES.tolist(),
+                        np.asfortranarray(FEATURES), wide[:, ::2], FEATURES.T.copy().T, FEATURES.reshape(8, 2, 2)):
+            np.testing.assert_array_equal(model.predict(variant), reference)
+        ints = model.evaluate(FEATURES, LABELS)
+        for labels in (LABELS.astype(np.int64), LABELS.astype(np.uint8), LABELS.astype(np.float64),
+                       LABELS.tolist(), LABELS.reshape(8, 1)):
+            self.assertEqual(model.evaluate(FEATURES, labels), ints)
+        self.assertEqual(model.predict(np.zeros((0, 4), np.float32)).shape, (0, 3))
+
+    def test_values_a_cast_would_change_are_refused(self):
+        model, optimizer = classifier()
+        before = model.parameters()
+        # (InvalidArgumentError, like any data that cannot be read as the input's values)
+        expect(bptrain.InvalidArgumentError, model.predict, FEATURES.astype(np.complex64))  # imaginary part dropped
+        expect(bptrain.InvalidArgumentError, model.predict, FEATURES.astype(str))  # parsed as numbers
+        expect(bptrain.InvalidArgumentError, model.train_step, optimizer, FEATURES, LABELS + 0.5)  # truncated
+        expect(bptrain.InvalidArgumentError, model.evaluate, FEATURES, np.full(8, np.nan))
+        big = expect(bptrain.InvalidArgumentError, model.train_step, optimizer, FEATURES, LABELS.astype(np.int64) + 2 ** 32)
+        self.assertIn("int32", big.message)  # would have wrapped to LABELS
+        expect(bptrain.InvalidArgumentError, model.evaluate, FEATURES, [2 ** 70] * 8)  # not a bare OverflowError
+        expect(bptrain.InvalidArgumentError, model.predict, None)
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, FEATURES, None)
+        expect(bptrain.InvalidArgumentError, model.predict, [[1, 2], [3]])  # ragged
+        np.testing.assert_array_equal(model.parameters(), before)
+        self.assertEqual(optimizer.steps, 0)
+
+    def test_no_samples_and_wrong_shapes(self):
+        model, optimizer = classifier()
+        empty = np.zeros((0, 4), np.float32), np.zeros(0, np.int32)
+        expect(bptrain.ShapeError, model.fit, optimizer, *empty)  # trained nothing, reported loss 0
+        expect(bptrain.ShapeError, model.evaluate, *empty)  # reported loss 0 and accuracy 0
+        expect(bptrain.ShapeError, model.train_step, optimizer, *empty)
+        expect(bptrain.ShapeError, model.predict, np.zeros((0, 5), np.float32))  # empty, but the wrong shape
+        expect(bptrain.ShapeError, model.predict, np.float32(1))
+        expect(bptrain.ShapeError, model.evaluate, FEATURES[:, :3], LABELS)
+        expect(bptrain.ShapeError, model.evaluate, FEATURES, LABELS[:7])
+        self.assertEqual(optimizer.steps, 0)
+
+
 if __name__ == "__main__":
     sys.argv[1:1] = ["-v"] if "-v" not in sys.argv else []
     unittest.main()
