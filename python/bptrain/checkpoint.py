@@ -5,7 +5,7 @@ parameters): the same file the C API and the C examples' --save / --eval use.
 import ctypes
 
 from . import _native
-from ._checks import integer
+from ._checks import integer, path as checked_path
 from ._errors import UNSUPPORTED, error
 from ._native import lib
 
@@ -35,8 +35,9 @@ def _contents(optimizer, dataset, epoch=0, step=0):
 
 
 def save_checkpoint(model, path, optimizer, dataset, epoch, step):
+    path = checked_path(path, "Model.save")
     contents = _contents(optimizer, dataset, epoch, step)
-    model.context.check(lib.bpt_checkpoint_save(model.handle, str(path).encode(), ctypes.byref(contents)))
+    model.context.check(lib.bpt_checkpoint_save(model.handle, path, ctypes.byref(contents)))
 
 
 def has_load_options():
@@ -45,18 +46,19 @@ def has_load_options():
 
 
 def load_checkpoint(model, path, optimizer, dataset, strict):
+    path = checked_path(path, "Model.load")
     contents = _contents(optimizer, dataset)
     if not has_load_options():
         if not strict:
             raise error(UNSUPPORTED, "bptrain: Model.load(strict=False) needs bpt_checkpoint_load_with_options, "
                                      "which %s does not have" % lib._name)
-        model.context.check(lib.bpt_checkpoint_load(model.handle, str(path).encode(), ctypes.byref(contents)))
+        model.context.check(lib.bpt_checkpoint_load(model.handle, path, ctypes.byref(contents)))
         names = [node.name for node in model.parameter_nodes()]
         return LoadReport(names, [], [], {}, contents.epoch, contents.step)
     options = lib.bpt_checkpoint_load_options_default()
     options.strict = int(bool(strict))
     report = _native.handle()
-    model.context.check(lib.bpt_checkpoint_load_with_options(model.handle, str(path).encode(), ctypes.byref(contents),
+    model.context.check(lib.bpt_checkpoint_load_with_options(model.handle, path, ctypes.byref(contents),
                                                              ctypes.byref(options), ctypes.byref(report)))
     try:
         lists, reasons = [], {}

@@ -4,7 +4,7 @@ no graph: dtypes, number-format conversion, the profiler and the fpga-sim backen
 import ctypes
 
 from . import _native
-from ._checks import INT32, UINT64, integer
+from ._checks import INT32, UINT64, integer, path as checked_path, text
 from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, error
 from ._handles import _Native
 from ._native import lib
@@ -131,7 +131,8 @@ class Context:
             backend = choose_backend()
         options = lib.bpt_context_options_default()
         options.size = ctypes.sizeof(options)
-        options.backend = str(backend).encode()
+        backend_name = text(backend, "Context backend")  # kept alive while options points at it
+        options.backend = backend_name
         seed = integer(seed, "Context seed", *UINT64)
         options.num_threads = integer(threads, "Context threads", *INT32)
         options.seed, options.cpu_fallback = seed, int(bool(cpu_fallback))
@@ -189,7 +190,7 @@ class Context:
 
     def write_profile_trace(self, path):
         """Writes the recorded events as a Chrome trace JSON file (chrome://tracing, ui.perfetto.dev)."""
-        self.check(lib.bpt_profiler_write_trace(self.handle, str(path).encode()))
+        self.check(lib.bpt_profiler_write_trace(self.handle, checked_path(path, "Context.write_profile_trace")))
 
     # number_format.h
     def convert(self, values, source, destination, rounding="nearest_even", saturate=False, scale=1.0, seed=0):

@@ -2,7 +2,7 @@
 import ctypes
 
 from . import _native
-from ._checks import INT32, UINT64, integer, number
+from ._checks import INT32, UINT64, integer, number, path, text
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
@@ -23,11 +23,11 @@ class Dataset:
             if split is None or images is not None:
                 raise error(INVALID_ARGUMENT, "bptrain: Dataset: give a directory and a split, or images= (and "
                                               "labels=) paths")
-            context.check(lib.bpt_dataset_load_idx_directory(context.handle, str(directory).encode(),
-                                                              str(split).encode(), ctypes.byref(handle)))
+            context.check(lib.bpt_dataset_load_idx_directory(context.handle, path(directory, "Dataset directory"),
+                                                              text(split, "Dataset split"), ctypes.byref(handle)))
         elif images is not None:
-            context.check(lib.bpt_dataset_load_idx(context.handle, str(images).encode(),
-                                                    None if labels is None else str(labels).encode(),
+            context.check(lib.bpt_dataset_load_idx(context.handle, path(images, "Dataset images"),
+                                                    None if labels is None else path(labels, "Dataset labels"),
                                                     ctypes.byref(handle)))
         else:
             raise error(INVALID_ARGUMENT, "bptrain: Dataset: give a directory and a split, or images= paths")

@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 
+from ._errors import IO, error
+
 
 class MetricsWriter:
     """Writes the metrics CSV shared with the C examples (examples/common/example_metrics.h)."""
@@ -12,7 +14,10 @@ class MetricsWriter:
                "learning_rate", "seconds"]
 
     def __init__(self, path):
-        self.file = open(path, "w", newline="")
+        try:
+            self.file = open(path, "w", newline="")
+        except (OSError, TypeError, ValueError) as failure:  # the binding's FileError, like Model.save's
+            raise error(IO, "bptrain: metrics file %r: %s" % (path, failure)) from None
         self.writer = csv.writer(self.file)
         self.writer.writerow(self.COLUMNS)
 

@@ -9,7 +9,7 @@ place, without a conversion copy.
 import ctypes
 
 from . import _native, _ops
-from ._checks import INT32, integer, number
+from ._checks import INT32, integer, number, path as checked_path, text
 from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, Error, error
 from ._handles import _Native
 from ._native import lib
@@ -80,7 +80,7 @@ class Node:
 def _builder(op):
     def build(self, *args, name=None, **kwargs):
         arguments = op.bind(args, kwargs)
-        node = self._add(op.c_function, self._name(name, op.prefix).encode(), *arguments)
+        node = self._add(op.c_function, self._name(name, op.prefix), *arguments)
         if op.method == "softmax_cross_entropy":
             self.logits = args[0] if args else kwargs["logits"]
         elif op.method == "mse_loss":
@@ -121,11 +121,11 @@ class Model(TrainingLoop):
 
     def _name(self, name, kind):
         if name:
-            return str(name)
+            return text(name, "node name")
         self._names[kind] = self._names.get(kind, 0) + 1
         if kind == "loss" and self._names[kind] == 1:  # a model's one loss is "loss", like the C examples'
-            return kind
-        return "%s%d" % (kind, self._names[kind])
+            return kind.encode()
+        return ("%s%d" % (kind, self._names[kind])).encode()
 
     def _add(self, function, *arguments, dtype="f32", sample_shape=None):
         out = _native.handle()
@@ -138,7 +138,7 @@ class Model(TrainingLoop):
         if dtype not in ("f32", "i32"):
             raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
         rank, dims = _ops._dims(shape, "Model.input")
-        node = self._add(lib.bpt_graph_input, str(name).encode(), DTYPES[dtype], rank, dims, dtype=dtype,
+        node = self._add(lib.bpt_graph_input, text(name, "Model.input name"), DTYPES[dtype], rank, dims, dtype=dtype,
                          sample_shape=tuple(dims[axis] for axis in range(rank)))
         self.inputs.append(node)
         return node
@@ -147,13 +147,13 @@ class Model(TrainingLoop):
         """Declares a trainable parameter of `shape` (no batch dimension), filled by `init` at compile time."""
         rank, dims = _ops._dims(shape, "Model.parameter")
         init = _ops._enum(_ops.INITIALIZERS, "init")(init, "Model.parameter")[0]
-        return self._add(lib.bpt_graph_parameter, str(name).encode(), rank, dims, init)
+        return self._add(lib.bpt_graph_parameter, text(name, "Model.parameter name"), rank, dims, init)
 
     def buffer(self, name, shape, init="zeros"):
         """Declares a non-trainable parameter (batch-norm running statistics, for example)."""
         rank, dims = _ops._dims(shape, "Model.buffer")
         init = _ops._enum(_ops.INITIALIZERS, "init")(init, "Model.buffer")[0]
-        return self._add(lib.bpt_graph_nontrainable_parameter, str(name).encode(), rank, dims, init)
+        return self._add(lib.bpt_graph_nontrainable_parameter, text(name, "Model.buffer name"), rank, dims, init)
 
     def sequential(self, x, layers, prefix="layer"):
         """Builds a stack from a table of layers, each a tuple ("conv2d", {"units": 6, "kernel": 5}) or a
@@ -179,7 +179,7 @@ class Model(TrainingLoop):
                                 (index, kind, field))
                 what = "sequential: layer %d (%s) %s" % (index, kind, field)
                 setattr(specs[index], field, number(value, what) if field == "rate" else integer(value, what))
-        return self._add(lib.bpt_layer_sequential, str(prefix).encode(), _ops._node(x, "Model.sequential")[0],
+        return self._add(lib.bpt_layer_sequential, text(prefix, "Model.sequential prefix"), _ops._node(x, "Model.sequential")[0],
                          specs, len(layers))
 
     def set_precision(self, compute_dtype="f32", loss_scaling="auto", initial_loss_scale=None,
@@ -449,7 +449,7 @@ class Model(TrainingLoop):
     def node(self, name):
         """The node called `name` (InvalidArgumentError when there is none)."""
         out = _native.handle()
-        self.context.check(lib.bpt_graph_find_node(self.handle, str(name).encode(), ctypes.byref(out)))
+        self.context.check(lib.bpt_graph_find_node(self.handle, text(name, "Model.node name"), ctypes.byref(out)))
         return Node(self, out)
 
     def memory(self):
@@ -520,7 +520,8 @@ class Model(TrainingLoop):
         options.input_mean = number(input_mean, "Model.export_onnx input_mean")
         options.input_std = number(input_std, "Model.export_onnx input_std")
         options.softmax = int(bool(softmax))
-        self.context.check(lib.bpt_graph_export_onnx(self.handle, str(path).encode(), ctypes.byref(options)))
+        self.context.check(lib.bpt_graph_export_onnx(self.handle, checked_path(path, "Model.export_onnx"),
+                                                     ctypes.byref(options)))
 
     def close(self):
         """Destroys the optimisers and tensors made for this model, then its graph: using any of them (or its

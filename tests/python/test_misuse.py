@@ -4,7 +4,9 @@ value, a wrong result or a crash), and the model stays usable afterwards.
 
 Run by CTest (check_python_misuse) with BPTRAIN_LIBRARY and PYTHONPATH set; skips (77) without NumPy.
 """
+import os
 import sys
+import tempfile
 import unittest
 
 from support import expect
@@ -121,6 +123,48 @@ class Arrays(unittest.TestCase):
         expect(bptrain.ShapeError, model.evaluate, FEATURES[:, :3], LABELS)
         expect(bptrain.ShapeError, model.evaluate, FEATURES, LABELS[:7])
         self.assertEqual(optimizer.steps, 0)
+
+
+class PathsAndNames(unittest.TestCase):
+    """str(path).encode() turned None into the file "None" and b"x" into "b'x'", and C cut names at a NUL."""
+
+    def test_paths(self):
+        model, optimizer = classifier()
+        with tempfile.TemporaryDirectory() as directory:
+            os.chdir(directory)
+            try:
+                expect(bptrain.InvalidArgumentError, model.save, None)
+                expect(bptrain.InvalidArgumentError, model.save, "")
+                expect(bptrain.InvalidArgumentError, model.save, os.path.join(directory, "a\0b"))
+                expect(bptrain.InvalidArgumentError, model.export_onnx, None)
+                expect(bptrain.InvalidArgumentError, model.context.write_profile_trace, None)
+                self.assertEqual(os.listdir(directory), [])
+                model.save(os.path.join(directory, "a").encode())  # bytes and os.PathLike name the file itself
+                model.load(__import__("pathlib").Path(directory, "a"))
+                self.assertEqual(os.listdir(directory), ["a"])
+                expect(bptrain.InvalidArgumentError, model.load, os.path.join(directory, "a\0junk"))
+                expect(bptrain.FileError, model.save, directory)  # the library's message: a directory
+                expect(bptrain.FileError, model.load, os.path.join(directory, "missing"))
+                with open(os.path.join(directory, "garbage"), "wb") as file:
+                    file.write(b"garbage" * 20)
+                expect(bptrain.FormatError, model.load, os.path.join(directory, "garbage"))
+                error = expect(bptrain.FileError, model.fit, optimizer, FEATURES, LABELS,
+                               metrics=os.path.join(directory, "no", "m.csv"))
+                self.assertIn("m.csv", error.message)
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, model.context, None, "train")
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, model.context, images=b"x\0y")
+            finally:
+                os.chdir(os.path.dirname(os.path.abspath(__file__)))
+
+    def test_names(self):
+        model = bptrain.Model(context())
+        expect(bptrain.InvalidArgumentError, model.input, "x\0y", (4,))
+        expect(bptrain.InvalidArgumentError, model.input, None, (4,))
+        x = model.input("x", (4,))
+        expect(bptrain.InvalidArgumentError, model.relu, x, name="r\0elu")
+        expect(bptrain.InvalidArgumentError, model.node, "x\0anything")
+        expect(bptrain.InvalidArgumentError, bptrain.Context, "cpu\0junk")
+        self.assertEqual(model.relu(x, name=7).name, "7")
 
 
 if __name__ == "__main__":
