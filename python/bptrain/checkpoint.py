@@ -6,7 +6,7 @@ import ctypes
 
 from . import _native
 from ._checks import integer, path as checked_path
-from ._errors import UNSUPPORTED, error
+from ._errors import INVALID_ARGUMENT, UNSUPPORTED, error
 from ._native import lib
 
 _LOADED, _SKIPPED, _MISSING = 0, 1, 2
@@ -26,7 +26,14 @@ class LoadReport:
             len(self.loaded), self.skipped, self.missing, self.epoch, self.step)
 
 
-def _contents(optimizer, dataset, epoch=0, step=0):
+def _contents(model, optimizer, dataset, epoch=0, step=0):
+    from .data import Dataset
+    from .training import Optimizer
+    if optimizer is not None and (not isinstance(optimizer, Optimizer) or optimizer.model is not model):
+        raise error(INVALID_ARGUMENT, "bptrain: checkpoint: optimizer must be a bptrain.Optimizer of this model, "
+                                      "not %r" % (optimizer,))
+    if dataset is not None and not isinstance(dataset, Dataset):
+        raise error(INVALID_ARGUMENT, "bptrain: checkpoint: dataset must be a bptrain.Dataset, not %r" % (dataset,))
     contents = lib.bpt_checkpoint_contents_default()
     contents.optimizer = optimizer.handle if optimizer is not None else None
     contents.dataset = dataset.handle if dataset is not None else None
@@ -36,7 +43,7 @@ def _contents(optimizer, dataset, epoch=0, step=0):
 
 def save_checkpoint(model, path, optimizer, dataset, epoch, step):
     path = checked_path(path, "Model.save")
-    contents = _contents(optimizer, dataset, epoch, step)
+    contents = _contents(model, optimizer, dataset, epoch, step)
     model.context.check(lib.bpt_checkpoint_save(model.handle, path, ctypes.byref(contents)))
 
 
@@ -47,7 +54,7 @@ def has_load_options():
 
 def load_checkpoint(model, path, optimizer, dataset, strict):
     path = checked_path(path, "Model.load")
-    contents = _contents(optimizer, dataset)
+    contents = _contents(model, optimizer, dataset)
     if not has_load_options():
         if not strict:
             raise error(UNSUPPORTED, "bptrain: Model.load(strict=False) needs bpt_checkpoint_load_with_options, "

@@ -7,7 +7,7 @@ from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
 from ._tensor import _Tensor
-from .context import require_numpy
+from .context import Context, require_numpy
 
 
 class Dataset:
@@ -17,6 +17,8 @@ class Dataset:
 
     def __init__(self, context, directory=None, split=None, mean=0.0, std=1.0, limit=None, images=None,
                  labels=None):
+        if not isinstance(context, Context):
+            raise error(INVALID_ARGUMENT, "bptrain: Dataset: expected a bptrain.Context, got %r" % (context,))
         self.context = context
         handle = _native.handle()
         if directory is not None:

@@ -16,6 +16,7 @@ class TrainingLoop:
 
     def train_step(self, optimizer, *arrays, clip_norm=None):
         """One forward, backward and optimiser step on one batch (one array per input); returns the loss."""
+        self._check_optimizer(optimizer, "train_step")
         sources, count = self._sources(arrays, "train_step")
         self._feed(sources, slice(0, count))
         return self._step(optimizer, clip_norm)
@@ -38,9 +39,9 @@ class TrainingLoop:
         test_accuracy when `evaluation` is given.
         """
         self._require_compiled("fit")
-        from .training import Optimizer
-        if not isinstance(optimizer, Optimizer):
-            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: the first argument must be a bptrain.Optimizer")
+        self._check_optimizer(optimizer, "fit")
+        if isinstance(evaluation, list):
+            evaluation = tuple(evaluation)
         batch_size = self._batch_size(batch_size, "fit")
         epochs = integer(epochs, "Model.fit epochs", 1)
         seed = self.context.seed if seed is None else integer(seed, "Model.fit seed", *UINT64)
@@ -78,6 +79,14 @@ class TrainingLoop:
             if writer:
                 writer.close()
         return history
+
+    def _check_optimizer(self, optimizer, what):
+        """An optimiser of another model would step that model's parameters with its stale gradients."""
+        from .training import Optimizer
+        if not isinstance(optimizer, Optimizer):
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the first argument must be a bptrain.Optimizer" % what)
+        if optimizer.model is not self:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the optimizer was made for another model" % what)
 
     def _batch_size(self, batch_size, what):
         """`batch_size` checked against the compiled max_batch; None means max_batch."""
@@ -121,7 +130,7 @@ class TrainingLoop:
         if output is None:
             raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the model has no softmax_cross_entropy or mse_loss "
                                           "to take the output from; pass output=<node>" % what)
-        return output
+        return self._own_node(output, "%s output" % what)
 
     def _with_mode(self, training):
         """Context manager: the given mode for the duration, then the previous one."""
@@ -144,6 +153,8 @@ class TrainingLoop:
         self._require_compiled("predict")
         output = self._default_output(output, "predict")
         batch_size = self._batch_size(batch_size, "predict")
+        if not self.inputs:
+            raise error(STATE, "bptrain: Model.predict: the model has no inputs to feed x into")
         source = self._array(x, self.inputs[0])
         count = len(source)
         sources = [source] + [None] * (len(self.inputs) - 1)

@@ -15,7 +15,7 @@ from ._handles import _Native
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
 from ._tensor import _Tensor
-from .context import DTYPES, dtype_code, numpy_dtype, require_numpy
+from .context import DTYPES, Context, dtype_code, numpy_dtype, require_numpy
 from .loop import TrainingLoop
 
 _LOSS_SCALING = {"auto": 0, "none": 1, "dynamic": 2}
@@ -98,6 +98,8 @@ class Model(TrainingLoop):
     each returns the output Node and takes an optional `name` (default: the kind and a counter)."""
 
     def __init__(self, context):
+        if not isinstance(context, Context):
+            raise error(INVALID_ARGUMENT, "bptrain: Model: expected a bptrain.Context, got %r" % (context,))
         self.context = context
         handle = _native.handle()
         context.check(lib.bpt_graph_create(context.handle, ctypes.byref(handle)))
@@ -220,6 +222,14 @@ class Model(TrainingLoop):
         self.max_batch = max_batch
         for node in self.inputs:
             self._tensors[node._address] = _Tensor(self, node.dtype, (self.max_batch,) + node.sample_shape)
+
+    def _own_node(self, node, what):
+        """`node` when it is a Node of this model (InvalidArgumentError otherwise)."""
+        if not isinstance(node, Node):
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: expected a bptrain.Node, got %r" % (what, node))
+        if node.model is not self:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: %r belongs to another model" % (what, node))
+        return node
 
     def _require_compiled(self, what):
         if not self.compiled:
@@ -346,8 +356,11 @@ class Model(TrainingLoop):
     def set_input(self, node, data):
         """Feeds one batch (an array of samples) into input `node`."""
         self._require_compiled("set_input")
-        if node not in self.inputs:
+        node = self._own_node(node, "set_input")
+        inputs = [declared for declared in self.inputs if declared._address == node._address]
+        if not inputs:  # (the same input found again by Model.node(name) is the declared one)
             raise error(INVALID_ARGUMENT, "bptrain: Model.set_input: %r is not an input of this model" % (node,))
+        node = inputs[0]
         source = self._array(data, node)
         tensor = self._tensors[node._address]
         if len(source) > tensor.capacity:
@@ -381,6 +394,7 @@ class Model(TrainingLoop):
     def read(self, node):
         """The node's values from the last forward pass as a new array (batch first where it has one)."""
         self._require_compiled("read")
+        node = self._own_node(node, "read")
         tensor = self._tensors.get(node._address)
         if tensor is None:
             tensor = self._tensors[node._address] = _Tensor(self, node.dtype, node.shape or (1,))
@@ -486,6 +500,10 @@ class Model(TrainingLoop):
         samples, loss, accuracy, top_k and top_k_accuracy, and with confusion_matrix=True a classes x classes
         int64 array (row = label, column = prediction)."""
         self._require_compiled("evaluate_dataset")
+        from .data import Dataset
+        if not isinstance(dataset, Dataset):
+            raise error(INVALID_ARGUMENT, "bptrain: Model.evaluate_dataset: expected a bptrain.Dataset, got %r" %
+                        (dataset,))
         options = lib.bpt_eval_options_default()
         options.top_k = integer(top_k, "Model.evaluate_dataset top_k", *INT32)
         options.batch_size = 0 if batch_size is None else self._batch_size(batch_size, "evaluate_dataset")

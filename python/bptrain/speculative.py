@@ -19,6 +19,7 @@ class SpeculativeTrainer:
     def __init__(self, model, optimizer, threshold=0.0, distance="mean_absolute", final_threshold=None,
                  schedule_steps=0, threads=2, gradient_clip=0.0):
         model._require_compiled("SpeculativeTrainer")
+        model._check_optimizer(optimizer, "SpeculativeTrainer")
         if distance not in _DISTANCES:
             raise error(INVALID_ARGUMENT, "bptrain: SpeculativeTrainer: distance must be one of %s" %
                         sorted(_DISTANCES))

@@ -48,6 +48,9 @@ class Optimizer:
         if kind not in _OPTIMIZERS:
             raise error(INVALID_ARGUMENT, "bptrain: Optimizer: kind must be one of %s, not %r" %
                         (sorted(_OPTIMIZERS), kind))
+        from .model import Model
+        if not isinstance(model, Model):
+            raise error(INVALID_ARGUMENT, "bptrain: Optimizer: expected a bptrain.Model, got %r" % (model,))
         model._require_compiled("Optimizer")
         options = lib.bpt_optimizer_options_default()
         options.kind = _OPTIMIZERS[kind]

@@ -167,6 +167,49 @@ class PathsAndNames(unittest.TestCase):
         self.assertEqual(model.relu(x, name=7).name, "7")
 
 
+class Ownership(unittest.TestCase):
+    """Objects of another model, or of the wrong kind, are refused before they reach C."""
+
+    def test_optimizer_of_another_model(self):
+        model, optimizer = classifier()
+        other, other_optimizer = classifier(model.context)
+        model.train_step(optimizer, FEATURES, LABELS)
+        before, other_before = model.parameters(), other.parameters()
+        # other.train_step(optimizer) used to step `model` with its stale gradients and train nothing of `other`
+        expect(bptrain.InvalidArgumentError, other.train_step, optimizer, FEATURES, LABELS)
+        expect(bptrain.InvalidArgumentError, other.fit, optimizer, FEATURES, LABELS)
+        expect(bptrain.InvalidArgumentError, other.train_step, "sgd", FEATURES, LABELS)
+        expect(bptrain.InvalidArgumentError, other.save, "unused.ckpt", optimizer=optimizer)
+        expect(bptrain.InvalidArgumentError, other.save, "unused.ckpt", optimizer="sgd")
+        expect(bptrain.InvalidArgumentError, other.save, "unused.ckpt", dataset=FEATURES)
+        np.testing.assert_array_equal(model.parameters(), before)
+        np.testing.assert_array_equal(other.parameters(), other_before)
+        self.assertEqual((optimizer.steps, other_optimizer.steps), (1, 0))
+
+    def test_nodes_and_objects_of_the_wrong_kind(self):
+        model, optimizer = classifier()
+        other, _ = classifier(model.context)
+        model.train_step(optimizer, FEATURES, LABELS)
+        expect(bptrain.InvalidArgumentError, model.read, None)
+        expect(bptrain.InvalidArgumentError, model.read, other.logits)
+        expect(bptrain.InvalidArgumentError, model.predict, FEATURES, output="logits")
+        expect(bptrain.InvalidArgumentError, model.set_input, other.inputs[0], FEATURES)
+        expect(bptrain.InvalidArgumentError, model.evaluate_dataset, None)
+        expect(bptrain.InvalidArgumentError, bptrain.Optimizer, None)
+        expect(bptrain.InvalidArgumentError, bptrain.Model, None)
+        expect(bptrain.InvalidArgumentError, bptrain.Dataset, None, "directory", "train")
+        model.set_input(model.node("x"), FEATURES)  # the same input found by name is fine
+        empty = bptrain.Model(model.context)
+        weight = empty.parameter("w", (2,))
+        empty.compile(None, 2)
+        expect(bptrain.StateError, empty.predict, FEATURES, output=weight)  # no input: was an IndexError
+
+    def test_evaluation_as_a_list(self):
+        model, optimizer = classifier()
+        history = model.fit(optimizer, FEATURES, LABELS, evaluation=[FEATURES, LABELS])
+        self.assertIn("test_accuracy", history[0])
+
+
 if __name__ == "__main__":
     sys.argv[1:1] = ["-v"] if "-v" not in sys.argv else []
     unittest.main()
