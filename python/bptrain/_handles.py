@@ -1,6 +1,7 @@
 """Ownership of native handles: each Python object holds its handle in a _Native, which destroys it exactly
 once and never while a native object made from it is alive, whatever the order of close() and collection.
 """
+import functools
 import weakref
 
 from ._errors import STATE, error
@@ -69,3 +70,38 @@ class _Native:
 
     def __del__(self):
         self._release()
+
+
+def serialised(cls):
+    """Makes every public method and property of `cls` (and of the classes it derives from) run holding the
+    object's `_lock`, its context's re-entrant lock.
+
+    ctypes releases the GIL around each C call, and a context, its graphs and their buffers are not
+    thread-safe (context.h: one context per thread): two Python threads predicting with one model returned
+    each other's scores, and a close() from another thread freed a graph in the middle of a step. Holding
+    the lock for a whole call (fit, predict, close...) serialises the threads of one context instead; those
+    of different contexts still run in parallel. fit's callback runs with the lock held, so it may use the
+    model, but must not wait for another thread that does.
+    """
+    for base in reversed(cls.__mro__[:-1]):
+        for name, value in list(vars(base).items()):
+            if name.startswith("_") and name not in ("__enter__", "__exit__", "__len__"):
+                continue
+            if isinstance(value, property):
+                setattr(cls, name, property(_locked(value.fget), value.fset and _locked(value.fset), value.fdel,
+                                            value.__doc__))
+            elif callable(value) and not isinstance(value, (type, staticmethod, classmethod)):
+                setattr(cls, name, _locked(value))
+    return cls
+
+
+def _locked(function):
+    if getattr(function, "_bptrain_locked", False):
+        return function
+
+    @functools.wraps(function)
+    def call(self, *arguments, **keywords):
+        with self._lock:
+            return function(self, *arguments, **keywords)
+    call._bptrain_locked = True
+    return call

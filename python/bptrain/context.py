@@ -2,11 +2,12 @@
 no graph: dtypes, number-format conversion, the profiler and the fpga-sim backend's cycle model.
 """
 import ctypes
+import threading
 
 from . import _native
 from ._checks import INT32, UINT64, integer, path as checked_path, text
 from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, error
-from ._handles import _Native
+from ._handles import _Native, serialised
 from ._native import lib
 
 DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8_e5m2": 4, "i32": 5, "u8": 6}
@@ -118,11 +119,13 @@ def dtype_max_finite(dtype):
     return lib.bpt_dtype_max_finite(dtype_code(dtype))
 
 
+@serialised
 class Context:
     """A library instance bound to one backend ("cpu", "cuda", "fpga-sim" or "auto": the first available of
     cuda and cpu); use one per thread. `cpu_fallback` runs nodes the backend lacks on the CPU."""
 
     def __init__(self, backend="cpu", threads=0, seed=42, cpu_fallback=False):
+        self._lock = threading.RLock()  # held by every call on this context and what is made from it
         self._native = None
         if lib.bpt_abi_version() != _native.ABI_VERSION:
             raise error(STATE, "bptrain: the binding expects ABI %d, %s has ABI %d" %

@@ -4,12 +4,13 @@ import ctypes
 from . import _native
 from ._checks import INT32, UINT64, integer, number, path, text
 from ._errors import INVALID_ARGUMENT, error
-from ._handles import _Native
+from ._handles import _Native, serialised
 from ._native import lib
 from ._tensor import _Tensor
 from .context import Context, require_numpy
 
 
+@serialised
 class Dataset:
     """An IDX data set: Dataset(context, "/usr/share/datasets/fashion-mnist", "train") loads
     "<split>-images-idx3-ubyte" and its labels from a directory; Dataset(context, images=PATH, labels=PATH)
@@ -20,6 +21,7 @@ class Dataset:
         if not isinstance(context, Context):
             raise error(INVALID_ARGUMENT, "bptrain: Dataset: expected a bptrain.Context, got %r" % (context,))
         self.context = context
+        self._lock = context._lock
         handle = _native.handle()
         if directory is not None:
             if split is None or images is not None:

@@ -11,7 +11,7 @@ import ctypes
 from . import _native, _ops
 from ._checks import INT32, integer, number, path as checked_path, text
 from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, Error, error
-from ._handles import _Native
+from ._handles import _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
 from ._tensor import _Tensor
@@ -27,6 +27,7 @@ class Node:
 
     def __init__(self, model, handle, dtype="f32", sample_shape=None):
         self.model = model
+        self._lock = model._lock
         self._graph = model._native  # keeps the graph's memory (which holds the node) alive
         self._address = handle.value if isinstance(handle, ctypes.c_void_p) else handle
         self.dtype = dtype
@@ -101,6 +102,7 @@ class Model(TrainingLoop):
         if not isinstance(context, Context):
             raise error(INVALID_ARGUMENT, "bptrain: Model: expected a bptrain.Context, got %r" % (context,))
         self.context = context
+        self._lock = context._lock
         handle = _native.handle()
         context.check(lib.bpt_graph_create(context.handle, ctypes.byref(handle)))
         self._native = _Native(handle.value, lib.bpt_graph_destroy, context._native, "model")
@@ -550,5 +552,7 @@ class Model(TrainingLoop):
 
 for _method, _op in _ops.TABLE.items():
     setattr(Model, _method, _builder(_op))
+serialised(Model)
+serialised(Node)
 
 __all__ = ["Model", "Node", "LoadReport"]

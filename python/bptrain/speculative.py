@@ -6,12 +6,13 @@ import ctypes
 from . import _native
 from ._checks import INT32, integer, number
 from ._errors import INVALID_ARGUMENT, error
-from ._handles import _Native
+from ._handles import _Native, serialised
 from ._native import lib
 
 _DISTANCES = {"mean_absolute": 0, "l2": 1}
 
 
+@serialised
 class SpeculativeTrainer:
     """SpeculativeTrainer(model, optimizer, threshold=0.05, ...) over the model's first (images) and last
     (labels) inputs; train_batch(images, labels) steps the optimiser once per mini-batch."""
@@ -32,6 +33,7 @@ class SpeculativeTrainer:
         options.threads = integer(threads, "SpeculativeTrainer threads", *INT32)
         options.gradient_clip = number(gradient_clip, "SpeculativeTrainer gradient_clip")
         self.model = model
+        self._lock = model._lock
         self.context = model.context
         handle = _native.handle()
         images, labels = model.inputs[0], model.inputs[-1]

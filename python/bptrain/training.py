@@ -4,7 +4,7 @@ import ctypes
 from . import _native
 from ._checks import integer, number
 from ._errors import INVALID_ARGUMENT, error
-from ._handles import _Native
+from ._handles import _Native, serialised
 from ._native import lib
 from .context import check_without_context
 
@@ -40,6 +40,7 @@ class Schedule:
         return value.value
 
 
+@serialised
 class Optimizer:
     """SGD (with momentum), Adam or AdamW over a compiled model's parameters."""
 
@@ -59,6 +60,7 @@ class Optimizer:
             setattr(options, field, number(value, "Optimizer " + field))
         options.nesterov = int(bool(nesterov))
         self.context = model.context
+        self._lock = model._lock
         self.model = model
         handle = _native.handle()
         self.context.check(lib.bpt_optimizer_create(model.handle, ctypes.byref(options), ctypes.byref(handle)))

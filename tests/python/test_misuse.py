@@ -7,6 +7,7 @@ Run by CTest (check_python_misuse) with BPTRAIN_LIBRARY and PYTHONPATH set; skip
 import os
 import sys
 import tempfile
+import threading
 import unittest
 
 from support import expect
@@ -208,6 +209,59 @@ class Ownership(unittest.TestCase):
         model, optimizer = classifier()
         history = model.fit(optimizer, FEATURES, LABELS, evaluation=[FEATURES, LABELS])
         self.assertIn("test_accuracy", history[0])
+
+
+class Threads(unittest.TestCase):
+    """ctypes drops the GIL in C calls: threads sharing a model must be serialised, not interleaved."""
+
+    def test_two_threads_predicting_get_their_own_scores(self):
+        model = bptrain.Model(context())  # wide enough that a forward lasts while the other thread feeds
+        x = model.input("x", (64,))
+        model.compile(model.mse_loss(model.linear(model.relu(model.linear(x, 512)), 4), model.input("t", (4,))), 16)
+        inputs = [np.random.RandomState(seed).randn(160, 64).astype(np.float32) for seed in (1, 2)]
+        expected = [model.predict(x) for x in inputs]
+        wrong, failures, start = [], [], threading.Barrier(2)
+
+        def work(x, reference):
+            start.wait()
+            try:
+                for _ in range(300):  # 10 batches each: interleaved, thread 1's batch was read by thread 2
+                    if not np.array_equal(model.predict(x), reference):
+                        wrong.append(1)
+            except Exception as failure:  # noqa: BLE001 (reported below)
+                failures.append(failure)
+        threads = [threading.Thread(target=work, args=pair) for pair in zip(inputs, expected)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual((len(wrong), failures), (0, []))
+
+    def test_training_threads_and_a_close_from_another_thread(self):
+        model, optimizer = classifier(max_batch=16)
+        x = np.random.RandomState(3).randn(320, 4).astype(np.float32)
+        y = (np.arange(320) % 3).astype(np.int32)
+        failures, trained = [], threading.Event()
+
+        def work():
+            try:
+                for _ in range(50):
+                    model.fit(optimizer, x, y, batch_size=16)
+                    trained.set()
+                    model.predict(x)
+            except bptrain.StateError:
+                pass  # closed by the main thread: fine
+            except Exception as failure:  # noqa: BLE001
+                failures.append(failure)
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        trained.wait(60)
+        model.context.close()  # waits for the step in flight instead of freeing the graph under it
+        for thread in threads:
+            thread.join()
+        self.assertEqual(failures, [])
+        expect(bptrain.StateError, model.predict, x)
 
 
 if __name__ == "__main__":
