@@ -72,6 +72,17 @@ class _Native:
         self._release()
 
 
+class Closing:
+    """`with` support for the objects that have close(): leaving the block closes the object (and what was
+    made from it), like leaving `with Context()`."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):
+        self.close()
+
+
 def serialised(cls):
     """Makes every public method and property of `cls` (and of the classes it derives from) run holding the
     object's `_lock`, its context's re-entrant lock.

@@ -4,14 +4,14 @@ import ctypes
 from . import _native
 from ._checks import INT32, UINT64, integer, number, path, text
 from ._errors import INVALID_ARGUMENT, error
-from ._handles import _Native, serialised
+from ._handles import Closing, _Native, serialised
 from ._native import lib
 from ._tensor import _Tensor
 from .context import Context, require_numpy
 
 
 @serialised
-class Dataset:
+class Dataset(Closing):
     """An IDX data set: Dataset(context, "/usr/share/datasets/fashion-mnist", "train") loads
     "<split>-images-idx3-ubyte" and its labels from a directory; Dataset(context, images=PATH, labels=PATH)
     loads two files (labels optional). `limit` keeps only the first samples of each pass (whole batches)."""

@@ -11,7 +11,7 @@ import ctypes
 from . import _native, _ops
 from ._checks import INT32, integer, number, path as checked_path, text
 from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, Error, error
-from ._handles import _Native, serialised
+from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
 from ._tensor import _Tensor
@@ -92,7 +92,7 @@ def _builder(op):
     return build
 
 
-class Model(TrainingLoop):
+class Model(TrainingLoop, Closing):
     """A define-then-run graph: declare inputs and layers, compile, then train, evaluate, predict and save.
 
     Layer methods (linear, conv2d, batch_norm, relu, max_pool2d, ...) come from the op table in _ops.py;

@@ -6,14 +6,14 @@ import ctypes
 from . import _native
 from ._checks import INT32, integer, number
 from ._errors import INVALID_ARGUMENT, error
-from ._handles import _Native, serialised
+from ._handles import Closing, _Native, serialised
 from ._native import lib
 
 _DISTANCES = {"mean_absolute": 0, "l2": 1}
 
 
 @serialised
-class SpeculativeTrainer:
+class SpeculativeTrainer(Closing):
     """SpeculativeTrainer(model, optimizer, threshold=0.05, ...) over the model's first (images) and last
     (labels) inputs; train_batch(images, labels) steps the optimiser once per mini-batch."""
 

@@ -4,7 +4,7 @@ import ctypes
 from . import _native
 from ._checks import integer, number
 from ._errors import INVALID_ARGUMENT, error
-from ._handles import _Native, serialised
+from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .context import check_without_context
 
@@ -41,7 +41,7 @@ class Schedule:
 
 
 @serialised
-class Optimizer:
+class Optimizer(Closing):
     """SGD (with momentum), Adam or AdamW over a compiled model's parameters."""
 
     def __init__(self, model, kind="sgd", learning_rate=0.01, momentum=0.0, nesterov=False, weight_decay=0.0,

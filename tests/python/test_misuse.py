@@ -264,6 +264,53 @@ class Threads(unittest.TestCase):
         expect(bptrain.StateError, model.predict, x)
 
 
+class Lifetimes(unittest.TestCase):
+    def test_with_blocks_close_what_they_made(self):
+        with context() as ctx:
+            with bptrain.Model(ctx) as model:
+                x = model.input("x", (4,))
+                model.compile(model.mse_loss(model.linear(x, 2), model.input("t", (2,))), 4)
+                with bptrain.Optimizer(model) as optimizer:
+                    model.train_step(optimizer, FEATURES[:4], np.zeros((4, 2)))
+                expect(bptrain.StateError, optimizer.step)  # closed by its block, the model still open
+                self.assertEqual(model.predict(FEATURES[:2]).shape, (2, 2))
+            expect(bptrain.StateError, model.predict, FEATURES[:2])
+            expect(bptrain.StateError, lambda: x.shape)
+        expect(bptrain.StateError, lambda: ctx.backend)
+        model.close()  # closing again, in any order, is harmless
+        ctx.close()
+
+    def test_use_after_close_in_any_order(self):
+        model, optimizer = classifier()
+        node = model.logits
+        model.context.close()
+        for call in (lambda: model.predict(FEATURES), lambda: optimizer.step(), lambda: node.shape,
+                     lambda: model.fit(optimizer, FEATURES, LABELS), lambda: model.save("unused.ckpt"),
+                     lambda: bptrain.Model(model.context), lambda: optimizer.learning_rate):
+            expect(bptrain.StateError, call)
+
+    def test_an_exception_out_of_a_callback_leaves_the_model_usable(self):
+        model, optimizer = classifier()
+        epochs = []
+
+        def interrupt(record):
+            epochs.append(record["epoch"])
+            raise KeyboardInterrupt
+        with tempfile.TemporaryDirectory() as directory:
+            metrics = os.path.join(directory, "m.csv")
+            with self.assertRaises(KeyboardInterrupt):
+                model.fit(optimizer, FEATURES, LABELS, epochs=3, callback=interrupt, metrics=metrics)
+            with open(metrics) as file:  # closed and complete up to the interrupt
+                self.assertEqual(sum(line.startswith("epoch,") for line in file), 1)
+        self.assertEqual((epochs, optimizer.steps), ([1], 1))
+        self.assertEqual(len(model.fit(optimizer, FEATURES, LABELS, epochs=2)), 2)
+        self.assertEqual(model.predict(FEATURES).shape, (8, 3))
+
+        def close(record):
+            model.close()
+        expect(bptrain.StateError, model.fit, optimizer, FEATURES, LABELS, epochs=2, callback=close)
+
+
 if __name__ == "__main__":
     sys.argv[1:1] = ["-v"] if "-v" not in sys.argv else []
     unittest.main()
