@@ -81,4 +81,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except bptrain.Error as failure:  # the library's message says what and where; no traceback for a bad argument
+        sys.exit("%s: error: %s" % (sys.argv[0], failure))

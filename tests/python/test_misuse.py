@@ -5,6 +5,7 @@ value, a wrong result or a crash), and the model stays usable afterwards.
 Run by CTest (check_python_misuse) with BPTRAIN_LIBRARY and PYTHONPATH set; skips (77) without NumPy.
 """
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -309,6 +310,18 @@ class Lifetimes(unittest.TestCase):
         def close(record):
             model.close()
         expect(bptrain.StateError, model.fit, optimizer, FEATURES, LABELS, epochs=2, callback=close)
+
+
+class Examples(unittest.TestCase):
+    def test_bad_arguments_are_one_line_errors(self):
+        examples = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python")
+        for example in ("mnist_mlp.py", "mnist_cnn.py"):
+            for arguments in (["--backend", "no-such-backend"], ["--threads", "-1"], ["--data", "/no/such/dir"]):
+                run = subprocess.run([sys.executable, os.path.join(examples, example)] + arguments,
+                                     capture_output=True, text=True, timeout=120)
+                self.assertEqual(run.returncode, 1, run.stderr)
+                self.assertNotIn("Traceback", run.stderr)
+                self.assertIn("error: ", run.stderr)
 
 
 if __name__ == "__main__":
