@@ -5,8 +5,8 @@ import ctypes
 import threading
 
 from . import _native
-from ._checks import INT32, UINT64, integer, path as checked_path, text
-from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, error
+from ._checks import INT32, UINT64, integer, number, path as checked_path, text
+from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, Error, error
 from ._handles import _Native, serialised
 from ._native import lib
 
@@ -37,6 +37,34 @@ def numpy_dtype(dtype):
     dtype_code(dtype)
     return {"f32": numpy.float32, "f16": numpy.uint16, "bf16": numpy.uint16, "fp8_e4m3": numpy.uint8,
             "fp8_e5m2": numpy.uint8, "i32": numpy.int32, "u8": numpy.uint8}[dtype]
+
+
+def numeric_array(values, dtype, what):
+    """`values` as a C-contiguous array of the NumPy type of `dtype` (a bptrain dtype name), refusing None,
+    non-numeric data and, for the narrow float formats (given as their bit patterns), anything but integers
+    that fit the pattern: 1.5 as an f16 source was read as the bit pattern 1."""
+    numpy = require_numpy()
+    target = numpy.dtype(numpy_dtype(dtype))
+    if values is None:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: got None, expected an array" % what)
+    try:
+        raw = numpy.asarray(values)
+        if raw.dtype.kind not in "biufO":
+            raise error(INVALID_ARGUMENT, "bptrain: %s: %s values are not numbers" % (what, raw.dtype))
+        if target.kind == "u" and raw.size and raw.dtype.kind not in "bu":
+            exact = raw.astype(numpy.float64)
+            info = numpy.iinfo(target)
+            if not ((exact == numpy.trunc(exact)).all() and exact.min() >= 0 and exact.max() <= info.max):
+                raise error(INVALID_ARGUMENT, "bptrain: %s: %s values are bit patterns, integers in [0, %d]" %
+                            (what, dtype, info.max))
+        elif target.kind == "u" and raw.size and raw.max() > numpy.iinfo(target).max:
+            raise error(INVALID_ARGUMENT, "bptrain: %s: %s bit patterns must fit %s" % (what, dtype, target))
+        return numpy.ascontiguousarray(raw, dtype=target)
+    except (TypeError, ValueError, OverflowError) as failure:
+        if isinstance(failure, Error):
+            raise
+        raise error(INVALID_ARGUMENT, "bptrain: %s: cannot read the values as %s: %s" % (what, dtype, failure)) \
+            from None
 
 
 def thread_message():
@@ -202,19 +230,18 @@ class Context:
         numpy = require_numpy()
         if rounding not in _ROUNDING:
             raise error(INVALID_ARGUMENT, "bptrain: convert: rounding must be one of %s" % sorted(_ROUNDING))
-        values = numpy.ascontiguousarray(values, dtype=numpy_dtype(source))
+        values = numeric_array(values, source, "Context.convert")
         result = numpy.empty(values.shape, dtype=numpy_dtype(destination))
         options = lib.bpt_convert_options_default()
-        options.rounding, options.saturate, options.scale, options.seed = _ROUNDING[rounding], int(saturate), \
-            scale, seed
+        options.rounding, options.saturate = _ROUNDING[rounding], int(bool(saturate))
+        options.scale, options.seed = number(scale, "convert scale"), integer(seed, "convert seed", *UINT64)
         self.check(lib.bpt_convert(self.handle, ctypes.byref(options), values.size, dtype_code(source),
                                    values.ctypes.data, dtype_code(destination), result.ctypes.data))
         return result
 
     def fp8_scale(self, values, dtype="fp8_e4m3"):
         """The largest power of two s with max |values| * s within the FP8 format's range."""
-        numpy = require_numpy()
-        values = numpy.ascontiguousarray(values, dtype=numpy.float32)
+        values = numeric_array(values, "f32", "Context.fp8_scale")
         scale = ctypes.c_float()
         self.check(lib.bpt_fp8_scale(self.handle, dtype_code(dtype), values.ctypes.data_as(_native.float_p),
                                      values.size, ctypes.byref(scale)))
@@ -235,6 +262,9 @@ class Context:
                     raise error(INVALID_ARGUMENT, "bptrain: configure_fpga: %s must be one of %s" %
                                 (name, sorted(choices[name])))
                 value = choices[name][value]
+            field_type = dict(_native.FpgaOptions._fields_)[name]
+            value = number(value, "configure_fpga " + name) if field_type in (ctypes.c_double, ctypes.c_float) \
+                else integer(value, "configure_fpga " + name)
             setattr(structure, name, value)
         self.check(lib.bpt_fpga_configure(self.handle, ctypes.byref(structure)))
 

@@ -68,6 +68,9 @@ class Dataset(Closing):
     def check_classes(self, test=None, requested=0):
         """The class count of a classifier over this training set and `test`, checked against both."""
         classes = ctypes.c_int()
+        if test is not None and not isinstance(test, Dataset):
+            raise error(INVALID_ARGUMENT, "bptrain: Dataset.check_classes: test must be a bptrain.Dataset, not %r" %
+                        (test,))
         self.context.check(lib.bpt_dataset_check_classes(self.handle, test.handle if test is not None else None,
                                                          integer(requested, "Dataset.check_classes requested", *INT32),
                                                          ctypes.byref(classes)))

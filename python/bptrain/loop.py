@@ -158,6 +158,9 @@ class TrainingLoop:
         source = self._array(x, self.inputs[0])
         count = len(source)
         sources = [source] + [None] * (len(self.inputs) - 1)
+        if output.op == "parameter":
+            raise error(INVALID_ARGUMENT, "bptrain: Model.predict: output %r is a parameter, not a value per sample; "
+                                          "read it with state_dict()" % output.name)
         tensor = self._tensors.get(output._address)
         if tensor is None:
             tensor = self._tensors[output._address] = _Tensor(self, "f32", output.shape)
@@ -168,6 +171,9 @@ class TrainingLoop:
                 self._feed(sources, slice(first, last))
                 self.context.check(lib.bpt_graph_forward(self.handle))
                 self.context.check(lib.bpt_graph_read(self.handle, output.handle, tensor.handle))
+                if tensor.rows() != last - first:  # computed from parameters alone: no batch dimension
+                    raise error(INVALID_ARGUMENT, "bptrain: Model.predict: output %r has no batch dimension"
+                                % output.name)
                 result[first:last] = tensor.view()[:last - first]
         return result
 

@@ -15,7 +15,7 @@ from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
 from ._tensor import _Tensor
-from .context import DTYPES, Context, dtype_code, numpy_dtype, require_numpy
+from .context import DTYPES, Context, dtype_code, numeric_array, numpy_dtype, require_numpy
 from .loop import TrainingLoop
 
 _LOSS_SCALING = {"auto": 0, "none": 1, "dynamic": 2}
@@ -425,8 +425,7 @@ class Model(TrainingLoop, Closing):
 
     def set_parameters(self, values):
         """Overwrites all parameters from a flat array (the layout of parameters())."""
-        numpy = require_numpy()
-        values = numpy.ascontiguousarray(values, dtype=numpy.float32).reshape(-1)
+        values = numeric_array(values, "f32", "Model.set_parameters").reshape(-1)
         self.context.check(lib.bpt_graph_write_parameters(self.handle, values.ctypes.data_as(_native.float_p),
                                                           values.size))
 

@@ -126,6 +126,22 @@ class Arrays(unittest.TestCase):
         expect(bptrain.ShapeError, model.evaluate, FEATURES, LABELS[:7])
         self.assertEqual(optimizer.steps, 0)
 
+    def test_other_array_arguments(self):
+        model, optimizer = classifier()
+        model.train_step(optimizer, FEATURES, LABELS)
+        before = model.parameters()
+        expect(bptrain.InvalidArgumentError, model.set_parameters, None)  # was written as one NaN
+        expect(bptrain.InvalidArgumentError, model.set_parameters, ["a"] * before.size)  # was a bare ValueError
+        np.testing.assert_array_equal(model.parameters(), before)
+        ctx = model.context
+        expect(bptrain.InvalidArgumentError, ctx.convert, np.array([1.5, 2.0]), "f16", "f32")  # read as bits 1, 2
+        expect(bptrain.InvalidArgumentError, ctx.convert, np.array([70000]), "f16", "f32")  # wrapped to 4464
+        expect(bptrain.InvalidArgumentError, ctx.convert, None, "f32", "f16")  # converted NaN
+        expect(bptrain.InvalidArgumentError, ctx.fp8_scale, None)
+        np.testing.assert_array_equal(ctx.convert(np.array([15360, 16384]), "f16", "f32"), [1.0, 2.0])
+        # a parameter has no batch dimension: predict returned its rows as if they were scores per sample
+        expect(bptrain.InvalidArgumentError, model.predict, FEATURES, output=model.node("linear1.weight"))
+
 
 class PathsAndNames(unittest.TestCase):
     """str(path).encode() turned None into the file "None" and b"x" into "b'x'", and C cut names at a NUL."""
