@@ -327,6 +327,21 @@ class Lifetimes(unittest.TestCase):
             model.close()
         expect(bptrain.StateError, model.fit, optimizer, FEATURES, LABELS, epochs=2, callback=close)
 
+    def test_ctrl_c_during_fit_leaves_the_model_usable(self):
+        import _thread
+        model, optimizer = classifier(max_batch=16)
+        x = np.random.RandomState(1).randn(1600, 4).astype(np.float32)
+        y = (np.arange(1600) % 3).astype(np.int32)
+        for delay in (0.02, 0.07):  # lands wherever fit is: in C, in NumPy, between batches
+            threading.Timer(delay, _thread.interrupt_main).start()
+            with self.assertRaises(KeyboardInterrupt):
+                model.fit(optimizer, x, y, epochs=10 ** 6, batch_size=16)
+            self.assertEqual(model.evaluate(x, y)["samples"], 1600)
+            self.assertEqual(model.predict(x[:3]).shape, (3, 3))
+        steps = optimizer.steps
+        model.fit(optimizer, x[:32], y[:32], batch_size=16)
+        self.assertEqual(optimizer.steps, steps + 2)
+
 
 class Examples(unittest.TestCase):
     def test_bad_arguments_are_one_line_errors(self):
