@@ -6,7 +6,7 @@ import threading
 
 from . import _native
 from ._checks import INT32, UINT64, integer, number, path as checked_path, text
-from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, Error, error
+from ._errors import DTYPE, INVALID_ARGUMENT, OUT_OF_MEMORY, STATE, UNSUPPORTED, Error, error
 from ._handles import _Native, serialised
 from ._native import lib
 
@@ -60,6 +60,8 @@ def numeric_array(values, dtype, what):
         elif target.kind == "u" and raw.size and raw.max() > numpy.iinfo(target).max:
             raise error(INVALID_ARGUMENT, "bptrain: %s: %s bit patterns must fit %s" % (what, dtype, target))
         return numpy.ascontiguousarray(raw, dtype=target)
+    except MemoryError:
+        raise error(OUT_OF_MEMORY, "bptrain: %s: no memory for a %s copy of the values" % (what, dtype)) from None
     except (TypeError, ValueError, OverflowError) as failure:
         if isinstance(failure, Error):
             raise

@@ -4,7 +4,7 @@ are fed by Model._feed (one copy into the input buffer); evaluation and predicti
 import time
 
 from ._checks import UINT64, integer
-from ._errors import INVALID_ARGUMENT, STATE, error
+from ._errors import INVALID_ARGUMENT, OUT_OF_MEMORY, STATE, error
 from ._native import lib
 from ._tensor import _Tensor
 from .context import require_numpy
@@ -164,7 +164,11 @@ class TrainingLoop:
         tensor = self._tensors.get(output._address)
         if tensor is None:
             tensor = self._tensors[output._address] = _Tensor(self, "f32", output.shape)
-        result = numpy.empty((count,) + tensor.sample_shape, dtype=numpy.float32)
+        try:
+            result = numpy.empty((count,) + tensor.sample_shape, dtype=numpy.float32)
+        except MemoryError:
+            raise error(OUT_OF_MEMORY, "bptrain: Model.predict: no memory for the scores of %d samples" % count) \
+                from None
         with self._with_mode(False):
             for first in range(0, count, batch_size):
                 last = min(first + batch_size, count)

@@ -10,7 +10,7 @@ import ctypes
 
 from . import _native, _ops
 from ._checks import INT32, integer, number, path as checked_path, text
-from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, Error, error
+from ._errors import INVALID_ARGUMENT, OUT_OF_MEMORY, SHAPE, STATE, UNSUPPORTED, Error, error
 from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
@@ -305,6 +305,9 @@ class Model(TrainingLoop, Closing):
                     raise error(INVALID_ARGUMENT, "bptrain: input %r (i32): values %s..%s are outside int32" %
                                 (node.name, low, high))
             array = numpy.ascontiguousarray(raw, dtype=numpy_dtype(node.dtype))
+        except MemoryError:
+            raise error(OUT_OF_MEMORY, "bptrain: input %r: no memory for a %s copy of the data (shape %s)" %
+                        (node.name, node.dtype, getattr(data, "shape", "?"))) from None
         except (TypeError, ValueError, OverflowError) as failure:
             if isinstance(failure, Error):
                 raise

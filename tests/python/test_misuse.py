@@ -114,6 +114,15 @@ class Arrays(unittest.TestCase):
         np.testing.assert_array_equal(model.parameters(), before)
         self.assertEqual(optimizer.steps, 0)
 
+    def test_an_array_too_large_to_copy(self):
+        model, optimizer = classifier()
+        # a float32 copy would need 512 TiB: more than any address space, so refused even with overcommit
+        huge = np.broadcast_to(np.zeros(4), (2 ** 45, 4))
+        error = expect(bptrain.OutOfMemoryError, model.predict, huge)  # was NumPy's own _ArrayMemoryError
+        self.assertIn("'x'", error.message)
+        expect(bptrain.OutOfMemoryError, model.fit, optimizer, huge, np.broadcast_to(np.int32(0), (2 ** 45,)))
+        self.assertEqual(optimizer.steps, 0)
+
     def test_no_samples_and_wrong_shapes(self):
         model, optimizer = classifier()
         empty = np.zeros((0, 4), np.float32), np.zeros(0, np.int32)
