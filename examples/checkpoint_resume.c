@@ -65,7 +65,7 @@ int main(int argc, char **argv) {
   }
 
   bpt_context_options context_options = bpt_context_options_default();
-  context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   context_options.seed = seed;
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));

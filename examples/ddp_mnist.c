@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   }
 
   bpt_context_options context_options = bpt_context_options_default();
-  context_options.num_threads = (int)example_option_long(argc, argv, "--threads", default_threads());
+  context_options.num_threads = example_option_int(argc, argv, "--threads", default_threads());
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));

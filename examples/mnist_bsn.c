@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   settings.context_options = bpt_context_options_default();
-  settings.context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  settings.context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   settings.context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   const char *backend = example_option(argc, argv, "--backend");
   if (backend) settings.context_options.backend = backend;

@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   s.context_options = bpt_context_options_default();
-  s.context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  s.context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   s.context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   if (example_option(argc, argv, "--backend")) s.context_options.backend = example_option(argc, argv, "--backend");
 

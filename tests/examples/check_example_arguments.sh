@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Command-line misuse of the examples (issue 16's user audit): a number out of range, an option given twice, or
+# an output file (--save, --onnx, --profile, --checkpoint, --metrics) that cannot be created must end the run at
+# once with exit status 2 and a message naming the option, before any data is read: a run that trains for
+# minutes and only then fails to save has lost its work. Needs no data set (--data names a missing directory,
+# which would be the first error without these checks).
+# Usage: check_example_arguments.sh WORK_DIR BIN_DIR
+set -uo pipefail
+work=$1 bin=$2
+rm -rf "$work" && mkdir -p "$work/out"
+missing=$work/no-such-directory
+failures=0
+expect() { # expect DESCRIPTION PATTERN COMMAND...: exit status 2 and PATTERN in the output
+  local description=$1 pattern=$2 output rc
+  shift 2
+  output=$(timeout 60 "$@" --data "$missing" 2>&1)
+  rc=$?
+  if [ $rc -ne 2 ] || ! grep -qF -- "$pattern" <<< "$output"; then
+    echo "FAIL: $description: exit $rc, want 2 and '$pattern' in: $(tail -2 <<< "$output")"
+    failures=$((failures + 1))
+  else
+    echo "ok: $description"
+  fi
+}
+
+for example in mnist_mlp mnist_mlp_cpp; do
+  [ -x "$bin/$example" ] || continue
+  expect "$example: --epochs beyond long" "--epochs 99999999999999999999 is out of range" \
+    "$bin/$example" --epochs 99999999999999999999
+  expect "$example: --threads beyond int" "--threads" "$bin/$example" --threads 4294967297
+  expect "$example: an option twice" "--epochs is given more than once" "$bin/$example" --epochs 1 --epochs 2
+  expect "$example: --save into a missing directory" "--save '$missing/model.ckpt': cannot create" \
+    "$bin/$example" --save "$missing/model.ckpt"
+  expect "$example: --metrics into a missing directory" "--metrics '$missing/m.csv': cannot create" \
+    "$bin/$example" --metrics "$missing/m.csv"
+done
+expect "mnist_mlp: --save onto a directory" "is a directory" "$bin/mnist_mlp" --save "$work/out"
+expect "mnist_mlp: --onnx into a missing directory" "--onnx '$missing/m.onnx': cannot create" \
+  "$bin/mnist_mlp" --onnx "$missing/m.onnx"
+expect "mnist_mlp: --profile into a missing directory" "--profile '$missing/t.json': cannot create" \
+  "$bin/mnist_mlp" --profile "$missing/t.json"
+for example in mnist_cnn resnet; do
+  expect "$example: --save into a missing directory" "--save '$missing/m.ckpt': cannot create" \
+    "$bin/$example" --save "$missing/m.ckpt"
+  expect "$example: --onnx into a missing directory" "--onnx '$missing/m.onnx': cannot create" \
+    "$bin/$example" --onnx "$missing/m.onnx"
+done
+expect "checkpoint_resume: --checkpoint into a missing directory" "--checkpoint '$missing/c.ckpt': cannot create" \
+  "$bin/checkpoint_resume" --checkpoint "$missing/c.ckpt"
+expect "mnist_bsn: --threads beyond int" "--threads 4294967297 is out of range" "$bin/mnist_bsn" --threads 4294967297
+
+# A path that can be created passes the check and leaves nothing behind (the run then fails on the data).
+output=$(timeout 60 "$bin/mnist_mlp" --save "$work/out/model.ckpt" --data "$missing" 2>&1)
+if ! grep -q "IDX directory '$missing'" <<< "$output" || [ -n "$(ls -A "$work/out")" ]; then
+  echo "FAIL: a writable --save: $(tail -2 <<< "$output"); left: $(ls -A "$work/out")"
+  failures=$((failures + 1))
+else
+  echo "ok: a writable --save passes and leaves no file"
+fi
+[ $failures -eq 0 ] || { echo "$failures failures"; exit 1; }
+echo "example arguments OK"
