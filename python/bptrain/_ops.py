@@ -8,7 +8,8 @@ Names starting with "_" are filled from the other arguments (a C option struct),
 import ctypes
 
 from . import _native
-from ._errors import INVALID_ARGUMENT, error
+from ._arguments import integer, real
+from ._errors import INVALID_ARGUMENT, Error, error
 
 INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5}
 ESTIMATORS = {"identity": 0, "sigmoid": 1}
@@ -34,18 +35,16 @@ def _optional_node(value, op):
 
 
 def _number(kind):
+    """A float (any real number) or an integer (ints only: 2.5 units or "3" are refused, never truncated)."""
     def convert(value, op):
-        try:
-            return [kind(value)]
-        except (TypeError, ValueError):
-            raise error(INVALID_ARGUMENT, "bptrain: %s: expected a number, got %r" % (op, value)) from None
+        return [real(value, op, "a value") if kind is float else integer(value, op, "a count or size")]
     return convert
 
 
 def _dims(value, op):
     try:
-        dims = [int(d) for d in value]
-    except (TypeError, ValueError):
+        dims = [integer(d, op, "a dimension") for d in value]
+    except (TypeError, Error):
         raise error(INVALID_ARGUMENT, "bptrain: %s: expected a shape (a sequence of ints), got %r" % (op, value)) \
             from None
     return [len(dims), (ctypes.c_int64 * max(1, len(dims)))(*dims)]

@@ -4,7 +4,7 @@ parameters): the same file the C API and the C examples' --save / --eval use.
 """
 import ctypes
 
-from . import _native
+from . import _arguments, _native
 from ._errors import UNSUPPORTED, error
 from ._native import lib
 
@@ -25,17 +25,23 @@ class LoadReport:
             len(self.loaded), self.skipped, self.missing, self.epoch, self.step)
 
 
-def _contents(optimizer, dataset, epoch=0, step=0):
+def _contents(optimizer, dataset, what, epoch=0, step=0):
+    from .data import Dataset
+    from .training import Optimizer
     contents = lib.bpt_checkpoint_contents_default()
-    contents.optimizer = optimizer.handle if optimizer is not None else None
-    contents.dataset = dataset.handle if dataset is not None else None
-    contents.epoch, contents.step = int(epoch), int(step)
+    if optimizer is not None:
+        contents.optimizer = _arguments.instance(optimizer, Optimizer, what, "optimizer").handle
+    if dataset is not None:
+        contents.dataset = _arguments.instance(dataset, Dataset, what, "dataset").handle
+    contents.epoch = _arguments.integer(epoch, what, "epoch")
+    contents.step = _arguments.integer(step, what, "step")
     return contents
 
 
 def save_checkpoint(model, path, optimizer, dataset, epoch, step):
-    contents = _contents(optimizer, dataset, epoch, step)
-    model.context.check(lib.bpt_checkpoint_save(model.handle, str(path).encode(), ctypes.byref(contents)))
+    contents = _contents(optimizer, dataset, "Model.save", epoch, step)
+    path = _arguments.path(path, "Model.save")
+    model.context.check(lib.bpt_checkpoint_save(model.handle, path, ctypes.byref(contents)))
 
 
 def has_load_options():
@@ -44,18 +50,19 @@ def has_load_options():
 
 
 def load_checkpoint(model, path, optimizer, dataset, strict):
-    contents = _contents(optimizer, dataset)
+    contents = _contents(optimizer, dataset, "Model.load")
+    path = _arguments.path(path, "Model.load")
     if not has_load_options():
         if not strict:
             raise error(UNSUPPORTED, "bptrain: Model.load(strict=False) needs bpt_checkpoint_load_with_options, "
                                      "which %s does not have" % lib._name)
-        model.context.check(lib.bpt_checkpoint_load(model.handle, str(path).encode(), ctypes.byref(contents)))
+        model.context.check(lib.bpt_checkpoint_load(model.handle, path, ctypes.byref(contents)))
         names = [node.name for node in model.parameter_nodes()]
         return LoadReport(names, [], [], {}, contents.epoch, contents.step)
     options = lib.bpt_checkpoint_load_options_default()
     options.strict = int(bool(strict))
     report = _native.handle()
-    model.context.check(lib.bpt_checkpoint_load_with_options(model.handle, str(path).encode(), ctypes.byref(contents),
+    model.context.check(lib.bpt_checkpoint_load_with_options(model.handle, path, ctypes.byref(contents),
                                                              ctypes.byref(options), ctypes.byref(report)))
     try:
         lists, reasons = [], {}

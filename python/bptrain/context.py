@@ -3,7 +3,7 @@ no graph: dtypes, number-format conversion, the profiler and the fpga-sim backen
 """
 import ctypes
 
-from . import _native
+from . import _arguments, _native
 from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, error
 from ._handles import _Native
 from ._native import lib
@@ -130,8 +130,12 @@ class Context:
             backend = choose_backend()
         options = lib.bpt_context_options_default()
         options.size = ctypes.sizeof(options)
-        options.backend = str(backend).encode()
-        options.num_threads, options.seed, options.cpu_fallback = int(threads), int(seed), int(bool(cpu_fallback))
+        if not isinstance(backend, str):
+            raise error(INVALID_ARGUMENT, "bptrain: Context: backend must be a str, got %r" % (backend,))
+        options.backend = backend.encode()
+        options.num_threads = _arguments.integer(threads, "Context", "threads")
+        options.seed = _arguments.integer(seed, "Context", "seed", minimum=0)
+        options.cpu_fallback = int(bool(cpu_fallback))
         handle = _native.handle()
         status = lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle))
         if status:
@@ -186,7 +190,7 @@ class Context:
 
     def write_profile_trace(self, path):
         """Writes the recorded events as a Chrome trace JSON file (chrome://tracing, ui.perfetto.dev)."""
-        self.check(lib.bpt_profiler_write_trace(self.handle, str(path).encode()))
+        self.check(lib.bpt_profiler_write_trace(self.handle, _arguments.path(path, "Context.write_profile_trace")))
 
     # number_format.h
     def convert(self, values, source, destination, rounding="nearest_even", saturate=False, scale=1.0, seed=0):

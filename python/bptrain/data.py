@@ -1,7 +1,7 @@
 """IDX data sets (MNIST format, plain or gzip): loading, normalisation, order, and their samples as arrays."""
 import ctypes
 
-from . import _native
+from . import _arguments, _native
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
@@ -16,17 +16,20 @@ class Dataset:
 
     def __init__(self, context, directory=None, split=None, mean=0.0, std=1.0, limit=None, images=None,
                  labels=None):
-        self.context = context
+        from .context import Context
+        self.context = _arguments.instance(context, Context, "Dataset", "context")
         handle = _native.handle()
         if directory is not None:
             if split is None or images is not None:
                 raise error(INVALID_ARGUMENT, "bptrain: Dataset: give a directory and a split, or images= (and "
                                               "labels=) paths")
-            context.check(lib.bpt_dataset_load_idx_directory(context.handle, str(directory).encode(),
-                                                              str(split).encode(), ctypes.byref(handle)))
+            context.check(lib.bpt_dataset_load_idx_directory(context.handle, _arguments.path(directory, "Dataset"),
+                                                              _arguments.name(split, "Dataset (split)"),
+                                                              ctypes.byref(handle)))
         elif images is not None:
-            context.check(lib.bpt_dataset_load_idx(context.handle, str(images).encode(),
-                                                    None if labels is None else str(labels).encode(),
+            # Paths only: arrays go straight to fit, evaluate and predict (a Dataset is a file reader).
+            context.check(lib.bpt_dataset_load_idx(context.handle, _arguments.path(images, "Dataset (images=)"),
+                                                    None if labels is None else _arguments.path(labels, "Dataset (labels=)"),
                                                     ctypes.byref(handle)))
         else:
             raise error(INVALID_ARGUMENT, "bptrain: Dataset: give a directory and a split, or images= paths")
@@ -72,13 +75,15 @@ class Dataset:
         self.context.check(lib.bpt_dataset_set_normalization(self.handle, mean, std))
 
     def shuffle(self, seed):
-        self.context.check(lib.bpt_dataset_shuffle(self.handle, int(seed)))
+        self.context.check(lib.bpt_dataset_shuffle(self.handle, _arguments.integer(seed, "Dataset.shuffle", "seed",
+                                                                                   minimum=0)))
 
     def reset_order(self):
         self.context.check(lib.bpt_dataset_reset_order(self.handle))
 
     def batch_count(self, batch_size):
-        return lib.bpt_dataset_batch_count(self.handle, int(batch_size))
+        return lib.bpt_dataset_batch_count(self.handle, _arguments.integer(batch_size, "Dataset.batch_count",
+                                                                           "batch_size", minimum=1))
 
     def limit_batches(self, batch_size):
         if self.limit is None:

@@ -3,6 +3,7 @@ are fed by Model._feed (one copy into the input buffer); evaluation and predicti
 """
 import time
 
+from . import _arguments
 from ._errors import INVALID_ARGUMENT, STATE, error
 from ._native import lib
 from ._tensor import _Tensor
@@ -40,7 +41,8 @@ class TrainingLoop:
         from .training import Optimizer
         if not isinstance(optimizer, Optimizer):
             raise error(INVALID_ARGUMENT, "bptrain: Model.fit: the first argument must be a bptrain.Optimizer")
-        batch_size = batch_size or self.max_batch
+        epochs = _arguments.integer(epochs, "Model.fit", "epochs", minimum=0)
+        batch_size = self._batch_size(batch_size, "fit")
         seed = self.context.seed if seed is None else seed
         writer = MetricsWriter(metrics) if metrics else None
         history = []
@@ -77,6 +79,16 @@ class TrainingLoop:
                 writer.close()
         return history
 
+    def _batch_size(self, batch_size, what):
+        """batch_size, or the compiled max_batch for None; an int in 1..max_batch."""
+        if batch_size is None:
+            return self.max_batch
+        batch_size = _arguments.integer(batch_size, "Model.%s" % what, "batch_size")
+        if batch_size < 1 or batch_size > self.max_batch:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: batch_size %d is not in 1..%d (the compiled max_batch)"
+                        % (what, batch_size, self.max_batch))
+        return batch_size
+
     def _batches(self, data, batch_size, shuffle, seed, what):
         """Feeds each batch into the inputs and yields its sample count."""
         from .data import Dataset
@@ -108,7 +120,10 @@ class TrainingLoop:
             yield last - first
 
     def _default_output(self, output, what):
-        output = output or self.logits or self.prediction
+        from .model import Node
+        if output is not None:
+            return _arguments.instance(output, Node, "Model.%s" % what, "output")
+        output = self.logits or self.prediction
         if output is None:
             raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the model has no softmax_cross_entropy or mse_loss "
                                           "to take the output from; pass output=<node>" % what)
@@ -134,7 +149,7 @@ class TrainingLoop:
         numpy = require_numpy()
         self._require_compiled("predict")
         output = self._default_output(output, "predict")
-        batch_size = batch_size or self.max_batch
+        batch_size = self._batch_size(batch_size, "predict")  # a step below 1 would return np.empty's garbage
         source = self._array(x, self.inputs[0])
         count = len(source)
         sources = [source] + [None] * (len(self.inputs) - 1)
@@ -157,7 +172,7 @@ class TrainingLoop:
         self._require_compiled("evaluate")
         if self.loss is None:
             raise error(STATE, "bptrain: Model.evaluate: the model was compiled without a loss")
-        batch_size = batch_size or self.max_batch
+        batch_size = self._batch_size(batch_size, "evaluate")
         logits = None
         if self.logits is not None:
             logits = self._tensors.get(self.logits._address)

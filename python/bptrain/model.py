@@ -8,7 +8,7 @@ place, without a conversion copy.
 """
 import ctypes
 
-from . import _native, _ops
+from . import _arguments, _native, _ops
 from ._errors import INVALID_ARGUMENT, SHAPE, STATE, UNSUPPORTED, error
 from ._handles import _Native
 from ._native import lib
@@ -97,7 +97,8 @@ class Model(TrainingLoop):
     each returns the output Node and takes an optional `name` (default: the kind and a counter)."""
 
     def __init__(self, context):
-        self.context = context
+        from .context import Context
+        self.context = _arguments.instance(context, Context, "Model", "context")
         handle = _native.handle()
         context.check(lib.bpt_graph_create(context.handle, ctypes.byref(handle)))
         self._native = _Native(handle.value, lib.bpt_graph_destroy, context._native, "model")
@@ -137,8 +138,8 @@ class Model(TrainingLoop):
         if dtype not in ("f32", "i32"):
             raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
         rank, dims = _ops._dims(shape, "Model.input")
-        node = self._add(lib.bpt_graph_input, str(name).encode(), DTYPES[dtype], rank, dims, dtype=dtype,
-                         sample_shape=tuple(int(d) for d in shape))
+        node = self._add(lib.bpt_graph_input, _arguments.name(name, "Model.input"), DTYPES[dtype], rank, dims,
+                         dtype=dtype, sample_shape=tuple(dims[:rank]))
         self.inputs.append(node)
         return node
 
@@ -146,13 +147,14 @@ class Model(TrainingLoop):
         """Declares a trainable parameter of `shape` (no batch dimension), filled by `init` at compile time."""
         rank, dims = _ops._dims(shape, "Model.parameter")
         init = _ops._enum(_ops.INITIALIZERS, "init")(init, "Model.parameter")[0]
-        return self._add(lib.bpt_graph_parameter, str(name).encode(), rank, dims, init)
+        return self._add(lib.bpt_graph_parameter, _arguments.name(name, "Model.parameter"), rank, dims, init)
 
     def buffer(self, name, shape, init="zeros"):
         """Declares a non-trainable parameter (batch-norm running statistics, for example)."""
         rank, dims = _ops._dims(shape, "Model.buffer")
         init = _ops._enum(_ops.INITIALIZERS, "init")(init, "Model.buffer")[0]
-        return self._add(lib.bpt_graph_nontrainable_parameter, str(name).encode(), rank, dims, init)
+        return self._add(lib.bpt_graph_nontrainable_parameter, _arguments.name(name, "Model.buffer"), rank, dims,
+                         init)
 
     def sequential(self, x, layers, prefix="layer"):
         """Builds a stack from a table of layers, each a tuple ("conv2d", {"units": 6, "kernel": 5}) or a
@@ -207,10 +209,10 @@ class Model(TrainingLoop):
         `loss` may be None for an inference-only graph."""
         if loss is not None and not isinstance(loss, Node):
             raise error(INVALID_ARGUMENT, "bptrain: compile: loss must be a Node or None")
-        self.context.check(lib.bpt_graph_compile(self.handle, loss.handle if loss is not None else None,
-                                                 int(max_batch)))
+        max_batch = _arguments.integer(max_batch, "Model.compile", "max_batch")
+        self.context.check(lib.bpt_graph_compile(self.handle, loss.handle if loss is not None else None, max_batch))
         self.loss = loss
-        self.max_batch = int(max_batch)
+        self.max_batch = max_batch
         for node in self.inputs:
             self._tensors[node._address] = _Tensor(self, node.dtype, (self.max_batch,) + node.sample_shape)
 
@@ -348,6 +350,7 @@ class Model(TrainingLoop):
     def read(self, node):
         """The node's values from the last forward pass as a new array (batch first where it has one)."""
         self._require_compiled("read")
+        _arguments.instance(node, Node, "Model.read", "node")
         tensor = self._tensors.get(node._address)
         if tensor is None:
             tensor = self._tensors[node._address] = _Tensor(self, node.dtype, node.shape or (1,))
@@ -415,7 +418,7 @@ class Model(TrainingLoop):
     def node(self, name):
         """The node called `name` (InvalidArgumentError when there is none)."""
         out = _native.handle()
-        self.context.check(lib.bpt_graph_find_node(self.handle, str(name).encode(), ctypes.byref(out)))
+        self.context.check(lib.bpt_graph_find_node(self.handle, _arguments.name(name, "Model.node"), ctypes.byref(out)))
         return Node(self, out)
 
     def memory(self):
@@ -453,8 +456,8 @@ class Model(TrainingLoop):
         int64 array (row = label, column = prediction)."""
         self._require_compiled("evaluate_dataset")
         options = lib.bpt_eval_options_default()
-        options.top_k = int(top_k)
-        options.batch_size = int(batch_size or 0)
+        options.top_k = _arguments.integer(top_k, "Model.evaluate_dataset", "top_k")
+        options.batch_size = _arguments.integer(batch_size or 0, "Model.evaluate_dataset", "batch_size")
         matrix = None
         if confusion_matrix:
             numpy = require_numpy()
@@ -482,9 +485,12 @@ class Model(TrainingLoop):
         if not _native.has("bpt_graph_export_onnx"):
             raise error(UNSUPPORTED, "bptrain: Model.export_onnx: %s has no bpt_graph_export_onnx" % lib._name)
         options = lib.bpt_onnx_export_options_default()
-        options.opset, options.input_mean, options.input_std = int(opset), input_mean, input_std
+        what = "Model.export_onnx"
+        options.opset = _arguments.integer(opset, what, "opset")
+        options.input_mean = _arguments.real(input_mean, what, "input_mean")
+        options.input_std = _arguments.real(input_std, what, "input_std")
         options.softmax = int(bool(softmax))
-        self.context.check(lib.bpt_graph_export_onnx(self.handle, str(path).encode(), ctypes.byref(options)))
+        self.context.check(lib.bpt_graph_export_onnx(self.handle, _arguments.path(path, what), ctypes.byref(options)))
 
     def close(self):
         """Destroys the optimisers and tensors made for this model, then its graph: using any of them (or its

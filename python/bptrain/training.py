@@ -1,7 +1,7 @@
 """Optimisers (SGD, Adam, AdamW) with parameter groups, and learning-rate schedules."""
 import ctypes
 
-from . import _native
+from . import _arguments, _native
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
@@ -44,11 +44,14 @@ class Optimizer:
         if kind not in _OPTIMIZERS:
             raise error(INVALID_ARGUMENT, "bptrain: Optimizer: kind must be one of %s, not %r" %
                         (sorted(_OPTIMIZERS), kind))
-        model._require_compiled("Optimizer")
+        from .model import Model
+        _arguments.instance(model, Model, "Optimizer", "model")._require_compiled("Optimizer")
         options = lib.bpt_optimizer_options_default()
         options.kind = _OPTIMIZERS[kind]
-        options.learning_rate, options.momentum, options.nesterov = learning_rate, momentum, int(nesterov)
-        options.weight_decay, options.beta1, options.beta2, options.epsilon = weight_decay, beta1, beta2, epsilon
+        for name, value in (("learning_rate", learning_rate), ("momentum", momentum), ("weight_decay", weight_decay),
+                            ("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon)):
+            setattr(options, name, _arguments.real(value, "Optimizer", name))
+        options.nesterov = int(bool(nesterov))
         self.context = model.context
         self.model = model
         handle = _native.handle()
@@ -68,7 +71,8 @@ class Optimizer:
 
     @learning_rate.setter
     def learning_rate(self, value):
-        self.context.check(lib.bpt_optimizer_set_learning_rate(self.handle, value))
+        self.context.check(lib.bpt_optimizer_set_learning_rate(self.handle, _arguments.real(
+            value, "Optimizer.learning_rate", "the learning rate")))
 
     @property
     def steps(self):

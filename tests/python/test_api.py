@@ -8,6 +8,7 @@ Run by CTest (check_python_api) with BPTRAIN_LIBRARY and PYTHONPATH set; skips (
 import json
 import math
 import os
+import pathlib
 import sys
 import tempfile
 import unittest
@@ -729,6 +730,61 @@ class Errors(unittest.TestCase):
             made = make(status, "m")
             self.assertIs(type(made), error_class)
             self.assertEqual((made.status, made.message, made.status_name), (status, "m", bptrain.STATUS_NAMES[status]))
+
+    def test_python_arguments_are_checked(self):
+        """Arguments ctypes would have truncated, stringified or tripped over raise InvalidArgumentError."""
+        ctx = context()
+        model = bptrain.Model(ctx)
+        x, y = model.input("x", (4,)), model.input("y", (), "i32")
+        expect(bptrain.InvalidArgumentError, model.linear, x, 2.5)  # was a 2-unit layer
+        expect(bptrain.InvalidArgumentError, model.linear, x, "3")  # was a 3-unit layer
+        expect(bptrain.InvalidArgumentError, model.max_pool2d, x, True)
+        expect(bptrain.InvalidArgumentError, model.leaky_relu, x, "0.1")
+        expect(bptrain.InvalidArgumentError, model.input, "z", (4.7,))
+        expect(bptrain.InvalidArgumentError, model.input, None, (4,))  # was an input named "None"
+        expect(bptrain.InvalidArgumentError, model.parameter, "", (4,))
+        expect(bptrain.InvalidArgumentError, model.node, None)
+        self.assertEqual(model.linear(x, np.int64(3), name="ok").shape[-1], 3)  # NumPy integers are integers
+        logits = model.linear(model.relu(model.node("ok")), 3)
+        expect(bptrain.InvalidArgumentError, model.compile, model.softmax_cross_entropy(logits, y), "4")
+        model.compile(model.node("loss"), 4)
+        expect(bptrain.InvalidArgumentError, model.read, None)  # was AttributeError
+        expect(bptrain.InvalidArgumentError, model.read, "ok")
+        expect(bptrain.InvalidArgumentError, bptrain.Optimizer, None)
+        expect(bptrain.InvalidArgumentError, bptrain.Optimizer, model, "sgd", learning_rate="0.1")  # was TypeError
+        optimizer = bptrain.Optimizer(model)
+        with self.assertRaises(bptrain.InvalidArgumentError):
+            optimizer.learning_rate = "fast"
+        features, labels = RNG.randn(6, 4).astype(np.float32), np.arange(6, dtype=np.int32) % 3
+        expect(bptrain.InvalidArgumentError, model.predict, features, output="logits")  # was AttributeError
+        expect(bptrain.InvalidArgumentError, model.predict, features, batch_size=-1)  # returned np.empty's garbage
+        expect(bptrain.InvalidArgumentError, model.predict, features, batch_size=0)
+        expect(bptrain.InvalidArgumentError, model.evaluate, features, labels, batch_size=2.5)
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, epochs=-1)  # trained nothing, silently
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, epochs=1.5)  # was TypeError
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, batch_size=0)  # was max_batch
+        self.assertEqual(len(model.fit(optimizer, features, labels, epochs=np.int32(2), batch_size=3)), 2)
+        with tempfile.TemporaryDirectory() as directory:
+            cwd = os.getcwd()
+            os.chdir(directory)
+            try:
+                for path in (None, 3, b"", "a\0b"):  # None and 3 were saved as files "None" and "3"
+                    expect(bptrain.InvalidArgumentError, model.save, path)
+                    expect(bptrain.InvalidArgumentError, model.load, path)
+                expect(bptrain.InvalidArgumentError, model.save, "m.ckpt", optimizer="sgd")
+                expect(bptrain.InvalidArgumentError, model.save, "m.ckpt", epoch=1.5)
+                expect(bptrain.InvalidArgumentError, ctx.write_profile_trace, None)
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, images=features)  # printed the array as a path
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, None, directory, "train")
+                self.assertEqual(os.listdir(directory), [])
+                model.save(pathlib.Path(directory) / "model.ckpt", optimizer=optimizer, epoch=np.int64(2))
+                self.assertEqual(model.load(b"model.ckpt", optimizer=optimizer).epoch, 2)
+            finally:
+                os.chdir(cwd)
+        expect(bptrain.InvalidArgumentError, bptrain.Model, None)  # was AttributeError
+        expect(bptrain.InvalidArgumentError, bptrain.Context, threads="2")  # was 2 threads
+        expect(bptrain.InvalidArgumentError, bptrain.Context, seed=-1)
+        expect(bptrain.InvalidArgumentError, bptrain.Context, backend=None)
 
     def test_arrays_used_in_place(self):
         model, x, y = small_classifier()

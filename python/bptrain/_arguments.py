@@ -1,0 +1,59 @@
+"""Checks of Python arguments before they reach ctypes, which would otherwise truncate 2.5 units to 2, accept
+"3" as 3, write a checkpoint to a file named "None" or let a bare TypeError or AttributeError escape: each
+failure is an InvalidArgumentError naming the call and the argument, like the library's own messages.
+"""
+import numbers
+import operator
+import os
+
+from ._errors import INVALID_ARGUMENT, error
+
+
+def integer(value, what, name, minimum=None):
+    """`value` as an int: ints and NumPy integers only (a float or a string is refused, never truncated)."""
+    if isinstance(value, bool):
+        number = None
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            number = None
+    if number is None:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: %s must be an integer, got %r" % (what, name, value))
+    if minimum is not None and number < minimum:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: %s is %d, must be >= %d" % (what, name, number, minimum))
+    return number
+
+
+def real(value, what, name):
+    """`value` as a float: any real number (int, float, NumPy scalar), never a string."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise error(INVALID_ARGUMENT, "bptrain: %s: %s must be a number, got %r" % (what, name, value))
+    return float(value)
+
+
+def path(value, what):
+    """`value` (str, bytes or os.PathLike) as the bytes of a file name for the library."""
+    try:
+        encoded = os.fsencode(value)
+    except TypeError:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: expected a path (str, bytes or os.PathLike), got %s" %
+                    (what, type(value).__name__)) from None
+    if not encoded or b"\0" in encoded:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: the path %r is empty or holds a NUL byte" % (what, value))
+    return encoded
+
+
+def name(value, what):
+    """A node name: a non-empty str."""
+    if not isinstance(value, str) or not value:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: a name must be a non-empty str, got %r" % (what, value))
+    return value.encode()
+
+
+def instance(value, kind, what, name):
+    """`value` when it is a `kind` (a bptrain class), else InvalidArgumentError."""
+    if not isinstance(value, kind):
+        raise error(INVALID_ARGUMENT, "bptrain: %s: %s must be a bptrain.%s, got %s" %
+                    (what, name, kind.__name__, type(value).__name__))
+    return value
