@@ -9,8 +9,12 @@ import os
 from ._errors import INVALID_ARGUMENT, error
 
 
-def integer(value, what, name, minimum=None):
-    """`value` as an int: ints and NumPy integers only (a float or a string is refused, never truncated)."""
+INT_MAX, INT64_MIN, INT64_MAX, UINT64_MAX = 2 ** 31 - 1, -2 ** 63, 2 ** 63 - 1, 2 ** 64 - 1
+
+
+def integer(value, what, name, minimum=INT64_MIN, maximum=INT64_MAX):
+    """`value` as an int: ints and NumPy integers only (a float or a string is refused, never truncated), in
+    [minimum, maximum] (by default int64's range: ctypes would wrap anything beyond it without a word)."""
     if isinstance(value, bool):
         number = None
     else:
@@ -20,8 +24,9 @@ def integer(value, what, name, minimum=None):
             number = None
     if number is None:
         raise error(INVALID_ARGUMENT, "bptrain: %s: %s must be an integer, got %r" % (what, name, value))
-    if minimum is not None and number < minimum:
-        raise error(INVALID_ARGUMENT, "bptrain: %s: %s is %d, must be >= %d" % (what, name, number, minimum))
+    if number < minimum or number > maximum:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: %s is %d, must be in [%d, %d]" % (what, name, number, minimum,
+                                                                                     maximum))
     return number
 
 

@@ -133,8 +133,8 @@ class Context:
         if not isinstance(backend, str):
             raise error(INVALID_ARGUMENT, "bptrain: Context: backend must be a str, got %r" % (backend,))
         options.backend = backend.encode()
-        options.num_threads = _arguments.integer(threads, "Context", "threads")
-        options.seed = _arguments.integer(seed, "Context", "seed", minimum=0)
+        options.num_threads = _arguments.integer(threads, "Context", "threads", maximum=_arguments.INT_MAX)
+        options.seed = _arguments.integer(seed, "Context", "seed", minimum=0, maximum=_arguments.UINT64_MAX)
         options.cpu_fallback = int(bool(cpu_fallback))
         handle = _native.handle()
         status = lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle))

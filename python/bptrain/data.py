@@ -75,8 +75,8 @@ class Dataset:
         self.context.check(lib.bpt_dataset_set_normalization(self.handle, mean, std))
 
     def shuffle(self, seed):
-        self.context.check(lib.bpt_dataset_shuffle(self.handle, _arguments.integer(seed, "Dataset.shuffle", "seed",
-                                                                                   minimum=0)))
+        self.context.check(lib.bpt_dataset_shuffle(self.handle, _arguments.integer(
+            seed, "Dataset.shuffle", "seed", minimum=0, maximum=_arguments.UINT64_MAX)))
 
     def reset_order(self):
         self.context.check(lib.bpt_dataset_reset_order(self.handle))

@@ -456,7 +456,7 @@ class Model(TrainingLoop):
         int64 array (row = label, column = prediction)."""
         self._require_compiled("evaluate_dataset")
         options = lib.bpt_eval_options_default()
-        options.top_k = _arguments.integer(top_k, "Model.evaluate_dataset", "top_k")
+        options.top_k = _arguments.integer(top_k, "Model.evaluate_dataset", "top_k", maximum=_arguments.INT_MAX)
         options.batch_size = _arguments.integer(batch_size or 0, "Model.evaluate_dataset", "batch_size")
         matrix = None
         if confusion_matrix:

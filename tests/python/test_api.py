@@ -783,6 +783,8 @@ class Errors(unittest.TestCase):
                 os.chdir(cwd)
         expect(bptrain.InvalidArgumentError, bptrain.Model, None)  # was AttributeError
         expect(bptrain.InvalidArgumentError, bptrain.Context, threads="2")  # was 2 threads
+        expect(bptrain.InvalidArgumentError, bptrain.Context, threads=2 ** 32 + 1)  # ctypes wrapped it to 1 thread
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, batch_size=2 ** 64 + 2)
         expect(bptrain.InvalidArgumentError, bptrain.Context, seed=-1)
         expect(bptrain.InvalidArgumentError, bptrain.Context, backend=None)
 
