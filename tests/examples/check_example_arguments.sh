@@ -3,25 +3,49 @@
 # an output file (--save, --onnx, --profile, --checkpoint, --metrics) that cannot be created must end the run at
 # once with exit status 2 and a message naming the option, before any data is read: a run that trains for
 # minutes and only then fails to save has lost its work. Needs no data set (--data names a missing directory,
-# which would be the first error without these checks).
-# Usage: check_example_arguments.sh WORK_DIR BIN_DIR
+# which would be the first error without these checks). With PYTHON, the Python examples instead (in
+# EXAMPLES_DIR; BPTRAIN_LIBRARY and PYTHONPATH set by the caller): the same checks, and a library error is one
+# "error: ..." line with exit status 1, not a traceback.
+# Usage: check_example_arguments.sh WORK_DIR BIN_DIR [PYTHON EXAMPLES_DIR]
 set -uo pipefail
-work=$1 bin=$2
+work=$1 bin=$2 python=${3:-}
 rm -rf "$work" && mkdir -p "$work/out"
 missing=$work/no-such-directory
 failures=0
-expect() { # expect DESCRIPTION PATTERN COMMAND...: exit status 2 and PATTERN in the output
-  local description=$1 pattern=$2 output rc
-  shift 2
+expect_status() { # expect_status STATUS DESCRIPTION PATTERN COMMAND...: that exit status and PATTERN in the output
+  local want=$1 description=$2 pattern=$3 output rc
+  shift 3
   output=$(timeout 60 "$@" --data "$missing" 2>&1)
   rc=$?
-  if [ $rc -ne 2 ] || ! grep -qF -- "$pattern" <<< "$output"; then
-    echo "FAIL: $description: exit $rc, want 2 and '$pattern' in: $(tail -2 <<< "$output")"
+  if [ $rc -ne "$want" ] || ! grep -qF -- "$pattern" <<< "$output" || grep -q Traceback <<< "$output"; then
+    echo "FAIL: $description: exit $rc, want $want and '$pattern' in: $(tail -2 <<< "$output")"
     failures=$((failures + 1))
   else
     echo "ok: $description"
   fi
 }
+expect() { expect_status 2 "$@"; }
+
+if [ -n "$python" ]; then
+  examples=$4
+  for example in mnist_mlp mnist_cnn; do
+    expect "$example.py: --save into a missing directory" "--save $missing/m.ckpt: cannot create" \
+      "$python" "$examples/$example.py" --save "$missing/m.ckpt"
+    expect "$example.py: --epochs 0" "must be a positive integer" "$python" "$examples/$example.py" --epochs 0
+    expect_status 1 "$example.py: a library error" "error: IDX directory '$missing'" \
+      "$python" "$examples/$example.py"
+  done
+  expect "mnist_cnn.py: --onnx into a missing directory" "--onnx $missing/m.onnx: cannot create" \
+    "$python" "$examples/mnist_cnn.py" --onnx "$missing/m.onnx"
+  expect "mnist_mlp.py: --profile into a missing directory" "--profile $missing/t.json: cannot create" \
+    "$python" "$examples/mnist_mlp.py" --profile "$missing/t.json"
+  expect_status 1 "mnist_mlp.py: a writable --save passes, leaving no file" "error: IDX directory" \
+    "$python" "$examples/mnist_mlp.py" --save "$work/out/m.ckpt"
+  [ -z "$(ls -A "$work/out")" ] || { echo "FAIL: the probe left $(ls -A "$work/out")"; failures=$((failures + 1)); }
+  [ $failures -eq 0 ] || { echo "$failures failures"; exit 1; }
+  echo "Python example arguments OK"
+  exit 0
+fi
 
 for example in mnist_mlp mnist_mlp_cpp; do
   [ -x "$bin/$example" ] || continue
