@@ -36,7 +36,8 @@ class Dataset:
         self._native = _Native(handle.value, lib.bpt_dataset_destroy, context._native, "data set")
         self.has_labels = labels is not None or directory is not None
         self.set_normalization(mean, std)
-        self.limit = limit
+        # limit=0 or -5 trained on one batch per pass without a word (max(1, limit // batch_size)).
+        self.limit = None if limit is None else _arguments.integer(limit, "Dataset", "limit", minimum=1)
 
     @property
     def handle(self):
@@ -66,13 +67,18 @@ class Dataset:
     def check_classes(self, test=None, requested=0):
         """The class count of a classifier over this training set and `test`, checked against both."""
         classes = ctypes.c_int()
+        test = None if test is None else _arguments.instance(test, Dataset, "Dataset.check_classes", "test")
+        requested = _arguments.integer(requested, "Dataset.check_classes", "requested", minimum=0,
+                                       maximum=_arguments.INT_MAX)
         self.context.check(lib.bpt_dataset_check_classes(self.handle, test.handle if test is not None else None,
-                                                         int(requested), ctypes.byref(classes)))
+                                                         requested, ctypes.byref(classes)))
         return classes.value
 
     def set_normalization(self, mean, std):
         """Each value becomes (byte / 255 - mean) / std in batches and arrays."""
-        self.context.check(lib.bpt_dataset_set_normalization(self.handle, mean, std))
+        what = "Dataset.set_normalization"
+        self.context.check(lib.bpt_dataset_set_normalization(self.handle, _arguments.real(mean, what, "mean"),
+                                                             _arguments.real(std, what, "std")))
 
     def shuffle(self, seed):
         self.context.check(lib.bpt_dataset_shuffle(self.handle, _arguments.integer(

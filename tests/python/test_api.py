@@ -776,6 +776,15 @@ class Errors(unittest.TestCase):
                 expect(bptrain.InvalidArgumentError, ctx.write_profile_trace, None)
                 expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, images=features)  # printed the array as a path
                 expect(bptrain.InvalidArgumentError, bptrain.Dataset, None, directory, "train")
+                write_idx(directory)
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, directory, "train", limit=0)  # was 1 batch
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, directory, "train", mean="0.5")
+                data = bptrain.Dataset(ctx, directory, "train")
+                expect(bptrain.InvalidArgumentError, data.check_classes, "t10k")  # was AttributeError
+                expect(bptrain.InvalidArgumentError, data.batch_count, 0)  # was 0 batches
+                data.close()
+                for name in os.listdir(directory):
+                    os.unlink(os.path.join(directory, name))
                 self.assertEqual(os.listdir(directory), [])
                 model.save(pathlib.Path(directory) / "model.ckpt", optimizer=optimizer, epoch=np.int64(2))
                 self.assertEqual(model.load(b"model.ckpt", optimizer=optimizer).epoch, 2)
