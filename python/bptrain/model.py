@@ -360,11 +360,13 @@ class Model(TrainingLoop):
     def clip_gradient_norm(self, max_norm):
         """Scales the gradients to a global L2 norm of at most `max_norm`; returns the norm before."""
         norm = ctypes.c_float()
+        max_norm = _arguments.real(max_norm, "Model.clip_gradient_norm", "max_norm")
         self.context.check(lib.bpt_graph_clip_gradient_norm(self.handle, max_norm, ctypes.byref(norm)))
         return norm.value
 
     def clip_gradient_value(self, limit):
         """Clamps every gradient element to [-limit, limit]."""
+        limit = _arguments.real(limit, "Model.clip_gradient_value", "limit")
         self.context.check(lib.bpt_graph_clip_gradient_value(self.handle, limit))
 
     # --- parameters and introspection ----------------------------------------------------------------

@@ -3,7 +3,7 @@ one sample at a time and reuses the backward pass of the previous sample with th
 softmax outputs are close."""
 import ctypes
 
-from . import _native
+from . import _arguments, _native
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import _Native
 from ._native import lib
@@ -17,14 +17,22 @@ class SpeculativeTrainer:
 
     def __init__(self, model, optimizer, threshold=0.0, distance="mean_absolute", final_threshold=None,
                  schedule_steps=0, threads=2, gradient_clip=0.0):
-        model._require_compiled("SpeculativeTrainer")
+        from .model import Model
+        from .training import Optimizer
+        what = "SpeculativeTrainer"
+        _arguments.instance(model, Model, what, "model")._require_compiled(what)
+        _arguments.instance(optimizer, Optimizer, what, "optimizer")
         if distance not in _DISTANCES:
             raise error(INVALID_ARGUMENT, "bptrain: SpeculativeTrainer: distance must be one of %s" %
                         sorted(_DISTANCES))
         options = lib.bpt_speculative_options_default()
-        options.threshold, options.distance = threshold, _DISTANCES[distance]
-        options.final_threshold = threshold if final_threshold is None else final_threshold
-        options.schedule_steps, options.threads, options.gradient_clip = schedule_steps, threads, gradient_clip
+        options.threshold = _arguments.real(threshold, what, "threshold")
+        options.distance = _DISTANCES[distance]
+        options.final_threshold = _arguments.real(threshold if final_threshold is None else final_threshold, what,
+                                                  "final_threshold")
+        options.schedule_steps = _arguments.integer(schedule_steps, what, "schedule_steps")
+        options.threads = _arguments.integer(threads, what, "threads", maximum=_arguments.INT_MAX)
+        options.gradient_clip = _arguments.real(gradient_clip, what, "gradient_clip")
         self.model = model
         self.context = model.context
         handle = _native.handle()

@@ -22,16 +22,19 @@ class Schedule:
                         (sorted(_SCHEDULES), kind))
         options = lib.bpt_schedule_options_default()
         options.kind = _SCHEDULES[kind]
-        options.base_learning_rate, options.warmup_steps = base_learning_rate, warmup_steps
-        options.warmup_start_factor, options.step_size, options.gamma = warmup_start_factor, step_size, gamma
-        options.total_steps, options.minimum_learning_rate = total_steps, minimum_learning_rate
+        for name, value in (("base_learning_rate", base_learning_rate), ("warmup_start_factor", warmup_start_factor),
+                            ("gamma", gamma), ("minimum_learning_rate", minimum_learning_rate)):
+            setattr(options, name, _arguments.real(value, "Schedule", name))
+        for name, value in (("warmup_steps", warmup_steps), ("step_size", step_size), ("total_steps", total_steps)):
+            setattr(options, name, _arguments.integer(value, "Schedule", name))
         self.options = options
         self.kind = kind
 
     def learning_rate(self, step):
         """The learning rate at optimiser step `step` (>= 0)."""
         value = ctypes.c_float()
-        check_without_context(lib.bpt_schedule_learning_rate(None, ctypes.byref(self.options), int(step),
+        step = _arguments.integer(step, "Schedule.learning_rate", "step")
+        check_without_context(lib.bpt_schedule_learning_rate(None, ctypes.byref(self.options), step,
                                                              ctypes.byref(value)))
         return value.value
 
@@ -91,9 +94,12 @@ class Optimizer:
     def set_group(self, parameters, learning_rate_scale=1.0, weight_decay=0.0):
         """Gives `parameters` (Nodes or names) their own learning-rate multiplier and weight decay."""
         nodes = [self.model.node(p) if isinstance(p, str) else p for p in parameters]
-        handles = (ctypes.c_void_p * max(1, len(nodes)))(*[node.handle for node in nodes])
-        self.context.check(lib.bpt_optimizer_set_group(self.handle, handles, len(nodes), learning_rate_scale,
-                                                       weight_decay))
+        from .model import Node
+        handles = (ctypes.c_void_p * max(1, len(nodes)))(
+            *[_arguments.instance(node, Node, "Optimizer.set_group", "a parameter").handle for node in nodes])
+        what = "Optimizer.set_group"
+        self.context.check(lib.bpt_optimizer_set_group(self.handle, handles, len(nodes), _arguments.real(
+            learning_rate_scale, what, "learning_rate_scale"), _arguments.real(weight_decay, what, "weight_decay")))
 
     def no_decay_on_vectors(self):
         """Weight decay 0 on every rank-1 parameter (biases, batch-norm scales and shifts)."""

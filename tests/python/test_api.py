@@ -790,6 +790,14 @@ class Errors(unittest.TestCase):
                 self.assertEqual(model.load(b"model.ckpt", optimizer=optimizer).epoch, 2)
             finally:
                 os.chdir(cwd)
+        expect(bptrain.InvalidArgumentError, bptrain.Schedule, "cosine", total_steps=10.5)  # was TypeError
+        expect(bptrain.InvalidArgumentError, bptrain.Schedule, "step", gamma="0.5")
+        expect(bptrain.InvalidArgumentError, bptrain.Schedule().learning_rate, 1.5)  # was step 1
+        expect(bptrain.InvalidArgumentError, model.clip_gradient_norm, "1")  # was ctypes.ArgumentError
+        expect(bptrain.InvalidArgumentError, optimizer.set_group, [x], learning_rate_scale="2")
+        expect(bptrain.InvalidArgumentError, optimizer.set_group, [3])
+        expect(bptrain.InvalidArgumentError, bptrain.SpeculativeTrainer, model, optimizer, threshold="0.1")
+        expect(bptrain.InvalidArgumentError, bptrain.SpeculativeTrainer, model, None)  # was AttributeError
         expect(bptrain.InvalidArgumentError, bptrain.Model, None)  # was AttributeError
         expect(bptrain.InvalidArgumentError, bptrain.Context, threads="2")  # was 2 threads
         expect(bptrain.InvalidArgumentError, bptrain.Context, threads=2 ** 32 + 1)  # ctypes wrapped it to 1 thread
