@@ -764,6 +764,12 @@ class Errors(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, epochs=1.5)  # was TypeError
         expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, batch_size=0)  # was max_batch
         self.assertEqual(len(model.fit(optimizer, features, labels, epochs=np.int32(2), batch_size=3)), 2)
+        # Labels that are not 32-bit integers: NumPy's cast made 0.5 a 0 and 2**32 + 1 a 1, silently.
+        for bad in (np.full(6, 0.5), np.full(6, 2 ** 32 + 1, np.int64), np.full(6, np.nan), [0, 1, 2, 3.5, 0, 1]):
+            error = expect(bptrain.InvalidArgumentError, model.evaluate, features, bad)
+            self.assertIn("is not a 32-bit integer", error.message)
+        self.assertEqual(model.evaluate(features, labels.astype(np.float64))["samples"], 6)  # 1.0 is an integer
+        self.assertEqual(model.evaluate(features, list(labels))["samples"], 6)
         with tempfile.TemporaryDirectory() as directory:
             cwd = os.getcwd()
             os.chdir(directory)
