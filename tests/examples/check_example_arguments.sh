@@ -73,6 +73,8 @@ expect "checkpoint_resume: --checkpoint into a missing directory" "--checkpoint 
   "$bin/checkpoint_resume" --checkpoint "$missing/c.ckpt"
 expect "ddp_mnist: a negative --bucket-kb" "--bucket-kb" "$bin/ddp_mnist" --bucket-kb -1  # was 2^64 - 1024 bytes
 expect "ddp_mnist: --accumulate beyond --batch" "--accumulate" "$bin/ddp_mnist" --accumulate 9223372036854775807
+expect "checkpoint_resume: a negative --stop-after is named" "--stop-after and --save-every >= 0" \
+  "$bin/checkpoint_resume" --checkpoint "$work/out/c.ckpt" --stop-after -1
 expect "mnist_bsn: --threads beyond int" "--threads 4294967297 is out of range" "$bin/mnist_bsn" --threads 4294967297
 
 # A path that can be created passes the check and leaves nothing behind (the run then fails on the data).
