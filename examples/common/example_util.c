@@ -144,6 +144,11 @@ void example_check_arguments(int argc, char **argv, const char *const *valued, c
       exit(2);
     }
   }
+  /* --eval skips training, so --save would write nothing: say so rather than exit 0 without the file. */
+  if (example_option(argc, argv, "--eval") && example_option(argc, argv, "--save")) {
+    fprintf(stderr, "error: --save and --eval exclude each other: --eval only evaluates, so nothing would be saved\n");
+    exit(2);
+  }
   for (int i = 0; output_options[i]; i++)
     if (listed(output_options[i], valued))
       example_check_output_file(output_options[i], example_option(argc, argv, output_options[i]));

@@ -122,6 +122,10 @@ options parse(int argc, char **argv) {
     std::fprintf(stderr, "error: --epochs and --batch must be positive, --limit >= 0, --threads in [0, 2^31), --classes in [0, 65536]\n");
     std::exit(2);
   }
+  if (!parsed.save.empty() && !parsed.eval.empty()) {
+    std::fprintf(stderr, "error: --save and --eval exclude each other: --eval only evaluates, so nothing would be saved\n");
+    std::exit(2);
+  }
   // Files written after training: a path that cannot be created ends the run now, not after it.
   if (!parsed.save.empty()) example_check_output_file("--save", parsed.save.c_str());
   for (const char *name : {EXAMPLE_METRICS_OPTIONS})

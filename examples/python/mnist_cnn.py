@@ -59,6 +59,8 @@ def main():
     parser.add_argument("--eval", help="skip training: load this checkpoint and report the test accuracy")
     parser.add_argument("--onnx", help="export the model to this ONNX file (it takes raw pixels in [0, 1])")
     arguments = parser.parse_args()
+    if arguments.eval and arguments.save:
+        parser.error("--save and --eval exclude each other: --eval only evaluates, so nothing would be saved")
     check_creatable(parser, "--save", arguments.save)
     check_creatable(parser, "--onnx", arguments.onnx)
 

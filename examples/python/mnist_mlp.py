@@ -57,6 +57,8 @@ def main():
     parser.add_argument("--save", help="save the trained model to this checkpoint file")
     parser.add_argument("--eval", help="skip training: load this checkpoint's parameters and report the test accuracy")
     arguments = parser.parse_args()
+    if arguments.eval and arguments.save:
+        parser.error("--save and --eval exclude each other: --eval only evaluates, so nothing would be saved")
     check_creatable(parser, "--metrics", arguments.metrics)
     check_creatable(parser, "--plot", arguments.plot)
     check_creatable(parser, "--profile", arguments.profile)

@@ -32,6 +32,8 @@ if [ -n "$python" ]; then
     expect "$example.py: --save into a missing directory" "--save $missing/m.ckpt: cannot create" \
       "$python" "$examples/$example.py" --save "$missing/m.ckpt"
     expect "$example.py: --epochs 0" "must be a positive integer" "$python" "$examples/$example.py" --epochs 0
+    expect "$example.py: --save with --eval" "--save and --eval exclude each other" \
+      "$python" "$examples/$example.py" --eval "$work/m.ckpt" --save "$work/out/m.ckpt"
     expect_status 1 "$example.py: a library error" "error: IDX directory '$missing'" \
       "$python" "$examples/$example.py"
   done
@@ -53,6 +55,8 @@ for example in mnist_mlp mnist_mlp_cpp; do
     "$bin/$example" --epochs 99999999999999999999
   expect "$example: --threads beyond int" "--threads" "$bin/$example" --threads 4294967297
   expect "$example: an option twice" "--epochs is given more than once" "$bin/$example" --epochs 1 --epochs 2
+  expect "$example: --save with --eval" "--save and --eval exclude each other" \
+    "$bin/$example" --eval "$work/m.ckpt" --save "$work/out/m.ckpt"
   expect "$example: --save into a missing directory" "--save '$missing/model.ckpt': cannot create" \
     "$bin/$example" --save "$missing/model.ckpt"
   expect "$example: --metrics into a missing directory" "--metrics '$missing/m.csv': cannot create" \
