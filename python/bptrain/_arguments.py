@@ -56,6 +56,24 @@ def name(value, what):
     return value.encode()
 
 
+def exact_array(numpy, data, dtype, what):
+    """`data` as a C-contiguous array of integer `dtype` when every value survives the cast: NumPy's unsafe cast
+    would make 0.5 a 0, 2**32 + 1 a 1 and NaN -2**31 without a word (an integral float such as 1.0 is fine)."""
+    dtype = numpy.dtype(dtype)
+    if getattr(data, "dtype", None) == dtype:
+        return numpy.ascontiguousarray(data)
+    original = numpy.asarray(data)
+    if original.dtype.kind not in "biuf":
+        return numpy.ascontiguousarray(original, dtype=dtype)  # strings, objects: NumPy's own error
+    with numpy.errstate(invalid="ignore"):
+        array = numpy.ascontiguousarray(original, dtype=dtype)
+    if not numpy.array_equal(array, original):
+        bad = numpy.flatnonzero(array.ravel() != original.ravel())[0]
+        raise error(INVALID_ARGUMENT, "bptrain: %s: value %r (index %d) does not fit %s" %
+                    (what, original.ravel()[bad].item(), bad, dtype.name))
+    return array
+
+
 def instance(value, kind, what, name):
     """`value` when it is a `kind` (a bptrain class), else InvalidArgumentError."""
     if not isinstance(value, kind):

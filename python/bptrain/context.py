@@ -199,11 +199,17 @@ class Context:
         numpy = require_numpy()
         if rounding not in _ROUNDING:
             raise error(INVALID_ARGUMENT, "bptrain: convert: rounding must be one of %s" % sorted(_ROUNDING))
-        values = numpy.ascontiguousarray(values, dtype=numpy_dtype(source))
+        kind = numpy.dtype(numpy_dtype(source))
+        if kind.kind in "ui":  # narrow formats go in as bit patterns: 1.5 must not become the pattern 1
+            values = _arguments.exact_array(numpy, values, kind, "convert: %s values are %s bit patterns" %
+                                            (source, kind.name))
+        else:
+            values = numpy.ascontiguousarray(values, dtype=kind)
         result = numpy.empty(values.shape, dtype=numpy_dtype(destination))
         options = lib.bpt_convert_options_default()
-        options.rounding, options.saturate, options.scale, options.seed = _ROUNDING[rounding], int(saturate), \
-            scale, seed
+        options.rounding, options.saturate = _ROUNDING[rounding], int(saturate)
+        options.scale = _arguments.real(scale, "convert", "scale")
+        options.seed = _arguments.integer(seed, "convert", "seed", minimum=0, maximum=_arguments.UINT64_MAX)
         self.check(lib.bpt_convert(self.handle, ctypes.byref(options), values.size, dtype_code(source),
                                    values.ctypes.data, dtype_code(destination), result.ctypes.data))
         return result

@@ -267,8 +267,8 @@ class Model(TrainingLoop):
         """`data` as a C-contiguous array of the node's dtype, shaped (samples,) + the node's sample shape."""
         numpy = require_numpy()
         try:
-            if node.dtype == "i32" and getattr(data, "dtype", None) != numpy.int32:
-                array = self._integers(numpy, data, node)
+            if node.dtype == "i32":
+                array = _arguments.exact_array(numpy, data, numpy.int32, "input %r is i32" % node.name)
             else:
                 array = numpy.ascontiguousarray(data, dtype=numpy_dtype(node.dtype))
         except (TypeError, ValueError) as failure:
@@ -284,20 +284,6 @@ class Model(TrainingLoop):
                         % (node.name, array.size // max(array.shape[0], 1), array.shape[1:], per_sample,
                            node.sample_shape))
         return array.reshape((array.shape[0],) + node.sample_shape)
-
-    def _integers(self, numpy, data, node):
-        """`data` as int32 when every value is one: NumPy's cast would make label 0.5 a 0, 2**32 + 1 a 1 and NaN
-        -2**31 without a word (an integral float such as 1.0 is fine)."""
-        original = numpy.asarray(data)
-        if original.dtype.kind not in "biuf":
-            return numpy.ascontiguousarray(original, dtype=numpy.int32)  # strings, objects: NumPy's own error
-        with numpy.errstate(invalid="ignore"):
-            array = numpy.ascontiguousarray(original, dtype=numpy.int32)
-        if not numpy.array_equal(array, original):
-            bad = numpy.flatnonzero(array.ravel() != original.ravel())[0]
-            raise error(INVALID_ARGUMENT, "bptrain: input %r is i32: value %r (index %d) is not a 32-bit integer" %
-                        (node.name, original.ravel()[bad].item(), bad))
-        return array
 
     def _sources(self, arrays, what):
         self._require_compiled(what)

@@ -767,7 +767,7 @@ class Errors(unittest.TestCase):
         # Labels that are not 32-bit integers: NumPy's cast made 0.5 a 0 and 2**32 + 1 a 1, silently.
         for bad in (np.full(6, 0.5), np.full(6, 2 ** 32 + 1, np.int64), np.full(6, np.nan), [0, 1, 2, 3.5, 0, 1]):
             error = expect(bptrain.InvalidArgumentError, model.evaluate, features, bad)
-            self.assertIn("is not a 32-bit integer", error.message)
+            self.assertIn("does not fit int32", error.message)
         self.assertEqual(model.evaluate(features, labels.astype(np.float64))["samples"], 6)  # 1.0 is an integer
         self.assertEqual(model.evaluate(features, list(labels))["samples"], 6)
         with tempfile.TemporaryDirectory() as directory:
@@ -804,6 +804,11 @@ class Errors(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, optimizer.set_group, [3])
         expect(bptrain.InvalidArgumentError, bptrain.SpeculativeTrainer, model, optimizer, threshold="0.1")
         expect(bptrain.InvalidArgumentError, bptrain.SpeculativeTrainer, model, None)  # was AttributeError
+        # Narrow formats go in as bit patterns: 1.5 was the f16 pattern 1 (6e-8), 70000 wrapped to 4464.
+        expect(bptrain.InvalidArgumentError, ctx.convert, np.array([1.5], np.float32), "f16", "f32")
+        expect(bptrain.InvalidArgumentError, ctx.convert, [70000], "f16", "f32")
+        expect(bptrain.InvalidArgumentError, ctx.convert, np.ones(2, np.float32), "f32", "f16", scale="2")
+        self.assertEqual(ctx.convert([0x3C00], "f16", "f32")[0], 1.0)
         expect(bptrain.InvalidArgumentError, bptrain.Model, None)  # was AttributeError
         expect(bptrain.InvalidArgumentError, bptrain.Context, threads="2")  # was 2 threads
         expect(bptrain.InvalidArgumentError, bptrain.Context, threads=2 ** 32 + 1)  # ctypes wrapped it to 1 thread
