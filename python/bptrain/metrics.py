@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 
+from ._errors import IO, error
+
 
 class MetricsWriter:
     """Writes the metrics CSV shared with the C examples (examples/common/example_metrics.h)."""
@@ -12,7 +14,11 @@ class MetricsWriter:
                "learning_rate", "seconds"]
 
     def __init__(self, path):
-        self.file = open(path, "w", newline="")
+        try:
+            self.file = open(path, "w", newline="")
+        except (OSError, TypeError) as failure:  # a bptrain.FileError, like every other file the binding writes
+            raise error(IO, "bptrain: metrics file %r: cannot create: %s" %
+                        (path, getattr(failure, "strerror", None) or failure)) from None
         self.writer = csv.writer(self.file)
         self.writer.writerow(self.COLUMNS)
 

@@ -780,6 +780,8 @@ class Errors(unittest.TestCase):
                 expect(bptrain.InvalidArgumentError, model.save, "m.ckpt", optimizer="sgd")
                 expect(bptrain.InvalidArgumentError, model.save, "m.ckpt", epoch=1.5)
                 expect(bptrain.InvalidArgumentError, ctx.write_profile_trace, None)
+                expect(bptrain.FileError, model.fit, optimizer, features, labels,
+                       metrics=os.path.join(directory, "no", "such", "m.csv"))  # was FileNotFoundError
                 expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, images=features)  # printed the array as a path
                 expect(bptrain.InvalidArgumentError, bptrain.Dataset, None, directory, "train")
                 write_idx(directory)
