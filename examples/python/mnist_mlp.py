@@ -75,7 +75,8 @@ def main():
         labels = model.input("labels", (), dtype="i32")
         hidden = model.relu(model.linear(images, 512, name="fc1"), name="relu1")
         hidden = model.relu(model.linear(hidden, 256, name="fc2"), name="relu2")
-        logits = model.linear(hidden, train.classes, name="fc3")
+        # Checked against both label sets: one corrupt label must not silently size the output layer.
+        logits = model.linear(hidden, train.check_classes(test), name="fc3")
         model.compile(model.softmax_cross_entropy(logits, labels), max_batch=arguments.batch)
         optimizer = bptrain.Optimizer(model, "sgd", learning_rate=arguments.lr, momentum=arguments.momentum)
 

@@ -41,6 +41,24 @@ if [ -n "$python" ]; then
     "$python" "$examples/mnist_cnn.py" --onnx "$missing/m.onnx"
   expect "mnist_mlp.py: --profile into a missing directory" "--profile $missing/t.json: cannot create" \
     "$python" "$examples/mnist_mlp.py" --profile "$missing/t.json"
+  # A corrupt label (200 among 0..2) is refused naming the label file, not trained as a 201-class model.
+  "$python" -c '
+import os, struct, sys
+os.makedirs(sys.argv[1])
+for split, count in (("train", 12), ("t10k", 6)):
+    labels = [n % 3 for n in range(count)]
+    labels[4] = 200 if split == "train" else labels[4]
+    with open(os.path.join(sys.argv[1], split + "-images-idx3-ubyte"), "wb") as file:
+        file.write(struct.pack(">IIII", 0x803, count, 2, 2) + bytes(range(count * 4)))
+    with open(os.path.join(sys.argv[1], split + "-labels-idx1-ubyte"), "wb") as file:
+        file.write(struct.pack(">II", 0x801, count) + bytes(labels))
+' "$work/labels"
+  output=$(timeout 60 "$python" "$examples/mnist_mlp.py" --data "$work/labels" --epochs 1 --batch 4 2>&1)
+  if [ $? -ne 1 ] || ! grep -q "train-labels-idx1-ubyte" <<< "$output"; then
+    echo "FAIL: mnist_mlp.py: a corrupt label: $(tail -2 <<< "$output")"; failures=$((failures + 1))
+  else
+    echo "ok: mnist_mlp.py: a corrupt label is refused"
+  fi
   expect_status 1 "mnist_mlp.py: a writable --save passes, leaving no file" "error: IDX directory" \
     "$python" "$examples/mnist_mlp.py" --save "$work/out/m.ckpt"
   [ -z "$(ls -A "$work/out")" ] || { echo "FAIL: the probe left $(ls -A "$work/out")"; failures=$((failures + 1)); }
