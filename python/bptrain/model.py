@@ -174,8 +174,11 @@ class Model(TrainingLoop):
                 if field not in ("units", "kernel", "stride", "padding", "rate"):
                     raise error(INVALID_ARGUMENT, "bptrain: sequential: layer %d (%s): unknown field %r" %
                                 (index, kind, field))
-                setattr(specs[index], field, value)
-        return self._add(lib.bpt_layer_sequential, str(prefix).encode(), _ops._node(x, "Model.sequential")[0],
+                what = "Model.sequential: layer %d (%s)" % (index, kind)
+                convert = _arguments.real if field == "rate" else _arguments.integer
+                setattr(specs[index], field, convert(value, what, field))
+        return self._add(lib.bpt_layer_sequential, _arguments.name(prefix, "Model.sequential (prefix)"),
+                         _ops._node(x, "Model.sequential")[0],
                          specs, len(layers))
 
     def set_precision(self, compute_dtype="f32", loss_scaling="auto", initial_loss_scale=None,

@@ -744,6 +744,8 @@ class Errors(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.input, None, (4,))  # was an input named "None"
         expect(bptrain.InvalidArgumentError, model.parameter, "", (4,))
         expect(bptrain.InvalidArgumentError, model.node, None)
+        expect(bptrain.InvalidArgumentError, model.sequential, x, [("linear", {"units": 2.5})])  # was TypeError
+        expect(bptrain.InvalidArgumentError, model.sequential, x, [("dropout", {"rate": "0.5"})])
         self.assertEqual(model.linear(x, np.int64(3), name="ok").shape[-1], 3)  # NumPy integers are integers
         logits = model.linear(model.relu(model.node("ok")), 3)
         expect(bptrain.InvalidArgumentError, model.compile, model.softmax_cross_entropy(logits, y), "4")
