@@ -28,9 +28,9 @@ class Dataset:
                                                               ctypes.byref(handle)))
         elif images is not None:
             # Paths only: arrays go straight to fit, evaluate and predict (a Dataset is a file reader).
+            labels_path = None if labels is None else _arguments.path(labels, "Dataset (labels=)")
             context.check(lib.bpt_dataset_load_idx(context.handle, _arguments.path(images, "Dataset (images=)"),
-                                                    None if labels is None else _arguments.path(labels, "Dataset (labels=)"),
-                                                    ctypes.byref(handle)))
+                                                    labels_path, ctypes.byref(handle)))
         else:
             raise error(INVALID_ARGUMENT, "bptrain: Dataset: give a directory and a split, or images= paths")
         self._native = _Native(handle.value, lib.bpt_dataset_destroy, context._native, "data set")

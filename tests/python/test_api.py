@@ -762,7 +762,7 @@ class Errors(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.predict, features, batch_size=-1)  # returned np.empty's garbage
         expect(bptrain.InvalidArgumentError, model.predict, features, batch_size=0)
         expect(bptrain.InvalidArgumentError, model.evaluate, features, labels, batch_size=2.5)
-        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, epochs=-1)  # trained nothing, silently
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, epochs=-1)  # trained nothing
         expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, epochs=1.5)  # was TypeError
         expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, batch_size=0)  # was max_batch
         self.assertEqual(len(model.fit(optimizer, features, labels, epochs=np.int32(2), batch_size=3)), 2)
@@ -784,7 +784,7 @@ class Errors(unittest.TestCase):
                 expect(bptrain.InvalidArgumentError, ctx.write_profile_trace, None)
                 expect(bptrain.FileError, model.fit, optimizer, features, labels,
                        metrics=os.path.join(directory, "no", "such", "m.csv"))  # was FileNotFoundError
-                expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, images=features)  # printed the array as a path
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, images=features)  # was a path "[[0.1 ..."
                 expect(bptrain.InvalidArgumentError, bptrain.Dataset, None, directory, "train")
                 write_idx(directory)
                 expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, directory, "train", limit=0)  # was 1 batch
