@@ -39,7 +39,7 @@ class SpeculativeTrainer:
         images, labels = model.inputs[0], model.inputs[-1]
         self.context.check(lib.bpt_speculative_create(model.handle, images.handle, labels.handle, optimizer.handle,
                                                       ctypes.byref(options), ctypes.byref(handle)))
-        # Destroyed before its graph (speculative.h): it is a user of the model's holder, closed first.
+        # A user of the model's holder, closed first (a graph destroyed first would also detach it).
         self._native = _Native(handle.value, lib.bpt_speculative_destroy, model._native, "speculative trainer")
         self._keep = optimizer
 
