@@ -1,6 +1,7 @@
 """The training loop of Model: fit, train_step, evaluate and predict over arrays or a Dataset. Batches
 are fed by Model._feed (one copy into the input buffer); evaluation and prediction run in evaluation mode.
 """
+import sys
 import time
 
 from . import _arguments
@@ -9,6 +10,27 @@ from ._native import lib
 from ._tensor import _Tensor
 from .context import require_numpy
 from .metrics import MetricsWriter
+
+
+class _Progress:
+    """verbose's bar on an interactive stderr, like the C examples': "epoch 1/3 [=====>    ] 120/469  loss 0.43",
+    redrawn at most every 0.1 s; nothing when stderr is a file or a pipe (the epoch lines say enough there)."""
+
+    def __init__(self, epochs, batches):
+        self.epochs, self.batches = epochs, batches
+        self.interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+        self.last = 0.0
+
+    def update(self, epoch, batch, loss, final=False):
+        now = time.monotonic()
+        if not self.interactive or (not final and now - self.last < 0.1):
+            return
+        self.last = now
+        filled = 30 * batch // max(self.batches, 1)
+        bar = "=" * filled + (">" if filled < 30 else "") + " " * max(29 - filled, 0)
+        sys.stderr.write("\repoch %d/%d [%s] %d/%d  loss %.4f%s" % (epoch, self.epochs, bar, batch, self.batches,
+                                                                   loss, "\n" if final else ""))
+        sys.stderr.flush()
 
 
 class TrainingLoop:
@@ -34,8 +56,9 @@ class TrainingLoop:
 
         `evaluation` is the same kind of data, evaluated after each epoch. `metrics` names a CSV file that
         receives one row per step and per epoch (the format of the C examples' --metrics); `callback(record)`
-        is called after each epoch. Returns one dict per epoch: epoch, train_loss, and test_loss /
-        test_accuracy when `evaluation` is given.
+        is called after each epoch. `verbose` prints a line per epoch and, on an interactive stderr, a progress
+        bar per batch. Returns one dict per epoch: epoch, train_loss, and test_loss / test_accuracy when
+        `evaluation` is given.
         """
         self._require_compiled("fit")
         from .training import Optimizer
@@ -48,17 +71,21 @@ class TrainingLoop:
         history = []
         step = 0
         start = time.monotonic()
+        progress = _Progress(epochs, self._batch_total(data, batch_size)) if verbose else None
         try:
             for epoch in range(1, epochs + 1):
                 self.train()
-                total, samples = 0.0, 0
+                total, samples, batch = 0.0, 0, 0
                 for count in self._batches(data, batch_size, shuffle, seed + epoch, "fit"):
                     loss = self._step(optimizer, clip_norm)
                     step += 1
+                    batch += 1
                     total += loss * count
                     samples += count
                     if writer:
                         writer.step(epoch, step, loss, optimizer.learning_rate, time.monotonic() - start)
+                    if progress:
+                        progress.update(epoch, batch, total / samples, final=batch == progress.batches)
                 record = {"epoch": epoch, "train_loss": total / max(samples, 1)}
                 if evaluation is not None:
                     result = self.evaluate(*(evaluation if isinstance(evaluation, tuple) else (evaluation,)),
@@ -78,6 +105,17 @@ class TrainingLoop:
             if writer:
                 writer.close()
         return history
+
+    def _batch_total(self, data, batch_size):
+        """The batches of one pass over data (arrays or a Dataset), for the progress bar."""
+        from .data import Dataset
+        if len(data) == 1 and isinstance(data[0], Dataset):
+            return min(data[0].batch_count(batch_size), data[0].limit_batches(batch_size))
+        try:
+            count = len(data[0])
+        except (IndexError, TypeError):  # no arrays, or a scalar: _batches reports it
+            count = 0
+        return -(-count // batch_size)
 
     def _batch_size(self, batch_size, what):
         """batch_size, or the compiled max_batch for None; an int in 1..max_batch."""

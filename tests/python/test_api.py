@@ -820,6 +820,38 @@ class Errors(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, bptrain.Context, seed=-1)
         expect(bptrain.InvalidArgumentError, bptrain.Context, backend=None)
 
+    def test_verbose_fit_draws_a_progress_bar_on_a_terminal(self):
+        """fit(verbose=True) on a long epoch shows progress per batch when stderr is a terminal, like the C
+        examples' bar, and only the epoch lines when it is not."""
+        import pty
+        import subprocess
+        script = ("import numpy as np, bptrain\n"
+                  "m = bptrain.Model(bptrain.Context(threads=1))\n"
+                  "x, y = m.input('x', (4,)), m.input('y', (), 'i32')\n"
+                  "m.compile(m.softmax_cross_entropy(m.linear(x, 3), y), 8)\n"
+                  "m.fit(bptrain.Optimizer(m), np.zeros((40, 4), np.float32), np.zeros(40, np.int32), epochs=2,"
+                  " batch_size=8, verbose=True)\n")
+        environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        master, slave = pty.openpty()
+        run = subprocess.run([sys.executable, "-c", script], stderr=slave, stdout=subprocess.PIPE, env=environment,
+                             timeout=120)
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the terminal's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+        os.close(master)
+        self.assertEqual(run.returncode, 0)
+        self.assertIn(b"epoch 2/2 [==============================] 5/5  loss", shown)
+        self.assertIn(b"epoch 2: train_loss", run.stdout)
+        piped = subprocess.run([sys.executable, "-c", script], capture_output=True, env=environment, timeout=120)
+        self.assertEqual(piped.stderr, b"")  # no bar into a file or a pipe
+
     def test_arrays_used_in_place(self):
         model, x, y = small_classifier()
         features = RNG.randn(8, 4).astype(np.float32)
