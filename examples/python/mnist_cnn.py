@@ -36,13 +36,13 @@ def check_creatable(parser, option, path):
         return
     probe = "%s.probe-%d" % (path, os.getpid())
     try:
-        if os.path.isdir(path):
-            raise IsADirectoryError("is a directory")
+        if not path or os.path.isdir(path):
+            raise IsADirectoryError("is empty" if not path else "is a directory")
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         os.unlink(probe)
     except OSError as failure:
-        parser.error("%s %s: cannot create a file there (%s); nothing was run" % (option, path,
-                                                                                  failure.strerror or failure))
+        parser.error("%s '%s': cannot create a file there (%s); nothing was run" % (option, path,
+                                                                                    failure.strerror or failure))
 
 
 def main():

@@ -29,7 +29,7 @@ expect() { expect_status 2 "$@"; }
 if [ -n "$python" ]; then
   examples=$4
   for example in mnist_mlp mnist_cnn; do
-    expect "$example.py: --save into a missing directory" "--save $missing/m.ckpt: cannot create" \
+    expect "$example.py: --save into a missing directory" "--save '$missing/m.ckpt': cannot create" \
       "$python" "$examples/$example.py" --save "$missing/m.ckpt"
     expect "$example.py: --epochs 0" "must be a positive integer" "$python" "$examples/$example.py" --epochs 0
     expect "$example.py: --save with --eval" "--save and --eval exclude each other" \
@@ -37,9 +37,10 @@ if [ -n "$python" ]; then
     expect_status 1 "$example.py: a library error" "error: IDX directory '$missing'" \
       "$python" "$examples/$example.py"
   done
-  expect "mnist_cnn.py: --onnx into a missing directory" "--onnx $missing/m.onnx: cannot create" \
+  expect "mnist_mlp.py: an empty --save" "--save '': cannot create" "$python" "$examples/mnist_mlp.py" --save ""
+  expect "mnist_cnn.py: --onnx into a missing directory" "--onnx '$missing/m.onnx': cannot create" \
     "$python" "$examples/mnist_cnn.py" --onnx "$missing/m.onnx"
-  expect "mnist_mlp.py: --profile into a missing directory" "--profile $missing/t.json: cannot create" \
+  expect "mnist_mlp.py: --profile into a missing directory" "--profile '$missing/t.json': cannot create" \
     "$python" "$examples/mnist_mlp.py" --profile "$missing/t.json"
   # A corrupt label (200 among 0..2) is refused naming the label file, not trained as a 201-class model.
   "$python" -c '
