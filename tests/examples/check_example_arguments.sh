@@ -92,6 +92,7 @@ for example in mnist_cnn resnet; do
   expect "$example: --onnx into a missing directory" "--onnx '$missing/m.onnx': cannot create" \
     "$bin/$example" --onnx "$missing/m.onnx"
 done
+expect "resnet: --fold without --eval" "--fold works with --eval FILE" "$bin/resnet" --fold
 expect "checkpoint_resume: --checkpoint into a missing directory" "--checkpoint '$missing/c.ckpt': cannot create" \
   "$bin/checkpoint_resume" --checkpoint "$missing/c.ckpt"
 expect "ddp_mnist: a negative --bucket-kb" "--bucket-kb" "$bin/ddp_mnist" --bucket-kb -1  # was 2^64 - 1024 bytes
