@@ -120,6 +120,10 @@ int main(int argc, char **argv) {
   bpt_precision_options one = bpt_precision_options_default();
   const char *dtype = example_option(argc, argv, "--dtype"), *scaling = example_option(argc, argv, "--loss-scaling"),
              *storage = example_option(argc, argv, "--storage");
+  if (example_flag(argc, argv, "--all") && (dtype || scaling || storage)) { /* --all ran its table, ignoring them */
+    fprintf(stderr, "error: --all runs every configuration; it takes no --dtype, --loss-scaling or --storage\n");
+    return 2;
+  }
   if (dtype && strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0 && strcmp(dtype, "f16") != 0) {
     fprintf(stderr, "error: --dtype must be f32, bf16 or f16\n%s", usage);
     return 2;

@@ -96,6 +96,7 @@ expect "resnet: --fold without --eval" "--fold works with --eval FILE" "$bin/res
 expect "speculative_mnist: nothing to run" "leave nothing to run" "$bin/speculative_mnist" --skip-cpu --skip-fpga
 expect "speculative_mnist: --fpga-fixed with --skip-fpga" "which --skip-fpga skips" \
   "$bin/speculative_mnist" --skip-fpga --fpga-fixed 16:6
+expect "mnist_precision: --all with --dtype" "--all runs every configuration" "$bin/mnist_precision" --all --dtype f16
 expect "checkpoint_resume: --checkpoint into a missing directory" "--checkpoint '$missing/c.ckpt': cannot create" \
   "$bin/checkpoint_resume" --checkpoint "$missing/c.ckpt"
 expect "ddp_mnist: a negative --bucket-kb" "--bucket-kb" "$bin/ddp_mnist" --bucket-kb -1  # was 2^64 - 1024 bytes
