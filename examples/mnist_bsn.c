@@ -192,8 +192,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: --estimator must be identity or sigmoid, not '%s'\n%s", estimator, usage);
     return 2;
   }
-  if (settings.epochs < 1 || settings.batch < 1) {
-    fprintf(stderr, "error: --epochs and --batch must be positive\n");
+  if (settings.epochs < 1 || settings.batch < 1 || settings.eval_samples < 0) {
+    fprintf(stderr, "error: --epochs and --batch must be positive, --eval-samples >= 0\n");
+    return 2;
+  }
+  if (settings.adam && example_option(argc, argv, "--momentum")) { /* Adam's step ignored it */
+    fprintf(stderr, "error: --momentum is for --sgd (Adam keeps its own moment estimates)\n");
     return 2;
   }
   settings.context_options = bpt_context_options_default();

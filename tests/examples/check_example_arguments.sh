@@ -97,6 +97,8 @@ expect "speculative_mnist: nothing to run" "leave nothing to run" "$bin/speculat
 expect "speculative_mnist: --fpga-fixed with --skip-fpga" "which --skip-fpga skips" \
   "$bin/speculative_mnist" --skip-fpga --fpga-fixed 16:6
 expect "mnist_precision: --all with --dtype" "--all runs every configuration" "$bin/mnist_precision" --all --dtype f16
+expect "mnist_bsn: --momentum without --sgd" "--momentum is for --sgd" "$bin/mnist_bsn" --momentum 0.5
+expect "mnist_bsn: a negative --eval-samples" "--eval-samples >= 0" "$bin/mnist_bsn" --eval-samples -5
 expect "checkpoint_resume: --checkpoint into a missing directory" "--checkpoint '$missing/c.ckpt': cannot create" \
   "$bin/checkpoint_resume" --checkpoint "$missing/c.ckpt"
 expect "ddp_mnist: a negative --bucket-kb" "--bucket-kb" "$bin/ddp_mnist" --bucket-kb -1  # was 2^64 - 1024 bytes
