@@ -14,7 +14,7 @@
 #include "test_support.h"
 
 /* The native micro-kernel compiled once more with plain-C intrinsics, under its own name. */
-#define BPT_BF16_EMULATED_INTRINSICS "avx512_bf16_emulation.h"
+#define BPT_BF16_EMULATED_INTRINSICS "avx512_emulation.h"
 #define bpt_bf16_micro_kernel_avx512 emulated_avx512_micro_kernel
 #include "backends/cpu/gemm_bf16_avx512.c"
 #undef bpt_bf16_micro_kernel_avx512

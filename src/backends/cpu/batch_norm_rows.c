@@ -16,10 +16,10 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ROWS_AVX512 1
-#include <immintrin.h>
+#include "backends/cpu/avx512_target.h"
 
 #include "backends/cpu/avx2_lanes.h"
-#define ROWS_AVX512_TARGET __attribute__((target("avx512f")))
+#define ROWS_AVX512_TARGET BPT_AVX512_TARGET
 /* No FMA: the products and sums round as in the other versions. */
 #define ROWS_AVX2_TARGET __attribute__((target("avx2")))
 #else

@@ -48,7 +48,7 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DIRECT_KERNELS 1
-#include <immintrin.h>
+#include "backends/cpu/avx512_target.h"
 #else
 #define DIRECT_KERNELS 0
 #endif
@@ -64,7 +64,7 @@ bpt_status bpt_cpu_conv_direct_backward_filter(bpt_backend *backend, const bpt_c
 
 /* The library is built for baseline x86-64: the kernels carry their own target attribute and run only where
  * the CPU reports AVX-512F (valgrind, for one, does not). */
-#define DIRECT_TARGET __attribute__((target("avx512f")))
+#define DIRECT_TARGET BPT_AVX512_TARGET
 #define DIRECT_INLINE static inline __attribute__((always_inline)) DIRECT_TARGET
 
 typedef struct direct_geometry {

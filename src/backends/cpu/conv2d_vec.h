@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <immintrin.h>
+#include "backends/cpu/avx512_target.h"
 
 #if defined(CONV_VEC_AVX512)
 
@@ -22,7 +22,7 @@
 #define VEC_LANES 16
 #define VEC_LOOPS BPT_CPU_LOOPS_AVX512
 #define VEC(name) name##_avx512
-#define VEC_TARGET __attribute__((target("avx512f")))
+#define VEC_TARGET BPT_AVX512_TARGET
 #define vec_zero() _mm512_setzero_ps()
 #define vec_set1(x) _mm512_set1_ps(x)
 #define vec_load(p) _mm512_loadu_ps(p)
@@ -53,7 +53,7 @@
 #define vec_store_lanes vec_store_lanes_avx512
 #ifndef CONV_VEC_AVX512_HELPERS
 #define CONV_VEC_AVX512_HELPERS
-static inline __attribute__((always_inline, target("avx512f"))) void
+static inline __attribute__((always_inline)) BPT_AVX512_TARGET void
 vec_store_interleaved_avx512(float *target, __m512 evens, __m512 odds, int64_t first, int64_t count, int64_t pixels,
                              bool accumulate) {
   const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -73,7 +73,7 @@ vec_store_interleaved_avx512(float *target, __m512 evens, __m512 odds, int64_t f
 }
 
 /* target[k] (+)= lane first + k of v for k < count: one output row's run of a tile of positions. */
-static inline __attribute__((always_inline, target("avx512f"))) void
+static inline __attribute__((always_inline)) BPT_AVX512_TARGET void
 vec_store_lanes_avx512(float *target, __m512 v, int64_t first, int64_t count, bool accumulate) {
   const __mmask16 lanes = (__mmask16)(((1u << count) - 1u) << first), low = direct_lanes(count);
   __m512 values = _mm512_maskz_compress_ps(lanes, v);
@@ -83,7 +83,7 @@ vec_store_lanes_avx512(float *target, __m512 v, int64_t first, int64_t count, bo
 
 /* rows (VEC_LANES vectors) transposed in registers: row r lane l becomes row l lane r. */
 #define vec_transpose vec_transpose_avx512
-static inline __attribute__((always_inline, target("avx512f"))) void vec_transpose_avx512(__m512 rows[16]) {
+static inline __attribute__((always_inline)) BPT_AVX512_TARGET void vec_transpose_avx512(__m512 rows[16]) {
   __m512 pairs[16], quads[16];
   for (int r = 0; r < 16; r += 2) {
     pairs[r] = _mm512_unpacklo_ps(rows[r], rows[r + 1]);

@@ -172,6 +172,10 @@ bpt_status bpt_bf16_gemm_run(bpt_backend *backend, const bpt_gemm_args *args, bp
 }
 
 static bool detect_avx512_bf16(void) {
+#if defined(BPT_AVX512_EMULATION)
+  /* The test build that emulates AVX-512 (avx512_target.h) compiles the vdpbf16ps kernel for AVX2 + FMA. */
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return true;
+#endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   unsigned eax, ebx, ecx, edx;
   /* Leaf 1 ECX bit 27: the OS uses XSAVE, so XCR0 says which register states it saves. */
@@ -211,6 +215,9 @@ bpt_status bpt_cpu_gemm_bf16(bpt_backend *backend, const bpt_gemm_args *args, bo
 }
 
 const char *bpt_cpu_bf16_gemm_mode(void) {
+#if defined(BPT_AVX512_EMULATION)
+  if (bpt_cpu_has_avx512_bf16()) return "emulated AVX512_BF16 in plain C (a test build of the library, not for use)";
+#endif
   return bpt_cpu_has_avx512_bf16() ? "native AVX512_BF16 (vdpbf16ps)"
                                    : "emulated: bf16 storage, f32 arithmetic (no AVX512_BF16)";
 }

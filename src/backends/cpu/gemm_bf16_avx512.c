@@ -5,13 +5,13 @@
 
 #if defined(BPT_BF16_EMULATED_INTRINSICS)
 /* tests/test_bf16_gemm.c compiles this file once more with the intrinsics below written in plain C
- * (tests/support/avx512_bf16_emulation.h), so the kernel's indexing is tested on CPUs without AVX512_BF16. */
+ * (tests/support/avx512_emulation.h), so the kernel's indexing is tested on CPUs without AVX512_BF16. */
 #include BPT_BF16_EMULATED_INTRINSICS
 #define BF16_KERNEL_TARGET
 #define BF16_NATIVE 1
 #elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define BF16_KERNEL_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#include "backends/cpu/avx512_target.h"
+#define BF16_KERNEL_TARGET BPT_AVX512_BF16_TARGET
 #define BF16_NATIVE 1
 #endif
 

@@ -13,8 +13,8 @@
 #endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define RELU_AVX512 1
-#include <immintrin.h>
-#define RELU_AVX512_TARGET __attribute__((target("avx512f")))
+#include "backends/cpu/avx512_target.h"
+#define RELU_AVX512_TARGET BPT_AVX512_TARGET
 #else
 #define RELU_AVX512 0
 #endif

@@ -54,6 +54,10 @@ bpt_cpu_loops bpt_cpu_loops_supported(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   /* __builtin_cpu_supports counts AVX features only where the OS saves their registers (XGETBV), as
    * bpt_cpu_features_read does; valgrind, for one, reports AVX2 but not AVX-512F. */
+#if defined(BPT_AVX512_EMULATION)
+  /* The test build that emulates AVX-512 (avx512_target.h) compiles those loops for AVX2 + FMA. */
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BPT_CPU_LOOPS_AVX512;
+#endif
   if (__builtin_cpu_supports("avx512f")) return BPT_CPU_LOOPS_AVX512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BPT_CPU_LOOPS_AVX2;
 #endif
