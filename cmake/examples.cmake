@@ -41,6 +41,15 @@ if(BPT_BUILD_TESTS AND BPT_PYTHON_NUMPY AND NOT BPT_SANITIZE)
   set_tests_properties(example_python_mnist_mlp PROPERTIES LABELS "package;example" SKIP_RETURN_CODE 77 TIMEOUT 300
     ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
 endif()
+# The Python examples' command lines: output paths checked before training, one "error:" line, no traceback.
+if(BPT_BUILD_TESTS AND BPT_PYTHON_NUMPY AND NOT BPT_SANITIZE)
+  add_test(NAME check_python_example_arguments
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/examples/check_example_arguments.sh
+                   ${CMAKE_BINARY_DIR}/python-example-arguments ${CMAKE_BINARY_DIR} ${BPT_PYTHON_NUMPY}
+                   ${CMAKE_CURRENT_SOURCE_DIR}/examples/python)
+  set_tests_properties(check_python_example_arguments PROPERTIES LABELS "package;example" TIMEOUT 300
+    ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+endif()
 # The checkpoint as the examples' one model file: --save, --eval, another model's file, an old BPTPARAM file.
 if(BPT_BUILD_TESTS AND TARGET mnist_cnn AND TARGET checkpoint_resume AND Python3_FOUND AND NOT BPT_SANITIZE)
   add_test(NAME example_model_file

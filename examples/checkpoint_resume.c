@@ -17,6 +17,8 @@ static const char usage[] =
     "                         [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
     "  --resume          continue from FILE (epoch, step, weights, optimizer state, sample order)\n"
     "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint)\n"
+    "  --save-every N    also write FILE every N optimizer steps (default 100; 0: only at the end of each epoch)\n"
+    "  --resume needs the --batch and --data of the run that wrote FILE: its position counts batches\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
 /* FNV-1a over the parameters' bytes: equal checksums mean bit-identical weights. */
@@ -60,12 +62,13 @@ int main(int argc, char **argv) {
   long save_every = example_option_long(argc, argv, "--save-every", 100);
   uint64_t seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   if (!path || epochs < 1 || batch < 1 || stop_after < 0 || save_every < 0) {
-    fprintf(stderr, "error: --checkpoint is required; --epochs and --batch must be positive\n%s", usage);
+    fprintf(stderr, "error: --checkpoint is required; --epochs and --batch must be positive, --stop-after and "
+                    "--save-every >= 0\n%s", usage);
     return 2;
   }
 
   bpt_context_options context_options = bpt_context_options_default();
-  context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   context_options.seed = seed;
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));

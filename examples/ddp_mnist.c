@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,13 +53,17 @@ int main(int argc, char **argv) {
   long epochs = example_option_long(argc, argv, "--epochs", 2);
   long batch = example_option_long(argc, argv, "--batch", 128);
   long accumulate = example_option_long(argc, argv, "--accumulate", 1);
-  if (epochs < 1 || batch < 1 || accumulate < 1) {
-    fprintf(stderr, "error: --epochs, --batch and --accumulate must be positive\n");
+  /* Kilobytes to bytes must not wrap (--bucket-kb -1 was 2^64 - 1024 bytes), nor ranks x accumulate below. */
+  long bucket_kb = example_option_long(argc, argv, "--bucket-kb", 25 * 1024);
+  if (epochs < 1 || batch < 1 || accumulate < 1 || accumulate > batch || bucket_kb < 1 ||
+      bucket_kb > (long)(SIZE_MAX / 2048)) {
+    fprintf(stderr, "error: --epochs, --batch, --accumulate (at most --batch) and --bucket-kb (at most %zu) must be "
+                    "positive\n", SIZE_MAX / 2048);
     return 2;
   }
 
   bpt_context_options context_options = bpt_context_options_default();
-  context_options.num_threads = (int)example_option_long(argc, argv, "--threads", default_threads());
+  context_options.num_threads = example_option_int(argc, argv, "--threads", default_threads());
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
@@ -108,7 +113,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(context, bpt_optimizer_create(graph, &optimizer_options, &optimizer));
 
   bpt_data_parallel_options parallel_options = bpt_data_parallel_options_default();
-  parallel_options.bucket_bytes = (size_t)example_option_long(argc, argv, "--bucket-kb", 25 * 1024) * 1024;
+  parallel_options.bucket_bytes = (size_t)bucket_kb * 1024;
   parallel_options.overlap = !example_flag(argc, argv, "--no-overlap");
   parallel_options.accumulation_steps = (int)accumulate;
   const char *compression = example_option(argc, argv, "--compression");

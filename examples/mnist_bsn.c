@@ -192,12 +192,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: --estimator must be identity or sigmoid, not '%s'\n%s", estimator, usage);
     return 2;
   }
-  if (settings.epochs < 1 || settings.batch < 1) {
-    fprintf(stderr, "error: --epochs and --batch must be positive\n");
+  if (settings.epochs < 1 || settings.batch < 1 || settings.eval_samples < 0) {
+    fprintf(stderr, "error: --epochs and --batch must be positive, --eval-samples >= 0\n");
+    return 2;
+  }
+  if (settings.adam && example_option(argc, argv, "--momentum")) { /* Adam's step ignored it */
+    fprintf(stderr, "error: --momentum is for --sgd (Adam keeps its own moment estimates)\n");
     return 2;
   }
   settings.context_options = bpt_context_options_default();
-  settings.context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  settings.context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   settings.context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   const char *backend = example_option(argc, argv, "--backend");
   if (backend) settings.context_options.backend = backend;

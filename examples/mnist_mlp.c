@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
   }
 
   bpt_context_options context_options = bpt_context_options_default();
-  context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   const char *backend = example_option(argc, argv, "--backend");
   if (backend) context_options.backend = backend;

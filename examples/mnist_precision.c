@@ -113,13 +113,17 @@ int main(int argc, char **argv) {
     return 2;
   }
   s.context_options = bpt_context_options_default();
-  s.context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  s.context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   s.context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   if (example_option(argc, argv, "--backend")) s.context_options.backend = example_option(argc, argv, "--backend");
 
   bpt_precision_options one = bpt_precision_options_default();
   const char *dtype = example_option(argc, argv, "--dtype"), *scaling = example_option(argc, argv, "--loss-scaling"),
              *storage = example_option(argc, argv, "--storage");
+  if (example_flag(argc, argv, "--all") && (dtype || scaling || storage)) { /* --all ran its table, ignoring them */
+    fprintf(stderr, "error: --all runs every configuration; it takes no --dtype, --loss-scaling or --storage\n");
+    return 2;
+  }
   if (dtype && strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0 && strcmp(dtype, "f16") != 0) {
     fprintf(stderr, "error: --dtype must be f32, bf16 or f16\n%s", usage);
     return 2;

@@ -98,6 +98,10 @@ int main(int argc, char **argv) {
                                        "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--grad-stats", "--summary", "--augment", "--fold", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
+  if (example_flag(argc, argv, "--fold") && !example_option(argc, argv, "--eval")) {
+    fprintf(stderr, "error: --fold works with --eval FILE (it folds the loaded model's batch norms)\n%s", usage);
+    return 2; /* it was ignored: the run trained as if it had not been given */
+  }
   const char *data = example_option(argc, argv, "--data");
   if (!data) data = "/usr/share/datasets/fashion-mnist";
   const long epochs = example_option_long(argc, argv, "--epochs", 6);
@@ -132,7 +136,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   bpt_context_options context_options = bpt_context_options_default();
-  context_options.num_threads = (int)example_option_long(argc, argv, "--threads", 0);
+  context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
   if (example_option(argc, argv, "--backend")) context_options.backend = example_option(argc, argv, "--backend");
   e.seed = context_options.seed;

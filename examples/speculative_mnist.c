@@ -217,6 +217,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   bool run_cpu = !example_flag(argc, argv, "--skip-cpu"), run_fpga = !example_flag(argc, argv, "--skip-fpga");
+  if (!run_cpu && !run_fpga) { /* it printed a table of dashes and exited 0 */
+    fprintf(stderr, "error: --skip-cpu and --skip-fpga together leave nothing to run\n");
+    return 2;
+  }
+  if (fixed && !run_fpga) {
+    fprintf(stderr, "error: --fpga-fixed configures the fpga-sim runs, which --skip-fpga skips\n");
+    return 2;
+  }
 
   bpt_context_options data_options = bpt_context_options_default();
   data_options.num_threads = 1;

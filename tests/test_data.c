@@ -94,7 +94,11 @@ static void bad_files_are_refused_with_messages(void **state) {
 
   bpt_dataset *dataset = NULL;
   assert_fails(context, BPT_ERR_IO, "cannot open", bpt_dataset_load_idx(context, "/nonexistent/x.idx", NULL, &dataset));
-  assert_fails(context, BPT_ERR_IO, "neither", bpt_dataset_load_idx_directory(context, "/nonexistent", "train", &dataset));
+  assert_fails(context, BPT_ERR_IO, "IDX directory '/nonexistent': cannot open: No such file or directory",
+               bpt_dataset_load_idx_directory(context, "/nonexistent", "train", &dataset));
+  assert_fails(context, BPT_ERR_IO, "'/dev/null' is not a directory",
+               bpt_dataset_load_idx_directory(context, "/dev/null", "train", &dataset));
+  assert_fails(context, BPT_ERR_IO, "neither", bpt_dataset_load_idx_directory(context, "/", "train", &dataset));
   assert_fails(context, BPT_ERR_FORMAT, "5 images but 4 labels",
                bpt_dataset_load_idx(context, write_images("images", 0), write_labels("labels", 4), &dataset));
   assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "NULL", bpt_dataset_load_idx(context, NULL, NULL, &dataset));

@@ -421,7 +421,8 @@ static void data_sets(void **state) {
         bpt_dataset_load_idx(c, labels_path, NULL, &data));
   FAILS(c, BPT_ERR_FORMAT, "IDX image file", bpt_dataset_load_idx(c, labels_path, labels_path, &data));
   FAILS(c, BPT_ERR_INVALID_ARGUMENT, "NULL argument", bpt_dataset_load_idx_directory(c, NULL, "train", &data));
-  FAILS(c, BPT_ERR_IO, "neither train-images-idx3-ubyte.gz nor",
+  FAILS(c, BPT_ERR_IO, "neither train-images-idx3-ubyte.gz nor", bpt_dataset_load_idx_directory(c, "/", "train", &data));
+  FAILS(c, BPT_ERR_IO, "cannot open: No such file or directory",
         bpt_dataset_load_idx_directory(c, "/nonexistent", "train", &data));
   FAILS(NULL, BPT_ERR_INVALID_ARGUMENT, "context is NULL", bpt_dataset_load_idx_directory(NULL, "/", "train", &data));
   assert_null(data);

@@ -338,6 +338,8 @@ static void test_refusals(void **state) {
   assert_fails(m.context, BPT_ERR_IO, "/no/such/directory/model.onnx",
                bpt_graph_export_onnx(m.graph, "/no/such/directory/model.onnx", NULL));
   assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "path is NULL", bpt_graph_export_onnx(m.graph, NULL, NULL));
+  /* Like bpt_checkpoint_save: an empty path was "ONNX model '': rename failed: No such file or directory". */
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "path is NULL or empty", bpt_graph_export_onnx(m.graph, "", NULL));
   assert_fails(NULL, BPT_ERR_INVALID_ARGUMENT, "graph is NULL", bpt_graph_export_onnx(NULL, path, NULL));
   bpt_onnx_export_options options = bpt_onnx_export_options_default();
   options.opset = 12;

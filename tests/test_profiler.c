@@ -190,6 +190,7 @@ static void reports_errors(void **state) {
   assert_fails(context, BPT_ERR_IO, "/no/such/folder/trace.json",
                bpt_profiler_write_trace(context, "/no/such/folder/trace.json"));
   assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "path is NULL", bpt_profiler_write_trace(context, NULL));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "path is NULL or empty", bpt_profiler_write_trace(context, ""));
   assert_int_equal(bpt_profiler_enable(NULL, 1), BPT_ERR_INVALID_ARGUMENT);
   assert_int_equal(bpt_profiler_reset(NULL), BPT_ERR_INVALID_ARGUMENT);
   assert_int_equal(bpt_profiler_enabled(NULL), 0);

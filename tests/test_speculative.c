@@ -385,6 +385,33 @@ static void graphs_outside_the_chain_are_refused(void **state) {
   bpt_context_destroy(context);
 }
 
+/* Any destroy order (docs/guide.md): the optimiser, then the graph, then the context destroyed before the
+ * trainer leave its calls failing with BPT_ERR_STATE instead of using freed memory, and its destroy frees what
+ * is left (its worker thread stopped). ASan and valgrind runs of this test see any use after free. */
+static void graph_or_optimizer_destroyed_first(void **state) {
+  (void)state;
+  const int32_t labels[6] = {0, 1, 2, 0, 1, 2};
+  for (int threads = 1; threads <= 2; threads++) {
+    model m = make_model("cpu", 0.05f, 0.0f);
+    data d = make_data(m.context, 6, labels, 3);
+    bpt_speculative_trainer *trainer = make_trainer(&m, 0.5f, threads, 0.0f);
+    assert_ok(m.context, bpt_speculative_train_batch(trainer, d.images, d.labels, NULL));
+    bpt_optimizer_destroy(m.optimizer);
+    assert_fails(m.context, BPT_ERR_STATE, "the trainer's optimizer was destroyed",
+                 bpt_speculative_train_batch(trainer, d.images, d.labels, NULL));
+    bpt_graph_destroy(m.graph);
+    assert_fails(NULL, BPT_ERR_STATE, "the trainer's graph was destroyed",
+                 bpt_speculative_train_batch(trainer, d.images, d.labels, NULL));
+    assert_ok(NULL, bpt_speculative_clear_cache(trainer));
+    bpt_speculative_counters counters = {.size = sizeof counters};
+    assert_ok(NULL, bpt_speculative_get_counters(trainer, &counters));
+    assert_int_equal(counters.cold_fallbacks, 3);
+    bpt_context_destroy(m.context);
+    bpt_speculative_destroy(trainer);
+    free_data(&d);
+  }
+}
+
 /* On fpga-sim the speculative backward runs on the second engine: at a generous threshold most samples hit,
  * the model hides cycles, and the run takes fewer simulated cycles than ordinary backprop. */
 static void fpga_sim_overlaps_speculative_backward(void **state) {
@@ -430,6 +457,7 @@ int main(void) {
       cmocka_unit_test(gate_distance_and_schedule),
       cmocka_unit_test(graphs_outside_the_chain_are_refused),
       cmocka_unit_test(fpga_sim_overlaps_speculative_backward),
+      cmocka_unit_test(graph_or_optimizer_destroyed_first),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -295,6 +295,32 @@ static void progress_callback_stops_training(void **state) {
   small_destroy(&m);
 }
 
+/* A data set that cannot go through the graph (another sample size, a label beyond the logits) fails before
+ * the first step: a validation set is first read after a whole epoch of training. */
+static void unfit_data_fails_before_training(void **state) {
+  (void)state;
+  small_model m = small_mlp(0.2f, 8);
+  unsigned char pixels[8 * 5] = {0}, labels[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+  bpt_dataset *wide = make_dataset(m.context, "wide", pixels, 8, 5, labels);
+  labels[3] = 7; /* the MLP has 2 classes */
+  bpt_dataset *many = make_dataset(m.context, "many", pixels, 8, 4, labels);
+  bpt_train_options options = bpt_train_options_default();
+  options.epochs = 2;
+  options.validation = wide;
+  assert_fails(m.context, BPT_ERR_SHAPE, "bpt_train: the validation set has 5 values per sample, input 'x' takes 4",
+               bpt_train(m.graph, m.optimizer, m.train, &options, NULL));
+  options.validation = many;
+  assert_fails(m.context, BPT_ERR_FORMAT, "the validation set has label 7, outside the 2 classes of logits 'fc2'",
+               bpt_train(m.graph, m.optimizer, m.train, &options, NULL));
+  options.validation = NULL;
+  assert_fails(m.context, BPT_ERR_SHAPE, "the training set has 5 values per sample",
+               bpt_train(m.graph, m.optimizer, wide, &options, NULL));
+  assert_int_equal(bpt_optimizer_step_count(m.optimizer), 0); /* nothing trained, nothing lost */
+  bpt_dataset_destroy(wide);
+  bpt_dataset_destroy(many);
+  small_destroy(&m);
+}
+
 static void metrics_csv_rows(void **state) {
   (void)state;
   small_model m = small_mlp(0.2f, 32);
@@ -443,6 +469,7 @@ int main(void) {
       cmocka_unit_test(seeded_epochs_repeat_exactly),
       cmocka_unit_test(early_stopping_after_patience),
       cmocka_unit_test(progress_callback_stops_training),
+      cmocka_unit_test(unfit_data_fails_before_training),
       cmocka_unit_test(metrics_csv_rows),
       cmocka_unit_test(summary_counts_match_hand_counts),
       cmocka_unit_test(roles_are_named_or_found),

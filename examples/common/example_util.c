@@ -2,11 +2,16 @@
 #define _POSIX_C_SOURCE 200809L
 #include "example_util.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "example_output.h"
 
 #define BPT_EXAMPLE_TRY(expression)        \
   do {                                      \
@@ -36,12 +41,26 @@ long example_option_long(int argc, char **argv, const char *name, long fallback)
   const char *value = example_option(argc, argv, name);
   if (!value) return fallback;
   char *end;
+  errno = 0;
   long parsed = strtol(value, &end, 10);
   if (*end || end == value) {
     fprintf(stderr, "error: %s expects an integer, got '%s'\n", name, value);
     exit(2);
   }
+  if (errno == ERANGE) { /* strtol saturates: 1e30 epochs would run for ever as LONG_MAX */
+    fprintf(stderr, "error: %s %s is out of range\n", name, value);
+    exit(2);
+  }
   return parsed;
+}
+
+int example_option_int(int argc, char **argv, const char *name, int fallback) {
+  const long parsed = example_option_long(argc, argv, name, fallback);
+  if (parsed < INT_MIN || parsed > INT_MAX) { /* a cast would wrap 4294967297 threads to 1 */
+    fprintf(stderr, "error: %s %ld is out of range\n", name, parsed);
+    exit(2);
+  }
+  return (int)parsed;
 }
 
 void example_export_onnx(int argc, char **argv, bpt_context *context, bpt_graph *graph, float mean, float std) {
@@ -70,9 +89,14 @@ double example_option_double(int argc, char **argv, const char *name, double fal
   const char *value = example_option(argc, argv, name);
   if (!value) return fallback;
   char *end;
+  errno = 0;
   double parsed = strtod(value, &end);
   if (*end || end == value) {
     fprintf(stderr, "error: %s expects a number, got '%s'\n", name, value);
+    exit(2);
+  }
+  if (errno == ERANGE && isinf(parsed)) {
+    fprintf(stderr, "error: %s %s is out of range\n", name, value);
     exit(2);
   }
   return parsed;
@@ -83,6 +107,19 @@ static bool listed(const char *argument, const char *const *names) {
     if (strcmp(argument, names[i]) == 0) return true;
   return false;
 }
+
+/* Whether option argv[i] appeared before i as an option (not as another option's value). */
+static bool given_before(char **argv, int i, const char *const *valued) {
+  for (int j = 1; j < i; j++) {
+    if (strcmp(argv[j], argv[i]) == 0) return true;
+    if (listed(argv[j], valued)) j++;
+  }
+  return false;
+}
+
+/* The options whose files are written only after training: checked before anything runs. */
+static const char *const output_options[] = {"--save", "--onnx", "--checkpoint", "--metrics", "--plot", "--profile",
+                                             NULL};
 
 void example_check_arguments(int argc, char **argv, const char *const *valued, const char *const *flags,
                              const char *usage) {
@@ -96,12 +133,25 @@ void example_check_arguments(int argc, char **argv, const char *const *valued, c
         fprintf(stderr, "error: %s needs a value\n%s", argv[i], usage);
         exit(2);
       }
+      /* The first of two values would win silently (example_option), whatever the user meant. */
+      if (given_before(argv, i, valued)) {
+        fprintf(stderr, "error: %s is given more than once\n", argv[i]);
+        exit(2);
+      }
       i++;
     } else if (!listed(argv[i], flags)) {
       fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], usage);
       exit(2);
     }
   }
+  /* --eval skips training, so --save would write nothing: say so rather than exit 0 without the file. */
+  if (example_option(argc, argv, "--eval") && example_option(argc, argv, "--save")) {
+    fprintf(stderr, "error: --save and --eval exclude each other: --eval only evaluates, so nothing would be saved\n");
+    exit(2);
+  }
+  for (int i = 0; output_options[i]; i++)
+    if (listed(output_options[i], valued))
+      example_check_output_file(output_options[i], example_option(argc, argv, output_options[i]));
 }
 
 void example_print_compute_info(const bpt_context *context) {

@@ -26,9 +26,14 @@ void example_fail(const bpt_context *context, bpt_status status, const char *exp
 /* Looks for "--name value" in argv; returns the value or NULL. "--name" alone makes example_flag true. */
 const char *example_option(int argc, char **argv, const char *name);
 bool example_flag(int argc, char **argv, const char *name);
+/* The number after name; a value that is not a number, or out of range (of long, or of int for
+ * example_option_int), ends the run with a message naming the option. */
 long example_option_long(int argc, char **argv, const char *name, long fallback);
+int example_option_int(int argc, char **argv, const char *name, int fallback);
 double example_option_double(int argc, char **argv, const char *name, double fallback);
-/* Fails with a message naming any argument not in the NULL-terminated lists of valued and plain flags. */
+/* Fails with a message naming any argument not in the NULL-terminated lists of valued and plain flags, a valued
+ * option given twice, or an output file (--save, --onnx, --checkpoint, --metrics, --plot, --profile) that cannot
+ * be created (example_output.h), so that no run ends in an error after its training. */
 void example_check_arguments(int argc, char **argv, const char *const *valued, const char *const *flags,
                              const char *usage);
 

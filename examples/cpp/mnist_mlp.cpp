@@ -8,6 +8,8 @@
 // --eval FILE skips training and reports that file's test accuracy.
 #include <bptrain.h>
 
+#include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "example_metrics.h"
+#include "example_output.h"
 
 namespace {
 
@@ -77,8 +80,14 @@ options parse(int argc, char **argv) {
       std::fprintf(stderr, "error: %s '%s'\n%s", known ? "missing value for" : "unknown argument", argv[i], usage);
       std::exit(2);
     }
+    for (int j = 1; j < i; j += 2)  // every argument before i is a valued option and its value
+      if (argument == argv[j]) {
+        std::fprintf(stderr, "error: %s is given more than once\n", argv[i]);
+        std::exit(2);
+      }
     const char *value = argv[++i];
     char *end = nullptr;
+    errno = 0;
     if (argument == "--data")
       parsed.data = value;
     else if (argument == "--epochs")
@@ -103,12 +112,25 @@ options parse(int argc, char **argv) {
       std::fprintf(stderr, "error: %s expects a number, got '%s'\n", argv[i - 1], value);
       std::exit(2);
     }
+    if (end && errno == ERANGE && (argument != "--lr" || std::isinf(parsed.learning_rate))) {
+      std::fprintf(stderr, "error: %s %s is out of range\n", argv[i - 1], value);
+      std::exit(2);
+    }
   }
-  if (parsed.epochs < 1 || parsed.batch < 1 || parsed.limit < 0 || parsed.threads < 0 ||
+  if (parsed.epochs < 1 || parsed.batch < 1 || parsed.limit < 0 || parsed.threads < 0 || parsed.threads > INT_MAX ||
       parsed.classes < 0 || parsed.classes > 65536) {
-    std::fprintf(stderr, "error: --epochs and --batch must be positive, --limit and --threads >= 0, --classes in [0, 65536]\n");
+    std::fprintf(stderr, "error: --epochs and --batch must be positive, --limit >= 0, --threads in [0, 2^31), --classes in [0, 65536]\n");
     std::exit(2);
   }
+  if (!parsed.save.empty() && !parsed.eval.empty()) {
+    std::fprintf(stderr, "error: --save and --eval exclude each other: --eval only evaluates, so nothing would be saved\n");
+    std::exit(2);
+  }
+  // Files written after training: a path that cannot be created ends the run now, not after it.
+  if (!parsed.save.empty()) example_check_output_file("--save", parsed.save.c_str());
+  for (const char *name : {EXAMPLE_METRICS_OPTIONS})
+    for (int i = 1; i + 1 < argc; i += 2)
+      if (std::strcmp(argv[i], name) == 0) example_check_output_file(name, argv[i + 1]);
   return parsed;
 }
 

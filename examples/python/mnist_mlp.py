@@ -9,17 +9,42 @@ binding in python/bptrain (no compiler needed). Run from the repository after bu
 (the C++ one) and this script's --eval read.
 """
 import argparse
+import os
 import sys
 import time
 
 import bptrain
 
 
+def positive(text):
+    """argparse type: an integer >= 1 (0 epochs would leave no accuracy to report)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a positive integer, got %s" % text)
+    return value
+
+
+def check_creatable(parser, option, path):
+    """Ends the run now, not after training, when `path` cannot be written: creates and removes a file beside
+    it, as the library's atomic writers do."""
+    if path is None:
+        return
+    probe = "%s.probe-%d" % (path, os.getpid())
+    try:
+        if not path or os.path.isdir(path):
+            raise IsADirectoryError("is empty" if not path else "is a directory")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as failure:
+        parser.error("%s '%s': cannot create a file there (%s); nothing was run" % (option, path,
+                                                                                    failure.strerror or failure))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="IDX directory")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--epochs", type=positive, default=2)
+    parser.add_argument("--batch", type=positive, default=128)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--limit", type=int, default=None, help="train on the first N samples of each epoch")
@@ -32,6 +57,12 @@ def main():
     parser.add_argument("--save", help="save the trained model to this checkpoint file")
     parser.add_argument("--eval", help="skip training: load this checkpoint's parameters and report the test accuracy")
     arguments = parser.parse_args()
+    if arguments.eval and arguments.save:
+        parser.error("--save and --eval exclude each other: --eval only evaluates, so nothing would be saved")
+    check_creatable(parser, "--metrics", arguments.metrics)
+    check_creatable(parser, "--plot", arguments.plot)
+    check_creatable(parser, "--profile", arguments.profile)
+    check_creatable(parser, "--save", arguments.save)
 
     with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
         train = bptrain.Dataset(context, arguments.data, "train", limit=arguments.limit)
@@ -44,7 +75,8 @@ def main():
         labels = model.input("labels", (), dtype="i32")
         hidden = model.relu(model.linear(images, 512, name="fc1"), name="relu1")
         hidden = model.relu(model.linear(hidden, 256, name="fc2"), name="relu2")
-        logits = model.linear(hidden, train.classes, name="fc3")
+        # Checked against both label sets: one corrupt label must not silently size the output layer.
+        logits = model.linear(hidden, train.check_classes(test), name="fc3")
         model.compile(model.softmax_cross_entropy(logits, labels), max_batch=arguments.batch)
         optimizer = bptrain.Optimizer(model, "sgd", learning_rate=arguments.lr, momentum=arguments.momentum)
 
@@ -83,5 +115,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except bptrain.Error as failure:  # the library's message says what and where; no traceback for a bad argument
-        sys.exit("%s: error: %s" % (sys.argv[0], failure))
+    except bptrain.Error as failure:  # the library's message names what and where; a traceback adds nothing
+        print("error: %s" % failure, file=sys.stderr)
+        sys.exit(1)

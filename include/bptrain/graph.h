@@ -32,11 +32,11 @@ typedef enum bpt_initializer {
 BPT_API bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out);
 
 /**
- * Destroys a graph with its nodes and device memory. Optimisers and data-parallel handles made from it may
- * still be alive: the graph first frees their device state and detaches them (a data-parallel handle waits
- * for its in-flight all-reduces, at most the timeout), after which their calls fail with ::BPT_ERR_STATE
- * and their destroy frees only host memory. A speculative trainer must be destroyed before its graph. NULL
- * is a no-op.
+ * Destroys a graph with its nodes and device memory. Optimisers, data-parallel handles and speculative
+ * trainers made from it may still be alive: the graph first frees their device state and detaches them (a
+ * data-parallel handle waits for its in-flight all-reduces, at most the timeout; a trainer stops its thread),
+ * after which their calls fail with ::BPT_ERR_STATE and their destroy frees only host memory. NULL is a
+ * no-op.
  */
 BPT_API void bpt_graph_destroy(bpt_graph *graph);
 

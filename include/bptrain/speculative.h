@@ -50,7 +50,11 @@ BPT_API bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bp
                                           bpt_optimizer *optimizer, const bpt_speculative_options *options,
                                           bpt_speculative_trainer **out);
 
-/** Destroys a trainer (stopping its thread). NULL is a no-op. */
+/**
+ * Destroys a trainer (stopping its thread). NULL is a no-op. Any order is safe: a graph destroyed first
+ * stops the trainer's thread and frees its device memory, and its calls (like those after its optimiser was
+ * destroyed) then fail with ::BPT_ERR_STATE.
+ */
 BPT_API void bpt_speculative_destroy(bpt_speculative_trainer *trainer);
 
 /**

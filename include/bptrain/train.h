@@ -181,6 +181,8 @@ typedef struct bpt_train_result {
  * calls the progress callback; after the epoch it evaluates the validation set in eval mode (switching back to training
  * mode for the next epoch), writes the CSV row, applies early stopping and calls the epoch callback.
  * @p options may be NULL (defaults); @p result may be NULL. A failing step returns its status and message.
+ * Before the first step, a training or validation set whose samples do not match the data input fails with
+ * ::BPT_ERR_SHAPE, and (with a validation set) one holding a label beyond the logits with ::BPT_ERR_FORMAT.
  */
 BPT_API bpt_status bpt_train(bpt_graph *graph, bpt_optimizer *optimizer, bpt_dataset *train,
                              const bpt_train_options *options, bpt_train_result *result);

@@ -8,8 +8,8 @@ Names starting with "_" are filled from the other arguments (a C option struct),
 import ctypes
 
 from . import _native
-from ._checks import integer, number
-from ._errors import INVALID_ARGUMENT, error
+from ._arguments import integer, real
+from ._errors import INVALID_ARGUMENT, Error, error
 
 INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5}
 ESTIMATORS = {"identity": 0, "sigmoid": 1}
@@ -34,35 +34,33 @@ def _optional_node(value, op):
     return [None] if value is None else _node(value, op)
 
 
-def _integer(value, op):
-    return [integer(value, op)]
+def _number(kind):
+    """A float (any real number) or an integer (ints only: 2.5 units or "3" are refused, never truncated)."""
+    def convert(value, op):
+        return [real(value, op, "a value") if kind is float else integer(value, op, "a count or size")]
+    return convert
 
 
 def _dims(value, op):
-    if isinstance(value, (str, bytes)):  # "784" would otherwise read as the shape (7, 8, 4)
-        raise error(INVALID_ARGUMENT, "bptrain: %s: expected a shape (a sequence of ints), got %r" % (op, value))
     try:
-        dims = [integer(d, "%s: a dimension" % op) for d in value]
-    except TypeError:
+        dims = [integer(d, op, "a dimension") for d in value]
+    except (TypeError, Error):
         raise error(INVALID_ARGUMENT, "bptrain: %s: expected a shape (a sequence of ints), got %r" % (op, value)) \
             from None
     return [len(dims), (ctypes.c_int64 * max(1, len(dims)))(*dims)]
 
 
-def _pair(value, op):
-    pair = (value, value) if not hasattr(value, "__len__") else tuple(value)
-    if len(pair) != 2:
-        raise ValueError(value)
-    return tuple(integer(v, op) for v in pair)
+def _pair(value):
+    return (value, value) if isinstance(value, int) else tuple(value)
 
 
 def _conv2d_options(bound, op):
     options = _native.lib.bpt_conv2d_options_default()
     try:
-        options.stride_height, options.stride_width = _pair(bound["stride"], op + " stride")
-        options.padding_height, options.padding_width = _pair(bound["padding"], op + " padding")
-        options.dilation_height, options.dilation_width = _pair(bound["dilation"], op + " dilation")
-        options.groups = integer(bound["groups"], op + " groups")
+        options.stride_height, options.stride_width = _pair(bound["stride"])
+        options.padding_height, options.padding_width = _pair(bound["padding"])
+        options.dilation_height, options.dilation_width = _pair(bound["dilation"])
+        options.groups = bound["groups"]
     except (TypeError, ValueError):
         raise error(INVALID_ARGUMENT, "bptrain: %s: stride, padding and dilation are ints or (height, width) "
                                       "pairs, groups an int" % op) from None
@@ -73,8 +71,8 @@ def _conv2d_options(bound, op):
 _KINDS = {
     "node": ([_native.handle], _node),
     "node?": ([_native.handle], _optional_node),
-    "float": ([ctypes.c_float], lambda value, op: [number(value, op)]),
-    "int64": ([ctypes.c_int64], _integer),
+    "float": ([ctypes.c_float], _number(float)),
+    "int64": ([ctypes.c_int64], _number(int)),
     "bool": ([ctypes.c_int], lambda value, op: [int(bool(value))]),
     "init": ([ctypes.c_int], _enum(INITIALIZERS, "init")),
     "estimator": ([ctypes.c_int], _enum(ESTIMATORS, "estimator")),
@@ -170,10 +168,7 @@ class Op:
             convert = _KINDS[kind][1]
             if convert is None:
                 continue
-            if name.startswith("_"):
-                c_arguments += convert(bound, what)
-            else:  # numbers are named in the message ("Model.linear out_features is ...")
-                c_arguments += convert(bound[name], "%s %s" % (what, name) if kind in ("int64", "float") else what)
+            c_arguments += convert(bound, what) if name.startswith("_") else convert(bound[name], what)
         return c_arguments
 
     def doc(self):

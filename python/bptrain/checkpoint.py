@@ -4,9 +4,8 @@ parameters): the same file the C API and the C examples' --save / --eval use.
 """
 import ctypes
 
-from . import _native
-from ._checks import integer, path as checked_path
-from ._errors import INVALID_ARGUMENT, UNSUPPORTED, error
+from . import _arguments, _native
+from ._errors import UNSUPPORTED, error
 from ._native import lib
 
 _LOADED, _SKIPPED, _MISSING = 0, 1, 2
@@ -26,24 +25,22 @@ class LoadReport:
             len(self.loaded), self.skipped, self.missing, self.epoch, self.step)
 
 
-def _contents(model, optimizer, dataset, epoch=0, step=0):
+def _contents(optimizer, dataset, what, epoch=0, step=0):
     from .data import Dataset
     from .training import Optimizer
-    if optimizer is not None and (not isinstance(optimizer, Optimizer) or optimizer.model is not model):
-        raise error(INVALID_ARGUMENT, "bptrain: checkpoint: optimizer must be a bptrain.Optimizer of this model, "
-                                      "not %r" % (optimizer,))
-    if dataset is not None and not isinstance(dataset, Dataset):
-        raise error(INVALID_ARGUMENT, "bptrain: checkpoint: dataset must be a bptrain.Dataset, not %r" % (dataset,))
     contents = lib.bpt_checkpoint_contents_default()
-    contents.optimizer = optimizer.handle if optimizer is not None else None
-    contents.dataset = dataset.handle if dataset is not None else None
-    contents.epoch, contents.step = integer(epoch, "checkpoint epoch"), integer(step, "checkpoint step")
+    if optimizer is not None:
+        contents.optimizer = _arguments.instance(optimizer, Optimizer, what, "optimizer").handle
+    if dataset is not None:
+        contents.dataset = _arguments.instance(dataset, Dataset, what, "dataset").handle
+    contents.epoch = _arguments.integer(epoch, what, "epoch")
+    contents.step = _arguments.integer(step, what, "step")
     return contents
 
 
 def save_checkpoint(model, path, optimizer, dataset, epoch, step):
-    path = checked_path(path, "Model.save")
-    contents = _contents(model, optimizer, dataset, epoch, step)
+    contents = _contents(optimizer, dataset, "Model.save", epoch, step)
+    path = _arguments.path(path, "Model.save")
     model.context.check(lib.bpt_checkpoint_save(model.handle, path, ctypes.byref(contents)))
 
 
@@ -53,8 +50,8 @@ def has_load_options():
 
 
 def load_checkpoint(model, path, optimizer, dataset, strict):
-    path = checked_path(path, "Model.load")
-    contents = _contents(model, optimizer, dataset)
+    contents = _contents(optimizer, dataset, "Model.load")
+    path = _arguments.path(path, "Model.load")
     if not has_load_options():
         if not strict:
             raise error(UNSUPPORTED, "bptrain: Model.load(strict=False) needs bpt_checkpoint_load_with_options, "

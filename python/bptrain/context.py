@@ -4,9 +4,8 @@ no graph: dtypes, number-format conversion, the profiler and the fpga-sim backen
 import ctypes
 import threading
 
-from . import _native
-from ._checks import INT32, UINT64, integer, number, path as checked_path, text
-from ._errors import DTYPE, INVALID_ARGUMENT, OUT_OF_MEMORY, STATE, UNSUPPORTED, Error, error
+from . import _arguments, _native
+from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, error
 from ._handles import _Native, serialised
 from ._native import lib
 
@@ -37,36 +36,6 @@ def numpy_dtype(dtype):
     dtype_code(dtype)
     return {"f32": numpy.float32, "f16": numpy.uint16, "bf16": numpy.uint16, "fp8_e4m3": numpy.uint8,
             "fp8_e5m2": numpy.uint8, "i32": numpy.int32, "u8": numpy.uint8}[dtype]
-
-
-def numeric_array(values, dtype, what):
-    """`values` as a C-contiguous array of the NumPy type of `dtype` (a bptrain dtype name), refusing None,
-    non-numeric data and, for the narrow float formats (given as their bit patterns), anything but integers
-    that fit the pattern: 1.5 as an f16 source was read as the bit pattern 1."""
-    numpy = require_numpy()
-    target = numpy.dtype(numpy_dtype(dtype))
-    if values is None:
-        raise error(INVALID_ARGUMENT, "bptrain: %s: got None, expected an array" % what)
-    try:
-        raw = numpy.asarray(values)
-        if raw.dtype.kind not in "biufO":
-            raise error(INVALID_ARGUMENT, "bptrain: %s: %s values are not numbers" % (what, raw.dtype))
-        if target.kind == "u" and raw.size and raw.dtype.kind not in "bu":
-            exact = raw.astype(numpy.float64)
-            info = numpy.iinfo(target)
-            if not ((exact == numpy.trunc(exact)).all() and exact.min() >= 0 and exact.max() <= info.max):
-                raise error(INVALID_ARGUMENT, "bptrain: %s: %s values are bit patterns, integers in [0, %d]" %
-                            (what, dtype, info.max))
-        elif target.kind == "u" and raw.size and raw.max() > numpy.iinfo(target).max:
-            raise error(INVALID_ARGUMENT, "bptrain: %s: %s bit patterns must fit %s" % (what, dtype, target))
-        return numpy.ascontiguousarray(raw, dtype=target)
-    except MemoryError:
-        raise error(OUT_OF_MEMORY, "bptrain: %s: no memory for a %s copy of the values" % (what, dtype)) from None
-    except (TypeError, ValueError, OverflowError) as failure:
-        if isinstance(failure, Error):
-            raise
-        raise error(INVALID_ARGUMENT, "bptrain: %s: cannot read the values as %s: %s" % (what, dtype, failure)) \
-            from None
 
 
 def thread_message():
@@ -164,11 +133,12 @@ class Context:
             backend = choose_backend()
         options = lib.bpt_context_options_default()
         options.size = ctypes.sizeof(options)
-        backend_name = text(backend, "Context backend")  # kept alive while options points at it
-        options.backend = backend_name
-        seed = integer(seed, "Context seed", *UINT64)
-        options.num_threads = integer(threads, "Context threads", *INT32)
-        options.seed, options.cpu_fallback = seed, int(bool(cpu_fallback))
+        if not isinstance(backend, str):
+            raise error(INVALID_ARGUMENT, "bptrain: Context: backend must be a str, got %r" % (backend,))
+        options.backend = _arguments.name(backend, "Context (backend)")  # "cpu\0junk" would be cut to "cpu"
+        options.num_threads = _arguments.integer(threads, "Context", "threads", maximum=_arguments.INT_MAX)
+        options.seed = _arguments.integer(seed, "Context", "seed", minimum=0, maximum=_arguments.UINT64_MAX)
+        options.cpu_fallback = int(bool(cpu_fallback))
         handle = _native.handle()
         status = lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle))
         if status:
@@ -223,7 +193,7 @@ class Context:
 
     def write_profile_trace(self, path):
         """Writes the recorded events as a Chrome trace JSON file (chrome://tracing, ui.perfetto.dev)."""
-        self.check(lib.bpt_profiler_write_trace(self.handle, checked_path(path, "Context.write_profile_trace")))
+        self.check(lib.bpt_profiler_write_trace(self.handle, _arguments.path(path, "Context.write_profile_trace")))
 
     # number_format.h
     def convert(self, values, source, destination, rounding="nearest_even", saturate=False, scale=1.0, seed=0):
@@ -232,18 +202,25 @@ class Context:
         numpy = require_numpy()
         if rounding not in _ROUNDING:
             raise error(INVALID_ARGUMENT, "bptrain: convert: rounding must be one of %s" % sorted(_ROUNDING))
-        values = numeric_array(values, source, "Context.convert")
+        kind = numpy.dtype(numpy_dtype(source))
+        if kind.kind in "ui":  # narrow formats go in as bit patterns: 1.5 must not become the pattern 1
+            values = _arguments.exact_array(numpy, values, kind, "convert: %s values are %s bit patterns" %
+                                            (source, kind.name))
+        else:  # None would be converted as a NaN, text parsed
+            values = _arguments.real_array(numpy, values, kind, "Context.convert")
         result = numpy.empty(values.shape, dtype=numpy_dtype(destination))
         options = lib.bpt_convert_options_default()
-        options.rounding, options.saturate = _ROUNDING[rounding], int(bool(saturate))
-        options.scale, options.seed = number(scale, "convert scale"), integer(seed, "convert seed", *UINT64)
+        options.rounding, options.saturate = _ROUNDING[rounding], int(saturate)
+        options.scale = _arguments.real(scale, "convert", "scale")
+        options.seed = _arguments.integer(seed, "convert", "seed", minimum=0, maximum=_arguments.UINT64_MAX)
         self.check(lib.bpt_convert(self.handle, ctypes.byref(options), values.size, dtype_code(source),
                                    values.ctypes.data, dtype_code(destination), result.ctypes.data))
         return result
 
     def fp8_scale(self, values, dtype="fp8_e4m3"):
         """The largest power of two s with max |values| * s within the FP8 format's range."""
-        values = numeric_array(values, "f32", "Context.fp8_scale")
+        numpy = require_numpy()
+        values = _arguments.real_array(numpy, values, numpy.float32, "Context.fp8_scale")
         scale = ctypes.c_float()
         self.check(lib.bpt_fp8_scale(self.handle, dtype_code(dtype), values.ctypes.data_as(_native.float_p),
                                      values.size, ctypes.byref(scale)))
@@ -264,9 +241,6 @@ class Context:
                     raise error(INVALID_ARGUMENT, "bptrain: configure_fpga: %s must be one of %s" %
                                 (name, sorted(choices[name])))
                 value = choices[name][value]
-            field_type = dict(_native.FpgaOptions._fields_)[name]
-            value = number(value, "configure_fpga " + name) if field_type in (ctypes.c_double, ctypes.c_float) \
-                else integer(value, "configure_fpga " + name)
             setattr(structure, name, value)
         self.check(lib.bpt_fpga_configure(self.handle, ctypes.byref(structure)))
 

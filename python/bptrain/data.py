@@ -1,13 +1,12 @@
 """IDX data sets (MNIST format, plain or gzip): loading, normalisation, order, and their samples as arrays."""
 import ctypes
 
-from . import _native
-from ._checks import INT32, UINT64, integer, number, path, text
+from . import _arguments, _native
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import Closing, _Native, serialised
 from ._native import lib
 from ._tensor import _Tensor
-from .context import Context, require_numpy
+from .context import require_numpy
 
 
 @serialised
@@ -18,27 +17,29 @@ class Dataset(Closing):
 
     def __init__(self, context, directory=None, split=None, mean=0.0, std=1.0, limit=None, images=None,
                  labels=None):
-        if not isinstance(context, Context):
-            raise error(INVALID_ARGUMENT, "bptrain: Dataset: expected a bptrain.Context, got %r" % (context,))
-        self.context = context
+        from .context import Context
+        self.context = _arguments.instance(context, Context, "Dataset", "context")
         self._lock = context._lock
         handle = _native.handle()
         if directory is not None:
             if split is None or images is not None:
                 raise error(INVALID_ARGUMENT, "bptrain: Dataset: give a directory and a split, or images= (and "
                                               "labels=) paths")
-            context.check(lib.bpt_dataset_load_idx_directory(context.handle, path(directory, "Dataset directory"),
-                                                              text(split, "Dataset split"), ctypes.byref(handle)))
+            context.check(lib.bpt_dataset_load_idx_directory(context.handle, _arguments.path(directory, "Dataset"),
+                                                              _arguments.name(split, "Dataset (split)"),
+                                                              ctypes.byref(handle)))
         elif images is not None:
-            context.check(lib.bpt_dataset_load_idx(context.handle, path(images, "Dataset images"),
-                                                    None if labels is None else path(labels, "Dataset labels"),
-                                                    ctypes.byref(handle)))
+            # Paths only: arrays go straight to fit, evaluate and predict (a Dataset is a file reader).
+            labels_path = None if labels is None else _arguments.path(labels, "Dataset (labels=)")
+            context.check(lib.bpt_dataset_load_idx(context.handle, _arguments.path(images, "Dataset (images=)"),
+                                                    labels_path, ctypes.byref(handle)))
         else:
             raise error(INVALID_ARGUMENT, "bptrain: Dataset: give a directory and a split, or images= paths")
         self._native = _Native(handle.value, lib.bpt_dataset_destroy, context._native, "data set")
         self.has_labels = labels is not None or directory is not None
         self.set_normalization(mean, std)
-        self.limit = None if limit is None else integer(limit, "Dataset limit", 1)
+        # limit=0 or -5 trained on one batch per pass without a word (max(1, limit // batch_size)).
+        self.limit = None if limit is None else _arguments.integer(limit, "Dataset", "limit", minimum=1)
 
     @property
     def handle(self):
@@ -68,27 +69,29 @@ class Dataset(Closing):
     def check_classes(self, test=None, requested=0):
         """The class count of a classifier over this training set and `test`, checked against both."""
         classes = ctypes.c_int()
-        if test is not None and not isinstance(test, Dataset):
-            raise error(INVALID_ARGUMENT, "bptrain: Dataset.check_classes: test must be a bptrain.Dataset, not %r" %
-                        (test,))
+        test = None if test is None else _arguments.instance(test, Dataset, "Dataset.check_classes", "test")
+        requested = _arguments.integer(requested, "Dataset.check_classes", "requested", minimum=0,
+                                       maximum=_arguments.INT_MAX)
         self.context.check(lib.bpt_dataset_check_classes(self.handle, test.handle if test is not None else None,
-                                                         integer(requested, "Dataset.check_classes requested", *INT32),
-                                                         ctypes.byref(classes)))
+                                                         requested, ctypes.byref(classes)))
         return classes.value
 
     def set_normalization(self, mean, std):
         """Each value becomes (byte / 255 - mean) / std in batches and arrays."""
-        self.context.check(lib.bpt_dataset_set_normalization(self.handle, number(mean, "Dataset mean"),
-                                                             number(std, "Dataset std")))
+        what = "Dataset.set_normalization"
+        self.context.check(lib.bpt_dataset_set_normalization(self.handle, _arguments.real(mean, what, "mean"),
+                                                             _arguments.real(std, what, "std")))
 
     def shuffle(self, seed):
-        self.context.check(lib.bpt_dataset_shuffle(self.handle, integer(seed, "Dataset.shuffle seed", *UINT64)))
+        self.context.check(lib.bpt_dataset_shuffle(self.handle, _arguments.integer(
+            seed, "Dataset.shuffle", "seed", minimum=0, maximum=_arguments.UINT64_MAX)))
 
     def reset_order(self):
         self.context.check(lib.bpt_dataset_reset_order(self.handle))
 
     def batch_count(self, batch_size):
-        return lib.bpt_dataset_batch_count(self.handle, integer(batch_size, "Dataset.batch_count batch_size", 1))
+        return lib.bpt_dataset_batch_count(self.handle, _arguments.integer(batch_size, "Dataset.batch_count",
+                                                                           "batch_size", minimum=1))
 
     def limit_batches(self, batch_size):
         if self.limit is None:
@@ -99,7 +102,6 @@ class Dataset(Closing):
         """(images, labels): every sample in the current order, normalised, as float32 (samples,) +
         sample_shape, and the labels as int32 (samples,) (None without labels)."""
         numpy = require_numpy()
-        chunk = integer(chunk, "Dataset.arrays chunk", 1, INT32[1])
         count, shape = len(self), self.sample_shape
         images = numpy.empty((count,) + shape, dtype=numpy.float32)
         labels = numpy.empty(count, dtype=numpy.int32) if self.has_labels else None

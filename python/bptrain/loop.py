@@ -1,14 +1,36 @@
 """The training loop of Model: fit, train_step, evaluate and predict over arrays or a Dataset. Batches
 are fed by Model._feed (one copy into the input buffer); evaluation and prediction run in evaluation mode.
 """
+import sys
 import time
 
-from ._checks import UINT64, integer
+from . import _arguments
 from ._errors import INVALID_ARGUMENT, OUT_OF_MEMORY, STATE, error
 from ._native import lib
 from ._tensor import _Tensor
 from .context import require_numpy
 from .metrics import MetricsWriter
+
+
+class _Progress:
+    """verbose's bar on an interactive stderr, like the C examples': "epoch 1/3 [=====>    ] 120/469  loss 0.43",
+    redrawn at most every 0.1 s; nothing when stderr is a file or a pipe (the epoch lines say enough there)."""
+
+    def __init__(self, epochs, batches):
+        self.epochs, self.batches = epochs, batches
+        self.interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+        self.last = 0.0
+
+    def update(self, epoch, batch, loss, final=False):
+        now = time.monotonic()
+        if not self.interactive or (not final and now - self.last < 0.1):
+            return
+        self.last = now
+        filled = 30 * batch // max(self.batches, 1)
+        bar = "=" * filled + (">" if filled < 30 else "") + " " * max(29 - filled, 0)
+        sys.stderr.write("\repoch %d/%d [%s] %d/%d  loss %.4f%s" % (epoch, self.epochs, bar, batch, self.batches,
+                                                                   loss, "\n" if final else ""))
+        sys.stderr.flush()
 
 
 class TrainingLoop:
@@ -35,31 +57,36 @@ class TrainingLoop:
 
         `evaluation` is the same kind of data, evaluated after each epoch. `metrics` names a CSV file that
         receives one row per step and per epoch (the format of the C examples' --metrics); `callback(record)`
-        is called after each epoch. Returns one dict per epoch: epoch, train_loss, and test_loss /
-        test_accuracy when `evaluation` is given.
+        is called after each epoch. `verbose` prints a line per epoch and, on an interactive stderr, a progress
+        bar per batch. Returns one dict per epoch: epoch, train_loss, and test_loss / test_accuracy when
+        `evaluation` is given.
         """
         self._require_compiled("fit")
         self._check_optimizer(optimizer, "fit")
         if isinstance(evaluation, list):
             evaluation = tuple(evaluation)
+        epochs = _arguments.integer(epochs, "Model.fit", "epochs", minimum=0)
         batch_size = self._batch_size(batch_size, "fit")
-        epochs = integer(epochs, "Model.fit epochs", 1)
-        seed = self.context.seed if seed is None else integer(seed, "Model.fit seed", *UINT64)
+        seed = self.context.seed if seed is None else seed
         writer = MetricsWriter(metrics) if metrics else None
         history = []
         step = 0
         start = time.monotonic()
+        progress = _Progress(epochs, self._batch_total(data, batch_size)) if verbose else None
         try:
             for epoch in range(1, epochs + 1):
                 self.train()
-                total, samples = 0.0, 0
+                total, samples, batch = 0.0, 0, 0
                 for count in self._batches(data, batch_size, shuffle, seed + epoch, "fit"):
                     loss = self._step(optimizer, clip_norm)
                     step += 1
+                    batch += 1
                     total += loss * count
                     samples += count
                     if writer:
                         writer.step(epoch, step, loss, optimizer.learning_rate, time.monotonic() - start)
+                    if progress:
+                        progress.update(epoch, batch, total / samples, final=batch == progress.batches)
                 record = {"epoch": epoch, "train_loss": total / max(samples, 1)}
                 if evaluation is not None:
                     result = self.evaluate(*(evaluation if isinstance(evaluation, tuple) else (evaluation,)),
@@ -80,6 +107,17 @@ class TrainingLoop:
                 writer.close()
         return history
 
+    def _batch_total(self, data, batch_size):
+        """The batches of one pass over data (arrays or a Dataset), for the progress bar."""
+        from .data import Dataset
+        if len(data) == 1 and isinstance(data[0], Dataset):
+            return min(data[0].batch_count(batch_size), data[0].limit_batches(batch_size))
+        try:
+            count = len(data[0])
+        except (IndexError, TypeError):  # no arrays, or a scalar: _batches reports it
+            count = 0
+        return -(-count // batch_size)
+
     def _check_optimizer(self, optimizer, what):
         """An optimiser of another model would step that model's parameters with its stale gradients."""
         from .training import Optimizer
@@ -89,10 +127,10 @@ class TrainingLoop:
             raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the optimizer was made for another model" % what)
 
     def _batch_size(self, batch_size, what):
-        """`batch_size` checked against the compiled max_batch; None means max_batch."""
+        """batch_size, or the compiled max_batch for None; an int in 1..max_batch."""
         if batch_size is None:
             return self.max_batch
-        batch_size = integer(batch_size, "Model.%s batch_size" % what)
+        batch_size = _arguments.integer(batch_size, "Model.%s" % what, "batch_size")
         if batch_size < 1 or batch_size > self.max_batch:
             raise error(INVALID_ARGUMENT, "bptrain: Model.%s: batch_size %d is not in 1..%d (the compiled max_batch)"
                         % (what, batch_size, self.max_batch))
@@ -102,13 +140,16 @@ class TrainingLoop:
         """Feeds each batch into the inputs and yields its sample count."""
         from .data import Dataset
         numpy = require_numpy()
+        if batch_size < 1 or batch_size > self.max_batch:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: batch_size %d is not in 1..%d (the compiled max_batch)"
+                        % (what, batch_size, self.max_batch))
         if len(data) == 1 and isinstance(data[0], Dataset):
             dataset = data[0]
             if len(self.inputs) != 2 or self.inputs[1].dtype != "i32":
                 raise error(INVALID_ARGUMENT, "bptrain: Model.%s: a Dataset feeds a model with two inputs (f32 "
                                               "images, i32 labels); this one has %d" % (what, len(self.inputs)))
             if shuffle:
-                self.context.check(lib.bpt_dataset_shuffle(dataset.handle, seed % (1 << 64)))
+                self.context.check(lib.bpt_dataset_shuffle(dataset.handle, seed))
             images, labels = (self._tensors[node._address] for node in self.inputs)
             batches = min(lib.bpt_dataset_batch_count(dataset.handle, batch_size), dataset.limit_batches(batch_size))
             for index in range(batches):
@@ -126,11 +167,14 @@ class TrainingLoop:
             yield last - first
 
     def _default_output(self, output, what):
-        output = output or self.logits or self.prediction
+        from .model import Node
+        if output is not None:
+            return _arguments.instance(output, Node, "Model.%s" % what, "output")
+        output = self.logits or self.prediction
         if output is None:
             raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the model has no softmax_cross_entropy or mse_loss "
                                           "to take the output from; pass output=<node>" % what)
-        return self._own_node(output, "%s output" % what)
+        return output
 
     def _with_mode(self, training):
         """Context manager: the given mode for the duration, then the previous one."""
@@ -152,15 +196,17 @@ class TrainingLoop:
         numpy = require_numpy()
         self._require_compiled("predict")
         output = self._default_output(output, "predict")
-        batch_size = self._batch_size(batch_size, "predict")
+        batch_size = self._batch_size(batch_size, "predict")  # a step below 1 would return np.empty's garbage
         if not self.inputs:
             raise error(STATE, "bptrain: Model.predict: the model has no inputs to feed x into")
-        source = self._array(x, self.inputs[0])
-        count = len(source)
-        sources = [source] + [None] * (len(self.inputs) - 1)
+        if output.model is not self:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.predict: output %r belongs to another model" % (output,))
         if output.op == "parameter":
             raise error(INVALID_ARGUMENT, "bptrain: Model.predict: output %r is a parameter, not a value per sample; "
                                           "read it with state_dict()" % output.name)
+        source = self._array(x, self.inputs[0])
+        count = len(source)
+        sources = [source] + [None] * (len(self.inputs) - 1)
         tensor = self._tensors.get(output._address)
         if tensor is None:
             tensor = self._tensors[output._address] = _Tensor(self, "f32", output.shape)

@@ -16,8 +16,9 @@ class MetricsWriter:
     def __init__(self, path):
         try:
             self.file = open(path, "w", newline="")
-        except (OSError, TypeError, ValueError) as failure:  # the binding's FileError, like Model.save's
-            raise error(IO, "bptrain: metrics file %r: %s" % (path, failure)) from None
+        except (OSError, TypeError) as failure:  # a bptrain.FileError, like every other file the binding writes
+            raise error(IO, "bptrain: metrics file %r: cannot create: %s" %
+                        (path, getattr(failure, "strerror", None) or failure)) from None
         self.writer = csv.writer(self.file)
         self.writer.writerow(self.COLUMNS)
 

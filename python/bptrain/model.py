@@ -8,14 +8,13 @@ place, without a conversion copy.
 """
 import ctypes
 
-from . import _native, _ops
-from ._checks import INT32, integer, number, path as checked_path, text
+from . import _arguments, _native, _ops
 from ._errors import INVALID_ARGUMENT, OUT_OF_MEMORY, SHAPE, STATE, UNSUPPORTED, Error, error
 from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
 from ._tensor import _Tensor
-from .context import DTYPES, Context, dtype_code, numeric_array, numpy_dtype, require_numpy
+from .context import DTYPES, dtype_code, numpy_dtype, require_numpy
 from .loop import TrainingLoop
 
 _LOSS_SCALING = {"auto": 0, "none": 1, "dynamic": 2}
@@ -81,7 +80,7 @@ class Node:
 def _builder(op):
     def build(self, *args, name=None, **kwargs):
         arguments = op.bind(args, kwargs)
-        node = self._add(op.c_function, self._name(name, op.prefix), *arguments)
+        node = self._add(op.c_function, self._name(name, op.prefix).encode(), *arguments)
         if op.method == "softmax_cross_entropy":
             self.logits = args[0] if args else kwargs["logits"]
         elif op.method == "mse_loss":
@@ -99,9 +98,8 @@ class Model(TrainingLoop, Closing):
     each returns the output Node and takes an optional `name` (default: the kind and a counter)."""
 
     def __init__(self, context):
-        if not isinstance(context, Context):
-            raise error(INVALID_ARGUMENT, "bptrain: Model: expected a bptrain.Context, got %r" % (context,))
-        self.context = context
+        from .context import Context
+        self.context = _arguments.instance(context, Context, "Model", "context")
         self._lock = context._lock
         handle = _native.handle()
         context.check(lib.bpt_graph_create(context.handle, ctypes.byref(handle)))
@@ -125,11 +123,12 @@ class Model(TrainingLoop, Closing):
 
     def _name(self, name, kind):
         if name:
-            return text(name, "node name")
+            _arguments.name(name, "Model (node name)")  # a str without NUL: C would cut "r\0elu" to "r"
+            return name
         self._names[kind] = self._names.get(kind, 0) + 1
         if kind == "loss" and self._names[kind] == 1:  # a model's one loss is "loss", like the C examples'
-            return kind.encode()
-        return ("%s%d" % (kind, self._names[kind])).encode()
+            return kind
+        return "%s%d" % (kind, self._names[kind])
 
     def _add(self, function, *arguments, dtype="f32", sample_shape=None):
         out = _native.handle()
@@ -142,8 +141,8 @@ class Model(TrainingLoop, Closing):
         if dtype not in ("f32", "i32"):
             raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
         rank, dims = _ops._dims(shape, "Model.input")
-        node = self._add(lib.bpt_graph_input, text(name, "Model.input name"), DTYPES[dtype], rank, dims, dtype=dtype,
-                         sample_shape=tuple(dims[axis] for axis in range(rank)))
+        node = self._add(lib.bpt_graph_input, _arguments.name(name, "Model.input"), DTYPES[dtype], rank, dims,
+                         dtype=dtype, sample_shape=tuple(dims[:rank]))
         self.inputs.append(node)
         return node
 
@@ -151,13 +150,14 @@ class Model(TrainingLoop, Closing):
         """Declares a trainable parameter of `shape` (no batch dimension), filled by `init` at compile time."""
         rank, dims = _ops._dims(shape, "Model.parameter")
         init = _ops._enum(_ops.INITIALIZERS, "init")(init, "Model.parameter")[0]
-        return self._add(lib.bpt_graph_parameter, text(name, "Model.parameter name"), rank, dims, init)
+        return self._add(lib.bpt_graph_parameter, _arguments.name(name, "Model.parameter"), rank, dims, init)
 
     def buffer(self, name, shape, init="zeros"):
         """Declares a non-trainable parameter (batch-norm running statistics, for example)."""
         rank, dims = _ops._dims(shape, "Model.buffer")
         init = _ops._enum(_ops.INITIALIZERS, "init")(init, "Model.buffer")[0]
-        return self._add(lib.bpt_graph_nontrainable_parameter, text(name, "Model.buffer name"), rank, dims, init)
+        return self._add(lib.bpt_graph_nontrainable_parameter, _arguments.name(name, "Model.buffer"), rank, dims,
+                         init)
 
     def sequential(self, x, layers, prefix="layer"):
         """Builds a stack from a table of layers, each a tuple ("conv2d", {"units": 6, "kernel": 5}) or a
@@ -181,9 +181,11 @@ class Model(TrainingLoop, Closing):
                 if field not in ("units", "kernel", "stride", "padding", "rate"):
                     raise error(INVALID_ARGUMENT, "bptrain: sequential: layer %d (%s): unknown field %r" %
                                 (index, kind, field))
-                what = "sequential: layer %d (%s) %s" % (index, kind, field)
-                setattr(specs[index], field, number(value, what) if field == "rate" else integer(value, what))
-        return self._add(lib.bpt_layer_sequential, text(prefix, "Model.sequential prefix"), _ops._node(x, "Model.sequential")[0],
+                what = "Model.sequential: layer %d (%s)" % (index, kind)
+                convert = _arguments.real if field == "rate" else _arguments.integer
+                setattr(specs[index], field, convert(value, what, field))
+        return self._add(lib.bpt_layer_sequential, _arguments.name(prefix, "Model.sequential (prefix)"),
+                         _ops._node(x, "Model.sequential")[0],
                          specs, len(layers))
 
     def set_precision(self, compute_dtype="f32", loss_scaling="auto", initial_loss_scale=None,
@@ -199,8 +201,7 @@ class Model(TrainingLoop, Closing):
         for field, value in (("initial_loss_scale", initial_loss_scale), ("growth_interval", growth_interval),
                              ("growth_factor", growth_factor), ("backoff_factor", backoff_factor)):
             if value is not None:
-                what = "Model.set_precision " + field
-                setattr(options, field, integer(value, what) if field == "growth_interval" else number(value, what))
+                setattr(options, field, value)
         options.keep_all_values = int(bool(keep_all_values))
         self.context.check(lib.bpt_graph_set_precision(self.handle, ctypes.byref(options)))
 
@@ -218,7 +219,7 @@ class Model(TrainingLoop, Closing):
         `loss` may be None for an inference-only graph."""
         if loss is not None and not isinstance(loss, Node):
             raise error(INVALID_ARGUMENT, "bptrain: compile: loss must be a Node or None")
-        max_batch = integer(max_batch, "Model.compile max_batch")
+        max_batch = _arguments.integer(max_batch, "Model.compile", "max_batch")
         self.context.check(lib.bpt_graph_compile(self.handle, loss.handle if loss is not None else None, max_batch))
         self.loss = loss
         self.max_batch = max_batch
@@ -227,8 +228,7 @@ class Model(TrainingLoop, Closing):
 
     def _own_node(self, node, what):
         """`node` when it is a Node of this model (InvalidArgumentError otherwise)."""
-        if not isinstance(node, Node):
-            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: expected a bptrain.Node, got %r" % (what, node))
+        _arguments.instance(node, Node, "Model.%s" % what, "node")
         if node.model is not self:
             raise error(INVALID_ARGUMENT, "bptrain: Model.%s: %r belongs to another model" % (what, node))
         return node
@@ -281,44 +281,29 @@ class Model(TrainingLoop, Closing):
 
     # --- feeding and running -------------------------------------------------------------------------
     def _array(self, data, node):
-        """`data` as a C-contiguous array of the node's dtype, shaped (samples,) + the node's sample shape.
-
-        NumPy's casts are unsafe, so values that would change are refused first: complex, text, bytes and
-        date values (the imaginary part dropped, "1.5" parsed), and for an i32 input fractions, NaN, inf and
-        integers outside int32 (2**32 + 1 would become the label 1)."""
+        """`data` as a C-contiguous array of the node's dtype, shaped (samples,) + the node's sample shape."""
         numpy = require_numpy()
-        if data is None:
-            raise error(INVALID_ARGUMENT, "bptrain: input %r: got None, expected an array of samples" % node.name)
-        try:
-            raw = numpy.asarray(data)
-            if raw.dtype.kind not in "biufO":
-                raise error(INVALID_ARGUMENT, "bptrain: input %r: %s values cannot feed a %s input (numbers only)" %
-                            (node.name, raw.dtype, node.dtype))
-            if node.dtype == "i32" and raw.dtype.kind not in "b" and raw.size:
-                values = raw.astype(numpy.float64) if raw.dtype.kind in "fO" else raw
-                if values.dtype.kind == "f" and not (numpy.isfinite(values).all() and
-                                                     (values == numpy.trunc(values)).all()):
-                    raise error(INVALID_ARGUMENT, "bptrain: input %r (i32): the values must be integers, got %s" %
-                                (node.name, values[~(numpy.isfinite(values) & (values == numpy.trunc(values)))][:3]))
-                low, high = values.min(), values.max()
-                if low < INT32[0] or high > INT32[1]:
-                    raise error(INVALID_ARGUMENT, "bptrain: input %r (i32): values %s..%s are outside int32" %
-                                (node.name, low, high))
-            array = numpy.ascontiguousarray(raw, dtype=numpy_dtype(node.dtype))
-        except MemoryError:
-            raise error(OUT_OF_MEMORY, "bptrain: input %r: no memory for a %s copy of the data (shape %s)" %
-                        (node.name, node.dtype, getattr(data, "shape", "?"))) from None
-        except (TypeError, ValueError, OverflowError) as failure:
-            if isinstance(failure, Error):
-                raise
-            raise error(INVALID_ARGUMENT, "bptrain: input %r: cannot read the data as %s values: %s" %
-                        (node.name, node.dtype, failure)) from None
+        what = "input %r" % node.name
+        if node.dtype == "i32":
+            if data is None:
+                raise error(INVALID_ARGUMENT, "bptrain: %s: got None, expected an array" % what)
+            try:
+                array = _arguments.exact_array(numpy, data, numpy.int32, "input %r is i32" % node.name)
+            except MemoryError:
+                raise error(OUT_OF_MEMORY, "bptrain: %s: no memory for an int32 copy of the data" % what) from None
+            except (TypeError, ValueError, OverflowError) as failure:
+                if isinstance(failure, Error):
+                    raise
+                raise error(INVALID_ARGUMENT, "bptrain: input %r: cannot read the data as %s values: %s" %
+                            (node.name, node.dtype, failure)) from None
+        else:  # complex, text and None are refused: the cast would drop, parse or invent values
+            array = _arguments.real_array(numpy, data, numpy_dtype(node.dtype), what)
         if array.ndim == 0:
             raise error(SHAPE, "bptrain: input %r: expected one row per sample, got a scalar" % node.name)
         per_sample = 1
         for d in node.sample_shape:
             per_sample *= d
-        values = 1
+        values = 1  # from the shape, so that an empty array of the wrong shape is refused too
         for d in array.shape[1:]:
             values *= d
         if values != per_sample:
@@ -409,13 +394,14 @@ class Model(TrainingLoop, Closing):
     def clip_gradient_norm(self, max_norm):
         """Scales the gradients to a global L2 norm of at most `max_norm`; returns the norm before."""
         norm = ctypes.c_float()
-        self.context.check(lib.bpt_graph_clip_gradient_norm(self.handle, number(max_norm, "clip_gradient_norm max_norm"),
-                                                            ctypes.byref(norm)))
+        max_norm = _arguments.real(max_norm, "Model.clip_gradient_norm", "max_norm")
+        self.context.check(lib.bpt_graph_clip_gradient_norm(self.handle, max_norm, ctypes.byref(norm)))
         return norm.value
 
     def clip_gradient_value(self, limit):
         """Clamps every gradient element to [-limit, limit]."""
-        self.context.check(lib.bpt_graph_clip_gradient_value(self.handle, number(limit, "clip_gradient_value limit")))
+        limit = _arguments.real(limit, "Model.clip_gradient_value", "limit")
+        self.context.check(lib.bpt_graph_clip_gradient_value(self.handle, limit))
 
     # --- parameters and introspection ----------------------------------------------------------------
     def parameters(self):
@@ -428,7 +414,8 @@ class Model(TrainingLoop, Closing):
 
     def set_parameters(self, values):
         """Overwrites all parameters from a flat array (the layout of parameters())."""
-        values = numeric_array(values, "f32", "Model.set_parameters").reshape(-1)
+        numpy = require_numpy()
+        values = _arguments.real_array(numpy, values, numpy.float32, "Model.set_parameters").reshape(-1)
         self.context.check(lib.bpt_graph_write_parameters(self.handle, values.ctypes.data_as(_native.float_p),
                                                           values.size))
 
@@ -467,7 +454,7 @@ class Model(TrainingLoop, Closing):
     def node(self, name):
         """The node called `name` (InvalidArgumentError when there is none)."""
         out = _native.handle()
-        self.context.check(lib.bpt_graph_find_node(self.handle, text(name, "Model.node name"), ctypes.byref(out)))
+        self.context.check(lib.bpt_graph_find_node(self.handle, _arguments.name(name, "Model.node"), ctypes.byref(out)))
         return Node(self, out)
 
     def memory(self):
@@ -505,12 +492,10 @@ class Model(TrainingLoop, Closing):
         int64 array (row = label, column = prediction)."""
         self._require_compiled("evaluate_dataset")
         from .data import Dataset
-        if not isinstance(dataset, Dataset):
-            raise error(INVALID_ARGUMENT, "bptrain: Model.evaluate_dataset: expected a bptrain.Dataset, got %r" %
-                        (dataset,))
+        _arguments.instance(dataset, Dataset, "Model.evaluate_dataset", "dataset")
         options = lib.bpt_eval_options_default()
-        options.top_k = integer(top_k, "Model.evaluate_dataset top_k", *INT32)
-        options.batch_size = 0 if batch_size is None else self._batch_size(batch_size, "evaluate_dataset")
+        options.top_k = _arguments.integer(top_k, "Model.evaluate_dataset", "top_k", maximum=_arguments.INT_MAX)
+        options.batch_size = _arguments.integer(batch_size or 0, "Model.evaluate_dataset", "batch_size")
         matrix = None
         if confusion_matrix:
             numpy = require_numpy()
@@ -538,12 +523,12 @@ class Model(TrainingLoop, Closing):
         if not _native.has("bpt_graph_export_onnx"):
             raise error(UNSUPPORTED, "bptrain: Model.export_onnx: %s has no bpt_graph_export_onnx" % lib._name)
         options = lib.bpt_onnx_export_options_default()
-        options.opset = integer(opset, "Model.export_onnx opset")
-        options.input_mean = number(input_mean, "Model.export_onnx input_mean")
-        options.input_std = number(input_std, "Model.export_onnx input_std")
+        what = "Model.export_onnx"
+        options.opset = _arguments.integer(opset, what, "opset")
+        options.input_mean = _arguments.real(input_mean, what, "input_mean")
+        options.input_std = _arguments.real(input_std, what, "input_std")
         options.softmax = int(bool(softmax))
-        self.context.check(lib.bpt_graph_export_onnx(self.handle, checked_path(path, "Model.export_onnx"),
-                                                     ctypes.byref(options)))
+        self.context.check(lib.bpt_graph_export_onnx(self.handle, _arguments.path(path, what), ctypes.byref(options)))
 
     def close(self):
         """Destroys the optimisers and tensors made for this model, then its graph: using any of them (or its

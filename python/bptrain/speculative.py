@@ -3,8 +3,7 @@ one sample at a time and reuses the backward pass of the previous sample with th
 softmax outputs are close."""
 import ctypes
 
-from . import _native
-from ._checks import INT32, integer, number
+from . import _arguments, _native
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import Closing, _Native, serialised
 from ._native import lib
@@ -19,19 +18,21 @@ class SpeculativeTrainer(Closing):
 
     def __init__(self, model, optimizer, threshold=0.0, distance="mean_absolute", final_threshold=None,
                  schedule_steps=0, threads=2, gradient_clip=0.0):
-        model._require_compiled("SpeculativeTrainer")
-        model._check_optimizer(optimizer, "SpeculativeTrainer")
+        from .model import Model
+        what = "SpeculativeTrainer"
+        _arguments.instance(model, Model, what, "model")._require_compiled(what)
+        model._check_optimizer(optimizer, what)
         if distance not in _DISTANCES:
             raise error(INVALID_ARGUMENT, "bptrain: SpeculativeTrainer: distance must be one of %s" %
                         sorted(_DISTANCES))
         options = lib.bpt_speculative_options_default()
-        options.threshold = number(threshold, "SpeculativeTrainer threshold")
+        options.threshold = _arguments.real(threshold, what, "threshold")
         options.distance = _DISTANCES[distance]
-        options.final_threshold = options.threshold if final_threshold is None else number(
-            final_threshold, "SpeculativeTrainer final_threshold")
-        options.schedule_steps = integer(schedule_steps, "SpeculativeTrainer schedule_steps")
-        options.threads = integer(threads, "SpeculativeTrainer threads", *INT32)
-        options.gradient_clip = number(gradient_clip, "SpeculativeTrainer gradient_clip")
+        options.final_threshold = _arguments.real(threshold if final_threshold is None else final_threshold, what,
+                                                  "final_threshold")
+        options.schedule_steps = _arguments.integer(schedule_steps, what, "schedule_steps")
+        options.threads = _arguments.integer(threads, what, "threads", maximum=_arguments.INT_MAX)
+        options.gradient_clip = _arguments.real(gradient_clip, what, "gradient_clip")
         self.model = model
         self._lock = model._lock
         self.context = model.context
@@ -39,7 +40,7 @@ class SpeculativeTrainer(Closing):
         images, labels = model.inputs[0], model.inputs[-1]
         self.context.check(lib.bpt_speculative_create(model.handle, images.handle, labels.handle, optimizer.handle,
                                                       ctypes.byref(options), ctypes.byref(handle)))
-        # Destroyed before its graph (speculative.h): it is a user of the model's holder, closed first.
+        # A user of the model's holder, closed first (a graph destroyed first would also detach it).
         self._native = _Native(handle.value, lib.bpt_speculative_destroy, model._native, "speculative trainer")
         self._keep = optimizer
 

@@ -1,8 +1,7 @@
 """Optimisers (SGD, Adam, AdamW) with parameter groups, and learning-rate schedules."""
 import ctypes
 
-from . import _native
-from ._checks import integer, number
+from . import _arguments, _native
 from ._errors import INVALID_ARGUMENT, error
 from ._handles import Closing, _Native, serialised
 from ._native import lib
@@ -23,18 +22,18 @@ class Schedule:
                         (sorted(_SCHEDULES), kind))
         options = lib.bpt_schedule_options_default()
         options.kind = _SCHEDULES[kind]
-        for field, value in (("warmup_steps", warmup_steps), ("step_size", step_size), ("total_steps", total_steps)):
-            setattr(options, field, integer(value, "Schedule " + field))
-        for field, value in (("base_learning_rate", base_learning_rate), ("warmup_start_factor", warmup_start_factor),
-                             ("gamma", gamma), ("minimum_learning_rate", minimum_learning_rate)):
-            setattr(options, field, number(value, "Schedule " + field))
+        for name, value in (("base_learning_rate", base_learning_rate), ("warmup_start_factor", warmup_start_factor),
+                            ("gamma", gamma), ("minimum_learning_rate", minimum_learning_rate)):
+            setattr(options, name, _arguments.real(value, "Schedule", name))
+        for name, value in (("warmup_steps", warmup_steps), ("step_size", step_size), ("total_steps", total_steps)):
+            setattr(options, name, _arguments.integer(value, "Schedule", name))
         self.options = options
         self.kind = kind
 
     def learning_rate(self, step):
         """The learning rate at optimiser step `step` (>= 0)."""
         value = ctypes.c_float()
-        step = integer(step, "Schedule.learning_rate step")
+        step = _arguments.integer(step, "Schedule.learning_rate", "step")
         check_without_context(lib.bpt_schedule_learning_rate(None, ctypes.byref(self.options), step,
                                                              ctypes.byref(value)))
         return value.value
@@ -50,14 +49,12 @@ class Optimizer(Closing):
             raise error(INVALID_ARGUMENT, "bptrain: Optimizer: kind must be one of %s, not %r" %
                         (sorted(_OPTIMIZERS), kind))
         from .model import Model
-        if not isinstance(model, Model):
-            raise error(INVALID_ARGUMENT, "bptrain: Optimizer: expected a bptrain.Model, got %r" % (model,))
-        model._require_compiled("Optimizer")
+        _arguments.instance(model, Model, "Optimizer", "model")._require_compiled("Optimizer")
         options = lib.bpt_optimizer_options_default()
         options.kind = _OPTIMIZERS[kind]
-        for field, value in (("learning_rate", learning_rate), ("momentum", momentum), ("weight_decay", weight_decay),
-                             ("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon)):
-            setattr(options, field, number(value, "Optimizer " + field))
+        for name, value in (("learning_rate", learning_rate), ("momentum", momentum), ("weight_decay", weight_decay),
+                            ("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon)):
+            setattr(options, name, _arguments.real(value, "Optimizer", name))
         options.nesterov = int(bool(nesterov))
         self.context = model.context
         self._lock = model._lock
@@ -79,7 +76,8 @@ class Optimizer(Closing):
 
     @learning_rate.setter
     def learning_rate(self, value):
-        self.context.check(lib.bpt_optimizer_set_learning_rate(self.handle, number(value, "Optimizer.learning_rate")))
+        self.context.check(lib.bpt_optimizer_set_learning_rate(self.handle, _arguments.real(
+            value, "Optimizer.learning_rate", "the learning rate")))
 
     @property
     def steps(self):
@@ -98,10 +96,12 @@ class Optimizer(Closing):
     def set_group(self, parameters, learning_rate_scale=1.0, weight_decay=0.0):
         """Gives `parameters` (Nodes or names) their own learning-rate multiplier and weight decay."""
         nodes = [self.model.node(p) if isinstance(p, str) else p for p in parameters]
-        handles = (ctypes.c_void_p * max(1, len(nodes)))(*[node.handle for node in nodes])
-        self.context.check(lib.bpt_optimizer_set_group(self.handle, handles, len(nodes),
-                                                       number(learning_rate_scale, "set_group learning_rate_scale"),
-                                                       number(weight_decay, "set_group weight_decay")))
+        from .model import Node
+        handles = (ctypes.c_void_p * max(1, len(nodes)))(
+            *[_arguments.instance(node, Node, "Optimizer.set_group", "a parameter").handle for node in nodes])
+        what = "Optimizer.set_group"
+        self.context.check(lib.bpt_optimizer_set_group(self.handle, handles, len(nodes), _arguments.real(
+            learning_rate_scale, what, "learning_rate_scale"), _arguments.real(weight_decay, what, "weight_decay")))
 
     def no_decay_on_vectors(self):
         """Weight decay 0 on every rank-1 parameter (biases, batch-norm scales and shifts)."""

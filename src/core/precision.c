@@ -154,8 +154,12 @@ bpt_status bpt_precision_compile(bpt_graph *graph) {
   size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
   if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)&state->weight_copies) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating weight copies");
+  /* Weights read the rounded copies. Non-trainable parameters (batch norm's running statistics) keep the f32
+   * master block: forward updates them there, checkpoints save them from there, and a copy would be refreshed
+   * over each step's update by the next forward. */
   for (int p = 0; p < graph->parameter_count; p++)
-    graph->parameters[p]->value = state->weight_copies + graph->parameters[p]->param_offset;
+    if (graph->parameters[p]->requires_grad)
+      graph->parameters[p]->value = state->weight_copies + graph->parameters[p]->param_offset;
   return bpt_precision_before_forward(graph);
 }
 

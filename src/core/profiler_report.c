@@ -144,7 +144,8 @@ static void write_events(FILE *file, const bpt_profiler *profiler) {
 
 bpt_status bpt_profiler_write_trace(bpt_context *context, const char *path) {
   if (!context) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_profiler_write_trace: context is NULL");
-  if (!path) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_profiler_write_trace: path is NULL");
+  if (!path || !path[0])
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_profiler_write_trace: path is NULL or empty");
   bpt_profiler *profiler = context->profiler;
   if (!profiler)
     return bpt_error(context, BPT_ERR_STATE,

@@ -100,6 +100,33 @@ static void *worker_main(void *argument) {
 
 static bpt_node *find_loss(bpt_graph *graph) { return graph ? graph->loss : NULL; }
 
+/* Stops the worker and frees the device buffers, while the graph and its backend are still there. */
+static void let_go_of_graph(bpt_speculative_trainer *trainer) {
+  if (trainer->threaded) {
+    atomic_store_explicit(&trainer->stop, true, memory_order_release);
+    pthread_join(trainer->worker, NULL);
+    trainer->threaded = false;
+  }
+  bpt_speculative_release(trainer);
+  trainer->graph = NULL;
+  trainer->optimizer = NULL;
+}
+
+/* A graph destroyed before its trainer lets the trainer go first (the guide's "any destroy order"): the
+ * trainer's calls then fail with BPT_ERR_STATE and its destroy frees host memory only. */
+static void detach_from_graph(void *owner) { let_go_of_graph(owner); }
+
+/* Whether the trainer's graph and optimiser still exist: an optimiser destroyed first has taken itself off
+ * the graph's attachments (its owner pointer is compared, never dereferenced). */
+static bpt_status check_alive(const bpt_speculative_trainer *trainer, const char *where) {
+  if (!trainer->graph)
+    return bpt_error(NULL, BPT_ERR_STATE, "%s: the trainer's graph was destroyed; destroy the trainer", where);
+  for (const bpt_graph_attachment *a = trainer->graph->attachments; a; a = a->next)
+    if (a->owner == trainer->optimizer) return BPT_OK;
+  return bpt_error(trainer->context, BPT_ERR_STATE, "%s: the trainer's optimizer was destroyed; destroy the trainer",
+                   where);
+}
+
 bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *labels, bpt_optimizer *optimizer,
                                   const bpt_speculative_options *options, bpt_speculative_trainer **out) {
   const char *where = "bpt_speculative_create";
@@ -161,17 +188,17 @@ bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *
     bpt_speculative_destroy(trainer);
     return status;
   }
+  bpt_graph_attach(graph, &trainer->attachment, detach_from_graph, trainer);
   *out = trainer;
   return BPT_OK;
 }
 
 void bpt_speculative_destroy(bpt_speculative_trainer *trainer) {
   if (!trainer) return;
-  if (trainer->threaded) {
-    atomic_store_explicit(&trainer->stop, true, memory_order_release);
-    pthread_join(trainer->worker, NULL);
+  if (trainer->graph) {
+    bpt_graph_unattach(trainer->graph, &trainer->attachment);
+    let_go_of_graph(trainer);
   }
-  bpt_speculative_release(trainer);
   bpt_tensor_destroy(trainer->sample_images);
   bpt_tensor_destroy(trainer->sample_labels);
   free(trainer->host_probabilities);
@@ -346,6 +373,7 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
   if (!trainer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: trainer is NULL", where);
   bpt_context *context = trainer->context;
   if (!images || !labels) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: images or labels is NULL", where);
+  BPT_CHECK(check_alive(trainer, where));
   if (images->dtype != BPT_DTYPE_F32 || labels->dtype != BPT_DTYPE_I32)
     return bpt_error(context, BPT_ERR_DTYPE, "%s: images must be f32 and labels i32", where);
   BPT_CHECK(bpt_thread_guard_enter(context, where));
@@ -416,6 +444,7 @@ bpt_status bpt_speculative_reset_counters(bpt_speculative_trainer *trainer) {
 
 bpt_status bpt_speculative_clear_cache(bpt_speculative_trainer *trainer) {
   if (!trainer) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_speculative_clear_cache: trainer is NULL");
+  if (!trainer->slots) return BPT_OK; /* released with its graph: nothing cached */
   for (int64_t c = 0; c < trainer->classes; c++)
     trainer->slots[c].valid = false;
   return BPT_OK;

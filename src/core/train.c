@@ -192,6 +192,22 @@ static bpt_status check_options(bpt_graph *graph, const bpt_train_options *o, co
   return BPT_OK;
 }
 
+/* A data set that cannot go through the graph fails before the first step: the validation set is first read
+ * after a whole epoch of training, which a wrong file would otherwise cost. */
+static bpt_status check_data(const bpt_train_nodes *nodes, const bpt_dataset *data, const char *which,
+                             const char *where) {
+  bpt_context *context = nodes->data->graph->context;
+  const int64_t values = bpt_node_inner_count(nodes->data), given = bpt_dataset_sample_size(data);
+  if (given != values)
+    return bpt_error(context, BPT_ERR_SHAPE, "%s: the %s set has %lld values per sample, input '%s' takes %lld", where,
+                     which, (long long)given, nodes->data->name, (long long)values);
+  if (nodes->logits && bpt_dataset_class_count(data) > bpt_node_inner_count(nodes->logits))
+    return bpt_error(context, BPT_ERR_FORMAT, "%s: the %s set has label %d, outside the %lld classes of logits '%s'",
+                     where, which, bpt_dataset_class_count(data) - 1, (long long)bpt_node_inner_count(nodes->logits),
+                     nodes->logits->name);
+  return BPT_OK;
+}
+
 bpt_status bpt_train(bpt_graph *graph, bpt_optimizer *optimizer, bpt_dataset *train, const bpt_train_options *options,
                      bpt_train_result *result) {
   const char *where = "bpt_train";
@@ -207,6 +223,8 @@ bpt_status bpt_train(bpt_graph *graph, bpt_optimizer *optimizer, bpt_dataset *tr
   BPT_CHECK(bpt_train_find_nodes(graph, &o.roles, o.validation != NULL, where, &run.nodes));
   BPT_CHECK(bpt_train_batch_size(graph, o.batch_size, where, &run.batch));
   BPT_CHECK(check_options(graph, &o, where));
+  BPT_CHECK(check_data(&run.nodes, train, "training", where));
+  if (o.validation) BPT_CHECK(check_data(&run.nodes, o.validation, "validation", where));
   run.result.epochs = o.first_epoch - 1;
   if (o.restore_best) {
     run.best_parameters = bpt_calloc(context, (size_t)bpt_graph_parameter_count(graph), sizeof(float),

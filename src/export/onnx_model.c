@@ -392,7 +392,7 @@ static bpt_status build(onnx_builder *b, const bpt_onnx_export_options *options,
 bpt_status bpt_graph_export_onnx(bpt_graph *graph, const char *path, const bpt_onnx_export_options *options) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, WHERE ": graph is NULL");
   bpt_context *context = graph->context;
-  if (!path) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, WHERE ": path is NULL");
+  if (!path || !path[0]) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, WHERE ": path is NULL or empty");
   bpt_onnx_export_options o = bpt_onnx_export_options_default();
   if (options)
     BPT_CHECK(bpt_copy_options(context, &o, sizeof o, options, options->size,

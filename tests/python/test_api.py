@@ -8,6 +8,7 @@ Run by CTest (check_python_api) with BPTRAIN_LIBRARY and PYTHONPATH set; skips (
 import json
 import math
 import os
+import pathlib
 import sys
 import tempfile
 import unittest
@@ -729,6 +730,127 @@ class Errors(unittest.TestCase):
             made = make(status, "m")
             self.assertIs(type(made), error_class)
             self.assertEqual((made.status, made.message, made.status_name), (status, "m", bptrain.STATUS_NAMES[status]))
+
+    def test_python_arguments_are_checked(self):
+        """Arguments ctypes would have truncated, stringified or tripped over raise InvalidArgumentError."""
+        ctx = context()
+        model = bptrain.Model(ctx)
+        x, y = model.input("x", (4,)), model.input("y", (), "i32")
+        expect(bptrain.InvalidArgumentError, model.linear, x, 2.5)  # was a 2-unit layer
+        expect(bptrain.InvalidArgumentError, model.linear, x, "3")  # was a 3-unit layer
+        expect(bptrain.InvalidArgumentError, model.max_pool2d, x, True)
+        expect(bptrain.InvalidArgumentError, model.leaky_relu, x, "0.1")
+        expect(bptrain.InvalidArgumentError, model.input, "z", (4.7,))
+        expect(bptrain.InvalidArgumentError, model.input, None, (4,))  # was an input named "None"
+        expect(bptrain.InvalidArgumentError, model.parameter, "", (4,))
+        expect(bptrain.InvalidArgumentError, model.node, None)
+        expect(bptrain.InvalidArgumentError, model.sequential, x, [("linear", {"units": 2.5})])  # was TypeError
+        expect(bptrain.InvalidArgumentError, model.sequential, x, [("dropout", {"rate": "0.5"})])
+        self.assertEqual(model.linear(x, np.int64(3), name="ok").shape[-1], 3)  # NumPy integers are integers
+        logits = model.linear(model.relu(model.node("ok")), 3)
+        expect(bptrain.InvalidArgumentError, model.compile, model.softmax_cross_entropy(logits, y), "4")
+        model.compile(model.node("loss"), 4)
+        expect(bptrain.InvalidArgumentError, model.read, None)  # was AttributeError
+        expect(bptrain.InvalidArgumentError, model.read, "ok")
+        expect(bptrain.InvalidArgumentError, bptrain.Optimizer, None)
+        expect(bptrain.InvalidArgumentError, bptrain.Optimizer, model, "sgd", learning_rate="0.1")  # was TypeError
+        optimizer = bptrain.Optimizer(model)
+        with self.assertRaises(bptrain.InvalidArgumentError):
+            optimizer.learning_rate = "fast"
+        features, labels = RNG.randn(6, 4).astype(np.float32), np.arange(6, dtype=np.int32) % 3
+        expect(bptrain.InvalidArgumentError, model.predict, features, output="logits")  # was AttributeError
+        expect(bptrain.InvalidArgumentError, model.predict, features, batch_size=-1)  # returned np.empty's garbage
+        expect(bptrain.InvalidArgumentError, model.predict, features, batch_size=0)
+        expect(bptrain.InvalidArgumentError, model.evaluate, features, labels, batch_size=2.5)
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, epochs=-1)  # trained nothing
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, epochs=1.5)  # was TypeError
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, batch_size=0)  # was max_batch
+        self.assertEqual(len(model.fit(optimizer, features, labels, epochs=np.int32(2), batch_size=3)), 2)
+        # Labels that are not 32-bit integers: NumPy's cast made 0.5 a 0 and 2**32 + 1 a 1, silently.
+        for bad in (np.full(6, 0.5), np.full(6, 2 ** 32 + 1, np.int64), np.full(6, np.nan), [0, 1, 2, 3.5, 0, 1]):
+            error = expect(bptrain.InvalidArgumentError, model.evaluate, features, bad)
+            self.assertIn("does not fit int32", error.message)
+        self.assertEqual(model.evaluate(features, labels.astype(np.float64))["samples"], 6)  # 1.0 is an integer
+        self.assertEqual(model.evaluate(features, list(labels))["samples"], 6)
+        with tempfile.TemporaryDirectory() as directory:
+            cwd = os.getcwd()
+            os.chdir(directory)
+            try:
+                for path in (None, 3, b"", "a\0b"):  # None and 3 were saved as files "None" and "3"
+                    expect(bptrain.InvalidArgumentError, model.save, path)
+                    expect(bptrain.InvalidArgumentError, model.load, path)
+                expect(bptrain.InvalidArgumentError, model.save, "m.ckpt", optimizer="sgd")
+                expect(bptrain.InvalidArgumentError, model.save, "m.ckpt", epoch=1.5)
+                expect(bptrain.InvalidArgumentError, ctx.write_profile_trace, None)
+                expect(bptrain.FileError, model.fit, optimizer, features, labels,
+                       metrics=os.path.join(directory, "no", "such", "m.csv"))  # was FileNotFoundError
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, images=features)  # was a path "[[0.1 ..."
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, None, directory, "train")
+                write_idx(directory)
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, directory, "train", limit=0)  # was 1 batch
+                expect(bptrain.InvalidArgumentError, bptrain.Dataset, ctx, directory, "train", mean="0.5")
+                data = bptrain.Dataset(ctx, directory, "train")
+                expect(bptrain.InvalidArgumentError, data.check_classes, "t10k")  # was AttributeError
+                expect(bptrain.InvalidArgumentError, data.batch_count, 0)  # was 0 batches
+                data.close()
+                for name in os.listdir(directory):
+                    os.unlink(os.path.join(directory, name))
+                self.assertEqual(os.listdir(directory), [])
+                model.save(pathlib.Path(directory) / "model.ckpt", optimizer=optimizer, epoch=np.int64(2))
+                self.assertEqual(model.load(b"model.ckpt", optimizer=optimizer).epoch, 2)
+            finally:
+                os.chdir(cwd)
+        expect(bptrain.InvalidArgumentError, bptrain.Schedule, "cosine", total_steps=10.5)  # was TypeError
+        expect(bptrain.InvalidArgumentError, bptrain.Schedule, "step", gamma="0.5")
+        expect(bptrain.InvalidArgumentError, bptrain.Schedule().learning_rate, 1.5)  # was step 1
+        expect(bptrain.InvalidArgumentError, model.clip_gradient_norm, "1")  # was ctypes.ArgumentError
+        expect(bptrain.InvalidArgumentError, optimizer.set_group, [x], learning_rate_scale="2")
+        expect(bptrain.InvalidArgumentError, optimizer.set_group, [3])
+        expect(bptrain.InvalidArgumentError, bptrain.SpeculativeTrainer, model, optimizer, threshold="0.1")
+        expect(bptrain.InvalidArgumentError, bptrain.SpeculativeTrainer, model, None)  # was AttributeError
+        # Narrow formats go in as bit patterns: 1.5 was the f16 pattern 1 (6e-8), 70000 wrapped to 4464.
+        expect(bptrain.InvalidArgumentError, ctx.convert, np.array([1.5], np.float32), "f16", "f32")
+        expect(bptrain.InvalidArgumentError, ctx.convert, [70000], "f16", "f32")
+        expect(bptrain.InvalidArgumentError, ctx.convert, np.ones(2, np.float32), "f32", "f16", scale="2")
+        self.assertEqual(ctx.convert([0x3C00], "f16", "f32")[0], 1.0)
+        expect(bptrain.InvalidArgumentError, bptrain.Model, None)  # was AttributeError
+        expect(bptrain.InvalidArgumentError, bptrain.Context, threads="2")  # was 2 threads
+        expect(bptrain.InvalidArgumentError, bptrain.Context, threads=2 ** 32 + 1)  # ctypes wrapped it to 1 thread
+        expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, batch_size=2 ** 64 + 2)
+        expect(bptrain.InvalidArgumentError, bptrain.Context, seed=-1)
+        expect(bptrain.InvalidArgumentError, bptrain.Context, backend=None)
+
+    def test_verbose_fit_draws_a_progress_bar_on_a_terminal(self):
+        """fit(verbose=True) on a long epoch shows progress per batch when stderr is a terminal, like the C
+        examples' bar, and only the epoch lines when it is not."""
+        import pty
+        import subprocess
+        script = ("import numpy as np, bptrain\n"
+                  "m = bptrain.Model(bptrain.Context(threads=1))\n"
+                  "x, y = m.input('x', (4,)), m.input('y', (), 'i32')\n"
+                  "m.compile(m.softmax_cross_entropy(m.linear(x, 3), y), 8)\n"
+                  "m.fit(bptrain.Optimizer(m), np.zeros((40, 4), np.float32), np.zeros(40, np.int32), epochs=2,"
+                  " batch_size=8, verbose=True)\n")
+        environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        master, slave = pty.openpty()
+        run = subprocess.run([sys.executable, "-c", script], stderr=slave, stdout=subprocess.PIPE, env=environment,
+                             timeout=120)
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the terminal's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+        os.close(master)
+        self.assertEqual(run.returncode, 0)
+        self.assertIn(b"epoch 2/2 [==============================] 5/5  loss", shown)
+        self.assertIn(b"epoch 2: train_loss", run.stdout)
+        piped = subprocess.run([sys.executable, "-c", script], capture_output=True, env=environment, timeout=120)
+        self.assertEqual(piped.stderr, b"")  # no bar into a file or a pipe
 
     def test_arrays_used_in_place(self):
         model, x, y = small_classifier()

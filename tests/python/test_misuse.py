@@ -45,8 +45,7 @@ class Integers(unittest.TestCase):
                      lambda: bptrain.Schedule("step", step_size=2 ** 64 + 1),
                      lambda: bptrain.Context(threads=2 ** 32 + 1), lambda: bptrain.Context(seed=2 ** 64),
                      lambda: bptrain.Context(seed=-1)):
-            error = expect(bptrain.InvalidArgumentError, call)
-            self.assertIn("must be in", error.message)
+            expect(bptrain.InvalidArgumentError, call)
 
     def test_fractions_and_text_are_not_integers(self):
         model = bptrain.Model(context())
@@ -57,7 +56,7 @@ class Integers(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.sequential, x, [("linear", {"units": "a"})])
         expect(bptrain.InvalidArgumentError, model.sequential, x, [()])
         expect(bptrain.InvalidArgumentError, model.leaky_relu, x, "0.1")
-        self.assertEqual(model.linear(x, 3.0, name="whole").name, "whole")  # an integral float is fine
+        expect(bptrain.InvalidArgumentError, model.linear, x, 3.0)  # a count is an int, even an integral float
         expect(bptrain.InvalidArgumentError, model.compile, None, 2.5)
 
     def test_batch_sizes_and_epochs(self):
@@ -66,7 +65,7 @@ class Integers(unittest.TestCase):
             expect(bptrain.InvalidArgumentError, model.fit, optimizer, FEATURES, LABELS, batch_size=batch_size)
             expect(bptrain.InvalidArgumentError, model.evaluate, FEATURES, LABELS, batch_size=batch_size)
             expect(bptrain.InvalidArgumentError, model.predict, FEATURES, batch_size=batch_size)
-        for epochs in (0, -2, 1.5):
+        for epochs in (-2, 1.5):  # (epochs=0 trains nothing and returns [])
             expect(bptrain.InvalidArgumentError, model.fit, optimizer, FEATURES, LABELS, epochs=epochs)
         self.assertEqual(optimizer.steps, 0)
         self.assertEqual(model.predict(FEATURES, batch_size=3).shape, (8, 3))
@@ -105,7 +104,8 @@ class Arrays(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.predict, FEATURES.astype(str))  # parsed as numbers
         expect(bptrain.InvalidArgumentError, model.train_step, optimizer, FEATURES, LABELS + 0.5)  # truncated
         expect(bptrain.InvalidArgumentError, model.evaluate, FEATURES, np.full(8, np.nan))
-        big = expect(bptrain.InvalidArgumentError, model.train_step, optimizer, FEATURES, LABELS.astype(np.int64) + 2 ** 32)
+        big = expect(bptrain.InvalidArgumentError, model.train_step, optimizer, FEATURES,
+                     LABELS.astype(np.int64) + 2 ** 32)
         self.assertIn("int32", big.message)  # would have wrapped to LABELS
         expect(bptrain.InvalidArgumentError, model.evaluate, FEATURES, [2 ** 70] * 8)  # not a bare OverflowError
         expect(bptrain.InvalidArgumentError, model.predict, None)
@@ -191,7 +191,7 @@ class PathsAndNames(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.relu, x, name="r\0elu")
         expect(bptrain.InvalidArgumentError, model.node, "x\0anything")
         expect(bptrain.InvalidArgumentError, bptrain.Context, "cpu\0junk")
-        self.assertEqual(model.relu(x, name=7).name, "7")
+        expect(bptrain.InvalidArgumentError, model.relu, x, name=7)
 
 
 class Ownership(unittest.TestCase):

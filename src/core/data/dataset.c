@@ -1,5 +1,6 @@
 /* Data sets over IDX files: samples stay uint8 (a quarter of the memory of floats) and are normalised
  * per batch; a permutation array gives seeded shuffling without moving the samples. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,13 @@ bpt_status bpt_dataset_load_idx_directory(bpt_context *context, const char *dire
   if (!context) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_dataset_load_idx_directory: context is NULL");
   if (!directory || !split || !out)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_dataset_load_idx_directory: NULL argument");
+  /* A mistyped directory (or a file given as one) is said so, rather than "neither file found" in it. */
+  struct stat info;
+  if (stat(directory, &info) != 0)
+    return bpt_error(context, BPT_ERR_IO, "IDX directory '%s': cannot open: %s", directory, strerror(errno));
+  if (!S_ISDIR(info.st_mode))
+    return bpt_error(context, BPT_ERR_IO, "IDX directory '%s' is not a directory (give the folder holding %s-*-ubyte)",
+                     directory, split);
   char images[4096], labels[4096];
   BPT_CHECK(find_file(context, directory, split, "images-idx3-ubyte", images, sizeof images));
   BPT_CHECK(find_file(context, directory, split, "labels-idx1-ubyte", labels, sizeof labels));
