@@ -241,6 +241,12 @@ class Context:
                     raise error(INVALID_ARGUMENT, "bptrain: configure_fpga: %s must be one of %s" %
                                 (name, sorted(choices[name])))
                 value = choices[name][value]
+            elif dict(_native.FpgaOptions._fields_)[name] in (ctypes.c_double, ctypes.c_float):
+                value = _arguments.real(value, "configure_fpga", name)
+            else:  # ctypes would raise a bare TypeError for "a" and wrap an int beyond the field
+                maximum = _arguments.INT_MAX if dict(_native.FpgaOptions._fields_)[name] is ctypes.c_int else \
+                    _arguments.INT64_MAX
+                value = _arguments.integer(value, "configure_fpga", name, maximum=maximum)
             setattr(structure, name, value)
         self.check(lib.bpt_fpga_configure(self.handle, ctypes.byref(structure)))
 

@@ -148,6 +148,10 @@ class Arrays(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, ctx.convert, None, "f32", "f16")  # converted NaN
         expect(bptrain.InvalidArgumentError, ctx.fp8_scale, None)
         np.testing.assert_array_equal(ctx.convert(np.array([15360, 16384]), "f16", "f32"), [1.0, 2.0])
+        fpga = bptrain.Context("fpga-sim", threads=1)
+        expect(bptrain.InvalidArgumentError, fpga.configure_fpga, word_bits="a")  # was a bare TypeError
+        expect(bptrain.InvalidArgumentError, fpga.configure_fpga, word_bits=2 ** 32 + 16)  # wrapped to 16
+        fpga.configure_fpga(word_bits=16, clock_mhz=300)
         # a parameter has no batch dimension: predict returned its rows as if they were scores per sample
         expect(bptrain.InvalidArgumentError, model.predict, FEATURES, output=model.node("linear1.weight"))
 
