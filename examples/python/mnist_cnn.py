@@ -9,11 +9,11 @@ cosine learning-rate schedule, and saves or evaluates a checkpoint that the C ex
 Predictions come back as NumPy arrays: the last lines print the confusion of the first test images.
 """
 import argparse
-import os
 import sys
 import time
 
 import bptrain
+import example_arguments  # beside this file: the command-line checks both Python examples share
 
 LENET = [("conv2d", {"units": 6, "kernel": 5, "padding": 2}), "relu", ("max_pool", {"kernel": 2}),
          ("conv2d", {"units": 16, "kernel": 5}), "relu", ("max_pool", {"kernel": 2}), "flatten",
@@ -21,35 +21,11 @@ LENET = [("conv2d", {"units": 6, "kernel": 5, "padding": 2}), "relu", ("max_pool
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's pixel mean and standard deviation
 
 
-def positive(text):
-    """argparse type: an integer >= 1 (0 epochs would leave no accuracy to report)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be a positive integer, got %s" % text)
-    return value
-
-
-def check_creatable(parser, option, path):
-    """Ends the run now, not after training, when `path` cannot be written: creates and removes a file beside
-    it, as the library's atomic writers do."""
-    if path is None:
-        return
-    probe = "%s.probe-%d" % (path, os.getpid())
-    try:
-        if not path or os.path.isdir(path):
-            raise IsADirectoryError("is empty" if not path else "is a directory")
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        os.unlink(probe)
-    except OSError as failure:
-        parser.error("%s '%s': cannot create a file there (%s); nothing was run" % (option, path,
-                                                                                    failure.strerror or failure))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="IDX directory")
-    parser.add_argument("--epochs", type=positive, default=3)
-    parser.add_argument("--batch", type=positive, default=128)
+    parser.add_argument("--epochs", type=example_arguments.positive, default=3)
+    parser.add_argument("--batch", type=example_arguments.positive, default=128)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=42)
@@ -61,8 +37,8 @@ def main():
     arguments = parser.parse_args()
     if arguments.eval and arguments.save:
         parser.error("--save and --eval exclude each other: --eval only evaluates, so nothing would be saved")
-    check_creatable(parser, "--save", arguments.save)
-    check_creatable(parser, "--onnx", arguments.onnx)
+    example_arguments.check_creatable(parser, "--save", arguments.save)
+    example_arguments.check_creatable(parser, "--onnx", arguments.onnx)
 
     with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
         train = bptrain.Dataset(context, arguments.data, "train", mean=MEAN, std=STD)
