@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,13 +15,22 @@
 
 /* Exits(2) with a message naming option and path unless a file can be created beside path: the library writes
  * checkpoints and ONNX files to a temporary file there and renames it, so creating one is the honest test
- * (a directory's permission bits do not say, for root or on /proc). A directory at path is refused too. */
+ * (a directory's permission bits do not say, for root or on /proc). A directory at path is refused too, and so
+ * is any other file that is not a regular one (/dev/null, a FIFO): the library's writers refuse those, but only
+ * at the end. --metrics is the exception: the examples open it themselves at the start, so /dev/stdout works. */
 static inline void example_check_output_file(const char *option, const char *path) {
   struct stat status;
   if (!path) return;
-  if (!*path || (stat(path, &status) == 0 && S_ISDIR(status.st_mode))) {
+  const bool exists = *path && stat(path, &status) == 0;
+  if (!*path || (exists && S_ISDIR(status.st_mode))) {
     fprintf(stderr, "error: %s '%s': %s; nothing was run\n", option, path,
             *path ? "is a directory, not a file" : "is empty");
+    exit(2);
+  }
+  if (exists && !S_ISREG(status.st_mode)) {
+    if (strcmp(option, "--metrics") == 0) return;
+    fprintf(stderr, "error: %s '%s': is not a regular file (a device or FIFO), which the library does not write; "
+            "nothing was run\n", option, path);
     exit(2);
   }
   char probe[4096];

@@ -17,6 +17,13 @@ def check_creatable(parser, option, path):
     it, as the library's atomic writers do."""
     if path is None:
         return
+    if path and os.path.exists(path) and not os.path.isdir(path) and not os.path.isfile(path):
+        # /dev/null, a FIFO: the library writes regular files only, and would refuse it after the run. The
+        # metrics CSV is opened by Python itself, so /dev/stdout works there.
+        if option == "--metrics":
+            return
+        parser.error("%s '%s': is not a regular file (a device or FIFO), which the library does not write; "
+                     "nothing was run" % (option, path))
     probe = "%s.probe-%d" % (path, os.getpid())
     try:
         if not path or os.path.isdir(path):

@@ -38,6 +38,10 @@ if [ -n "$python" ]; then
       "$python" "$examples/$example.py"
   done
   expect "mnist_mlp.py: an empty --save" "--save '': cannot create" "$python" "$examples/mnist_mlp.py" --save ""
+  expect "mnist_mlp.py: --save onto a device" "--save '/dev/null': is not a regular file" \
+    "$python" "$examples/mnist_mlp.py" --save /dev/null
+  expect_status 1 "mnist_mlp.py: --metrics onto a device passes the check" "error: IDX directory" \
+    "$python" "$examples/mnist_mlp.py" --metrics /dev/null
   expect "mnist_cnn.py: --onnx into a missing directory" "--onnx '$missing/m.onnx': cannot create" \
     "$python" "$examples/mnist_cnn.py" --onnx "$missing/m.onnx"
   expect "mnist_mlp.py: --profile into a missing directory" "--profile '$missing/t.json': cannot create" \
@@ -80,6 +84,11 @@ for example in mnist_mlp mnist_mlp_cpp; do
     "$bin/$example" --save "$missing/model.ckpt"
   expect "$example: --metrics into a missing directory" "--metrics '$missing/m.csv': cannot create" \
     "$bin/$example" --metrics "$missing/m.csv"
+  # The library writes regular files only (it would refuse /dev/null after the run); the examples open the
+  # metrics CSV themselves, so a device is fine there.
+  expect "$example: --save onto a device" "--save '/dev/null': is not a regular file" "$bin/$example" --save /dev/null
+  expect_status 1 "$example: --metrics onto a device passes the check" "IDX directory '$missing'" \
+    "$bin/$example" --metrics /dev/null
 done
 expect "mnist_mlp: --save onto a directory" "is a directory" "$bin/mnist_mlp" --save "$work/out"
 expect "mnist_mlp: --onnx into a missing directory" "--onnx '$missing/m.onnx': cannot create" \
