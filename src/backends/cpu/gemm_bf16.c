@@ -173,8 +173,8 @@ bpt_status bpt_bf16_gemm_run(bpt_backend *backend, const bpt_gemm_args *args, bp
 
 static bool detect_avx512_bf16(void) {
 #if defined(BPT_AVX512_EMULATION)
-  /* The test build that emulates AVX-512 (avx512_target.h) compiles the vdpbf16ps kernel for AVX2 + FMA. */
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return true;
+  /* The test build that emulates AVX-512 (avx512_target.h): the kernel runs wherever the emulated loops do. */
+  if (bpt_cpu_loops_supported() == BPT_CPU_LOOPS_AVX512) return true;
 #endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   unsigned eax, ebx, ecx, edx;
