@@ -46,6 +46,12 @@ typedef std::unique_ptr<bpt_graph, deleter<bpt_graph, bpt_graph_destroy>> graph_
 typedef std::unique_ptr<bpt_optimizer, deleter<bpt_optimizer, bpt_optimizer_destroy>> optimizer_ptr;
 typedef std::unique_ptr<bpt_tensor, deleter<bpt_tensor, bpt_tensor_destroy>> tensor_ptr;
 typedef std::unique_ptr<bpt_dataset, deleter<bpt_dataset, bpt_dataset_destroy>> dataset_ptr;
+// On an error the metrics close too (keeping what was recorded until then); on success run() closes them
+// itself, since only that close's status says whether every output was written.
+struct metrics_closer {
+  void operator()(example_metrics *metrics) const { (void)example_metrics_close(metrics); }
+};
+typedef std::unique_ptr<example_metrics, metrics_closer> metrics_ptr;
 
 struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
@@ -149,7 +155,9 @@ int run(int argc, char **argv) {
   CHECK(nullptr, bpt_context_create(&context_options, &raw_context));
   context_ptr context(raw_context);
   bpt_context *c = context.get();
-  example_metrics *metrics = example_metrics_open(argc, argv, c, "mnist_mlp (C++)");
+  // Declared after the context, so it closes before the context goes (the profile reads the context).
+  metrics_ptr metrics_owner(example_metrics_open(argc, argv, c, "mnist_mlp (C++)"));
+  example_metrics *metrics = metrics_owner.get();
 
   bpt_dataset *raw = nullptr;
   CHECK(c, bpt_dataset_load_idx_directory(c, o.data.c_str(), "train", &raw));
@@ -194,7 +202,7 @@ int run(int argc, char **argv) {
     tested.size = sizeof tested;
     CHECK(c, bpt_evaluate(g, test.get(), &evaluation, &tested));
     std::printf("%s: test accuracy %.2f%%, test loss %.4f\n", o.eval.c_str(), 100.0 * tested.accuracy, tested.loss);
-    return example_metrics_close(metrics);
+    return example_metrics_close(metrics_owner.release());
   }
 
   tensor_ptr batch_images = make_tensor(c, BPT_DTYPE_F32, {o.batch, features});
@@ -241,7 +249,7 @@ int run(int argc, char **argv) {
     CHECK(c, bpt_checkpoint_save(g, o.save.c_str(), nullptr));
     std::printf("saved the model as a checkpoint to %s\n", o.save.c_str());
   }
-  return example_metrics_close(metrics);
+  return example_metrics_close(metrics_owner.release());
 }
 
 } // namespace
