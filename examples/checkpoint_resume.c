@@ -18,7 +18,8 @@ static const char usage[] =
     "  --resume          continue from FILE (epoch, step, weights, optimizer state, sample order)\n"
     "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint)\n"
     "  --save-every N    also write FILE every N optimizer steps (default 100; 0: only at the end of each epoch)\n"
-    "  --resume needs the --batch and --data of the run that wrote FILE: its position counts batches\n"
+    "  --resume needs the --data of the run that wrote FILE, and a --batch that divides the samples it had\n"
+    "                    trained of its epoch (its own --batch always does); otherwise it is refused\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
 /* FNV-1a over the parameters' bytes: equal checksums mean bit-identical weights. */
@@ -38,13 +39,16 @@ static uint64_t parameter_checksum(bpt_context *context, bpt_graph *graph) {
   return hash;
 }
 
+/* The position in the epoch is saved in samples, not batches, so a resume with another --batch is either at
+ * the right sample or refused; a count of batches would silently skip or repeat data. */
 static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_optimizer *optimizer, bpt_dataset *train,
-                 long epoch, long step) {
+                 long epoch, long step, long batch) {
   bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();
   contents.optimizer = optimizer;
   contents.dataset = train;
   contents.epoch = epoch;
-  contents.step = step;
+  int64_t samples = (int64_t)step * batch, size = bpt_dataset_size(train);
+  contents.step = samples < size ? samples : size;
   EXAMPLE_CHECK(context, bpt_checkpoint_save(graph, path, &contents));
 }
 
@@ -97,10 +101,25 @@ int main(int argc, char **argv) {
     contents.optimizer = optimizer;
     contents.dataset = train;
     EXAMPLE_CHECK(context, bpt_checkpoint_load(graph, path, &contents));
+    int64_t size = bpt_dataset_size(train), samples = contents.step;
+    if (contents.epoch < 0 || contents.epoch > epochs || samples < 0 || samples > size) {
+      fprintf(stderr,
+              "error: --resume: '%s' has %lld epochs done and %lld samples of the next; this run trains %ld epochs "
+              "of %lld samples\n",
+              path, (long long)contents.epoch, (long long)samples, epochs, (long long)size);
+      exit(1);
+    }
+    if (samples < size && samples % batch != 0) {
+      fprintf(stderr,
+              "error: --resume: '%s' stopped after sample %lld of epoch %lld, which is not a whole number of "
+              "batches of %ld; resume with the --batch of the run that wrote it (a divisor of %lld)\n",
+              path, (long long)samples, (long long)contents.epoch + 1, batch, (long long)samples);
+      exit(1);
+    }
     epoch = (long)contents.epoch;
-    step = (long)contents.step;
-    printf("resumed from %s: epoch %ld, step %ld, %lld optimizer steps taken\n", path, epoch + 1, step,
-           (long long)bpt_optimizer_step_count(optimizer));
+    step = samples == size ? (long)bpt_dataset_batch_count(train, batch) : (long)(samples / batch);
+    printf("resumed from %s: epoch %ld, sample %lld (step %ld at batch %ld), %lld optimizer steps taken\n", path,
+           epoch + 1, (long long)samples, step, batch, (long long)bpt_optimizer_step_count(optimizer));
   }
 
   int64_t batch_dims[2] = {batch, features};
@@ -116,7 +135,7 @@ int main(int argc, char **argv) {
     if (step == 0) EXAMPLE_CHECK(context, bpt_dataset_shuffle(train, seed + (uint64_t)epoch));
     for (; step < batches; step++) {
       if (stop_after && done == stop_after) {
-        save(context, graph, path, optimizer, train, epoch, step);
+        save(context, graph, path, optimizer, train, epoch, step, batch);
         printf("stopped after %ld steps at epoch %ld, step %ld; continue with --resume\n", done, epoch + 1, step);
         stopped = true;
         break;
@@ -132,12 +151,12 @@ int main(int argc, char **argv) {
       example_metrics_step(metrics, epoch + 1, batch_loss, bpt_optimizer_learning_rate(optimizer));
       done++;
       if (save_every && bpt_optimizer_step_count(optimizer) % save_every == 0)
-        save(context, graph, path, optimizer, train, epoch, step + 1);
+        save(context, graph, path, optimizer, train, epoch, step + 1, batch);
     }
     if (stopped) break;
     step = 0;
     epoch++;
-    save(context, graph, path, optimizer, train, epoch, 0);
+    save(context, graph, path, optimizer, train, epoch, 0, batch);
     bpt_eval_result tested = {.size = sizeof tested};
     EXAMPLE_CHECK(context, bpt_evaluate(graph, test, &evaluation, &tested));
     example_metrics_epoch(metrics, epoch, NAN, NAN, tested.loss, tested.accuracy,
