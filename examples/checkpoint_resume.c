@@ -4,7 +4,7 @@
  *
  *   checkpoint_resume --checkpoint FILE [--resume] [--stop-after STEPS] [--save-every STEPS] [--data DIR]
  *                     [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
- *                     [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+ *                     [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json] [--classes N]
  */
 #include <math.h>
 #include <stdint.h>

@@ -4,6 +4,7 @@
  *   mpirun -np 2 ddp_mnist [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9]
  *          [--threads N] [--seed 42] [--bucket-kb 25600] [--accumulate 1] [--compression none|f16|int8|topk]
  *          [--timeout 300] [--no-overlap] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+ *          [--classes N]
  *
  * --batch is the global batch; each rank takes batch / (ranks * accumulate) samples per micro-batch. Rank 0
  * prints progress and the test accuracy. No mpi.h needed: MPI_COMM_WORLD is BPT_COMM_MPI_WORLD.

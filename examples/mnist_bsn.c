@@ -8,7 +8,7 @@
  *
  *   mnist_bsn [--data DIR] [--epochs 5] [--batch 64] [--lr X] [--momentum 0.9] [--estimator sigmoid]
  *             [--sgd] [--eval-samples 16] [--threads N] [--seed 42] [--backend cpu] [--no-baseline]
- *             [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+ *             [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json] [--classes N]
  */
 #include <math.h>
 #include <stdlib.h>

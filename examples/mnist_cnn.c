@@ -3,8 +3,8 @@
  *   conv 6@5x5 pad 2 - ReLU - maxpool 2 - conv 16@5x5 - ReLU - maxpool 2 - fc 120 - ReLU - fc 84 - ReLU - fc 10
  *
  *   mnist_cnn [--data DIR] [--epochs 3] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
- *             [--grad-stats] [--summary] [--save FILE] [--eval FILE] [--metrics FILE.csv] [--plot FILE.png]
- *             [--profile FILE.json]
+ *             [--grad-stats] [--summary] [--save FILE] [--eval FILE] [--onnx FILE] [--metrics FILE.csv]
+ *             [--plot FILE.png] [--profile FILE.json] [--classes N]
  */
 #include "cnn_example.h"
 

@@ -3,7 +3,7 @@
  *
  *   mnist_mlp [--data DIR] [--epochs 5] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N]
  *             [--seed 42] [--backend cpu] [--save FILE] [--eval FILE] [--onnx FILE] [--metrics FILE.csv]
- *             [--plot FILE.png] [--profile FILE.json]
+ *             [--plot FILE.png] [--profile FILE.json] [--classes N]
  *
  * --save writes the trained model as a checkpoint (the one model file, also read by the C++ and Python
  * examples' --eval); --eval FILE skips training and reports FILE's test accuracy.

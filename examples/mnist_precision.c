@@ -5,7 +5,8 @@
  *
  *   mnist_precision [--data DIR] [--epochs 5] [--batch 128] [--lr 0.05] [--momentum 0.9] [--dtype f32|bf16|f16]
  *                   [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--all]
- *                   [--threads N] [--seed 42] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+ *                   [--threads N] [--seed 42] [--backend cpu] [--metrics FILE.csv] [--plot FILE.png]
+ *                   [--profile FILE.json] [--classes N]
  */
 #include <stdlib.h>
 #include <string.h>

@@ -11,8 +11,9 @@
  * The defaults reach 92.6% test accuracy in 6 epochs (docs/cnn.md).
  *
  *   resnet [--depth 8] [--epochs 6] [--batch 128] [--lr 0.1] [--momentum 0.9] [--weight-decay 5e-4]
- *          [--augment] [--clip NORM] [--threads N] [--seed 42] [--data DIR] [--grad-stats]
- *          [--save FILE] [--eval FILE] [--fold] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+ *          [--augment] [--clip NORM] [--threads N] [--seed 42] [--data DIR] [--grad-stats] [--summary]
+ *          [--save FILE] [--eval FILE] [--fold] [--backend cpu] [--dtype f32] [--storage compute] [--onnx FILE]
+ *          [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json] [--classes N]
  */
 #include "cnn_example.h"
 

@@ -7,7 +7,7 @@
  *   speculative_mnist [--data DIR] [--epochs 2] [--train-samples 60000] [--fpga-samples 10000] [--batch 32]
  *                     [--lr 0.02] [--momentum 0.9] [--seed 42] [--thresholds 0,0.10,0.175,0.25]
  *                     [--repeats 1] [--trainer-threads 2] [--fpga-fixed W:I] [--skip-cpu] [--skip-fpga]
- *                     [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+ *                     [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json] [--classes N]
  */
 #include <math.h>
 #include <stdlib.h>

@@ -3,6 +3,7 @@
 //
 //   mnist_mlp_cpp [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--limit N] [--seed 42] [--threads N]
 //                 [--save FILE] [--eval FILE] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+//                 [--classes N]
 //
 // --save writes the trained model as a checkpoint, the one model file the C and Python examples read too;
 // --eval FILE skips training and reports that file's test accuracy.
