@@ -3,7 +3,8 @@
 # The reference copy is the same sources built with debug information and every optional dependency off,
 # so the description never depends on the flags or dependencies of whatever build the caller has: the
 # public ABI must not change with build options anyway. Only types declared under include/ are recorded.
-# Usage: abi-dump.sh OUTPUT.abi [REFERENCE_BUILD_DIR]  (default build-abi-reference next to the sources)
+# Usage: abi-dump.sh OUTPUT.abi [REFERENCE_BUILD_DIR]  (default build-abi-reference next to the sources;
+#        BPT_ABI_JOBS=N build jobs, default 2)
 set -euo pipefail
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 output=$1

@@ -9,7 +9,8 @@
 # lanes, so a report is an access the real CPU would make too. (Tensors share the graph's arena, so ASan sees
 # a vector read past a tensor only at the arena's end or in a buffer of its own: scratch, packed panels.) CPUs with AVX-512 run the
 # real loops in the README's test command and check-sanitizers.sh instead, so this skips there; it also
-# skips without AVX2 + FMA, which the emulation needs.
+# skips without AVX2 + FMA, which the emulation needs. Build folder: $BPT_BUILD_DIR (default
+# build-avx512-emulated, and the same name + -sanitize); SANITIZE_CC/SANITIZE_CXX (default clang/clang++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds libbptrain, its tests and examples with AddressSanitizer + UndefinedBehaviorSanitizer
-# (-DBPT_SANITIZE=ON) and runs the whole CTest suite plus short example runs under them (including a
-# checkpoint stop/resume that must reproduce the uninterrupted run's weights bit for bit).
-#   scripts/check-sanitizers.sh [build-dir]     (default: build-sanitize; CC=gcc or clang, default clang)
+# (-DBPT_SANITIZE=ON) and runs the CTest suite (all but the tests labelled "long": the five-epoch precision
+# accuracy run, minutes even uninstrumented) plus short example runs under them (including a checkpoint
+# stop/resume that must reproduce the uninterrupted run's weights bit for bit).
+#   scripts/check-sanitizers.sh [build-dir]     (default: build-sanitize; CC=gcc or clang, default clang;
+#                                                JOBS=N build and test jobs, default 2)
 # Exits non-zero on any sanitizer report, test failure or build warning.
 set -euo pipefail
 cd "$(dirname "$0")/.."

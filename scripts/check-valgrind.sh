@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the examples' short runs and the robustness tests under valgrind memcheck: no invalid reads or
 # writes, no uninitialised values used, no definite or indirect leaks.
-#   scripts/check-valgrind.sh [build-dir]     (default: build-valgrind, a plain Debug build)
+#   scripts/check-valgrind.sh [build-dir]     (default: build-valgrind, a plain Debug build; JOBS=N, default 2)
 # The examples train on a 512-sample slice of Fashion-MNIST (scripts/make-data-slice.sh; valgrind is ~50x slower).
 set -euo pipefail
 cd "$(dirname "$0")/.."

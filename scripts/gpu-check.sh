@@ -15,7 +15,9 @@
 # in scripts/gpu-check/; cuDNN is taken from /usr/local/cuda or, failing that, from PyTorch's nvidia-cudnn wheel.
 # Knobs: GPU_CHECK_EPOCHS (2), GPU_CHECK_RUN_LIMIT (seconds per training run, 120), GPU_CHECK_BUDGET
 # (seconds for everything, 540: later runs are skipped and say so), GPU_CHECK_FORCE_SHIMS=1
-# (use the stand-ins even where the real packages exist: how the script is tested without a GPU).
+# (use the stand-ins even where the real packages exist: how the script is tested without a GPU),
+# GPU_CHECK_BUILD (build folder, build-gpu), GPU_CHECK_ARCHITECTURES (CMAKE_CUDA_ARCHITECTURES, 90), PYTHON
+# (the interpreter for PyTorch, python3), CUDNN_ROOT (a cuDNN outside /usr/local/cuda).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

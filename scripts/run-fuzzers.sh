@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, -fsanitize=fuzzer,address,undefined) and runs each for a bounded time,
 # starting from the committed seed corpora and regressions (fuzz/corpus/<target>, fuzz/regressions/<target>).
-#   scripts/run-fuzzers.sh [seconds-per-target]     (default 60; build folder: build-fuzz)
+#   scripts/run-fuzzers.sh [seconds-per-target]     (default 60; build folder: $BUILD, default build-fuzz;
+#                                                    JOBS=N build jobs, default 2)
+# Targets: fuzz_idx, fuzz_checkpoint, fuzz_gzip and fuzz_shape (docs/robustness.md, "Fuzzing").
 # A finding is written to fuzz/crashes/<target>-* (git-ignored) and fails the run: minimise it, fix the bug,
 # and commit the input under fuzz/regressions/<target>/ so tests/test_fuzz_corpus.c replays it in every CTest run.
 set -euo pipefail

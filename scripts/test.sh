@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds libbptrain and runs every test (the README's test command; CI runs it through .ci/run).
-# Installs missing Debian packages first when run as root.
+# Installs missing Debian packages first when run as root. Build folder: $BPT_BUILD_DIR, default build-test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
