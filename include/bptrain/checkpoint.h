@@ -32,8 +32,8 @@ BPT_API bpt_checkpoint_contents bpt_checkpoint_contents_default(void);
 
 /**
  * Saves a compiled @p graph (and what @p contents names; NULL for parameters only) to @p path atomically:
- * the bytes go to "<path>.tmp-<pid>", which is fsync'ed and renamed over @p path, then the directory is
- * fsync'ed. On failure (::BPT_ERR_IO) the previous file at @p path is untouched.
+ * the bytes go to a new "<path>.tmp-<16 random hex digits>", which is fsync'ed and renamed over @p path, then the
+ * directory is fsync'ed. On failure (::BPT_ERR_IO) the previous file at @p path is untouched.
  */
 BPT_API bpt_status bpt_checkpoint_save(bpt_graph *graph, const char *path, const bpt_checkpoint_contents *contents);
 
