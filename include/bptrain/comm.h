@@ -84,6 +84,8 @@ BPT_API bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_co
 
 /**
  * Destroys a communicator, waiting at most its timeout for the other ranks (after a failure: not at all).
+ * Data-parallel handles on it let go first (their all-reduces in flight finish); their graphs' backward
+ * passes and optimiser steps then fail with ::BPT_ERR_STATE until bpt_data_parallel_destroy().
  * When the library initialised MPI and this is its last communicator, MPI is finalised, but only once every
  * rank answered a closing roll call, and MPI_Finalize itself is bounded by the timeout too.
  * @return ::BPT_OK; or ::BPT_ERR_COMM when a rank did not answer in time (the context's last error names
@@ -177,7 +179,7 @@ BPT_API int bpt_data_parallel_bucket_count(const bpt_data_parallel *data_paralle
 /**
  * Detaches from the graph and frees the buckets, first waiting (at most the timeout) for buckets still in
  * flight; after a communicator failure it does not wait. It may outlive its graph (bpt_graph_destroy()
- * detaches it), but not its communicator. NULL is a no-op.
+ * detaches it) and its communicator (bpt_comm_destroy() detaches it). NULL is a no-op.
  */
 BPT_API void bpt_data_parallel_destroy(bpt_data_parallel *data_parallel);
 

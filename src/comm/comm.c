@@ -2,6 +2,7 @@
  * goes through, which polls the engine and gives up after the timeout so a dead peer cannot hang us. */
 #define _POSIX_C_SOURCE 200809L
 #include "comm/comm.h"
+#include "comm/range_reduce.h"
 #include "modules/module.h"
 
 #include <math.h>
@@ -199,8 +200,29 @@ bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int 
   return bpt_comm_create_nccl(context, &id, rank, size, device >= 0 ? device : local_rank, options, out);
 }
 
+void bpt_comm_attach_user(bpt_comm *comm, bpt_comm_user *user, void (*detach)(void *owner), void *owner) {
+  user->detach = detach;
+  user->owner = owner;
+  user->next = comm->users;
+  comm->users = user;
+}
+
+void bpt_comm_detach_user(bpt_comm *comm, bpt_comm_user *user) {
+  for (bpt_comm_user **link = &comm->users; *link; link = &(*link)->next)
+    if (*link == user) {
+      *link = user->next;
+      return;
+    }
+}
+
+/* Users let go first (each waits for its collectives in flight, while the engine can still finish them). */
 bpt_status bpt_comm_close(bpt_comm *comm) {
   if (!comm) return BPT_OK;
+  while (comm->users) {
+    bpt_comm_user *user = comm->users;
+    comm->users = user->next;
+    user->detach(user->owner);
+  }
   bpt_status status = comm->engine && comm->engine->destroy ? comm->engine->destroy(comm) : BPT_OK;
   bpt_context_release(comm->context);
   free(comm);

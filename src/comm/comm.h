@@ -45,6 +45,7 @@ struct bpt_comm {
   int rank, size;
   double timeout_seconds;
   bool failed; /* a collective failed or timed out: peers may be gone, only destroy is allowed */
+  struct bpt_comm_user *users; /* handles to detach before the engine closes (range_reduce.h) */
 };
 
 /* The engines, defined in their modules (libbptrain-mpi.so, libbptrain-nccl.so; src/modules/) and reached

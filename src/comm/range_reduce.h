@@ -11,6 +11,18 @@
 #include "backends/backend.h"
 #include "bptrain/comm.h"
 
+/* A handle that uses the communicator (data parallel training) and must let go of it, waiting for its own
+ * collectives, before the communicator goes: bpt_comm_destroy() calls detach(owner) on each. */
+typedef struct bpt_comm_user {
+  void (*detach)(void *owner);
+  void *owner;
+  struct bpt_comm_user *next;
+} bpt_comm_user;
+
+void bpt_comm_attach_user(bpt_comm *comm, bpt_comm_user *user, void (*detach)(void *owner), void *owner);
+/* Takes user off comm's list (a no-op when it is not on it). */
+void bpt_comm_detach_user(bpt_comm *comm, bpt_comm_user *user);
+
 /* count floats at element offset of the reduced buffer. */
 typedef struct bpt_comm_range {
   int64_t offset, count;

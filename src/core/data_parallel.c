@@ -15,7 +15,8 @@
 struct bpt_data_parallel {
   bpt_graph *graph; /* NULL once the graph was destroyed (bpt_graph_destroy detaches us) */
   bpt_graph_attachment attachment;
-  bpt_comm *comm;
+  bpt_comm *comm; /* NULL once the communicator was destroyed (bpt_comm_destroy detaches us) */
+  bpt_comm_user comm_user;
   bpt_data_parallel_options options;
   bpt_gradient_range *ranges;
   int range_count;
@@ -47,7 +48,7 @@ static bpt_context *context_of(bpt_data_parallel *dp) { return dp->graph->contex
 
 /* The comm reports on its own context; carry the message over when the graph uses another one. */
 static bpt_status relay(bpt_data_parallel *dp, bpt_status status) {
-  if (status != BPT_OK && bpt_comm_context(dp->comm) != context_of(dp))
+  if (status != BPT_OK && dp->comm && bpt_comm_context(dp->comm) != context_of(dp))
     bpt_error(context_of(dp), status, "%s", bpt_context_last_error(bpt_comm_context(dp->comm)));
   return status;
 }
@@ -82,6 +83,10 @@ bpt_status bpt_data_parallel_wait(bpt_data_parallel *dp) {
     return bpt_error(NULL, BPT_ERR_STATE,
                      "bpt_data_parallel_wait: the graph was destroyed; only "
                      "bpt_data_parallel_destroy is valid");
+  if (!dp->comm)
+    return bpt_error(context_of(dp), BPT_ERR_STATE,
+                     "data parallel: its communicator was destroyed; the graph cannot train data-parallel until "
+                     "bpt_data_parallel_destroy, and then only on one process");
   return relay(dp, bpt_range_reducer_wait(dp->reducer));
 }
 
@@ -105,11 +110,11 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
     bpt_range_reducer_reset(dp->reducer);
     return BPT_OK;
   case BPT_GRAPH_EVENT_NODE_BACKWARD:
-    if (!dp->communicate) return BPT_OK;
+    if (!dp->communicate || !dp->reducer) return BPT_OK; /* no reducer: the comm went mid-pass */
     if (dp->options.overlap) BPT_CHECK(launch_ready(dp, position));
     return poll(dp);
   case BPT_GRAPH_EVENT_BACKWARD_END:
-    if (!dp->communicate) return BPT_OK;
+    if (!dp->communicate || !dp->reducer) return BPT_OK; /* no reducer: the comm went mid-pass */
     BPT_CHECK(launch_ready(dp, -1));
     return poll(dp);
   case BPT_GRAPH_EVENT_BEFORE_UPDATE:
@@ -204,6 +209,15 @@ static void detach_from_graph(void *owner) {
   dp->graph = NULL;
 }
 
+/* The communicator goes first: its all-reduces in flight finish (the reducer waits), then the graph's hook
+ * stays, so its next backward pass or step fails naming the cause instead of training one process alone. */
+static void detach_from_comm(void *owner) {
+  bpt_data_parallel *dp = owner;
+  bpt_range_reducer_destroy(dp->reducer);
+  dp->reducer = NULL;
+  dp->comm = NULL;
+}
+
 bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_data_parallel_options *options,
                                     bpt_data_parallel **out) {
   const char *where = "bpt_data_parallel_create";
@@ -235,6 +249,7 @@ bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_
   dp->zero_copy = cpu && !bpt_comm_reads_device_memory(comm);
   dp->average = 1.0f / ((float)bpt_comm_size(comm) * (float)copy.accumulation_steps);
   bpt_graph_attach(graph, &dp->attachment, detach_from_graph, dp);
+  bpt_comm_attach_user(comm, &dp->comm_user, detach_from_comm, dp);
   bpt_status status = create_reducer(dp);
   if (status == BPT_OK && copy.broadcast_parameters) status = broadcast_state(dp);
   if (status != BPT_OK) {
@@ -251,6 +266,7 @@ int bpt_data_parallel_bucket_count(const bpt_data_parallel *dp) { return dp ? dp
 
 void bpt_data_parallel_destroy(bpt_data_parallel *dp) {
   if (!dp) return;
+  if (dp->comm) bpt_comm_detach_user(dp->comm, &dp->comm_user);
   if (dp->graph) {
     bpt_graph_unattach(dp->graph, &dp->attachment);
     detach_from_graph(dp);

@@ -235,6 +235,37 @@ static void graph_destroyed_before_data_parallel(bpt_context *context, bpt_comm 
   MPI_CHECK_OK(context, bpt_comm_barrier(comm)); /* the communicator is still in step on every rank */
 }
 
+/* The communicator goes first, right after a backward pass whose all-reduces may still be in flight: they
+ * finish, the handle lets go of it, and the graph's next backward pass and step fail naming the cause instead
+ * of training this process alone; the handle's destroy then frees host memory (ASan, valgrind). */
+static void comm_destroyed_before_data_parallel(bpt_context *context) {
+  bpt_comm_options comm_options = bpt_comm_options_default();
+  comm_options.timeout_seconds = 60.0;
+  bpt_comm *comm = NULL;
+  MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &comm));
+  model m;
+  build(context, 2, &m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.bucket_bytes = options.first_bucket_bytes = 1024;
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
+  forward_backward(context, &m, 0, 0, 2, 0);
+  bpt_comm_destroy(comm);
+  MPI_CHECK(bpt_data_parallel_wait(dp) == BPT_ERR_STATE &&
+                strstr(bpt_context_last_error(context), "communicator was destroyed"),
+            "wait after the communicator went: %s", bpt_context_last_error(context));
+  MPI_CHECK(bpt_optimizer_step(m.optimizer) == BPT_ERR_STATE &&
+                strstr(bpt_context_last_error(context), "communicator was destroyed"),
+            "a step after the communicator went: %s", bpt_context_last_error(context));
+  MPI_CHECK_OK(context, bpt_graph_forward(m.graph));
+  MPI_CHECK(bpt_graph_backward(m.graph) == BPT_ERR_STATE, "a backward pass after the communicator went");
+  bpt_data_parallel_destroy(dp);
+  /* Without the handle the graph trains again, on this process alone, as the message says. */
+  forward_backward(context, &m, 0, 0, 2, 0);
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  destroy(&m);
+}
+
 int main(int argc, char **argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -292,6 +323,7 @@ int main(int argc, char **argv) {
   }
   accumulation_errors(context, comm);
   graph_destroyed_before_data_parallel(context, comm);
+  comm_destroyed_before_data_parallel(context);
   profiled(context, comm);
   initial_state_from_rank_0(context, comm);
   if (rank == 0)
