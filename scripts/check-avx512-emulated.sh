@@ -41,5 +41,7 @@ CC=${SANITIZE_CC:-clang} CXX=${SANITIZE_CXX:-clang++} cmake -S . -B "$sanitize" 
   -DBPT_SANITIZE=ON -DBPT_AVX512_EMULATION=ON -DBPT_WITH_CUDA=OFF \
   -DBPT_BUILD_EXAMPLES=OFF -DBPT_BUILD_BENCHMARKS=OFF
 cmake --build "$sanitize" -j "$jobs"
+source scripts/forget_dead_omp_registrations.sh
+forget_dead_omp_registrations
 (cd "$sanitize" && ctest --output-on-failure -j "$jobs" \
   -R '^(test_backend_ops|test_cnn_kernels|test_fused_relu|test_activation_memory|test_bf16_gemm|test_bf16_gemm_native)$')

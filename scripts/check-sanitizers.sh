@@ -24,6 +24,8 @@ mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DBPT_SANITIZE=ON -DBPT_WITH_CUDA=OFF > "$build/configure.log" ||
   { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j "$jobs"
+source scripts/forget_dead_omp_registrations.sh
+forget_dead_omp_registrations
 (cd "$build" && ctest --output-on-failure -j "$jobs" -LE long)
 # The Python binding's lifetime test ran above with the ASan runtime preloaded into the interpreter
 # (tests/checks.cmake); a build without Python would skip it silently, so insist on it here.

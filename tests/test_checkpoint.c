@@ -526,6 +526,7 @@ static void kill_during_save_leaves_a_valid_file(void **state) {
     kill(child, SIGKILL);
     int status;
     waitpid(child, &status, 0);
+    test_forget_killed_process(child);
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     kills++;
     bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();

@@ -236,6 +236,7 @@ static void run_child(const child_case *c, child_report *report) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (WIFSIGNALED(status)) test_forget_killed_process(pid);
   report->exited = WIFEXITED(status);
   report->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   report->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;

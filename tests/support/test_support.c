@@ -179,3 +179,9 @@ const char *test_self_executable(void) {
   }
   return path;
 }
+
+void test_forget_killed_process(int pid) {
+  char path[96];
+  snprintf(path, sizeof path, "/dev/shm/__KMP_REGISTERED_LIB_%d_%d", pid, (int)getuid());
+  (void)unlink(path);
+}

@@ -69,6 +69,13 @@ const char *test_write_gzip_file(const char *name, const void *bytes, size_t siz
  * as a child with another environment or limits; NULL where it cannot be read (such tests then skip). */
 const char *test_self_executable(void);
 
+/* After reaping a child that a signal ended (SIGKILL on purpose): removes the registration file LLVM's
+ * OpenMP runtime (libomp, which clang builds link) keeps in /dev/shm per process. A child killed while it
+ * was writing that file leaves it empty, and libomp then refuses to start in any later process that gets
+ * the same pid ("OMP: Error #15 ... unknown library already initialized"). A no-op without such a file
+ * (GCC's libgomp keeps none). */
+void test_forget_killed_process(int pid);
+
 /* Returns the Fashion-MNIST directory when it is installed, else NULL (tests then skip). */
 const char *test_fashion_mnist_directory(void);
 
