@@ -1,7 +1,9 @@
-"""Command-line checks shared by the Python examples (mnist_mlp.py, mnist_cnn.py), imported from beside them:
-Python puts a script's own directory first on sys.path. The C examples share theirs in examples/common/."""
+"""Command-line checks and outputs shared by the Python examples (mnist_mlp.py, mnist_cnn.py), imported from
+beside them: Python puts a script's own directory first on sys.path. The C examples share theirs in
+examples/common/."""
 import argparse
 import os
+import sys
 
 
 def positive(text):
@@ -33,3 +35,44 @@ def check_creatable(parser, option, path):
     except OSError as failure:
         parser.error("%s '%s': cannot create a file there (%s); nothing was run" % (option, path,
                                                                                     failure.strerror or failure))
+
+
+class Outputs:
+    """--metrics FILE.csv, --plot FILE.png and --profile FILE.json, as the C examples take them
+    (examples/common/example_metrics.h): add() declares them, check() refuses paths that cannot be written
+    before anything runs, start() turns the profiler on, csv is the path for Model.fit(metrics=...), and
+    finish() draws the plot, prints the profile summary and writes the trace, returning 1 when an output
+    could not be produced (the message is on stderr) and 0 otherwise."""
+
+    OPTIONS = ("--metrics", "--plot", "--profile")
+
+    def add(self, parser):
+        parser.add_argument("--metrics", help="write per-step and per-epoch metrics to this CSV file")
+        parser.add_argument("--plot", help="draw loss and accuracy curves to this PNG (needs gnuplot)")
+        parser.add_argument("--profile", help="profile and write a Chrome trace to this JSON file")
+
+    def check(self, parser, arguments):
+        for option in self.OPTIONS:
+            check_creatable(parser, option, getattr(arguments, option[2:]))
+        self.arguments = arguments
+        # --plot alone still needs the data: beside the PNG, as the C examples keep it.
+        self.csv = arguments.metrics or (arguments.plot + ".csv" if arguments.plot else None)
+
+    def start(self, bptrain, context):
+        if self.arguments.profile:
+            bptrain.profile(context)
+
+    def finish(self, bptrain, context, title):
+        status = 0
+        if self.arguments.plot:
+            try:
+                bptrain.plot_metrics(self.csv, self.arguments.plot, title)
+                print("plot: %s (data in %s)" % (self.arguments.plot, self.csv))
+            except RuntimeError as error:
+                print("warning: --plot: %s" % error, file=sys.stderr)
+                status = 1
+        if self.arguments.profile:
+            print(bptrain.profile_summary(context), end="")
+            bptrain.write_profile_trace(context, self.arguments.profile)
+            print("profile: Chrome trace in %s" % self.arguments.profile)
+        return status

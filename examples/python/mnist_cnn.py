@@ -34,12 +34,16 @@ def main():
     parser.add_argument("--save", help="save the trained model to this checkpoint file")
     parser.add_argument("--eval", help="skip training: load this checkpoint and report the test accuracy")
     parser.add_argument("--onnx", help="export the model to this ONNX file (it takes raw pixels in [0, 1])")
+    outputs = example_arguments.Outputs()
+    outputs.add(parser)
     arguments = parser.parse_args()
     if arguments.eval and arguments.save:
         parser.error("--save and --eval exclude each other: --eval only evaluates, so nothing would be saved")
     example_arguments.check_creatable(parser, "--save", arguments.save)
     example_arguments.check_creatable(parser, "--onnx", arguments.onnx)
+    outputs.check(parser, arguments)
 
+    status = 0
     with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
         train = bptrain.Dataset(context, arguments.data, "train", mean=MEAN, std=STD)
         test = bptrain.Dataset(context, arguments.data, "t10k", mean=MEAN, std=STD)
@@ -61,11 +65,13 @@ def main():
             schedule = bptrain.Schedule("cosine", base_learning_rate=arguments.lr, total_steps=steps,
                                         minimum_learning_rate=arguments.lr / 100)
             optimizer = bptrain.Optimizer(model, "sgd", momentum=arguments.momentum, schedule=schedule)
+            outputs.start(bptrain, context)
             start = time.monotonic()
             history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch,
-                                seed=arguments.seed, evaluation=test, verbose=True)
+                                seed=arguments.seed, evaluation=test, metrics=outputs.csv, verbose=True)
             print("trained in %.1f s; final test accuracy: %.2f%%" %
                   (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
+            status = outputs.finish(bptrain, context, "mnist_cnn (Python)")
             if arguments.save:
                 model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
                 print("checkpoint saved to %s" % arguments.save)
@@ -76,7 +82,7 @@ def main():
         test_images, test_labels = test.arrays()
         predicted = model.predict(test_images[:1000]).argmax(axis=1)
         print("first 1000 test images: %.1f%% right" % (100.0 * (predicted == test_labels[:1000]).mean()))
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -27,17 +27,14 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--backend", default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads, 0 for all cores")
-    parser.add_argument("--metrics", help="write per-step and per-epoch metrics to this CSV file")
-    parser.add_argument("--plot", help="draw loss and accuracy curves to this PNG (needs gnuplot)")
-    parser.add_argument("--profile", help="profile and write a Chrome trace to this JSON file")
+    outputs = example_arguments.Outputs()
+    outputs.add(parser)
     parser.add_argument("--save", help="save the trained model to this checkpoint file")
     parser.add_argument("--eval", help="skip training: load this checkpoint's parameters and report the test accuracy")
     arguments = parser.parse_args()
     if arguments.eval and arguments.save:
         parser.error("--save and --eval exclude each other: --eval only evaluates, so nothing would be saved")
-    example_arguments.check_creatable(parser, "--metrics", arguments.metrics)
-    example_arguments.check_creatable(parser, "--plot", arguments.plot)
-    example_arguments.check_creatable(parser, "--profile", arguments.profile)
+    outputs.check(parser, arguments)
     example_arguments.check_creatable(parser, "--save", arguments.save)
 
     with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
@@ -62,26 +59,13 @@ def main():
             print("%s: test accuracy %.2f%%, test loss %.4f" %
                   (arguments.eval, 100.0 * tested["accuracy"], tested["loss"]))
             return 0
-        if arguments.profile:
-            bptrain.profile(context)
-        metrics = arguments.metrics or (arguments.plot + ".csv" if arguments.plot else None)
+        outputs.start(bptrain, context)
         start = time.monotonic()
         history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch,
-                            seed=arguments.seed, evaluation=test, metrics=metrics, verbose=True)
+                            seed=arguments.seed, evaluation=test, metrics=outputs.csv, verbose=True)
         print("trained in %.1f s; final test accuracy: %.2f%%" %
               (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
-        status = 0
-        if arguments.plot:
-            try:
-                bptrain.plot_metrics(metrics, arguments.plot, "mnist_mlp (Python)")
-                print("plot: %s (data in %s)" % (arguments.plot, metrics))
-            except RuntimeError as error:
-                print("warning: --plot: %s" % error, file=sys.stderr)
-                status = 1
-        if arguments.profile:
-            print(bptrain.profile_summary(context), end="")
-            bptrain.write_profile_trace(context, arguments.profile)
-            print("profile: Chrome trace in %s" % arguments.profile)
+        status = outputs.finish(bptrain, context, "mnist_mlp (Python)")
         if arguments.save:
             model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
             print("checkpoint saved to %s" % arguments.save)

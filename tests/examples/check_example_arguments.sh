@@ -46,6 +46,8 @@ if [ -n "$python" ]; then
     "$python" "$examples/mnist_cnn.py" --onnx "$missing/m.onnx"
   expect "mnist_mlp.py: --profile into a missing directory" "--profile '$missing/t.json': cannot create" \
     "$python" "$examples/mnist_mlp.py" --profile "$missing/t.json"
+  expect "mnist_cnn.py: --plot into a missing directory" "--plot '$missing/p.png': cannot create" \
+    "$python" "$examples/mnist_cnn.py" --plot "$missing/p.png"
   # A corrupt label (200 among 0..2) is refused naming the label file, not trained as a 201-class model.
   "$python" -c '
 import os, struct, sys
