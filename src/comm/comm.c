@@ -200,29 +200,16 @@ bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_comm, int 
   return bpt_comm_create_nccl(context, &id, rank, size, device >= 0 ? device : local_rank, options, out);
 }
 
-void bpt_comm_attach_user(bpt_comm *comm, bpt_comm_user *user, void (*detach)(void *owner), void *owner) {
-  user->detach = detach;
-  user->owner = owner;
-  user->next = comm->users;
-  comm->users = user;
+void bpt_comm_attach(bpt_comm *comm, bpt_attachment *attachment, void (*detach)(void *owner), void *owner) {
+  bpt_attach(&comm->attachments, attachment, detach, owner);
 }
 
-void bpt_comm_detach_user(bpt_comm *comm, bpt_comm_user *user) {
-  for (bpt_comm_user **link = &comm->users; *link; link = &(*link)->next)
-    if (*link == user) {
-      *link = user->next;
-      return;
-    }
-}
+void bpt_comm_unattach(bpt_comm *comm, bpt_attachment *attachment) { bpt_unattach(&comm->attachments, attachment); }
 
 /* Users let go first (each waits for its collectives in flight, while the engine can still finish them). */
 bpt_status bpt_comm_close(bpt_comm *comm) {
   if (!comm) return BPT_OK;
-  while (comm->users) {
-    bpt_comm_user *user = comm->users;
-    comm->users = user->next;
-    user->detach(user->owner);
-  }
+  bpt_detach_all(&comm->attachments);
   bpt_status status = comm->engine && comm->engine->destroy ? comm->engine->destroy(comm) : BPT_OK;
   bpt_context_release(comm->context);
   free(comm);

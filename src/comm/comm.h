@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 
+#include "base/attachment.h"
 #include "bptrain/comm.h"
 #include "base/report.h"
 
@@ -45,7 +46,9 @@ struct bpt_comm {
   int rank, size;
   double timeout_seconds;
   bool failed; /* a collective failed or timed out: peers may be gone, only destroy is allowed */
-  struct bpt_comm_user *users; /* handles to detach before the engine closes (range_reduce.h) */
+  /* Data-parallel handles on the communicator: detached (each waits for its collectives in flight) before
+   * the engine closes, so they never reach a freed communicator. */
+  bpt_attachment *attachments;
 };
 
 /* The engines, defined in their modules (libbptrain-mpi.so, libbptrain-nccl.so; src/modules/) and reached

@@ -9,19 +9,13 @@
 #include <stdbool.h>
 
 #include "backends/backend.h"
+#include "base/attachment.h"
 #include "bptrain/comm.h"
 
-/* A handle that uses the communicator (data parallel training) and must let go of it, waiting for its own
- * collectives, before the communicator goes: bpt_comm_destroy() calls detach(owner) on each. */
-typedef struct bpt_comm_user {
-  void (*detach)(void *owner);
-  void *owner;
-  struct bpt_comm_user *next;
-} bpt_comm_user;
-
-void bpt_comm_attach_user(bpt_comm *comm, bpt_comm_user *user, void (*detach)(void *owner), void *owner);
-/* Takes user off comm's list (a no-op when it is not on it). */
-void bpt_comm_detach_user(bpt_comm *comm, bpt_comm_user *user);
+/* Data-parallel handles attach to their communicator (base/attachment.h): bpt_comm_destroy() detaches them
+ * first, while the engine can still finish their collectives in flight. */
+void bpt_comm_attach(bpt_comm *comm, bpt_attachment *attachment, void (*detach)(void *owner), void *owner);
+void bpt_comm_unattach(bpt_comm *comm, bpt_attachment *attachment);
 
 /* count floats at element offset of the reduced buffer. */
 typedef struct bpt_comm_range {

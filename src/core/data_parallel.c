@@ -14,9 +14,9 @@
 
 struct bpt_data_parallel {
   bpt_graph *graph; /* NULL once the graph was destroyed (bpt_graph_destroy detaches us) */
-  bpt_graph_attachment attachment;
+  bpt_attachment graph_attachment;
   bpt_comm *comm; /* NULL once the communicator was destroyed (bpt_comm_destroy detaches us) */
-  bpt_comm_user comm_user;
+  bpt_attachment comm_attachment;
   bpt_data_parallel_options options;
   bpt_gradient_range *ranges;
   int range_count;
@@ -248,8 +248,8 @@ bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_
   dp->options = copy;
   dp->zero_copy = cpu && !bpt_comm_reads_device_memory(comm);
   dp->average = 1.0f / ((float)bpt_comm_size(comm) * (float)copy.accumulation_steps);
-  bpt_graph_attach(graph, &dp->attachment, detach_from_graph, dp);
-  bpt_comm_attach_user(comm, &dp->comm_user, detach_from_comm, dp);
+  bpt_attach(&graph->attachments, &dp->graph_attachment, detach_from_graph, dp);
+  bpt_comm_attach(comm, &dp->comm_attachment, detach_from_comm, dp);
   bpt_status status = create_reducer(dp);
   if (status == BPT_OK && copy.broadcast_parameters) status = broadcast_state(dp);
   if (status != BPT_OK) {
@@ -266,9 +266,9 @@ int bpt_data_parallel_bucket_count(const bpt_data_parallel *dp) { return dp ? dp
 
 void bpt_data_parallel_destroy(bpt_data_parallel *dp) {
   if (!dp) return;
-  if (dp->comm) bpt_comm_detach_user(dp->comm, &dp->comm_user);
+  if (dp->comm) bpt_comm_unattach(dp->comm, &dp->comm_attachment);
   if (dp->graph) {
-    bpt_graph_unattach(dp->graph, &dp->attachment);
+    bpt_unattach(&dp->graph->attachments, &dp->graph_attachment);
     detach_from_graph(dp);
   }
   free(dp->ranges);

@@ -24,30 +24,11 @@ bpt_status bpt_graph_create(bpt_context *context, bpt_graph **out) {
   return BPT_OK;
 }
 
-void bpt_graph_attach(bpt_graph *graph, bpt_graph_attachment *attachment, void (*detach)(void *owner), void *owner) {
-  attachment->detach = detach;
-  attachment->owner = owner;
-  attachment->next = graph->attachments;
-  graph->attachments = attachment;
-}
-
-void bpt_graph_unattach(bpt_graph *graph, bpt_graph_attachment *attachment) {
-  for (bpt_graph_attachment **link = &graph->attachments; *link; link = &(*link)->next)
-    if (*link == attachment) {
-      *link = attachment->next;
-      return;
-    }
-}
-
 /* Optimisers and data-parallel handles may outlive the graph: they let go of it first (data parallel waits
  * for its in-flight all-reduces, which read the gradient block), then the memory goes. */
 void bpt_graph_destroy(bpt_graph *graph) {
   if (!graph) return;
-  while (graph->attachments) {
-    bpt_graph_attachment *attachment = graph->attachments;
-    graph->attachments = attachment->next;
-    attachment->detach(attachment->owner);
-  }
+  bpt_detach_all(&graph->attachments);
   bpt_graph_release_memory(graph);
   bpt_graph_free_buffers(graph);
   bpt_precision_destroy(graph);

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 
+#include "base/attachment.h"
 #include "bptrain/graph.h"
 #include "core/context.h"
 #include "core/op.h"
@@ -78,18 +79,6 @@ typedef enum bpt_graph_event {
 /* A failure aborts the backward pass or the step with that status (the hook reports its own message). */
 typedef bpt_status (*bpt_graph_hook)(void *data, bpt_graph *graph, bpt_graph_event event, int position);
 
-/* An object made from a graph that holds memory of the graph's backend (an optimiser's state, a data-parallel
- * handle's buckets). A graph destroyed first calls detach on each one still attached: it frees what needs
- * the graph and sets its graph pointer to NULL, so the object's own destroy later frees host memory only and
- * its other calls fail with BPT_ERR_STATE. */
-typedef struct bpt_graph_attachment {
-  void (*detach)(void *owner);
-  void *owner;
-  struct bpt_graph_attachment *next;
-} bpt_graph_attachment;
-void bpt_graph_attach(bpt_graph *graph, bpt_graph_attachment *attachment, void (*detach)(void *owner), void *owner);
-/* Takes attachment off graph's list (a no-op when it is not on it). */
-void bpt_graph_unattach(bpt_graph *graph, bpt_graph_attachment *attachment);
 
 struct bpt_graph {
   bpt_context *context;
@@ -131,7 +120,10 @@ struct bpt_graph {
   /* One observer of backward and of the optimiser step, NULL when none. */
   bpt_graph_hook hook;
   void *hook_data;
-  bpt_graph_attachment *attachments; /* optimisers and data-parallel handles made from the graph */
+  /* Optimisers, data-parallel handles and speculative trainers made from the graph (base/attachment.h):
+   * a graph destroyed first detaches them; each frees what needs the graph and sets its graph pointer to
+   * NULL, so its own destroy later frees host memory only and its other calls fail with BPT_ERR_STATE. */
+  bpt_attachment *attachments;
 
   /* Precision, stochastic ops and activation memory. */
   struct bpt_precision_state *precision; /* NULL until bpt_graph_set_precision(): f32, no scaling */

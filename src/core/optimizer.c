@@ -16,7 +16,7 @@
 
 struct bpt_optimizer {
   bpt_graph *graph;                 /* NULL once the graph was destroyed (bpt_graph_destroy detaches us) */
-  bpt_graph_attachment attachment; /* on graph->attachments while the graph lives */
+  bpt_attachment attachment; /* on graph->attachments while the graph lives */
   bpt_optimizer_options options;
   float *state0, *state1; /* device, graph->parameter_elements floats each (state1: Adam only) */
   int64_t steps;
@@ -113,7 +113,7 @@ bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *o
   bpt_optimizer *optimizer = bpt_calloc(context, 1, sizeof *optimizer, "optimizer");
   if (!optimizer) return BPT_ERR_OUT_OF_MEMORY;
   optimizer->graph = graph;
-  bpt_graph_attach(graph, &optimizer->attachment, detach_from_graph, optimizer);
+  bpt_attach(&graph->attachments, &optimizer->attachment, detach_from_graph, optimizer);
   optimizer->options = copy;
   optimizer->learning_rate_scales = calloc((size_t)graph->parameter_count + 1, sizeof(float));
   optimizer->weight_decays = calloc((size_t)graph->parameter_count + 1, sizeof(float));
@@ -139,7 +139,7 @@ bpt_status bpt_optimizer_create(bpt_graph *graph, const bpt_optimizer_options *o
 void bpt_optimizer_destroy(bpt_optimizer *optimizer) {
   if (!optimizer) return;
   if (optimizer->graph) {
-    bpt_graph_unattach(optimizer->graph, &optimizer->attachment);
+    bpt_unattach(&optimizer->graph->attachments, &optimizer->attachment);
     detach_from_graph(optimizer);
   }
   free(optimizer->learning_rate_scales);

@@ -121,7 +121,7 @@ static void detach_from_graph(void *owner) { let_go_of_graph(owner); }
 static bpt_status check_alive(const bpt_speculative_trainer *trainer, const char *where) {
   if (!trainer->graph)
     return bpt_error(NULL, BPT_ERR_STATE, "%s: the trainer's graph was destroyed; destroy the trainer", where);
-  for (const bpt_graph_attachment *a = trainer->graph->attachments; a; a = a->next)
+  for (const bpt_attachment *a = trainer->graph->attachments; a; a = a->next)
     if (a->owner == trainer->optimizer) return BPT_OK;
   return bpt_error(trainer->context, BPT_ERR_STATE, "%s: the trainer's optimizer was destroyed; destroy the trainer",
                    where);
@@ -188,7 +188,7 @@ bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *
     bpt_speculative_destroy(trainer);
     return status;
   }
-  bpt_graph_attach(graph, &trainer->attachment, detach_from_graph, trainer);
+  bpt_attach(&graph->attachments, &trainer->attachment, detach_from_graph, trainer);
   *out = trainer;
   return BPT_OK;
 }
@@ -196,7 +196,7 @@ bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *
 void bpt_speculative_destroy(bpt_speculative_trainer *trainer) {
   if (!trainer) return;
   if (trainer->graph) {
-    bpt_graph_unattach(trainer->graph, &trainer->attachment);
+    bpt_unattach(&trainer->graph->attachments, &trainer->attachment);
     let_go_of_graph(trainer);
   }
   bpt_tensor_destroy(trainer->sample_images);

@@ -47,7 +47,7 @@ typedef struct bpt_speculative_job {
 
 struct bpt_speculative_trainer {
   bpt_graph *graph; /* NULL once the graph was destroyed (bpt_graph_destroy detaches us) */
-  bpt_graph_attachment attachment;
+  bpt_attachment attachment;
   bpt_context *context;
   bpt_backend *backend;
   bpt_optimizer *optimizer;

@@ -213,17 +213,23 @@ static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
   destroy(&m);
 }
 
+/* A model on comm with 1 KiB buckets, right after a backward pass whose all-reduces may still be in flight. */
+static bpt_data_parallel *backward_in_flight(bpt_context *context, bpt_comm *comm, model *m) {
+  build(context, 2, m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.bucket_bytes = options.first_bucket_bytes = 1024;
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m->graph, comm, &options, &dp));
+  MPI_CHECK(bpt_data_parallel_bucket_count(dp) > 1, "%d buckets", bpt_data_parallel_bucket_count(dp));
+  forward_backward(context, m, 0, 0, 2, 0);
+  return dp;
+}
+
 /* The graph goes first, right after a backward pass whose all-reduces may still be in flight: it waits for
  * them and detaches the handle, whose calls then fail and whose destroy frees host memory (ASan, valgrind). */
 static void graph_destroyed_before_data_parallel(bpt_context *context, bpt_comm *comm) {
   model m;
-  build(context, 2, &m);
-  bpt_data_parallel_options options = bpt_data_parallel_options_default();
-  options.bucket_bytes = options.first_bucket_bytes = 1024;
-  bpt_data_parallel *dp = NULL;
-  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
-  MPI_CHECK(bpt_data_parallel_bucket_count(dp) > 1, "%d buckets", bpt_data_parallel_bucket_count(dp));
-  forward_backward(context, &m, 0, 0, 2, 0);
+  bpt_data_parallel *dp = backward_in_flight(context, comm, &m);
   bpt_tensor_destroy(m.x_batch);
   bpt_tensor_destroy(m.label_batch);
   bpt_graph_destroy(m.graph);
@@ -244,12 +250,7 @@ static void comm_destroyed_before_data_parallel(bpt_context *context) {
   bpt_comm *comm = NULL;
   MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &comm));
   model m;
-  build(context, 2, &m);
-  bpt_data_parallel_options options = bpt_data_parallel_options_default();
-  options.bucket_bytes = options.first_bucket_bytes = 1024;
-  bpt_data_parallel *dp = NULL;
-  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
-  forward_backward(context, &m, 0, 0, 2, 0);
+  bpt_data_parallel *dp = backward_in_flight(context, comm, &m);
   bpt_comm_destroy(comm);
   MPI_CHECK(bpt_data_parallel_wait(dp) == BPT_ERR_STATE &&
                 strstr(bpt_context_last_error(context), "communicator was destroyed"),
