@@ -16,7 +16,7 @@ static const char usage[] =
     "usage: checkpoint_resume --checkpoint FILE [--resume] [--stop-after STEPS] [--save-every STEPS]\n"
     "                         [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
     "  --resume          continue from FILE (epoch, step, weights, optimizer state, sample order)\n"
-    "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint)\n"
+    "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint); 0: never\n"
     "  --save-every N    also write FILE every N optimizer steps (default 100; 0: only at the end of each epoch)\n"
     "  --resume needs the --data of the run that wrote FILE, and a --batch that divides the samples it had\n"
     "                    trained of its epoch (its own --batch always does); otherwise it is refused\n"
@@ -40,7 +40,10 @@ static uint64_t parameter_checksum(bpt_context *context, bpt_graph *graph) {
 }
 
 /* The position in the epoch is saved in samples, not batches, so a resume with another --batch is either at
- * the right sample or refused; a count of batches would silently skip or repeat data. */
+ * the right sample or refused; a count of batches would silently skip or repeat data. The tag bit tells such
+ * a count from the batch count that files of earlier versions of this example hold. */
+#define SAMPLES_TAG (INT64_C(1) << 62)
+
 static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_optimizer *optimizer, bpt_dataset *train,
                  long epoch, long step, long batch) {
   bpt_checkpoint_contents contents = bpt_checkpoint_contents_default();
@@ -48,8 +51,19 @@ static void save(bpt_context *context, bpt_graph *graph, const char *path, bpt_o
   contents.dataset = train;
   contents.epoch = epoch;
   int64_t samples = (int64_t)step * batch, size = bpt_dataset_size(train);
-  contents.step = samples < size ? samples : size;
+  contents.step = (samples < size ? samples : size) | SAMPLES_TAG;
   EXAMPLE_CHECK(context, bpt_checkpoint_save(graph, path, &contents));
+}
+
+/* The samples of its epoch that a loaded file had trained: a tagged count, or a count of batches of this
+ * run's --batch in a file of an earlier version (which needed the writing run's --batch to resume). */
+static int64_t saved_samples(int64_t step, long batch, int64_t size, const char *path) {
+  if (step >= 0 && (step & SAMPLES_TAG)) return step & ~SAMPLES_TAG;
+  if (step < 0 || step > size) return -1;
+  printf("note: '%s' was written by an earlier checkpoint_resume, whose position counts batches: resuming at "
+         "batch %lld of --batch %ld, as it needs the --batch of the run that wrote it\n",
+         path, (long long)step, batch);
+  return step * batch < size ? step * batch : size;
 }
 
 int main(int argc, char **argv) {
@@ -101,11 +115,13 @@ int main(int argc, char **argv) {
     contents.optimizer = optimizer;
     contents.dataset = train;
     EXAMPLE_CHECK(context, bpt_checkpoint_load(graph, path, &contents));
-    int64_t size = bpt_dataset_size(train), samples = contents.step;
-    if (contents.epoch < 0 || contents.epoch > epochs || samples < 0 || samples > size) {
+    int64_t size = bpt_dataset_size(train), samples = saved_samples(contents.step, batch, size, path);
+    /* A file at the last epoch's end is a finished run; one past it comes from a run with more --epochs. */
+    if (contents.epoch < 0 || contents.epoch > epochs || (contents.epoch == epochs && samples > 0) || samples < 0 ||
+        samples > size) {
       fprintf(stderr,
-              "error: --resume: '%s' has %lld epochs done and %lld samples of the next; this run trains %ld epochs "
-              "of %lld samples\n",
+              "error: --resume: '%s' has %lld epoch(s) done and %lld sample(s) of the next; this run trains %ld "
+              "epoch(s) of %lld samples\n",
               path, (long long)contents.epoch, (long long)samples, epochs, (long long)size);
       exit(1);
     }
@@ -131,6 +147,12 @@ int main(int argc, char **argv) {
   long batches = (long)bpt_dataset_batch_count(train, batch), done = 0;
   bool stopped = false;
   while (epoch < epochs && !stopped) {
+    /* At an epoch's start the file written at the previous one's end already holds this position and order:
+     * stopping here saves nothing, since a save after the shuffle below would make a resume shuffle twice. */
+    if (step == 0 && stop_after && done == stop_after) {
+      printf("stopped after %ld steps at the end of epoch %ld; continue with --resume\n", done, epoch);
+      break;
+    }
     /* Shuffles compose, so a resumed epoch keeps the order restored from the checkpoint. */
     if (step == 0) EXAMPLE_CHECK(context, bpt_dataset_shuffle(train, seed + (uint64_t)epoch));
     for (; step < batches; step++) {

@@ -24,7 +24,7 @@ typedef struct bpt_checkpoint_contents {
   bpt_optimizer *optimizer; /**< its state (moments, step count, learning rate) is saved / restored; NULL: none */
   bpt_dataset *dataset;     /**< its sample order (shuffles compose) is saved / restored; NULL: none */
   int64_t epoch;            /**< training-loop position: saved as given, filled in by a load */
-  int64_t step;             /**< e.g. batches of the epoch already trained: saved as given, filled in by a load */
+  int64_t step;             /**< e.g. the samples of the epoch already trained: saved as given, filled in by a load */
 } bpt_checkpoint_contents;
 
 /** @return contents with no optimiser, no data set and epoch = step = 0. */
