@@ -84,8 +84,9 @@ BPT_API bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_co
 
 /**
  * Destroys a communicator, waiting at most its timeout for the other ranks (after a failure: not at all).
- * Data-parallel handles on it let go first (their all-reduces in flight finish); their graphs' backward
- * passes and optimiser steps then fail with ::BPT_ERR_STATE until bpt_data_parallel_destroy().
+ * Data-parallel handles on it let go first, each waiting at most the timeout for its all-reduces in flight;
+ * their graphs' backward passes and optimiser steps then fail with ::BPT_ERR_STATE until
+ * bpt_data_parallel_destroy(). Not while another thread is inside such a graph's backward pass or step.
  * When the library initialised MPI and this is its last communicator, MPI is finalised, but only once every
  * rank answered a closing roll call, and MPI_Finalize itself is bounded by the timeout too.
  * @return ::BPT_OK; or ::BPT_ERR_COMM when a rank did not answer in time (the context's last error names
@@ -95,7 +96,7 @@ BPT_API bpt_status bpt_comm_create_nccl_mpi(bpt_context *context, int64_t mpi_co
 BPT_API bpt_status bpt_comm_close(bpt_comm *comm);
 
 /** bpt_comm_close() without the status (the context's last error still says what went wrong). NULL is a
- * no-op. Never blocks longer than the communicator's timeout. */
+ * no-op. Blocks at most the communicator's timeout, once per data-parallel handle on it and once for it. */
 BPT_API void bpt_comm_destroy(bpt_comm *comm);
 
 /**

@@ -206,11 +206,15 @@ void bpt_comm_attach(bpt_comm *comm, bpt_attachment *attachment, void (*detach)(
 
 void bpt_comm_unattach(bpt_comm *comm, bpt_attachment *attachment) { bpt_unattach(&comm->attachments, attachment); }
 
-/* Users let go first (each waits for its collectives in flight, while the engine can still finish them). */
+/* Data-parallel handles let go first (each waits for its collectives in flight, while the engine can still
+ * finish them). A wait of theirs that timed out failed the communicator, so the engine skipped its closing
+ * roll call: that is reported too. */
 bpt_status bpt_comm_close(bpt_comm *comm) {
   if (!comm) return BPT_OK;
+  const bool failed_before = comm->failed;
   bpt_detach_all(&comm->attachments);
   bpt_status status = comm->engine && comm->engine->destroy ? comm->engine->destroy(comm) : BPT_OK;
+  if (status == BPT_OK && comm->failed && !failed_before) status = BPT_ERR_COMM;
   bpt_context_release(comm->context);
   free(comm);
   return status;

@@ -77,17 +77,25 @@ static bpt_status launch_ready(bpt_data_parallel *dp, int position) {
 
 static bpt_status poll(bpt_data_parallel *dp) { return relay(dp, bpt_range_reducer_poll(dp->reducer)); }
 
+/* BPT_ERR_STATE, naming where, once the graph or the communicator went first and detached the handle. */
+static bpt_status check_attached(const bpt_data_parallel *dp, const char *where) {
+  if (!dp->graph)
+    return bpt_error(NULL, BPT_ERR_STATE, "%s: the graph was destroyed; only bpt_data_parallel_destroy is valid",
+                     where);
+  if (!dp->comm)
+    return bpt_error(dp->graph->context, BPT_ERR_STATE,
+                     "%s: the data-parallel handle's communicator was destroyed; bpt_data_parallel_destroy the "
+                     "handle to train this process alone",
+                     where);
+  return BPT_OK;
+}
+
+static bpt_status wait_all(bpt_data_parallel *dp) { return relay(dp, bpt_range_reducer_wait(dp->reducer)); }
+
 bpt_status bpt_data_parallel_wait(bpt_data_parallel *dp) {
   if (!dp) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_data_parallel_wait: NULL");
-  if (!dp->graph)
-    return bpt_error(NULL, BPT_ERR_STATE,
-                     "bpt_data_parallel_wait: the graph was destroyed; only "
-                     "bpt_data_parallel_destroy is valid");
-  if (!dp->comm)
-    return bpt_error(context_of(dp), BPT_ERR_STATE,
-                     "data parallel: its communicator was destroyed; the graph cannot train data-parallel until "
-                     "bpt_data_parallel_destroy, and then only on one process");
-  return relay(dp, bpt_range_reducer_wait(dp->reducer));
+  BPT_CHECK(check_attached(dp, "bpt_data_parallel_wait"));
+  return wait_all(dp);
 }
 
 static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, int position) {
@@ -95,8 +103,9 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
   int steps = dp->options.accumulation_steps;
   switch (event) {
   case BPT_GRAPH_EVENT_BACKWARD_BEGIN:
+    BPT_CHECK(check_attached(dp, "bpt_graph_backward"));
     /* A previous pass's ranges may still be reading the gradients that are about to be cleared. */
-    BPT_CHECK(bpt_data_parallel_wait(dp));
+    BPT_CHECK(wait_all(dp));
     BPT_CHECK(relay(dp, bpt_comm_usable(dp->comm, "data parallel backward")));
     /* A pass that does not accumulate starts a new cycle; one that does continues it (after a step, a new one). */
     if (position && dp->micro_batch >= steps)
@@ -110,20 +119,21 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
     bpt_range_reducer_reset(dp->reducer);
     return BPT_OK;
   case BPT_GRAPH_EVENT_NODE_BACKWARD:
-    if (!dp->communicate || !dp->reducer) return BPT_OK; /* no reducer: the comm went mid-pass */
+    if (!dp->communicate) return BPT_OK;
     if (dp->options.overlap) BPT_CHECK(launch_ready(dp, position));
     return poll(dp);
   case BPT_GRAPH_EVENT_BACKWARD_END:
-    if (!dp->communicate || !dp->reducer) return BPT_OK; /* no reducer: the comm went mid-pass */
+    if (!dp->communicate) return BPT_OK;
     BPT_CHECK(launch_ready(dp, -1));
     return poll(dp);
   case BPT_GRAPH_EVENT_BEFORE_UPDATE:
+    BPT_CHECK(check_attached(dp, "bpt_optimizer_step"));
     if (dp->reduced) return BPT_OK; /* another step on the same averaged gradients */
     if (dp->micro_batch != steps)
       return bpt_error(graph->context, BPT_ERR_STATE,
                        "bpt_optimizer_step: data parallel training accumulates %d micro-batches, %d done so far", steps,
                        dp->micro_batch);
-    BPT_CHECK(bpt_data_parallel_wait(dp));
+    BPT_CHECK(wait_all(dp));
     dp->micro_batch = 0;
     dp->reduced = true;
     return BPT_OK;
@@ -210,7 +220,8 @@ static void detach_from_graph(void *owner) {
 }
 
 /* The communicator goes first: its all-reduces in flight finish (the reducer waits), then the graph's hook
- * stays, so its next backward pass or step fails naming the cause instead of training one process alone. */
+ * stays, so its next backward pass or step fails naming the cause instead of training one process alone.
+ * Never while the graph is inside backward or a step on another thread (handles are not thread-safe). */
 static void detach_from_comm(void *owner) {
   bpt_data_parallel *dp = owner;
   bpt_range_reducer_destroy(dp->reducer);

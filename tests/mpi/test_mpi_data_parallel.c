@@ -251,7 +251,7 @@ static void comm_destroyed_before_data_parallel(bpt_context *context) {
   MPI_CHECK_OK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &comm_options, &comm));
   model m;
   bpt_data_parallel *dp = backward_in_flight(context, comm, &m);
-  bpt_comm_destroy(comm);
+  MPI_CHECK_OK(context, bpt_comm_close(comm));
   MPI_CHECK(bpt_data_parallel_wait(dp) == BPT_ERR_STATE &&
                 strstr(bpt_context_last_error(context), "communicator was destroyed"),
             "wait after the communicator went: %s", bpt_context_last_error(context));
@@ -259,7 +259,9 @@ static void comm_destroyed_before_data_parallel(bpt_context *context) {
                 strstr(bpt_context_last_error(context), "communicator was destroyed"),
             "a step after the communicator went: %s", bpt_context_last_error(context));
   MPI_CHECK_OK(context, bpt_graph_forward(m.graph));
-  MPI_CHECK(bpt_graph_backward(m.graph) == BPT_ERR_STATE, "a backward pass after the communicator went");
+  MPI_CHECK(bpt_graph_backward(m.graph) == BPT_ERR_STATE &&
+                strstr(bpt_context_last_error(context), "bpt_graph_backward: the data-parallel handle's communicator"),
+            "a backward pass after the communicator went: %s", bpt_context_last_error(context));
   bpt_data_parallel_destroy(dp);
   /* Without the handle the graph trains again, on this process alone, as the message says. */
   forward_backward(context, &m, 0, 0, 2, 0);
