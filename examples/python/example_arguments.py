@@ -42,7 +42,8 @@ class Outputs:
     (examples/common/example_metrics.h): add() declares them, check() refuses paths that cannot be written
     before anything runs, start() turns the profiler on, csv is the path for Model.fit(metrics=...), and
     finish() draws the plot, prints the profile summary and writes the trace, returning 1 when an output
-    could not be produced (the message is on stderr) and 0 otherwise."""
+    could not be produced (the message is on stderr) and 0 otherwise. Call finish() after saving the model,
+    so that a failed output never costs the trained one."""
 
     OPTIONS = ("--metrics", "--plot", "--profile")
 
@@ -73,6 +74,10 @@ class Outputs:
                 status = 1
         if self.arguments.profile:
             print(bptrain.profile_summary(context), end="")
-            bptrain.write_profile_trace(context, self.arguments.profile)
-            print("profile: Chrome trace in %s" % self.arguments.profile)
+            try:
+                bptrain.write_profile_trace(context, self.arguments.profile)
+                print("profile: Chrome trace in %s" % self.arguments.profile)
+            except bptrain.Error as error:
+                print("error: --profile: %s" % error, file=sys.stderr)
+                status = 1
         return status

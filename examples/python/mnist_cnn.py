@@ -13,7 +13,7 @@ import sys
 import time
 
 import bptrain
-import example_arguments  # beside this file: the command-line checks both Python examples share
+import example_arguments  # beside this file: the command-line checks and outputs both Python examples share
 
 LENET = [("conv2d", {"units": 6, "kernel": 5, "padding": 2}), "relu", ("max_pool", {"kernel": 2}),
          ("conv2d", {"units": 16, "kernel": 5}), "relu", ("max_pool", {"kernel": 2}), "flatten",
@@ -43,7 +43,6 @@ def main():
     example_arguments.check_creatable(parser, "--onnx", arguments.onnx)
     outputs.check(parser, arguments)
 
-    status = 0
     with bptrain.Context(backend=arguments.backend, threads=arguments.threads, seed=arguments.seed) as context:
         train = bptrain.Dataset(context, arguments.data, "train", mean=MEAN, std=STD)
         test = bptrain.Dataset(context, arguments.data, "t10k", mean=MEAN, std=STD)
@@ -55,6 +54,7 @@ def main():
         model.compile(model.softmax_cross_entropy(logits, labels, name="loss"), max_batch=arguments.batch)
         print("libbptrain %s, backend %s: LeNet-5, %d parameters" %
               (bptrain.version(), context.backend, len(model.parameters())), flush=True)
+        outputs.start(bptrain, context)
         if arguments.eval:
             report = model.load(arguments.eval)
             result = model.evaluate(test)
@@ -65,13 +65,11 @@ def main():
             schedule = bptrain.Schedule("cosine", base_learning_rate=arguments.lr, total_steps=steps,
                                         minimum_learning_rate=arguments.lr / 100)
             optimizer = bptrain.Optimizer(model, "sgd", momentum=arguments.momentum, schedule=schedule)
-            outputs.start(bptrain, context)
             start = time.monotonic()
             history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch,
                                 seed=arguments.seed, evaluation=test, metrics=outputs.csv, verbose=True)
             print("trained in %.1f s; final test accuracy: %.2f%%" %
                   (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
-            status = outputs.finish(bptrain, context, "mnist_cnn (Python)")
             if arguments.save:
                 model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
                 print("checkpoint saved to %s" % arguments.save)
@@ -82,7 +80,7 @@ def main():
         test_images, test_labels = test.arrays()
         predicted = model.predict(test_images[:1000]).argmax(axis=1)
         print("first 1000 test images: %.1f%% right" % (100.0 * (predicted == test_labels[:1000]).mean()))
-    return status
+        return outputs.finish(bptrain, context, "mnist_cnn (Python)")
 
 
 if __name__ == "__main__":

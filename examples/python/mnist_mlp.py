@@ -13,7 +13,7 @@ import sys
 import time
 
 import bptrain
-import example_arguments  # beside this file: the command-line checks both Python examples share
+import example_arguments  # beside this file: the command-line checks and outputs both Python examples share
 
 
 def main():
@@ -53,23 +53,22 @@ def main():
         model.compile(model.softmax_cross_entropy(logits, labels), max_batch=arguments.batch)
         optimizer = bptrain.Optimizer(model, "sgd", learning_rate=arguments.lr, momentum=arguments.momentum)
 
+        outputs.start(bptrain, context)
         if arguments.eval:
             model.load(arguments.eval)
             tested = model.evaluate(test, batch_size=arguments.batch)
             print("%s: test accuracy %.2f%%, test loss %.4f" %
                   (arguments.eval, 100.0 * tested["accuracy"], tested["loss"]))
-            return 0
-        outputs.start(bptrain, context)
-        start = time.monotonic()
-        history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch,
-                            seed=arguments.seed, evaluation=test, metrics=outputs.csv, verbose=True)
-        print("trained in %.1f s; final test accuracy: %.2f%%" %
-              (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
-        status = outputs.finish(bptrain, context, "mnist_mlp (Python)")
-        if arguments.save:
-            model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
-            print("checkpoint saved to %s" % arguments.save)
-    return status
+        else:
+            start = time.monotonic()
+            history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch,
+                                seed=arguments.seed, evaluation=test, metrics=outputs.csv, verbose=True)
+            print("trained in %.1f s; final test accuracy: %.2f%%" %
+                  (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
+            if arguments.save:
+                model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
+                print("checkpoint saved to %s" % arguments.save)
+        return outputs.finish(bptrain, context, "mnist_mlp (Python)")
 
 
 if __name__ == "__main__":
