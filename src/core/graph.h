@@ -79,7 +79,6 @@ typedef enum bpt_graph_event {
 /* A failure aborts the backward pass or the step with that status (the hook reports its own message). */
 typedef bpt_status (*bpt_graph_hook)(void *data, bpt_graph *graph, bpt_graph_event event, int position);
 
-
 struct bpt_graph {
   bpt_context *context;
   bpt_backend *backend;
