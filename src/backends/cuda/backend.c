@@ -3,11 +3,11 @@
  * device. Options come from the environment because they concern the device, not the model:
  * BPT_CUDA_DEVICE (index, default 0), BPT_CUDA_BENCHMARK=1 (time convolution algorithms per shape, like
  * cudnn.benchmark), BPT_CUDA_TF32=1 (allow tf32 rounding in f32 products and convolutions). */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cuda/cuda.h"
+#include "base/parse_index.h"
 
 bpt_status bpt_cuda_check(bpt_backend *backend, cudaError_t error, const char *where) {
   if (error == cudaSuccess) return BPT_OK;
@@ -61,24 +61,18 @@ static bpt_status cuda_create(bpt_backend *backend, const bpt_backend_options *o
   if (error != cudaSuccess || count == 0)
     return bpt_backend_fail(backend, BPT_ERR_DEVICE, "no CUDA device available (%s)",
                             error != cudaSuccess ? cudaGetErrorString(error) : "the driver reports 0 devices");
-  /* Strictly a number: atoi would read "abc" or "1x" as another device and train there silently. */
   const char *requested = getenv("BPT_CUDA_DEVICE");
-  long device = 0;
-  if (requested) {
-    char *end = NULL;
-    errno = 0;
-    device = strtol(requested, &end, 10);
-    if (end == requested || *end != '\0' || errno == ERANGE)
-      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT,
-                              "BPT_CUDA_DEVICE='%s' is not a device number (0 to %d here)", requested, count - 1);
-  }
-  if (device < 0 || device >= count)
+  int device = 0;
+  if (requested && !bpt_parse_index(requested, &device))
+    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT,
+                            "BPT_CUDA_DEVICE='%s' is not a device number (0 to %d here)", requested, count - 1);
+  if (device >= count)
     return bpt_backend_fail(backend, BPT_ERR_DEVICE, "BPT_CUDA_DEVICE=%s but %d CUDA device(s) are present",
                             requested, count);
   bpt_cuda_state *state = calloc(1, sizeof *state);
   if (!state) return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "cannot allocate the CUDA backend state");
   backend->state = state;
-  state->device = (int)device;
+  state->device = device;
   state->benchmark = environment_flag("BPT_CUDA_BENCHMARK");
   state->tf32 = environment_flag("BPT_CUDA_TF32");
   bpt_status status = bpt_cuda_check(backend, cudaSetDevice(state->device), "cudaSetDevice");
