@@ -1,9 +1,10 @@
-"""Command-line checks and outputs shared by the Python examples (mnist_mlp.py, mnist_cnn.py), imported from
-beside them: Python puts a script's own directory first on sys.path. The C examples share theirs in
-examples/common/."""
+"""Command-line checks, outputs and the training run shared by the Python examples (mnist_mlp.py, mnist_cnn.py),
+imported from beside them: Python puts a script's own directory first on sys.path. The C examples share theirs
+in examples/common/."""
 import argparse
 import os
 import sys
+import time
 
 
 def positive(text):
@@ -81,3 +82,16 @@ class Outputs:
                 print("error: --profile: %s" % error, file=sys.stderr)
                 status = 1
         return status
+
+
+def fit_and_save(model, optimizer, train, test, arguments, outputs):
+    """The training both examples run: fit for --epochs with the test set as evaluation and the metrics CSV,
+    report the time and the final accuracy, then write --save (with the optimiser's state)."""
+    start = time.monotonic()
+    history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch, seed=arguments.seed,
+                        evaluation=test, metrics=outputs.csv, verbose=True)
+    print("trained in %.1f s; final test accuracy: %.2f%%" %
+          (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
+    if arguments.save:
+        model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
+        print("checkpoint saved to %s" % arguments.save)

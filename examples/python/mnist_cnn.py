@@ -10,10 +10,9 @@ Predictions come back as NumPy arrays: the last lines print the confusion of the
 """
 import argparse
 import sys
-import time
 
 import bptrain
-import example_arguments  # beside this file: the command-line checks and outputs both Python examples share
+import example_arguments  # beside this file: what both Python examples share
 
 LENET = [("conv2d", {"units": 6, "kernel": 5, "padding": 2}), "relu", ("max_pool", {"kernel": 2}),
          ("conv2d", {"units": 16, "kernel": 5}), "relu", ("max_pool", {"kernel": 2}), "flatten",
@@ -65,14 +64,7 @@ def main():
             schedule = bptrain.Schedule("cosine", base_learning_rate=arguments.lr, total_steps=steps,
                                         minimum_learning_rate=arguments.lr / 100)
             optimizer = bptrain.Optimizer(model, "sgd", momentum=arguments.momentum, schedule=schedule)
-            start = time.monotonic()
-            history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch,
-                                seed=arguments.seed, evaluation=test, metrics=outputs.csv, verbose=True)
-            print("trained in %.1f s; final test accuracy: %.2f%%" %
-                  (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
-            if arguments.save:
-                model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
-                print("checkpoint saved to %s" % arguments.save)
+            example_arguments.fit_and_save(model, optimizer, train, test, arguments, outputs)
         if arguments.onnx:
             model.export_onnx(arguments.onnx, input_mean=MEAN, input_std=STD)
             print("ONNX model written to %s" % arguments.onnx)

@@ -10,10 +10,9 @@ binding in python/bptrain (no compiler needed). Run from the repository after bu
 """
 import argparse
 import sys
-import time
 
 import bptrain
-import example_arguments  # beside this file: the command-line checks and outputs both Python examples share
+import example_arguments  # beside this file: what both Python examples share
 
 
 def main():
@@ -60,14 +59,7 @@ def main():
             print("%s: test accuracy %.2f%%, test loss %.4f" %
                   (arguments.eval, 100.0 * tested["accuracy"], tested["loss"]))
         else:
-            start = time.monotonic()
-            history = model.fit(optimizer, train, epochs=arguments.epochs, batch_size=arguments.batch,
-                                seed=arguments.seed, evaluation=test, metrics=outputs.csv, verbose=True)
-            print("trained in %.1f s; final test accuracy: %.2f%%" %
-                  (time.monotonic() - start, 100.0 * history[-1]["test_accuracy"]))
-            if arguments.save:
-                model.save(arguments.save, optimizer=optimizer, epoch=arguments.epochs)
-                print("checkpoint saved to %s" % arguments.save)
+            example_arguments.fit_and_save(model, optimizer, train, test, arguments, outputs)
         return outputs.finish(bptrain, context, "mnist_mlp (Python)")
 
 

@@ -48,7 +48,7 @@ static bpt_context *context_of(bpt_data_parallel *dp) { return dp->graph->contex
 
 /* The comm reports on its own context; carry the message over when the graph uses another one. */
 static bpt_status relay(bpt_data_parallel *dp, bpt_status status) {
-  if (status != BPT_OK && dp->comm && bpt_comm_context(dp->comm) != context_of(dp))
+  if (status != BPT_OK && bpt_comm_context(dp->comm) != context_of(dp))
     bpt_error(context_of(dp), status, "%s", bpt_context_last_error(bpt_comm_context(dp->comm)));
   return status;
 }
@@ -78,12 +78,12 @@ static bpt_status launch_ready(bpt_data_parallel *dp, int position) {
 static bpt_status poll(bpt_data_parallel *dp) { return relay(dp, bpt_range_reducer_poll(dp->reducer)); }
 
 /* BPT_ERR_STATE, naming where, once the graph or the communicator went first and detached the handle. */
-static bpt_status check_attached(const bpt_data_parallel *dp, const char *where) {
+static bpt_status check_attached(bpt_data_parallel *dp, const char *where) {
   if (!dp->graph)
     return bpt_error(NULL, BPT_ERR_STATE, "%s: the graph was destroyed; only bpt_data_parallel_destroy is valid",
                      where);
   if (!dp->comm)
-    return bpt_error(dp->graph->context, BPT_ERR_STATE,
+    return bpt_error(context_of(dp), BPT_ERR_STATE,
                      "%s: the data-parallel handle's communicator was destroyed; bpt_data_parallel_destroy the "
                      "handle to train this process alone",
                      where);
