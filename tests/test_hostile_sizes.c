@@ -235,7 +235,8 @@ static void sizes_inside_the_limits_still_work(void **state) {
   bpt_context_destroy(context);
 }
 
-/* The optimiser's step counter (restorable from a checkpoint) must not wrap on the next step. */
+/* The optimiser's step counter (restorable from a checkpoint) reaches INT64_MAX with its last step, parameter
+ * check included, and must not wrap on the next step. */
 static void step_counter_at_int64_max_is_refused(void **state) {
   (void)state;
   bpt_context *context = test_context(1);
@@ -261,7 +262,11 @@ static void step_counter_at_int64_max_is_refused(void **state) {
   assert_ok(context, bpt_graph_backward(graph));
   bpt_optimizer_state view;
   bpt_optimizer_state_view(optimizer, &view);
-  *view.steps = INT64_MAX;
+  *view.steps = INT64_MAX - 1;
+  assert_ok(context, bpt_optimizer_step(optimizer));
+  assert_int_equal(bpt_optimizer_step_count(optimizer), INT64_MAX);
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_backward(graph));
   assert_fails(context, BPT_ERR_STATE, "step count", bpt_optimizer_step(optimizer));
   assert_int_equal(bpt_optimizer_step_count(optimizer), INT64_MAX);
   bpt_tensor_destroy(images);

@@ -110,7 +110,8 @@ bpt_status bpt_parameter_check_after_step(bpt_graph *graph, int64_t step) {
   BPT_CHECK(flagged(graph, step, &found, &read));
   if (!read) return BPT_OK;
   const int64_t since = graph->parameter_check_since > 0 ? graph->parameter_check_since : step;
-  graph->parameter_check_since = step + 1;
+  /* The optimiser's step count may reach INT64_MAX (its last step); the next read then covers that step. */
+  graph->parameter_check_since = step < INT64_MAX ? step + 1 : step;
   return found ? name_non_finite(graph, since < step ? since : step, step) : BPT_OK;
 }
 
