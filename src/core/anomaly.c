@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/checked.h"
 #include "core/graph.h"
 
 bpt_status bpt_graph_set_anomaly_detection(bpt_graph *graph, int enabled) {
@@ -80,7 +81,7 @@ bpt_status bpt_anomaly_check(bpt_node *node) {
                    "anomaly: %s '%s' (shape %s) produced %s at element %lld (%lld non-finite values) in forward pass "
                    "%lld; %s",
                    bpt_op_get(node->op)->name, node->name, run_shape(node, shape, sizeof shape), kind, (long long)first,
-                   (long long)bad, (long long)node->graph->forward_count + 1, blame);
+                   (long long)bad, (long long)bpt_saturating_increment(node->graph->forward_count), blame);
 }
 
 /* Gradients accumulate, so the first input gradient found non-finite right after a node's backward was made

@@ -33,6 +33,10 @@ static inline bool bpt_checked_add(int64_t a, int64_t b, int64_t *out) {
   return true;
 }
 
+/* value + 1, or INT64_MAX when value is already there: the counters a checkpoint restores (steps, forward
+ * passes, loss-scaler counts) may hold INT64_MAX, and counting on from there must not wrap. */
+static inline int64_t bpt_saturating_increment(int64_t value) { return value < INT64_MAX ? value + 1 : value; }
+
 /* *out = a * b in size_t; false when it overflows or exceeds BPT_MAX_BYTES. */
 static inline bool bpt_checked_mul_bytes(size_t a, size_t b, size_t *out) {
   size_t result;

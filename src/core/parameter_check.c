@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/checked.h"
 #include "core/graph.h"
 
 bpt_status bpt_graph_set_parameter_check(bpt_graph *graph, int enabled) {
@@ -110,8 +111,7 @@ bpt_status bpt_parameter_check_after_step(bpt_graph *graph, int64_t step) {
   BPT_CHECK(flagged(graph, step, &found, &read));
   if (!read) return BPT_OK;
   const int64_t since = graph->parameter_check_since > 0 ? graph->parameter_check_since : step;
-  /* The optimiser's step count may reach INT64_MAX (its last step); the next read then covers that step. */
-  graph->parameter_check_since = step < INT64_MAX ? step + 1 : step;
+  graph->parameter_check_since = bpt_saturating_increment(step); /* step may be the last, INT64_MAX */
   return found ? name_non_finite(graph, since < step ? since : step, step) : BPT_OK;
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/graph.h"
 #include "core/precision.h"
 
@@ -321,13 +322,14 @@ bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip) {
   const bpt_precision_options *o = &state->options;
   if (found) {
     /* Overflow at this scale: drop the update and retry the next batch at a smaller scale. */
-    state->skipped_steps++;
+    state->skipped_steps = bpt_saturating_increment(state->skipped_steps);
     state->clean_steps = 0;
     state->loss_scale = fmaxf(state->loss_scale * o->backoff_factor, 0x1p-24f);
     *skip = true;
     return upload_loss_scale(graph);
   }
-  if (++state->clean_steps >= o->growth_interval) {
+  state->clean_steps = bpt_saturating_increment(state->clean_steps);
+  if (state->clean_steps >= o->growth_interval) {
     state->clean_steps = 0;
     float grown = state->loss_scale * o->growth_factor;
     if (isfinite(grown) && grown <= 0x1p64f) state->loss_scale = grown;

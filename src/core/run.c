@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/checked.h"
 #include "core/graph.h"
 #include "core/precision.h"
 #include "core/profiler.h"
@@ -77,7 +78,7 @@ static bpt_status forward(bpt_graph *graph) {
     BPT_CHECK(bpt_precision_after_forward_node(node));
     if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check(node)); /* robustness (issue 9) */
   }
-  graph->forward_count++;
+  graph->forward_count = bpt_saturating_increment(graph->forward_count);
   graph->forward_done = true;
   graph->transient_values_overwritten = false;
   graph->backward_done = false;
