@@ -147,6 +147,40 @@ static void error_feedback_keeps_the_sum(void **state) {
   }
 }
 
+/* A non-finite gradient (f16 overflow under dynamic loss scaling, divergence) must reach the loss scaler as
+ * non-finite, and must not stay behind in the residual to poison the steps after the one it drops. int8
+ * quantises NaN without a float-to-int conversion of NaN (UBSan in the sanitizer stage). */
+static void non_finite_gradients_are_not_carried(void **state) {
+  (void)state;
+  enum { n = 6 };
+  const float values[n] = {0.5f, NAN, INFINITY, -INFINITY, -0.25f, 1e6f};
+  int8_t bytes[n];
+  float decoded[n];
+  bpt_comm_encode_int8(values, n, NAN, 63, bytes); /* the step the ranks agree on when any value is not finite */
+  bpt_comm_decode_int8(bytes, n, NAN, decoded);
+  for (int i = 0; i < n; i++)
+    assert_true(isnan(decoded[i]));
+  bpt_comm_encode_int8(values, n, 0.25f, 63, bytes); /* a finite step: NaN quantises to a clamped byte */
+  for (int i = 0; i < n; i++)
+    assert_true(bytes[i] >= -63 && bytes[i] <= 63);
+  assert_int_equal(bytes[0], 2);
+  assert_int_equal(bytes[2], 63);
+  assert_int_equal(bytes[3], -63);
+  const int kinds[] = {BPT_COMPRESSION_F16, BPT_COMPRESSION_INT8};
+  for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
+    float work[n], residual[n] = {0}, scratch[n];
+    unsigned char payload[n * sizeof(float)];
+    memcpy(work, values, sizeof work);
+    bpt_comm_codec codec = {
+        .kind = kinds[kind], .f16_scale = 1.0f, .int8_step = NAN, .int8_limit = 63, .top_k_scratch = scratch};
+    bpt_comm_compress(&codec, work, n, residual, payload);
+    bpt_comm_decompress_local(&codec, payload, n, decoded);
+    assert_true(isnan(decoded[1]) && !isfinite(decoded[2]) && !isfinite(decoded[5])); /* 1e6 is past f16 */
+    for (int i = 0; i < n; i++)
+      assert_true(isfinite(residual[i]));
+  }
+}
+
 static void api_errors(void **state) {
   (void)state;
   bpt_context *context = test_context(1);
@@ -180,6 +214,7 @@ int main(void) {
       cmocka_unit_test(codec_round_trips),
       cmocka_unit_test(top_k_selects_the_largest),
       cmocka_unit_test(error_feedback_keeps_the_sum),
+      cmocka_unit_test(non_finite_gradients_are_not_carried),
       cmocka_unit_test(api_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

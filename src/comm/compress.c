@@ -135,7 +135,8 @@ void bpt_comm_encode_int8(const float *values, int64_t count, float step, int li
   float inverse = step > 0.0f ? 1.0f / step : 0.0f;
   for (int64_t i = 0; i < count; i++) {
     float q = rintf(values[i] * inverse);
-    encoded[i] = (int8_t)(q > (float)limit ? limit : q < (float)-limit ? -limit : (int)q);
+    /* NaN (a NaN value, or inf times a zero inverse) fails every comparison: it becomes -limit, not (int)NaN. */
+    encoded[i] = (int8_t)(q > (float)limit ? limit : q >= (float)-limit ? (int)q : -limit);
   }
 }
 
@@ -226,6 +227,10 @@ void bpt_comm_compress(const bpt_comm_codec *codec, float *work, int64_t count, 
     return;
   }
   bpt_comm_decompress_local(codec, payload, count, residual);
-  for (int64_t i = 0; i < count; i++)
+  /* A non-finite gradient (or one past f16's range) makes this step's sum non-finite, and the loss scaler
+   * drops that step; carried on as residual it would poison every later step, so nothing is carried. */
+  for (int64_t i = 0; i < count; i++) {
     residual[i] = work[i] - residual[i];
+    if (!isfinite(residual[i])) residual[i] = 0.0f;
+  }
 }

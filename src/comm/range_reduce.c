@@ -125,7 +125,9 @@ static bpt_status start_on_device(bpt_range_reducer *reducer, range_state *r, bp
 }
 
 /* int8: one scale for all ranks, the largest |value| anywhere. A small blocking all-reduce, started here so
- * that every rank issues its collectives in the same order. */
+ * that every rank issues its collectives in the same order. A non-finite gradient anywhere (an f16 overflow
+ * that the loss scaler must see, or divergence) makes the step NaN on every rank, so the reduced gradients are
+ * NaN everywhere rather than finite integers; NaN goes into the maximum as inf, which no MAX can drop. */
 static bpt_status agree_int8_step(bpt_range_reducer *reducer, range_state *r) {
   bpt_comm *comm = reducer->comm;
   float largest = bpt_comm_max_abs(r->host, r->count);
@@ -136,10 +138,11 @@ static bpt_status agree_int8_step(bpt_range_reducer *reducer, range_state *r) {
       if (magnitude > largest || isnan(magnitude)) largest = magnitude;
     }
   }
+  if (isnan(largest)) largest = INFINITY;
   bpt_comm_request *scale_request = NULL;
   BPT_CHECK(comm->engine->allreduce_start(comm, &largest, 1, BPT_DTYPE_F32, BPT_COMM_REDUCE_MAX, 1.0f, &scale_request));
   BPT_CHECK(bpt_comm_wait_all(comm, &scale_request, 1, "int8 scale all-reduce"));
-  r->step = largest > 0.0f ? largest / (float)(127 / comm->size) : 1.0f;
+  r->step = !isfinite(largest) ? NAN : largest > 0.0f ? largest / (float)(127 / comm->size) : 1.0f;
   return BPT_OK;
 }
 

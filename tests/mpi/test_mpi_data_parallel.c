@@ -40,11 +40,14 @@ static void make_data(void) {
     }
 }
 
-static void build(bpt_context *context, int64_t batch, model *m) {
+/* precision: NULL for f32 training. */
+static void build_with_precision(bpt_context *context, int64_t batch, const bpt_precision_options *precision,
+                                 model *m) {
   memset(m, 0, sizeof *m);
   int64_t dims = features;
   bpt_node *h;
   MPI_CHECK_OK(context, bpt_graph_create(context, &m->graph));
+  if (precision) MPI_CHECK_OK(context, bpt_graph_set_precision(m->graph, precision));
   MPI_CHECK_OK(context, bpt_graph_input(m->graph, "x", BPT_DTYPE_F32, 1, &dims, &m->x));
   MPI_CHECK_OK(context, bpt_graph_input(m->graph, "labels", BPT_DTYPE_I32, 0, NULL, &m->labels));
   MPI_CHECK_OK(context, bpt_layer_linear(m->graph, "fc1", m->x, 64, BPT_INIT_HE_UNIFORM, &h));
@@ -62,6 +65,8 @@ static void build(bpt_context *context, int64_t batch, model *m) {
   MPI_CHECK_OK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, x_dims, &m->x_batch));
   MPI_CHECK_OK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, x_dims, &m->label_batch));
 }
+
+static void build(bpt_context *context, int64_t batch, model *m) { build_with_precision(context, batch, NULL, m); }
 
 static void destroy(model *m) {
   bpt_tensor_destroy(m->x_batch);
@@ -213,6 +218,42 @@ static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
   destroy(&m);
 }
 
+/* int8 compression (error feedback on) with dynamic f16 loss scaling: a non-finite gradient on the last rank
+ * alone (a NaN input here; an f16 overflow in practice) must make every rank skip that step, whatever the
+ * engine's MAX makes of NaN, and must not stay in the residual: the next, clean step trains everywhere. */
+static void non_finite_gradient_with_int8(bpt_context *context, bpt_comm *comm) {
+  const int rank = bpt_comm_rank(comm), last = bpt_comm_size(comm) - 1;
+  bpt_precision_options precision = bpt_precision_options_default();
+  precision.compute_dtype = BPT_DTYPE_F16;
+  precision.loss_scaling = BPT_LOSS_SCALING_DYNAMIC;
+  model m;
+  build_with_precision(context, 2, &precision, &m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.compression = BPT_COMPRESSION_INT8;
+  options.bucket_bytes = options.first_bucket_bytes = 2048;
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
+  const float saved = inputs[0][2 * last][0];
+  if (rank == last) inputs[0][2 * last][0] = NAN;
+  forward_backward(context, &m, 0, 2 * rank, 2, 0);
+  inputs[0][2 * last][0] = saved;
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  MPI_CHECK(bpt_graph_skipped_steps(m.graph) == 1, "rank %d: the step with a NaN gradient on rank %d was %s", rank,
+            last, bpt_graph_skipped_steps(m.graph) ? "skipped more than once" : "applied");
+  forward_backward(context, &m, 1, 2 * rank, 2, 0);
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  MPI_CHECK(bpt_graph_skipped_steps(m.graph) == 1, "rank %d: the clean step after it was skipped too", rank);
+  const int64_t count = bpt_graph_parameter_count(m.graph);
+  float *values = malloc((size_t)count * sizeof *values);
+  MPI_CHECK(values != NULL, "out of memory");
+  MPI_CHECK_OK(context, bpt_graph_read_parameters(m.graph, values, count));
+  for (int64_t i = 0; i < count; i++)
+    MPI_CHECK(isfinite(values[i]), "rank %d: parameter value %lld is not finite", rank, (long long)i);
+  free(values);
+  bpt_data_parallel_destroy(dp);
+  destroy(&m);
+}
+
 /* A model on comm with 1 KiB buckets, right after a backward pass whose all-reduces may still be in flight. */
 static bpt_data_parallel *backward_in_flight(bpt_context *context, bpt_comm *comm, model *m) {
   build(context, 2, m);
@@ -325,6 +366,7 @@ int main(int argc, char **argv) {
     free(values);
   }
   accumulation_errors(context, comm);
+  non_finite_gradient_with_int8(context, comm);
   graph_destroyed_before_data_parallel(context, comm);
   comm_destroyed_before_data_parallel(context);
   profiled(context, comm);
