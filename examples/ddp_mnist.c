@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
   long epochs = example_option_long(argc, argv, "--epochs", 2);
   long batch = example_option_long(argc, argv, "--batch", 128);
   long accumulate = example_option_long(argc, argv, "--accumulate", 1);
-  /* Kilobytes to bytes must not wrap (--bucket-kb -1 was 2^64 - 1024 bytes), nor ranks x accumulate below. */
+  /* Kilobytes to bytes must not wrap (--bucket-kb -1 was 2^64 - 1024 bytes). */
   long bucket_kb = example_option_long(argc, argv, "--bucket-kb", 25 * 1024);
   if (epochs < 1 || batch < 1 || accumulate < 1 || accumulate > batch || bucket_kb < 1 ||
       bucket_kb > (long)(SIZE_MAX / 2048)) {
@@ -74,8 +74,9 @@ int main(int argc, char **argv) {
   bpt_comm *comm = NULL;
   EXAMPLE_CHECK(context, bpt_comm_create_mpi(context, BPT_COMM_MPI_WORLD, &comm_options, &comm));
   int rank = bpt_comm_rank(comm), ranks = bpt_comm_size(comm);
-  long share = batch / (ranks * accumulate);
-  if (share < 1 || share * ranks * accumulate != batch) {
+  /* Divided in turn: ranks x --accumulate may not fit in a long. */
+  long share = batch / ranks / accumulate;
+  if (share < 1 || batch % ranks != 0 || batch / ranks % accumulate != 0) {
     if (rank == 0)
       fprintf(stderr, "error: --batch %ld must be a multiple of ranks (%d) x --accumulate (%ld)\n", batch, ranks,
               accumulate);

@@ -173,6 +173,11 @@ int main(int argc, char **argv) {
     schedule.base_learning_rate = (float)example_option_double(argc, argv, "--lr", 0.1);
     schedule.warmup_steps = steps_per_epoch / 2;
     schedule.warmup_start_factor = 0.1f;
+    if (epochs > INT64_MAX / steps_per_epoch) {
+      fprintf(stderr, "error: --epochs %ld: with %lld steps per epoch the step count would not fit in 64 bits\n",
+              epochs, (long long)steps_per_epoch);
+      exit(2);
+    }
     schedule.total_steps = steps_per_epoch * epochs - schedule.warmup_steps;
     EXAMPLE_CHECK(e.context, bpt_optimizer_set_schedule(optimizer, &schedule));
 

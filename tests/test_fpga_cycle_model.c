@@ -7,8 +7,9 @@
 #include "core/context.h"
 #include "test_support.h"
 
-/* An fpga-sim context with 2 lanes (2 slices x 1), II `ii`, depth 3, everything on chip unless bram is 0. */
-static bpt_context *small_part(int ii, int64_t bram_bytes) {
+/* An fpga-sim context with 2 lanes (2 slices x 1), II `ii`, depth 3, everything on chip unless bram is 0,
+ * off-chip bandwidth bytes_per_cycle. */
+static bpt_context *small_part_with_bandwidth(int ii, int64_t bram_bytes, double bytes_per_cycle) {
   bpt_context_options options = bpt_context_options_default();
   options.backend = "fpga-sim";
   bpt_context *context = NULL;
@@ -19,12 +20,14 @@ static bpt_context *small_part(int ii, int64_t bram_bytes) {
   fpga.initiation_interval = ii;
   fpga.pipeline_depth = 3;
   fpga.bram_bytes = bram_bytes;
-  fpga.offchip_bytes_per_cycle = 16.0;
+  fpga.offchip_bytes_per_cycle = bytes_per_cycle;
   fpga.clock_mhz = 100.0;
   fpga.board_watts = 2.0;
   assert_ok(context, bpt_fpga_configure(context, &fpga));
   return context;
 }
+
+static bpt_context *small_part(int ii, int64_t bram_bytes) { return small_part_with_bandwidth(ii, bram_bytes, 16.0); }
 
 static bpt_fpga_report report_of(bpt_context *context) {
   bpt_fpga_report report = {.size = sizeof report};
@@ -89,6 +92,22 @@ static void offchip_operands_add_transfer_cycles(void **state) {
   bpt_context_destroy(context);
 }
 
+/* The options take any positive bandwidth: a tiny one saturates the transfer count (converting a double past
+ * 2^64 to an integer is undefined: UBSan in the sanitizer stage) rather than wrap. */
+static void a_tiny_bandwidth_saturates_the_transfer_cycles(void **state) {
+  (void)state;
+  bpt_context *context = small_part_with_bandwidth(1, 0, 1e-300);
+  bpt_backend *backend = &context->backend;
+  float *values;
+  assert_int_equal(backend->vtable->alloc(backend, 4 * sizeof(float), (void **)&values), BPT_OK);
+  const float host[4] = {1, 2, 3, 4};
+  assert_int_equal(backend->vtable->upload(backend, values, host, sizeof host), BPT_OK);
+  bpt_fpga_report report = report_of(context);
+  assert_true(report.transfer_cycles == UINT64_MAX);
+  backend->vtable->free(backend, values);
+  bpt_context_destroy(context);
+}
+
 static void ping_pong_overlap_charges_the_longer_engine(void **state) {
   (void)state;
   bpt_context *context = small_part(1, 1 << 20);
@@ -142,6 +161,7 @@ int main(void) {
       cmocka_unit_test(pipelined_loop_formula),
       cmocka_unit_test(gemm_loop_nest),
       cmocka_unit_test(offchip_operands_add_transfer_cycles),
+      cmocka_unit_test(a_tiny_bandwidth_saturates_the_transfer_cycles),
       cmocka_unit_test(ping_pong_overlap_charges_the_longer_engine),
       cmocka_unit_test(api_rejects_other_backends),
   };

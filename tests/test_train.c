@@ -190,6 +190,11 @@ static void seeded_epochs_repeat_exactly(void **state) {
   options.first_epoch = 4;
   assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "need 1 <= first_epoch <= epochs",
                bpt_train(m.graph, m.optimizer, m.train, &options, &result));
+  /* The largest epoch number runs once and ends there (the loop counting past it was a signed overflow). */
+  options.first_epoch = options.epochs = INT64_MAX;
+  assert_ok(m.context, bpt_train(m.graph, m.optimizer, m.train, &options, &result));
+  assert_int_equal(result.epochs, INT64_MAX);
+  assert_int_equal(result.steps, 8);
   small_destroy(&m);
 }
 

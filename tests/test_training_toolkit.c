@@ -40,6 +40,18 @@ static void schedules_at_chosen_steps(void **state) {
   assert_float_equal(rate_at(&step, 29), 0.1f, 1e-7f);
   assert_float_equal(rate_at(&step, 30), 0.01f, 1e-8f);
   assert_float_equal(rate_at(&step, 65), 0.001f, 1e-9f);
+  /* A growing rate stops at the float range with an error (converting a larger double to float is undefined:
+   * UBSan in the sanitizer stage), and an infinite gamma is refused. */
+  step.gamma = 1e30f;
+  assert_float_equal(rate_at(&step, 30), 1e29f, 1e23f);
+  float grown = 0.0f;
+  assert_int_equal(bpt_schedule_learning_rate(NULL, &step, 60, &grown), BPT_ERR_NUMERIC);
+  assert_non_null(strstr(bpt_context_last_error(NULL), "at step 60: base rate 0.1 x gamma 1e+30 ^ 2 exceeds"));
+  step.base_learning_rate = 0.0f;
+  assert_true(rate_at(&step, 6000) == 0.0f);
+  step.gamma = INFINITY;
+  assert_int_equal(bpt_schedule_learning_rate(NULL, &step, 0, &grown), BPT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(bpt_context_last_error(NULL), "finite gamma > 0"));
 
   bpt_schedule_options broken = cosine;
   broken.total_steps = 0;

@@ -213,9 +213,10 @@ int run(int argc, char **argv) {
 
   double accuracy = 0.0;
   for (long epoch = 1; epoch <= o.epochs; epoch++) {
-    CHECK(c, bpt_dataset_shuffle(train.get(), static_cast<uint64_t>(o.seed + epoch)));
+    // Unsigned: --seed may be the largest long. The limit's batch count rounds up without adding to it.
+    CHECK(c, bpt_dataset_shuffle(train.get(), static_cast<uint64_t>(o.seed) + static_cast<uint64_t>(epoch)));
     int64_t batches = bpt_dataset_batch_count(train.get(), o.batch);
-    if (o.limit) batches = std::min<int64_t>(batches, (o.limit + o.batch - 1) / o.batch);
+    if (o.limit) batches = std::min<int64_t>(batches, o.limit / o.batch + (o.limit % o.batch != 0));
     double loss_sum = 0.0;
     int64_t seen = 0;
     for (int64_t b = 0; b < batches; b++) {

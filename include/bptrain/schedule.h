@@ -24,7 +24,8 @@ typedef struct bpt_schedule_options {
   int64_t warmup_steps;        /**< linear warm-up from warmup_start_factor * base to base over these steps */
   float warmup_start_factor;   /**< in [0, 1] */
   int64_t step_size;           /**< STEP: steps between decays (counted after warm-up) */
-  float gamma;                 /**< STEP: decay factor */
+  float gamma;                 /**< STEP: decay factor, finite and > 0 (above 1 the rate grows; a rate past
+                                    FLT_MAX fails with ::BPT_ERR_NUMERIC) */
   int64_t total_steps;         /**< COSINE: length of the annealing, counted after warm-up */
   float minimum_learning_rate; /**< COSINE: the floor */
 } bpt_schedule_options;

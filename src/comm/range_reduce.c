@@ -47,6 +47,11 @@ static bpt_status allocate_buffers(bpt_range_reducer *reducer) {
   for (int i = 0; i < reducer->count; i++) {
     range_state *r = &reducer->ranges[i];
     size_t count = (size_t)r->count;
+    if (o->compression == BPT_COMPRESSION_TOPK && r->count > INT32_MAX) /* bpt_comm_sparse_entry's index */
+      return bpt_error(context, BPT_ERR_UNSUPPORTED,
+                       "data parallel: top-k compression indexes a bucket in 32 bits, and bucket %d holds %lld values "
+                       "(a parameter over 8 GiB); use another compression for this model",
+                       i, (long long)r->count);
     if (o->zero_copy)
       r->host = reducer->buffer + r->offset;
     else if (!reducer->comm->engine->device_memory && !(r->host = bpt_calloc(context, count, sizeof(float), "staging")))

@@ -1,6 +1,7 @@
 /* Learning-rate schedules as pure functions of the step: linear warm-up, then constant, step decay or
  * cosine annealing (Loshchilov and Hutter 2017, without restarts). The optimiser calls this before each
  * update when a schedule is set, so resuming at step k gives exactly the rate of an unbroken run. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -27,8 +28,9 @@ static bpt_status validate(bpt_context *context, const bpt_schedule_options *s, 
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
                      "%s: base rate %g must be finite and >= 0, warm-up steps %lld >= 0, start factor %g in [0, 1]",
                      where, (double)s->base_learning_rate, (long long)s->warmup_steps, (double)s->warmup_start_factor);
-  if (s->kind == BPT_SCHEDULE_STEP && (s->step_size < 1 || !(s->gamma > 0.0f)))
-    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: step schedule needs step_size >= 1 (%lld) and gamma > 0 (%g)",
+  if (s->kind == BPT_SCHEDULE_STEP && (s->step_size < 1 || !(s->gamma > 0.0f) || !isfinite(s->gamma)))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
+                     "%s: step schedule needs step_size >= 1 (%lld) and a finite gamma > 0 (%g)",
                      where, (long long)s->step_size, (double)s->gamma);
   if (s->kind == BPT_SCHEDULE_COSINE &&
       (s->total_steps < 1 || !(s->minimum_learning_rate >= 0.0f) || s->minimum_learning_rate > s->base_learning_rate))
@@ -64,7 +66,13 @@ bpt_status bpt_schedule_learning_rate(bpt_context *context, const bpt_schedule_o
   const int64_t t = step - s->warmup_steps;
   double rate = base;
   if (s->kind == BPT_SCHEDULE_STEP) {
-    rate = base * pow(s->gamma, (double)(t / s->step_size));
+    const int64_t decays = t / s->step_size;
+    rate = base == 0.0 ? 0.0 : base * pow(s->gamma, (double)decays);
+    /* gamma > 1 (a growing rate) is allowed, but not past float: the conversion below would be undefined. */
+    if (!(rate <= FLT_MAX))
+      return bpt_error(context, BPT_ERR_NUMERIC,
+                       "%s: step schedule at step %lld: base rate %g x gamma %g ^ %lld exceeds the float range", where,
+                       (long long)step, base, (double)s->gamma, (long long)decays);
   } else if (s->kind == BPT_SCHEDULE_COSINE) {
     const double minimum = s->minimum_learning_rate;
     const double progress = t >= s->total_steps ? 1.0 : (double)t / (double)s->total_steps;

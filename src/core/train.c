@@ -147,7 +147,8 @@ static bpt_status validate(train_run *run, bpt_train_epoch *record) {
 
 static bpt_status run_epochs(train_run *run) {
   const bpt_train_options *o = run->o;
-  for (int64_t epoch = o->first_epoch; epoch <= o->epochs; epoch++) {
+  /* Ends on the last epoch rather than counting past it: an epoch-per-call driver may reach INT64_MAX. */
+  for (int64_t epoch = o->first_epoch;; epoch++) {
     bpt_train_epoch record;
     int stop = 0;
     BPT_CHECK(train_epoch(run, epoch, &record, &stop));
@@ -167,9 +168,8 @@ static bpt_status run_epochs(train_run *run) {
       run->result.stop = BPT_TRAIN_STOPPED_BY_CALLBACK;
       return BPT_OK;
     }
-    if (stop) return BPT_OK;
+    if (stop || epoch == o->epochs) return BPT_OK;
   }
-  return BPT_OK;
 }
 
 static bpt_status check_options(bpt_graph *graph, const bpt_train_options *o, const char *where) {

@@ -16,6 +16,10 @@ uint64_t bpt_fpga_lanes(const bpt_fpga_model *model) {
   return (uint64_t)model->options.dsp_slices * (uint64_t)model->options.lanes_per_slice;
 }
 
+/* ceil() as a count of bytes or cycles; the options take any positive bandwidth, so a tiny one saturates the
+ * count instead of converting a double past 2^64 (undefined). */
+static uint64_t ceil_saturated(double value) { return value < 0x1p64 ? (uint64_t)ceil(value) : UINT64_MAX; }
+
 /* Bytes one element occupies in the device's memory: fixed point packs W bits. */
 static double element_bytes(const bpt_fpga_options *options) {
   return options->format == BPT_FPGA_FORMAT_FIXED ? options->word_bits / 8.0 : 4.0;
@@ -26,15 +30,14 @@ uint64_t bpt_fpga_offchip_bytes(const bpt_fpga_model *model, const void *pointer
   for (int i = 0; i < model->allocation_count; i++) {
     const bpt_fpga_allocation *allocation = &model->allocations[i];
     if (address >= allocation->base && address < allocation->base + allocation->bytes)
-      return allocation->on_chip ? 0 : (uint64_t)ceil((double)count * element_bytes(&model->options));
+      return allocation->on_chip ? 0 : ceil_saturated((double)count * element_bytes(&model->options));
   }
   return 0; /* host memory handed straight to a kernel (a label array, a scalar): no device transfer */
 }
 
 void bpt_fpga_charge(bpt_fpga_model *model, bpt_fpga_kernel kernel, uint64_t compute_cycles, uint64_t offchip_bytes,
                      uint64_t operations) {
-  uint64_t transfer =
-      offchip_bytes ? (uint64_t)ceil((double)offchip_bytes / model->options.offchip_bytes_per_cycle) : 0;
+  uint64_t transfer = offchip_bytes ? ceil_saturated((double)offchip_bytes / model->options.offchip_bytes_per_cycle) : 0;
   model->pending[model->engine] += compute_cycles + transfer;
   bpt_fpga_kernel_stats *stats = &model->stats[kernel];
   stats->calls++;
