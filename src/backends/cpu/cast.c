@@ -89,25 +89,28 @@ static void round_nans_through_reference(int64_t count, float *values, bpt_dtype
 /* Round to nearest even on the upper 16 bits; a carry out of the mantissa moves into the exponent, which
  * also turns values past the largest bf16 into infinity, as the reference does. */
 static void round_to_bf16(int64_t count, float *values) {
-  float nan_seen[BPT_CPU_REDUCTION_CHUNKS] = {0};
+  uint32_t nan_seen[BPT_CPU_REDUCTION_CHUNKS] = {0};
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++) {
-    float nans = 0.0f;
+    /* An integer OR, not a float count: a float sum would keep the compiler from vectorising the loop (it
+     * may not reorder float additions), and this loop runs over every activation and weight copy each step. */
+    uint32_t nans = 0;
     for (int64_t i = count * chunk / BPT_CPU_REDUCTION_CHUNKS; i < count * (chunk + 1) / BPT_CPU_REDUCTION_CHUNKS;
          i++) {
       uint32_t bits;
       float value = values[i];
       memcpy(&bits, &value, sizeof bits);
-      bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-      float rounded;
-      memcpy(&rounded, &bits, sizeof rounded);
-      nans += value != value;
-      values[i] = value != value ? value : rounded;
+      uint32_t rounded_bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+      /* NaN: exponent all ones and a non-zero mantissa; left as it is here, handed to the reference below. */
+      const uint32_t is_nan = (bits & 0x7fffffffu) > 0x7f800000u;
+      nans |= is_nan;
+      rounded_bits = is_nan ? bits : rounded_bits;
+      memcpy(&values[i], &rounded_bits, sizeof rounded_bits);
     }
     nan_seen[chunk] = nans;
   }
   for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++)
-    if (nan_seen[chunk] > 0.0f) {
+    if (nan_seen[chunk]) {
       round_nans_through_reference(count, values, BPT_DTYPE_BF16);
       return;
     }
