@@ -26,9 +26,12 @@ static inline uint32_t operand(const void *base, bool bf16, int64_t index) {
 }
 
 /* panel[p width + l] = (line line0 + l, reduction k0 + 2p and + 1) of an operand whose element (line, k) sits
- * at line stride_line + k stride_k; lines from line_count on and the odd last index are zero. */
-static void pack(const void *base, bool bf16, int64_t stride_line, int64_t stride_k, int64_t line_count,
-                 int64_t line0, int64_t width, int64_t k0, int64_t kc, uint32_t *panel) {
+ * at line stride_line + k stride_k; lines from line_count on and the odd last index are zero. Always inlined
+ * into pack() with bf16 a constant, so the loops carry no per-element branch: packing is most of the bf16
+ * policy's GEMM time on small and middling products. */
+static inline __attribute__((always_inline)) void pack_as(const bool bf16, const void *base, int64_t stride_line,
+                                                          int64_t stride_k, int64_t line_count, int64_t line0,
+                                                          int64_t width, int64_t k0, int64_t kc, uint32_t *panel) {
   const int64_t full = kc / 2, pairs = (kc + 1) / 2;
   const int64_t lines = line_count - line0 < width ? line_count - line0 : width;
   const int64_t origin = line0 * stride_line + k0 * stride_k;
@@ -52,6 +55,14 @@ static void pack(const void *base, bool bf16, int64_t stride_line, int64_t strid
   }
   for (int64_t p = 0; p < pairs; p++)
     for (int64_t l = lines; l < width; l++) panel[p * width + l] = 0;
+}
+
+static void pack(const void *base, bool bf16, int64_t stride_line, int64_t stride_k, int64_t line_count,
+                 int64_t line0, int64_t width, int64_t k0, int64_t kc, uint32_t *panel) {
+  if (bf16)
+    pack_as(true, base, stride_line, stride_k, line_count, line0, width, k0, kc, panel);
+  else
+    pack_as(false, base, stride_line, stride_k, line_count, line0, width, k0, kc, panel);
 }
 
 void bpt_bf16_pack_a(const bpt_gemm_args *args, int64_t row0, int64_t k0, int64_t kc, uint32_t *panel) {
