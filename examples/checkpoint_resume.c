@@ -134,9 +134,12 @@ int main(int argc, char **argv) {
     }
     epoch = (long)contents.epoch;
     step = samples == size ? (long)bpt_dataset_batch_count(train, batch) : (long)(samples / batch);
-    printf("resumed from %s: epoch %ld, sample %lld (step %ld at batch %ld), %lld optimizer steps taken\n", path,
-           epoch < epochs ? epoch + 1 : epoch, (long long)samples, step, batch,
-           (long long)bpt_optimizer_step_count(optimizer));
+    if (epoch == epochs)
+      printf("resumed from %s: all %ld epochs were done, %lld optimizer steps taken\n", path, epochs,
+             (long long)bpt_optimizer_step_count(optimizer));
+    else
+      printf("resumed from %s: epoch %ld, sample %lld (step %ld at batch %ld), %lld optimizer steps taken\n", path,
+             epoch + 1, (long long)samples, step, batch, (long long)bpt_optimizer_step_count(optimizer));
   }
 
   int64_t batch_dims[2] = {batch, features};

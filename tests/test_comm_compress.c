@@ -160,24 +160,30 @@ static void non_finite_gradients_are_not_carried(void **state) {
   bpt_comm_decode_int8(bytes, n, NAN, decoded);
   for (int i = 0; i < n; i++)
     assert_true(isnan(decoded[i]));
-  bpt_comm_encode_int8(values, n, 0.25f, 63, bytes); /* a finite step: NaN quantises to a clamped byte */
-  for (int i = 0; i < n; i++)
-    assert_true(bytes[i] >= -63 && bytes[i] <= 63);
-  assert_int_equal(bytes[0], 2);
-  assert_int_equal(bytes[2], 63);
-  assert_int_equal(bytes[3], -63);
-  const int kinds[] = {BPT_COMPRESSION_F16, BPT_COMPRESSION_INT8};
+  bpt_comm_encode_int8(values, n, 0.25f, 63, bytes); /* a finite step: NaN quantises to 0, the rest clamp */
+  const int8_t expected[n] = {2, 0, 63, -63, -1, 63};
+  assert_memory_equal(bytes, expected, sizeof bytes);
+  const float zero = 0.0f;
+  bpt_comm_encode_int8(&zero, 1, 1e-40f, 63, bytes); /* 1 / step overflows: 0 x inf is NaN, still 0 */
+  assert_int_equal(bytes[0], 0);
+  const int kinds[] = {BPT_COMPRESSION_F16, BPT_COMPRESSION_INT8, BPT_COMPRESSION_TOPK};
   for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
-    float work[n], residual[n] = {0}, scratch[n];
-    unsigned char payload[n * sizeof(float)];
+    float work[n], residual[n], scratch[n];
+    unsigned char payload[n * sizeof(bpt_comm_sparse_entry)];
     memcpy(work, values, sizeof work);
-    bpt_comm_codec codec = {
-        .kind = kinds[kind], .f16_scale = 1.0f, .int8_step = NAN, .int8_limit = 63, .top_k_scratch = scratch};
+    for (int i = 0; i < n; i++)
+      residual[i] = 0.125f; /* what earlier, applied steps left out */
+    bpt_comm_codec codec = {.kind = kinds[kind], .f16_scale = 1.0f, .int8_step = NAN, .int8_limit = 63, .top_k = 2,
+                            .top_k_scratch = scratch};
     bpt_comm_compress(&codec, work, n, residual, payload);
     bpt_comm_decompress_local(&codec, payload, n, decoded);
-    assert_true(isnan(decoded[1]) && !isfinite(decoded[2]) && !isfinite(decoded[5])); /* 1e6 is past f16 */
-    for (int i = 0; i < n; i++)
+    assert_true(isnan(decoded[1])); /* top-k sends NaN first: it ranks as the largest magnitude */
+    if (kinds[kind] != BPT_COMPRESSION_TOPK) assert_true(!isfinite(decoded[2]) && !isfinite(decoded[5]));
+    for (int i = 0; i < n; i++) {
       assert_true(isfinite(residual[i]));
+      /* int8's NaN step spoils the whole bucket, and the step is dropped: the residual stays as it was. */
+      if (kinds[kind] == BPT_COMPRESSION_INT8) assert_true(residual[i] == 0.125f);
+    }
   }
 }
 

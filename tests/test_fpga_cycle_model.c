@@ -92,8 +92,8 @@ static void offchip_operands_add_transfer_cycles(void **state) {
   bpt_context_destroy(context);
 }
 
-/* The options take any positive bandwidth: a tiny one saturates the transfer count (converting a double past
- * 2^64 to an integer is undefined: UBSan in the sanitizer stage) rather than wrap. */
+/* The options take any positive bandwidth: a tiny one saturates a transfer's cycle count (converting a double
+ * past 2^64 to an integer is undefined: UBSan in the sanitizer stage). */
 static void a_tiny_bandwidth_saturates_the_transfer_cycles(void **state) {
   (void)state;
   bpt_context *context = small_part_with_bandwidth(1, 0, 1e-300);

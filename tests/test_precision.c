@@ -33,7 +33,7 @@ static void cast_kernel_matches_scalar_reference(void **state) {
   values[12] = -(1.0f + 0x1p-8f);
   values[13] = 1.0f + 0x1p-11f;
   values[14] = 1.0f + 3 * 0x1p-11f;
-  const uint32_t low_payload_nan = 0x7f800001u; /* rounding its bits as a number would carry it into infinity */
+  const uint32_t low_payload_nan = 0x7f800001u; /* rounded as a number, its payload is cut off: infinity */
   memcpy(&values[15], &low_payload_nan, sizeof low_payload_nan);
   bpt_dtype dtypes[] = {BPT_DTYPE_F16, BPT_DTYPE_BF16, BPT_DTYPE_FP8_E4M3, BPT_DTYPE_FP8_E5M2};
   for (size_t d = 0; d < 4; d++) {

@@ -135,8 +135,9 @@ void bpt_comm_encode_int8(const float *values, int64_t count, float step, int li
   float inverse = step > 0.0f ? 1.0f / step : 0.0f;
   for (int64_t i = 0; i < count; i++) {
     float q = rintf(values[i] * inverse);
-    /* NaN (a NaN value, or inf times a zero inverse) fails every comparison: it becomes -limit, not (int)NaN. */
-    encoded[i] = (int8_t)(q > (float)limit ? limit : q >= (float)-limit ? (int)q : -limit);
+    /* NaN (a NaN value, inf times a zero inverse, zero times an infinite one) becomes 0, not (int)NaN. The
+     * step all ranks agreed on is NaN whenever any value was not finite, so decoding gives NaN anyway. */
+    encoded[i] = (int8_t)(q != q ? 0 : q > (float)limit ? limit : q < (float)-limit ? -limit : (int)q);
   }
 }
 
@@ -173,19 +174,23 @@ static float select_position(float *a, int64_t count, int64_t kth) {
   return a[kth];
 }
 
+/* NaN ranks as the largest magnitude: it must be sent, so that every rank's sum is NaN and the loss scaler
+ * skips the step; compared as NaN it would never be selected and k entries would not be filled. */
+static float selection_magnitude(float value) { return isnan(value) ? INFINITY : fabsf(value); }
+
 void bpt_comm_select_top_k(const float *values, int64_t count, int64_t k, float *scratch,
                            bpt_comm_sparse_entry *selected) {
   if (k <= 0 || count <= 0) return;
   if (k > count) k = count;
   for (int64_t i = 0; i < count; i++)
-    scratch[i] = fabsf(values[i]);
+    scratch[i] = selection_magnitude(values[i]);
   float threshold = select_position(scratch, count, count - k);
   int64_t above = 0;
   for (int64_t i = 0; i < count; i++)
-    above += fabsf(values[i]) > threshold;
+    above += selection_magnitude(values[i]) > threshold;
   int64_t ties = k - above, filled = 0;
   for (int64_t i = 0; i < count && filled < k; i++) {
-    float magnitude = fabsf(values[i]);
+    float magnitude = selection_magnitude(values[i]);
     if (magnitude > threshold || (magnitude == threshold && ties-- > 0))
       selected[filled++] = (bpt_comm_sparse_entry){(int32_t)i, values[i]};
   }
@@ -219,18 +224,20 @@ void bpt_comm_compress(const bpt_comm_codec *codec, float *work, int64_t count, 
   case BPT_COMPRESSION_NONE: memcpy(payload, work, (size_t)count * sizeof *work); break;
   }
   if (!residual) return;
+  /* A non-finite gradient (or one past f16's range) makes this step's sum non-finite, and the loss scaler
+   * drops the step. int8 then keeps the residual it had (the NaN step spoils every value of the bucket);
+   * otherwise a non-finite residual value becomes 0, since carried on it would poison every later step. */
+  if (codec->kind == BPT_COMPRESSION_INT8 && !isfinite(codec->int8_step)) return;
   if (codec->kind == BPT_COMPRESSION_TOPK) { /* exact: the sent entries leave nothing behind */
     memcpy(residual, work, (size_t)count * sizeof *work);
     const bpt_comm_sparse_entry *entries = payload;
     for (int64_t i = 0; i < codec->top_k && i < count; i++)
       residual[entries[i].index] = 0.0f;
-    return;
+  } else {
+    bpt_comm_decompress_local(codec, payload, count, residual);
+    for (int64_t i = 0; i < count; i++)
+      residual[i] = work[i] - residual[i];
   }
-  bpt_comm_decompress_local(codec, payload, count, residual);
-  /* A non-finite gradient (or one past f16's range) makes this step's sum non-finite, and the loss scaler
-   * drops that step; carried on as residual it would poison every later step, so nothing is carried. */
-  for (int64_t i = 0; i < count; i++) {
-    residual[i] = work[i] - residual[i];
+  for (int64_t i = 0; i < count; i++)
     if (!isfinite(residual[i])) residual[i] = 0.0f;
-  }
 }

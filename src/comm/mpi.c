@@ -148,7 +148,8 @@ static void *run_blocking_call(void *argument) {
  * (0: forever). Returns 1 with *result when it returned in time, 0 when abandoned (then wedged_call is
  * set), -1 when no thread could be started (then the call ran on this thread). */
 static int call_bounded(bool initialise, double timeout, int *result, int *provided) {
-  /* A deadline past about 30 years would overflow the time_t sum below; waiting that long is waiting forever. */
+  /* (long long)timeout below is undefined from 2^63 s, and a 32-bit time_t overflows within decades; waiting
+   * over 30 years is waiting forever. */
   if (timeout > 1e9) timeout = 0;
   blocking_call *call = calloc(1, sizeof *call);
   pthread_condattr_t attributes;

@@ -16,8 +16,9 @@ uint64_t bpt_fpga_lanes(const bpt_fpga_model *model) {
   return (uint64_t)model->options.dsp_slices * (uint64_t)model->options.lanes_per_slice;
 }
 
-/* ceil() as a count of bytes or cycles; the options take any positive bandwidth, so a tiny one saturates the
- * count instead of converting a double past 2^64 (undefined). */
+/* ceil() as a count of bytes or cycles; the options take any positive bandwidth, so a tiny one saturates one
+ * charge at UINT64_MAX instead of converting a double past 2^64 (undefined). The sums of such charges wrap
+ * (unsigned, defined): at that bandwidth the report means nothing anyway. */
 static uint64_t ceil_saturated(double value) { return value < 0x1p64 ? (uint64_t)ceil(value) : UINT64_MAX; }
 
 /* Bytes one element occupies in the device's memory: fixed point packs W bits. */
