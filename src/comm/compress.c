@@ -229,15 +229,16 @@ void bpt_comm_compress(const bpt_comm_codec *codec, float *work, int64_t count, 
    * otherwise a non-finite residual value becomes 0, since carried on it would poison every later step. */
   if (codec->kind == BPT_COMPRESSION_INT8 && !isfinite(codec->int8_step)) return;
   if (codec->kind == BPT_COMPRESSION_TOPK) { /* exact: the sent entries leave nothing behind */
-    memcpy(residual, work, (size_t)count * sizeof *work);
+    for (int64_t i = 0; i < count; i++)
+      residual[i] = isfinite(work[i]) ? work[i] : 0.0f;
     const bpt_comm_sparse_entry *entries = payload;
     for (int64_t i = 0; i < codec->top_k && i < count; i++)
       residual[entries[i].index] = 0.0f;
-  } else {
-    bpt_comm_decompress_local(codec, payload, count, residual);
-    for (int64_t i = 0; i < count; i++)
-      residual[i] = work[i] - residual[i];
+    return;
   }
-  for (int64_t i = 0; i < count; i++)
-    if (!isfinite(residual[i])) residual[i] = 0.0f;
+  bpt_comm_decompress_local(codec, payload, count, residual);
+  for (int64_t i = 0; i < count; i++) {
+    const float left_out = work[i] - residual[i];
+    residual[i] = isfinite(left_out) ? left_out : 0.0f;
+  }
 }
