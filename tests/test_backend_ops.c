@@ -288,6 +288,7 @@ struct op_case {
   int64_t other_shape[3];
   bool other_batched;
   bool transpose_a, transpose_b;                                   /* matmul */
+  bool twice;                                                      /* permute: x feeds two, their sum the output */
   int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
   int64_t to_shape[3];
   float slope;                    /* leaky_relu */
@@ -539,6 +540,18 @@ static bpt_status build_binary(case_graph *g, const op_case *c, bpt_node **out) 
   }
 }
 
+/* permute over the main input's whole shape (the batch is axis 0), order in to_shape. */
+static bpt_status build_permute(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
+  const int64_t axes[4] = {0, c->to_shape[0], c->to_shape[1], c->to_shape[2]};
+  if (!c->twice) return bpt_permute(g->graph, "op", x, c->rank + 1, axes, out);
+  bpt_node *first, *second;
+  BPT_CHECK(bpt_permute(g->graph, "op", x, c->rank + 1, axes, &first));
+  BPT_CHECK(bpt_permute(g->graph, "op2", x, c->rank + 1, axes, &second));
+  return bpt_add(g->graph, "sum", first, second, out);
+}
+
 static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
@@ -625,6 +638,9 @@ static const op_case op_cases[] = {
     {"linear per token, no bias: sequence 2x3x2x3 -> 4", BPT_OP_LINEAR, build_linear, .batch = 2, .rank = 3, SHAPE(3, 2, 3), .sequence = true, .units = 4, .no_bias = true},
     {"add_relu 2x3x4x5", BPT_OP_ADD_RELU, build_add, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .kinks = true},
     {"add_relu fan-out batch 1, 33", BPT_OP_ADD_RELU, build_add, .batch = 1, .rank = 1, SHAPE(33), .fan_out = true, .kinks = true, .margin = 0.1f},
+    {"permute heads 2x3x4x5 -> 2x4x3x5", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .to_shape = {2, 1, 3}},
+    {"permute last axis moved 3x4x7 -> 3x7x4", BPT_OP_PERMUTE, build_permute, .batch = 3, .rank = 2, SHAPE(4, 7), .to_shape = {2, 1}},
+    {"permute cycle 2x3x5x6 -> 2x6x3x5, twice (dx accumulates)", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 5, 6), .to_shape = {3, 1, 2}, .twice = true},
     {"reshape 2x3x4 -> 6x4", BPT_OP_RESHAPE, build_reshape, .batch = 2, .rank = 3, SHAPE(2, 3, 4), .to_rank = 2, .to_shape = {6, 4}},
     {"reshape flatten batch 1, 3x5", BPT_OP_RESHAPE, build_reshape, .batch = 1, .rank = 2, SHAPE(3, 5), .to_rank = 0},
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},

@@ -312,8 +312,9 @@ static void test_op_zoo(void **state) {
   }
 }
 
-/* The tensor model's ops: a sequence input, per-token linear, a broadcast gain and position table, and two
- * batched products (h h^T, then its product with h), flattened into an MSE loss. */
+/* The tensor model's ops: a sequence input, per-token linear, a broadcast gain and position table, a permute
+ * and batched products (h h^T twice, through the permute and through matmul's transpose, then the scores'
+ * product with h), flattened into an MSE loss. */
 static void test_sequence_ops(void **state) {
   (void)state;
   if (!onnx_available()) skip();
@@ -324,7 +325,11 @@ static void test_sequence_ops(void **state) {
   assert_ok(m.context, bpt_layer_linear(m.graph, "token", m.input, 8, BPT_INIT_HE_UNIFORM, &h));
   assert_ok(m.context, bpt_graph_parameter(m.graph, "gain", 1, (const int64_t[]){8}, BPT_INIT_ONES, &gain));
   assert_ok(m.context, bpt_mul(m.graph, "gained", h, gain, &h));
-  assert_ok(m.context, bpt_matmul(m.graph, "scores", h, h, 0, 1, &scores));
+  bpt_node *h_t, *direct;
+  assert_ok(m.context, bpt_permute(m.graph, "h_t", h, 3, (const int64_t[]){0, 2, 1}, &h_t));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores_t", h, h_t, 0, 0, &scores));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores_direct", h, h, 0, 1, &direct));
+  assert_ok(m.context, bpt_add(m.graph, "scores", scores, direct, &scores));
   assert_ok(m.context, bpt_graph_parameter(m.graph, "position", 2, (const int64_t[]){4, 4}, BPT_INIT_HE_UNIFORM,
                                            &position));
   assert_ok(m.context, bpt_add(m.graph, "positioned", scores, position, &scores));

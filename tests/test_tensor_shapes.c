@@ -130,6 +130,42 @@ static void matmul_refusals_name_the_axes(void **state) {
   bpt_context_destroy(context);
 }
 
+/* permute (N, 2, 3, 4) -> (N, 4, 2, 3) against the index arithmetic: y[n][d][t][h] = x[n][t][h][d]. */
+static void permute_moves_axes(void **state) {
+  (void)state;
+  bpt_context *context = test_context(7);
+  bpt_graph *graph;
+  bpt_node *x, *y;
+  const int64_t dims[3] = {2, 3, 4}, axes[4] = {0, 3, 1, 2};
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, dims, &x));
+  assert_fails(context, BPT_ERR_SHAPE, "must stay axis 0", bpt_permute(graph, "bad", x, 4, (const int64_t[]){1, 0, 2, 3},
+                                                                      &y));
+  assert_fails(context, BPT_ERR_SHAPE, "permutation of 0..3", bpt_permute(graph, "bad", x, 4,
+                                                                         (const int64_t[]){0, 1, 1, 2}, &y));
+  assert_ok(context, bpt_permute(graph, "moved", x, 4, axes, &y));
+  assert_ok(context, bpt_graph_compile(graph, NULL, BATCH));
+  const int64_t x_dims[4] = {BATCH, 2, 3, 4}, y_dims[4] = {BATCH, 4, 2, 3};
+  bpt_tensor *x_values, *y_values;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, x_dims, &x_values));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, y_dims, &y_values));
+  float *in = bpt_tensor_data(x_values);
+  for (int i = 0; i < BATCH * 24; i++) in[i] = (float)i;
+  assert_ok(context, bpt_graph_set_input(graph, x, x_values));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, y, y_values));
+  const float *out = bpt_tensor_data(y_values);
+  for (int n = 0; n < BATCH; n++)
+    for (int d = 0; d < 4; d++)
+      for (int t = 0; t < 2; t++)
+        for (int h = 0; h < 3; h++)
+          assert_float_equal(out[((n * 4 + d) * 2 + t) * 3 + h], in[((n * 2 + t) * 3 + h) * 4 + d], 0.0);
+  bpt_tensor_destroy(x_values);
+  bpt_tensor_destroy(y_values);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sequence_linear_is_per_token),
@@ -137,6 +173,7 @@ int main(void) {
       cmocka_unit_test(sequence_input_checks_its_length),
       cmocka_unit_test(broadcast_refusals_name_both_shapes),
       cmocka_unit_test(matmul_refusals_name_the_axes),
+      cmocka_unit_test(permute_moves_axes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,6 +97,14 @@ BPT_API bpt_status bpt_mul(bpt_graph *graph, const char *name, bpt_node *a, bpt_
 BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, int transpose_a,
                               int transpose_b, bpt_node **out);
 /**
+ * The axes of @p x in a new order: y.dims[i] = x.dims[axes[i]] over the whole shape, the batch included as
+ * axis 0, which must stay axis 0. @p rank is x's full rank. (N, T, H, D) with axes {0, 2, 1, 3} gives
+ * (N, H, T, D), attention's heads split from a (N, T, H D) value reshaped to (N, T, H, D). Values are copied
+ * (CPU kernels; other backends use the CPU fallback when allowed).
+ */
+BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
+                               bpt_node **out);
+/**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op.
  * @param logits (N, classes) f32; @param labels (N) i32 input with values in [0, classes)
  */

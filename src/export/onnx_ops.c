@@ -104,6 +104,13 @@ static bpt_status emit_matmul(onnx_builder *b, const bpt_node *node) {
   return onnx_node(b, "MatMul", y, (const char *[]){a, bb}, 2, y, NULL);
 }
 
+static bpt_status emit_permute(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Transpose", y, &x, 1, y, &n));
+  return onnx_attribute_ints(b, n, "perm", node->int_attributes + 1, (int)node->int_attributes[0]);
+}
+
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
   if (node->inputs[0]->sequence) return emit_sequence_linear(b, node);
@@ -224,6 +231,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_GELU] = emit_gelu,
     [BPT_OP_MUL] = emit_mul,
     [BPT_OP_MATMUL] = emit_matmul,
+    [BPT_OP_PERMUTE] = emit_permute,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }
