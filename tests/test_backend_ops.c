@@ -283,6 +283,12 @@ struct op_case {
   int64_t units;                                                   /* linear: output features */
   bool no_bias;                                                    /* linear, conv2d */
   int64_t out_channels, kernel, stride, padding, dilation, groups; /* conv2d; pooling: kernel, stride, padding */
+  bool sequence;        /* the main input is a sequence input: shape[0] is its length, the rest per token */
+  int other_rank;       /* add, mul, matmul: the second operand, per sample when other_batched, else a parameter */
+  int64_t other_shape[3];
+  bool other_batched;
+  bool transpose_a, transpose_b;                                   /* matmul */
+  bool twice;                                                      /* permute: x feeds two, their sum the output */
   int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
   int64_t to_shape[3];
   float slope;                    /* leaky_relu */
@@ -371,7 +377,11 @@ static bpt_status add_input(case_graph *g, const char *name, int rank, const int
                             bool differentiable, bpt_node **out) {
   leaf *l = new_leaf(g, name, g->c->batch * product(rank, dims));
   if (!l) return BPT_ERR_OUT_OF_MEMORY;
-  BPT_CHECK(bpt_graph_input(g->graph, name, BPT_DTYPE_F32, rank, dims, out));
+  /* The case's main input (the first leaf) is a sequence when the case says so. */
+  if (g->c->sequence && g->leaf_count == 1)
+    BPT_CHECK(bpt_graph_input_sequence(g->graph, name, BPT_DTYPE_F32, dims[0], rank - 1, dims + 1, out));
+  else
+    BPT_CHECK(bpt_graph_input(g->graph, name, BPT_DTYPE_F32, rank, dims, out));
   l->node = *out;
   l->is_input = true;
   l->differentiable = differentiable;
@@ -439,7 +449,8 @@ static bpt_status build_dropout(case_graph *g, const op_case *c, bpt_node **out)
 
 static bpt_status build_linear(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x, *weight, *bias = NULL;
-  const int64_t in = product(c->rank, c->shape), weight_dims[2] = {c->units, in};
+  const int64_t in = c->sequence ? product(c->rank - 1, c->shape + 1) : product(c->rank, c->shape),
+                weight_dims[2] = {c->units, in};
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
   BPT_CHECK(add_parameter(g, "weight", 2, weight_dims, -0.5f, 0.5f, true, &weight));
   if (!c->no_bias) BPT_CHECK(add_parameter(g, "bias", 1, &c->units, -0.5f, 0.5f, true, &bias));
@@ -513,6 +524,34 @@ static bpt_status build_add(case_graph *g, const op_case *c, bpt_node **out) {
   return bpt_add(g->graph, "op", a, b, out);
 }
 
+/* add, mul and matmul on the case's main input a and a second operand b: another input (batched) or a
+ * parameter, whose shape makes the case broadcast or not. */
+static bpt_status build_binary(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *a, *b;
+  BPT_CHECK(add_input(g, "a", c->rank, c->shape, -1.0f, 1.0f, true, &a));
+  if (c->other_batched)
+    BPT_CHECK(add_input(g, "b", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &b));
+  else
+    BPT_CHECK(add_parameter(g, "b", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &b));
+  switch (c->op) {
+  case BPT_OP_MUL: return bpt_mul(g->graph, "op", a, b, out);
+  case BPT_OP_MATMUL: return bpt_matmul(g->graph, "op", a, b, c->transpose_a, c->transpose_b, out);
+  default: return bpt_add(g->graph, "op", a, b, out);
+  }
+}
+
+/* permute over the main input's whole shape (the batch is axis 0), order in to_shape. */
+static bpt_status build_permute(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
+  const int64_t axes[4] = {0, c->to_shape[0], c->to_shape[1], c->to_shape[2]};
+  if (!c->twice) return bpt_permute(g->graph, "op", x, c->rank + 1, axes, out);
+  bpt_node *first, *second;
+  BPT_CHECK(bpt_permute(g->graph, "op", x, c->rank + 1, axes, &first));
+  BPT_CHECK(bpt_permute(g->graph, "op2", x, c->rank + 1, axes, &second));
+  return bpt_add(g->graph, "sum", first, second, out);
+}
+
 static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
@@ -582,8 +621,26 @@ static const op_case op_cases[] = {
     {"add 3x2x7", BPT_OP_ADD, build_add, .batch = 3, .rank = 2, SHAPE(2, 7)},
     {"add fan-out (a + a)", BPT_OP_ADD, build_add, .batch = 2, .rank = 1, SHAPE(9), .fan_out = true},
     {"add 70001 (parity add_scaled)", BPT_OP_ADD, build_add, .batch = 1, .rank = 1, SHAPE(70001)},
+    {"add broadcast: sequence 2x3x5 + bias (5)", BPT_OP_ADD, build_binary, .batch = 2, .rank = 2, SHAPE(3, 5), .sequence = true, .other_rank = 1, .other_shape = {5}},
+    {"add broadcast: 3x4x6 + position table (4, 6)", BPT_OP_ADD, build_binary, .batch = 3, .rank = 2, SHAPE(4, 6), .other_rank = 2, .other_shape = {4, 6}},
+    {"add broadcast: 2x3x1x7 + 2x3x5x1 (both repeated)", BPT_OP_ADD, build_binary, .batch = 2, .rank = 3, SHAPE(3, 1, 7), .other_batched = true, .other_rank = 3, .other_shape = {3, 5, 1}},
+    {"add broadcast: 3x2x37 + (1, 1, 37) against the batch", BPT_OP_ADD, build_binary, .batch = 3, .rank = 2, SHAPE(2, 37), .other_rank = 3, .other_shape = {1, 1, 37}},
+    {"mul same shape 3x2x7", BPT_OP_MUL, build_binary, .batch = 3, .rank = 2, SHAPE(2, 7), .other_batched = true, .other_rank = 2, .other_shape = {2, 7}},
+    {"mul broadcast: 2x4x5 * per-row scale 2x4x1", BPT_OP_MUL, build_binary, .batch = 2, .rank = 2, SHAPE(4, 5), .other_batched = true, .other_rank = 2, .other_shape = {4, 1}},
+    {"mul broadcast: 2x3x5x7 * per-channel scale (3, 1, 1)", BPT_OP_MUL, build_binary, .batch = 2, .rank = 3, SHAPE(3, 5, 7), .other_rank = 3, .other_shape = {3, 1, 1}},
+    {"mul broadcast: sequence 2x3x33 * gain (33)", BPT_OP_MUL, build_binary, .batch = 2, .rank = 2, SHAPE(3, 33), .sequence = true, .other_rank = 1, .other_shape = {33}},
+    {"matmul heads 2x3x5x4 . 2x3x6x4^T (Q K^T)", BPT_OP_MATMUL, build_binary, .batch = 2, .rank = 3, SHAPE(3, 5, 4), .other_batched = true, .other_rank = 3, .other_shape = {3, 6, 4}, .transpose_b = true},
+    {"matmul 2x3x5x6 . 2x3x6x4 (P V)", BPT_OP_MATMUL, build_binary, .batch = 2, .rank = 3, SHAPE(3, 5, 6), .other_batched = true, .other_rank = 3, .other_shape = {3, 6, 4}},
+    {"matmul shared weight: 3x4x5 . (5, 7)", BPT_OP_MATMUL, build_binary, .batch = 3, .rank = 2, SHAPE(4, 5), .other_rank = 2, .other_shape = {5, 7}},
+    {"matmul transposed both: (3x5x4)^T . ((6, 5))^T", BPT_OP_MATMUL, build_binary, .batch = 3, .rank = 2, SHAPE(5, 4), .other_rank = 2, .other_shape = {6, 5}, .transpose_a = true, .transpose_b = true},
+    {"matmul batch rows: 5x9 . (9, 3)", BPT_OP_MATMUL, build_binary, .batch = 5, .rank = 1, SHAPE(9), .other_rank = 2, .other_shape = {9, 3}},
+    {"linear per token: sequence 3x4x5 -> 6", BPT_OP_LINEAR, build_linear, .batch = 3, .rank = 2, SHAPE(4, 5), .sequence = true, .units = 6},
+    {"linear per token, no bias: sequence 2x3x2x3 -> 4", BPT_OP_LINEAR, build_linear, .batch = 2, .rank = 3, SHAPE(3, 2, 3), .sequence = true, .units = 4, .no_bias = true},
     {"add_relu 2x3x4x5", BPT_OP_ADD_RELU, build_add, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .kinks = true},
     {"add_relu fan-out batch 1, 33", BPT_OP_ADD_RELU, build_add, .batch = 1, .rank = 1, SHAPE(33), .fan_out = true, .kinks = true, .margin = 0.1f},
+    {"permute heads 2x3x4x5 -> 2x4x3x5", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .to_shape = {2, 1, 3}},
+    {"permute last axis moved 3x4x7 -> 3x7x4", BPT_OP_PERMUTE, build_permute, .batch = 3, .rank = 2, SHAPE(4, 7), .to_shape = {2, 1}},
+    {"permute cycle 2x3x5x6 -> 2x6x3x5, twice (dx accumulates)", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 5, 6), .to_shape = {3, 1, 2}, .twice = true},
     {"reshape 2x3x4 -> 6x4", BPT_OP_RESHAPE, build_reshape, .batch = 2, .rank = 3, SHAPE(2, 3, 4), .to_rank = 2, .to_shape = {6, 4}},
     {"reshape flatten batch 1, 3x5", BPT_OP_RESHAPE, build_reshape, .batch = 1, .rank = 2, SHAPE(3, 5), .to_rank = 0},
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},

@@ -647,7 +647,7 @@ static void shape_errors_are_reported(void **state) {
   assert_ok(context, bpt_graph_nontrainable_parameter(graph, "variance", 1, &channels, BPT_INIT_ONES, &variance));
   assert_fails(context, BPT_ERR_SHAPE, "3 values",
                bpt_batch_norm(graph, "bn", x, gamma, beta, mean, variance, 0.1f, 1e-5f, &y));
-  assert_fails(context, BPT_ERR_SHAPE, "differ in shape", bpt_add(graph, "add", x, flat, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "do not broadcast", bpt_add(graph, "add", x, flat, &y));
   bpt_graph_destroy(graph);
   bpt_context_destroy(context);
 }

@@ -312,6 +312,38 @@ static void test_op_zoo(void **state) {
   }
 }
 
+/* The tensor model's ops: a sequence input, per-token linear, a broadcast gain and position table, a permute
+ * and batched products (h h^T twice, through the permute and through matmul's transpose, then the scores'
+ * product with h), flattened into an MSE loss. */
+static void test_sequence_ops(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  model m = {.context = test_context(16), .sample_rank = 2, .sample = {4, 6}};
+  bpt_node *h, *gain, *position, *scores;
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context, bpt_graph_input_sequence(m.graph, "tokens", BPT_DTYPE_F32, 4, 1, (const int64_t[]){6}, &m.input));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "token", m.input, 8, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m.context, bpt_graph_parameter(m.graph, "gain", 1, (const int64_t[]){8}, BPT_INIT_ONES, &gain));
+  assert_ok(m.context, bpt_mul(m.graph, "gained", h, gain, &h));
+  bpt_node *h_t, *direct;
+  assert_ok(m.context, bpt_permute(m.graph, "h_t", h, 3, (const int64_t[]){0, 2, 1}, &h_t));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores_t", h, h_t, 0, 0, &scores));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores_direct", h, h, 0, 1, &direct));
+  assert_ok(m.context, bpt_add(m.graph, "scores", scores, direct, &scores));
+  assert_ok(m.context, bpt_graph_parameter(m.graph, "position", 2, (const int64_t[]){4, 4}, BPT_INIT_HE_UNIFORM,
+                                           &position));
+  assert_ok(m.context, bpt_add(m.graph, "positioned", scores, position, &scores));
+  assert_ok(m.context, bpt_matmul(m.graph, "mixed", scores, h, 0, 0, &h));
+  assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, true);
+  float *pixels = random_pixels(&m, 25);
+  train(&m, pixels, 0.5f, 2.0f);
+  export_model(&m, "sequence", pixels, bpt_onnx_export_options_default());
+  free(pixels);
+  model_destroy(&m);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   if (!onnx_available()) skip();
@@ -356,7 +388,7 @@ static void test_refusals(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
-      cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo),
+      cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,7 +73,14 @@ BPT_API bpt_status bpt_avg_pool2d(bpt_graph *graph, const char *name, bpt_node *
 /** Mean over each channel's plane: (N, C, H, W) to (N, C). */
 BPT_API bpt_status bpt_global_avg_pool(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 
-/** Element-wise a + b of two nodes of the same shape (residual connections). */
+/**
+ * Element-wise a + b (residual connections, a bias or a position table added to every sample), with NumPy
+ * broadcasting: shapes aligned at the last axis, each pair of axes equal or one of them 1. The batch stays the
+ * first axis: an unbatched operand spans at most the per-sample axes (or has a 1 against the batch), and two
+ * batched operands have the same rank. Inputs of one shape run on every backend; broadcasting runs on the
+ * backends whose kernels have it (the CPU), elsewhere it is a compile-time ::BPT_ERR_UNSUPPORTED or the CPU
+ * fallback.
+ */
 BPT_API bpt_status bpt_add(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out);
 
 /** Element-wise max(a + b, 0) in one node: the join of a ResNet basic block and its ReLU. */

@@ -50,13 +50,27 @@ BPT_API bpt_status bpt_graph_input(bpt_graph *graph, const char *name, bpt_dtype
                                    const int64_t *dims, bpt_node **out);
 
 /**
+ * Declares a sequence input fed per batch: each sample is @p length tokens of shape @p dims, so the node's
+ * shape is (batch, length, dims...). The sequence axis is a leading axis like the batch: per-token ops
+ * (bpt_linear()) map over both and act on the per-token dims, and element-wise ops, add and mul keep it.
+ * @param length tokens per sample, fixed at declaration; bpt_graph_set_input() takes (batch, length, dims...)
+ * @param rank per-token rank, 0 for one value per token such as a token id or a label
+ * @param dtype ::BPT_DTYPE_F32 for data, ::BPT_DTYPE_I32 for ids and labels
+ */
+BPT_API bpt_status bpt_graph_input_sequence(bpt_graph *graph, const char *name, bpt_dtype dtype, int64_t length,
+                                            int rank, const int64_t *dims, bpt_node **out);
+
+/**
  * Declares a trainable f32 parameter (no batch dimension), filled by @p initializer at compile time.
  * Fan-in is the product of dims[1..]; fan-out is dims[0] times the product of dims[2..].
  */
 BPT_API bpt_status bpt_graph_parameter(bpt_graph *graph, const char *name, int rank, const int64_t *dims,
                                        bpt_initializer initializer, bpt_node **out);
 
-/** y = x W^T + b. x: (N, in) or (N, ...) flattened; W: (out, in); b: (out) or NULL. */
+/**
+ * y = x W^T + b over x's features. W: (out, in); b: (out) or NULL. x: (N, in) or (N, ...) flattened to in
+ * features, y (N, out); a sequence x (N, T, in) or (N, T, ...) is a product per token, y (N, T, out).
+ */
 BPT_API bpt_status bpt_linear(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight,
                               bpt_node *bias, bpt_node **out);
 /** y = max(x, 0). */
@@ -70,6 +84,26 @@ BPT_API bpt_status bpt_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt
 /** y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (PyTorch's default, not the tanh approximation).
  * x must be f32; y has its shape. */
 BPT_API bpt_status bpt_gelu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** Element-wise a * b, with the broadcasting of bpt_add(). */
+BPT_API bpt_status bpt_mul(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out);
+/**
+ * Matrix products over the last two axes, C = op(A) op(B) with op a transpose where @p transpose_a or
+ * @p transpose_b is non-zero: A (..., m, k), B (..., k, n), C (..., m, n); attention's Q K^T is
+ * bpt_matmul(q, k, 0, 1). Every leading axis (the batch included) is a batch of products: A's and B's leading
+ * axes are equal, or one operand is a single matrix (no leading axes, an unbatched rank-2 value such as a
+ * weight) used by every product. A batched rank-2 A is one (batch, k) matrix, its rows the samples. Runs on
+ * every backend (one strided-batched GEMM); products run in f32, or bf16 under the bf16 policy.
+ */
+BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, int transpose_a,
+                              int transpose_b, bpt_node **out);
+/**
+ * The axes of @p x in a new order: y.dims[i] = x.dims[axes[i]] over the whole shape, the batch included as
+ * axis 0, which must stay axis 0. @p rank is x's full rank. (N, T, H, D) with axes {0, 2, 1, 3} gives
+ * (N, H, T, D), attention's heads split from a (N, T, H D) value reshaped to (N, T, H, D). Values are copied
+ * (CPU kernels; other backends use the CPU fallback when allowed).
+ */
+BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
+                               bpt_node **out);
 /**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op.
  * @param logits (N, classes) f32; @param labels (N) i32 input with values in [0, classes)

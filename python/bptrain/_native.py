@@ -180,6 +180,7 @@ _PROTOTYPES = {
     # graph.h (the op builders come from _ops.py)
     "bpt_graph_create": (status, [C, handle_p]),
     "bpt_graph_input": (status, [G, ctypes.c_char_p, c_int, c_int, int64_p, handle_p]),
+    "bpt_graph_input_sequence": (status, [G, ctypes.c_char_p, c_int, c_int64, c_int, int64_p, handle_p]),
     "bpt_graph_parameter": (status, [G, ctypes.c_char_p, c_int, int64_p, c_int, handle_p]),
     "bpt_graph_nontrainable_parameter": (status, [G, ctypes.c_char_p, c_int, int64_p, c_int, handle_p]),
     "bpt_graph_destroy": (None, [G]),

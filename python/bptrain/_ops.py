@@ -92,6 +92,9 @@ OPS = {
     "sigmoid": ("bpt_sigmoid", "x:node", "sigmoid"),
     "tanh": ("bpt_tanh", "x:node", "tanh"),
     "gelu": ("bpt_gelu", "x:node", "gelu"),
+    "mul": ("bpt_mul", "a:node b:node", "mul"),
+    "permute": ("bpt_permute", "x:node axes:dims", "permute"),
+    "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
     "mse_loss": ("bpt_mse_loss", "prediction:node target:node", "loss"),
     # cnn_ops.h

@@ -146,6 +146,18 @@ class Model(TrainingLoop, Closing):
         self.inputs.append(node)
         return node
 
+    def input_sequence(self, name, length, shape=(), dtype="f32"):
+        """Declares a sequence input: each sample is `length` tokens of per-token `shape` (() for one token id or
+        label per token), so batches are (batch, length, *shape). Per-token ops such as `linear` act on `shape`."""
+        if dtype not in ("f32", "i32"):
+            raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
+        length = _arguments.integer(length, "Model.input_sequence", "length")
+        rank, dims = _ops._dims(shape, "Model.input_sequence")
+        node = self._add(lib.bpt_graph_input_sequence, _arguments.name(name, "Model.input_sequence"), DTYPES[dtype],
+                         length, rank, dims, dtype=dtype, sample_shape=(length,) + tuple(dims[:rank]))
+        self.inputs.append(node)
+        return node
+
     def parameter(self, name, shape, init="he_uniform"):
         """Declares a trainable parameter of `shape` (no batch dimension), filled by `init` at compile time."""
         rank, dims = _ops._dims(shape, "Model.parameter")

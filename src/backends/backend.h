@@ -11,7 +11,7 @@
 
 #include "bptrain/common.h"
 
-#define BPT_BACKEND_VTABLE_VERSION 2
+#define BPT_BACKEND_VTABLE_VERSION 3
 
 typedef struct bpt_backend bpt_backend;
 
@@ -21,7 +21,13 @@ typedef struct bpt_backend_options {
 
 /* Row-major matrix product C = alpha * op(A) op(B) + beta * C, op(A) (m, k), op(B) (k, n), accumulated in
  * f32. The dtypes default to f32 (value 0) so zero-initialised arguments describe a plain SGEMM; a backend
- * that cannot take 16-bit operands returns BPT_ERR_UNSUPPORTED. */
+ * that cannot take 16-bit operands returns BPT_ERR_UNSUPPORTED.
+ *
+ * Strided-batched (cublasGemmStridedBatched's model): batch_count products, product i on a + i stride_a,
+ * b + i stride_b and c + i stride_c (strides in elements of each operand's dtype). batch_count 0 means 1, so
+ * zero-initialised arguments describe one product; a stride of 0 for A or B repeats that operand (a shared
+ * weight); stride_c must leave the products' C disjoint (|stride_c| >= the span of one C), or the batches
+ * would race. Every backend takes batched arguments. */
 typedef struct bpt_gemm_args {
   bool transpose_a, transpose_b;
   bpt_dtype a_dtype, b_dtype, c_dtype;
@@ -37,7 +43,33 @@ typedef struct bpt_gemm_args {
   /* The bf16 policy's products: the operands hold bf16 values (or are rounded to bf16 like autocast), so a
    * backend may multiply them as bf16 with f32 accumulation; false asks for f32 arithmetic. */
   bool bf16_products;
+  int64_t batch_count;
+  int64_t stride_a, stride_b, stride_c;
 } bpt_gemm_args;
+
+/* The products a gemm call describes: batch_count, where 0 stands for 1. */
+static inline int64_t bpt_gemm_batch_count(const bpt_gemm_args *args) {
+  return args->batch_count > 0 ? args->batch_count : 1;
+}
+
+/* Whether the batch fields are usable: batch_count >= 0, strides >= 0, and with more than one product a C
+ * stride no smaller than one C's span (rows - 1) ldc + cols, so no two products write one element. */
+static inline bool bpt_gemm_batch_valid(const bpt_gemm_args *args) {
+  if (args->batch_count < 0 || args->stride_a < 0 || args->stride_b < 0 || args->stride_c < 0) return false;
+  if (bpt_gemm_batch_count(args) == 1 || args->m == 0 || args->n == 0) return true;
+  return args->stride_c >= (args->m - 1) * args->ldc + args->n;
+}
+
+/* Product i of a batched call as a single product (batch_count 1), for backends that loop over the batch. */
+static inline bpt_gemm_args bpt_gemm_batch_item(const bpt_gemm_args *args, int64_t i, size_t a_size, size_t b_size,
+                                                size_t c_size) {
+  bpt_gemm_args one = *args;
+  one.batch_count = 1;
+  one.a = (const float *)((const char *)args->a + (size_t)(i * args->stride_a) * a_size);
+  one.b = (const float *)((const char *)args->b + (size_t)(i * args->stride_b) * b_size);
+  one.c = (float *)((char *)args->c + (size_t)(i * args->stride_c) * c_size);
+  return one;
+}
 
 /* One SGD or Adam step over a contiguous range of parameters. */
 typedef struct bpt_update_args {

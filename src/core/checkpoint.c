@@ -122,7 +122,8 @@ static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
     bpt_put_string(writer, bpt_op_get(node->op)->name);
     bpt_put_string(writer, node->name);
     bpt_put_u32(writer, (uint32_t)node->dtype);
-    bpt_put_u32(writer, node->batched);
+    /* Bit 0 batched, bit 1 a sequence axis (readers before it only read the word). */
+    bpt_put_u32(writer, (uint32_t)node->batched | (uint32_t)node->sequence << 1);
     bpt_put_u32(writer, (uint32_t)node->rank);
     /* The batch dimension is the compiled maximum, which may differ between runs; store 0 for it. */
     for (int d = 0; d < node->rank; d++)

@@ -151,10 +151,57 @@ bpt_status bpt_node_infer_elementwise_shape(bpt_node *node) {
   const bpt_node *x = node->inputs[0];
   if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
   node->batched = x->batched;
+  node->sequence = x->sequence;
   node->rank = x->rank;
   for (int i = 0; i < x->rank; i++)
     node->dims[i] = x->dims[i];
   return BPT_OK;
+}
+
+static bpt_status broadcast_mismatch(bpt_node *node, const bpt_node *a, const bpt_node *b, const char *why) {
+  char shape_a[96], shape_b[96];
+  return bpt_node_error(node, BPT_ERR_SHAPE, "inputs '%s' (%s) and '%s' (%s) do not broadcast: %s", a->name,
+                        bpt_shape_string(a, shape_a, sizeof shape_a), b->name,
+                        bpt_shape_string(b, shape_b, sizeof shape_b), why);
+}
+
+bpt_status bpt_node_infer_broadcast_shape(bpt_node *node) {
+  const bpt_node *a = node->inputs[0], *b = node->inputs[1];
+  if (a->dtype != BPT_DTYPE_F32 || b->dtype != BPT_DTYPE_F32)
+    return bpt_node_error(node, BPT_ERR_DTYPE, "inputs '%s' and '%s' must be f32", a->name, b->name);
+  /* wide: the operand with more axes (the batched one when only one is). */
+  const bpt_node *wide = a->rank > b->rank || (a->rank == b->rank && a->batched) ? a : b;
+  const bpt_node *narrow = wide == a ? b : a;
+  if (a->batched && b->batched && a->rank != b->rank)
+    return broadcast_mismatch(node, a, b, "batched inputs must have the same rank, so that their batches align");
+  if (narrow->batched && !wide->batched)
+    return broadcast_mismatch(node, a, b, "the unbatched input has more axes than the batched one");
+  const int offset = wide->rank - narrow->rank;
+  for (int i = 0; i < wide->rank; i++) {
+    const int j = i - offset; /* narrow's axis aligned with wide's axis i, if any */
+    const bool wide_batch = i == 0 && wide->batched, narrow_batch = j == 0 && narrow->batched;
+    int64_t dim = wide->dims[i];
+    if (j >= 0 && !(wide_batch && narrow_batch)) {
+      const int64_t other = narrow->dims[j];
+      if (wide_batch && other != 1)
+        return broadcast_mismatch(node, a, b, "an unbatched input's axis against the batch must be 1");
+      if (!wide_batch && dim != other && dim != 1 && other != 1)
+        return broadcast_mismatch(node, a, b, "axes differ and neither is 1");
+      if (!wide_batch && dim == 1) dim = other;
+    }
+    node->dims[i] = dim;
+  }
+  node->rank = wide->rank;
+  node->batched = wide->batched;
+  node->sequence = a->sequence || b->sequence;
+  return BPT_OK;
+}
+
+bool bpt_node_broadcasts(const bpt_node *node, const bpt_node *input) {
+  if (input->rank != node->rank || input->batched != node->batched) return true;
+  for (int i = input->batched ? 1 : 0; i < input->rank; i++)
+    if (input->dims[i] != node->dims[i]) return true;
+  return false;
 }
 
 bpt_status bpt_node_check_shape(const bpt_node *node) {
@@ -188,6 +235,25 @@ bpt_status bpt_graph_input(bpt_graph *graph, const char *name, bpt_dtype dtype, 
   return BPT_OK;
 }
 
+bpt_status bpt_graph_input_sequence(bpt_graph *graph, const char *name, bpt_dtype dtype, int64_t length, int rank,
+                                    const int64_t *dims, bpt_node **out) {
+  if (out) *out = NULL;
+  if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_input_sequence: graph is NULL");
+  if (length < 1 || length > BPT_MAX_DIM)
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "input '%s': sequence length %lld is outside [1, 2^31 - 1]",
+                     name ? name : "", (long long)length);
+  if (rank < 0 || rank > BPT_MAX_RANK - 2)
+    return bpt_error(graph->context, BPT_ERR_SHAPE, "input '%s': per-token rank %d is outside [0, %d]",
+                     name ? name : "", rank, BPT_MAX_RANK - 2);
+  if (rank > 0 && !dims)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "input '%s': dims is NULL", name ? name : "");
+  int64_t sample[BPT_MAX_RANK] = {length};
+  for (int i = 0; i < rank; i++) sample[i + 1] = dims[i];
+  BPT_CHECK(bpt_graph_input(graph, name, dtype, rank + 1, sample, out));
+  (*out)->sequence = true;
+  return BPT_OK;
+}
+
 bpt_status bpt_graph_parameter(bpt_graph *graph, const char *name, int rank, const int64_t *dims,
                                bpt_initializer initializer, bpt_node **out) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_parameter: graph is NULL");
@@ -215,7 +281,7 @@ bpt_status bpt_layer_linear(bpt_graph *graph, const char *name, bpt_node *x, int
                      "bpt_layer_linear '%s': the graph is already compiled; layers cannot be added", name);
   char parameter_name[BPT_NAME_SIZE + 8];
   bpt_node *weight, *bias;
-  int64_t in_features = bpt_node_inner_count(x);
+  int64_t in_features = bpt_node_features(x);
   int64_t weight_dims[2] = {out_features, in_features};
   snprintf(parameter_name, sizeof parameter_name, "%s.weight", name);
   BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 2, weight_dims, initializer, &weight));
@@ -227,6 +293,12 @@ bpt_status bpt_layer_linear(bpt_graph *graph, const char *name, bpt_node *x, int
 int64_t bpt_node_inner_count(const bpt_node *node) {
   int64_t count = 1;
   for (int i = node->batched ? 1 : 0; i < node->rank; i++) count *= node->dims[i];
+  return count;
+}
+
+int64_t bpt_node_features(const bpt_node *node) {
+  int64_t count = 1;
+  for (int i = bpt_node_leading_axes(node); i < node->rank; i++) count *= node->dims[i];
   return count;
 }
 
@@ -252,8 +324,13 @@ bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char
 const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size) {
   size_t used = 0;
   buffer[0] = 0;
-  for (int i = 0; i < node->rank && used < size; i++)
-    used += (size_t)snprintf(buffer + used, size - used, i ? "x%lld" : "%lld", (long long)node->dims[i]);
+  /* The batch axis is written N: its size is the run's, not the shape's. */
+  for (int i = 0; i < node->rank && used < size; i++) {
+    const int written = i == 0 && node->batched ? snprintf(buffer + used, size - used, "N")
+                                                : snprintf(buffer + used, size - used, i ? "x%lld" : "%lld",
+                                                           (long long)node->dims[i]);
+    used += written > 0 ? (size_t)written : 0;
+  }
   if (node->rank == 0) snprintf(buffer, size, "scalar");
   return buffer;
 }

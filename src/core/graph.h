@@ -26,11 +26,14 @@ struct bpt_node {
   float float_attributes[BPT_MAX_FLOAT_ATTRIBUTES];
 
   /* Shape: dims[0] is the batch (compiled maximum) when batched. Filled at creation for inputs and
-   * parameters, by the op's infer_shape for the rest. */
+   * parameters, by the op's infer_shape for the rest. With sequence (only when batched), dims[1] is a sequence
+   * axis of fixed length: per-token ops (linear) map over dims[0] and dims[1] together, the leading axes, and
+   * act on the rest, the features (bpt_node_features); without it the features are every per-sample axis. */
   bpt_dtype dtype;
   int rank;
   int64_t dims[BPT_MAX_RANK];
   bool batched;
+  bool sequence;
   bool requires_grad;
   bpt_initializer initializer;
 
@@ -142,10 +145,23 @@ struct bpt_graph {
 
 /* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */
 int64_t bpt_node_inner_count(const bpt_node *node);
+/* The axes per-token ops map over: 0 (unbatched), 1 (the batch) or 2 (batch and sequence). */
+static inline int bpt_node_leading_axes(const bpt_node *node) {
+  return (node->batched ? 1 : 0) + (node->sequence ? 1 : 0);
+}
+/* Elements per token: the product of the dims after the leading axes (per sample when there is no sequence). */
+int64_t bpt_node_features(const bpt_node *node);
 /* Elements of the node for the current batch. */
 int64_t bpt_node_count(const bpt_node *node);
-/* Element-wise ops' shape rule: the output takes input 0's shape; input 0 must be f32. */
+/* Element-wise ops' shape rule: the output takes input 0's shape (sequence axis included); input 0 must be f32. */
 bpt_status bpt_node_infer_elementwise_shape(bpt_node *node);
+/* Binary element-wise ops' shape rule (add, mul): NumPy broadcasting of inputs 0 and 1, both f32, their shapes
+ * aligned at the last axis, each pair of axes equal or one of them 1. The batch stays axis 0: an unbatched
+ * operand spans at most the per-sample axes (or has a 1 against the batch), two batched ones have one rank.
+ * The output is batched (and a sequence) when an input is; the message names both inputs and shapes. */
+bpt_status bpt_node_infer_broadcast_shape(bpt_node *node);
+/* Whether input's shape differs from node's, so that its values are repeated (and its gradient summed). */
+bool bpt_node_broadcasts(const bpt_node *node, const bpt_node *input);
 /* BPT_OK when every dimension of node's inferred shape is in [1, BPT_MAX_DIM] and its per-sample element count
  * at most BPT_MAX_ELEMENTS (core/checked.h); run after every shape rule, so no later size arithmetic wraps. */
 bpt_status bpt_node_check_shape(const bpt_node *node);

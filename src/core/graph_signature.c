@@ -51,6 +51,8 @@ static void append_shape(text *t, const bpt_node *node) {
   for (int axis = 0; axis < node->rank; axis++) {
     if (axis == 0 && node->batched)
       append(t, "batch");
+    else if (axis == 1 && node->sequence)
+      append(t, ", sequence %lld", (long long)node->dims[axis]);
     else
       append(t, "%s%lld", axis ? ", " : "", (long long)node->dims[axis]);
   }

@@ -20,6 +20,9 @@ bpt_status bpt_speculative_build_chain(bpt_speculative_trainer *trainer) {
                        "%s: node '%s' (%s) is not a linear or activation op; speculative training takes chains of "
                        "those from the images input to a softmax cross-entropy loss",
                        where, node->name, bpt_op_get(node->op)->name);
+    if (node->sequence)
+      return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: node '%s' is a sequence; speculative training takes one row "
+                       "per sample", where, node->name);
     if (node->op == BPT_OP_LINEAR &&
         (node->inputs[1]->op != BPT_OP_PARAMETER || (node->input_count > 2 && node->inputs[2]->op != BPT_OP_PARAMETER)))
       return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: linear '%s' must take parameters as weight and bias", where,

@@ -60,8 +60,60 @@ static bpt_status emit_gelu(onnx_builder *b, const bpt_node *node) {
 }
 
 /* y = x W^T + b: Gemm with transB, on x flattened to (N, features) when it has more dimensions. */
+/* A sequence's per-token product is MatMul by W^T (a transposed initializer would be a second copy of W, so
+ * Transpose runs in the graph, folded by runtimes) plus the bias; otherwise Gemm on the flattened input. */
+static bpt_status emit_sequence_linear(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node), *bias = input(b, node, 2);
+  const char *transposed = onnx_name(b, y, "weight_t"), *product = bias ? onnx_name(b, y, "product") : y;
+  const char *weight = input(b, node, 1);
+  if (node->inputs[0]->rank != bpt_node_leading_axes(node->inputs[0]) + 1)
+    return bpt_node_error(node, BPT_ERR_UNSUPPORTED, "ONNX export: a sequence input with more than one feature axis");
+  BPT_CHECK(onnx_node(b, "Transpose", transposed, &weight, 1, transposed, NULL));
+  BPT_CHECK(onnx_node(b, "MatMul", product, (const char *[]){x, transposed}, 2, product, NULL));
+  if (!bias) return BPT_OK;
+  return onnx_node(b, "Add", y, (const char *[]){product, bias}, 2, y, NULL);
+}
+
+static bpt_status emit_mul(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node);
+  return onnx_node(b, "Mul", y, (const char *[]){input(b, node, 0), input(b, node, 1)}, 2, y, NULL);
+}
+
+/* MatMul broadcasts its leading axes as matmul does; a transposed operand goes through Transpose of its last
+ * two axes. */
+static bpt_status transposed_last(onnx_builder *b, const bpt_node *node, int i, const char *suffix,
+                                  const char **value) {
+  const bpt_node *x = node->inputs[i];
+  if (!node->int_attributes[i]) return BPT_OK;
+  int64_t permutation[BPT_MAX_RANK];
+  for (int d = 0; d < x->rank; d++) permutation[d] = d;
+  permutation[x->rank - 2] = x->rank - 1;
+  permutation[x->rank - 1] = x->rank - 2;
+  const char *t = onnx_name(b, onnx_value(b, node), suffix);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Transpose", t, value, 1, t, &n));
+  BPT_CHECK(onnx_attribute_ints(b, n, "perm", permutation, x->rank));
+  *value = t;
+  return BPT_OK;
+}
+
+static bpt_status emit_matmul(onnx_builder *b, const bpt_node *node) {
+  const char *a = input(b, node, 0), *bb = input(b, node, 1), *y = onnx_value(b, node);
+  BPT_CHECK(transposed_last(b, node, 0, "a_t", &a));
+  BPT_CHECK(transposed_last(b, node, 1, "b_t", &bb));
+  return onnx_node(b, "MatMul", y, (const char *[]){a, bb}, 2, y, NULL);
+}
+
+static bpt_status emit_permute(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Transpose", y, &x, 1, y, &n));
+  return onnx_attribute_ints(b, n, "perm", node->int_attributes + 1, (int)node->int_attributes[0]);
+}
+
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
+  if (node->inputs[0]->sequence) return emit_sequence_linear(b, node);
   if (node->inputs[0]->rank != 2) {
     const char *flat = onnx_name(b, y, "flatten");
     Onnx__NodeProto *flatten;
@@ -177,6 +229,9 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_BATCH_NORM_RELU] = emit_batch_norm_relu,
     [BPT_OP_ADD_RELU] = emit_add_relu,
     [BPT_OP_GELU] = emit_gelu,
+    [BPT_OP_MUL] = emit_mul,
+    [BPT_OP_MATMUL] = emit_matmul,
+    [BPT_OP_PERMUTE] = emit_permute,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

@@ -85,16 +85,18 @@ bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind
   return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
 }
 
-/* linear's kernels are its bias terms (its products run through the shared gemm): y (N, out) += bias (out),
- * and bias_gradient (out) += the column sums of dy (N, out). */
+/* linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
+ * and bias_gradient (out) += the column sums of dy (rows, out); rows are samples, or tokens of a sequence. */
 static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *y = &node->output;
-  return bpt_cpu_bias_add(backend, y->dims[0], y->dims[1], node->inputs[2].value, y->value);
+  const int64_t out = y->dims[y->rank - 1];
+  return bpt_cpu_bias_add(backend, y->count / out, out, node->inputs[2].value, y->value);
 }
 
 static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *y = &node->output;
-  return bpt_cpu_bias_backward(backend, y->dims[0], y->dims[1], y->grad, node->inputs[2].grad);
+  const int64_t out = y->dims[y->rank - 1];
+  return bpt_cpu_bias_backward(backend, y->count / out, out, y->grad, node->inputs[2].grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, LINEAR, linear_forward, linear_backward, NULL);

@@ -45,6 +45,7 @@ static void load(void) {
     cublasStatus_t (*set_workspace)(cublasHandle_t, void *, size_t);
     const char *(*status_string)(cublasStatus_t);
     bpt_cuda_gemm_ex_fn gemm_ex;
+    bpt_cuda_gemm_strided_batched_ex_fn gemm_strided_batched_ex;
   } symbol;
   symbol.object = lookup(library, "cublasCreate_v2", &ok);
   api.create = symbol.create;
@@ -60,6 +61,8 @@ static void load(void) {
   api.status_string = symbol.status_string;
   symbol.object = lookup(library, "cublasGemmEx", &ok);
   api.gemm_ex = symbol.gemm_ex;
+  symbol.object = lookup(library, "cublasGemmStridedBatchedEx", &ok);
+  api.gemm_strided_batched_ex = symbol.gemm_strided_batched_ex;
   /* The library stays loaded for the life of the process: unloading cuBLAS is not supported. */
   api.loaded = ok;
 }

@@ -49,6 +49,11 @@ typedef cublasStatus_t (*bpt_cuda_gemm_ex_fn)(cublasHandle_t handle, cublasOpera
                                               cudaDataType_t a_type, int lda, const void *b, cudaDataType_t b_type,
                                               int ldb, const void *beta, void *c, cudaDataType_t c_type, int ldc,
                                               cublasComputeType_t compute_type, cublasGemmAlgo_t algorithm);
+typedef cublasStatus_t (*bpt_cuda_gemm_strided_batched_ex_fn)(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void *alpha,
+    const void *a, cudaDataType_t a_type, int lda, long long stride_a, const void *b, cudaDataType_t b_type, int ldb,
+    long long stride_b, const void *beta, void *c, cudaDataType_t c_type, int ldc, long long stride_c, int batch_count,
+    cublasComputeType_t compute_type, cublasGemmAlgo_t algorithm);
 typedef struct bpt_cuda_cublas_api {
   bool loaded;
   cublasStatus_t (*create)(cublasHandle_t *handle);
@@ -58,6 +63,7 @@ typedef struct bpt_cuda_cublas_api {
   cublasStatus_t (*set_workspace)(cublasHandle_t handle, void *workspace, size_t bytes);
   const char *(*status_string)(cublasStatus_t status);
   bpt_cuda_gemm_ex_fn gemm_ex;
+  bpt_cuda_gemm_strided_batched_ex_fn gemm_strided_batched_ex;
 } bpt_cuda_cublas_api;
 
 /* Loads cuBLAS once per process; NULL (with the backend's message set) when it cannot be loaded. */

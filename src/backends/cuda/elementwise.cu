@@ -156,12 +156,12 @@ bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, cons
 // linear's kernels are its bias terms (its products run through the shared gemm).
 static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *y = &node->output;
-  return bpt_cuda_bias_add(backend, y->dims[0], y->dims[1], (const float *)node->inputs[2].value, (float *)y->value);
+  return bpt_cuda_bias_add(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], (const float *)node->inputs[2].value, (float *)y->value);
 }
 
 static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *y = &node->output;
-  return bpt_cuda_bias_backward(backend, y->dims[0], y->dims[1], y->grad, node->inputs[2].grad);
+  return bpt_cuda_bias_backward(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], y->grad, node->inputs[2].grad);
 }
 
 BPT_REGISTER_KERNELS(cuda, LINEAR, linear_forward, linear_backward, NULL);

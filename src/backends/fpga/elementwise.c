@@ -169,12 +169,12 @@ bpt_status bpt_fpga_add_scaled(bpt_backend *backend, int64_t count, float alpha,
 /* linear's bias terms (its products run through the shared gemm). */
 static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *y = &node->output;
-  return bpt_fpga_bias_add(backend, y->dims[0], y->dims[1], node->inputs[2].value, y->value);
+  return bpt_fpga_bias_add(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], node->inputs[2].value, y->value);
 }
 
 static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *y = &node->output;
-  return bpt_fpga_bias_backward(backend, y->dims[0], y->dims[1], y->grad, node->inputs[2].grad);
+  return bpt_fpga_bias_backward(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], y->grad, node->inputs[2].grad);
 }
 
 BPT_REGISTER_KERNELS(fpga, LINEAR, linear_forward, linear_backward, NULL);

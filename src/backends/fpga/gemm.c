@@ -79,7 +79,7 @@ static void scale_kernel(const bpt_fpga_format *format, int64_t m, int64_t n, fl
     }
 }
 
-bpt_status bpt_fpga_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
+static bpt_status gemm_one(bpt_backend *backend, const bpt_gemm_args *args) {
   if (args->m < 0 || args->n < 0 || args->k < 0)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE, "gemm dimensions %lld x %lld x %lld are negative",
                             (long long)args->m, (long long)args->n, (long long)args->k);
@@ -101,5 +101,20 @@ bpt_status bpt_fpga_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
   }
   gemm_kernel(&state->format, args->transpose_a, args->transpose_b, args->m, args->n, args->k, args->alpha, args->a,
               args->lda, args->b, args->ldb, args->beta, args->c, args->ldc);
+  return BPT_OK;
+}
+
+/* A strided-batched call runs its products one after another on the engine, each charged as its own. */
+bpt_status bpt_fpga_gemm(bpt_backend *backend, const bpt_gemm_args *args) {
+  const int64_t count = bpt_gemm_batch_count(args);
+  if (count == 1) return gemm_one(backend, args);
+  if (!bpt_gemm_batch_valid(args))
+    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "gemm batch of %lld: C products would overlap",
+                            (long long)args->batch_count);
+  for (int64_t i = 0; i < count; i++) {
+    bpt_gemm_args one = bpt_gemm_batch_item(args, i, sizeof(float), sizeof(float), sizeof(float));
+    bpt_status status = gemm_one(backend, &one);
+    if (status != BPT_OK) return status;
+  }
   return BPT_OK;
 }

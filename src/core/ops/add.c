@@ -1,6 +1,8 @@
-/* add: y = a + b for two nodes of the same shape, the join of a residual connection. Backward passes dy to
- * both inputs unchanged; a node that also feeds another consumer sums both gradients because every backward
- * after the first writer accumulates.
+/* add: y = a + b, the join of a residual connection, with NumPy broadcasting (a bias or a position table
+ * added to every sample). Backward passes dy to both inputs unchanged, summed over the axes an input was
+ * repeated along; a node that also feeds another consumer sums both gradients because every backward after
+ * the first writer accumulates. Inputs of one shape run on shared primitives (every backend has them);
+ * broadcasting runs on the op's kernels.
  *
  * add_relu: y = max(a + b, 0), the join of a ResNet basic block, in one node: the forward keeps one bit per
  * element (y > 0, the relu mask's layout) in node->saved, and backward passes dy through it to both inputs,
@@ -9,7 +11,8 @@
 #include "bptrain/cnn.h"
 #include "core/graph.h"
 
-static bpt_status add_infer_shape(bpt_node *node) {
+/* add_relu's rule: one shape (its mask kernels know no broadcasting). */
+static bpt_status add_relu_infer_shape(bpt_node *node) {
   bpt_node *a = node->inputs[0], *b = node->inputs[1];
   char shape_a[96], shape_b[96];
   if (a->dtype != BPT_DTYPE_F32 || b->dtype != BPT_DTYPE_F32)
@@ -22,13 +25,21 @@ static bpt_status add_infer_shape(bpt_node *node) {
                           bpt_shape_string(a, shape_a, sizeof shape_a), b->name,
                           bpt_shape_string(b, shape_b, sizeof shape_b));
   node->batched = a->batched;
+  node->sequence = a->sequence;
   node->rank = a->rank;
   for (int i = 0; i < a->rank; i++)
     node->dims[i] = a->dims[i];
   return BPT_OK;
 }
 
+static bool add_broadcasts(const bpt_node *node) {
+  return bpt_node_broadcasts(node, node->inputs[0]) || bpt_node_broadcasts(node, node->inputs[1]);
+}
+
+static bool add_uses_kernels(const bpt_node *node) { return add_broadcasts(node); }
+
 static bpt_status add_forward(bpt_node *node) {
+  if (add_broadcasts(node)) return bpt_node_forward_kernels(node);
   bpt_backend *backend = node->graph->backend;
   int64_t count = bpt_node_count(node);
   if (backend->vtable->copy(backend, node->value, node->inputs[0]->value, (size_t)count * sizeof(float)) != BPT_OK)
@@ -38,6 +49,10 @@ static bpt_status add_forward(bpt_node *node) {
 
 /* An input gradient left unset for this node (see op.h) gets a copy of dy; otherwise dy is added. */
 static bpt_status add_backward(bpt_node *node) {
+  if (add_broadcasts(node)) {
+    if (!node->inputs[0]->requires_grad && !node->inputs[1]->requires_grad) return BPT_OK;
+    return bpt_node_backward_kernels(node);
+  }
   int64_t count = bpt_node_count(node);
   bpt_backend *backend = node->graph->backend;
   for (int i = 0; i < 2; i++) {
@@ -53,13 +68,13 @@ static bpt_status add_backward(bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_add = {.name = "add",
-                                      .infer_shape = add_infer_shape,
+                                      .infer_shape = bpt_node_infer_broadcast_shape,
                                       .forward = add_forward,
                                       .backward = add_backward,
                                       .backward_reads_input = bpt_op_reads_no_input,
                                       .backward_reads_output = bpt_op_reads_no_output,
                                       .overwrites_unset_gradients = true,
-                                      .uses_kernels = bpt_op_uses_no_kernels};
+                                      .uses_kernels = add_uses_kernels};
 
 static size_t add_relu_saved_bytes(const bpt_node *node) {
   return (size_t)(bpt_node_inner_count(node) * (node->batched ? node->graph->max_batch : 1) + 7) / 8;
@@ -73,7 +88,7 @@ static bpt_status add_relu_backward(bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_add_relu = {.name = "add_relu",
-                                           .infer_shape = add_infer_shape,
+                                           .infer_shape = add_relu_infer_shape,
                                            .saved_bytes = add_relu_saved_bytes,
                                            .forward = add_relu_forward,
                                            .backward = add_relu_backward,

@@ -14,6 +14,7 @@ static bpt_status dropout_infer_shape(bpt_node *node) {
   if (!(probability >= 0.0f && probability < 1.0f))
     return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "probability %g is outside [0, 1)", (double)probability);
   node->batched = true;
+  node->sequence = x->sequence;
   node->rank = x->rank;
   for (int i = 0; i < x->rank; i++)
     node->dims[i] = x->dims[i];

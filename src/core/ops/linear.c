@@ -1,5 +1,5 @@
-/* linear: y = x W^T + b, with x (N, in), W (out, in), b (out), y (N, out).
- * All three products run as one GEMM each through the backend's shared gemm; the bias terms are the op's
+/* linear: y = x W^T + b, with x (N, in), W (out, in), b (out), y (N, out); a sequence x (N, T, in) is a
+ * product per token, y (N, T, out), the rows of every product then being the N T tokens. All three products run as one GEMM each through the backend's shared gemm; the bias terms are the op's
  * kernels. */
 #include "core/checked.h"
 #include "core/graph.h"
@@ -55,7 +55,7 @@ static bpt_status linear_infer_shape(bpt_node *node) {
   if (!x->batched) return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has no batch dimension", x->name);
   if (weight->batched || weight->rank != 2)
     return bpt_node_error(node, BPT_ERR_SHAPE, "weight '%s' must be a 2-D (out, in) tensor without batch", weight->name);
-  int64_t in_features = bpt_node_inner_count(x);
+  int64_t in_features = bpt_node_features(x);
   /* The GEMMs take in and out features (and their leading dimensions) as int (cblas blasint). */
   if (in_features > BPT_MAX_DIM)
     return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld features, more than the GEMMs' 2^31 - 1", x->name,
@@ -66,16 +66,21 @@ static bpt_status linear_infer_shape(bpt_node *node) {
   if (bias && (bias->batched || bpt_node_inner_count(bias) != weight->dims[0]))
     return bpt_node_error(node, BPT_ERR_SHAPE, "bias '%s' has %lld values, weight '%s' has %lld outputs", bias->name,
                           (long long)bpt_node_inner_count(bias), weight->name, (long long)weight->dims[0]);
+  const int leading = bpt_node_leading_axes(x);
   node->batched = true;
-  node->rank = 2;
-  node->dims[0] = x->dims[0];
-  node->dims[1] = weight->dims[0];
+  node->sequence = x->sequence;
+  node->rank = leading + 1;
+  for (int i = 0; i < leading; i++) node->dims[i] = x->dims[i];
+  node->dims[leading] = weight->dims[0];
   return BPT_OK;
 }
 
+/* The rows of every product: the samples of the current batch, times the sequence length for a sequence. */
+static int64_t linear_rows(const bpt_node *node) { return bpt_node_count(node) / node->inputs[1]->dims[0]; }
+
 static bpt_status linear_forward(bpt_node *node) {
   bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
-  int64_t batch = node->graph->batch, in = weight->dims[1], out = weight->dims[0];
+  int64_t batch = linear_rows(node), in = weight->dims[1], out = weight->dims[0];
   /* y (N, out) = x (N, in) . W^T (in, out) */
   bpt_gemm_args product = {.transpose_a = false, .transpose_b = true, .m = batch, .n = out, .k = in, .alpha = 1.0f,
                            .a = x->value, .lda = in, .b = weight->value, .ldb = in, .beta = 0.0f,
@@ -89,7 +94,7 @@ static bpt_status linear_forward(bpt_node *node) {
 
 static bpt_status linear_backward(bpt_node *node) {
   bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
-  int64_t batch = node->graph->batch, in = weight->dims[1], out = weight->dims[0];
+  int64_t batch = linear_rows(node), in = weight->dims[1], out = weight->dims[0];
   if (weight->requires_grad) {
     /* dW (out, in) += dy^T (out, N) . x (N, in) */
     bpt_gemm_args product = {.transpose_a = true, .transpose_b = false, .m = out, .n = in, .k = batch, .alpha = 1.0f,
@@ -126,7 +131,7 @@ static bool linear_backward_reads_input(const bpt_node *node, int input) {
 /* For the profiler: each GEMM is 2 m n k FLOPs over its three f32 operands. */
 static void linear_cost(const bpt_node *node, int backward, double *flops, double *bytes) {
   const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
-  double batch = (double)node->graph->batch, in = (double)weight->dims[1], out = (double)weight->dims[0];
+  double batch = (double)linear_rows(node), in = (double)weight->dims[1], out = (double)weight->dims[0];
   double gemm_flops = 2.0 * batch * in * out, gemm_bytes = 4.0 * (batch * in + in * out + batch * out);
   bool has_bias = node->input_count > 2 && node->inputs[2];
   if (!backward) {

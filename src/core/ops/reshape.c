@@ -24,6 +24,8 @@ static bpt_status reshape_infer_shape(bpt_node *node) {
     return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld values per sample, the new shape %lld", x->name,
                           (long long)bpt_node_inner_count(x), (long long)count);
   node->batched = true;
+  /* (N, T, C) -> (N, T, H, D) keeps T a sequence axis: per-token ops still map over it. */
+  node->sequence = x->sequence && node->int_attributes[1] == x->dims[1];
   node->rank = (int)rank + 1;
   node->dims[0] = x->dims[0];
   for (int64_t i = 0; i < rank; i++)

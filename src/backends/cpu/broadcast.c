@@ -1,0 +1,139 @@
+/* add and mul with NumPy broadcasting on the CPU. Each operand is right-aligned with the output and given
+ * element strides along the output's axes, 0 where it is repeated; the output is walked as rows of its last
+ * axis, with the inner loop specialised on whether each operand steps or repeats along it, so the common
+ * cases (same shape, a bias row, a per-row scalar) vectorise. A repeated operand's gradient is the sum of
+ * dy over the repeats: those rows are summed serially, in row order, so results do not depend on threads. */
+#include <string.h>
+
+#include "backends/cpu/cpu.h"
+
+typedef struct aligned_operand {
+  const float *values;
+  int64_t strides[BPT_MAX_RANK]; /* per output axis, in elements; 0 along repeated axes */
+} aligned_operand;
+
+static void align(const bpt_kernel_tensor *output, const bpt_kernel_tensor *input, int64_t *strides) {
+  const int offset = output->rank - input->rank;
+  int64_t stride = 1;
+  for (int i = output->rank - 1; i >= 0; i--) {
+    const int j = i - offset;
+    if (j < 0) {
+      strides[i] = 0;
+      continue;
+    }
+    strides[i] = input->dims[j] == 1 && output->dims[i] != 1 ? 0 : stride;
+    stride *= input->dims[j];
+  }
+}
+
+/* The offset of row `row` (an index over the output's axes but the last) in an operand with these strides. */
+static int64_t row_offset(const bpt_kernel_tensor *output, const int64_t *strides, int64_t row) {
+  int64_t offset = 0;
+  for (int i = output->rank - 2; i >= 0; i--) {
+    offset += row % output->dims[i] * strides[i];
+    row /= output->dims[i];
+  }
+  return offset;
+}
+
+/* y[j] = a[j sa] op b[j sb] for one row, sa and sb each 0 or 1. */
+static void combine_row(bool multiply, int64_t length, const float *a, int64_t sa, const float *b, int64_t sb,
+                        float *y) {
+  if (multiply) {
+    if (sa && sb)
+      for (int64_t j = 0; j < length; j++) y[j] = a[j] * b[j];
+    else if (sa)
+      for (int64_t j = 0; j < length; j++) y[j] = a[j] * b[j * sb];
+    else
+      for (int64_t j = 0; j < length; j++) y[j] = a[j * sa] * b[j * sb];
+  } else {
+    if (sa && sb)
+      for (int64_t j = 0; j < length; j++) y[j] = a[j] + b[j];
+    else if (sa)
+      for (int64_t j = 0; j < length; j++) y[j] = a[j] + b[j * sb];
+    else
+      for (int64_t j = 0; j < length; j++) y[j] = a[j * sa] + b[j * sb];
+  }
+}
+
+static bpt_status broadcast_forward(const bpt_kernel_node *node, bool multiply) {
+  const bpt_kernel_tensor *y = &node->output;
+  int64_t sa[BPT_MAX_RANK], sb[BPT_MAX_RANK];
+  align(y, &node->inputs[0], sa);
+  align(y, &node->inputs[1], sb);
+  const int last = y->rank - 1;
+  const int64_t length = y->dims[last], rows = y->count / length;
+  const float *a = node->inputs[0].value, *b = node->inputs[1].value;
+  float *out = y->value;
+#pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t r = 0; r < rows; r++)
+    combine_row(multiply, length, a + row_offset(y, sa, r), sa[last], b + row_offset(y, sb, r), sb[last],
+                out + r * length);
+  return BPT_OK;
+}
+
+/* The gradient of operand `which`: g = beta g + sum over repeats of dy (times the other operand for mul). */
+static void broadcast_gradient(const bpt_kernel_node *node, int which, bool multiply) {
+  const bpt_kernel_tensor *y = &node->output, *input = &node->inputs[which], *other = &node->inputs[1 - which];
+  int64_t s_in[BPT_MAX_RANK], s_other[BPT_MAX_RANK];
+  align(y, input, s_in);
+  align(y, other, s_other);
+  const int last = y->rank - 1;
+  const int64_t length = y->dims[last], rows = y->count / length;
+  const float *dy = y->grad, *o = other->value;
+  float *g = input->grad;
+  if (input->count == y->count) {
+    /* Not repeated: one term per element, rows in parallel. */
+    const float beta = input->beta;
+#pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+      const float *dy_row = dy + r * length, *o_row = o + row_offset(y, s_other, r);
+      float *g_row = g + r * length;
+      const int64_t so = s_other[last];
+      for (int64_t j = 0; j < length; j++) {
+        const float term = multiply ? dy_row[j] * o_row[j * so] : dy_row[j];
+        g_row[j] = beta == 0.0f ? term : g_row[j] + term;
+      }
+    }
+    return;
+  }
+  if (input->beta == 0.0f) memset(g, 0, (size_t)input->count * sizeof(float));
+  const int64_t si = s_in[last], so = s_other[last];
+  for (int64_t r = 0; r < rows; r++) {
+    const float *dy_row = dy + r * length, *o_row = o + row_offset(y, s_other, r);
+    float *g_row = g + row_offset(y, s_in, r);
+    if (si)
+      for (int64_t j = 0; j < length; j++) g_row[j] += multiply ? dy_row[j] * o_row[j * so] : dy_row[j];
+    else {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < length; j++) sum += multiply ? dy_row[j] * o_row[j * so] : dy_row[j];
+      g_row[0] += sum;
+    }
+  }
+}
+
+static bpt_status broadcast_backward(const bpt_kernel_node *node, bool multiply) {
+  for (int i = 0; i < 2; i++)
+    if (node->inputs[i].grad) broadcast_gradient(node, i, multiply);
+  return BPT_OK;
+}
+
+static bpt_status add_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  (void)backend;
+  return broadcast_forward(node, false);
+}
+static bpt_status add_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  (void)backend;
+  return broadcast_backward(node, false);
+}
+static bpt_status mul_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  (void)backend;
+  return broadcast_forward(node, true);
+}
+static bpt_status mul_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  (void)backend;
+  return broadcast_backward(node, true);
+}
+
+BPT_REGISTER_KERNELS(cpu, ADD, add_forward, add_backward, NULL);
+BPT_REGISTER_KERNELS(cpu, MUL, mul_forward, mul_backward, NULL);

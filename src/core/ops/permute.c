@@ -1,0 +1,56 @@
+/* permute: the axes of x in a new order, y.dims[i] = x.dims[axes[i]] over the whole shape, the batch staying
+ * axis 0: (N, T, H, D) -> (N, H, T, D) splits attention heads, the inverse order merges them. Values are copied
+ * (values carry no strides yet), so the copy shows in the profile as this node. Backward routes dy back through
+ * the inverse order; every dx element has exactly one source, so nothing is summed. Integer attribute 0 is the
+ * rank, 1.. the axes. */
+#include "core/graph.h"
+
+static bpt_status permute_infer_shape(bpt_node *node) {
+  const bpt_node *x = node->inputs[0];
+  const int64_t rank = node->int_attributes[0];
+  const int64_t *axes = node->int_attributes + 1;
+  if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
+  if (rank != x->rank)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "%lld axes given for input '%s' of rank %d (the batch counts as axis 0)",
+                          (long long)rank, x->name, x->rank);
+  bool seen[BPT_MAX_RANK] = {false};
+  for (int i = 0; i < x->rank; i++) {
+    if (axes[i] < 0 || axes[i] >= x->rank || seen[axes[i]])
+      return bpt_node_error(node, BPT_ERR_SHAPE, "axes must be a permutation of 0..%d; axis %d is %lld", x->rank - 1, i,
+                            (long long)axes[i]);
+    seen[axes[i]] = true;
+    node->dims[i] = x->dims[axes[i]];
+  }
+  if (x->batched && axes[0] != 0)
+    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' is batched: its batch (axis 0) must stay axis 0", x->name);
+  node->rank = x->rank;
+  node->batched = x->batched;
+  node->sequence = x->sequence && axes[1] == 1;
+  return BPT_OK;
+}
+
+static bpt_status permute_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
+
+static bpt_status permute_backward(bpt_node *node) {
+  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  return bpt_node_backward_kernels(node);
+}
+
+const bpt_op_definition bpt_op_permute = {.name = "permute",
+                                          .infer_shape = permute_infer_shape,
+                                          .forward = permute_forward,
+                                          .backward = permute_backward,
+                                          .backward_reads_input = bpt_op_reads_no_input,
+                                          .backward_reads_output = bpt_op_reads_no_output,
+                                          .overwrites_unset_gradients = true};
+
+bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
+                       bpt_node **out) {
+  int64_t attributes[BPT_MAX_RANK + 1] = {rank};
+  if (out) *out = NULL;
+  if (rank < 1 || rank > BPT_MAX_RANK || !axes)
+    return bpt_error(graph ? graph->context : NULL, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_permute: rank %d must be in [1, %d] with non-NULL axes", rank, BPT_MAX_RANK);
+  for (int i = 0; i < rank; i++) attributes[1 + i] = axes[i];
+  return bpt_graph_add_node_with_attributes(graph, BPT_OP_PERMUTE, name, &x, 1, attributes, rank + 1, NULL, 0, out);
+}
