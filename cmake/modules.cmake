@@ -29,7 +29,8 @@ function(bpt_add_module name)
 endfunction()
 
 if(BPT_HAVE_CUDA)
-  bpt_add_module(cuda SOURCES ${BPT_CUDA_SOURCES} ${bpt_cuda_table} LIBRARIES ${BPT_CUDA_MODULE_LIBRARIES}
+  bpt_add_module(cuda SOURCES ${BPT_CUDA_SOURCES} ${bpt_cuda_table} ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/backend_fail.c
+                 LIBRARIES ${BPT_CUDA_MODULE_LIBRARIES}
                  INCLUDES ${BPT_CUDA_MODULE_INCLUDES})
 endif()
 if(BPT_HAVE_MPI)
