@@ -11,11 +11,11 @@
 
 typedef struct bpt_context_head {
   char last_error[BPT_ERROR_MESSAGE_SIZE];
-  bpt_status last_status;   /* the status that came with last_error */
-  int users;                /* graphs, tensors, data sets and communicators made from it and still alive */
-  bool destroyed;           /* bpt_context_destroy ran while users were alive: the last release frees it */
-  struct bpt_backend *backend;        /* the context's own backend instance */
-  void (*free)(bpt_context *context); /* core's destructor, called by the last release of a destroyed one */
+  bpt_status last_status;      /* the status that came with last_error */
+  int users;                   /* graphs, tensors, data sets and communicators made from it and still alive */
+  bool destroyed;              /* bpt_context_destroy ran while users were alive: the last release frees it */
+  struct bpt_backend *backend; /* the context's own backend instance */
+  void (*free_context)(bpt_context *context); /* core's destructor, called by the last release of a destroyed one */
 } bpt_context_head;
 
 /* The head of context, which must be a core context (NULL for NULL). */

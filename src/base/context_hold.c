@@ -13,5 +13,5 @@ void bpt_context_retain(bpt_context *context) {
 
 void bpt_context_release(bpt_context *context) {
   bpt_context_head *head = bpt_context_head_of(context);
-  if (head && --head->users == 0 && head->destroyed) head->free(context);
+  if (head && --head->users == 0 && head->destroyed) head->free_context(context);
 }

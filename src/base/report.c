@@ -23,8 +23,8 @@ bpt_status bpt_error(bpt_context *context, bpt_status status, const char *format
 
 void *bpt_calloc(bpt_context *context, size_t count, size_t size, const char *what) {
   void *pointer = calloc(count ? count : 1, size ? size : 1);
-  if (!pointer) bpt_error(context, BPT_ERR_OUT_OF_MEMORY, "out of memory allocating %s (%zu x %zu bytes)", what,
-                          count, size);
+  if (!pointer)
+    bpt_error(context, BPT_ERR_OUT_OF_MEMORY, "out of memory allocating %s (%zu x %zu bytes)", what, count, size);
   return pointer;
 }
 

@@ -4,8 +4,8 @@
 
 #include "base/report.h"
 
-bpt_status bpt_copy_options(bpt_context *context, void *ours, size_t our_size, const void *theirs,
-                            size_t their_size, size_t minimum_size, const char *what) {
+bpt_status bpt_copy_options(bpt_context *context, void *ours, size_t our_size, const void *theirs, size_t their_size,
+                            size_t minimum_size, const char *what) {
   if (their_size < minimum_size || their_size > (1u << 16))
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
                      "%s: size field is %zu; initialise options with the matching _default() function", what,

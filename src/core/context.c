@@ -52,7 +52,7 @@ bpt_status bpt_context_create(const bpt_context_options *user_options, bpt_conte
   bpt_context *context = calloc(1, sizeof *context);
   if (!context) return bpt_error(NULL, BPT_ERR_OUT_OF_MEMORY, "bpt_context_create: out of memory");
   context->head.backend = &context->backend;
-  context->head.free = free_context;
+  context->head.free_context = free_context;
   context->num_threads = options.num_threads;
   context->seed = options.seed;
   context->cpu_fallback = options.cpu_fallback != 0;
