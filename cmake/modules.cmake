@@ -2,7 +2,8 @@
 # libbptrain-<name>.so.<ABI> in the library's directory, dlopened by the core on first use
 # (src/modules/loader.c), so the core links none of CUDA, cuDNN, NCCL or MPI. A module compiles its own
 # sources plus src/modules/module_services.c (the core helpers it calls, reached through the table the core
-# hands it), links nothing of the core and exports only bpt_module_entry. BPT_MODULES lists those built.
+# hands it), links nothing of the core and exports only bpt_module_entry; shared code without state (the CUDA
+# module's src/backends/backend_fail.c) is compiled in. BPT_MODULES lists those built.
 set(BPT_MODULES)
 
 function(bpt_add_module name)
