@@ -2,7 +2,8 @@
 # libbptrain-<name>.so.<ABI> in the library's directory, dlopened by the core on first use
 # (src/modules/loader.c), so the core links none of CUDA, cuDNN, NCCL or MPI. A module compiles its own
 # sources plus src/modules/module_services.c (the core helpers it calls, reached through the table the core
-# hands it), links nothing of the core and exports only bpt_module_entry. BPT_MODULES lists those built.
+# hands it), links nothing of the core and exports only bpt_module_entry; shared code without state (the CUDA
+# module's src/backends/backend_fail.c) is compiled in. BPT_MODULES lists those built.
 set(BPT_MODULES)
 
 function(bpt_add_module name)
@@ -29,7 +30,8 @@ function(bpt_add_module name)
 endfunction()
 
 if(BPT_HAVE_CUDA)
-  bpt_add_module(cuda SOURCES ${BPT_CUDA_SOURCES} ${bpt_cuda_table} LIBRARIES ${BPT_CUDA_MODULE_LIBRARIES}
+  bpt_add_module(cuda SOURCES ${BPT_CUDA_SOURCES} ${bpt_cuda_table} ${CMAKE_CURRENT_SOURCE_DIR}/src/backends/backend_fail.c
+                 LIBRARIES ${BPT_CUDA_MODULE_LIBRARIES}
                  INCLUDES ${BPT_CUDA_MODULE_INCLUDES})
 endif()
 if(BPT_HAVE_MPI)

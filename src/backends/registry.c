@@ -1,7 +1,6 @@
 /* The list of backends: cpu and fpga-sim are built in, cuda lives in its own module (libbptrain-cuda.so,
  * src/modules/) that is loaded on first use, so the core library loads on machines without CUDA. Adding a
  * backend means one line here (plus its own folder, and a module in CMake when it needs other libraries). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -95,13 +94,5 @@ bpt_status bpt_backend_available(int index, char *reason, size_t reason_size) {
   else
     status = load_entry(&backends[index], true, &table, message, sizeof message);
   if (reason && reason_size) snprintf(reason, reason_size, "%s", message);
-  return status;
-}
-
-bpt_status bpt_backend_fail(bpt_backend *backend, bpt_status status, const char *format, ...) {
-  va_list arguments;
-  va_start(arguments, format);
-  vsnprintf(backend->error_message, sizeof backend->error_message, format, arguments);
-  va_end(arguments);
   return status;
 }

@@ -1,7 +1,8 @@
 /* The reporting helpers every room of the library shares (core, backends' public APIs, comm): a status
  * returned with a message kept on the context, checked allocation, and copying of size-tagged structs
  * between the caller's layout and ours. It sits outside src/core/ so that src/comm/ and src/backends/
- * can report errors without seeing the context's layout. Defined in src/core/context.c. */
+ * can report errors without seeing the context's layout. Defined in src/base/: report.c (messages,
+ * allocation), struct_copy.c (size-tagged structs) and context_hold.c (retain, release, backend instance). */
 #ifndef BPT_BASE_REPORT_H
 #define BPT_BASE_REPORT_H
 

@@ -1,4 +1,4 @@
-/* Version queries, status strings and dtype facts: the constant tables of the public face. */
+/* Version queries and status strings: the constant tables of the public face (dtype facts are src/base/dtype.c). */
 #include "bptrain/common.h"
 
 #define BPT_STRINGIFY_(x) #x
@@ -30,30 +30,4 @@ const char *bpt_status_string(bpt_status status) {
   case BPT_ERR_INTERNAL: return "internal error";
   }
   return "unknown status";
-}
-
-size_t bpt_dtype_size(bpt_dtype dtype) {
-  switch (dtype) {
-  case BPT_DTYPE_F32: return 4;
-  case BPT_DTYPE_F16: return 2;
-  case BPT_DTYPE_BF16: return 2;
-  case BPT_DTYPE_FP8_E4M3: return 1;
-  case BPT_DTYPE_FP8_E5M2: return 1;
-  case BPT_DTYPE_I32: return 4;
-  case BPT_DTYPE_U8: return 1;
-  }
-  return 0;
-}
-
-const char *bpt_dtype_name(bpt_dtype dtype) {
-  switch (dtype) {
-  case BPT_DTYPE_F32: return "f32";
-  case BPT_DTYPE_F16: return "f16";
-  case BPT_DTYPE_BF16: return "bf16";
-  case BPT_DTYPE_FP8_E4M3: return "fp8_e4m3";
-  case BPT_DTYPE_FP8_E5M2: return "fp8_e5m2";
-  case BPT_DTYPE_I32: return "i32";
-  case BPT_DTYPE_U8: return "u8";
-  }
-  return "unknown";
 }

@@ -39,15 +39,6 @@ bpt_status bpt_comm_fail(bpt_comm *comm, bpt_status status, const char *format, 
   return services->comm_fail(comm, status, message);
 }
 
-/* The backend's own message buffer: no core state, so the module formats it itself (as registry.c does). */
-bpt_status bpt_backend_fail(bpt_backend *backend, bpt_status status, const char *format, ...) {
-  va_list arguments;
-  va_start(arguments, format);
-  vsnprintf(backend->error_message, sizeof backend->error_message, format, arguments);
-  va_end(arguments);
-  return status;
-}
-
 void *bpt_calloc(bpt_context *context, size_t count, size_t size, const char *what) {
   return services->calloc(context, count, size, what);
 }
