@@ -315,6 +315,69 @@ class Threads(unittest.TestCase):
         expect(bptrain.StateError, model.predict, x)
 
 
+    def test_a_close_waits_for_a_constructor_in_flight(self):
+        """Deterministic: a close() from another thread while Optimizer(model) is converting its arguments must
+        wait for the constructor (which then returns an optimiser that the close closes too); constructors took
+        no lock, so the close ran in the middle and the constructor carried on with a closed model."""
+        model, _ = classifier()
+        inside, events = threading.Event(), []
+
+        class Slow(float):
+            def __float__(self):
+                inside.set()
+                threading.Event().wait(0.3)
+                return 0.1
+
+        def make():
+            try:
+                made = bptrain.Optimizer(model, "adam", learning_rate=Slow(0.1))
+                events.append("made")
+                made.close()
+            except bptrain.StateError:
+                events.append("refused: the model was closed in the middle")
+        thread = threading.Thread(target=make)
+        thread.start()
+        inside.wait(60)
+        model.close()
+        events.append("closed")
+        thread.join()
+        self.assertEqual(events, ["made", "closed"])
+
+    def test_optimizers_made_while_another_thread_closes_the_model(self):
+        """The reproduction: one thread makes optimisers while another closes the model (SIGSEGV before)."""
+        script = """if True:
+            import random, sys, threading, time
+            import bptrain
+            context, made = bptrain.Context(seed=1, threads=1), [0]
+            for _ in range(100):
+                model = bptrain.Model(context)
+                x, y = model.input("x", (256,)), model.input("y", (), "i32")
+                for _ in range(4):
+                    x = model.relu(model.linear(x, 256))
+                model.compile(model.softmax_cross_entropy(model.linear(x, 3), y), 8)
+                start = threading.Barrier(2)
+
+                def build():
+                    start.wait()
+                    try:
+                        for _ in range(1000):
+                            bptrain.Optimizer(model, "adam")
+                            made[0] += 1
+                    except bptrain.StateError:
+                        pass
+                thread = threading.Thread(target=build)
+                thread.start()
+                start.wait()
+                time.sleep(random.random() * 0.002)
+                model.close()
+                thread.join()
+            print("made", made[0])
+        """
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertIn("made", run.stdout)
+
+
 class Lifetimes(unittest.TestCase):
     def test_with_blocks_close_what_they_made(self):
         with context() as ctx:
