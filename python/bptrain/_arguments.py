@@ -37,7 +37,10 @@ def real(value, what, name, single=True):
     a learning rate of 1e-50 a 0 or 1e39 an infinity; inf and NaN go to the library as they are."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise error(INVALID_ARGUMENT, "bptrain: %s: %s must be a number, got %r" % (what, name, value))
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float (10**400)
+        raise error(INVALID_ARGUMENT, "bptrain: %s: %s is too large for a float" % (what, name)) from None
     if single and number == number and abs(number) != float("inf"):
         try:
             rounded = struct.unpack("f", struct.pack("f", number))[0]
@@ -100,9 +103,9 @@ def _real_values(numpy, data, what):
         else:
             return values.astype(numpy.float64)
     else:
-        index, value = 0, values.flat[0] if values.size else None
         if not values.size:
             raise error(INVALID_ARGUMENT, "bptrain: %s: %s values are not real numbers" % (what, values.dtype))
+        index, value = 0, values.flat[0]
     raise error(INVALID_ARGUMENT, "bptrain: %s: the value %r at %s is not a real number (None, text, bytes and "
                                   "complex values are refused, never converted)" %
                 (what, value, _position(numpy, values.shape, index)))

@@ -90,7 +90,7 @@ class Integers(unittest.TestCase):
         self.assertEqual(len(model.fit(optimizer, FEATURES, LABELS, seed=2 ** 64 - 1)), 1)  # the largest seed
         fresh = bptrain.Model(model.context)
         for keywords in ({"initial_loss_scale": "big"}, {"growth_interval": 2.5}, {"growth_factor": [2]},
-                         {"backoff_factor": None and 0 or "half"}, {"loss_scaling": ["dynamic"]},
+                         {"backoff_factor": "half"}, {"loss_scaling": ["dynamic"]},
                          {"saved_activation_storage": {}}):
             error = expect(bptrain.InvalidArgumentError, fresh.set_precision, **keywords)
             self.assertIn(list(keywords)[0], error.message)
@@ -112,6 +112,7 @@ class Integers(unittest.TestCase):
         self.assertAlmostEqual(optimizer.learning_rate, 0.1, places=6)
         self.assertGreater(bptrain.Optimizer(model, learning_rate=1e-40).learning_rate, 0)  # subnormal, not 0
         bptrain.Optimizer(model, learning_rate=0.0)  # an exact 0 is what it says
+        expect(bptrain.InvalidArgumentError, bptrain.Optimizer, model, momentum=10 ** 400)  # a bare OverflowError
 
 
 class Arrays(unittest.TestCase):
