@@ -2,6 +2,8 @@
 once and never while a native object made from it is alive, whatever the order of close() and collection.
 """
 import functools
+import inspect
+import threading
 import weakref
 
 from ._errors import STATE, error
@@ -93,7 +95,13 @@ def serialised(cls):
     the lock for a whole call (fit, predict, close...) serialises the threads of one context instead; those
     of different contexts still run in parallel. fit's callback runs with the lock held, so it may use the
     model, but must not wait for another thread that does.
+
+    The constructor holds the lock of what it is made from (its first argument: Optimizer(model) the model's,
+    Model(context) the context's): unlocked, Optimizer(model) on one thread while another closed the model
+    handed bpt_optimizer_create a graph being freed (SIGSEGV).
     """
+    if "__init__" in vars(cls):
+        cls.__init__ = _locked_constructor(cls.__init__)
     for base in reversed(cls.__mro__[:-1]):
         for name, value in list(vars(base).items()):
             if name.startswith("_") and name not in ("__enter__", "__exit__", "__len__"):
@@ -104,6 +112,30 @@ def serialised(cls):
             elif callable(value) and not isinstance(value, (type, staticmethod, classmethod)):
                 setattr(cls, name, _locked(value))
     return cls
+
+
+_RLOCK = type(threading.RLock())
+
+
+def _locked_constructor(function):
+    if getattr(function, "_bptrain_locked", False):
+        return function
+    parameters = list(inspect.signature(function).parameters)
+    first = parameters[1] if len(parameters) > 1 else None  # after self: the parent, or Context's backend
+
+    @functools.wraps(function)
+    def construct(self, *arguments, **keywords):
+        parent = arguments[0] if arguments else keywords.get(first)
+        try:
+            lock = getattr(parent, "_lock", None)
+        except Exception:  # noqa: BLE001 (not a bptrain object: the constructor's own check refuses it)
+            lock = None
+        if not isinstance(lock, _RLOCK):  # Context(...), or a parent of the wrong kind
+            return function(self, *arguments, **keywords)
+        with lock:
+            return function(self, *arguments, **keywords)
+    construct._bptrain_locked = True
+    return construct
 
 
 def _locked(function):

@@ -8,7 +8,7 @@ Names starting with "_" are filled from the other arguments (a C option struct),
 import ctypes
 
 from . import _native
-from ._arguments import integer, real
+from ._arguments import choice, integer, real
 from ._errors import INVALID_ARGUMENT, Error, error
 
 INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5}
@@ -16,32 +16,31 @@ ESTIMATORS = {"identity": 0, "sigmoid": 1}
 
 
 def _enum(table, what):
-    def convert(value, op):
-        if value not in table:
-            raise error(INVALID_ARGUMENT, "bptrain: %s: %s must be one of %s, not %r" % (op, what, sorted(table), value))
-        return [table[value]]
+    def convert(value, op, name=None):
+        return [choice(value, table, op, what)]
     return convert
 
 
-def _node(value, op):
+def _node(value, op, name=None):
     from .model import Node  # the table is read before model.py exists
     if not isinstance(value, Node):
-        raise error(INVALID_ARGUMENT, "bptrain: %s: expected a bptrain.Node, got %s" % (op, type(value).__name__))
+        raise error(INVALID_ARGUMENT, "bptrain: %s: %sexpected a bptrain.Node, got %s" %
+                    (op, "%s: " % name if name else "", type(value).__name__))
     return [value.handle]
 
 
-def _optional_node(value, op):
-    return [None] if value is None else _node(value, op)
+def _optional_node(value, op, name=None):
+    return [None] if value is None else _node(value, op, name)
 
 
 def _number(kind):
     """A float (any real number) or an integer (ints only: 2.5 units or "3" are refused, never truncated)."""
-    def convert(value, op):
-        return [real(value, op, "a value") if kind is float else integer(value, op, "a count or size")]
+    def convert(value, op, name=None):
+        return [real(value, op, name or "a value") if kind is float else integer(value, op, name or "a count or size")]
     return convert
 
 
-def _dims(value, op):
+def _dims(value, op, name=None):
     try:
         dims = [integer(d, op, "a dimension") for d in value]
     except (TypeError, Error):
@@ -73,7 +72,7 @@ _KINDS = {
     "node?": ([_native.handle], _optional_node),
     "float": ([ctypes.c_float], _number(float)),
     "int64": ([ctypes.c_int64], _number(int)),
-    "bool": ([ctypes.c_int], lambda value, op: [int(bool(value))]),
+    "bool": ([ctypes.c_int], lambda value, op, name=None: [int(bool(value))]),
     "init": ([ctypes.c_int], _enum(INITIALIZERS, "init")),
     "estimator": ([ctypes.c_int], _enum(ESTIMATORS, "estimator")),
     "dims": ([ctypes.c_int, _native.int64_p], _dims),
@@ -171,7 +170,7 @@ class Op:
             convert = _KINDS[kind][1]
             if convert is None:
                 continue
-            c_arguments += convert(bound, what) if name.startswith("_") else convert(bound[name], what)
+            c_arguments += convert(bound, what) if name.startswith("_") else convert(bound[name], what, name)
         return c_arguments
 
     def doc(self):

@@ -69,7 +69,9 @@ def load_checkpoint(model, path, optimizer, dataset, strict):
         for entry in (_LOADED, _SKIPPED, _MISSING):
             names = []
             for index in range(lib.bpt_checkpoint_report_count(report, entry)):
-                name = (lib.bpt_checkpoint_report_name(report, entry, index) or b"").decode()
+                # The load has already replaced the parameters: a name from the file that is not UTF-8 must
+                # not raise now (UnicodeDecodeError after the change); its bad bytes read as \xNN instead.
+                name = (lib.bpt_checkpoint_report_name(report, entry, index) or b"").decode(errors="backslashreplace")
                 names.append(name)
                 reason = lib.bpt_checkpoint_report_reason(report, entry, index)
                 if reason:

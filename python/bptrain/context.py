@@ -25,7 +25,7 @@ def require_numpy():
 
 def dtype_code(dtype):
     """The bpt_dtype value of a dtype name ("f32", "i32", ...)."""
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:  # (an unhashable value: a bare TypeError)
         raise error(DTYPE, "bptrain: unknown dtype %r (one of %s)" % (dtype, ", ".join(DTYPES)))
     return DTYPES[dtype]
 
@@ -200,8 +200,7 @@ class Context:
         """Converts a NumPy array between f32, f16, bf16, fp8_e4m3 and fp8_e5m2 (narrow formats as their bit
         patterns: uint16 or uint8 arrays) and returns a new array of the same shape."""
         numpy = require_numpy()
-        if rounding not in _ROUNDING:
-            raise error(INVALID_ARGUMENT, "bptrain: convert: rounding must be one of %s" % sorted(_ROUNDING))
+        _arguments.choice(rounding, _ROUNDING, "Context.convert", "rounding")
         kind = numpy.dtype(numpy_dtype(source))
         if kind.kind in "ui":  # narrow formats go in as bit patterns: 1.5 must not become the pattern 1
             values = _arguments.exact_array(numpy, values, kind, "convert: %s values are %s bit patterns" %
@@ -237,12 +236,10 @@ class Context:
             if name == "size" or name not in dict(_native.FpgaOptions._fields_):
                 raise error(INVALID_ARGUMENT, "bptrain: configure_fpga: unknown option %r" % name)
             if name in choices:
-                if value not in choices[name]:
-                    raise error(INVALID_ARGUMENT, "bptrain: configure_fpga: %s must be one of %s" %
-                                (name, sorted(choices[name])))
-                value = choices[name][value]
+                value = _arguments.choice(value, choices[name], "configure_fpga", name)
             elif dict(_native.FpgaOptions._fields_)[name] in (ctypes.c_double, ctypes.c_float):
-                value = _arguments.real(value, "configure_fpga", name)
+                value = _arguments.real(value, "configure_fpga", name,
+                                        single=dict(_native.FpgaOptions._fields_)[name] is ctypes.c_float)
             else:  # ctypes would raise a bare TypeError for "a" and wrap an int beyond the field
                 maximum = _arguments.INT_MAX if dict(_native.FpgaOptions._fields_)[name] is ctypes.c_int else \
                     _arguments.INT64_MAX

@@ -67,7 +67,8 @@ class TrainingLoop:
             evaluation = tuple(evaluation)
         epochs = _arguments.integer(epochs, "Model.fit", "epochs", minimum=0)
         batch_size = self._batch_size(batch_size, "fit")
-        seed = self.context.seed if seed is None else seed
+        seed = self.context.seed if seed is None else _arguments.integer(seed, "Model.fit", "seed", minimum=0,
+                                                                          maximum=_arguments.UINT64_MAX)
         writer = MetricsWriter(metrics) if metrics else None
         history = []
         step = 0
@@ -77,7 +78,7 @@ class TrainingLoop:
             for epoch in range(1, epochs + 1):
                 self.train()
                 total, samples, batch = 0.0, 0, 0
-                for count in self._batches(data, batch_size, shuffle, seed + epoch, "fit"):
+                for count in self._batches(data, batch_size, shuffle, (seed + epoch) % (1 << 64), "fit"):
                     loss = self._step(optimizer, clip_norm)
                     step += 1
                     batch += 1
@@ -145,17 +146,19 @@ class TrainingLoop:
                         % (what, batch_size, self.max_batch))
         if len(data) == 1 and isinstance(data[0], Dataset):
             dataset = data[0]
-            if len(self.inputs) != 2 or self.inputs[1].dtype != "i32":
+            label_input = self._label_input()
+            inputs = [node for node in self.inputs if node is not label_input] + [label_input]
+            if len(self.inputs) != 2 or label_input is None or inputs[0].dtype != "f32":
                 raise error(INVALID_ARGUMENT, "bptrain: Model.%s: a Dataset feeds a model with two inputs (f32 "
                                               "images, i32 labels); this one has %d" % (what, len(self.inputs)))
             if shuffle:
                 self.context.check(lib.bpt_dataset_shuffle(dataset.handle, seed))
-            images, labels = (self._tensors[node._address] for node in self.inputs)
+            images, labels = (self._tensors[node._address] for node in inputs)
             batches = min(lib.bpt_dataset_batch_count(dataset.handle, batch_size), dataset.limit_batches(batch_size))
             for index in range(batches):
                 self.context.check(lib.bpt_dataset_batch(dataset.handle, index, batch_size, images.handle,
                                                          labels.handle))
-                for node, tensor in zip(self.inputs, (images, labels)):
+                for node, tensor in zip(inputs, (images, labels)):
                     self.context.check(lib.bpt_graph_set_input(self.handle, node.handle, tensor.handle))
                 yield images.rows()
             return
@@ -165,6 +168,14 @@ class TrainingLoop:
             last = min(first + batch_size, count)
             self._feed(sources, order[first:last] if shuffle else slice(first, last))
             yield last - first
+
+    def _label_input(self):
+        """The declared input that holds the labels: the softmax_cross_entropy's labels wherever they were
+        declared (None when they are not an input), or without that loss the one i32 input."""
+        if self.labels is not None:
+            return next((node for node in self.inputs if node._address == self.labels._address), None)
+        found = [node for node in self.inputs if node.dtype == "i32"]
+        return found[0] if len(found) == 1 else None
 
     def _default_output(self, output, what):
         from .model import Node
@@ -240,7 +251,10 @@ class TrainingLoop:
             if logits is None:
                 logits = self._tensors[self.logits._address] = _Tensor(self, "f32", self.logits.shape)
         total, correct, samples = 0.0, 0, 0
-        labels = self._tensors[self.inputs[-1]._address]
+        label_input = self._label_input()  # by its role in the loss: the last input was read as the labels
+        labels = self._tensors[label_input._address] if label_input is not None else None
+        if labels is None:
+            logits = None
         with self._with_mode(False):
             for count in self._batches(data, batch_size, False, 0, "evaluate"):
                 self.context.check(lib.bpt_graph_forward(self.handle))
@@ -249,7 +263,7 @@ class TrainingLoop:
                 if logits is not None:
                     self.context.check(lib.bpt_graph_read(self.handle, self.logits.handle, logits.handle))
                     predicted = logits.view()[:count].reshape(count, -1).argmax(axis=1)
-                    correct += int(numpy.count_nonzero(predicted == labels.view()[:count]))
+                    correct += int(numpy.count_nonzero(predicted == labels.view()[:count].reshape(count)))
         result = {"loss": total / max(samples, 1), "samples": samples}
         if logits is not None:
             result["accuracy"] = correct / max(samples, 1)

@@ -2,9 +2,47 @@
 import csv
 import os
 import shutil
+import stat
 import subprocess
 
-from ._errors import IO, error
+from . import _arguments
+from ._errors import IO, Error, error
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def _what_is(mode):
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _open_regular(path):
+    """`path` opened for writing as a new or truncated regular file, like the library's own files
+    (src/core/file_io.c): O_NONBLOCK until fstat has said what it is, so a FIFO without a reader cannot block
+    the open forever (Python's open() did), and a FIFO, device, socket or directory is refused, never written."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        descriptor = os.open(path, flags, 0o666)  # (the umask decides, as for any new file)
+    except OSError as failure:
+        try:  # a FIFO without a reader says ENXIO: name what is there instead
+            kind = _what_is(os.stat(path).st_mode)
+        except OSError:
+            kind = None
+        raise error(IO, "bptrain: metrics file %r: cannot create: %s" %
+                    (path, "it is %s" % kind if kind else failure.strerror or failure)) from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(IO, "bptrain: metrics file %r: it is %s, not a regular file" % (path, _what_is(mode)))
+        os.set_blocking(descriptor, True)
+        os.ftruncate(descriptor, 0)  # only now that it is known to be a regular file
+        return os.fdopen(descriptor, "w", newline="")
+    except BaseException as failure:
+        os.close(descriptor)
+        if isinstance(failure, OSError) and not isinstance(failure, Error):
+            raise error(IO, "bptrain: metrics file %r: cannot create: %s" % (path, failure.strerror or failure)) \
+                from None
+        raise
 
 
 class MetricsWriter:
@@ -14,27 +52,33 @@ class MetricsWriter:
                "learning_rate", "seconds"]
 
     def __init__(self, path):
-        try:
-            self.file = open(path, "w", newline="")
-        except (OSError, TypeError) as failure:  # a bptrain.FileError, like every other file the binding writes
-            raise error(IO, "bptrain: metrics file %r: cannot create: %s" %
-                        (path, getattr(failure, "strerror", None) or failure)) from None
+        self.path = os.fsdecode(_arguments.path(path, "metrics file"))
+        self.file = _open_regular(self.path)
         self.writer = csv.writer(self.file)
-        self.writer.writerow(self.COLUMNS)
+        self._write(self.COLUMNS)
+
+    def _write(self, row):
+        try:
+            self.writer.writerow(row)
+        except OSError as failure:  # a full disk, a file size limit: FileError, not a bare OSError
+            raise error(IO, "bptrain: metrics file %r: cannot write: %s" % (self.path, failure.strerror or failure)) \
+                from None
 
     def step(self, epoch, step, loss, learning_rate, seconds):
-        self.writer.writerow(["step", epoch, step, "%.6g" % loss, "", "", "", "%.6g" % learning_rate,
-                              "%.3f" % seconds])
+        self._write(["step", epoch, step, "%.6g" % loss, "", "", "", "%.6g" % learning_rate, "%.3f" % seconds])
 
     def epoch(self, epoch, step, record, learning_rate, seconds):
         def field(name):
             return "%.6g" % record[name] if name in record else ""
-        self.writer.writerow(["epoch", epoch, step, field("train_loss"), field("train_accuracy"),
-                              field("test_loss"), field("test_accuracy"), "%.6g" % learning_rate,
-                              "%.3f" % seconds])
+        self._write(["epoch", epoch, step, field("train_loss"), field("train_accuracy"), field("test_loss"),
+                     field("test_accuracy"), "%.6g" % learning_rate, "%.3f" % seconds])
 
     def close(self):
-        self.file.close()
+        try:
+            self.file.close()  # (closes the descriptor even when the last flush fails)
+        except OSError as failure:
+            raise error(IO, "bptrain: metrics file %r: cannot write: %s" % (self.path, failure.strerror or failure)) \
+                from None
 
 
 def plot_metrics(csv_path, png_path, title="training"):

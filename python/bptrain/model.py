@@ -9,12 +9,12 @@ place, without a conversion copy.
 import ctypes
 
 from . import _arguments, _native, _ops
-from ._errors import INVALID_ARGUMENT, OUT_OF_MEMORY, SHAPE, STATE, UNSUPPORTED, Error, error
+from ._errors import DTYPE, INVALID_ARGUMENT, OUT_OF_MEMORY, SHAPE, STATE, UNSUPPORTED, Error, error
 from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
 from ._tensor import _Tensor
-from .context import DTYPES, dtype_code, numpy_dtype, require_numpy
+from .context import DTYPES, numpy_dtype, require_numpy
 from .loop import TrainingLoop
 
 _LOSS_SCALING = {"auto": 0, "none": 1, "dynamic": 2}
@@ -42,7 +42,7 @@ class Node:
 
     @property
     def name(self):
-        return lib.bpt_node_name(self.handle).decode()
+        return lib.bpt_node_name(self.handle).decode(errors="backslashreplace")  # (as in a load's report)
 
     @property
     def op(self):
@@ -83,6 +83,7 @@ def _builder(op):
         node = self._add(op.c_function, self._name(name, op.prefix).encode(), *arguments)
         if op.method == "softmax_cross_entropy":
             self.logits = args[0] if args else kwargs["logits"]
+            self.labels = args[1] if len(args) > 1 else kwargs["labels"]
         elif op.method == "mse_loss":
             self.prediction = args[0] if args else kwargs["prediction"]
         return node
@@ -107,6 +108,7 @@ class Model(TrainingLoop, Closing):
         self.inputs = []
         self.loss = None
         self.logits = None  # the logits of a softmax_cross_entropy loss
+        self.labels = None  # and its labels (evaluate finds them by this role, wherever they were declared)
         self.prediction = None  # the prediction of an mse_loss
         self.max_batch = 0
         self._tensors = {}
@@ -206,14 +208,19 @@ class Model(TrainingLoop, Closing):
         """Sets the precision policy (before compile): compute dtype "f32", "f16" or "bf16", loss scaling
         "auto", "none" or "dynamic", how saved activations are stored ("compute", "f16", "bf16", "fp8")."""
         options = lib.bpt_precision_options_default()
-        options.compute_dtype = dtype_code(compute_dtype)
+        what = "Model.set_precision"
+        if not isinstance(compute_dtype, str) or compute_dtype not in DTYPES:
+            raise error(DTYPE, "bptrain: %s: compute_dtype must be one of %s, not %r" % (what, list(DTYPES),
+                                                                                      compute_dtype))
+        options.compute_dtype = DTYPES[compute_dtype]
         options.loss_scaling = _ops._enum(_LOSS_SCALING, "loss_scaling")(loss_scaling, "Model.set_precision")[0]
         options.saved_activation_storage = _ops._enum(_ACTIVATION_STORAGE, "saved_activation_storage")(
             saved_activation_storage, "Model.set_precision")[0]
         for field, value in (("initial_loss_scale", initial_loss_scale), ("growth_interval", growth_interval),
                              ("growth_factor", growth_factor), ("backoff_factor", backoff_factor)):
-            if value is not None:
-                setattr(options, field, value)
+            if value is not None:  # (a bare TypeError from ctypes for "big"; 2.5 steps truncated to 2)
+                convert = _arguments.integer if field == "growth_interval" else _arguments.real
+                setattr(options, field, convert(value, what, field))
         options.keep_all_values = int(bool(keep_all_values))
         self.context.check(lib.bpt_graph_set_precision(self.handle, ctypes.byref(options)))
 

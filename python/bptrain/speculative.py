@@ -22,9 +22,7 @@ class SpeculativeTrainer(Closing):
         what = "SpeculativeTrainer"
         _arguments.instance(model, Model, what, "model")._require_compiled(what)
         model._check_optimizer(optimizer, what)
-        if distance not in _DISTANCES:
-            raise error(INVALID_ARGUMENT, "bptrain: SpeculativeTrainer: distance must be one of %s" %
-                        sorted(_DISTANCES))
+        _arguments.choice(distance, _DISTANCES, what, "distance")
         options = lib.bpt_speculative_options_default()
         options.threshold = _arguments.real(threshold, what, "threshold")
         options.distance = _DISTANCES[distance]

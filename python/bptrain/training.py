@@ -17,11 +17,8 @@ class Schedule:
 
     def __init__(self, kind="constant", base_learning_rate=0.1, warmup_steps=0, warmup_start_factor=0.0,
                  step_size=1, gamma=0.1, total_steps=0, minimum_learning_rate=0.0):
-        if kind not in _SCHEDULES:
-            raise error(INVALID_ARGUMENT, "bptrain: Schedule: kind must be one of %s, not %r" %
-                        (sorted(_SCHEDULES), kind))
         options = lib.bpt_schedule_options_default()
-        options.kind = _SCHEDULES[kind]
+        options.kind = _arguments.choice(kind, _SCHEDULES, "Schedule", "kind")
         for name, value in (("base_learning_rate", base_learning_rate), ("warmup_start_factor", warmup_start_factor),
                             ("gamma", gamma), ("minimum_learning_rate", minimum_learning_rate)):
             setattr(options, name, _arguments.real(value, "Schedule", name))
@@ -45,9 +42,7 @@ class Optimizer(Closing):
 
     def __init__(self, model, kind="sgd", learning_rate=0.01, momentum=0.0, nesterov=False, weight_decay=0.0,
                  beta1=0.9, beta2=0.999, epsilon=1e-8, schedule=None):
-        if kind not in _OPTIMIZERS:
-            raise error(INVALID_ARGUMENT, "bptrain: Optimizer: kind must be one of %s, not %r" %
-                        (sorted(_OPTIMIZERS), kind))
+        _arguments.choice(kind, _OPTIMIZERS, "Optimizer", "kind")
         from .model import Model
         _arguments.instance(model, Model, "Optimizer", "model")._require_compiled("Optimizer")
         options = lib.bpt_optimizer_options_default()

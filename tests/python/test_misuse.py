@@ -11,7 +11,7 @@ import tempfile
 import threading
 import unittest
 
-from support import expect
+from support import expect, write_idx
 
 import numpy as np
 
@@ -79,6 +79,42 @@ class Integers(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.clip_gradient_norm, "1")
 
 
+    def test_argument_errors_are_bptrain_errors_naming_the_argument(self):
+        model, optimizer = classifier()
+        for seed, shown in ((2.5, "2.5"), ("a", "'a'"), (-1, "-1"), (2 ** 64 + 5, str(2 ** 64 + 5))):
+            # 2.5 and "a" were bare TypeErrors, -1 and 2**64 + 5 were taken silently
+            error = expect(bptrain.InvalidArgumentError, model.fit, optimizer, FEATURES, LABELS, seed=seed)
+            self.assertIn("seed", error.message)
+            self.assertIn(shown, error.message)
+        self.assertEqual(optimizer.steps, 0)
+        self.assertEqual(len(model.fit(optimizer, FEATURES, LABELS, seed=2 ** 64 - 1)), 1)  # the largest seed
+        fresh = bptrain.Model(model.context)
+        for keywords in ({"initial_loss_scale": "big"}, {"growth_interval": 2.5}, {"growth_factor": [2]},
+                         {"backoff_factor": "half"}, {"loss_scaling": ["dynamic"]},
+                         {"saved_activation_storage": {}}):
+            error = expect(bptrain.InvalidArgumentError, fresh.set_precision, **keywords)
+            self.assertIn(list(keywords)[0], error.message)
+        self.assertIn("compute_dtype", expect(bptrain.DtypeError, fresh.set_precision, ["f16"]).message)
+        for call in (lambda: bptrain.Optimizer(model, ["sgd"]), lambda: bptrain.Schedule({}),
+                     lambda: model.context.convert([1.0], "f32", "f16", rounding=[]),
+                     lambda: model.leaky_relu(model.inputs[0], "0.1")):
+            expect(bptrain.InvalidArgumentError, call)
+        self.assertIn("slope", expect(bptrain.InvalidArgumentError, model.leaky_relu, model.inputs[0], "x").message)
+
+    def test_rates_a_32_bit_float_cannot_hold_are_refused(self):
+        model, optimizer = classifier()
+        for rate in (1e-50, -1e-46, 1e39):  # 1e-50 became a learning rate of 0: training that never moves
+            error = expect(bptrain.InvalidArgumentError, bptrain.Optimizer, model, learning_rate=rate)
+            self.assertIn("learning_rate", error.message)
+            with self.assertRaises(bptrain.InvalidArgumentError):
+                optimizer.learning_rate = rate
+            expect(bptrain.InvalidArgumentError, bptrain.Schedule, base_learning_rate=rate)
+        self.assertAlmostEqual(optimizer.learning_rate, 0.1, places=6)
+        self.assertGreater(bptrain.Optimizer(model, learning_rate=1e-40).learning_rate, 0)  # subnormal, not 0
+        bptrain.Optimizer(model, learning_rate=0.0)  # an exact 0 is what it says
+        expect(bptrain.InvalidArgumentError, bptrain.Optimizer, model, momentum=10 ** 400)  # a bare OverflowError
+
+
 class Arrays(unittest.TestCase):
     """NumPy casts unsafely; values that a cast would change must be refused, never fed."""
 
@@ -113,6 +149,35 @@ class Arrays(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.predict, [[1, 2], [3]])  # ragged
         np.testing.assert_array_equal(model.parameters(), before)
         self.assertEqual(optimizer.steps, 0)
+
+    def test_none_text_bytes_and_complex_inside_lists_are_refused_naming_the_position(self):
+        model, optimizer = classifier()
+        before = model.parameters()
+        rows = FEATURES.tolist()
+        for bad, position in ((None, "[2, 1]"), ("1e3", "[2, 1]"), (" 2 ", "[2, 1]"), (b"1", "[2, 1]"),
+                              (1 + 2j, "[2, 1]")):
+            data = [list(row) for row in rows]
+            data[2][1] = bad
+            for variant in (data, np.array(data, dtype=object)):
+                error = expect(bptrain.InvalidArgumentError, model.train_step, optimizer, variant, LABELS)
+                self.assertIn(position, error.message)  # (None was fed as a NaN that poisoned the weights)
+                self.assertIn(repr(bad), error.message)
+                expect(bptrain.InvalidArgumentError, model.predict, variant)
+        for labels in (LABELS + 1j, LABELS.astype(str), LABELS.astype(bytes), LABELS.astype(object) + 0.5,
+                       [0, 1, None, 0, 1, 2, 0, 1], [0, 1, "2", 0, 1, 2, 0, 1], np.array([0, 1, 2.5] + [0] * 5,
+                                                                                          dtype=object)):
+            # complex labels lost their imaginary part, "2" was parsed, an object 0.5 became 0
+            expect(bptrain.InvalidArgumentError, model.train_step, optimizer, FEATURES, labels)
+            expect(bptrain.InvalidArgumentError, model.evaluate, FEATURES, labels)
+        expect(bptrain.InvalidArgumentError, model.set_parameters, [1.0, None] + [0.0] * (before.size - 2))
+        expect(bptrain.InvalidArgumentError, model.context.convert, [1.0, "2"], "f32", "f16")
+        expect(bptrain.InvalidArgumentError, model.context.convert, [15360, None], "f16", "f32")
+        np.testing.assert_array_equal(model.parameters(), before)
+        self.assertEqual(optimizer.steps, 0)
+        # real numbers in an object array or a list are fine, labels included
+        mixed = np.array([[int(v) if i % 2 else np.float32(v) for i, v in enumerate(row)] for row in rows], object)
+        np.testing.assert_allclose(model.predict(mixed), model.predict(mixed.astype(np.float64)), rtol=1e-6)
+        self.assertEqual(model.evaluate(FEATURES, LABELS.astype(object)), model.evaluate(FEATURES, LABELS))
 
     def test_an_array_too_large_to_copy(self):
         model, optimizer = classifier()
@@ -156,6 +221,28 @@ class Arrays(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.predict, FEATURES, output=model.node("linear1.weight"))
 
 
+class Roles(unittest.TestCase):
+    """evaluate read the last declared input as the labels."""
+
+    def test_labels_declared_first_or_shaped_one_per_sample(self):
+        reference, _ = classifier()
+        expected = reference.evaluate(FEATURES, LABELS)
+        for shape in ((), (1,)):
+            model = bptrain.Model(reference.context)
+            y, x = model.input("y", shape, "i32"), model.input("x", (4,))  # the labels first
+            model.compile(model.softmax_cross_entropy(model.linear(model.relu(model.linear(x, 8)), 3), y), 8)
+            model.set_parameters(reference.parameters())
+            # accuracy was 0.0 (logits compared with the features) or 5.36 (labels (8, 1) against (8,))
+            self.assertEqual(model.evaluate(LABELS.reshape((8,) + shape), FEATURES), expected)
+            with tempfile.TemporaryDirectory() as directory:
+                write_idx(directory, count=8, height=2, width=2)
+                data = bptrain.Dataset(model.context, directory, "train")
+                images, labels = data.arrays()
+                reference_result = reference.evaluate(images.reshape(8, 4), labels)
+                self.assertEqual(model.evaluate(data), reference_result)  # (refused: "two inputs" before)
+                self.assertEqual(len(model.fit(bptrain.Optimizer(model), data)), 1)
+
+
 class PathsAndNames(unittest.TestCase):
     """str(path).encode() turned None into the file "None" and b"x" into "b'x'", and C cut names at a NUL."""
 
@@ -186,6 +273,57 @@ class PathsAndNames(unittest.TestCase):
                 expect(bptrain.InvalidArgumentError, bptrain.Dataset, model.context, images=b"x\0y")
             finally:
                 os.chdir(os.path.dirname(os.path.abspath(__file__)))
+
+    def test_metrics_on_a_fifo_a_device_or_a_full_disk(self):
+        """open() waited forever for a FIFO's reader, and /dev/full or a full disk raised a bare OSError."""
+        script = """if True:
+            import os, resource, signal, sys
+            import numpy as np
+            import bptrain
+            path, limit = sys.argv[1], int(sys.argv[2])
+            if limit:  # writes beyond it fail with EFBIG (SIGXFSZ ignored), as on a full disk
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+            model = bptrain.Model(bptrain.Context(threads=1))
+            x, y = model.input("x", (4,)), model.input("y", (), "i32")
+            model.compile(model.softmax_cross_entropy(model.linear(x, 3), y), 8)
+            try:
+                model.fit(bptrain.Optimizer(model), np.zeros((800, 4)), np.zeros(800), epochs=2, batch_size=2,
+                          metrics=path)
+            except bptrain.FileError as error:
+                print(error.message)
+        """
+        with tempfile.TemporaryDirectory() as directory:
+            fifo = os.path.join(directory, "fifo.csv")
+            os.mkfifo(fifo)
+            for path, limit, expected in ((fifo, 0, "a FIFO"), ("/dev/full", 0, "a character device"),
+                                          (os.path.join(directory, "m.csv"), 2000, "cannot write")):
+                run = subprocess.run([sys.executable, "-c", script, path, str(limit)], capture_output=True, text=True,
+                                     timeout=60)
+                self.assertEqual((run.returncode, run.stderr), (0, ""))
+                self.assertIn(expected, run.stdout)
+                self.assertIn(path, run.stdout)
+
+    def test_a_lenient_load_of_a_name_that_is_not_utf8(self):
+        """load(strict=False) replaced the parameters, then raised UnicodeDecodeError on the file's other name."""
+        import ctypes
+        source, _ = classifier()
+        dims = (ctypes.c_int64 * 1)(4)
+        saved = bptrain.Model(source.context)
+        x, y = saved.input("x", (4,)), saved.input("y", (), "i32")
+        saved._add(bptrain._native.lib.bpt_graph_parameter, b"extra\xff", 1, dims, 1)  # C takes any bytes
+        hidden = saved.relu(saved.linear(x, 8))
+        saved.compile(saved.softmax_cross_entropy(saved.linear(hidden, 3), y), 8)
+        target, _ = classifier(source.context)
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "odd.ckpt")
+            saved.save(path)
+            report = target.load(path, strict=False)
+        self.assertEqual(report.skipped, ["extra\\xff"])
+        self.assertEqual(sorted(report.loaded), sorted(target.state_dict()))
+        state = saved.state_dict()
+        for name, values in target.state_dict().items():
+            np.testing.assert_array_equal(values, state[name])
 
     def test_names(self):
         model = bptrain.Model(context())
@@ -313,6 +451,69 @@ class Threads(unittest.TestCase):
             thread.join()
         self.assertEqual(failures, [])
         expect(bptrain.StateError, model.predict, x)
+
+
+    def test_a_close_waits_for_a_constructor_in_flight(self):
+        """Deterministic: a close() from another thread while Optimizer(model) is converting its arguments must
+        wait for the constructor (which then returns an optimiser that the close closes too); constructors took
+        no lock, so the close ran in the middle and the constructor carried on with a closed model."""
+        model, _ = classifier()
+        inside, events = threading.Event(), []
+
+        class Slow(float):
+            def __float__(self):
+                inside.set()
+                threading.Event().wait(0.3)
+                return 0.1
+
+        def make():
+            try:
+                made = bptrain.Optimizer(model, "adam", learning_rate=Slow(0.1))
+                events.append("made")
+                made.close()
+            except bptrain.StateError:
+                events.append("refused: the model was closed in the middle")
+        thread = threading.Thread(target=make)
+        thread.start()
+        inside.wait(60)
+        model.close()
+        events.append("closed")
+        thread.join()
+        self.assertEqual(events, ["made", "closed"])
+
+    def test_optimizers_made_while_another_thread_closes_the_model(self):
+        """The reproduction: one thread makes optimisers while another closes the model (SIGSEGV before)."""
+        script = """if True:
+            import random, sys, threading, time
+            import bptrain
+            context, made = bptrain.Context(seed=1, threads=1), [0]
+            for _ in range(100):
+                model = bptrain.Model(context)
+                x, y = model.input("x", (256,)), model.input("y", (), "i32")
+                for _ in range(4):
+                    x = model.relu(model.linear(x, 256))
+                model.compile(model.softmax_cross_entropy(model.linear(x, 3), y), 8)
+                start = threading.Barrier(2)
+
+                def build():
+                    start.wait()
+                    try:
+                        for _ in range(1000):
+                            bptrain.Optimizer(model, "adam")
+                            made[0] += 1
+                    except bptrain.StateError:
+                        pass
+                thread = threading.Thread(target=build)
+                thread.start()
+                start.wait()
+                time.sleep(random.random() * 0.002)
+                model.close()
+                thread.join()
+            print("made", made[0])
+        """
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        self.assertIn("made", run.stdout)
 
 
 class Lifetimes(unittest.TestCase):
