@@ -47,9 +47,12 @@ static void collectives(bpt_context *context, bpt_comm *comm) {
         }
       }
       size_t bytes = (size_t)n * bpt_dtype_size(dtypes[d]);
-      cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
+      /* A pageable copy may return before its DMA lands, and the engine's stream is non-blocking (not ordered
+       * after the legacy stream): wait for the copy before the collective reads the buffer. */
+      EXPECT(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
+      EXPECT(cudaDeviceSynchronize() == cudaSuccess, "upload wait");
       EXPECT_OK(context, bpt_comm_allreduce(comm, device, n, dtypes[d], average ? BPT_REDUCE_AVERAGE : BPT_REDUCE_SUM));
-      cudaMemcpy(back, device, bytes, cudaMemcpyDeviceToHost);
+      EXPECT(cudaMemcpy(back, device, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
       EXPECT(memcmp(host, back, bytes) == 0, "%s all-reduce over one rank changed the values",
              bpt_dtype_name(dtypes[d]));
     }
