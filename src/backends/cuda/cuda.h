@@ -67,7 +67,7 @@ typedef struct bpt_cuda_state {
   int device;
   int multiprocessors;
   cudaStream_t stream;
-  cudaMemPool_t pool; /* the caching allocator: stream-ordered, memory kept by the pool between steps */
+  cudaMemPool_t pool; /* the context's own caching pool: stream-ordered, memory kept between steps */
   const bpt_cuda_cublas_api *blas;
   cublasHandle_t cublas;
   void *cublas_workspace;
@@ -77,6 +77,7 @@ typedef struct bpt_cuda_state {
   void *device_staging[BPT_CUDA_STAGING_SLOTS]; /* device, filled on copy_stream */
   cudaEvent_t staging_done[BPT_CUDA_STAGING_SLOTS]; /* the slot's last use has finished on the device */
   cudaEvent_t staging_copied[BPT_CUDA_STAGING_SLOTS]; /* the slot's host-to-device copy has finished */
+  bool staging_overlapped[BPT_CUDA_STAGING_SLOTS];    /* the slot's last upload went through copy_stream */
   int staging_next;
   /* Scratch reused by kernels that need it (partial sums, cuDNN workspaces); grows, never shrinks. */
   void *scratch;
