@@ -163,6 +163,21 @@ int main(void) {
   collectives(context, comm);
   data_parallel(comm);
   bpt_comm_destroy(comm);
+  if (devices >= 2) { /* a communicator on device 1 leaves the thread's current device (0) as it found it */
+    int current = -1;
+    EXPECT(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+    bpt_comm *other = NULL;
+    if (bpt_comm_nccl_unique_id(context, &id) == BPT_OK &&
+        bpt_comm_create_nccl(context, &id, 0, 1, 1, &options, &other) == BPT_OK) {
+      EXPECT(cudaGetDevice(&current) == cudaSuccess && current == 0, "creation left device %d current", current);
+      EXPECT(bpt_comm_barrier(other) == BPT_OK, "barrier on device 1: %s", bpt_context_last_error(context));
+      EXPECT(cudaGetDevice(&current) == cudaSuccess && current == 0, "a barrier left device %d current", current);
+      bpt_comm_destroy(other);
+      EXPECT(cudaGetDevice(&current) == cudaSuccess && current == 0, "destroy left device %d current", current);
+    } else {
+      EXPECT(0, "communicator on device 1: %s", bpt_context_last_error(context));
+    }
+  }
   bpt_context_destroy(context);
   printf("test_nccl_smoke: %s\n", failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
