@@ -99,11 +99,23 @@ static bpt_status begin(bpt_comm *comm, bpt_comm_request **out) {
   return BPT_OK;
 }
 
-/* Records the request's completion event once the collective is issued. */
-static bpt_status issued(bpt_comm *comm, bpt_comm_request *request, ncclResult_t result, const char *what) {
-  BPT_CHECK(settle(comm, result, what));
-  cudaError_t error = cudaEventRecord(request->done, state_of(comm)->stream);
-  return error == cudaSuccess ? BPT_OK : cuda_failure(comm, error, "cudaEventRecord");
+/* Records the request's completion event once the collective is issued, and hands the request out. When
+ * the collective failed (the communicator is aborted then) the request is freed here: the caller gets none
+ * to wait for, so nobody else would. */
+static bpt_status issued(bpt_comm *comm, bpt_comm_request *request, ncclResult_t result, const char *what,
+                         bpt_comm_request **out) {
+  bpt_status status = settle(comm, result, what);
+  if (status == BPT_OK) {
+    cudaError_t error = cudaEventRecord(request->done, state_of(comm)->stream);
+    if (error != cudaSuccess) status = cuda_failure(comm, error, "cudaEventRecord");
+  }
+  if (status != BPT_OK) {
+    if (request->custom_op && state_of(comm)->comm) ncclRedOpDestroy(request->op, state_of(comm)->comm);
+    request_free(request);
+    return status;
+  }
+  *out = request;
+  return BPT_OK;
 }
 
 static bpt_status allreduce(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype, bpt_comm_reduction reduction,
@@ -127,8 +139,7 @@ static bpt_status allreduce(bpt_comm *comm, void *buffer, int64_t count, bpt_dty
     request->custom_op = true;
   }
   ncclResult_t result = ncclAllReduce(buffer, buffer, (size_t)count, type, request->op, state->comm, state->stream);
-  *out = request;
-  return issued(comm, request, result, "ncclAllReduce");
+  return issued(comm, request, result, "ncclAllReduce", out);
 }
 
 static bpt_status nccl_allreduce_start(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype,
@@ -147,10 +158,9 @@ static bpt_status nccl_allgather_start(bpt_comm *comm, const void *send, void *r
   bpt_comm_request *request = NULL;
   bpt_status status = begin(comm, &request);
   if (status == BPT_OK) {
-    *out = request;
     nccl_state *state = state_of(comm);
     status = issued(comm, request, ncclAllGather(send, receive, bytes, ncclUint8, state->comm, state->stream),
-                    "ncclAllGather");
+                    "ncclAllGather", out);
   }
   leave_device(previous);
   return status;
@@ -162,10 +172,9 @@ static bpt_status nccl_broadcast_start(bpt_comm *comm, void *buffer, size_t byte
   bpt_comm_request *request = NULL;
   bpt_status status = begin(comm, &request);
   if (status == BPT_OK) {
-    *out = request;
     nccl_state *state = state_of(comm);
     status = issued(comm, request, ncclBroadcast(buffer, buffer, bytes, ncclUint8, root, state->comm, state->stream),
-                    "ncclBroadcast");
+                    "ncclBroadcast", out);
   }
   leave_device(previous);
   return status;
@@ -177,12 +186,11 @@ static bpt_status nccl_barrier_start(bpt_comm *comm, bpt_comm_request **out) {
   bpt_comm_request *request = NULL;
   bpt_status status = begin(comm, &request);
   if (status == BPT_OK) {
-    *out = request;
     nccl_state *state = state_of(comm);
     status = issued(
         comm, request,
         ncclAllReduce(state->barrier_word, state->barrier_word, 1, ncclInt32, ncclSum, state->comm, state->stream),
-        "barrier (ncclAllReduce)");
+        "barrier (ncclAllReduce)", out);
   }
   leave_device(previous);
   return status;
