@@ -90,7 +90,17 @@ typedef struct bpt_cuda_state {
   bpt_cuda_conv_plan *conv_plans[BPT_CUDA_CONV_CACHE];
 } bpt_cuda_state;
 
-static inline bpt_cuda_state *bpt_cuda(bpt_backend *backend) { return (bpt_cuda_state *)backend->state; }
+/* Makes the context's device current on the calling thread. Every member reaches its state through
+ * bpt_cuda(), so a context driven from a second host thread (speculative training's worker, which never
+ * calls cudaSetDevice) or beside a context or communicator on another device still launches on its own
+ * device. cudaGetDevice first: when the device is already current this costs a thread-local read. */
+void bpt_cuda_use_device(const bpt_cuda_state *state);
+
+static inline bpt_cuda_state *bpt_cuda(bpt_backend *backend) {
+  bpt_cuda_state *state = (bpt_cuda_state *)backend->state;
+  if (state) bpt_cuda_use_device(state);
+  return state;
+}
 
 /* Threads per block for element-wise kernels, and a grid-stride grid that fills the device without
  * launching more blocks than there is work for. */
