@@ -197,6 +197,14 @@ static void api_errors(void **state) {
   assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "timeout_seconds", bpt_comm_create_mpi(context, 0, &options, &comm));
   assert_null(comm);
   assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "rank", bpt_comm_create_nccl(context, NULL, 0, 1, 0, NULL, &comm));
+  /* The device rule's first half, checked before any module loads: a negative device or a rank outside the
+   * world is refused by name, and no communicator is left behind. */
+  bpt_comm_unique_id id;
+  memset(&id, 0, sizeof id);
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "device (-1)", bpt_comm_create_nccl(context, &id, 0, 1, -1, NULL, &comm));
+  assert_null(comm);
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "rank (2)", bpt_comm_create_nccl(context, &id, 2, 2, 0, NULL, &comm));
+  assert_null(comm);
   assert_fails(NULL, BPT_ERR_INVALID_ARGUMENT, "NULL",
                bpt_comm_allreduce(NULL, NULL, 0, BPT_DTYPE_F32, BPT_REDUCE_SUM));
   assert_int_equal(bpt_comm_rank(NULL), -1);

@@ -43,6 +43,26 @@ static bpt_status cuda_failure(bpt_comm *comm, cudaError_t error, const char *wh
   return bpt_comm_fail(comm, BPT_ERR_COMM, "nccl: %s failed: %s", what, cudaGetErrorString(error));
 }
 
+/* Device rule: one device per communicator, fixed at creation (the caller's `device`, by default the MPI local
+ * rank). Every entry point makes it current for its own CUDA calls and gives the caller's current device
+ * back on the way out, so a host thread that drives a CUDA context on another device (BPT_CUDA_DEVICE) is
+ * not moved under it. */
+static bpt_status enter_device(bpt_comm *comm, int *previous) {
+  *previous = -1;
+  cudaError_t error = cudaGetDevice(previous);
+  if (error == cudaSuccess) error = cudaSetDevice(state_of(comm)->device);
+  return error == cudaSuccess ? BPT_OK : cuda_failure(comm, error, "cudaSetDevice");
+}
+
+static void leave_device(int previous) {
+  if (previous >= 0) cudaSetDevice(previous);
+}
+
+static void request_free(bpt_comm_request *request) {
+  if (request->done) cudaEventDestroy(request->done);
+  free(request);
+}
+
 /* A non-blocking communicator may answer ncclInProgress; wait (bounded) until the call is really issued. */
 static bpt_status settle(bpt_comm *comm, ncclResult_t result, const char *what) {
   nccl_state *state = state_of(comm);
@@ -65,29 +85,41 @@ static bpt_status select_type(bpt_comm *comm, bpt_dtype dtype, ncclDataType_t *o
   }
 }
 
+/* Called with the communicator's device current (enter_device). */
 static bpt_status begin(bpt_comm *comm, bpt_comm_request **out) {
-  cudaError_t error = cudaSetDevice(state_of(comm)->device);
-  if (error != cudaSuccess) return cuda_failure(comm, error, "cudaSetDevice");
   bpt_comm_request *request = bpt_calloc(comm->context, 1, sizeof *request, "NCCL request");
   if (!request) return BPT_ERR_OUT_OF_MEMORY;
-  error = cudaEventCreateWithFlags(&request->done, cudaEventDisableTiming);
+  cudaError_t error = cudaEventCreateWithFlags(&request->done, cudaEventDisableTiming);
   if (error != cudaSuccess) {
-    free(request);
+    request->done = NULL;
+    request_free(request);
     return cuda_failure(comm, error, "cudaEventCreate");
   }
   *out = request;
   return BPT_OK;
 }
 
-/* Records the request's completion event once the collective is issued. */
-static bpt_status issued(bpt_comm *comm, bpt_comm_request *request, ncclResult_t result, const char *what) {
-  BPT_CHECK(settle(comm, result, what));
-  cudaError_t error = cudaEventRecord(request->done, state_of(comm)->stream);
-  return error == cudaSuccess ? BPT_OK : cuda_failure(comm, error, "cudaEventRecord");
+/* Records the request's completion event once the collective is issued, and hands the request out. When
+ * the collective failed (the communicator is aborted then) the request is freed here: the caller gets none
+ * to wait for, so nobody else would. */
+static bpt_status issued(bpt_comm *comm, bpt_comm_request *request, ncclResult_t result, const char *what,
+                         bpt_comm_request **out) {
+  bpt_status status = settle(comm, result, what);
+  if (status == BPT_OK) {
+    cudaError_t error = cudaEventRecord(request->done, state_of(comm)->stream);
+    if (error != cudaSuccess) status = cuda_failure(comm, error, "cudaEventRecord");
+  }
+  if (status != BPT_OK) {
+    if (request->custom_op && state_of(comm)->comm) ncclRedOpDestroy(request->op, state_of(comm)->comm);
+    request_free(request);
+    return status;
+  }
+  *out = request;
+  return BPT_OK;
 }
 
-static bpt_status nccl_allreduce_start(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype,
-                                       bpt_comm_reduction reduction, float prescale, bpt_comm_request **out) {
+static bpt_status allreduce(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype, bpt_comm_reduction reduction,
+                            float prescale, bpt_comm_request **out) {
   ncclDataType_t type = ncclFloat32;
   BPT_CHECK(select_type(comm, dtype, &type));
   nccl_state *state = state_of(comm);
@@ -100,50 +132,102 @@ static bpt_status nccl_allreduce_start(bpt_comm *comm, void *buffer, int64_t cou
     void *scalar = dtype == BPT_DTYPE_F32 ? (void *)&prescale : (void *)&half;
     ncclResult_t result = ncclRedOpCreatePreMulSum(&request->op, scalar, type, ncclScalarHostImmediate, state->comm);
     bpt_status status = settle(comm, result, "ncclRedOpCreatePreMulSum");
-    if (status != BPT_OK) return status;
+    if (status != BPT_OK) { /* no op to destroy: the request is ours alone to free */
+      request_free(request);
+      return status;
+    }
     request->custom_op = true;
   }
   ncclResult_t result = ncclAllReduce(buffer, buffer, (size_t)count, type, request->op, state->comm, state->stream);
-  *out = request;
-  return issued(comm, request, result, "ncclAllReduce");
+  return issued(comm, request, result, "ncclAllReduce", out);
+}
+
+static bpt_status nccl_allreduce_start(bpt_comm *comm, void *buffer, int64_t count, bpt_dtype dtype,
+                                       bpt_comm_reduction reduction, float prescale, bpt_comm_request **out) {
+  int previous;
+  BPT_CHECK(enter_device(comm, &previous));
+  bpt_status status = allreduce(comm, buffer, count, dtype, reduction, prescale, out);
+  leave_device(previous);
+  return status;
 }
 
 static bpt_status nccl_allgather_start(bpt_comm *comm, const void *send, void *receive, size_t bytes,
                                        bpt_comm_request **out) {
+  int previous;
+  BPT_CHECK(enter_device(comm, &previous));
   bpt_comm_request *request = NULL;
-  BPT_CHECK(begin(comm, &request));
-  *out = request;
-  nccl_state *state = state_of(comm);
-  return issued(comm, request, ncclAllGather(send, receive, bytes, ncclUint8, state->comm, state->stream),
-                "ncclAllGather");
+  bpt_status status = begin(comm, &request);
+  if (status == BPT_OK) {
+    nccl_state *state = state_of(comm);
+    status = issued(comm, request, ncclAllGather(send, receive, bytes, ncclUint8, state->comm, state->stream),
+                    "ncclAllGather", out);
+  }
+  leave_device(previous);
+  return status;
 }
 
 static bpt_status nccl_broadcast_start(bpt_comm *comm, void *buffer, size_t bytes, int root, bpt_comm_request **out) {
+  int previous;
+  BPT_CHECK(enter_device(comm, &previous));
   bpt_comm_request *request = NULL;
-  BPT_CHECK(begin(comm, &request));
-  *out = request;
-  nccl_state *state = state_of(comm);
-  return issued(comm, request, ncclBroadcast(buffer, buffer, bytes, ncclUint8, root, state->comm, state->stream),
-                "ncclBroadcast");
+  bpt_status status = begin(comm, &request);
+  if (status == BPT_OK) {
+    nccl_state *state = state_of(comm);
+    status = issued(comm, request, ncclBroadcast(buffer, buffer, bytes, ncclUint8, root, state->comm, state->stream),
+                    "ncclBroadcast", out);
+  }
+  leave_device(previous);
+  return status;
 }
 
 static bpt_status nccl_barrier_start(bpt_comm *comm, bpt_comm_request **out) {
+  int previous;
+  BPT_CHECK(enter_device(comm, &previous));
   bpt_comm_request *request = NULL;
-  BPT_CHECK(begin(comm, &request));
-  *out = request;
-  nccl_state *state = state_of(comm);
-  return issued(
-      comm, request,
-      ncclAllReduce(state->barrier_word, state->barrier_word, 1, ncclInt32, ncclSum, state->comm, state->stream),
-      "barrier (ncclAllReduce)");
+  bpt_status status = begin(comm, &request);
+  if (status == BPT_OK) {
+    nccl_state *state = state_of(comm);
+    status = issued(
+        comm, request,
+        ncclAllReduce(state->barrier_word, state->barrier_word, 1, ncclInt32, ncclSum, state->comm, state->stream),
+        "barrier (ncclAllReduce)", out);
+  }
+  leave_device(previous);
+  return status;
+}
+
+/* The compute stream must live on the communicator's device: an event recorded on another device's stream
+ * would order nothing here, and the buckets would be reduced from the wrong device's memory. */
+static bpt_status check_stream_device(bpt_comm *comm, cudaStream_t stream) {
+#if CUDART_VERSION >= 12080
+  int device = -1;
+  cudaError_t error = cudaStreamGetDevice(stream, &device);
+  if (error != cudaSuccess) return cuda_failure(comm, error, "cudaStreamGetDevice");
+  if (device != state_of(comm)->device)
+    return bpt_comm_fail(comm, BPT_ERR_DEVICE,
+                         "nccl: the CUDA context computes on device %d but the communicator is on device %d; give "
+                         "every rank its own device (BPT_CUDA_DEVICE=<local rank> for the context, the same number "
+                         "as bpt_comm_create_nccl's device)",
+                         device, state_of(comm)->device);
+#else
+  (void)comm;
+  (void)stream;
+#endif
+  return BPT_OK;
 }
 
 static bpt_status nccl_order_after(bpt_comm *comm, void *stream) {
   nccl_state *state = state_of(comm);
-  cudaError_t error = cudaSetDevice(state->device);
-  if (error == cudaSuccess) error = cudaEventRecord(state->compute_done, (cudaStream_t)stream);
-  if (error == cudaSuccess) error = cudaStreamWaitEvent(state->stream, state->compute_done, 0);
-  return error == cudaSuccess ? BPT_OK : cuda_failure(comm, error, "ordering after the compute stream");
+  int previous;
+  BPT_CHECK(enter_device(comm, &previous));
+  bpt_status status = check_stream_device(comm, (cudaStream_t)stream);
+  if (status == BPT_OK) {
+    cudaError_t error = cudaEventRecord(state->compute_done, (cudaStream_t)stream);
+    if (error == cudaSuccess) error = cudaStreamWaitEvent(state->stream, state->compute_done, 0);
+    if (error != cudaSuccess) status = cuda_failure(comm, error, "ordering after the compute stream");
+  }
+  leave_device(previous);
+  return status;
 }
 
 static bpt_status nccl_test(bpt_comm *comm, bpt_comm_request *request, bool *done) {
@@ -155,17 +239,20 @@ static bpt_status nccl_test(bpt_comm *comm, bpt_comm_request *request, bool *don
   cudaError_t error = cudaEventQuery(request->done);
   if (error == cudaErrorNotReady) return BPT_OK;
   if (error != cudaSuccess) return cuda_failure(comm, error, "waiting for a collective");
-  if (request->custom_op) ncclRedOpDestroy(request->op, state->comm);
-  cudaEventDestroy(request->done);
-  free(request);
+  bpt_status status = BPT_OK;
+  if (request->custom_op) /* non-blocking: the destroy may itself be in progress */
+    status = settle(comm, ncclRedOpDestroy(request->op, state->comm), "ncclRedOpDestroy");
+  request_free(request);
   *done = true;
-  return BPT_OK;
+  return status;
 }
 
 static bpt_status nccl_destroy(bpt_comm *comm) {
   nccl_state *state = state_of(comm);
   if (!state) return BPT_OK;
   bpt_status status = BPT_OK;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
   cudaSetDevice(state->device);
   if (state->comm) {
     bool clean = false;
@@ -195,6 +282,7 @@ static bpt_status nccl_destroy(bpt_comm *comm) {
   if (state->stream) cudaStreamDestroy(state->stream);
   free(state);
   comm->state = NULL;
+  leave_device(previous);
   return status;
 }
 
@@ -250,13 +338,19 @@ bpt_status bpt_comm_nccl_open(bpt_comm *comm, const bpt_comm_unique_id *id, int 
   comm->engine = &nccl_engine;
   comm->rank = rank;
   comm->size = world_size;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  /* The barrier word is zeroed once (a synchronous memset: creation may wait) so that the first barrier
+   * reduces defined values; sums of zeros stay zero. */
   if ((error = cudaSetDevice(device)) != cudaSuccess ||
       (error = cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking)) != cudaSuccess ||
       (error = cudaMalloc((void **)&state->barrier_word, sizeof *state->barrier_word)) != cudaSuccess ||
+      (error = cudaMemset(state->barrier_word, 0, sizeof *state->barrier_word)) != cudaSuccess ||
       (error = cudaEventCreateWithFlags(&state->compute_done, cudaEventDisableTiming)) != cudaSuccess) {
     comm->failed = true;
     nccl_destroy(comm);
     comm->engine = NULL;
+    leave_device(previous);
     return bpt_error(comm->context, BPT_ERR_DEVICE, "%s: setting up device %d: %s", where, device,
                      cudaGetErrorString(error));
   }
@@ -265,10 +359,11 @@ bpt_status bpt_comm_nccl_open(bpt_comm *comm, const bpt_comm_unique_id *id, int 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclResult_t result = ncclCommInitRankConfig(&state->comm, world_size, nccl_id, rank, &config);
-  if (settle(comm, result, "ncclCommInitRankConfig") != BPT_OK) {
+  bpt_status status = settle(comm, result, "ncclCommInitRankConfig");
+  if (status != BPT_OK) {
     nccl_destroy(comm);
     comm->engine = NULL;
-    return BPT_ERR_COMM;
   }
-  return BPT_OK;
+  leave_device(previous);
+  return status == BPT_OK ? BPT_OK : BPT_ERR_COMM;
 }

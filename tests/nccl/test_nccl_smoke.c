@@ -47,9 +47,12 @@ static void collectives(bpt_context *context, bpt_comm *comm) {
         }
       }
       size_t bytes = (size_t)n * bpt_dtype_size(dtypes[d]);
-      cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
+      /* A pageable copy may return before its DMA lands, and the engine's stream is non-blocking (not ordered
+       * after the legacy stream): wait for the copy before the collective reads the buffer. */
+      EXPECT(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
+      EXPECT(cudaDeviceSynchronize() == cudaSuccess, "upload wait");
       EXPECT_OK(context, bpt_comm_allreduce(comm, device, n, dtypes[d], average ? BPT_REDUCE_AVERAGE : BPT_REDUCE_SUM));
-      cudaMemcpy(back, device, bytes, cudaMemcpyDeviceToHost);
+      EXPECT(cudaMemcpy(back, device, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
       EXPECT(memcmp(host, back, bytes) == 0, "%s all-reduce over one rank changed the values",
              bpt_dtype_name(dtypes[d]));
     }
@@ -160,6 +163,21 @@ int main(void) {
   collectives(context, comm);
   data_parallel(comm);
   bpt_comm_destroy(comm);
+  if (devices >= 2) { /* a communicator on device 1 leaves the thread's current device (0) as it found it */
+    int current = -1;
+    EXPECT(cudaSetDevice(0) == cudaSuccess, "cudaSetDevice(0)");
+    bpt_comm *other = NULL;
+    if (bpt_comm_nccl_unique_id(context, &id) == BPT_OK &&
+        bpt_comm_create_nccl(context, &id, 0, 1, 1, &options, &other) == BPT_OK) {
+      EXPECT(cudaGetDevice(&current) == cudaSuccess && current == 0, "creation left device %d current", current);
+      EXPECT(bpt_comm_barrier(other) == BPT_OK, "barrier on device 1: %s", bpt_context_last_error(context));
+      EXPECT(cudaGetDevice(&current) == cudaSuccess && current == 0, "a barrier left device %d current", current);
+      bpt_comm_destroy(other);
+      EXPECT(cudaGetDevice(&current) == cudaSuccess && current == 0, "destroy left device %d current", current);
+    } else {
+      EXPECT(0, "communicator on device 1: %s", bpt_context_last_error(context));
+    }
+  }
   bpt_context_destroy(context);
   printf("test_nccl_smoke: %s\n", failures ? "FAILED" : "ok");
   return failures ? 1 : 0;

@@ -33,6 +33,12 @@ bpt_status bpt_cuda_check_cudnn(bpt_backend *backend, cudnnStatus_t status, cons
   return bpt_backend_fail(backend, code, "%s: cuDNN error %d (%s)", where, (int)status, cudnnGetErrorString(status));
 }
 
+void bpt_cuda_use_device(const bpt_cuda_state *state) {
+  int current = -1;
+  /* A failure here resurfaces at the member's own CUDA call, which names where. */
+  if (cudaGetDevice(&current) != cudaSuccess || current != state->device) cudaSetDevice(state->device);
+}
+
 static bool environment_flag(const char *name) {
   const char *value = getenv(name);
   return value && value[0] && strcmp(value, "0") != 0;

@@ -46,9 +46,11 @@ __global__ void unscale_check_finite_kernel(int64_t count, float *gradients, flo
                                             int32_t *found_nonfinite) {
   bool nonfinite = false;
   GRID_STRIDE(i, count) {
-    float value = gradients[i] * inverse_scale;
-    gradients[i] = value;
+    // Checked before unscaling, as the CPU backend does: a finite gradient that the unscale would push
+    // past f32's range (inverse_scale > 1) is not an overflow of the backward pass.
+    float value = gradients[i];
     nonfinite |= !isfinite(value);
+    gradients[i] = value * inverse_scale;
   }
   // Every writer stores the same 1, so the race between blocks is harmless and needs no atomic.
   if (__syncthreads_or(nonfinite) && threadIdx.x == 0) *found_nonfinite = 1;

@@ -252,7 +252,15 @@ static bpt_status choose(bpt_backend *backend, bpt_cuda_conv_plan *p, direction 
       p->math[d] = state->tf32 ? list[i].math : exact;
       break;
     }
-  BPT_CUDA_TRY(workspace_size(backend, p, d));
+  bpt_status status = workspace_size(backend, p, d);
+  if (status == BPT_ERR_UNSUPPORTED && p->algorithm[d] != fallback_algorithm(d)) {
+    /* The chosen algorithm can turn down its own workspace query (seen with some engines under FMA math):
+     * take the always-supported one now rather than failing the step. */
+    p->algorithm[d] = fallback_algorithm(d);
+    p->math[d] = exact;
+    status = workspace_size(backend, p, d);
+  }
+  BPT_CUDA_TRY(status);
   p->chosen[d] = true;
   return BPT_OK;
 }
@@ -281,6 +289,7 @@ static bpt_status execute(bpt_backend *backend, bpt_cuda_conv_plan *p, direction
     if (s != CUDNN_STATUS_NOT_SUPPORTED || attempt > 0 || p->algorithm[d] == fallback_algorithm(d))
       return bpt_cuda_check_cudnn(backend, s, where);
     p->algorithm[d] = fallback_algorithm(d);
+    p->math[d] = bpt_cuda(backend)->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     BPT_CUDA_TRY(workspace_size(backend, p, d));
   }
 }

@@ -73,7 +73,7 @@ typedef struct bpt_cuda_state {
   int device;
   int multiprocessors;
   cudaStream_t stream;
-  cudaMemPool_t pool; /* the caching allocator: stream-ordered, memory kept by the pool between steps */
+  cudaMemPool_t pool; /* the context's own caching pool: stream-ordered, memory kept between steps */
   const bpt_cuda_cublas_api *blas;
   cublasHandle_t cublas;
   void *cublas_workspace;
@@ -83,6 +83,7 @@ typedef struct bpt_cuda_state {
   void *device_staging[BPT_CUDA_STAGING_SLOTS]; /* device, filled on copy_stream */
   cudaEvent_t staging_done[BPT_CUDA_STAGING_SLOTS]; /* the slot's last use has finished on the device */
   cudaEvent_t staging_copied[BPT_CUDA_STAGING_SLOTS]; /* the slot's host-to-device copy has finished */
+  bool staging_overlapped[BPT_CUDA_STAGING_SLOTS];    /* the slot's last upload went through copy_stream */
   int staging_next;
   /* Scratch reused by kernels that need it (partial sums, cuDNN workspaces); grows, never shrinks. */
   void *scratch;
@@ -95,7 +96,17 @@ typedef struct bpt_cuda_state {
   bpt_cuda_conv_plan *conv_plans[BPT_CUDA_CONV_CACHE];
 } bpt_cuda_state;
 
-static inline bpt_cuda_state *bpt_cuda(bpt_backend *backend) { return (bpt_cuda_state *)backend->state; }
+/* Makes the context's device current on the calling thread. Every member reaches its state through
+ * bpt_cuda(), so a context driven from a second host thread (speculative training's worker, which never
+ * calls cudaSetDevice) or beside a context or communicator on another device still launches on its own
+ * device. cudaGetDevice first: when the device is already current this costs a thread-local read. */
+void bpt_cuda_use_device(const bpt_cuda_state *state);
+
+static inline bpt_cuda_state *bpt_cuda(bpt_backend *backend) {
+  bpt_cuda_state *state = (bpt_cuda_state *)backend->state;
+  if (state) bpt_cuda_use_device(state);
+  return state;
+}
 
 /* Threads per block for element-wise kernels, and a grid-stride grid that fills the device without
  * launching more blocks than there is work for. */

@@ -10,18 +10,36 @@ __global__ void bias_add_kernel(int64_t rows, int64_t cols, const float *bias, f
   GRID_STRIDE(i, rows * cols) y[i] += bias[i % cols];
 }
 
-// dbias (cols) += column sums of dy (rows, cols). A block owns 32 columns; its 8 row lanes stride down the
-// rows (adjacent threads read adjacent columns), then fold their partial sums in shared memory.
-__global__ void bias_backward_kernel(int64_t rows, int64_t cols, const float *dy, float *bias_gradient) {
+// dbias (cols) += column sums of dy (rows, cols). A block owns 32 columns and one slice of the rows
+// (blockIdx.y of gridDim.y); its 8 row lanes stride down the slice (adjacent threads read adjacent columns),
+// then fold their partial sums in shared memory. With one slice the block adds into dbias directly; with
+// several (few columns: 10 classes would otherwise give the whole device one block) each slice writes its
+// partial row into partials, and bias_fold_kernel adds them in slice order, so the sum is deterministic.
+__global__ void bias_backward_kernel(int64_t rows, int64_t cols, const float *dy, float *bias_gradient,
+                                     float *partials) {
   __shared__ float partial[8][33];
   int64_t col = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  int64_t slice_rows = (rows + gridDim.y - 1) / gridDim.y;
+  int64_t first = (int64_t)blockIdx.y * slice_rows;
+  int64_t last = first + slice_rows < rows ? first + slice_rows : rows;
   float sum = 0.0f;
   if (col < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += 8) sum += dy[r * cols + col];
+    for (int64_t r = first + threadIdx.y; r < last; r += 8) sum += dy[r * cols + col];
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     for (int lane = 1; lane < 8; lane++) sum += partial[lane][threadIdx.x];
+    if (partials)
+      partials[(int64_t)blockIdx.y * cols + col] = sum;
+    else
+      bias_gradient[col] += sum;
+  }
+}
+
+__global__ void bias_fold_kernel(int64_t slices, int64_t cols, const float *partials, float *bias_gradient) {
+  GRID_STRIDE(col, cols) {
+    float sum = 0.0f;
+    for (int64_t slice = 0; slice < slices; slice++) sum += partials[slice * cols + col];
     bias_gradient[col] += sum;
   }
 }
@@ -92,9 +110,23 @@ bpt_status bpt_cuda_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, c
 bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
                                   float *bias_gradient) {
   bpt_cuda_state *state = bpt_cuda(backend);
-  if (rows * cols == 0) return BPT_OK;
-  bias_backward_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, 8), 0, state->stream>>>(rows, cols, dy, bias_gradient);
-  return bpt_cuda_check_launch(backend, "bias_backward");
+  if (rows == 0 || cols == 0) return BPT_OK;
+  // Enough row slices for about two blocks per multiprocessor, each slice at least 64 rows deep.
+  int64_t column_blocks = (cols + 31) / 32;
+  int64_t slices = 2 * (int64_t)state->multiprocessors / column_blocks;
+  if (slices > (rows + 63) / 64) slices = (rows + 63) / 64;
+  if (slices > 1024) slices = 1024;
+  if (slices < 1) slices = 1;
+  float *partials = NULL;
+  if (slices > 1)
+    BPT_CUDA_TRY(bpt_cuda_scratch(backend, (size_t)slices * (size_t)cols * sizeof(float), (void **)&partials));
+  bias_backward_kernel<<<dim3((unsigned)column_blocks, (unsigned)slices), dim3(32, 8), 0, state->stream>>>(
+      rows, cols, dy, bias_gradient, partials);
+  BPT_CUDA_TRY(bpt_cuda_check_launch(backend, "bias_backward"));
+  if (slices == 1) return BPT_OK;
+  bias_fold_kernel<<<bpt_cuda_blocks(state, cols), BPT_CUDA_THREADS, 0, state->stream>>>(slices, cols, partials,
+                                                                                         bias_gradient);
+  return bpt_cuda_check_launch(backend, "bias_backward (fold)");
 }
 
 static bool known_activation(bpt_activation kind) {

@@ -3,7 +3,9 @@
  * cudaMalloc/cudaFree; frees are ordered on the stream, so a block is reused only after the work using it.
  * Uploads are staged through pinned buffers and, when large, cross the bus on a copy stream beside the
  * compute stream (see cuda.h), so the next batch travels while the current step computes and the host
- * carries on preparing the one after; downloads wait, because the caller wants the bytes. */
+ * carries on preparing the one after; downloads wait, because the caller wants the bytes.
+ * The pool is the context's own (cudaMemPoolCreate), not the device's default one: its release threshold and
+ * its trim on destroy then touch no other CUDA user of the process (NCCL, PyTorch, a second context). */
 #include <stdint.h>
 #include <string.h>
 
@@ -11,8 +13,13 @@
 
 bpt_status bpt_cuda_memory_create(bpt_backend *backend) {
   bpt_cuda_state *state = bpt_cuda(backend);
-  BPT_CUDA_TRY(bpt_cuda_check(backend, cudaDeviceGetDefaultMemPool(&state->pool, state->device),
-                              "cudaDeviceGetDefaultMemPool"));
+  struct cudaMemPoolProps properties;
+  memset(&properties, 0, sizeof properties);
+  properties.allocType = cudaMemAllocationTypePinned;
+  properties.handleTypes = cudaMemHandleTypeNone;
+  properties.location.type = cudaMemLocationTypeDevice;
+  properties.location.id = state->device;
+  BPT_CUDA_TRY(bpt_cuda_check(backend, cudaMemPoolCreate(&state->pool, &properties), "cudaMemPoolCreate"));
   uint64_t keep_everything = UINT64_MAX;
   BPT_CUDA_TRY(bpt_cuda_check(backend,
                               cudaMemPoolSetAttribute(state->pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
@@ -40,8 +47,10 @@ void bpt_cuda_memory_destroy(bpt_backend *backend) {
   for (int i = 0; i < BPT_CUDA_STAGING_SLOTS; i++)
     if (state->device_staging[i]) cudaFreeAsync(state->device_staging[i], state->stream);
   if (state->stream) cudaStreamSynchronize(state->stream);
-  /* Hand the cached blocks back once no context needs them; the pool is shared per device. */
-  if (state->pool) cudaMemPoolTrimTo(state->pool, 0);
+  /* The pool is ours alone: destroying it hands its cached blocks back (blocks still allocated from it are
+   * released when they are freed, as CUDA defines for a destroyed pool). */
+  if (state->pool) cudaMemPoolDestroy(state->pool);
+  state->pool = NULL;
   for (int i = 0; i < BPT_CUDA_STAGING_SLOTS; i++) {
     if (state->staging[i]) cudaFreeHost(state->staging[i]);
     if (state->staging_done[i]) cudaEventDestroy(state->staging_done[i]);
@@ -74,13 +83,20 @@ bpt_status bpt_cuda_upload(bpt_backend *backend, void *device_dst, const void *h
     size_t chunk = bytes - offset < BPT_CUDA_STAGING_BYTES ? bytes - offset : BPT_CUDA_STAGING_BYTES;
     int slot = state->staging_next;
     state->staging_next = (slot + 1) % BPT_CUDA_STAGING_SLOTS;
-    /* Waits only if this slot's previous upload is still in flight (one full slot ago). */
-    BPT_CUDA_TRY(bpt_cuda_check(backend, cudaEventSynchronize(state->staging_done[slot]), "upload"));
+    /* The host waits only until the pinned slot's previous reader is done: the bus copy on the copy stream
+     * after an overlapped upload (so an upload larger than both slots does not wait for the compute
+     * stream's queued step), the compute stream after a direct one. */
+    cudaEvent_t pinned_free = state->staging_overlapped[slot] ? state->staging_copied[slot] : state->staging_done[slot];
+    BPT_CUDA_TRY(bpt_cuda_check(backend, cudaEventSynchronize(pinned_free), "upload"));
     memcpy(state->staging[slot], (const char *)host_src + offset, chunk);
     void *destination = (char *)device_dst + offset;
+    state->staging_overlapped[slot] = overlap;
     if (overlap) {
       /* The transfer runs beside the compute stream; the compute stream waits for it only where the data
-       * lands, so the step already queued keeps running while the next batch crosses the bus. */
+       * lands, so the step already queued keeps running while the next batch crosses the bus. The device
+       * slot is refilled only after the compute stream's last copy out of it: a device-side wait. */
+      BPT_CUDA_TRY(
+          bpt_cuda_check(backend, cudaStreamWaitEvent(state->copy_stream, state->staging_done[slot], 0), "upload"));
       BPT_CUDA_TRY(bpt_cuda_check(backend,
                                   cudaMemcpyAsync(state->device_staging[slot], state->staging[slot], chunk,
                                                   cudaMemcpyHostToDevice, state->copy_stream),
