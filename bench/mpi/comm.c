@@ -1,8 +1,9 @@
 /* Comm layer benchmark, run as 2 MPI ranks (bench/comm.sh). Two measurements, each side by side in one run
  * with the candidates interleaved round by round so machine noise hits both alike:
  *   1. bpt_comm_allreduce against MPI_Allreduce (and MPI_Iallreduce + MPI_Test, what a naive non-blocking
- *      design would use) on the same f32 buffers, 1 (or --min-bytes) to 64 MiB: the fastest and the median round of
- * each and our overhead on both (on a loaded machine the fastest round is the better estimate of the cost).
+ *      design would use) on the same f32 buffers, 1 MiB (or --min-bytes) to 64 MiB: the fastest and the
+ *      median round of each and our overhead on both (on a loaded machine the fastest round is the better
+ *      estimate of the cost).
  *   2. Data-parallel step time (forward + backward + all-reduce + SGD) of an MLP with 6.8 M parameters,
  *      with buckets overlapped with backward (moved by the progress thread, or only by polls between
  *      backward nodes), started after backward, and without communication at all.
