@@ -3,7 +3,7 @@
 # veth pair (2 ranks) or through a bridge in its own namespace (3-4 ranks), every link shaped with tc tbf,
 # MPI over TCP only on those links. Used by the CTest tests across namespaces and by bench/comm-netns.sh.
 #
-#   scripts/netns-mpi.sh [--ranks N] [--rate 1gbit|10gbit|none] [--timeout S] [--] program [args...]
+#   scripts/netns-mpi.sh [--ranks 2|3|4] [--rate Ngbit|Nmbit|none] [--timeout S] [--] program [args...]
 #
 # Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN for `ip netns`); without it exits 77 with "netns-mpi: skipped",
 # which CTest reports as a skipped test. Every address lives inside namespaces this script makes (10.231.0.x
@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
 done
 if [ $# -lt 1 ]; then echo "netns-mpi: no program given (see the usage at the top of $0)" >&2; exit 2; fi
 case "$ranks" in 2|3|4) ;; *) echo "netns-mpi: --ranks must be 2, 3 or 4, not '$ranks'" >&2; exit 2 ;; esac
+[[ "$rate" =~ ^([0-9]+(gbit|mbit)|none)$ ]] || { echo "netns-mpi: --rate must be like 1gbit, 100mbit or none, not '$rate'" >&2; exit 2; }
 case "$limit" in ''|*[!0-9]*) echo "netns-mpi: --timeout must be whole seconds, not '$limit'" >&2; exit 2 ;; esac
 
 skip() { echo "netns-mpi: skipped: $1" >&2; exit 77; }
@@ -55,6 +56,18 @@ make_ns() {
   namespaces+=("$1")
   ip -n "$1" link set lo up
 }
+# A kernel without veth, bridge or tbf support is a machine that cannot run these tests, not a failure.
+need() { # what, command...
+  local what=$1
+  shift
+  "$@" 2> "$work/err" || skip "cannot make $what ($(cat "$work/err"))"
+}
+
+# A run killed outright (SIGKILL: no trap) leaves its namespaces behind; they carry its PID, so those of
+# runs whose process is gone are removed here. A live PID is left alone, whoever it is.
+for stale in $(ip netns list 2> /dev/null | sed -n 's/^\(bptnet-\([0-9]*\)-[^ ]*\).*/\1 \2/p' | tr ' ' ':'); do
+  if ! kill -0 "${stale#*:}" 2> /dev/null; then ip netns del "${stale%:*}" 2> /dev/null || true; fi
+done
 
 # tbf's bucket must hold at least one GSO segment (64 KiB on veth) and the bytes of one timer tick; about
 # 1 ms of traffic at the given rate does both from 1 Gbit/s up, and keeps short transfers from running
@@ -65,11 +78,10 @@ shape() { # namespace device
   case "$rate" in
     *gbit) bits=$((${rate%gbit} * 1000000000)) ;;
     *mbit) bits=$((${rate%mbit} * 1000000)) ;;
-    *) echo "netns-mpi: --rate must be like 1gbit, 100mbit or none, not '$rate'" >&2; exit 2 ;;
   esac
   burst=$((bits / 8 / 1000))
   [ "$burst" -ge 131072 ] || burst=131072
-  ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 50ms
+  need "a tbf shaper" ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency 50ms
 }
 
 hosts=()
@@ -79,7 +91,7 @@ for ((r = 0; r < ranks; r++)); do
 done
 if [ "$ranks" = 2 ]; then
   # Both ends are called bptnet0, so one btl_tcp_if_include names the link in every namespace.
-  ip link add bptnet0 netns "$prefix-r0" type veth peer name bptnet0 netns "$prefix-r1"
+  need "a veth pair" ip link add bptnet0 netns "$prefix-r0" type veth peer name bptnet0 netns "$prefix-r1"
   for r in 0 1; do
     ip -n "$prefix-r$r" addr add "${hosts[$r]}/24" dev bptnet0
     ip -n "$prefix-r$r" link set bptnet0 up
@@ -87,10 +99,10 @@ if [ "$ranks" = 2 ]; then
   done
 else
   make_ns "$prefix-sw"
-  ip -n "$prefix-sw" link add sw type bridge
+  need "a bridge" ip -n "$prefix-sw" link add sw type bridge
   ip -n "$prefix-sw" link set sw up
   for ((r = 0; r < ranks; r++)); do
-    ip link add bptnet0 netns "$prefix-r$r" type veth peer name "port$r" netns "$prefix-sw"
+    need "a veth pair" ip link add bptnet0 netns "$prefix-r$r" type veth peer name "port$r" netns "$prefix-sw"
     ip -n "$prefix-sw" link set "port$r" master sw
     ip -n "$prefix-sw" link set "port$r" up
     ip -n "$prefix-r$r" addr add "${hosts[$r]}/24" dev bptnet0
