@@ -125,12 +125,16 @@ agent="$work/agent"
 chmod +x "$agent"
 hostlist=$(printf '%s:1,' "${hosts[@]}")
 
-# The first TERM after the limit; KILL 5 s later if the job ignores it. The exit status is the program's.
+# TERM at the limit; KILL 10 s later if the job is still tearing down (mpirun ends the remote daemons
+# first, slow on loaded cores). The exit status is the program's, or 124 for a job past its limit either way.
 status=0
-timeout --kill-after=5 "$limit" ip netns exec "$prefix-r0" \
+timeout --kill-after=10 "$limit" ip netns exec "$prefix-r0" \
   "$mpirun" --allow-run-as-root --host "${hostlist%,}" -n "$ranks" \
   --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
   --mca btl tcp,self --mca btl_tcp_if_include bptnet0 --mca oob_tcp_if_include bptnet0 \
   "$@" || status=$?
-[ "$status" -ne 124 ] || echo "netns-mpi: the job ran past its ${limit} s limit and was ended" >&2
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+  echo "netns-mpi: the job ran past its ${limit} s limit and was ended" >&2
+  status=124
+fi
 exit "$status"
