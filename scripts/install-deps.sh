@@ -20,6 +20,8 @@ packages+=(abigail-tools doxygen gnuplot-nox python3)
 packages+=(protobuf-c-compiler libprotobuf-c-dev libonnx-dev python3-venv)
 # The Python binding takes and returns NumPy arrays; its tests run with Debian's python3 and this numpy
 packages+=(python3-numpy)
+# Ranks on emulated network hosts (issue 31): ip netns, veth, bridge and tc tbf (scripts/netns-mpi.sh)
+packages+=(iproute2)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2

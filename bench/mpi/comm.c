@@ -1,13 +1,14 @@
 /* Comm layer benchmark, run as 2 MPI ranks (bench/comm.sh). Two measurements, each side by side in one run
  * with the candidates interleaved round by round so machine noise hits both alike:
  *   1. bpt_comm_allreduce against MPI_Allreduce (and MPI_Iallreduce + MPI_Test, what a naive non-blocking
- *      design would use) on the same f32 buffers, 1 to 64 MiB: the fastest and the median round of each
- *      and our overhead on both (on a loaded machine the fastest round is the better estimate of the cost).
+ *      design would use) on the same f32 buffers, 1 MiB (or --min-bytes) to 64 MiB: the fastest and the
+ *      median round of each and our overhead on both (on a loaded machine the fastest round is the better
+ *      estimate of the cost).
  *   2. Data-parallel step time (forward + backward + all-reduce + SGD) of an MLP with 6.8 M parameters,
  *      with buckets overlapped with backward (moved by the progress thread, or only by polls between
  *      backward nodes), started after backward, and without communication at all.
  *
- *   mpirun -np 2 comm_bench [--rounds N] [--steps N] [--batch N] [--threads N] [--rotate 0|1]
+ *   mpirun -np 2 comm_bench [--rounds N] [--steps N] [--batch N] [--threads N] [--rotate 0|1] [--min-bytes N]
  * The all-reduce candidates' order rotates round by round (the default, --rotate 1), so each follows each of
  * the others equally often: in a fixed order (--rotate 0: MPI_Allreduce, ours, MPI_Iallreduce) ours always
  * ran right after MPI_Allreduce, and measured about 25% slower at 4 MiB there than after itself, whatever
@@ -55,14 +56,14 @@ static long option(int argc, char **argv, const char *name, long fallback) {
   return fallback;
 }
 
-static void allreduce_overhead(bpt_context *context, bpt_comm *comm, int rounds, bool rotate) {
+static void allreduce_overhead(bpt_context *context, bpt_comm *comm, int rounds, bool rotate, int64_t min_bytes) {
   int rank = bpt_comm_rank(comm);
   if (rank == 0)
     printf("all-reduce, f32 sum, %d ranks, %d rounds (candidates interleaved, %s order); each cell: fastest / median "
            "ms\n%10s %18s %18s %18s %18s\n",
            bpt_comm_size(comm), rounds, rotate ? "rotating" : "fixed", "bytes", "MPI_Allreduce", "bpt (ours)",
            "MPI_Iallreduce", "ours vs MPI");
-  for (int64_t bytes = 1 << 20; bytes <= (64 << 20); bytes *= 4) {
+  for (int64_t bytes = min_bytes; bytes <= (64 << 20); bytes *= 4) {
     int64_t count = bytes / 4;
     float *buffer = malloc((size_t)bytes);
     for (int64_t i = 0; i < count; i++)
@@ -233,7 +234,15 @@ int main(int argc, char **argv) {
   CHECK(context, bpt_comm_create_from_mpi(context, MPI_COMM_WORLD, &options, &polling));
   if (provided != MPI_THREAD_MULTIPLE) printf("note: MPI gives no MPI_THREAD_MULTIPLE, so no progress thread\n");
   /* One thread per rank on both sides: a helper thread would also win CPU share on a loaded machine. */
-  allreduce_overhead(context, polling, rounds, option(argc, argv, "--rotate", 1) != 0);
+  /* Sizes step by 4 from --min-bytes (64 KiB = 1 << 16 for the network runs, bench/comm-netns.sh); a multiple
+   * of 4 bytes, so that it is a whole number of floats. */
+  int64_t min_bytes = option(argc, argv, "--min-bytes", 1 << 20);
+  if (min_bytes < 4 || min_bytes > (64 << 20) || min_bytes % 4 != 0) {
+    fprintf(stderr, "comm_bench: --min-bytes must be a multiple of 4 from 4 to 64 MiB, not %lld\n",
+            (long long)min_bytes);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  allreduce_overhead(context, polling, rounds, option(argc, argv, "--rotate", 1) != 0, min_bytes);
   step_times(context, comm, polling, rounds, steps, batch);
   bpt_comm_destroy(polling);
   bpt_comm_destroy(comm);
