@@ -15,6 +15,7 @@ static _Thread_local bpt_status thread_last_status;
 bpt_status bpt_error(bpt_context *context, bpt_status status, const char *format, ...) {
   char *buffer = context ? context->last_error : thread_last_error;
   *(context ? &context->last_status : &thread_last_status) = status;
+  if (context) context->error_count++;
   va_list arguments;
   va_start(arguments, format);
   vsnprintf(buffer, BPT_ERROR_MESSAGE_SIZE, format, arguments);

@@ -18,6 +18,7 @@ struct bpt_context {
   char backend_name[32];
   char last_error[BPT_ERROR_MESSAGE_SIZE];
   bpt_status last_status; /* the status that came with last_error */
+  uint64_t error_count;   /* messages written so far: tells a callback's own message from an older one */
   int users;              /* graphs, tensors, data sets and communicators made from it and still alive */
   bool destroyed;         /* bpt_context_destroy ran while users were alive: the last one frees it */
   /* profiler: NULL until bpt_profiler_enable(); the hot paths test only this pointer (core/profiler.h). */
