@@ -210,7 +210,9 @@ bpt_status onnx_constant_ints(onnx_builder *b, const char *name, int rank, const
   return BPT_OK;
 }
 
-/* A parameter's current values (from the graph's backend) as an initialiser under its own name. */
+/* A parameter's current values (from the graph's backend) as an initialiser under its own name. They come from
+ * the f32 master block: under an f16/bf16 policy node->value is the rounded copy, refreshed only by the next
+ * forward, so after an optimiser step it holds the weights from before the step (issue 30, class 4). */
 static bpt_status add_parameter(onnx_builder *b, const bpt_node *node) {
   const int64_t count = bpt_node_inner_count(node);
   void *data;
@@ -218,7 +220,8 @@ static bpt_status add_parameter(onnx_builder *b, const bpt_node *node) {
                                               ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, count, sizeof(float), &data);
   if (!tensor) return out_of_memory(b);
   bpt_backend *backend = node->graph->backend;
-  if (backend->vtable->download(backend, data, node->value, (size_t)count * sizeof(float)) != BPT_OK)
+  const float *master = node->graph->parameter_block + node->param_offset;
+  if (backend->vtable->download(backend, data, master, (size_t)count * sizeof(float)) != BPT_OK)
     return bpt_error(b->context, BPT_ERR_DEVICE, WHERE ": reading parameter '%s' from backend '%s' failed", node->name,
                      backend->vtable->name);
   tensor->n_float_data = (size_t)count;
