@@ -410,11 +410,67 @@ static void exported_weights_are_the_f32_masters(void **state) {
 #endif
 }
 
+/* Issue 30, class 6: nodes named like what the exporter generates ("images/normalized", "images/mean",
+ * "fc/softmax") made the graph non-SSA or its initialisers non-unique. Every value must be defined once:
+ * by one node output, one initialiser or one graph input. */
+static void user_names_never_collide_with_generated_ones(void **state) {
+  (void)state;
+#ifndef TEST_HAVE_ONNX_PROTO
+  skip();
+#else
+  if (!onnx_available()) skip();
+  model m = model_begin(32, 1, (const int64_t[]){16});
+  bpt_node *x;
+  assert_ok(m.context, bpt_layer_linear(m.graph, "images/normalized", m.input, 8, BPT_INIT_HE_UNIFORM, &x));
+  assert_ok(m.context, bpt_relu(m.graph, "images/mean", x, &x));
+  assert_ok(m.context, bpt_relu(m.graph, "fc/softmax", x, &x));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "fc", x, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  bpt_onnx_export_options options = image_options();
+  options.softmax = 1;
+  const char *path = test_write_file("collisions.onnx", "", 0);
+  assert_ok(m.context, bpt_graph_export_onnx(m.graph, path, &options));
+  size_t size;
+  unsigned char *bytes = test_read_file(path, &size);
+  Onnx__ModelProto *proto = onnx__model_proto__unpack(NULL, size, bytes);
+  assert_non_null(proto);
+  const Onnx__GraphProto *g = proto->graph;
+  const char *defined[512];
+  size_t count = 0;
+  for (size_t i = 0; i < g->n_input; i++)
+    defined[count++] = g->input[i]->name;
+  for (size_t i = 0; i < g->n_initializer; i++)
+    defined[count++] = g->initializer[i]->name;
+  for (size_t i = 0; i < g->n_node; i++)
+    for (size_t k = 0; k < g->node[i]->n_output; k++) {
+      assert_true(count < sizeof defined / sizeof *defined);
+      defined[count++] = g->node[i]->output[k];
+    }
+  for (size_t i = 0; i < count; i++)
+    for (size_t j = i + 1; j < count; j++)
+      if (strcmp(defined[i], defined[j]) == 0) fail_msg("value '%s' is defined twice", defined[i]);
+  /* The user's names are kept as they are; the generated ones moved aside. */
+  bool kept = false;
+  for (size_t i = 0; i < count; i++)
+    kept |= strcmp(defined[i], "images/normalized") == 0;
+  assert_true(kept);
+  onnx__model_proto__free_unpacked(proto, NULL);
+  free(bytes);
+  /* ONNX Runtime and the checker run it too (check_onnx_runtime.py, "collisions"). */
+  float *pixels = random_pixels(&m, 42);
+  train(&m, pixels, MEAN, STD);
+  export_model(&m, "collisions", pixels, options);
+  free(pixels);
+  model_destroy(&m);
+#endif
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
+      cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
