@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/checkpoint_legacy.h"
 #include "core/file_io.h"
 
 static uint32_t crc32_more(uint32_t crc, const unsigned char *bytes, size_t size) {
@@ -310,6 +311,16 @@ static bool read_at(int descriptor, unsigned char *bytes, size_t size, int64_t o
 static bpt_status declared_size(bpt_context *context, int descriptor, int64_t file_size, const char *path,
                                 int64_t *declared) {
   unsigned char header[BPT_CHECKPOINT_HEADER_BYTES];
+  /* An old parameter file (checkpoint_legacy.c) states its value count after its 8-byte magic; the loader
+   * explains it, so it is read when that count makes exactly the file. */
+  if (file_size >= 16 && read_at(descriptor, header, 16, 0) && bpt_checkpoint_is_legacy(header, 16)) {
+    const uint64_t stated = load_u64(header + 8);
+    if (stated > (uint64_t)(file_size - 16) / 4 || 16 + 4 * stated != (uint64_t)file_size)
+      return bpt_error(context, BPT_ERR_FORMAT, "'%s' is %s, but truncated or malformed (%lld bytes for %llu values)",
+                       path, bpt_checkpoint_legacy_kind(header), (long long)file_size, (unsigned long long)stated);
+    *declared = file_size;
+    return BPT_OK;
+  }
   if (file_size < BPT_CHECKPOINT_HEADER_BYTES || !read_at(descriptor, header, sizeof header, 0) ||
       memcmp(header, BPT_CHECKPOINT_MAGIC, 8) != 0)
     return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': not a libbptrain checkpoint (bad magic or %lld bytes)",
