@@ -2,11 +2,14 @@
  * through save and load exactly, at its extreme accepted values, and what creation refuses the loader refuses
  * too; one flipped bit anywhere in a file (section headers included) is refused; a graph that differs only in
  * op attributes is refused, naming the node. */
+#define _DEFAULT_SOURCE /* truncate under -std=c11 */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "core/checkpoint.h"
@@ -465,6 +468,54 @@ static void old_format_is_refused_by_name(void **state) {
   net_destroy(&a);
 }
 
+/* Issue 30, class 9: a sparse file costs nothing on disk but was read whole (4.2 GB of memory for a 4 GiB one)
+ * before its magic was checked. Now the header is read first, and only what the sections declare after. */
+static long peak_rss_kib(void) {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+static void sparse_files_are_refused_before_their_body(void **state) {
+  (void)state;
+  spec s = default_spec();
+  net a;
+  net_create(&a, &s);
+  const char *path = test_write_file("integrity-sparse.ckpt", "", 0);
+  const off_t sparse = (off_t)1 << 30;
+  if (truncate(path, sparse) != 0) {
+    print_message("cannot make a 1 GiB sparse file here: skipping\n");
+    net_destroy(&a);
+    skip();
+  }
+  const long before = peak_rss_kib();
+  assert_fails(a.context, BPT_ERR_FORMAT, "not a libbptrain checkpoint", bpt_checkpoint_load(a.graph, path, NULL));
+  const long grown_kib = peak_rss_kib() - before;
+  if (grown_kib > 64 * 1024) fail_msg("refusing a sparse 1 GiB file took %ld KiB of memory", grown_kib);
+  unlink(path);
+
+  /* A valid header whose one section declares the whole sparse rest: read only after the size checks pass. */
+  const unsigned char zero[BPT_CHECKPOINT_HEADER_BYTES + BPT_CHECKPOINT_SECTION_HEADER_BYTES] = {0};
+  unsigned char header[sizeof zero];
+  memcpy(header, zero, sizeof header);
+  memcpy(header, BPT_CHECKPOINT_MAGIC, 8);
+  store32(header + 8, BPT_CHECKPOINT_FORMAT_VERSION);
+  store32(header + 16, 1);
+  store32(header + 20, (uint32_t)crc32(0, header, 20));
+  memcpy(header + 24, "PARM", 4);
+  const uint64_t length = (uint64_t)sparse + 4096 - sizeof header;
+  store32(header + 32, (uint32_t)length);
+  store32(header + 36, (uint32_t)(length >> 32));
+  path = test_write_file("integrity-sparse-body.ckpt", header, sizeof header);
+  assert_int_equal(truncate(path, sparse), 0); /* 4096 bytes short of what the section declares */
+  assert_fails(a.context, BPT_ERR_FORMAT, "section 'PARM' announces", bpt_checkpoint_load(a.graph, path, NULL));
+  assert_int_equal(truncate(path, sparse + 4096 + 8), 0); /* 8 bytes more than declared */
+  assert_fails(a.context, BPT_ERR_FORMAT, "8 bytes of unexpected data", bpt_checkpoint_load(a.graph, path, NULL));
+  if (peak_rss_kib() - before > 64 * 1024) fail_msg("the size checks read the sparse body");
+  unlink(path);
+  net_destroy(&a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(extreme_values_round_trip),
@@ -473,6 +524,7 @@ int main(void) {
       cmocka_unit_test(graphs_differing_only_in_op_attributes_are_refused),
       cmocka_unit_test(runtime_attribute_state_does_not_block_loading),
       cmocka_unit_test(old_format_is_refused_by_name),
+      cmocka_unit_test(sparse_files_are_refused_before_their_body),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

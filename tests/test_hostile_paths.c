@@ -15,6 +15,7 @@
 
 #include "bptrain/checkpoint.h"
 #include "bptrain/data.h"
+#include "bptrain/onnx.h"
 #include "bptrain/profiler.h"
 #include "test_support.h"
 
@@ -278,6 +279,51 @@ static void two_threads_save_to_one_path(void **state) {
     model_destroy(&savers[i].model);
 }
 
+/* Issue 30, class 11: re-saving over a 0600 checkpoint or ONNX file left it 0644. A replaced file keeps its
+ * mode; a new one gets 0666 less the umask. */
+static mode_t mode_of(const char *path) {
+  struct stat info;
+  assert_int_equal(stat(path, &info), 0);
+  return info.st_mode & 07777;
+}
+
+static void saving_keeps_the_file_mode(void **state) {
+  (void)state;
+  model m;
+  model_create(&m, 1);
+  const char *directory = scratch_directory("hostile-modes");
+  char checkpoint[4096], onnx[4096];
+  snprintf(checkpoint, sizeof checkpoint, "%s/private.ckpt", directory);
+  snprintf(onnx, sizeof onnx, "%s/private.onnx", directory);
+  const mode_t saved_umask = umask(022);
+  for (int kind = 0; kind < 2; kind++) {
+    const char *path = kind ? onnx : checkpoint;
+    unlink(path);
+#define SAVE() assert_ok(m.context, kind ? bpt_graph_export_onnx(m.graph, path, NULL) : bpt_checkpoint_save(m.graph, path, NULL))
+    SAVE();
+    assert_int_equal(mode_of(path), 0644); /* new: 0666 less the umask 022 */
+    assert_int_equal(chmod(path, 0600), 0);
+    SAVE();
+    if (mode_of(path) != 0600) fail_msg("%s: re-saved over a 0600 file, now %04o", path, (unsigned)mode_of(path));
+    assert_int_equal(chmod(path, 0664), 0); /* kept even where the umask would not give it */
+    SAVE();
+    assert_int_equal(mode_of(path), 0664);
+    unlink(path);
+    umask(077);
+    SAVE();
+    assert_int_equal(mode_of(path), 0600); /* new under umask 077 */
+    umask(002);
+    unlink(path);
+    SAVE();
+    assert_int_equal(mode_of(path), 0664); /* new under umask 002: not capped at 0644 */
+    umask(022);
+#undef SAVE
+  }
+  umask(saved_umask);
+  expect_no_temporary_files(directory);
+  model_destroy(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(symlinks_never_redirect_a_save, arm, disarm),
@@ -285,6 +331,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(fifos_are_refused_without_blocking, arm, disarm),
       cmocka_unit_test_setup_teardown(directories_and_devices_are_refused, arm, disarm),
       cmocka_unit_test_setup_teardown(two_threads_save_to_one_path, arm, disarm),
+      cmocka_unit_test_setup_teardown(saving_keeps_the_file_mode, arm, disarm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,11 +2,13 @@
  * and handles from another graph or context. Each must return the documented status with a message that
  * names the problem, and never crash (this test also runs under ASan/UBSan and valgrind). */
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/graph.h"
 #include "test_support.h"
 
 static int cases; /* bad calls made, reported at the end */
@@ -535,6 +537,95 @@ static void null_graph_everywhere(void **state) {
   small_destroy(&s);
 }
 
+/* ---- Two threads in one graph (issue 30) ---------------------------------------------------------------- */
+
+typedef struct intruder {
+  bpt_graph *graph;
+  bpt_optimizer *optimizer;
+  bpt_status forward, backward, step;
+  char message[BPT_ERROR_MESSAGE_SIZE];
+} intruder;
+
+/* The second thread: each call must be refused while the first thread is inside the graph. */
+static void *intrude(void *argument) {
+  intruder *in = argument;
+  in->forward = bpt_graph_forward(in->graph);
+  snprintf(in->message, sizeof in->message, "%s", bpt_context_last_error(in->graph->context));
+  in->backward = bpt_graph_backward(in->graph);
+  in->step = bpt_optimizer_step(in->optimizer);
+  return NULL;
+}
+
+static intruder *current_intruder;
+static int intrusions;
+static char intrusion_messages[2][BPT_ERROR_MESSAGE_SIZE];
+static bpt_status intrusion_statuses[2][3];
+
+/* A graph hook runs inside backward and inside the step on the first thread: the second thread is started
+ * and joined from there, so it is inside the graph's call for certain, with no timing involved. */
+static bpt_status hook_lets_intruder_in(void *data, bpt_graph *graph, bpt_graph_event event, int position) {
+  (void)data;
+  (void)graph;
+  (void)position;
+  if (event != BPT_GRAPH_EVENT_BACKWARD_BEGIN && event != BPT_GRAPH_EVENT_BEFORE_UPDATE) return BPT_OK;
+  if (intrusions >= 2) return BPT_OK;
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, intrude, current_intruder) != 0) return BPT_ERR_INTERNAL;
+  pthread_join(thread, NULL);
+  snprintf(intrusion_messages[intrusions], BPT_ERROR_MESSAGE_SIZE, "%s", current_intruder->message);
+  intrusion_statuses[intrusions][0] = current_intruder->forward;
+  intrusion_statuses[intrusions][1] = current_intruder->backward;
+  intrusion_statuses[intrusions][2] = current_intruder->step;
+  intrusions++;
+  return BPT_OK;
+}
+
+static void second_thread_inside_a_graph_is_refused(void **state) {
+  (void)state;
+  small s;
+  small_build(&s, true);
+  bpt_context *c = s.context;
+  bpt_optimizer *optimizer;
+  assert_ok(c, bpt_optimizer_create(s.graph, NULL, &optimizer));
+  bpt_tensor *x, *labels;
+  int64_t x_dims[2] = {4, 4}, label_dims[1] = {4};
+  assert_ok(c, bpt_tensor_create(c, BPT_DTYPE_F32, 2, x_dims, &x));
+  assert_ok(c, bpt_tensor_create(c, BPT_DTYPE_I32, 1, label_dims, &labels));
+  memset(bpt_tensor_data(x), 0, 16 * sizeof(float));
+  memset(bpt_tensor_data(labels), 0, 4 * sizeof(int32_t));
+  assert_ok(c, bpt_graph_set_input(s.graph, s.x, x));
+  assert_ok(c, bpt_graph_set_input(s.graph, s.labels, labels));
+  intruder in = {.graph = s.graph, .optimizer = optimizer};
+  current_intruder = &in;
+  intrusions = 0;
+  s.graph->hook = hook_lets_intruder_in;
+  assert_ok(c, bpt_graph_forward(s.graph));
+  assert_ok(c, bpt_graph_backward(s.graph));
+  assert_ok(c, bpt_optimizer_step(optimizer));
+  s.graph->hook = NULL;
+  assert_int_equal(intrusions, 2);
+  const char *inside[2] = {"another thread is inside bpt_graph_backward", "another thread is inside bpt_optimizer_step"};
+  for (int i = 0; i < 2; i++) {
+    for (int k = 0; k < 3; k++)
+      assert_int_equal(intrusion_statuses[i][k], BPT_ERR_STATE);
+    assert_non_null(strstr(intrusion_messages[i], "bpt_graph_forward: "));
+    if (!strstr(intrusion_messages[i], inside[i])) fail_msg("message %d: %s", i, intrusion_messages[i]);
+    cases += 3;
+  }
+  /* Once the first thread is out, the graph is anyone's: a call from another thread runs. */
+  pthread_t thread;
+  intrusions = 2;
+  assert_int_equal(pthread_create(&thread, NULL, intrude, &in), 0);
+  pthread_join(thread, NULL);
+  assert_int_equal(in.forward, BPT_OK);
+  assert_int_equal(in.backward, BPT_OK);
+  assert_int_equal(in.step, BPT_OK);
+  bpt_tensor_destroy(x);
+  bpt_tensor_destroy(labels);
+  bpt_optimizer_destroy(optimizer);
+  small_destroy(&s);
+}
+
 static void report(void **state) {
   (void)state;
   print_message("%d misuse cases returned the expected status and message\n", cases);
@@ -553,6 +644,7 @@ int main(void) {
       cmocka_unit_test(data_sets),
       cmocka_unit_test(checkpoints_and_anomaly_mode),
       cmocka_unit_test(null_graph_everywhere),
+      cmocka_unit_test(second_thread_inside_a_graph_is_refused),
       cmocka_unit_test(report),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

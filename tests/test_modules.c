@@ -91,6 +91,36 @@ static void a_module_that_cannot_load_reports_dlerror(void **state) {
   assert_true(strstr(reason, "ELF") || strstr(reason, "too short"));
 }
 
+/* Issue 30, class 10: a FIFO named like a module made dlopen wait forever for a writer. alarm() bounds the
+ * test: before the fix SIGALRM ends it as a failure instead of a hang. */
+static void a_fifo_or_directory_named_like_a_module_is_refused(void **state) {
+  (void)state;
+  const char *directory = module_directory("fifo");
+  char path[1100];
+  snprintf(path, sizeof path, "%s/libbptrain-cuda.so.0", directory);
+  unlink(path);
+  if (mkfifo(path, 0600) != 0) {
+    print_message("cannot make a FIFO here: skipping\n");
+    skip();
+  }
+  setenv("BPTRAIN_MODULE_PATH", directory, 1);
+  char reason[1024];
+  alarm(30);
+  assert_int_equal(bpt_backend_available(backend_index("cuda"), reason, sizeof reason), BPT_ERR_UNSUPPORTED);
+  bpt_context_options options = bpt_context_options_default();
+  options.backend = "cuda";
+  bpt_context *context = NULL;
+  assert_int_equal(bpt_context_create(&options, &context), BPT_ERR_UNSUPPORTED);
+  alarm(0);
+  if (!strstr(reason, "it is a FIFO, not a regular file") || !strstr(reason, path)) fail_msg("reason: %s", reason);
+  assert_non_null(strstr(bpt_context_last_error(NULL), "a FIFO"));
+  unlink(path);
+  assert_int_equal(mkdir(path, 0700), 0);
+  assert_int_equal(bpt_backend_available(backend_index("cuda"), reason, sizeof reason), BPT_ERR_UNSUPPORTED);
+  if (!strstr(reason, "it is a directory")) fail_msg("reason: %s", reason);
+  rmdir(path);
+}
+
 static void a_module_of_another_version_is_refused(void **state) {
   (void)state;
   char directory[1024];
@@ -133,6 +163,7 @@ int main(void) {
       cmocka_unit_test(builtin_backends_are_always_available),
       cmocka_unit_test(a_missing_module_is_a_status_naming_the_file),
       cmocka_unit_test(a_module_that_cannot_load_reports_dlerror),
+      cmocka_unit_test(a_fifo_or_directory_named_like_a_module_is_refused),
       cmocka_unit_test(a_module_of_another_version_is_refused),
       cmocka_unit_test(this_build_s_modules_load),
   };

@@ -344,6 +344,38 @@ static void huge_openmp_stack_size(void **state) {
   assert_true(has(result, "stage=done train=ok") || has(result, "create=out of memory"));
 }
 
+/* ---- OpenMP's own limits (issue 30, class 1) --------------------------------------------------------- */
+
+/* Settings that make OpenMP give a region fewer threads than it asks for. OpenBLAS's threaded GEMM waits,
+ * spinning, for every thread it asked for: each case must train (with the team OpenMP really gives) within
+ * the bound. The dynamic case asks for more threads than there are processors, which dynamic adjustment
+ * never grants, so it would hang on any machine, busy or idle. */
+static void openmp_limits_never_hang(void **state) {
+  (void)state;
+  long processors = sysconf(_SC_NPROCESSORS_ONLN);
+  if (processors < 1) processors = 1;
+  const int beyond = (int)processors + 2;
+  const child_case cases[] = {
+      {"OMP_THREAD_LIMIT=1 num_threads=0", 0, 0, "OMP_THREAD_LIMIT", "1", 0, -1, 0},
+      {"OMP_THREAD_LIMIT=2 num_threads=4", 0, 0, "OMP_THREAD_LIMIT", "2", 4, -1, 0},
+      {"OMP_THREAD_LIMIT=1 num_threads=4 on a second thread", 0, 0, "OMP_THREAD_LIMIT", "1", 4, -1, 1},
+      {"OMP_DYNAMIC=true num_threads=processors+2", 0, 0, "OMP_DYNAMIC", "true", beyond, -1, 0},
+      {"OMP_DYNAMIC=true num_threads=processors+2 on a second thread", 0, 0, "OMP_DYNAMIC", "true", beyond, -1, 1},
+      {"OMP_MAX_ACTIVE_LEVELS=0 num_threads=0", 0, 0, "OMP_MAX_ACTIVE_LEVELS", "0", 0, -1, 0},
+      {"OMP_MAX_ACTIVE_LEVELS=0 num_threads=4", 0, 0, "OMP_MAX_ACTIVE_LEVELS", "0", 4, -1, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    child_report report;
+    const char *result = run_case(&cases[i], &report);
+    if (!has(result, "create=ok") || !has(result, "stage=done train=ok"))
+      fail_msg("%s: did not train: %s", cases[i].name, result);
+  }
+  /* The context reports the team it really has. */
+  const child_case two = {"OMP_THREAD_LIMIT=2 num_threads=4", 0, 0, "OMP_THREAD_LIMIT", "2", 4, -1, 0};
+  child_report report;
+  assert_true(has(run_case(&two, &report), "threads=2 "));
+}
+
 /* ---- Address-space limits (class 4) ----------------------------------------------------------------- */
 
 /* A sweep of RLIMIT_AS just above what the child has mapped: each run trains or fails with out of memory,
@@ -386,6 +418,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(second_host_thread_under_limit),
       cmocka_unit_test(absurd_thread_count_is_refused),
       cmocka_unit_test(huge_openmp_stack_size),
+      cmocka_unit_test(openmp_limits_never_hang),
       cmocka_unit_test(address_space_sweep),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -307,6 +307,11 @@ static void gate_distance_and_schedule(void **state) {
   options.threshold = -1.0f;
   assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "threshold",
                bpt_speculative_create(m.graph, m.x, m.labels, m.optimizer, &options, &trainer));
+  /* Another graph's optimiser would step that graph (issue 30, class 5). */
+  model other = make_model("cpu", 0.1f, 0.0f);
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "the optimizer belongs to another graph",
+               bpt_speculative_create(m.graph, m.x, m.labels, other.optimizer, NULL, &trainer));
+  free_model(&other);
   const int32_t bad[1] = {7};
   data wrong = make_data(m.context, 1, bad, 5);
   trainer = make_trainer(&m, 0.1f, 2, 0.0f);

@@ -468,6 +468,180 @@ static void roles_are_named_or_found(void **state) {
   bpt_context_destroy(context);
 }
 
+/* ---- Non-finite results (issue 30, class 3) ---------------------------------------------------------- */
+
+/* NaN logits compare false with everything, so every label used to rank first: accuracy 1, top-k 1. */
+static void nan_logits_score_nothing(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  bpt_dataset *dataset = make_dataset(context, "known", known_pixels, 6, 3, known_labels);
+  bpt_graph *graph = identity_classifier(context, 4);
+  float weights[9];
+  for (int i = 0; i < 9; i++)
+    weights[i] = NAN;
+  assert_ok(context, bpt_graph_write_parameters(graph, weights, 9));
+  bpt_eval_options options = bpt_eval_options_default();
+  options.top_k = 2;
+  bpt_eval_result result = {.size = sizeof result};
+  assert_ok(context, bpt_evaluate(graph, dataset, &options, &result));
+  assert_int_equal(result.samples, 6);
+  assert_true(isnan(result.loss));
+  assert_float_equal(result.accuracy, 0.0, 0.0);
+  assert_float_equal(result.top_k_accuracy, 0.0, 0.0);
+  weights[4] = INFINITY; /* inf beside NaN, and inf alone in a row: neither is a prediction */
+  assert_ok(context, bpt_graph_write_parameters(graph, weights, 9));
+  assert_ok(context, bpt_evaluate(graph, dataset, &options, &result));
+  assert_float_equal(result.accuracy, 0.0, 0.0);
+  bpt_graph_destroy(graph);
+  bpt_dataset_destroy(dataset);
+  bpt_context_destroy(context);
+}
+
+typedef struct poison {
+  bpt_graph *graph;
+  int64_t at_epoch;
+  float epoch_parameters[23]; /* the parameters at the end of epoch at_epoch, before the poison */
+} poison;
+
+/* After epoch at_epoch (whose parameters early stopping has already seen) every parameter becomes NaN. */
+static int poison_parameters(void *data, const bpt_train_epoch *epoch) {
+  poison *p = data;
+  if (epoch->epoch != p->at_epoch) return 0;
+  bpt_graph_read_parameters(p->graph, p->epoch_parameters, 23);
+  float nan_values[23];
+  for (int i = 0; i < 23; i++)
+    nan_values[i] = NAN;
+  bpt_graph_write_parameters(p->graph, nan_values, 23);
+  return 0;
+}
+
+/* A validation hook whose accuracy rises every epoch, whatever the parameters hold. */
+static bpt_status rising_accuracy(void *data, bpt_graph *graph, bpt_train_epoch *epoch) {
+  (void)data;
+  (void)graph;
+  epoch->validation_accuracy = 0.1 * (double)epoch->epoch;
+  return BPT_OK;
+}
+
+/* With the parameter check off, a diverged model trains on. Its epochs are never the best: not by their
+ * (NaN-logit) validation accuracy, and not when a validation hook reports a finite, better metric while the
+ * parameters are non-finite; restore_best writes back the last finite best. */
+static void diverged_epochs_are_never_best(void **state) {
+  (void)state;
+  small_model m = small_mlp(0.001f, 8);
+  assert_ok(m.context, bpt_graph_set_parameter_check(m.graph, 0));
+  poison p = {.graph = m.graph, .at_epoch = 1};
+  bpt_train_options options = bpt_train_options_default();
+  options.epochs = 3;
+  options.validation = m.validation;
+  options.monitor = BPT_TRAIN_MONITOR_VALIDATION_ACCURACY;
+  options.restore_best = 1;
+  options.epoch_end = poison_parameters;
+  options.epoch_data = &p;
+  bpt_train_result result = {.size = sizeof result};
+  assert_ok(m.context, bpt_train(m.graph, m.optimizer, m.train, &options, &result));
+  assert_int_equal(result.epochs, 3);
+  assert_float_equal(result.last.validation_accuracy, 0.0, 0.0);
+  assert_int_equal(result.best_epoch, 1);
+  assert_true(result.best_metric < 1.0);
+  float restored[23];
+  assert_ok(m.context, bpt_graph_read_parameters(m.graph, restored, 23));
+  assert_memory_equal(restored, p.epoch_parameters, sizeof restored);
+
+  /* The momentum kept NaN: a fresh model for the hook's case. */
+  small_destroy(&m);
+  m = small_mlp(0.001f, 8);
+  assert_ok(m.context, bpt_graph_set_parameter_check(m.graph, 0));
+  p.graph = m.graph;
+  options.validation = NULL;
+  options.validate = rising_accuracy;
+  assert_ok(m.context, bpt_train(m.graph, m.optimizer, m.train, &options, &result));
+  assert_int_equal(result.best_epoch, 1);
+  assert_float_equal(result.best_metric, 0.1, 1e-12);
+  assert_ok(m.context, bpt_graph_read_parameters(m.graph, restored, 23));
+  for (int i = 0; i < 23; i++)
+    assert_true(isfinite(restored[i]));
+  assert_memory_equal(restored, p.epoch_parameters, sizeof restored);
+  small_destroy(&m);
+}
+
+/* bpt_train(graph A, the optimiser of graph B) stepped B on its stale gradients and left A untouched
+ * (issue 30, class 5): refused before anything trains. */
+static void foreign_optimizer_is_refused(void **state) {
+  (void)state;
+  small_model a = small_mlp(0.2f, 8), b = small_mlp(0.2f, 8);
+  float before[23], after[23];
+  assert_ok(b.context, bpt_graph_read_parameters(b.graph, before, 23));
+  bpt_train_options options = bpt_train_options_default();
+  options.epochs = 1;
+  assert_fails(a.context, BPT_ERR_INVALID_ARGUMENT, "bpt_train: the optimizer belongs to another graph",
+               bpt_train(a.graph, b.optimizer, a.train, &options, NULL));
+  assert_int_equal(bpt_optimizer_step_count(b.optimizer), 0);
+  assert_ok(b.context, bpt_graph_read_parameters(b.graph, after, 23));
+  assert_memory_equal(before, after, sizeof before);
+  small_destroy(&b);
+  small_destroy(&a);
+}
+
+/* ---- Callbacks' failures reach the caller (issue 30, class 13) ------------------------------------------ */
+
+typedef struct failing_callback {
+  bpt_context *context;
+  int mode; /* 0: return BPT_ERR_IO with no message; 1: a library call fails inside; 2: return 12345 */
+} failing_callback;
+
+static bpt_status failing_prepare(void *data, bpt_tensor *samples, bpt_tensor *labels) {
+  (void)samples;
+  (void)labels;
+  failing_callback *f = data;
+  if (f->mode == 1) {
+    bpt_tensor *tensor = NULL;
+    const int64_t dims[1] = {-3};
+    return bpt_tensor_create(f->context, BPT_DTYPE_F32, 1, dims, &tensor);
+  }
+  return f->mode == 0 ? BPT_ERR_IO : (bpt_status)12345;
+}
+
+static bpt_status failing_validate(void *data, bpt_graph *graph, bpt_train_epoch *epoch) {
+  (void)graph;
+  (void)epoch;
+  (void)data;
+  return BPT_ERR_NUMERIC;
+}
+
+static void callback_failures_reach_the_caller(void **state) {
+  (void)state;
+  small_model m = small_mlp(0.2f, 8);
+  failing_callback f = {.context = m.context};
+  bpt_train_options options = bpt_train_options_default();
+  options.prepare_batch = failing_prepare;
+  options.prepare_batch_data = &f;
+  /* An older, unrelated message and status are on the context first. */
+  assert_int_equal(bpt_graph_set_training(NULL, 1), BPT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(bpt_optimizer_set_learning_rate(m.optimizer, -1.0f), BPT_ERR_INVALID_ARGUMENT);
+  assert_fails(m.context, BPT_ERR_IO, "bpt_train: the prepare_batch callback returned 3 (input/output error) at epoch 1",
+               bpt_train(m.graph, m.optimizer, m.train, &options, NULL));
+  assert_int_equal(bpt_context_last_status(m.context), BPT_ERR_IO);
+  f.mode = 1;
+  const bpt_status own = bpt_train(m.graph, m.optimizer, m.train, &options, NULL);
+  assert_int_equal(own, BPT_ERR_SHAPE);
+  assert_int_equal(bpt_context_last_status(m.context), BPT_ERR_SHAPE);
+  const char *message = bpt_context_last_error(m.context);
+  if (!strstr(message, "bpt_train: the prepare_batch callback failed at epoch 1, batch 1: bpt_tensor_create"))
+    fail_msg("message: %s", message);
+  f.mode = 2;
+  assert_fails(m.context, BPT_ERR_INVALID_ARGUMENT, "the prepare_batch callback returned 12345 at epoch 1, batch 1",
+               bpt_train(m.graph, m.optimizer, m.train, &options, NULL));
+  assert_int_equal(bpt_context_last_status(m.context), BPT_ERR_INVALID_ARGUMENT);
+  options.prepare_batch = NULL;
+  options.validate = failing_validate;
+  options.monitor = BPT_TRAIN_MONITOR_VALIDATION_LOSS;
+  assert_fails(m.context, BPT_ERR_NUMERIC, "the validate callback returned 9 (non-finite value) at epoch 1",
+               bpt_train(m.graph, m.optimizer, m.train, &options, NULL));
+  assert_int_equal(bpt_context_last_status(m.context), BPT_ERR_NUMERIC);
+  small_destroy(&m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(evaluation_matches_hand_counts),
@@ -478,6 +652,10 @@ int main(void) {
       cmocka_unit_test(metrics_csv_rows),
       cmocka_unit_test(summary_counts_match_hand_counts),
       cmocka_unit_test(roles_are_named_or_found),
+      cmocka_unit_test(nan_logits_score_nothing),
+      cmocka_unit_test(diverged_epochs_are_never_best),
+      cmocka_unit_test(foreign_optimizer_is_refused),
+      cmocka_unit_test(callback_failures_reach_the_caller),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

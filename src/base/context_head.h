@@ -6,12 +6,14 @@
 #define BPT_BASE_CONTEXT_HEAD_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "base/report.h"
 
 typedef struct bpt_context_head {
   char last_error[BPT_ERROR_MESSAGE_SIZE];
   bpt_status last_status;      /* the status that came with last_error */
+  uint64_t error_count;        /* messages written so far: tells a callback's own message from an older one */
   int users;                   /* graphs, tensors, data sets and communicators made from it and still alive */
   bool destroyed;              /* bpt_context_destroy ran while users were alive: the last release frees it */
   struct bpt_backend *backend; /* the context's own backend instance */

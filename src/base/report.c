@@ -14,6 +14,7 @@ bpt_status bpt_error(bpt_context *context, bpt_status status, const char *format
   bpt_context_head *head = bpt_context_head_of(context);
   char *buffer = head ? head->last_error : thread_last_error;
   *(head ? &head->last_status : &thread_last_status) = status;
+  if (head) head->error_count++;
   va_list arguments;
   va_start(arguments, format);
   vsnprintf(buffer, BPT_ERROR_MESSAGE_SIZE, format, arguments);

@@ -86,7 +86,8 @@ const char *bpt_tag_name(uint32_t tag, char buffer[5]);
 /* Writes bytes to path atomically: a temporary file beside it, fsync, rename over path, fsync of the
  * directory. On any failure path is untouched and the temporary file is removed. */
 bpt_status bpt_write_file_atomically(bpt_context *context, const char *path, const void *bytes, size_t size);
-/* Reads a whole file of at most BPT_CHECKPOINT_MAX_BYTES into a malloc'd buffer. */
+/* Reads a checkpoint file into a malloc'd buffer: its magic, header CRC and section lengths first, then only
+ * the bytes they declare, which must be the whole file and fit both BPT_CHECKPOINT_MAX_BYTES and memory. */
 bpt_status bpt_read_whole_file(bpt_context *context, const char *path, unsigned char **bytes, size_t *size);
 
 #endif

@@ -13,7 +13,7 @@
 
 enum { LEGACY_HEADER_BYTES = 16 };
 
-static const char *legacy_kind(const unsigned char *bytes) {
+const char *bpt_checkpoint_legacy_kind(const unsigned char *bytes) {
   return memcmp(bytes, "BPTPARAM", 8) == 0 ? "an old BPTPARAM parameter file (the C examples' --save format before "
                                              "checkpoints)"
                                            : "an old BPTPARM1 parameter file (the Python binding's save() format "
@@ -27,7 +27,7 @@ bool bpt_checkpoint_is_legacy(const unsigned char *bytes, size_t size) {
 bpt_status bpt_checkpoint_load_legacy(bpt_graph *graph, const unsigned char *bytes, size_t size, const char *what,
                                       bpt_checkpoint_contents *contents, bool strict, bpt_checkpoint_report **report) {
   bpt_context *context = graph->context;
-  const char *kind = legacy_kind(bytes);
+  const char *kind = bpt_checkpoint_legacy_kind(bytes);
   int64_t ours = bpt_graph_parameter_count(graph);
   /* Both wrote a little-endian i64 (the examples ran on little-endian machines only). */
   uint64_t stored = 0;

@@ -10,6 +10,8 @@
 
 /* The file starts with one of the two magics. */
 bool bpt_checkpoint_is_legacy(const unsigned char *bytes, size_t size);
+/* "an old BPTPARAM parameter file (...)": what an old file whose first 8 bytes are `bytes` is. */
+const char *bpt_checkpoint_legacy_kind(const unsigned char *bytes);
 
 /* Strict: BPT_ERR_FORMAT saying what the file is and how to convert it. Not strict: loads the values into the
  * graph's parameters in declaration order when the counts agree (BPT_ERR_SHAPE otherwise), and the report's

@@ -66,7 +66,8 @@ bpt_status bpt_file_open_for_writing(bpt_context *context, const char *path, con
   *descriptor = -1;
   /* Without O_TRUNC first: truncating is only right once we know it is a regular file. A FIFO without a reader
    * fails at once with ENXIO under O_NONBLOCK instead of blocking. */
-  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+  /* 0666: a new file gets what the umask leaves, like any program's (issue 30, class 11). */
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
   if (fd < 0) {
     int error = errno;
     struct stat info;
@@ -129,12 +130,21 @@ static bool write_all(int descriptor, const unsigned char *bytes, size_t size) {
 
 /* Creates a fresh temporary file beside path; its name goes into temporary. */
 static bpt_status create_temporary(bpt_context *context, const char *path, const char *what, char *temporary,
-                                   size_t size, int *descriptor) {
+                                   size_t size, int *descriptor, mode_t mode) {
   for (int attempt = 0; attempt < 100; attempt++) {
     snprintf(temporary, size, "%s.tmp-%016llx", path, (unsigned long long)random_bits());
     /* O_EXCL fails on anything already there, a symlink included (dangling or not); O_NOFOLLOW says so twice. */
-    int fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644);
+    int fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0666);
     if (fd >= 0) {
+      /* The umask applied to 0666 is a new file's mode; a replaced file's own mode is kept exactly, since
+       * open() cannot give more than the umask allows. */
+      if (mode != (mode_t)-1 && fchmod(fd, mode) != 0) {
+        const int error = errno;
+        close(fd);
+        unlink(temporary);
+        return bpt_error(context, BPT_ERR_IO, "%s '%s': cannot give '%s' the mode %04o of the file it replaces: %s",
+                         what, path, temporary, (unsigned)mode, strerror(error));
+      }
       *descriptor = fd;
       return BPT_OK;
     }
@@ -156,9 +166,14 @@ bpt_status bpt_file_write_atomically(bpt_context *context, const char *path, con
   if (lstat(path, &existing) == 0 && !S_ISREG(existing.st_mode) && !S_ISLNK(existing.st_mode))
     return bpt_error(context, BPT_ERR_IO, "%s '%s': is %s, not a regular file; not replacing it", what, path,
                      kind_of(existing.st_mode));
+  /* The file being replaced (a symlink's target, which is what a reader sees) keeps its permissions: re-saving a
+   * private 0600 model must not publish it. Set-id and sticky bits are not carried over. */
+  mode_t mode = (mode_t)-1;
+  struct stat target;
+  if (stat(path, &target) == 0 && S_ISREG(target.st_mode)) mode = target.st_mode & 0777;
   char temporary[PATH_LIMIT + 64];
   int descriptor = -1;
-  BPT_CHECK(create_temporary(context, path, what, temporary, sizeof temporary, &descriptor));
+  BPT_CHECK(create_temporary(context, path, what, temporary, sizeof temporary, &descriptor, mode));
   const char *failed = NULL;
   if (!write_all(descriptor, bytes, size))
     failed = "write";
@@ -190,45 +205,5 @@ bpt_status bpt_file_write_atomically(bpt_context *context, const char *path, con
                      directory, strerror(error));
   }
   close(directory_descriptor);
-  return BPT_OK;
-}
-
-bpt_status bpt_file_read_whole(bpt_context *context, const char *path, const char *what, int64_t max_bytes,
-                               unsigned char **bytes, size_t *size) {
-  *bytes = NULL;
-  *size = 0;
-  int descriptor;
-  int64_t length;
-  BPT_CHECK(bpt_file_open_for_reading(context, path, what, &descriptor, &length));
-  if (length > max_bytes) {
-    close(descriptor);
-    return bpt_error(context, BPT_ERR_FORMAT, "%s '%s': %lld bytes exceeds the %lld-byte limit", what, path,
-                     (long long)length, (long long)max_bytes);
-  }
-  size_t total = (size_t)length;
-  unsigned char *buffer = bpt_calloc(context, total ? total : 1, 1, "file buffer");
-  if (!buffer) {
-    close(descriptor);
-    return BPT_ERR_OUT_OF_MEMORY;
-  }
-  size_t done = 0;
-  int error = 0;
-  while (done < total) {
-    ssize_t got = read(descriptor, buffer + done, total - done > (1u << 30) ? (1u << 30) : total - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      error = got < 0 ? errno : 0;
-      break;
-    }
-    done += (size_t)got;
-  }
-  close(descriptor);
-  if (done != total) {
-    free(buffer);
-    return bpt_error(context, BPT_ERR_IO, "%s '%s': read %zu of %zu bytes: %s", what, path, done, total,
-                     error ? strerror(error) : "the file shrank while being read");
-  }
-  *bytes = buffer;
-  *size = total;
   return BPT_OK;
 }

@@ -25,12 +25,9 @@ bpt_status bpt_file_open_for_writing(bpt_context *context, const char *path, con
  * O_NOFOLLOW, so a planted file or symlink there is never written through, and two threads or processes never
  * share one), fsync, rename over path, fsync of the directory. A symlink at path is replaced, not followed; a
  * FIFO, device, socket or directory at path is refused. On any failure path is untouched and the temporary
- * file removed. */
+ * file removed. A new file is 0666 less the umask; a replaced regular file (a symlink's target) keeps its
+ * permission bits (issue 30, class 11). */
 bpt_status bpt_file_write_atomically(bpt_context *context, const char *path, const char *what, const void *bytes,
                                      size_t size);
-
-/* Reads a whole file of at most max_bytes (opened with bpt_file_open_for_reading) into a malloc'd buffer. */
-bpt_status bpt_file_read_whole(bpt_context *context, const char *path, const char *what, int64_t max_bytes,
-                               unsigned char **bytes, size_t *size);
 
 #endif

@@ -3,6 +3,7 @@
 #ifndef BPT_CORE_GRAPH_H
 #define BPT_CORE_GRAPH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "base/attachment.h"
@@ -122,6 +123,9 @@ struct bpt_graph {
   /* One observer of backward and of the optimiser step, NULL when none. */
   bpt_graph_hook hook;
   void *hook_data;
+  /* The public call running on this graph now (bpt_graph_forward, a backward, bpt_optimizer_step), NULL when
+   * none: a second thread entering is refused by name (core/graph_owner.h) instead of mixing two passes. */
+  _Atomic(const char *) running;
   /* Optimisers, data-parallel handles and speculative trainers made from the graph (base/attachment.h):
    * a graph destroyed first detaches them; each frees what needs the graph and sets its graph pointer to
    * NULL, so its own destroy later frees host memory only and its other calls fail with BPT_ERR_STATE. */

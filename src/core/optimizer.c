@@ -8,6 +8,7 @@
 #include "bptrain/cnn.h"
 #include "bptrain/optimizer.h"
 #include "core/graph.h"
+#include "core/graph_owner.h"
 #include "core/profiler.h"
 #include "core/optimizer_state.h"
 #include "core/precision.h"
@@ -152,10 +153,12 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer);
 /* The profiler (core/profiler.h) times the whole step, every update kernel call included. */
 bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
   BPT_CHECK(check_attached(optimizer, "bpt_optimizer_step"));
-  bpt_context *context = optimizer->graph->context;
-  if (__builtin_expect(!context || !context->profiler, 1)) return optimizer_step(optimizer);
+  bpt_graph *graph = optimizer->graph;
+  bpt_context *context = graph->context;
+  BPT_CHECK(bpt_graph_enter(graph, "bpt_optimizer_step"));
+  if (__builtin_expect(!context || !context->profiler, 1)) return bpt_graph_leave(graph, optimizer_step(optimizer));
   uint64_t start = bpt_profiler_begin(context);
-  bpt_status status = optimizer_step(optimizer);
+  bpt_status status = bpt_graph_leave(graph, optimizer_step(optimizer));
   if (status != BPT_OK) return status;
   /* Reads parameters, gradients and each state buffer; writes the parameters and the state back. */
   int buffers = 1 + (optimizer->state0 != NULL) + (optimizer->state1 != NULL);
@@ -304,4 +307,15 @@ void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *vie
   view->steps = &optimizer->steps;
   view->buffers[0] = optimizer->state0;
   view->buffers[1] = optimizer->state1;
+}
+
+bpt_status bpt_optimizer_check_owner(const bpt_optimizer *optimizer, const bpt_graph *graph, const char *where) {
+  if (!optimizer->graph)
+    return bpt_error(graph->context, BPT_ERR_STATE, "%s: the optimizer's graph was destroyed", where);
+  if (optimizer->graph != graph)
+    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT,
+                     "%s: the optimizer belongs to another graph (it steps that graph's parameters); create one with "
+                     "bpt_optimizer_create on this graph",
+                     where);
+  return BPT_OK;
 }

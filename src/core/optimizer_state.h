@@ -24,4 +24,9 @@ static inline bool bpt_optimizer_steps_valid(int64_t steps) { return steps >= 0;
 
 void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *view);
 
+/* BPT_ERR_INVALID_ARGUMENT naming `where` unless optimizer was made for graph: another graph's optimiser
+ * would step that graph's parameters with its stale gradients and leave this one untouched (issue 30,
+ * class 5); BPT_ERR_STATE when the optimiser's graph was destroyed. */
+bpt_status bpt_optimizer_check_owner(const bpt_optimizer *optimizer, const bpt_graph *graph, const char *where);
+
 #endif

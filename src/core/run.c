@@ -6,6 +6,7 @@
 
 #include "core/checked.h"
 #include "core/graph.h"
+#include "core/graph_owner.h"
 #include "core/precision.h"
 #include "core/profiler.h"
 #include "core/tensor.h"
@@ -87,12 +88,14 @@ static bpt_status forward(bpt_graph *graph) {
 
 bpt_status bpt_graph_forward(bpt_graph *graph) {
   BPT_CHECK(require_compiled(graph, "bpt_graph_forward"));
-  BPT_CHECK(bpt_thread_guard_enter(graph->context, "bpt_graph_forward"));
+  BPT_CHECK(bpt_graph_enter(graph, "bpt_graph_forward"));
+  bpt_status status = bpt_thread_guard_enter(graph->context, "bpt_graph_forward");
+  if (status != BPT_OK) return bpt_graph_leave(graph, status);
   graph->forward_error[0] = 0;
-  bpt_status status = forward(graph);
+  status = forward(graph);
   if (status != BPT_OK)
     snprintf(graph->forward_error, sizeof graph->forward_error, "%s", bpt_context_last_error(graph->context));
-  return status;
+  return bpt_graph_leave(graph, status);
 }
 
 /* The calls that need a finished forward: after one that failed, repeat its error rather than "run forward". */
@@ -137,9 +140,7 @@ static bpt_status clear_gradients_left_unset(bpt_graph *graph, bpt_node *node, i
   return BPT_OK;
 }
 
-static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where) {
-  BPT_CHECK(require_compiled(graph, where));
-  if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "%s: the graph was compiled without a loss", where);
+static bpt_status backward_pass(bpt_graph *graph, bool accumulate, const char *where) {
   BPT_CHECK(require_forward(graph, where, "forward pass to differentiate"));
   BPT_CHECK(bpt_thread_guard_enter(graph->context, where));
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_BEGIN, accumulate));
@@ -164,6 +165,13 @@ static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where)
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_END, -1));
   graph->backward_done = true;
   return BPT_OK;
+}
+
+static bpt_status backward(bpt_graph *graph, bool accumulate, const char *where) {
+  BPT_CHECK(require_compiled(graph, where));
+  if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "%s: the graph was compiled without a loss", where);
+  BPT_CHECK(bpt_graph_enter(graph, where));
+  return bpt_graph_leave(graph, backward_pass(graph, accumulate, where));
 }
 
 bpt_status bpt_graph_backward(bpt_graph *graph) { return backward(graph, false, "bpt_graph_backward"); }

@@ -12,6 +12,7 @@
 #include <omp.h>
 #endif
 
+#include "core/optimizer_state.h"
 #include "core/speculative.h"
 #include "core/tensor.h"
 #include "core/thread_guard.h"
@@ -136,6 +137,7 @@ bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: images, labels, optimizer and out must be non-NULL",
                      where);
   *out = NULL;
+  BPT_CHECK(bpt_optimizer_check_owner(optimizer, graph, where));
   bpt_node *loss = find_loss(graph);
   if (!graph->compiled || !loss || loss->op != BPT_OP_SOFTMAX_CROSS_ENTROPY)
     return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: the graph must be compiled with a softmax cross-entropy loss",

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "base/openmp_limits.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -163,6 +165,7 @@ static bpt_status refuse(bpt_context *context, const char *where, int wanted, in
  * memory taken after this (compile, data) cannot leave the first forward pass without thread stacks. */
 static void start_pool(int threads) {
 #ifdef _OPENMP
+  bpt_openmp_fix_team();
   omp_set_num_threads(threads);
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
@@ -185,6 +188,9 @@ bpt_status bpt_thread_guard_plan(int requested, int *threads) {
 #endif
   if (wanted < 1) wanted = 1;
   if (wanted > BPT_THREAD_GUARD_MAX) wanted = BPT_THREAD_GUARD_MAX;
+  /* A team larger than OpenMP will give would leave OpenBLAS waiting for threads that never come. */
+  wanted = bpt_openmp_usable_threads(wanted);
+  if (requested > wanted) requested = wanted;
   const char *variable;
   const size_t stack_size = openmp_stack_size(&variable);
   int error;
@@ -198,7 +204,12 @@ bpt_status bpt_thread_guard_plan(int requested, int *threads) {
 
 bpt_status bpt_thread_guard_enter(bpt_context *context, const char *where) {
   const int threads = context->num_threads > 0 ? context->num_threads : 1;
+  /* omp_get_dynamic reads one variable: a caller that turned dynamic adjustment back on is caught too. */
+#ifdef _OPENMP
+  if (__builtin_expect(entered_threads == threads && !omp_get_dynamic(), 1)) return BPT_OK;
+#else
   if (__builtin_expect(entered_threads == threads, 1)) return BPT_OK;
+#endif
   if (threads > checked_threads) {
     const char *variable;
     const size_t stack_size = openmp_stack_size(&variable);

@@ -3,11 +3,13 @@
  * one every example used to spell out; it uses only public calls, so a custom loop can copy it. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "bptrain/gradients.h"
 #include "bptrain/mode.h"
+#include "core/optimizer_state.h"
 #include "core/train_roles.h"
 
 bpt_train_options bpt_train_options_default(void) {
@@ -33,7 +35,40 @@ typedef struct train_run {
   double start;
   bpt_train_result result;
   float *best_parameters; /* restore_best: the best epoch's parameter block */
+  float *candidate;       /* restore_best: an improving epoch's parameters, kept only when all are finite */
 } train_run;
+
+/* A status-returning callback's failure as bpt_train's caller sees it (issue 30, class 13): the callback's own
+ * message when a library call it made left one with the status it returned, else "the NAME callback returned
+ * N", never an older, unrelated message; a value that is no bpt_status becomes BPT_ERR_INVALID_ARGUMENT, so the
+ * return value and bpt_context_last_status() always agree. */
+static bpt_status callback_failed(bpt_context *context, bpt_status status, uint64_t errors_before, const char *name,
+                                  int64_t epoch, int64_t batch) {
+  char at[64];
+  if (batch > 0)
+    snprintf(at, sizeof at, "epoch %lld, batch %lld", (long long)epoch, (long long)batch);
+  else
+    snprintf(at, sizeof at, "epoch %lld", (long long)epoch);
+  if ((int)status < (int)BPT_ERR_INVALID_ARGUMENT || (int)status > (int)BPT_ERR_INTERNAL)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
+                     "bpt_train: the %s callback returned %d at %s, which is not a bpt_status", name, (int)status, at);
+  if (context->head.error_count != errors_before && context->head.last_status == status) {
+    char own[BPT_ERROR_MESSAGE_SIZE];
+    snprintf(own, sizeof own, "%s", context->head.last_error);
+    return bpt_error(context, status, "bpt_train: the %s callback failed at %s: %s", name, at, own);
+  }
+  return bpt_error(context, status, "bpt_train: the %s callback returned %d (%s) at %s", name, (int)status,
+                   bpt_status_string(status), at);
+}
+
+/* Runs a status-returning callback of bpt_train; on failure returns what callback_failed makes of it. */
+#define TRAIN_CALLBACK(context, name, epoch, batch, call)                                                              \
+  do {                                                                                                                 \
+    const uint64_t errors_before_ = (context)->head.error_count;                                                            \
+    const bpt_status callback_status_ = (call);                                                                        \
+    if (callback_status_ != BPT_OK)                                                                                    \
+      return callback_failed((context), callback_status_, errors_before_, (name), (epoch), (batch));                   \
+  } while (0)
 
 /* One pass over the training set; sets *stop when the progress callback asks to stop. */
 static bpt_status train_epoch(train_run *run, int64_t epoch, bpt_train_epoch *record, int *stop) {
@@ -51,7 +86,9 @@ static bpt_status train_epoch(train_run *run, int64_t epoch, bpt_train_epoch *re
   double loss_sum = 0.0;
   for (int64_t b = 0; b < batches; b++) {
     BPT_CHECK(bpt_dataset_batch(run->train, b, run->batch, run->samples, run->labels));
-    if (o->prepare_batch) BPT_CHECK(o->prepare_batch(o->prepare_batch_data, run->samples, run->labels));
+    if (o->prepare_batch)
+      TRAIN_CALLBACK(graph->context, "prepare_batch", epoch, b + 1,
+                     o->prepare_batch(o->prepare_batch_data, run->samples, run->labels));
     BPT_CHECK(bpt_graph_set_input(graph, run->nodes.data, run->samples));
     BPT_CHECK(bpt_graph_set_input(graph, run->nodes.labels, run->labels));
     BPT_CHECK(bpt_graph_forward(graph));
@@ -60,7 +97,8 @@ static bpt_status train_epoch(train_run *run, int64_t epoch, bpt_train_epoch *re
     const int64_t count = bpt_tensor_dim(run->samples, 0);
     progress.batch = b + 1;
     progress.step = run->result.steps;
-    if (o->before_step) BPT_CHECK(o->before_step(o->before_step_data, graph, &progress));
+    if (o->before_step)
+      TRAIN_CALLBACK(graph->context, "before_step", epoch, b + 1, o->before_step(o->before_step_data, graph, &progress));
     BPT_CHECK(bpt_optimizer_step(run->optimizer));
     float loss;
     BPT_CHECK(bpt_graph_loss(graph, &loss));
@@ -113,15 +151,26 @@ static bpt_status track_best(train_run *run, bpt_train_epoch *record, int *stop)
   const double value = monitored_value(record, o->monitor);
   const double best = run->result.best_metric;
   const bool higher_is_better = o->monitor == BPT_TRAIN_MONITOR_VALIDATION_ACCURACY;
-  const bool improved =
-      !isnan(value) &&
+  /* A diverged epoch (inf or NaN metric) is never the best, however the comparison would read. */
+  bool improved =
+      isfinite(value) &&
       (run->result.best_epoch == 0 || (higher_is_better ? value > best + o->min_delta : value < best - o->min_delta));
+  if (improved && run->best_parameters) {
+    /* A finite metric does not make finite parameters (a NaN weight behind a ReLU that no validation sample
+     * reaches): restore_best must never hold, and so never write back, a non-finite value. */
+    const int64_t count = bpt_graph_parameter_count(run->graph);
+    BPT_CHECK(bpt_graph_read_parameters(run->graph, run->candidate, count));
+    for (int64_t i = 0; i < count && improved; i++) improved = isfinite(run->candidate[i]);
+    if (improved) {
+      float *previous = run->best_parameters;
+      run->best_parameters = run->candidate;
+      run->candidate = previous;
+    }
+  }
   record->improved = improved;
   if (improved) {
     run->result.best_epoch = record->epoch;
     run->result.best_metric = value;
-    if (run->best_parameters)
-      BPT_CHECK(bpt_graph_read_parameters(run->graph, run->best_parameters, bpt_graph_parameter_count(run->graph)));
   } else if (o->patience > 0 && record->epoch - run->result.best_epoch >= o->patience) {
     *stop = 1;
     run->result.stop = BPT_TRAIN_STOPPED_EARLY;
@@ -131,7 +180,11 @@ static bpt_status track_best(train_run *run, bpt_train_epoch *record, int *stop)
 }
 
 static bpt_status validate(train_run *run, bpt_train_epoch *record) {
-  if (run->o->validate) return run->o->validate(run->o->validate_data, run->graph, record);
+  if (run->o->validate) {
+    TRAIN_CALLBACK(run->graph->context, "validate", record->epoch, 0,
+                   run->o->validate(run->o->validate_data, run->graph, record));
+    return BPT_OK;
+  }
   if (!run->o->validation) return BPT_OK;
   bpt_eval_options eval = bpt_eval_options_default();
   eval.roles = run->o->roles;
@@ -218,6 +271,7 @@ bpt_status bpt_train(bpt_graph *graph, bpt_optimizer *optimizer, bpt_dataset *tr
     BPT_CHECK(bpt_copy_options(context, &o, sizeof o, options, options->size, sizeof(bpt_train_options), where));
   if (!optimizer || !train)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", where, optimizer ? "data set" : "optimizer");
+  BPT_CHECK(bpt_optimizer_check_owner(optimizer, graph, where));
   train_run run = {.graph = graph, .optimizer = optimizer, .train = train, .o = &o, .start = seconds_now()};
   run.result = (bpt_train_result){.size = sizeof run.result, .best_metric = NAN};
   BPT_CHECK(bpt_train_find_nodes(graph, &o.roles, o.validation != NULL, where, &run.nodes));
@@ -229,10 +283,17 @@ bpt_status bpt_train(bpt_graph *graph, bpt_optimizer *optimizer, bpt_dataset *tr
   if (o.restore_best) {
     run.best_parameters = bpt_calloc(context, (size_t)bpt_graph_parameter_count(graph), sizeof(float),
                                      "bpt_train: the best epoch's parameters");
-    if (!run.best_parameters) return BPT_ERR_OUT_OF_MEMORY;
+    run.candidate = run.best_parameters ? bpt_calloc(context, (size_t)bpt_graph_parameter_count(graph), sizeof(float),
+                                                     "bpt_train: a candidate best epoch's parameters")
+                                        : NULL;
+    if (!run.candidate) {
+      free(run.best_parameters);
+      return BPT_ERR_OUT_OF_MEMORY;
+    }
   }
   if (o.metrics && ftell(o.metrics) == 0 && bpt_train_write_metrics_header(o.metrics) != BPT_OK) {
     free(run.best_parameters);
+    free(run.candidate);
     return bpt_error(context, BPT_ERR_IO, "%s: writing the metrics CSV header failed", where);
   }
   bpt_status status = bpt_train_batch_tensors(context, train, run.batch, &run.samples, &run.labels);
@@ -243,6 +304,7 @@ bpt_status bpt_train(bpt_graph *graph, bpt_optimizer *optimizer, bpt_dataset *tr
   bpt_tensor_destroy(run.samples);
   bpt_tensor_destroy(run.labels);
   free(run.best_parameters);
+  free(run.candidate);
   if (status == BPT_OK && result)
     status = bpt_copy_output(context, result, &run.result, sizeof run.result, sizeof(bpt_train_result), where);
   return status;

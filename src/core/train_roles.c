@@ -1,5 +1,6 @@
 /* The training helper's lookups: which graph inputs take the samples and the labels and which node holds the
  * class scores, by the caller's names or by their role around the loss, and batch tensors to fill them. */
+#include <math.h>
 #include <string.h>
 
 #include "core/train_roles.h"
@@ -96,10 +97,15 @@ bpt_status bpt_train_tally(bpt_context *context, const float *logits, const int3
     /* The label's rank: classes scoring higher, and equal-scoring classes before it (the argmax convention:
      * the first of equal scores wins), so rank 0 is exactly argmax == label. */
     int64_t rank = 0, best = 0;
+    bool finite = true;
     for (int64_t c = 0; c < classes; c++) {
       rank += scores[c] > scores[label] || (c < label && scores[c] == scores[label]);
       if (scores[c] > scores[best]) best = c;
+      finite = finite && isfinite(scores[c]);
     }
+    /* Every comparison with NaN is false, so NaN logits would rank every label first: a diverged model would
+     * score 100%. A sample with a non-finite score is never correct. */
+    if (!finite) rank = classes;
     *correct += rank == 0;
     *top_k_correct += rank < top_k;
     if (confusion) confusion[label * classes + best]++;

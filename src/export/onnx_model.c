@@ -30,6 +30,8 @@ struct onnx_builder {
   arena_block *blocks;
   bool out_of_memory;
   const char **values; /* per node index: the ONNX value holding its output */
+  const char **user_names; /* every node's name, sorted: what a generated name must not be */
+  int user_name_count;
   Onnx__NodeProto **nodes;
   Onnx__TensorProto **initializers;
   Onnx__ValueInfoProto **inputs, **outputs;
@@ -89,11 +91,28 @@ static bool append(onnx_builder *b, void *array_pointer, size_t *count, size_t *
 const char *onnx_value(const onnx_builder *b, const bpt_node *node) { return b->values[node->index]; }
 int64_t onnx_opset(const onnx_builder *b) { return b->opset; }
 
+static int compare_names(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static bool user_name(const onnx_builder *b, const char *name) {
+  return b->user_name_count &&
+         bsearch(&name, b->user_names, (size_t)b->user_name_count, sizeof *b->user_names, compare_names) != NULL;
+}
+
+/* "base/suffix", or "base/suffix#2", "#3", ... when a node of the graph already has that name (issue 30, class
+ * 6): a user's node named "x/normalized" made the graph non-SSA, or its initialisers non-unique, and ONNX
+ * Runtime then silently used the last duplicate. Generated names never collide with each other: their bases
+ * are distinct value names and an emitter's suffixes are distinct and hold no '/'. */
 const char *onnx_name(onnx_builder *b, const char *base, const char *suffix) {
   if (!base) return NULL;
-  const size_t size = strlen(base) + strlen(suffix) + 2;
+  const size_t size = strlen(base) + strlen(suffix) + 2 + 12;
   char *name = allocate(b, size, 1);
-  if (name) snprintf(name, size, "%s/%s", base, suffix);
+  if (!name) return NULL;
+  snprintf(name, size, "%s/%s", base, suffix);
+  /* At most user_name_count names can be taken, so this ends within that many tries. */
+  for (int k = 2; user_name(b, name); k++)
+    snprintf(name, size, "%s/%s#%d", base, suffix, k);
   return name;
 }
 
@@ -210,7 +229,9 @@ bpt_status onnx_constant_ints(onnx_builder *b, const char *name, int rank, const
   return BPT_OK;
 }
 
-/* A parameter's current values (from the graph's backend) as an initialiser under its own name. */
+/* A parameter's current values (from the graph's backend) as an initialiser under its own name. They come from
+ * the f32 master block: under an f16/bf16 policy node->value is the rounded copy, refreshed only by the next
+ * forward, so after an optimiser step it holds the weights from before the step (issue 30, class 4). */
 static bpt_status add_parameter(onnx_builder *b, const bpt_node *node) {
   const int64_t count = bpt_node_inner_count(node);
   void *data;
@@ -218,7 +239,8 @@ static bpt_status add_parameter(onnx_builder *b, const bpt_node *node) {
                                               ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, count, sizeof(float), &data);
   if (!tensor) return out_of_memory(b);
   bpt_backend *backend = node->graph->backend;
-  if (backend->vtable->download(backend, data, node->value, (size_t)count * sizeof(float)) != BPT_OK)
+  const float *master = node->graph->parameter_block + node->param_offset;
+  if (backend->vtable->download(backend, data, master, (size_t)count * sizeof(float)) != BPT_OK)
     return bpt_error(b->context, BPT_ERR_DEVICE, WHERE ": reading parameter '%s' from backend '%s' failed", node->name,
                      backend->vtable->name);
   tensor->n_float_data = (size_t)count;
@@ -340,6 +362,12 @@ static bpt_status build(onnx_builder *b, const bpt_onnx_export_options *options,
       needed[graph->nodes[i]->inputs[j]->index] = true;
   for (int i = 0; i < n; i++)
     b->values[i] = graph->nodes[i]->name;
+  b->user_names = allocate(b, (size_t)n + 1, sizeof *b->user_names);
+  if (!b->user_names) return out_of_memory(b);
+  for (int i = 0; i < n; i++)
+    b->user_names[i] = graph->nodes[i]->name;
+  qsort(b->user_names, (size_t)n, sizeof *b->user_names, compare_names);
+  b->user_name_count = n;
 
   for (int i = 0; i < n; i++) {
     const bpt_node *node = graph->nodes[i];

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -100,8 +101,20 @@ static bool compatible(const bpt_module_interface *interface, const char *name, 
  * message says why it could not be used: usually dlerror naming a library it needs). */
 static const bpt_module_interface *try_file(const char *path, const char *name, bool *found, char *message,
                                             size_t size) {
-  *found = access(path, F_OK) == 0;
+  struct stat info;
+  *found = stat(path, &info) == 0;
   if (!*found) return NULL;
+  /* dlopen opens without O_NONBLOCK: a FIFO there would wait forever for a writer, and a device would be read
+   * as if it were a library (issue 30, class 10). Only a regular file (or a symlink to one) is loaded. */
+  if (!S_ISREG(info.st_mode)) {
+    snprintf(message, size, "could not load %s: it is %s, not a regular file", path,
+             S_ISFIFO(info.st_mode)  ? "a FIFO"
+             : S_ISDIR(info.st_mode) ? "a directory"
+             : S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode) ? "a device"
+             : S_ISSOCK(info.st_mode)                          ? "a socket"
+                                                               : "not a regular file");
+    return NULL;
+  }
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char *why = dlerror();

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/cpu/blas_guard.h"
+#include "base/openmp_limits.h"
 #include "backends/cpu/blas_library.h"
 #include "backends/cpu/cpu.h"
 
@@ -18,7 +19,8 @@ static bpt_status cpu_create(bpt_backend *backend, const bpt_backend_options *op
   if (blas->short_of_space)
     return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "%s; set OPENBLAS_NUM_THREADS=1 or raise the limit",
                             strncmp(blas->library, "none: ", 6) == 0 ? blas->library + 6 : blas->library);
-  int threads = options->num_threads > 0 ? options->num_threads : omp_get_num_procs();
+  /* Never more than OpenMP will give a region of the calling thread: OpenBLAS waits for every one. */
+  int threads = bpt_openmp_usable_threads(options->num_threads > 0 ? options->num_threads : omp_get_num_procs());
   /* OpenBLAS's workspace must fit before it is asked for; an automatic thread count halves until it does. */
   bpt_status status = bpt_cpu_blas_reserve(backend, threads);
   while (status == BPT_ERR_OUT_OF_MEMORY && options->num_threads == 0 && threads > 1)
@@ -29,6 +31,7 @@ static bpt_status cpu_create(bpt_backend *backend, const bpt_backend_options *op
   backend->num_threads = threads;
   backend->state = NULL;
   /* Both calls: the OpenMP build of OpenBLAS follows omp_set_num_threads, the pthread build does not. */
+  bpt_openmp_fix_team();
   omp_set_num_threads(threads);
   if (blas->set_num_threads) blas->set_num_threads(threads);
   return bpt_cpu_state_create(backend);
