@@ -393,10 +393,15 @@ static bpt_status add_input(case_graph *g, const char *name, int rank, const int
   return BPT_OK;
 }
 
+/* One label per sample, or per token when the case's main input is a sequence. */
 static bpt_status add_labels(case_graph *g, const char *name, int64_t classes, bpt_node **out) {
-  leaf *l = new_leaf(g, name, g->c->batch);
+  const int64_t length = g->c->sequence ? g->c->shape[0] : 1;
+  leaf *l = new_leaf(g, name, g->c->batch * length);
   if (!l) return BPT_ERR_OUT_OF_MEMORY;
-  BPT_CHECK(bpt_graph_input(g->graph, name, BPT_DTYPE_I32, 0, NULL, out));
+  if (g->c->sequence)
+    BPT_CHECK(bpt_graph_input_sequence(g->graph, name, BPT_DTYPE_I32, length, 0, NULL, out));
+  else
+    BPT_CHECK(bpt_graph_input(g->graph, name, BPT_DTYPE_I32, 0, NULL, out));
   l->node = *out;
   l->is_input = l->labels = true;
   int32_t *labels = (int32_t *)l->values;
@@ -460,7 +465,7 @@ static bpt_status build_linear(case_graph *g, const op_case *c, bpt_node **out) 
 static bpt_status build_softmax_cross_entropy(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *logits, *labels;
   BPT_CHECK(add_input(g, "logits", c->rank, c->shape, -3.0f, 3.0f, true, &logits));
-  BPT_CHECK(add_labels(g, "labels", c->shape[0], &labels));
+  BPT_CHECK(add_labels(g, "labels", c->shape[c->rank - 1], &labels));
   return bpt_softmax_cross_entropy(g->graph, "op", logits, labels, out);
 }
 
@@ -586,6 +591,7 @@ static const op_case op_cases[] = {
     {"softmax_cross_entropy batch 1, 3 classes", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 1, .rank = 1, SHAPE(3)},
     {"softmax_cross_entropy 128x10 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 128, .rank = 1, SHAPE(10)},
     {"softmax_cross_entropy 33x1000 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 33, .rank = 1, SHAPE(1000)},
+    {"softmax_cross_entropy sequence 2x3x7 (mean over tokens)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 2, .rank = 2, SHAPE(3, 7), .sequence = true},
     {"mse 4x9 (both inputs differentiable)", BPT_OP_MSE, build_mse, .batch = 4, .rank = 1, SHAPE(9)},
     {"mse 50000 (parity)", BPT_OP_MSE, build_mse, .batch = 2, .rank = 1, SHAPE(25000)},
     {"binary_stochastic identity", BPT_OP_BINARY_STOCHASTIC, build_binary_stochastic, .batch = 3, .rank = 1, SHAPE(41), .check = CHECK_STRAIGHT_THROUGH},

@@ -105,8 +105,10 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
 /**
- * Mean over the batch of -log softmax(logits)[label], computed stably in one op.
- * @param logits (N, classes) f32; @param labels (N) i32 input with values in [0, classes)
+ * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
+ * every token of every sample.
+ * @param logits (N, classes) f32, or a sequence's (N, T, classes)
+ * @param labels (N) i32 input with values in [0, classes), or a sequence input (N, T) of the same length
  */
 BPT_API bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_node *logits,
                                              bpt_node *labels, bpt_node **out);

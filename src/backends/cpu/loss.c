@@ -87,17 +87,20 @@ bpt_status bpt_cpu_mse_backward(bpt_backend *backend, int64_t count, const float
   return BPT_OK;
 }
 
-/* softmax_cross_entropy: logits (N, C) and i32 labels (N); saved holds the probabilities (N, C). */
+/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens; saved
+ * holds the probabilities (rows, C). */
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
-  return bpt_cpu_softmax_cross_entropy_forward(backend, logits->dims[0], logits->dims[1], logits->value,
-                                               node->inputs[1].value, node->saved, node->output.value);
+  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
+  return bpt_cpu_softmax_cross_entropy_forward(backend, rows, classes, logits->value, node->inputs[1].value,
+                                               node->saved, node->output.value);
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
-  return bpt_cpu_softmax_cross_entropy_backward(backend, logits->dims[0], logits->dims[1], node->saved,
-                                                node->inputs[1].value, node->output.grad, logits->grad);
+  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
+  return bpt_cpu_softmax_cross_entropy_backward(backend, rows, classes, node->saved, node->inputs[1].value,
+                                                node->output.grad, logits->grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);

@@ -135,17 +135,20 @@ bpt_status bpt_cuda_mse_backward(bpt_backend *backend, int64_t count, const floa
   return bpt_cuda_check_launch(backend, "mse_backward");
 }
 
-// softmax_cross_entropy: logits (N, C) and i32 labels (N); saved holds the probabilities (N, C).
+// softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens;
+// saved holds the probabilities.
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
-  return bpt_cuda_softmax_cross_entropy_forward(backend, logits->dims[0], logits->dims[1],
+  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
+  return bpt_cuda_softmax_cross_entropy_forward(backend, rows, classes,
                                                 (const float *)logits->value, (const int32_t *)node->inputs[1].value,
                                                 (float *)node->saved, (float *)node->output.value);
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
-  return bpt_cuda_softmax_cross_entropy_backward(backend, logits->dims[0], logits->dims[1],
+  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
+  return bpt_cuda_softmax_cross_entropy_backward(backend, rows, classes,
                                                  (const float *)node->saved, (const int32_t *)node->inputs[1].value,
                                                  node->output.grad, logits->grad);
 }

@@ -139,13 +139,15 @@ bpt_status bpt_fpga_mse_backward(bpt_backend *backend, int64_t count, const floa
 
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
-  return bpt_fpga_softmax_cross_entropy_forward(backend, logits->dims[0], logits->dims[1], logits->value,
+  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
+  return bpt_fpga_softmax_cross_entropy_forward(backend, rows, classes, logits->value,
                                                 node->inputs[1].value, node->saved, node->output.value);
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
-  return bpt_fpga_softmax_cross_entropy_backward(backend, logits->dims[0], logits->dims[1], node->saved,
+  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
+  return bpt_fpga_softmax_cross_entropy_backward(backend, rows, classes, node->saved,
                                                  node->inputs[1].value, node->output.grad, logits->grad);
 }
 

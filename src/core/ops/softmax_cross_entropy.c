@@ -1,21 +1,26 @@
-/* softmax_cross_entropy: loss = mean_n -log softmax(logits_n)[label_n], logits (N, C), labels (N) i32.
- * Fused so the backward is simply (softmax - onehot) / N; the probabilities are kept in node->saved. */
+/* softmax_cross_entropy: loss = mean_n -log softmax(logits_n)[label_n], logits (N, C), labels (N) i32; for a
+ * sequence, logits (N, T, C) and labels (N, T), the mean over all N T tokens. Fused so the backward is simply
+ * (softmax - onehot) / rows; the probabilities are kept in node->saved. */
 #include "core/graph.h"
 
 static bpt_status softmax_cross_entropy_infer_shape(bpt_node *node) {
   const bpt_node *logits = node->inputs[0], *labels = node->inputs[1];
-  if (logits->dtype != BPT_DTYPE_F32 || !logits->batched || logits->rank != 2)
-    return bpt_node_error(node, BPT_ERR_SHAPE, "logits '%s' must be f32 (batch, classes)", logits->name);
-  if (labels->dtype != BPT_DTYPE_I32 || !labels->batched || bpt_node_inner_count(labels) != 1)
-    return bpt_node_error(node, BPT_ERR_DTYPE, "labels '%s' must be an i32 input with one label per sample",
-                          labels->name);
+  if (logits->dtype != BPT_DTYPE_F32 || !logits->batched || logits->rank != bpt_node_leading_axes(logits) + 1)
+    return bpt_node_error(node, BPT_ERR_SHAPE,
+                          "logits '%s' must be f32 (batch, classes) or a sequence's (batch, "
+                          "length, classes)",
+                          logits->name);
+  if (labels->dtype != BPT_DTYPE_I32 || !labels->batched || bpt_node_features(labels) != 1 ||
+      labels->sequence != logits->sequence || (logits->sequence && labels->dims[1] != logits->dims[1]))
+    return bpt_node_error(node, BPT_ERR_DTYPE, "labels '%s' must be an i32 input with one label per %s", labels->name,
+                          logits->sequence ? "token of a sequence as long as the logits'" : "sample");
   node->batched = false;
   node->rank = 0;
   return BPT_OK;
 }
 
 static size_t softmax_cross_entropy_saved_bytes(const bpt_node *node) {
-  return (size_t)(node->graph->max_batch * node->inputs[0]->dims[1]) * sizeof(float);
+  return (size_t)(node->graph->max_batch * bpt_node_inner_count(node->inputs[0])) * sizeof(float);
 }
 
 static bpt_status softmax_cross_entropy_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
@@ -36,7 +41,8 @@ const bpt_op_definition bpt_op_softmax_cross_entropy = {.name = "softmax_cross_e
                                                         .saved_bytes = softmax_cross_entropy_saved_bytes,
                                                         .forward = softmax_cross_entropy_forward,
                                                         .backward = softmax_cross_entropy_backward,
-                                                        .backward_reads_input = softmax_cross_entropy_backward_reads_input,
+                                                        .backward_reads_input =
+                                                            softmax_cross_entropy_backward_reads_input,
                                                         .backward_reads_output = bpt_op_reads_no_output};
 
 bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_node *logits, bpt_node *labels,
