@@ -20,6 +20,9 @@ packages+=(abigail-tools doxygen gnuplot-nox python3)
 packages+=(protobuf-c-compiler libprotobuf-c-dev libonnx-dev python3-venv)
 # The Python binding takes and returns NumPy arrays; its tests run with Debian's python3 and this numpy
 packages+=(python3-numpy)
+# --- FPGA RTL (issue 28): Verilator builds the fpga_cosim C/RTL co-simulation ctest (skipped without it);
+# Yosys and Icarus Verilog are for scripts/fpga_synth.sh and for simulating rtl/ by hand (not CI-critical) ---
+packages+=(verilator yosys iverilog)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2
