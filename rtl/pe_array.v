@@ -24,7 +24,7 @@ module pe_array #(
     output reg out_last,
     output reg [6:0] out_group,
     output reg [LANES-1:0] out_mask,
-    output reg [LANES*ACCW-1:0] out_sum
+    output wire [LANES*ACCW-1:0] out_sum
 );
   // Control travels beside the data through the three stages before the accumulate.
   reg [2:0] v, f, l;
@@ -34,7 +34,6 @@ module pe_array #(
   reg signed [W-1:0] b_r[0:LANES-1];
   reg signed [2*W-1:0] m_r[0:LANES-1];
   reg signed [2*W-1:0] p_r[0:LANES-1];
-  reg signed [ACCW-1:0] acc[0:LANES-1][0:GROUPS-1];
 
   integer lane;
   always @(posedge clk) begin
@@ -48,15 +47,26 @@ module pe_array #(
     // stage 3: product register
     v[2] <= v[1]; f[2] <= f[1]; l[2] <= l[1]; g[2] <= g[1]; mk[2] <= mk[1];
     for (lane = 0; lane < LANES; lane = lane + 1) p_r[lane] <= m_r[lane];
-    // stage 4: accumulate (read-modify-write of the lane's bank in one cycle)
+    // stage 4: accumulate (below, one bank per lane)
     out_valid <= v[2]; out_last <= l[2]; out_group <= g[2]; out_mask <= mk[2];
-    for (lane = 0; lane < LANES; lane = lane + 1) begin
-      if (v[2]) begin
-        acc[lane][g[2]] <= (f[2] ? {ACCW{1'b0}} : acc[lane][g[2]]) + {{(ACCW-2*W){p_r[lane][2*W-1]}}, p_r[lane]};
-        out_sum[lane*ACCW +: ACCW] <= (f[2] ? {ACCW{1'b0}} : acc[lane][g[2]]) +
-                                      {{(ACCW-2*W){p_r[lane][2*W-1]}}, p_r[lane]};
-      end
-    end
   end
+
+  // One accumulator bank per lane, read and written in the same cycle: a one-dimensional array per lane lets
+  // synthesis map it to distributed (LUT) RAM, asynchronous read and synchronous write.
+  genvar gl;
+  generate
+    for (gl = 0; gl < LANES; gl = gl + 1) begin : bank
+      reg signed [ACCW-1:0] acc[0:GROUPS-1];
+      reg signed [ACCW-1:0] sum_r;
+      wire signed [ACCW-1:0] sum_next = (f[2] ? {ACCW{1'b0}} : acc[g[2]]) +
+                                        {{(ACCW-2*W){p_r[gl][2*W-1]}}, p_r[gl]};
+      always @(posedge clk)
+        if (v[2]) begin
+          acc[g[2]] <= sum_next;
+          sum_r <= sum_next;
+        end
+      assign out_sum[gl*ACCW +: ACCW] = sum_r;
+    end
+  endgenerate
 endmodule
 `default_nettype wire
