@@ -22,6 +22,9 @@ packages+=(protobuf-c-compiler libprotobuf-c-dev libonnx-dev python3-venv)
 packages+=(python3-numpy)
 # Ranks on emulated network hosts (issue 31): ip netns, veth, bridge and tc tbf (scripts/netns-mpi.sh)
 packages+=(iproute2)
+# --- FPGA RTL (issue 28): Verilator builds the fpga_cosim C/RTL co-simulation ctest (skipped without it);
+# Yosys and Icarus Verilog are for scripts/fpga_synth.sh and for simulating rtl/ by hand (not CI-critical) ---
+packages+=(verilator yosys iverilog)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2
