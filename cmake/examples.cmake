@@ -15,7 +15,7 @@ if(CMAKE_CXX_COMPILER)
     get_filename_component(name ${source} NAME_WE)
     set(target ${name}_cpp)
     add_executable(${target} ${source} examples/common/example_metrics.c)
-    set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name}_cpp CXX_STANDARD 11 CXX_STANDARD_REQUIRED ON
+    set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name}_cpp CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
                                                CXX_EXTENSIONS OFF)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-pedantic -Werror>)
     target_include_directories(${target} PRIVATE examples/common)
