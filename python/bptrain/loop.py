@@ -43,8 +43,10 @@ class TrainingLoop:
         self._feed(sources, slice(0, count))
         return self._step(optimizer, clip_norm)
 
-    def _step(self, optimizer, clip_norm):
+    def _step(self, optimizer, clip_norm, logits=None):
         self.context.check(lib.bpt_graph_forward(self.handle))
+        if logits is not None:  # read before backward, which may reuse the activations' memory
+            self.context.check(lib.bpt_graph_read(self.handle, self.logits.handle, logits.handle))
         self.context.check(lib.bpt_graph_backward(self.handle))
         if clip_norm:
             self.clip_gradient_norm(clip_norm)
@@ -52,14 +54,23 @@ class TrainingLoop:
         return self.loss_value()
 
     def fit(self, optimizer, *data, epochs=1, batch_size=None, shuffle=True, seed=None, metrics=None,
-            evaluation=None, verbose=False, clip_norm=None, callback=None):
-        """Trains (in training mode) on arrays (one per input, in declaration order) or on a Dataset.
+            evaluation=None, verbose=False, clip_norm=None, callback=None, monitor=None, patience=0,
+            min_delta=0.0, restore_best=False):
+        """Trains (in training mode) on arrays (one per input, in declaration order) or on a Dataset, like the
+        C library's bpt_train.
 
         `evaluation` is the same kind of data, evaluated after each epoch. `metrics` names a CSV file that
         receives one row per step and per epoch (the format of the C examples' --metrics); `callback(record)`
-        is called after each epoch. `verbose` prints a line per epoch and, on an interactive stderr, a progress
-        bar per batch. Returns one dict per epoch: epoch, train_loss, and test_loss / test_accuracy when
-        `evaluation` is given.
+        is called after each epoch and stops training there when it returns a true value. `verbose` prints a line per
+        epoch and, on an interactive stderr, a progress bar per batch. Returns one dict per epoch: epoch,
+        train_loss, train_accuracy (classifiers: the running accuracy of the epoch's training batches), and
+        test_loss / test_accuracy when `evaluation` is given; with a `monitor`, also improved and best_epoch.
+
+        Early stopping, as bpt_train's: `monitor` is "test_loss" or "test_accuracy" (need `evaluation`) or
+        "train_loss"; training stops after `patience` epochs in a row without an improvement larger than
+        `min_delta` (patience 0: never stops, still tracks the best epoch), and with `restore_best` the
+        parameters (buffers included; not the optimiser's state) of the best epoch are written back at the end.
+        An optimiser's schedule counts optimiser steps: one per batch, continuing across epochs and fit calls.
         """
         self._require_compiled("fit")
         self._check_optimizer(optimizer, "fit")
@@ -68,6 +79,29 @@ class TrainingLoop:
         epochs = _arguments.integer(epochs, "Model.fit", "epochs", minimum=0)
         batch_size = self._batch_size(batch_size, "fit")
         seed = self.context.seed if seed is None else seed
+        monitors = {"test_loss": -1, "test_accuracy": 1, "train_loss": -1}  # the sign of "better"
+        if monitor is not None and monitor not in monitors:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: monitor must be one of %s or None, not %r"
+                        % (", ".join(sorted(monitors)), monitor))
+        if monitor in ("test_loss", "test_accuracy") and evaluation is None:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: monitor=%r needs evaluation= data" % monitor)
+        if monitor == "test_accuracy" and self.logits is None:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: monitor='test_accuracy' needs a classifier "
+                                          "(softmax_cross_entropy)")
+        patience = _arguments.integer(patience, "Model.fit", "patience", minimum=0)
+        min_delta = _arguments.real(min_delta, "Model.fit", "min_delta")
+        if not min_delta >= 0:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: min_delta must be >= 0, not %r" % min_delta)
+        if restore_best and monitor is None:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: restore_best=True needs a monitor")
+        numpy = require_numpy()
+        logits = None
+        if self.logits is not None and self.inputs and self.inputs[-1].dtype == "i32":
+            logits = self._tensors.get(self.logits._address)
+            if logits is None:
+                logits = self._tensors[self.logits._address] = _Tensor(self, "f32", self.logits.shape)
+        labels = self._tensors[self.inputs[-1]._address] if logits is not None else None
+        best, best_epoch, best_parameters, waited = None, 0, None, 0
         writer = MetricsWriter(metrics) if metrics else None
         history = []
         step = 0
@@ -76,9 +110,12 @@ class TrainingLoop:
         try:
             for epoch in range(1, epochs + 1):
                 self.train()
-                total, samples, batch = 0.0, 0, 0
+                total, samples, batch, correct = 0.0, 0, 0, 0
                 for count in self._batches(data, batch_size, shuffle, seed + epoch, "fit"):
-                    loss = self._step(optimizer, clip_norm)
+                    loss = self._step(optimizer, clip_norm, logits)
+                    if logits is not None:
+                        predicted = logits.view()[:count].reshape(count, -1).argmax(axis=1)
+                        correct += int(numpy.count_nonzero(predicted == labels.view()[:count]))
                     step += 1
                     batch += 1
                     total += loss * count
@@ -88,20 +125,46 @@ class TrainingLoop:
                     if progress:
                         progress.update(epoch, batch, total / samples, final=batch == progress.batches)
                 record = {"epoch": epoch, "train_loss": total / max(samples, 1)}
+                if logits is not None:
+                    record["train_accuracy"] = correct / max(samples, 1)
                 if evaluation is not None:
                     result = self.evaluate(*(evaluation if isinstance(evaluation, tuple) else (evaluation,)),
                                            batch_size=batch_size)
                     record["test_loss"] = result["loss"]
                     if "accuracy" in result:
                         record["test_accuracy"] = result["accuracy"]
+                stop = False
+                if monitor is not None:
+                    value = record[monitor]
+                    record["improved"] = best is None or monitors[monitor] * (value - best) > min_delta
+                    if record["improved"]:
+                        best, best_epoch, waited = value, epoch, 0
+                        if restore_best:
+                            best_parameters = self.parameters()
+                    else:
+                        waited += 1
+                        stop = patience > 0 and waited >= patience
+                    record["best_epoch"] = best_epoch
                 if writer:
                     writer.epoch(epoch, step, record, optimizer.learning_rate, time.monotonic() - start)
                 if verbose:
                     print("epoch %d: %s" % (epoch, ", ".join("%s %.4f" % item for item in record.items()
-                                                               if item[0] != "epoch")), flush=True)
+                                                               if item[0] not in ("epoch", "improved", "best_epoch"))),
+                          flush=True)
                 history.append(record)
-                if callback is not None:
-                    callback(record)
+                if callback is not None and callback(record):
+                    stop = True
+                if stop:
+                    if verbose:
+                        print("stopped after epoch %d%s" % (epoch, " (no %s improvement for %d epochs)" %
+                                                            (monitor, patience) if monitor and waited else ""),
+                              flush=True)
+                    break
+            if best_parameters is not None and best_epoch != len(history):
+                self.set_parameters(best_parameters)
+                if verbose:
+                    print("restored the parameters of epoch %d (best %s %.4f)" % (best_epoch, monitor, best),
+                          flush=True)
         finally:
             if writer:
                 writer.close()
