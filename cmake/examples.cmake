@@ -25,6 +25,15 @@ else()
   message(STATUS "bptrain: no C++ compiler, skipping examples/cpp")
 endif()
 
+# The progress bar's rate from the library's epoch clock (tests/examples/test_example_progress.c, issue 29).
+if(BPT_BUILD_TESTS)
+  add_executable(test_example_progress tests/examples/test_example_progress.c examples/common/example_util.c)
+  target_include_directories(test_example_progress PRIVATE examples/common)
+  target_link_libraries(test_example_progress PRIVATE bptrain m)
+  add_test(NAME test_example_progress COMMAND test_example_progress)
+  set_tests_properties(test_example_progress PROPERTIES LABELS "example")
+endif()
+
 # Short training runs of the C++ and Python examples with every observation option (tests/examples/).
 if(BPT_BUILD_TESTS AND TARGET mnist_mlp_cpp)
   add_test(NAME example_cpp_mnist_mlp

@@ -167,15 +167,17 @@ double example_seconds(void) {
 }
 
 static void draw(example_progress *progress, double running_loss, bool final) {
-  double elapsed = example_seconds() - progress->start;
-  double rate = elapsed > 0 ? (double)progress->done / elapsed : 0.0;
+  double elapsed = progress->library_clock ? progress->library_seconds : example_seconds() - progress->start;
   if (!progress->interactive && !final) return;
   const int width = 30;
   int filled = progress->total ? (int)((double)width * (double)progress->done / (double)progress->total) : width;
   char bar[64];
   for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
   bar[width] = 0;
-  fprintf(stderr, "%s%s [%s] %ld/%ld  %.0f samples/s  loss %.4f%s", progress->interactive ? "\r" : "",
+  /* No rate from a clock that has not moved (a coarse clock, a first tiny batch): it would read as infinite. */
+  char rate[32] = "-";
+  if (elapsed > 1e-6) snprintf(rate, sizeof rate, "%.0f", (double)progress->done / elapsed);
+  fprintf(stderr, "%s%s [%s] %ld/%ld  %s samples/s  loss %.4f%s", progress->interactive ? "\r" : "",
           progress->label, bar, progress->done, progress->total, rate, running_loss, final ? "\n" : "");
   fflush(stderr);
 }
@@ -225,6 +227,12 @@ int example_progress_callback(void *data, const bpt_train_progress *progress) {
     example_progress_start(bar, NULL, (long)progress->total);
     bar->label = label;
   }
+  bar->library_clock = true;
+  bar->library_seconds = progress->seconds;
+  /* One step per epoch trains far less than the epoch count suggests; say so once, before the bar. */
+  if (progress->epoch == 1 && progress->batch == 1 && progress->batches == 1 && progress->total > 1)
+    fprintf(stderr, "warning: the batch holds the whole training set (%lld samples): one optimiser step per "
+                    "epoch; a smaller --batch trains more per epoch\n", (long long)progress->total);
   char label[64];
   const char *saved = bar->label;
   if (!saved) {
