@@ -101,6 +101,8 @@ class TrainingLoop:
             if logits is None:
                 logits = self._tensors[self.logits._address] = _Tensor(self, "f32", self.logits.shape)
         labels = self._tensors[self.inputs[-1]._address] if logits is not None else None
+        if logits is not None:
+            self._check_labels(data, logits.sample_shape[-1], "fit")
         best, best_epoch, best_parameters, waited = None, 0, None, 0
         writer = MetricsWriter(metrics) if metrics else None
         history = []
@@ -169,6 +171,21 @@ class TrainingLoop:
             if writer:
                 writer.close()
         return history
+
+    def _check_labels(self, data, classes, what):
+        """Labels given as arrays checked once against the class count, before any step: the kernel would
+        find a bad one only mid-training, with an index relative to its batch. A Dataset checks its own
+        (Dataset.check_classes)."""
+        from .data import Dataset
+        if len(data) != len(self.inputs) or (len(data) == 1 and isinstance(data[0], Dataset)):
+            return  # _sources reports the mismatch
+        numpy = require_numpy()
+        values = self._array(data[-1], self.inputs[-1]).reshape(-1)
+        bad = numpy.flatnonzero((values < 0) | (values >= classes))
+        if bad.size:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: label %d of sample %d is not a class of this model "
+                                          "(0..%d); %d labels are out of range" % (what, int(values[bad[0]]),
+                                                                                  int(bad[0]), classes - 1, bad.size))
 
     def _batch_total(self, data, batch_size):
         """The batches of one pass over data (arrays or a Dataset), for the progress bar."""

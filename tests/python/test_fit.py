@@ -94,6 +94,14 @@ class Fit(unittest.TestCase):
         self.assertFalse(np.array_equal(snapshots[0], snapshots[-1]))
         np.testing.assert_array_equal(self.model.parameters(), snapshots[0])
 
+    def test_labels_checked_before_training(self):
+        features, labels = data()
+        labels[37] = 3  # the model has classes 0..2
+        before = self.model.parameters()
+        failure = expect(bptrain.InvalidArgumentError, self.model.fit, self.optimizer, features, labels, epochs=2)
+        self.assertIn("label 3 of sample 37", str(failure))
+        np.testing.assert_array_equal(self.model.parameters(), before)  # no step was taken
+
     def test_bad_early_stopping_arguments(self):
         features, labels = data()
         expect(bptrain.InvalidArgumentError, self.model.fit, self.optimizer, features, labels, monitor="loss")
