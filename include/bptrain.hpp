@@ -5,6 +5,10 @@
 #ifndef BPTRAIN_HPP
 #define BPTRAIN_HPP
 
+#if __cplusplus < 201703L
+#error "bptrain.hpp needs C++17 (-std=c++17); the C headers (bptrain.h) compile as C++11"
+#endif
+
 #include <bptrain.h>
 
 #include <cstdint>
