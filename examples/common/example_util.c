@@ -117,6 +117,40 @@ static bool given_before(char **argv, int i, const char *const *valued) {
   return false;
 }
 
+/* Levenshtein distance of two short option names, capped: "did you mean" needs only small ones. */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 64;
+  size_t row[64];
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t above = row[j];
+      size_t best = diagonal + (a[i - 1] != b[j - 1]);
+      if (above + 1 < best) best = above + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diagonal = above;
+    }
+  }
+  return row[lb];
+}
+
+/* The known option nearest to @p argument (at most 2 edits), or NULL. */
+static const char *nearest_option(const char *argument, const char *const *valued, const char *const *flags) {
+  const char *best = NULL;
+  size_t best_distance = 3;
+  const char *const *lists[2] = {valued, flags};
+  for (int l = 0; l < 2; l++)
+    for (int i = 0; lists[l] && lists[l][i]; i++) {
+      size_t distance = edit_distance(argument, lists[l][i]);
+      if (distance < best_distance) best = lists[l][i], best_distance = distance;
+    }
+  return best;
+}
+
 /* The options whose files are written only after training: checked before anything runs. */
 static const char *const output_options[] = {"--save", "--onnx", "--checkpoint", "--metrics", "--plot", "--profile",
                                              NULL};
@@ -140,7 +174,11 @@ void example_check_arguments(int argc, char **argv, const char *const *valued, c
       }
       i++;
     } else if (!listed(argv[i], flags)) {
-      fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], usage);
+      const char *nearest = nearest_option(argv[i], valued, flags);
+      if (nearest)
+        fprintf(stderr, "error: unknown argument '%s'; did you mean %s?\n%s", argv[i], nearest, usage);
+      else
+        fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], usage);
       exit(2);
     }
   }
