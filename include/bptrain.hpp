@@ -158,8 +158,10 @@ public:
   bpt_node *input(const std::string &name, bpt_dtype dtype, std::initializer_list<int64_t> sample_dims) {
     std::vector<int64_t> shape(sample_dims);
     bpt_node *node = nullptr;
-    check(context_, bpt_graph_input(get(), name.c_str(), dtype, static_cast<int>(shape.size()),
-                                    shape.empty() ? nullptr : shape.data(), &node), "bpt_graph_input");
+    check(context_,
+          bpt_graph_input(get(), name.c_str(), dtype, static_cast<int>(shape.size()),
+                          shape.empty() ? nullptr : shape.data(), &node),
+          "bpt_graph_input");
     return node;
   }
   /** A fully connected layer (weight and bias named after @p name). */
@@ -177,8 +179,7 @@ public:
   /** The mean softmax cross-entropy of @p logits against integer @p labels. */
   bpt_node *softmax_cross_entropy(const std::string &name, bpt_node *logits, bpt_node *labels) {
     bpt_node *node = nullptr;
-    check(context_, bpt_softmax_cross_entropy(get(), name.c_str(), logits, labels, &node),
-          "bpt_softmax_cross_entropy");
+    check(context_, bpt_softmax_cross_entropy(get(), name.c_str(), logits, labels, &node), "bpt_softmax_cross_entropy");
     return node;
   }
   /** Infers shapes, plans memory and picks kernels for batches up to @p max_batch. */

@@ -14,12 +14,12 @@ static_assert(std::is_nothrow_move_constructible<bpt::context>::value, "moves ne
 static_assert(std::is_nothrow_move_assignable<bpt::dataset>::value, "moves never throw");
 
 static int failures = 0;
-#define EXPECT(condition)                                                        \
-  do {                                                                           \
-    if (!(condition)) {                                                          \
-      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #condition); \
-      failures++;                                                                \
-    }                                                                            \
+#define EXPECT(condition)                                                                                              \
+  do {                                                                                                                 \
+    if (!(condition)) {                                                                                                \
+      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #condition);                                    \
+      failures++;                                                                                                      \
+    }                                                                                                                  \
   } while (0)
 
 int main() {
@@ -46,7 +46,7 @@ int main() {
   bpt::tensor second(std::move(first));
   EXPECT(!first && second.get() == raw);
   bpt::tensor third(context, BPT_DTYPE_F32, {2});
-  third = std::move(second);  // destroys third's old tensor (a leak otherwise)
+  third = std::move(second); // destroys third's old tensor (a leak otherwise)
   EXPECT(!second && third.get() == raw && third.dim(0) == 4 && third.dim(1) == 3);
 
   // A 3-feature, 2-class classifier trained on one fixed batch: the loss must fall.
@@ -61,8 +61,10 @@ int main() {
   bpt::tensor labels(context, BPT_DTYPE_I32, {4});
   const float values[12] = {1, 0, 0, 0, 1, 0, 1, 1, 0, 0, 0, 1};
   const int32_t classes[4] = {0, 1, 0, 1};
-  for (int i = 0; i < 12; i++) third.data<float>()[i] = values[i];
-  for (int i = 0; i < 4; i++) labels.data<int32_t>()[i] = classes[i];
+  for (int i = 0; i < 12; i++)
+    third.data<float>()[i] = values[i];
+  for (int i = 0; i < 4; i++)
+    labels.data<int32_t>()[i] = classes[i];
   float first_loss = 0.0f, last_loss = 0.0f;
   for (int step = 0; step < 20; step++) {
     graph.set_input(x, third);

@@ -22,8 +22,15 @@ static void expect_line(int64_t batch, int64_t batches, int64_t samples, double 
   int saved = dup(fileno(stderr));
   dup2(fileno(file), fileno(stderr));
   example_progress bar = {.total = (long)samples}; /* as batch 1 of the epoch set it */
-  bpt_train_progress report = {.size = sizeof report, .epoch = 1, .epochs = 1, .batch = batch, .batches = batches,
-                               .samples = samples, .total = samples, .seconds = seconds, .running_loss = 0.5};
+  bpt_train_progress report = {.size = sizeof report,
+                               .epoch = 1,
+                               .epochs = 1,
+                               .batch = batch,
+                               .batches = batches,
+                               .samples = samples,
+                               .total = samples,
+                               .seconds = seconds,
+                               .running_loss = 0.5};
   example_progress_callback(&bar, &report);
   fflush(stderr);
   dup2(saved, fileno(stderr));
@@ -40,10 +47,10 @@ static void expect_line(int64_t batch, int64_t batches, int64_t samples, double 
 }
 
 int main(void) {
-  expect_line(1, 1, 60000, 2.0, "60000/60000  30000 samples/s");  /* one batch is the whole epoch */
-  expect_line(1, 1, 100, 0.0, "100/100  - samples/s");             /* no time measured: no rate */
+  expect_line(1, 1, 60000, 2.0, "60000/60000  30000 samples/s"); /* one batch is the whole epoch */
+  expect_line(1, 1, 100, 0.0, "100/100  - samples/s");           /* no time measured: no rate */
   expect_line(1, 1, 100, 1.0, "warning: the batch holds the whole training set (100 samples)");
-  expect_line(2, 2, 100, 4.0, "100/100  25 samples/s");            /* two batches: no warning */
+  expect_line(2, 2, 100, 4.0, "100/100  25 samples/s"); /* two batches: no warning */
   if (failures == 0) printf("progress bar: rates from the library's epoch clock\n");
   return failures ? 1 : 0;
 }
