@@ -49,6 +49,23 @@ const char usage[] =
     "  --eval FILE          skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --classes N          the number of classes (default: from the training labels, checked)\n" EXAMPLE_METRICS_USAGE;
 
+// Levenshtein distance, for "did you mean" on a misspelt option.
+std::size_t edit_distance(const std::string &a, const std::string &b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); j++)
+    row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); i++) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); j++) {
+      std::size_t above = row[j];
+      row[j] = std::min({above + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 options parse(int argc, char **argv) {
   options parsed;
   const char *valued[] = {"--data",  "--epochs", "--batch",   "--lr",
@@ -64,7 +81,12 @@ options parse(int argc, char **argv) {
     for (const char *name : valued)
       known = known || argument == name;
     if (!known || i + 1 >= argc) {
-      std::fprintf(stderr, "error: %s '%s'\n%s", known ? "missing value for" : "unknown argument", argv[i], usage);
+      std::string guess;  // the nearest known option, at most 2 edits away
+      std::size_t best = 3;
+      for (const char *name : valued)
+        if (!known && edit_distance(argument, name) < best) best = edit_distance(argument, name), guess = name;
+      std::fprintf(stderr, "error: %s '%s'%s%s%s\n%s", known ? "missing value for" : "unknown argument", argv[i],
+                   guess.empty() ? "" : "; did you mean ", guess.c_str(), guess.empty() ? "" : "?", usage);
       std::exit(2);
     }
     for (int j = 1; j < i; j += 2)  // every argument before i is a valued option and its value
