@@ -15,7 +15,7 @@ if(CMAKE_CXX_COMPILER)
     get_filename_component(name ${source} NAME_WE)
     set(target ${name}_cpp)
     add_executable(${target} ${source} examples/common/example_metrics.c)
-    set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name}_cpp CXX_STANDARD 11 CXX_STANDARD_REQUIRED ON
+    set_target_properties(${target} PROPERTIES OUTPUT_NAME ${name}_cpp CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
                                                CXX_EXTENSIONS OFF)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-pedantic -Werror>)
     target_include_directories(${target} PRIVATE examples/common)
@@ -23,6 +23,15 @@ if(CMAKE_CXX_COMPILER)
   endforeach()
 else()
   message(STATUS "bptrain: no C++ compiler, skipping examples/cpp")
+endif()
+
+# The progress bar's rate from the library's epoch clock (tests/examples/test_example_progress.c, issue 29).
+if(BPT_BUILD_TESTS)
+  add_executable(test_example_progress tests/examples/test_example_progress.c examples/common/example_util.c)
+  target_include_directories(test_example_progress PRIVATE examples/common)
+  target_link_libraries(test_example_progress PRIVATE bptrain m)
+  add_test(NAME test_example_progress COMMAND test_example_progress)
+  set_tests_properties(test_example_progress PROPERTIES LABELS "example")
 endif()
 
 # Short training runs of the C++ and Python examples with every observation option (tests/examples/).

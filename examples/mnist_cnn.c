@@ -4,13 +4,13 @@
  *
  *   mnist_cnn [--data DIR] [--epochs 3] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
  *             [--grad-stats] [--summary] [--save FILE] [--eval FILE] [--onnx FILE] [--metrics FILE.csv]
- *             [--plot FILE.png] [--profile FILE.json] [--classes N]
+ *             [--plot FILE.png] [--profile FILE.json] [--classes N] [--backend cpu]
  */
 #include "cnn_example.h"
 
 static const char usage[] =
     "usage: mnist_cnn [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
-    "                 [--grad-stats] [--summary] [--save FILE] [--eval FILE]\n"
+    "                 [--grad-stats] [--summary] [--save FILE] [--eval FILE] [--backend cpu|cuda|fpga-sim]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --summary      print the model summary (per-layer parameters, buffers and activation bytes)\n"
@@ -20,7 +20,7 @@ static const char usage[] =
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",    "--epochs", "--batch", "--lr",   "--momentum",
-                                       "--threads", "--seed",   "--save",  "--eval", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
+                                       "--threads", "--seed",   "--save",  "--eval", "--classes", "--onnx", "--backend", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--grad-stats", "--summary", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -35,6 +35,7 @@ int main(int argc, char **argv) {
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
+  if (example_option(argc, argv, "--backend")) context_options.backend = example_option(argc, argv, "--backend");
   e.seed = context_options.seed;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &e.context));
   example_metrics *metrics = example_metrics_open(argc, argv, e.context, "mnist_cnn");

@@ -20,8 +20,29 @@ if [ "${1:-}" = --print-env ]; then
   exit 0
 fi
 
-if [ "$(id -u)" -eq 0 ]; then bash scripts/install-deps.sh; fi
+# BPT_RUN_EXAMPLE_SKIP_DEPS=1 skips the Debian packages (tests/check_run_example_quiet.sh, which runs it with
+# a stand-in cmake, sets it: the test must not install anything).
+if [ "$(id -u)" -eq 0 ] && [ -z "${BPT_RUN_EXAMPLE_SKIP_DEPS:-}" ]; then bash scripts/install-deps.sh; fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBPT_BUILD_TESTS=ON > /dev/null
-cmake --build build -j "$jobs"
+# The build speaks only when it builds: one progress line (redrawn on a terminal), or the first error and
+# where the whole log is. Nothing to build prints nothing, so the example's output comes first.
+log=build/run-example-build.log
+progress() {
+  local tty=0
+  [ -t 2 ] && tty=1
+  awk -v tty="$tty" '
+    /^\[ *[0-9]+%\] (Building|Linking)/ {
+      percent = $0; sub(/\].*/, "", percent); sub(/^\[ */, "", percent)
+      if (!shown) { printf "run-example.sh: building in build/ (the first build takes minutes)%s", tty ? "" : "\n" > "/dev/stderr"; shown = 1 }
+      if (tty) printf "\rrun-example.sh: building in build/ (the first build takes minutes): %s", percent > "/dev/stderr"
+      fflush("/dev/stderr")
+    }
+    END { if (shown && tty) printf "\n" > "/dev/stderr" }'
+}
+if ! cmake --build build -j "$jobs" 2>&1 | tee "$log" | progress; then
+  echo "run-example.sh: the build failed; its first error (the whole log is $log):" >&2
+  grep -m1 -A8 -E 'error:|Error [0-9]|CMake Error' "$log" >&2 || tail -n 20 "$log" >&2
+  exit 1
+fi
 exec build/mnist_mlp "$@"

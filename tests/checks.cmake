@@ -33,6 +33,13 @@ if(NOT BPT_SANITIZE)
   bpt_add_python_test(check_python test_bptrain.py)
   bpt_add_python_test(check_python_api test_api.py)
   bpt_add_python_test(check_python_misuse test_misuse.py "OMP_WAIT_POLICY=passive")
+  bpt_add_python_test(check_python_fit test_fit.py "OMP_WAIT_POLICY=passive")
+  # docs/python.md's Install and Quick start as written, in a fresh venv (issue 29): fetches scikit-build-core
+  # and NumPy from PyPI and builds the library once more; `ctest -LE network` leaves it out offline, and it
+  # skips (77) by itself when PyPI is unreachable.
+  add_test(NAME check_pip_install COMMAND bash ${CMAKE_SOURCE_DIR}/tests/python/check_pip_install.sh
+                                          ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/pip-install)
+  set_tests_properties(check_pip_install PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77 LABELS "network;python")
   if(TARGET mnist_cnn)
     bpt_add_python_test(check_python_lenet test_lenet.py "BPT_MNIST_CNN=$<TARGET_FILE:mnist_cnn>"
                         "OMP_WAIT_POLICY=passive")

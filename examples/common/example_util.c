@@ -117,6 +117,40 @@ static bool given_before(char **argv, int i, const char *const *valued) {
   return false;
 }
 
+/* Levenshtein distance of two short option names, capped: "did you mean" needs only small ones. */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 64;
+  size_t row[64];
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t above = row[j];
+      size_t best = diagonal + (a[i - 1] != b[j - 1]);
+      if (above + 1 < best) best = above + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diagonal = above;
+    }
+  }
+  return row[lb];
+}
+
+/* The known option nearest to @p argument (at most 2 edits), or NULL. */
+static const char *nearest_option(const char *argument, const char *const *valued, const char *const *flags) {
+  const char *best = NULL;
+  size_t best_distance = 3;
+  const char *const *lists[2] = {valued, flags};
+  for (int l = 0; l < 2; l++)
+    for (int i = 0; lists[l] && lists[l][i]; i++) {
+      size_t distance = edit_distance(argument, lists[l][i]);
+      if (distance < best_distance) best = lists[l][i], best_distance = distance;
+    }
+  return best;
+}
+
 /* The options whose files are written only after training: checked before anything runs. */
 static const char *const output_options[] = {"--save", "--onnx", "--checkpoint", "--metrics", "--plot", "--profile",
                                              NULL};
@@ -140,7 +174,11 @@ void example_check_arguments(int argc, char **argv, const char *const *valued, c
       }
       i++;
     } else if (!listed(argv[i], flags)) {
-      fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], usage);
+      const char *nearest = nearest_option(argv[i], valued, flags);
+      if (nearest)
+        fprintf(stderr, "error: unknown argument '%s'; did you mean %s?\n%s", argv[i], nearest, usage);
+      else
+        fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], usage);
       exit(2);
     }
   }
@@ -167,15 +205,17 @@ double example_seconds(void) {
 }
 
 static void draw(example_progress *progress, double running_loss, bool final) {
-  double elapsed = example_seconds() - progress->start;
-  double rate = elapsed > 0 ? (double)progress->done / elapsed : 0.0;
+  double elapsed = progress->library_clock ? progress->library_seconds : example_seconds() - progress->start;
   if (!progress->interactive && !final) return;
   const int width = 30;
   int filled = progress->total ? (int)((double)width * (double)progress->done / (double)progress->total) : width;
   char bar[64];
   for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
   bar[width] = 0;
-  fprintf(stderr, "%s%s [%s] %ld/%ld  %.0f samples/s  loss %.4f%s", progress->interactive ? "\r" : "",
+  /* No rate from a clock that has not moved (a coarse clock, a first tiny batch): it would read as infinite. */
+  char rate[32] = "-";
+  if (elapsed > 1e-6) snprintf(rate, sizeof rate, "%.0f", (double)progress->done / elapsed);
+  fprintf(stderr, "%s%s [%s] %ld/%ld  %s samples/s  loss %.4f%s", progress->interactive ? "\r" : "",
           progress->label, bar, progress->done, progress->total, rate, running_loss, final ? "\n" : "");
   fflush(stderr);
 }
@@ -225,6 +265,12 @@ int example_progress_callback(void *data, const bpt_train_progress *progress) {
     example_progress_start(bar, NULL, (long)progress->total);
     bar->label = label;
   }
+  bar->library_clock = true;
+  bar->library_seconds = progress->seconds;
+  /* One step per epoch trains far less than the epoch count suggests; say so once, before the bar. */
+  if (progress->epoch == 1 && progress->batch == 1 && progress->batches == 1 && progress->total > 1)
+    fprintf(stderr, "warning: the batch holds the whole training set (%lld samples): one optimiser step per "
+                    "epoch; a smaller --batch trains more per epoch\n", (long long)progress->total);
   char label[64];
   const char *saved = bar->label;
   if (!saved) {

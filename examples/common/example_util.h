@@ -63,6 +63,10 @@ typedef struct example_progress {
   long total, done;
   double start, last_draw;
   bool interactive;
+  /* Set by example_progress_callback: the library's seconds since the epoch began (before its first batch),
+   * used instead of this bar's own clock, which would start only after that batch. */
+  bool library_clock;
+  double library_seconds;
 } example_progress;
 void example_progress_start(example_progress *progress, const char *label, long total);
 void example_progress_update(example_progress *progress, long done, double running_loss);

@@ -1,5 +1,6 @@
-// The MLP example in C++11: the same 784-512-256-10 network as examples/mnist_mlp.c, written against the C
-// API through small RAII wrappers, so handles are released on every path and errors become exceptions.
+// The MLP example in C++17: the same 784-512-256-10 network as examples/mnist_mlp.c, written against the
+// installed C++ header bptrain.hpp (move-only handles over the C API, errors as bpt::error exceptions), so
+// handles are released on every path.
 //
 //   mnist_mlp_cpp [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--limit N] [--seed 42] [--threads N]
 //                 [--save FILE] [--eval FILE] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
@@ -7,8 +8,9 @@
 //
 // --save writes the trained model as a checkpoint, the one model file the C and Python examples read too;
 // --eval FILE skips training and reports that file's test accuracy.
-#include <bptrain.h>
+#include <bptrain.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -25,28 +27,6 @@
 
 namespace {
 
-// Turns a failed call into an exception carrying the context's message.
-class error : public std::runtime_error {
-public:
-  error(const bpt_context *context, bpt_status status, const char *call)
-      : std::runtime_error(std::string(call) + ": " + bpt_context_last_error(context) + " (" +
-                           bpt_status_string(status) + ")") {}
-};
-
-void check(const bpt_context *context, bpt_status status, const char *call) {
-  if (status != BPT_OK) throw error(context, status, call);
-}
-#define CHECK(context, expression) check((context), (expression), #expression)
-
-// One owning pointer type per handle, each with the library's destroy function as deleter.
-template <typename T, void (*destroy)(T *)> struct deleter {
-  void operator()(T *handle) const { destroy(handle); }
-};
-typedef std::unique_ptr<bpt_context, deleter<bpt_context, bpt_context_destroy>> context_ptr;
-typedef std::unique_ptr<bpt_graph, deleter<bpt_graph, bpt_graph_destroy>> graph_ptr;
-typedef std::unique_ptr<bpt_optimizer, deleter<bpt_optimizer, bpt_optimizer_destroy>> optimizer_ptr;
-typedef std::unique_ptr<bpt_tensor, deleter<bpt_tensor, bpt_tensor_destroy>> tensor_ptr;
-typedef std::unique_ptr<bpt_dataset, deleter<bpt_dataset, bpt_dataset_destroy>> dataset_ptr;
 // On an error the metrics close too (keeping what was recorded until then); on success run() closes them
 // itself, since only that close's status says whether every output was written.
 struct metrics_closer {
@@ -69,6 +49,23 @@ const char usage[] =
     "  --eval FILE          skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --classes N          the number of classes (default: from the training labels, checked)\n" EXAMPLE_METRICS_USAGE;
 
+// Levenshtein distance, for "did you mean" on a misspelt option.
+std::size_t edit_distance(const std::string &a, const std::string &b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); j++)
+    row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); i++) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); j++) {
+      std::size_t above = row[j];
+      row[j] = std::min({above + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 options parse(int argc, char **argv) {
   options parsed;
   const char *valued[] = {"--data",  "--epochs", "--batch",   "--lr",
@@ -84,7 +81,12 @@ options parse(int argc, char **argv) {
     for (const char *name : valued)
       known = known || argument == name;
     if (!known || i + 1 >= argc) {
-      std::fprintf(stderr, "error: %s '%s'\n%s", known ? "missing value for" : "unknown argument", argv[i], usage);
+      std::string guess;  // the nearest known option, at most 2 edits away
+      std::size_t best = 3;
+      for (const char *name : valued)
+        if (!known && edit_distance(argument, name) < best) best = edit_distance(argument, name), guess = name;
+      std::fprintf(stderr, "error: %s '%s'%s%s%s\n%s", known ? "missing value for" : "unknown argument", argv[i],
+                   guess.empty() ? "" : "; did you mean ", guess.c_str(), guess.empty() ? "" : "?", usage);
       std::exit(2);
     }
     for (int j = 1; j < i; j += 2)  // every argument before i is a valued option and its value
@@ -141,104 +143,74 @@ options parse(int argc, char **argv) {
   return parsed;
 }
 
-tensor_ptr make_tensor(bpt_context *context, bpt_dtype dtype, std::vector<int64_t> dims) {
-  bpt_tensor *tensor = nullptr;
-  CHECK(context, bpt_tensor_create(context, dtype, static_cast<int>(dims.size()), dims.data(), &tensor));
-  return tensor_ptr(tensor);
-}
-
 int run(int argc, char **argv) {
   options o = parse(argc, argv);
   bpt_context_options context_options = bpt_context_options_default();
   context_options.seed = static_cast<uint64_t>(o.seed);
   context_options.num_threads = static_cast<int>(o.threads);
-  bpt_context *raw_context = nullptr;
-  CHECK(nullptr, bpt_context_create(&context_options, &raw_context));
-  context_ptr context(raw_context);
-  bpt_context *c = context.get();
+  bpt::context context(context_options);
   // Declared after the context, so it closes before the context goes (the profile reads the context).
-  metrics_ptr metrics_owner(example_metrics_open(argc, argv, c, "mnist_mlp (C++)"));
+  metrics_ptr metrics_owner(example_metrics_open(argc, argv, context.get(), "mnist_mlp (C++)"));
   example_metrics *metrics = metrics_owner.get();
 
-  bpt_dataset *raw = nullptr;
-  CHECK(c, bpt_dataset_load_idx_directory(c, o.data.c_str(), "train", &raw));
-  dataset_ptr train(raw);
-  CHECK(c, bpt_dataset_load_idx_directory(c, o.data.c_str(), "t10k", &raw));
-  dataset_ptr test(raw);
-  int64_t features = bpt_dataset_sample_size(train.get());
+  bpt::dataset train(context, o.data, "train");
+  bpt::dataset test(context, o.data, "t10k");
+  int64_t features = train.sample_size();
   // Checked against both label sets: one corrupt label must not silently size the output layer.
-  int classes_checked = 0;
-  CHECK(c, bpt_dataset_check_classes(train.get(), test.get(), static_cast<int>(o.classes), &classes_checked));
-  int64_t classes = classes_checked;
+  int64_t classes = train.check_classes(test, static_cast<int>(o.classes));
 
-  bpt_graph *raw_graph = nullptr;
-  CHECK(c, bpt_graph_create(c, &raw_graph));
-  graph_ptr graph(raw_graph);
-  bpt_graph *g = graph.get();
-  bpt_node *images = nullptr, *labels = nullptr, *hidden = nullptr, *logits = nullptr, *loss = nullptr;
-  CHECK(c, bpt_graph_input(g, "images", BPT_DTYPE_F32, 1, &features, &images));
-  CHECK(c, bpt_graph_input(g, "labels", BPT_DTYPE_I32, 0, nullptr, &labels));
-  CHECK(c, bpt_layer_linear(g, "fc1", images, 512, BPT_INIT_HE_UNIFORM, &hidden));
-  CHECK(c, bpt_relu(g, "relu1", hidden, &hidden));
-  CHECK(c, bpt_layer_linear(g, "fc2", hidden, 256, BPT_INIT_HE_UNIFORM, &hidden));
-  CHECK(c, bpt_relu(g, "relu2", hidden, &hidden));
-  CHECK(c, bpt_layer_linear(g, "fc3", hidden, classes, BPT_INIT_HE_UNIFORM, &logits));
-  CHECK(c, bpt_softmax_cross_entropy(g, "loss", logits, labels, &loss));
-  CHECK(c, bpt_graph_compile(g, loss, o.batch));
+  bpt::graph graph(context);
+  bpt_node *images = graph.input("images", BPT_DTYPE_F32, {features});
+  bpt_node *labels = graph.input("labels", BPT_DTYPE_I32, {});
+  bpt_node *hidden = graph.relu("relu1", graph.linear("fc1", images, 512));
+  hidden = graph.relu("relu2", graph.linear("fc2", hidden, 256));
+  bpt_node *logits = graph.linear("fc3", hidden, classes);
+  graph.compile(graph.softmax_cross_entropy("loss", logits, labels), o.batch);
 
   bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
   optimizer_options.learning_rate = static_cast<float>(o.learning_rate);
   optimizer_options.momentum = 0.9f;
-  bpt_optimizer *raw_optimizer = nullptr;
-  CHECK(c, bpt_optimizer_create(g, &optimizer_options, &raw_optimizer));
-  optimizer_ptr optimizer(raw_optimizer);
+  bpt::optimizer optimizer(graph, optimizer_options);
 
   if (!o.eval.empty()) {
     // Parameters only, strictly: a file of another model fails naming the first parameter that differs.
-    bpt_checkpoint_load_options load_options = bpt_checkpoint_load_options_default();
-    CHECK(c, bpt_checkpoint_load_with_options(g, o.eval.c_str(), nullptr, &load_options, nullptr));
+    graph.load(o.eval);
     bpt_eval_options evaluation = bpt_eval_options_default();
     evaluation.batch_size = o.batch;
-    bpt_eval_result tested;
-    tested.size = sizeof tested;
-    CHECK(c, bpt_evaluate(g, test.get(), &evaluation, &tested));
+    bpt_eval_result tested = graph.evaluate(test, evaluation);
     std::printf("%s: test accuracy %.2f%%, test loss %.4f\n", o.eval.c_str(), 100.0 * tested.accuracy, tested.loss);
     return example_metrics_close(metrics_owner.release());
   }
 
-  tensor_ptr batch_images = make_tensor(c, BPT_DTYPE_F32, {o.batch, features});
-  tensor_ptr batch_labels = make_tensor(c, BPT_DTYPE_I32, {o.batch});
+  bpt::tensor batch_images(context, BPT_DTYPE_F32, {o.batch, features});
+  bpt::tensor batch_labels(context, BPT_DTYPE_I32, {o.batch});
   std::printf("libbptrain %s (ABI %d) from C++: %lld training samples%s\n", bpt_version(), bpt_abi_version(),
-              static_cast<long long>(bpt_dataset_size(train.get())), o.limit ? " (limited)" : "");
+              static_cast<long long>(train.size()), o.limit ? " (limited)" : "");
 
   double accuracy = 0.0;
   for (long epoch = 1; epoch <= o.epochs; epoch++) {
     // Unsigned: --seed may be the largest long. The limit's batch count rounds up without adding to it.
-    CHECK(c, bpt_dataset_shuffle(train.get(), static_cast<uint64_t>(o.seed) + static_cast<uint64_t>(epoch)));
-    int64_t batches = bpt_dataset_batch_count(train.get(), o.batch);
+    train.shuffle(static_cast<uint64_t>(o.seed) + static_cast<uint64_t>(epoch));
+    int64_t batches = train.batch_count(o.batch);
     if (o.limit) batches = std::min<int64_t>(batches, o.limit / o.batch + (o.limit % o.batch != 0));
     double loss_sum = 0.0;
     int64_t seen = 0;
     for (int64_t b = 0; b < batches; b++) {
-      CHECK(c, bpt_dataset_batch(train.get(), b, o.batch, batch_images.get(), batch_labels.get()));
-      CHECK(c, bpt_graph_set_input(g, images, batch_images.get()));
-      CHECK(c, bpt_graph_set_input(g, labels, batch_labels.get()));
-      CHECK(c, bpt_graph_forward(g));
-      CHECK(c, bpt_graph_backward(g));
-      CHECK(c, bpt_optimizer_step(optimizer.get()));
-      float batch_loss = 0.0f;
-      CHECK(c, bpt_graph_loss(g, &batch_loss));
-      int64_t count = bpt_tensor_dim(batch_images.get(), 0);
+      train.batch(b, o.batch, batch_images, batch_labels);
+      graph.set_input(images, batch_images);
+      graph.set_input(labels, batch_labels);
+      graph.forward();
+      graph.backward();
+      optimizer.step();
+      float batch_loss = graph.loss();
+      int64_t count = batch_images.dim(0);
       loss_sum += batch_loss * static_cast<double>(count);
       seen += count;
       example_metrics_step(metrics, epoch, batch_loss, optimizer_options.learning_rate);
     }
 
     // Evaluation in eval mode: loss, accuracy (argmax) and top-5 over the whole test set.
-    bpt_eval_options evaluation = bpt_eval_options_default();
-    bpt_eval_result tested;
-    tested.size = sizeof tested;
-    CHECK(c, bpt_evaluate(g, test.get(), &evaluation, &tested));
+    bpt_eval_result tested = graph.evaluate(test);
     accuracy = tested.accuracy;
     example_metrics_epoch(metrics, epoch, loss_sum / static_cast<double>(seen), NAN, tested.loss, accuracy,
                           optimizer_options.learning_rate);
@@ -248,7 +220,7 @@ int run(int argc, char **argv) {
   }
   std::printf("final test accuracy: %.2f%%\n", 100.0 * accuracy);
   if (!o.save.empty()) {
-    CHECK(c, bpt_checkpoint_save(g, o.save.c_str(), nullptr));
+    graph.save(o.save);
     std::printf("saved the model as a checkpoint to %s\n", o.save.c_str());
   }
   return example_metrics_close(metrics_owner.release());

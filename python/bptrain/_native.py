@@ -14,7 +14,9 @@ from ._errors import IO, error
 ABI_VERSION = 0
 SONAME = "libbptrain.so.%d" % ABI_VERSION
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_LIBDIRS = ("lib", "lib64", os.path.join("lib", "x86_64-linux-gnu"), os.path.join("lib", "aarch64-linux-gnu"))
+# lib/<triplet> for this machine only (Debian's multiarch directory): another architecture's would never load.
+_MULTIARCH = getattr(sys.implementation, "_multiarch", None)
+_LIBDIRS = ("lib", "lib64") + ((os.path.join("lib", _MULTIARCH),) if _MULTIARCH else ())
 
 
 def _candidates():
@@ -48,14 +50,18 @@ def _load():
     looked = []
     for where, candidate in _candidates():
         if os.path.sep in candidate and not os.path.exists(candidate):
-            looked.append("%s (%s): no such file" % (candidate, where))
+            looked.append("  %s (%s): no such file" % (candidate, where))
             continue
         try:
             return ctypes.CDLL(candidate)
         except OSError as failure:
-            looked.append("%s (%s): %s" % (candidate, where, failure))
-    raise error(IO, "bptrain: cannot load %s; set BPTRAIN_LIBRARY to its path. Looked in: %s" %
-                (SONAME, "; ".join(looked)))
+            # dlopen repeats the path first; only the reason after it is new.
+            reason = str(failure)
+            if reason.startswith(candidate + ": "):
+                reason = reason[len(candidate) + 2:]
+            looked.append("  %s (%s): %s" % (candidate, where, reason))
+    raise error(IO, "bptrain: cannot load %s (pip install ./python builds and ships it; or set BPTRAIN_LIBRARY "
+                "to its path). Tried:\n%s" % (SONAME, "\n".join(looked)))
 
 
 lib = _load()

@@ -43,8 +43,10 @@ class TrainingLoop:
         self._feed(sources, slice(0, count))
         return self._step(optimizer, clip_norm)
 
-    def _step(self, optimizer, clip_norm):
+    def _step(self, optimizer, clip_norm, logits=None):
         self.context.check(lib.bpt_graph_forward(self.handle))
+        if logits is not None:  # read before backward, which may reuse the activations' memory
+            self.context.check(lib.bpt_graph_read(self.handle, self.logits.handle, logits.handle))
         self.context.check(lib.bpt_graph_backward(self.handle))
         if clip_norm:
             self.clip_gradient_norm(clip_norm)
@@ -52,14 +54,23 @@ class TrainingLoop:
         return self.loss_value()
 
     def fit(self, optimizer, *data, epochs=1, batch_size=None, shuffle=True, seed=None, metrics=None,
-            evaluation=None, verbose=False, clip_norm=None, callback=None):
-        """Trains (in training mode) on arrays (one per input, in declaration order) or on a Dataset.
+            evaluation=None, verbose=False, clip_norm=None, callback=None, monitor=None, patience=0,
+            min_delta=0.0, restore_best=False):
+        """Trains (in training mode) on arrays (one per input, in declaration order) or on a Dataset, like the
+        C library's bpt_train.
 
         `evaluation` is the same kind of data, evaluated after each epoch. `metrics` names a CSV file that
         receives one row per step and per epoch (the format of the C examples' --metrics); `callback(record)`
-        is called after each epoch. `verbose` prints a line per epoch and, on an interactive stderr, a progress
-        bar per batch. Returns one dict per epoch: epoch, train_loss, and test_loss / test_accuracy when
-        `evaluation` is given.
+        is called after each epoch and stops training there when it returns a true value. `verbose` prints a line per
+        epoch and, on an interactive stderr, a progress bar per batch. Returns one dict per epoch: epoch,
+        train_loss, train_accuracy (classifiers: the running accuracy of the epoch's training batches), and
+        test_loss / test_accuracy when `evaluation` is given; with a `monitor`, also improved and best_epoch.
+
+        Early stopping, as bpt_train's: `monitor` is "test_loss" or "test_accuracy" (need `evaluation`) or
+        "train_loss"; training stops after `patience` epochs in a row without an improvement larger than
+        `min_delta` (patience 0: never stops, still tracks the best epoch), and with `restore_best` the
+        parameters (buffers included; not the optimiser's state) of the best epoch are written back at the end.
+        An optimiser's schedule counts optimiser steps: one per batch, continuing across epochs and fit calls.
         """
         self._require_compiled("fit")
         self._check_optimizer(optimizer, "fit")
@@ -69,6 +80,32 @@ class TrainingLoop:
         batch_size = self._batch_size(batch_size, "fit")
         seed = self.context.seed if seed is None else _arguments.integer(seed, "Model.fit", "seed", minimum=0,
                                                                           maximum=_arguments.UINT64_MAX)
+        monitors = {"test_loss": -1, "test_accuracy": 1, "train_loss": -1}  # the sign of "better"
+        if monitor is not None and monitor not in monitors:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: monitor must be one of %s or None, not %r"
+                        % (", ".join(sorted(monitors)), monitor))
+        if monitor in ("test_loss", "test_accuracy") and evaluation is None:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: monitor=%r needs evaluation= data" % monitor)
+        if monitor == "test_accuracy" and self.logits is None:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: monitor='test_accuracy' needs a classifier "
+                                          "(softmax_cross_entropy)")
+        patience = _arguments.integer(patience, "Model.fit", "patience", minimum=0)
+        min_delta = _arguments.real(min_delta, "Model.fit", "min_delta")
+        if not min_delta >= 0:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: min_delta must be >= 0, not %r" % min_delta)
+        if restore_best and monitor is None:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.fit: restore_best=True needs a monitor")
+        numpy = require_numpy()
+        logits = None
+        label_input = self._label_input()  # by its role in the loss, wherever it was declared
+        if self.logits is not None and label_input is not None:
+            logits = self._tensors.get(self.logits._address)
+            if logits is None:
+                logits = self._tensors[self.logits._address] = _Tensor(self, "f32", self.logits.shape)
+        labels = self._tensors[label_input._address] if logits is not None else None
+        if logits is not None:
+            self._check_labels(data, logits.sample_shape[-1], "fit")
+        best, best_epoch, best_parameters, waited = None, 0, None, 0
         writer = MetricsWriter(metrics) if metrics else None
         history = []
         step = 0
@@ -77,9 +114,12 @@ class TrainingLoop:
         try:
             for epoch in range(1, epochs + 1):
                 self.train()
-                total, samples, batch = 0.0, 0, 0
+                total, samples, batch, correct = 0.0, 0, 0, 0
                 for count in self._batches(data, batch_size, shuffle, (seed + epoch) % (1 << 64), "fit"):
-                    loss = self._step(optimizer, clip_norm)
+                    loss = self._step(optimizer, clip_norm, logits)
+                    if logits is not None:
+                        predicted = logits.view()[:count].reshape(count, -1).argmax(axis=1)
+                        correct += int(numpy.count_nonzero(predicted == labels.view()[:count]))
                     step += 1
                     batch += 1
                     total += loss * count
@@ -89,24 +129,69 @@ class TrainingLoop:
                     if progress:
                         progress.update(epoch, batch, total / samples, final=batch == progress.batches)
                 record = {"epoch": epoch, "train_loss": total / max(samples, 1)}
+                if logits is not None:
+                    record["train_accuracy"] = correct / max(samples, 1)
                 if evaluation is not None:
                     result = self.evaluate(*(evaluation if isinstance(evaluation, tuple) else (evaluation,)),
                                            batch_size=batch_size)
                     record["test_loss"] = result["loss"]
                     if "accuracy" in result:
                         record["test_accuracy"] = result["accuracy"]
+                stop = False
+                if monitor is not None:
+                    value = record[monitor]
+                    record["improved"] = best is None or monitors[monitor] * (value - best) > min_delta
+                    if record["improved"]:
+                        best, best_epoch, waited = value, epoch, 0
+                        if restore_best:
+                            best_parameters = self.parameters()
+                    else:
+                        waited += 1
+                        stop = patience > 0 and waited >= patience
+                    record["best_epoch"] = best_epoch
                 if writer:
                     writer.epoch(epoch, step, record, optimizer.learning_rate, time.monotonic() - start)
                 if verbose:
                     print("epoch %d: %s" % (epoch, ", ".join("%s %.4f" % item for item in record.items()
-                                                               if item[0] != "epoch")), flush=True)
+                                                               if item[0] not in ("epoch", "improved", "best_epoch"))),
+                          flush=True)
                 history.append(record)
-                if callback is not None:
-                    callback(record)
+                if callback is not None and callback(record):
+                    stop = True
+                if stop:
+                    if verbose:
+                        print("stopped after epoch %d%s" % (epoch, " (no %s improvement for %d epochs)" %
+                                                            (monitor, patience) if monitor and waited else ""),
+                              flush=True)
+                    break
+            if best_parameters is not None and best_epoch != len(history):
+                self.set_parameters(best_parameters)
+                if verbose:
+                    print("restored the parameters of epoch %d (best %s %.4f)" % (best_epoch, monitor, best),
+                          flush=True)
         finally:
             if writer:
                 writer.close()
         return history
+
+    def _check_labels(self, data, classes, what):
+        """Labels given as arrays checked once against the class count, before any step: the kernel would
+        find a bad one only mid-training, with an index relative to its batch. A Dataset checks its own
+        (Dataset.check_classes)."""
+        from .data import Dataset
+        if len(data) != len(self.inputs) or (len(data) == 1 and isinstance(data[0], Dataset)):
+            return  # _sources reports the mismatch
+        label_input = self._label_input()
+        if label_input is None:
+            return
+        numpy = require_numpy()
+        position = next(i for i, node in enumerate(self.inputs) if node is label_input)
+        values = self._array(data[position], label_input).reshape(-1)
+        bad = numpy.flatnonzero((values < 0) | (values >= classes))
+        if bad.size:
+            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: label %d of sample %d is not a class of this model "
+                                          "(0..%d); %d labels are out of range" % (what, int(values[bad[0]]),
+                                                                                  int(bad[0]), classes - 1, bad.size))
 
     def _batch_total(self, data, batch_size):
         """The batches of one pass over data (arrays or a Dataset), for the progress bar."""

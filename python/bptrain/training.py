@@ -13,7 +13,12 @@ _SCHEDULES = {"constant": 0, "step": 1, "cosine": 2}
 
 class Schedule:
     """A learning-rate schedule: kind "constant", "step" (base * gamma^floor(step / step_size)) or "cosine"
-    (from base to minimum_learning_rate over total_steps), after an optional linear warm-up."""
+    (from base to minimum_learning_rate over total_steps), after an optional linear warm-up.
+
+    Steps are optimiser steps (one per batch in fit, continuing across epochs and fit calls). The warm-up
+    takes the first warmup_steps of them; step_size and total_steps count only the steps after the warm-up,
+    so a cosine schedule over a whole run of S steps has total_steps = S - warmup_steps, and after
+    warmup_steps + total_steps the rate stays at minimum_learning_rate."""
 
     def __init__(self, kind="constant", base_learning_rate=0.1, warmup_steps=0, warmup_start_factor=0.0,
                  step_size=1, gamma=0.1, total_steps=0, minimum_learning_rate=0.0):

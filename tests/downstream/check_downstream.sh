@@ -24,6 +24,10 @@ cmake -S "$here" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BU
 cmake --build "$work/cmake-build" > "$work/cmake-build.log"
 "$work/cmake-build/consumer_shared"
 "$work/cmake-build/consumer_static"
+if command -v "${CXX:-c++}" > /dev/null; then
+  test -f "$prefix/include/bptrain.hpp"
+  "$work/cmake-build/consumer_cxx"
+fi
 if readelf -d "$work/cmake-build/consumer_static" | grep -q 'NEEDED.*libbptrain'; then
   echo "consumer_static depends on the shared libbptrain" >&2
   exit 1

@@ -80,6 +80,7 @@ for example in mnist_mlp mnist_mlp_cpp; do
     "$bin/$example" --epochs 99999999999999999999
   expect "$example: --threads beyond int" "--threads" "$bin/$example" --threads 4294967297
   expect "$example: an option twice" "--epochs is given more than once" "$bin/$example" --epochs 1 --epochs 2
+  expect "$example: --epoch" "unknown argument '--epoch'; did you mean --epochs?" "$bin/$example" --epoch 3
   expect "$example: --save with --eval" "--save and --eval exclude each other" \
     "$bin/$example" --eval "$work/m.ckpt" --save "$work/out/m.ckpt"
   expect "$example: --save into a missing directory" "--save '$missing/model.ckpt': cannot create" \
@@ -93,6 +94,14 @@ for example in mnist_mlp mnist_mlp_cpp; do
     "$bin/$example" --metrics /dev/null
 done
 expect "mnist_mlp: --save onto a directory" "is a directory" "$bin/mnist_mlp" --save "$work/out"
+# A misspelt option names the one meant (issue 29); one far from every option gets no guess.
+expect "mnist_cnn: --bacth" "did you mean --batch?" "$bin/mnist_cnn" --bacth 3
+expect "mnist_mlp: --frobnicate" "unknown argument '--frobnicate'" "$bin/mnist_mlp" --frobnicate
+if timeout 60 "$bin/mnist_mlp" --frobnicate 2>&1 | grep -q "did you mean"; then
+  echo "FAIL: --frobnicate got a guess"; failures=$((failures + 1))
+fi
+# --backend on mnist_cnn as on the other training examples: an unknown one fails naming it.
+expect_status 1 "mnist_cnn: --backend is an option" "nosuch" "$bin/mnist_cnn" --backend nosuch
 expect "mnist_mlp: --onnx into a missing directory" "--onnx '$missing/m.onnx': cannot create" \
   "$bin/mnist_mlp" --onnx "$missing/m.onnx"
 expect "mnist_mlp: --profile into a missing directory" "--profile '$missing/t.json': cannot create" \

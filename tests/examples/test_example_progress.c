@@ -1,0 +1,56 @@
+/* The examples' progress bar on bpt_train's progress reports: its rate is samples over the library's seconds
+ * since the epoch began (so the first batch counts and one batch per epoch reads right), and a clock that
+ * has not moved prints "-", never an infinite or made-up rate (issue 29). */
+#define _POSIX_C_SOURCE 200809L /* dup, dup2 */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "example_util.h"
+
+static int failures = 0;
+
+/* Feeds one report to the bar with stderr sent to a file and checks that the drawn line holds @p expected. */
+static void expect_line(int64_t batch, int64_t batches, int64_t samples, double seconds, const char *expected) {
+  FILE *file = tmpfile();
+  if (!file) {
+    printf("cannot make a temporary file\n");
+    failures++;
+    return;
+  }
+  fflush(stderr);
+  int saved = dup(fileno(stderr));
+  dup2(fileno(file), fileno(stderr));
+  example_progress bar = {.total = (long)samples}; /* as batch 1 of the epoch set it */
+  bpt_train_progress report = {.size = sizeof report,
+                               .epoch = 1,
+                               .epochs = 1,
+                               .batch = batch,
+                               .batches = batches,
+                               .samples = samples,
+                               .total = samples,
+                               .seconds = seconds,
+                               .running_loss = 0.5};
+  example_progress_callback(&bar, &report);
+  fflush(stderr);
+  dup2(saved, fileno(stderr));
+  close(saved);
+  char line[512] = {0};
+  rewind(file);
+  size_t got = fread(line, 1, sizeof line - 1, file);
+  line[got] = 0;
+  fclose(file);
+  if (!strstr(line, expected) || (batches > 1 && strstr(line, "warning"))) {
+    printf("FAIL: expected \"%s\" in \"%s\"\n", expected, line);
+    failures++;
+  }
+}
+
+int main(void) {
+  expect_line(1, 1, 60000, 2.0, "60000/60000  30000 samples/s"); /* one batch is the whole epoch */
+  expect_line(1, 1, 100, 0.0, "100/100  - samples/s");           /* no time measured: no rate */
+  expect_line(1, 1, 100, 1.0, "warning: the batch holds the whole training set (100 samples)");
+  expect_line(2, 2, 100, 4.0, "100/100  25 samples/s"); /* two batches: no warning */
+  if (failures == 0) printf("progress bar: rates from the library's epoch clock\n");
+  return failures ? 1 : 0;
+}
