@@ -42,7 +42,7 @@ static void core_for_each_cpu(void **state) {
   /* The Xeon (family 6 model 207, AVX512_BF16): OpenBLAS 0.3.21 says Prescott; we set Cooperlake. */
   bpt_cpu_features cpu = intel(6, 207, 4);
   assert_core("Cooperlake", bpt_cpu_feature_level_core(&cpu));
-  assert_core("Cooperlake", bpt_cpu_blas_core_to_set(&cpu));
+  assert_core("SkylakeX", bpt_cpu_blas_core_to_set(&cpu)); /* 0.3.21 does not take "Cooperlake" */
   cpu.avx512_bf16 = false;
   assert_core("SkylakeX", bpt_cpu_blas_core_to_set(&cpu));
   /* Raptor Lake (183, AVX2 only) falls into the same hole; Alder Lake (151) is known. */
@@ -61,7 +61,7 @@ static void core_for_each_cpu(void **state) {
   assert_core(NULL, bpt_cpu_blas_core_to_set(&cpu));
   /* Extended Intel families (base family 15) with AVX-512 are Prescott to every OpenBLAS; a Pentium 4 is. */
   cpu = intel(19, 1, 4);
-  assert_core("Cooperlake", bpt_cpu_blas_core_to_set(&cpu));
+  assert_core("SkylakeX", bpt_cpu_blas_core_to_set(&cpu));
   cpu = intel(15, 4, 0);
   assert_core(NULL, bpt_cpu_blas_core_to_set(&cpu));
   /* AMD: Zen 2 here stays OpenBLAS's (Zen); Zen 5 (family 26) gets OpenBLAS's feature fallback. */
@@ -203,6 +203,12 @@ static void chosen_core_is_set_for_the_load_only(void **state) {
   run_child("raptor-lake", NULL, output, sizeof output);
 }
 
+static void chosen_avx512_core_is_one_openblas_takes(void **state) {
+  (void)state;
+  char output[4096];
+  run_child("emerald-rapids", NULL, output, sizeof output);
+}
+
 static void user_coretype_is_respected(void **state) {
   (void)state;
   char output[4096];
@@ -325,12 +331,24 @@ static int child_main(const char *name) {
   raptor_lake.avx = raptor_lake.avx2 = raptor_lake.fma = true;
   bpt_cpu_features real;
   bpt_cpu_features_read(&real);
+  /* An Emerald Rapids (6/207, AVX512_BF16): libbptrain must set a core name OpenBLAS takes. */
+  bpt_cpu_features emerald_rapids = raptor_lake;
+  emerald_rapids.model = 207;
+  snprintf(emerald_rapids.model_name, sizeof emerald_rapids.model_name, "planted Emerald Rapids");
+  emerald_rapids.avx512f = emerald_rapids.avx512bw = emerald_rapids.avx512dq = emerald_rapids.avx512vl = true;
+  emerald_rapids.avx512_bf16 = true;
   const bool planted_cpu = starts_with(name, "raptor-lake");
+  const bool planted_emerald = strcmp(name, "emerald-rapids") == 0;
   if (planted_cpu && !(real.avx2 && real.fma)) {
     printf("skipped: this CPU has no AVX2, where a planted Raptor Lake's Haswell kernels would not run\n");
     return 0;
   }
-  bpt_cpu_blas_test_plant(planted_cpu ? &raptor_lake : NULL, strcmp(name, "wrong-kernel") == 0 ? wrong_sgemm : NULL);
+  if (planted_emerald && !(real.avx512f && real.avx512bw && real.avx512dq && real.avx512vl)) {
+    printf("skipped: this CPU has no AVX-512 F/BW/DQ/VL, where a planted Emerald Rapids' kernels would not run\n");
+    return 0;
+  }
+  bpt_cpu_blas_test_plant(planted_cpu ? &raptor_lake : planted_emerald ? &emerald_rapids : NULL,
+                          strcmp(name, "wrong-kernel") == 0 ? wrong_sgemm : NULL);
 
   bpt_context *context = NULL;
   bpt_context_options options = bpt_context_options_default();
@@ -360,6 +378,10 @@ static int child_main(const char *name) {
     expect(starts_with(info.blas_core_choice, "chosen by libbptrain from CPUID: AVX2"), "libbptrain chose");
     if (openblas) expect(strcmp(info.blas_core, "Haswell") == 0, "OpenBLAS runs the chosen Haswell core");
     expect(strcmp(info.cpu_model, "planted Raptor Lake") == 0, "the info reports the CPU the loader saw");
+  } else if (planted_emerald) {
+    expect(env_after == NULL, "OPENBLAS_CORETYPE unset again after the load");
+    expect(starts_with(info.blas_core_choice, "chosen by libbptrain from CPUID"), "libbptrain chose");
+    if (openblas) expect(strcmp(info.blas_core, "SkylakeX") == 0, "OpenBLAS runs the chosen core, not Prescott");
   } else if (starts_with(name, "raptor-lake-user")) {
     expect(env_after && strcmp(env_after, env_copy) == 0, "the user's OPENBLAS_CORETYPE is unchanged");
     expect(starts_with(info.blas_core_choice, "OPENBLAS_CORETYPE set by the user"), "the user chose");
@@ -399,6 +421,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(info_fields_are_filled),
       cmocka_unit_test(own_detection_where_it_suffices),
       cmocka_unit_test(chosen_core_is_set_for_the_load_only),
+      cmocka_unit_test(chosen_avx512_core_is_one_openblas_takes),
       cmocka_unit_test(user_coretype_is_respected),
       cmocka_unit_test(wrong_kernel_falls_back),
   };
