@@ -1,21 +1,33 @@
 /* Training throughput and peak memory of the 784-512-256-10 MLP (SGD lr 0.05, momentum 0.9) on
  * Fashion-MNIST, for one batch size per process so peak RSS belongs to that run alone.
- * Prints one line: "libbptrain batch=B samples_per_second=S peak_rss_mb=M".
+ * Prints one line: "libbptrain batch=B samples_per_second=S peak_rss_mb=M loss=L dtype=D unit=U", U naming
+ * what multiplied (the f32 BLAS, or the bf16 policy's GEMM: native AVX512_BF16 or emulated).
  *
- *   mlp_train_bench --batch 128 [--samples 60000] [--seconds S] [--threads 2] [--data DIR]
+ *   mlp_train_bench --batch 128 [--samples 60000] [--seconds S] [--threads 2] [--data DIR] [--dtype f32|bf16]
+ * --dtype bf16 trains under the bf16 precision policy (bpt_graph_set_precision with its other defaults).
  * --seconds ends the timed steps early once S seconds have passed (bench/shared_cores.sh, whose slowest runs
  * would otherwise take minutes); the rate counts the steps that ran.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 #include "example_util.h"
 
 int main(int argc, char **argv) {
-  static const char *const valued[] = {"--batch", "--samples", "--seconds", "--threads", "--data", NULL};
+  static const char *const valued[] = {"--batch", "--samples", "--seconds", "--threads", "--data", "--dtype", NULL};
   example_check_arguments(argc, argv, valued, NULL,
-                          "usage: mlp_train_bench --batch N [--samples N] [--seconds S] [--threads N] [--data DIR]\n");
+                          "usage: mlp_train_bench --batch N [--samples N] [--seconds S] [--threads N] [--data DIR]"
+                          " [--dtype f32|bf16]\n");
+  const char *dtype = example_option(argc, argv, "--dtype");
+  if (!dtype) dtype = "f32";
+  if (strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0) {
+    fprintf(stderr, "mlp_train_bench: --dtype must be f32 or bf16, not %s\n", dtype);
+    return 2;
+  }
+  const bool bf16 = strcmp(dtype, "bf16") == 0;
   long batch = example_option_long(argc, argv, "--batch", 128);
   long samples = example_option_long(argc, argv, "--samples", 60000);
   long seconds_limit = example_option_long(argc, argv, "--seconds", 0);
@@ -35,6 +47,11 @@ int main(int argc, char **argv) {
   example_classifier mlp;
   EXAMPLE_CHECK(context, example_build_mlp(graph, features, widths, 2, 10, &mlp));
   bpt_node *images = mlp.images, *labels = mlp.labels, *loss = mlp.loss;
+  if (bf16) {
+    bpt_precision_options precision = bpt_precision_options_default();
+    precision.compute_dtype = BPT_DTYPE_BF16;
+    EXAMPLE_CHECK(context, bpt_graph_set_precision(graph, &precision));
+  }
   EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, batch));
   bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
   optimizer_options.learning_rate = 0.05f;
@@ -68,8 +85,19 @@ int main(int argc, char **argv) {
   steps = step - warmup;
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
-  printf("libbptrain batch=%ld samples_per_second=%.0f peak_rss_mb=%.1f loss=%.4f\n", batch,
-         (double)(steps * batch) / seconds, (double)usage.ru_maxrss / 1024.0, final_loss);
+  /* The unit, with spaces made underscores so the line stays key=value. */
+  bpt_compute_info info = {.size = sizeof info};
+  char unit[128] = "unknown";
+  if (bpt_cpu_compute_info(&info) == BPT_OK) {
+    if (bf16)
+      snprintf(unit, sizeof unit, "bf16_gemm:%s", info.bf16_gemm);
+    else
+      snprintf(unit, sizeof unit, "%s:%s", info.gemm, info.blas_core);
+  }
+  for (char *c = unit; *c; c++)
+    if (*c == ' ') *c = '_';
+  printf("libbptrain batch=%ld samples_per_second=%.0f peak_rss_mb=%.1f loss=%.4f dtype=%s unit=%s\n", batch,
+         (double)(steps * batch) / seconds, (double)usage.ru_maxrss / 1024.0, final_loss, dtype, unit);
   bpt_tensor_destroy(x);
   bpt_tensor_destroy(y);
   bpt_optimizer_destroy(optimizer);

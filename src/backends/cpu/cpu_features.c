@@ -79,5 +79,10 @@ const char *bpt_cpu_feature_level_core(const bpt_cpu_features *cpu) {
 const char *bpt_cpu_blas_core_to_set(const bpt_cpu_features *cpu) {
   if (strcmp(cpu->vendor, "GenuineIntel") != 0) return NULL;
   const bool prescott_by_model = cpu->family >= 0xf || (cpu->family == 0x6 && cpu->model >> 4 >= 11);
-  return prescott_by_model ? bpt_cpu_feature_level_core(cpu) : NULL;
+  if (!prescott_by_model) return NULL;
+  const char *level = bpt_cpu_feature_level_core(cpu);
+  /* 0.3.21's OPENBLAS_CORETYPE lookup does not reach "Cooperlake" ("Core not found", then its own detection:
+   * Prescott on exactly these CPUs; scripts/check-blas-cores.sh shows it). Cooperlake's f32 kernels are
+   * SkylakeX's (it adds only bf16 ones), so SkylakeX gives the same SGEMM. */
+  return level && strcmp(level, "Cooperlake") == 0 ? "SkylakeX" : level;
 }

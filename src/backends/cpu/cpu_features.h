@@ -24,7 +24,8 @@ void bpt_cpu_features_read(bpt_cpu_features *cpu);
 const char *bpt_cpu_feature_level_core(const bpt_cpu_features *cpu);
 
 /* The core libbptrain sets before loading OpenBLAS, or NULL to leave the choice to OpenBLAS: non-NULL only
- * for the CPUs whose model OpenBLAS 0.3.21 (up to 0.3.24) maps to Prescott whatever their features. */
+ * for the CPUs whose model OpenBLAS 0.3.21 (up to 0.3.24) maps to Prescott whatever their features; the
+ * feature-level core, SkylakeX where that is Cooperlake (a name 0.3.21's OPENBLAS_CORETYPE does not take). */
 const char *bpt_cpu_blas_core_to_set(const bpt_cpu_features *cpu);
 
 #endif
