@@ -98,7 +98,8 @@ class TrainingLoop:
         numpy = require_numpy()
         logits = None
         label_input = self._label_input()  # by its role in the loss, wherever it was declared
-        if self.logits is not None and label_input is not None:
+        # Training accuracy for a (batch, classes) classifier; a sequence's per-token logits have no such row.
+        if self.logits is not None and label_input is not None and len(self.logits.shape) == 2:
             logits = self._tensors.get(self.logits._address)
             if logits is None:
                 logits = self._tensors[self.logits._address] = _Tensor(self, "f32", self.logits.shape)

@@ -131,6 +131,34 @@ class Ops(unittest.TestCase):
         _, out = run_op(lambda m, a, b: m.add_relu(a, b), x, y)
         np.testing.assert_allclose(out, np.maximum(x + y, 0), rtol=1e-6)
 
+    def test_tensor_model_ops(self):
+        a = RNG.randn(2, 3, 4, 5).astype(np.float32)
+        b = RNG.randn(2, 3, 5, 2).astype(np.float32)
+        _, out = run_op(lambda m, x, y: m.matmul(x, y), a, b)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-6)
+        _, out = run_op(lambda m, x, y: m.matmul(x, y, transpose_b=True), a, a)
+        np.testing.assert_allclose(out, a @ a.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
+        _, out = run_op(lambda m, x: m.permute(x, (0, 2, 1, 3)), a)
+        np.testing.assert_allclose(out, a.transpose(0, 2, 1, 3))
+        scale = RNG.randn(2, 3, 4, 1).astype(np.float32)
+        _, out = run_op(lambda m, x, y: m.mul(x, y), a, scale)
+        np.testing.assert_allclose(out, a * scale, rtol=1e-6)
+
+    def test_sequence_model_fits(self):
+        """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
+        accuracy is invented for per-token logits."""
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 4, (6,))
+        labels = model.input_sequence("labels", 4, (), dtype="i32")
+        logits = model.linear(tokens, 5)
+        model.compile(model.softmax_cross_entropy(logits, labels), 8)
+        self.assertEqual(logits.shape, (8, 4, 5))
+        x = RNG.randn(32, 4, 6).astype(np.float32)
+        y = (np.argmax(x[:, :, :5], axis=2)).astype(np.int32)
+        history = model.fit(bptrain.Optimizer(model, learning_rate=0.2), x, y, epochs=4, batch_size=8)
+        self.assertLess(history[-1]["train_loss"], history[0]["train_loss"])
+        self.assertIsNone(history[-1].get("train_accuracy"))
+
     def test_batch_norm(self):
         x = (RNG.randn(8, 3, 4, 4) * 2 + 1).astype(np.float32)
         mean, var = x.mean(axis=(0, 2, 3), keepdims=True), x.var(axis=(0, 2, 3), keepdims=True)
