@@ -40,7 +40,8 @@ static void sequence_linear_is_per_token(void **state) {
   for (int token = 0; token < BATCH * LENGTH; token++)
     for (int u = 0; u < UNITS; u++) {
       double expected = parameters[UNITS * FEATURES + u];
-      for (int f = 0; f < FEATURES; f++) expected += (double)inputs[token * FEATURES + f] * parameters[u * FEATURES + f];
+      for (int f = 0; f < FEATURES; f++)
+        expected += (double)inputs[token * FEATURES + f] * parameters[u * FEATURES + f];
       assert_float_equal(got[token * UNITS + u], expected, 1e-5);
     }
   bpt_tensor_destroy(x_values);
@@ -73,8 +74,8 @@ static void sequence_input_checks_its_length(void **state) {
   bpt_node *x;
   const int64_t features = FEATURES;
   assert_ok(context, bpt_graph_create(context, &graph));
-  assert_fails(context, BPT_ERR_SHAPE, "sequence length 0", bpt_graph_input_sequence(graph, "t", BPT_DTYPE_F32, 0, 1,
-                                                                                    &features, &x));
+  assert_fails(context, BPT_ERR_SHAPE, "sequence length 0",
+               bpt_graph_input_sequence(graph, "t", BPT_DTYPE_F32, 0, 1, &features, &x));
   assert_null(x);
   assert_ok(context, bpt_graph_input_sequence(graph, "t", BPT_DTYPE_F32, LENGTH, 1, &features, &x));
   assert_ok(context, bpt_graph_compile(graph, NULL, BATCH));
@@ -119,7 +120,8 @@ static void matmul_refusals_name_the_axes(void **state) {
   assert_ok(context, bpt_graph_create(context, &graph));
   assert_ok(context, bpt_graph_input(graph, "q", BPT_DTYPE_F32, 3, q_dims, &q));
   assert_ok(context, bpt_graph_input(graph, "k", BPT_DTYPE_F32, 3, k_dims, &k));
-  assert_fails(context, BPT_ERR_SHAPE, "differ in the contracted axis: 4 and 5", bpt_matmul(graph, "s", q, k, 0, 1, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "differ in the contracted axis: 4 and 5",
+               bpt_matmul(graph, "s", q, k, 0, 1, &out));
   assert_ok(context, bpt_matmul(graph, "s", q, k, 1, 0, &out)); /* q^T k: (2, 4, 5) per sample */
   bpt_node *rows, *w;
   assert_ok(context, bpt_graph_input(graph, "rows", BPT_DTYPE_F32, 1, &w_dims[0], &rows));
@@ -139,10 +141,10 @@ static void permute_moves_axes(void **state) {
   const int64_t dims[3] = {2, 3, 4}, axes[4] = {0, 3, 1, 2};
   assert_ok(context, bpt_graph_create(context, &graph));
   assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, dims, &x));
-  assert_fails(context, BPT_ERR_SHAPE, "must stay axis 0", bpt_permute(graph, "bad", x, 4, (const int64_t[]){1, 0, 2, 3},
-                                                                      &y));
-  assert_fails(context, BPT_ERR_SHAPE, "permutation of 0..3", bpt_permute(graph, "bad", x, 4,
-                                                                         (const int64_t[]){0, 1, 1, 2}, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "must stay axis 0",
+               bpt_permute(graph, "bad", x, 4, (const int64_t[]){1, 0, 2, 3}, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "permutation of 0..3",
+               bpt_permute(graph, "bad", x, 4, (const int64_t[]){0, 1, 1, 2}, &y));
   assert_ok(context, bpt_permute(graph, "moved", x, 4, axes, &y));
   assert_ok(context, bpt_graph_compile(graph, NULL, BATCH));
   const int64_t x_dims[4] = {BATCH, 2, 3, 4}, y_dims[4] = {BATCH, 4, 2, 3};
@@ -150,7 +152,8 @@ static void permute_moves_axes(void **state) {
   assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, x_dims, &x_values));
   assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, y_dims, &y_values));
   float *in = bpt_tensor_data(x_values);
-  for (int i = 0; i < BATCH * 24; i++) in[i] = (float)i;
+  for (int i = 0; i < BATCH * 24; i++)
+    in[i] = (float)i;
   assert_ok(context, bpt_graph_set_input(graph, x, x_values));
   assert_ok(context, bpt_graph_forward(graph));
   assert_ok(context, bpt_graph_read(graph, y, y_values));
@@ -168,12 +171,9 @@ static void permute_moves_axes(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(sequence_linear_is_per_token),
-      cmocka_unit_test(plain_input_still_flattens),
-      cmocka_unit_test(sequence_input_checks_its_length),
-      cmocka_unit_test(broadcast_refusals_name_both_shapes),
-      cmocka_unit_test(matmul_refusals_name_the_axes),
-      cmocka_unit_test(permute_moves_axes),
+      cmocka_unit_test(sequence_linear_is_per_token),     cmocka_unit_test(plain_input_still_flattens),
+      cmocka_unit_test(sequence_input_checks_its_length), cmocka_unit_test(broadcast_refusals_name_both_shapes),
+      cmocka_unit_test(matmul_refusals_name_the_axes),    cmocka_unit_test(permute_moves_axes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

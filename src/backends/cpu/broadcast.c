@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/strided_rows.h"
 
 typedef struct aligned_operand {
   const float *values;
@@ -26,33 +27,29 @@ static void align(const bpt_kernel_tensor *output, const bpt_kernel_tensor *inpu
   }
 }
 
-/* The offset of row `row` (an index over the output's axes but the last) in an operand with these strides. */
-static int64_t row_offset(const bpt_kernel_tensor *output, const int64_t *strides, int64_t row) {
-  int64_t offset = 0;
-  for (int i = output->rank - 2; i >= 0; i--) {
-    offset += row % output->dims[i] * strides[i];
-    row /= output->dims[i];
-  }
-  return offset;
-}
-
 /* y[j] = a[j sa] op b[j sb] for one row, sa and sb each 0 or 1. */
 static void combine_row(bool multiply, int64_t length, const float *a, int64_t sa, const float *b, int64_t sb,
                         float *y) {
   if (multiply) {
     if (sa && sb)
-      for (int64_t j = 0; j < length; j++) y[j] = a[j] * b[j];
+      for (int64_t j = 0; j < length; j++)
+        y[j] = a[j] * b[j];
     else if (sa)
-      for (int64_t j = 0; j < length; j++) y[j] = a[j] * b[j * sb];
+      for (int64_t j = 0; j < length; j++)
+        y[j] = a[j] * b[j * sb];
     else
-      for (int64_t j = 0; j < length; j++) y[j] = a[j * sa] * b[j * sb];
+      for (int64_t j = 0; j < length; j++)
+        y[j] = a[j * sa] * b[j * sb];
   } else {
     if (sa && sb)
-      for (int64_t j = 0; j < length; j++) y[j] = a[j] + b[j];
+      for (int64_t j = 0; j < length; j++)
+        y[j] = a[j] + b[j];
     else if (sa)
-      for (int64_t j = 0; j < length; j++) y[j] = a[j] + b[j * sb];
+      for (int64_t j = 0; j < length; j++)
+        y[j] = a[j] + b[j * sb];
     else
-      for (int64_t j = 0; j < length; j++) y[j] = a[j * sa] + b[j * sb];
+      for (int64_t j = 0; j < length; j++)
+        y[j] = a[j * sa] + b[j * sb];
   }
 }
 
@@ -67,8 +64,8 @@ static bpt_status broadcast_forward(const bpt_kernel_node *node, bool multiply) 
   float *out = y->value;
 #pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++)
-    combine_row(multiply, length, a + row_offset(y, sa, r), sa[last], b + row_offset(y, sb, r), sb[last],
-                out + r * length);
+    combine_row(multiply, length, a + bpt_cpu_row_offset(y, sa, r), sa[last], b + bpt_cpu_row_offset(y, sb, r),
+                sb[last], out + r * length);
   return BPT_OK;
 }
 
@@ -87,7 +84,7 @@ static void broadcast_gradient(const bpt_kernel_node *node, int which, bool mult
     const float beta = input->beta;
 #pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t r = 0; r < rows; r++) {
-      const float *dy_row = dy + r * length, *o_row = o + row_offset(y, s_other, r);
+      const float *dy_row = dy + r * length, *o_row = o + bpt_cpu_row_offset(y, s_other, r);
       float *g_row = g + r * length;
       const int64_t so = s_other[last];
       for (int64_t j = 0; j < length; j++) {
@@ -100,13 +97,15 @@ static void broadcast_gradient(const bpt_kernel_node *node, int which, bool mult
   if (input->beta == 0.0f) memset(g, 0, (size_t)input->count * sizeof(float));
   const int64_t si = s_in[last], so = s_other[last];
   for (int64_t r = 0; r < rows; r++) {
-    const float *dy_row = dy + r * length, *o_row = o + row_offset(y, s_other, r);
-    float *g_row = g + row_offset(y, s_in, r);
+    const float *dy_row = dy + r * length, *o_row = o + bpt_cpu_row_offset(y, s_other, r);
+    float *g_row = g + bpt_cpu_row_offset(y, s_in, r);
     if (si)
-      for (int64_t j = 0; j < length; j++) g_row[j] += multiply ? dy_row[j] * o_row[j * so] : dy_row[j];
+      for (int64_t j = 0; j < length; j++)
+        g_row[j] += multiply ? dy_row[j] * o_row[j * so] : dy_row[j];
     else {
       float sum = 0.0f;
-      for (int64_t j = 0; j < length; j++) sum += multiply ? dy_row[j] * o_row[j * so] : dy_row[j];
+      for (int64_t j = 0; j < length; j++)
+        sum += multiply ? dy_row[j] * o_row[j * so] : dy_row[j];
       g_row[0] += sum;
     }
   }

@@ -3,8 +3,9 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/strided_rows.h"
 
-/* x's element strides read in the output's axis order, and each row's start in x. */
+/* x's element strides read in the output's axis order. */
 typedef struct permuted {
   int64_t strides[BPT_MAX_RANK];
 } permuted;
@@ -17,17 +18,9 @@ static permuted permuted_strides(const bpt_kernel_node *node) {
     stride *= x->dims[i];
   }
   permuted p;
-  for (int i = 0; i < x->rank; i++) p.strides[i] = contiguous[node->int_attributes[1 + i]];
+  for (int i = 0; i < x->rank; i++)
+    p.strides[i] = contiguous[node->int_attributes[1 + i]];
   return p;
-}
-
-static int64_t row_start(const bpt_kernel_tensor *y, const permuted *p, int64_t row) {
-  int64_t offset = 0;
-  for (int i = y->rank - 2; i >= 0; i--) {
-    offset += row % y->dims[i] * p->strides[i];
-    row /= y->dims[i];
-  }
-  return offset;
 }
 
 static bpt_status permute_forward(bpt_backend *backend, const bpt_kernel_node *node) {
@@ -39,12 +32,13 @@ static bpt_status permute_forward(bpt_backend *backend, const bpt_kernel_node *n
   float *out = y->value;
 #pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    const float *source = in + row_start(y, &p, r);
+    const float *source = in + bpt_cpu_row_offset(y, p.strides, r);
     float *row = out + r * length;
     if (step == 1)
       memcpy(row, source, (size_t)length * sizeof(float));
     else
-      for (int64_t j = 0; j < length; j++) row[j] = source[j * step];
+      for (int64_t j = 0; j < length; j++)
+        row[j] = source[j * step];
   }
   return BPT_OK;
 }
@@ -60,9 +54,10 @@ static bpt_status permute_backward(bpt_backend *backend, const bpt_kernel_node *
   float *dx = x->grad;
 #pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    float *target = dx + row_start(y, &p, r);
+    float *target = dx + bpt_cpu_row_offset(y, p.strides, r);
     const float *row = dy + r * length;
-    for (int64_t j = 0; j < length; j++) target[j * step] = assign ? row[j] : target[j * step] + row[j];
+    for (int64_t j = 0; j < length; j++)
+      target[j * step] = assign ? row[j] : target[j * step] + row[j];
   }
   return BPT_OK;
 }

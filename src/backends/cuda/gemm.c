@@ -47,6 +47,10 @@ static bpt_status widen_operands(bpt_backend *backend, bpt_gemm_args *args) {
   return BPT_OK;
 }
 
+static bool needs_widening(const bpt_gemm_args *args) {
+  return args->a_dtype != args->b_dtype || args->a_dtype == BPT_DTYPE_FP8_E4M3 || args->a_dtype == BPT_DTYPE_FP8_E5M2;
+}
+
 static bpt_status gemm_one(bpt_backend *backend, const bpt_gemm_args *requested) {
   bpt_gemm_args copy = *requested, *args = &copy;
   if (args->m < 0 || args->n < 0 || args->k < 0 || args->m > INT32_MAX || args->n > INT32_MAX || args->k > INT32_MAX ||
@@ -56,7 +60,7 @@ static bpt_status gemm_one(bpt_backend *backend, const bpt_gemm_args *requested)
   const bool a_known = args->a_dtype == BPT_DTYPE_F32 || narrow_float(args->a_dtype);
   const bool b_known = args->b_dtype == BPT_DTYPE_F32 || narrow_float(args->b_dtype);
   if (a_known && b_known && args->c_dtype == BPT_DTYPE_F32 &&
-      (args->a_dtype != args->b_dtype || args->a_dtype == BPT_DTYPE_FP8_E4M3 || args->a_dtype == BPT_DTYPE_FP8_E5M2)) {
+      needs_widening(args)) {
     if (args->m == 0 || args->n == 0) return BPT_OK;
     BPT_CUDA_TRY(widen_operands(backend, args));
   }
@@ -88,10 +92,6 @@ static bpt_status gemm_one(bpt_backend *backend, const bpt_gemm_args *requested)
       (int)args->n, (int)args->m, (int)args->k, &args->alpha, args->b, b_type, (int)args->ldb, args->a, a_type,
       (int)args->lda, &args->beta, args->c, c_type, (int)args->ldc, compute, CUBLAS_GEMM_DEFAULT);
   return bpt_cuda_check_cublas(backend, status, "gemm");
-}
-
-static bool needs_widening(const bpt_gemm_args *args) {
-  return args->a_dtype != args->b_dtype || args->a_dtype == BPT_DTYPE_FP8_E4M3 || args->a_dtype == BPT_DTYPE_FP8_E5M2;
 }
 
 bpt_status bpt_cuda_gemm(bpt_backend *backend, const bpt_gemm_args *args) {

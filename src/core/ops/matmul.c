@@ -48,27 +48,34 @@ static bpt_status matmul_infer_shape(bpt_node *node) {
     return bpt_node_error(node, BPT_ERR_SHAPE, "inputs '%s' (rank %d) and '%s' (rank %d) must have 2 or more axes",
                           a->name, a->rank, b->name, b->rank);
   if (b->batched && b->rank == 2)
-    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' (%s) is one matrix over the batch; the batch cannot be "
-                          "the second operand's matrix axis", b->name, bpt_shape_string(b, shape_b, sizeof shape_b));
+    return bpt_node_error(node, BPT_ERR_SHAPE,
+                          "input '%s' (%s) is one matrix over the batch; the batch cannot be "
+                          "the second operand's matrix axis",
+                          b->name, bpt_shape_string(b, shape_b, sizeof shape_b));
   if (a->batched && a->rank == 2 && (transpose_a || batch_axes(b)))
-    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' (%s) has the batch as its rows: it must not be transposed "
-                          "and '%s' must be one matrix", a->name, bpt_shape_string(a, shape_a, sizeof shape_a),
-                          b->name);
+    return bpt_node_error(node, BPT_ERR_SHAPE,
+                          "input '%s' (%s) has the batch as its rows: it must not be transposed "
+                          "and '%s' must be one matrix",
+                          a->name, bpt_shape_string(a, shape_a, sizeof shape_a), b->name);
   const int64_t k_a = transpose_a ? a->dims[a->rank - 2] : a->dims[a->rank - 1];
   const int64_t k_b = transpose_b ? b->dims[b->rank - 1] : b->dims[b->rank - 2];
   if (k_a != k_b)
-    return bpt_node_error(node, BPT_ERR_SHAPE, "inputs '%s' (%s%s) and '%s' (%s%s) differ in the contracted axis: %lld "
-                          "and %lld", a->name, bpt_shape_string(a, shape_a, sizeof shape_a),
-                          transpose_a ? ", transposed" : "", b->name, bpt_shape_string(b, shape_b, sizeof shape_b),
-                          transpose_b ? ", transposed" : "", (long long)k_a, (long long)k_b);
+    return bpt_node_error(node, BPT_ERR_SHAPE,
+                          "inputs '%s' (%s%s) and '%s' (%s%s) differ in the contracted axis: %lld "
+                          "and %lld",
+                          a->name, bpt_shape_string(a, shape_a, sizeof shape_a), transpose_a ? ", transposed" : "",
+                          b->name, bpt_shape_string(b, shape_b, sizeof shape_b), transpose_b ? ", transposed" : "",
+                          (long long)k_a, (long long)k_b);
   const bpt_node *batch = batch_axes(a) ? a : b; /* whose leading axes C takes */
   if (batch_axes(a) && batch_axes(b)) {
     bool same = a->rank == b->rank && a->batched == b->batched;
-    for (int i = a->batched ? 1 : 0; same && i < a->rank - 2; i++) same = a->dims[i] == b->dims[i];
+    for (int i = a->batched ? 1 : 0; same && i < a->rank - 2; i++)
+      same = a->dims[i] == b->dims[i];
     if (!same)
-      return bpt_node_error(node, BPT_ERR_SHAPE, "inputs '%s' (%s) and '%s' (%s) differ in their leading axes; they "
-                            "must be equal, or one input a single matrix", a->name,
-                            bpt_shape_string(a, shape_a, sizeof shape_a), b->name,
+      return bpt_node_error(node, BPT_ERR_SHAPE,
+                            "inputs '%s' (%s) and '%s' (%s) differ in their leading axes; they "
+                            "must be equal, or one input a single matrix",
+                            a->name, bpt_shape_string(a, shape_a, sizeof shape_a), b->name,
                             bpt_shape_string(b, shape_b, sizeof shape_b));
   }
   if (a->batched && a->rank == 2) {
@@ -76,7 +83,8 @@ static bpt_status matmul_infer_shape(bpt_node *node) {
     node->dims[0] = a->dims[0];
   } else {
     node->rank = batch->rank;
-    for (int i = 0; i < batch->rank - 2; i++) node->dims[i] = batch->dims[i];
+    for (int i = 0; i < batch->rank - 2; i++)
+      node->dims[i] = batch->dims[i];
     node->dims[node->rank - 2] = transpose_a ? a->dims[a->rank - 1] : a->dims[a->rank - 2];
   }
   node->dims[node->rank - 1] = transpose_b ? b->dims[b->rank - 2] : b->dims[b->rank - 1];
@@ -87,9 +95,20 @@ static bpt_status matmul_infer_shape(bpt_node *node) {
 
 static bpt_gemm_args product(const bpt_node *node, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                              const float *a, const float *b, float *c) {
-  bpt_gemm_args args = {.transpose_a = transpose_a, .transpose_b = transpose_b, .m = m, .n = n, .k = k,
-                        .alpha = 1.0f, .a = a, .lda = transpose_a ? m : k, .b = b, .ldb = transpose_b ? k : n,
-                        .beta = 1.0f, .c = c, .ldc = n, .bf16_products = bpt_graph_bf16_products(node->graph)};
+  bpt_gemm_args args = {.transpose_a = transpose_a,
+                        .transpose_b = transpose_b,
+                        .m = m,
+                        .n = n,
+                        .k = k,
+                        .alpha = 1.0f,
+                        .a = a,
+                        .lda = transpose_a ? m : k,
+                        .b = b,
+                        .ldb = transpose_b ? k : n,
+                        .beta = 1.0f,
+                        .c = c,
+                        .ldc = n,
+                        .bf16_products = bpt_graph_bf16_products(node->graph)};
   return args;
 }
 
@@ -148,10 +167,10 @@ static bool matmul_backward_reads_input(const bpt_node *node, int input) {
 static void matmul_cost(const bpt_node *node, int backward, double *flops, double *bytes) {
   const matmul_shape s = shape_of(node);
   const double one = 2.0 * (double)s.m * (double)s.n * (double)s.k * (double)s.count;
-  const double moved = 4.0 * (double)(bpt_node_count(node->inputs[0]) + bpt_node_count(node->inputs[1]) +
-                                      bpt_node_count(node));
-  const int products = backward ? (node->inputs[0]->requires_grad ? 1 : 0) + (node->inputs[1]->requires_grad ? 1 : 0)
-                                : 1;
+  const double moved =
+      4.0 * (double)(bpt_node_count(node->inputs[0]) + bpt_node_count(node->inputs[1]) + bpt_node_count(node));
+  const int products =
+      backward ? (node->inputs[0]->requires_grad ? 1 : 0) + (node->inputs[1]->requires_grad ? 1 : 0) : 1;
   *flops = products * one;
   *bytes = products * moved;
 }

@@ -44,13 +44,13 @@ const bpt_op_definition bpt_op_permute = {.name = "permute",
                                           .backward_reads_output = bpt_op_reads_no_output,
                                           .overwrites_unset_gradients = true};
 
-bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
-                       bpt_node **out) {
+bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes, bpt_node **out) {
   int64_t attributes[BPT_MAX_RANK + 1] = {rank};
   if (out) *out = NULL;
   if (rank < 1 || rank > BPT_MAX_RANK || !axes)
     return bpt_error(graph ? graph->context : NULL, BPT_ERR_INVALID_ARGUMENT,
                      "bpt_permute: rank %d must be in [1, %d] with non-NULL axes", rank, BPT_MAX_RANK);
-  for (int i = 0; i < rank; i++) attributes[1 + i] = axes[i];
+  for (int i = 0; i < rank; i++)
+    attributes[1 + i] = axes[i];
   return bpt_graph_add_node_with_attributes(graph, BPT_OP_PERMUTE, name, &x, 1, attributes, rank + 1, NULL, 0, out);
 }
