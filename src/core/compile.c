@@ -100,6 +100,8 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
   graph->transient_bytes = plan.transient_bytes;
   graph->gradient_bytes = plan.gradient_bytes;
   graph->input_bytes = plan.input_bytes;
+  graph->recompute_bytes = plan.recompute_bytes;
+  graph->recompute_resident = 0;
 
   size_t parameter_bytes = (size_t)parameter_elements * sizeof(float);
   bpt_status status = allocate(graph, parameter_bytes, (void **)&graph->parameter_block, "parameters");
