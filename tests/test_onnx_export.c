@@ -351,6 +351,39 @@ static void test_sequence_ops(void **state) {
   model_destroy(&m);
 }
 
+/* The transformer's per-token ops on a sequence: layer norm as the layer helper makes it (weight and bias,
+ * moved by training) and as an op with a random gain and no shift, into a flattened head. Exported at opset
+ * 17 (LayerNormalization) and 13 (its arithmetic in plain nodes). */
+static void build_norms(model *m) {
+  bpt_node *h, *gain;
+  assert_ok(m->context, bpt_graph_create(m->context, &m->graph));
+  assert_ok(m->context,
+            bpt_graph_input_sequence(m->graph, "tokens", BPT_DTYPE_F32, 4, 1, (const int64_t[]){6}, &m->input));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "token", m->input, 8, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m->context, bpt_layer_layer_norm(m->graph, "ln1", h, 1e-5f, &h));
+  assert_ok(m->context, bpt_graph_parameter(m->graph, "gain", 1, (const int64_t[]){8}, BPT_INIT_HE_UNIFORM, &gain));
+  assert_ok(m->context, bpt_layer_norm(m->graph, "ln2", h, gain, NULL, 1e-3f, &h));
+  assert_ok(m->context, bpt_flatten(m->graph, "flat", h, &h));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
+  model_end(m, true);
+}
+
+static void test_norms(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  for (int opset = 13; opset <= 17; opset += 4) {
+    model m = {.context = test_context(17), .sample_rank = 2, .sample = {4, 6}};
+    build_norms(&m);
+    float *pixels = random_pixels(&m, 26);
+    train(&m, pixels, 0.5f, 2.0f);
+    bpt_onnx_export_options options = bpt_onnx_export_options_default();
+    options.opset = opset;
+    export_model(&m, opset == 13 ? "norms_opset13" : "norms_opset17", pixels, options);
+    free(pixels);
+    model_destroy(&m);
+  }
+}
+
 static void test_refusals(void **state) {
   (void)state;
   if (!onnx_available()) skip();
@@ -501,6 +534,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
+      cmocka_unit_test(test_norms),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

@@ -105,6 +105,17 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
 /**
+ * Layer normalisation over the last axis (C values per row; every other axis, the batch and a sequence
+ * included, indexes rows): y = (x - mean) / sqrt(var + epsilon) * gamma + beta, with the biased variance and
+ * epsilon inside the square root, as PyTorch's F.layer_norm(x, (C,), gamma, beta, epsilon). The output keeps
+ * x's shape, batch and sequence axis. Forward keeps the mean and 1 / std of each row for backward.
+ * @param gamma unbatched f32 with C values (a parameter, usually)
+ * @param beta unbatched f32 with C values, or NULL for no shift
+ * @param epsilon > 0 (1e-5 is PyTorch's default)
+ */
+BPT_API bpt_status bpt_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, bpt_node *beta,
+                                  float epsilon, bpt_node **out);
+/**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.
  * @param logits (N, classes) f32, or a sequence's (N, T, classes)

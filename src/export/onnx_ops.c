@@ -111,6 +111,50 @@ static bpt_status emit_permute(onnx_builder *b, const bpt_node *node) {
   return onnx_attribute_ints(b, n, "perm", node->int_attributes + 1, (int)node->int_attributes[0]);
 }
 
+/* ReduceMean over the last axis, keeping it (1): axes an attribute before opset 18, an input from 18. */
+static bpt_status reduce_mean_last(onnx_builder *b, const char *x, const char *y) {
+  const int64_t last = -1, one = 1;
+  Onnx__NodeProto *n;
+  if (onnx_opset(b) >= 18) {
+    const char *axes = onnx_name(b, y, "axes");
+    BPT_CHECK(onnx_constant_ints(b, axes, 1, &one, &last, 1));
+    BPT_CHECK(onnx_node(b, "ReduceMean", y, (const char *[]){x, axes}, 2, y, &n));
+  } else {
+    BPT_CHECK(onnx_node(b, "ReduceMean", y, &x, 1, y, &n));
+    BPT_CHECK(onnx_attribute_ints(b, n, "axes", &last, 1));
+  }
+  return onnx_attribute_int(b, n, "keepdims", 1);
+}
+
+/* LayerNormalization over the last axis from opset 17; before it, the same arithmetic in plain nodes:
+ * (x - mean) / sqrt(mean((x - mean)^2) + epsilon) * gamma + beta. */
+static bpt_status emit_layer_norm(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *gamma = input(b, node, 1), *beta = input(b, node, 2), *y = onnx_value(b, node);
+  const float epsilon = node->float_attributes[0];
+  if (onnx_opset(b) >= 17) {
+    Onnx__NodeProto *n;
+    BPT_CHECK(onnx_node(b, "LayerNormalization", y, (const char *[]){x, gamma, beta}, 3, y, &n));
+    BPT_CHECK(onnx_attribute_int(b, n, "axis", -1));
+    return onnx_attribute_float(b, n, "epsilon", epsilon);
+  }
+  const char *mean = onnx_name(b, y, "mean"), *centred = onnx_name(b, y, "centred"),
+             *squares = onnx_name(b, y, "squares"), *variance = onnx_name(b, y, "variance"),
+             *c_epsilon = onnx_name(b, y, "epsilon"), *shifted = onnx_name(b, y, "shifted"),
+             *deviation = onnx_name(b, y, "std"), *normalised = onnx_name(b, y, "normalised"),
+             *scaled = beta ? onnx_name(b, y, "scaled") : y;
+  BPT_CHECK(onnx_constant_floats(b, c_epsilon, 0, NULL, &epsilon, 1));
+  BPT_CHECK(reduce_mean_last(b, x, mean));
+  BPT_CHECK(onnx_node(b, "Sub", centred, (const char *[]){x, mean}, 2, centred, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", squares, (const char *[]){centred, centred}, 2, squares, NULL));
+  BPT_CHECK(reduce_mean_last(b, squares, variance));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){variance, c_epsilon}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Sqrt", deviation, &shifted, 1, deviation, NULL));
+  BPT_CHECK(onnx_node(b, "Div", normalised, (const char *[]){centred, deviation}, 2, normalised, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scaled, (const char *[]){normalised, gamma}, 2, scaled, NULL));
+  if (!beta) return BPT_OK;
+  return onnx_node(b, "Add", y, (const char *[]){scaled, beta}, 2, y, NULL);
+}
+
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
   if (node->inputs[0]->sequence) return emit_sequence_linear(b, node);
@@ -232,6 +276,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_MUL] = emit_mul,
     [BPT_OP_MATMUL] = emit_matmul,
     [BPT_OP_PERMUTE] = emit_permute,
+    [BPT_OP_LAYER_NORM] = emit_layer_norm,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

@@ -144,6 +144,28 @@ class Ops(unittest.TestCase):
         _, out = run_op(lambda m, x, y: m.mul(x, y), a, scale)
         np.testing.assert_allclose(out, a * scale, rtol=1e-6)
 
+    def test_layer_norm(self):
+        """Over the last axis of a sequence, biased variance, epsilon inside the square root (F.layer_norm)."""
+        x = (RNG.randn(3, 4, 7) * 2 + 1).astype(np.float64)
+        gamma, beta = RNG.randn(7), RNG.randn(7)
+        normalised = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-3)
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 4, (7,))
+        g, b = model.parameter("g", (7,)), model.parameter("b", (7,))
+        out = model.layer_norm_op(tokens, g, b, epsilon=1e-3)
+        no_shift = model.layer_norm_op(tokens, g)
+        layer = model.layer_norm(tokens, name="ln")
+        model.compile(None, 3)
+        self.assertEqual(out.shape, (3, 4, 7))
+        self.assertEqual([p.name for p in model.parameter_nodes()], ["g", "b", "ln.weight", "ln.bias"])
+        model.set_parameters(np.concatenate([gamma, beta, np.ones(7), np.zeros(7)]).astype(np.float32))
+        model.set_input(tokens, x.astype(np.float32))
+        model.forward()
+        np.testing.assert_allclose(model.read(out), normalised * gamma + beta, rtol=1e-4, atol=1e-5)
+        plain = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(model.read(no_shift), plain * gamma, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(model.read(layer), plain, rtol=1e-4, atol=1e-5)
+
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
         accuracy is invented for per-token logits."""
