@@ -270,7 +270,7 @@ static void test_resnet8(void **state) {
 }
 
 /* Every other op and attribute: strided, dilated, grouped convolution with bias, padded average and max
- * pooling, a 4-D batch norm, reshape, leaky ReLU, sigmoid, tanh, GELU and dropout, into an MSE loss. */
+ * pooling, a 4-D batch norm, reshape, leaky ReLU, sigmoid, tanh, GELU, RMS norm and dropout, into an MSE loss. */
 static void build_zoo(model *m) {
   bpt_node *x, *w, *b;
   bpt_conv2d_options conv = bpt_conv2d_options_default();
@@ -297,6 +297,7 @@ static void build_zoo(model *m) {
   assert_ok(m->context, bpt_dropout(m->graph, "dropout", x, 0.5f, &x));
   assert_ok(m->context, bpt_layer_linear(m->graph, "fc2", x, 16, BPT_INIT_HE_UNIFORM, &x));
   assert_ok(m->context, bpt_gelu(m->graph, "gelu", x, &x));
+  assert_ok(m->context, bpt_layer_rms_norm(m->graph, "rms", x, 1e-5f, &x));
   assert_ok(m->context, bpt_layer_linear(m->graph, "fc3", x, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
   model_end(m, true);
 }
@@ -352,8 +353,9 @@ static void test_sequence_ops(void **state) {
 }
 
 /* The transformer's per-token ops on a sequence: layer norm as the layer helper makes it (weight and bias,
- * moved by training) and as an op with a random gain and no shift, into a flattened head. Exported at opset
- * 17 (LayerNormalization) and 13 (its arithmetic in plain nodes). */
+ * moved by training) and as an op with a random gain and no shift, RMS norm with a random gain, into a
+ * flattened head. Exported at opset 17 (LayerNormalization) and 13 (its arithmetic in plain nodes); RMS norm
+ * is plain nodes at both (ReduceMean's axes an attribute), and at 20 in the zoo (axes an input). */
 static void build_norms(model *m) {
   bpt_node *h, *gain;
   assert_ok(m->context, bpt_graph_create(m->context, &m->graph));
@@ -363,6 +365,9 @@ static void build_norms(model *m) {
   assert_ok(m->context, bpt_layer_layer_norm(m->graph, "ln1", h, 1e-5f, &h));
   assert_ok(m->context, bpt_graph_parameter(m->graph, "gain", 1, (const int64_t[]){8}, BPT_INIT_HE_UNIFORM, &gain));
   assert_ok(m->context, bpt_layer_norm(m->graph, "ln2", h, gain, NULL, 1e-3f, &h));
+  assert_ok(m->context,
+            bpt_graph_parameter(m->graph, "rms_gain", 1, (const int64_t[]){8}, BPT_INIT_HE_UNIFORM, &gain));
+  assert_ok(m->context, bpt_rms_norm(m->graph, "rms", h, gain, 1e-2f, &h));
   assert_ok(m->context, bpt_flatten(m->graph, "flat", h, &h));
   assert_ok(m->context, bpt_layer_linear(m->graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
   model_end(m, true);

@@ -116,6 +116,15 @@ BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, 
 BPT_API bpt_status bpt_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, bpt_node *beta,
                                   float epsilon, bpt_node **out);
 /**
+ * RMS normalisation over the last axis (C values per row, as bpt_layer_norm()): y = x / sqrt(mean(x^2) +
+ * epsilon) * gamma, as PyTorch's F.rms_norm(x, (C,), gamma, epsilon). The output keeps x's shape, batch and
+ * sequence axis. Forward keeps 1 / rms of each row for backward.
+ * @param gamma unbatched f32 with C values (a parameter, usually)
+ * @param epsilon > 0
+ */
+BPT_API bpt_status bpt_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, float epsilon,
+                                bpt_node **out);
+/**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.
  * @param logits (N, classes) f32, or a sequence's (N, T, classes)

@@ -155,6 +155,22 @@ static bpt_status emit_layer_norm(onnx_builder *b, const bpt_node *node) {
   return onnx_node(b, "Add", y, (const char *[]){scaled, beta}, 2, y, NULL);
 }
 
+/* ONNX's RMSNormalization is opset 23, past the exporter's range: x / sqrt(mean(x^2) + epsilon) * gamma. */
+static bpt_status emit_rms_norm(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *gamma = input(b, node, 1), *y = onnx_value(b, node);
+  const float epsilon = node->float_attributes[0];
+  const char *squares = onnx_name(b, y, "squares"), *mean_square = onnx_name(b, y, "mean_square"),
+             *c_epsilon = onnx_name(b, y, "epsilon"), *shifted = onnx_name(b, y, "shifted"),
+             *rms = onnx_name(b, y, "rms"), *normalised = onnx_name(b, y, "normalised");
+  BPT_CHECK(onnx_constant_floats(b, c_epsilon, 0, NULL, &epsilon, 1));
+  BPT_CHECK(onnx_node(b, "Mul", squares, (const char *[]){x, x}, 2, squares, NULL));
+  BPT_CHECK(reduce_mean_last(b, squares, mean_square));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){mean_square, c_epsilon}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Sqrt", rms, &shifted, 1, rms, NULL));
+  BPT_CHECK(onnx_node(b, "Div", normalised, (const char *[]){x, rms}, 2, normalised, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){normalised, gamma}, 2, y, NULL);
+}
+
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
   if (node->inputs[0]->sequence) return emit_sequence_linear(b, node);
@@ -277,6 +293,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_MATMUL] = emit_matmul,
     [BPT_OP_PERMUTE] = emit_permute,
     [BPT_OP_LAYER_NORM] = emit_layer_norm,
+    [BPT_OP_RMS_NORM] = emit_rms_norm,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

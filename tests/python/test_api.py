@@ -166,6 +166,24 @@ class Ops(unittest.TestCase):
         np.testing.assert_allclose(model.read(no_shift), plain * gamma, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(model.read(layer), plain, rtol=1e-4, atol=1e-5)
 
+    def test_rms_norm(self):
+        """x / sqrt(mean(x^2) + epsilon) * gamma over the last axis (F.rms_norm)."""
+        x = (RNG.randn(3, 4, 7) * 2 + 1).astype(np.float64)
+        gamma = RNG.randn(7)
+        rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-2)
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 4, (7,))
+        out = model.rms_norm_op(tokens, model.parameter("g", (7,)), epsilon=1e-2)
+        layer = model.rms_norm(tokens, name="rms")
+        model.compile(None, 3)
+        self.assertEqual([p.name for p in model.parameter_nodes()], ["g", "rms.weight"])
+        model.set_parameters(np.concatenate([gamma, np.ones(7)]).astype(np.float32))
+        model.set_input(tokens, x.astype(np.float32))
+        model.forward()
+        np.testing.assert_allclose(model.read(out), x / rms * gamma, rtol=1e-4, atol=1e-5)
+        rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(model.read(layer), x / rms, rtol=1e-4, atol=1e-5)
+
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
         accuracy is invented for per-token logits."""
