@@ -353,10 +353,11 @@ static void test_sequence_ops(void **state) {
 }
 
 /* The transformer's per-token ops on a sequence: layer norm as the layer helper makes it (weight and bias,
- * moved by training) and as an op with a random gain and no shift, RMS norm with a random gain, into a
- * flattened head. Exported at opset 17 (LayerNormalization) and 13 (its arithmetic in plain nodes); RMS norm
- * is plain nodes at both (ReduceMean's axes an attribute), and at 20 in the zoo (axes an input). */
-static void build_norms(model *m) {
+ * moved by training) and as an op with a random gain and no shift, the tanh GELU, RMS norm with a random gain
+ * and SiLU, into a flattened head. Exported at opset 17 (LayerNormalization) and 13 (its arithmetic in plain
+ * nodes); RMS norm is plain nodes at both (ReduceMean's axes an attribute), and at 20 in the zoo (axes an
+ * input); the tanh GELU and SiLU are Sigmoid products at every opset. */
+static void build_transformer_ops(model *m) {
   bpt_node *h, *gain;
   assert_ok(m->context, bpt_graph_create(m->context, &m->graph));
   assert_ok(m->context,
@@ -365,25 +366,28 @@ static void build_norms(model *m) {
   assert_ok(m->context, bpt_layer_layer_norm(m->graph, "ln1", h, 1e-5f, &h));
   assert_ok(m->context, bpt_graph_parameter(m->graph, "gain", 1, (const int64_t[]){8}, BPT_INIT_HE_UNIFORM, &gain));
   assert_ok(m->context, bpt_layer_norm(m->graph, "ln2", h, gain, NULL, 1e-3f, &h));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "up", h, 12, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m->context, bpt_gelu_tanh(m->graph, "gelu_tanh", h, &h));
   assert_ok(m->context,
-            bpt_graph_parameter(m->graph, "rms_gain", 1, (const int64_t[]){8}, BPT_INIT_HE_UNIFORM, &gain));
+            bpt_graph_parameter(m->graph, "rms_gain", 1, (const int64_t[]){12}, BPT_INIT_HE_UNIFORM, &gain));
   assert_ok(m->context, bpt_rms_norm(m->graph, "rms", h, gain, 1e-2f, &h));
+  assert_ok(m->context, bpt_silu(m->graph, "silu", h, &h));
   assert_ok(m->context, bpt_flatten(m->graph, "flat", h, &h));
   assert_ok(m->context, bpt_layer_linear(m->graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
   model_end(m, true);
 }
 
-static void test_norms(void **state) {
+static void test_transformer_ops(void **state) {
   (void)state;
   if (!onnx_available()) skip();
   for (int opset = 13; opset <= 17; opset += 4) {
     model m = {.context = test_context(17), .sample_rank = 2, .sample = {4, 6}};
-    build_norms(&m);
+    build_transformer_ops(&m);
     float *pixels = random_pixels(&m, 26);
     train(&m, pixels, 0.5f, 2.0f);
     bpt_onnx_export_options options = bpt_onnx_export_options_default();
     options.opset = opset;
-    export_model(&m, opset == 13 ? "norms_opset13" : "norms_opset17", pixels, options);
+    export_model(&m, opset == 13 ? "transformer_opset13" : "transformer_opset17", pixels, options);
     free(pixels);
     model_destroy(&m);
   }
@@ -539,7 +543,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
-      cmocka_unit_test(test_norms),
+      cmocka_unit_test(test_transformer_ops),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

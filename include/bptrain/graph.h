@@ -84,6 +84,11 @@ BPT_API bpt_status bpt_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt
 /** y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (PyTorch's default, not the tanh approximation).
  * x must be f32; y has its shape. */
 BPT_API bpt_status bpt_gelu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), GELU's tanh approximation (PyTorch's
+ * F.gelu(x, approximate='tanh'), GPT-2's activation). x must be f32; y has its shape. */
+BPT_API bpt_status bpt_gelu_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = x sigmoid(x) = x / (1 + exp(-x)), SiLU (PyTorch's F.silu). x must be f32; y has its shape. */
+BPT_API bpt_status bpt_silu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 /** Element-wise a * b, with the broadcasting of bpt_add(). */
 BPT_API bpt_status bpt_mul(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out);
 /**

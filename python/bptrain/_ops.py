@@ -91,6 +91,8 @@ OPS = {
     "sigmoid": ("bpt_sigmoid", "x:node", "sigmoid"),
     "tanh": ("bpt_tanh", "x:node", "tanh"),
     "gelu": ("bpt_gelu", "x:node", "gelu"),
+    "gelu_tanh": ("bpt_gelu_tanh", "x:node", "gelu_tanh"),
+    "silu": ("bpt_silu", "x:node", "silu"),
     "mul": ("bpt_mul", "a:node b:node", "mul"),
     "permute": ("bpt_permute", "x:node axes:dims", "permute"),
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),

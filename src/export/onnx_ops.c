@@ -59,6 +59,31 @@ static bpt_status emit_gelu(onnx_builder *b, const bpt_node *node) {
   return onnx_node(b, "Mul", y, (const char *[]){product, c_half}, 2, y, NULL);
 }
 
+/* Gelu's approximate="tanh" needs opset 20 and a string attribute; x sigmoid(2u) (0.5 (1 + tanh(u)) =
+ * sigmoid(2u), u = sqrt(2 / pi) (x + 0.044715 x^3)) needs neither, at every opset: z = x (a + b x^2). */
+static bpt_status emit_gelu_tanh(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node);
+  const float a = 1.5957691216057308f, cubic = 1.5957691216057308f * 0.044715f;
+  const char *c_a = onnx_name(b, y, "a"), *c_b = onnx_name(b, y, "b"), *square = onnx_name(b, y, "square"),
+             *scaled = onnx_name(b, y, "scaled"), *shifted = onnx_name(b, y, "shifted"), *z = onnx_name(b, y, "z"),
+             *gate = onnx_name(b, y, "gate");
+  BPT_CHECK(onnx_constant_floats(b, c_a, 0, NULL, &a, 1));
+  BPT_CHECK(onnx_constant_floats(b, c_b, 0, NULL, &cubic, 1));
+  BPT_CHECK(onnx_node(b, "Mul", square, (const char *[]){x, x}, 2, square, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scaled, (const char *[]){square, c_b}, 2, scaled, NULL));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){scaled, c_a}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", z, (const char *[]){x, shifted}, 2, z, NULL));
+  BPT_CHECK(onnx_node(b, "Sigmoid", gate, &z, 1, gate, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){x, gate}, 2, y, NULL);
+}
+
+/* x sigmoid(x): ONNX has no SiLU before Swish (opset 24). */
+static bpt_status emit_silu(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node), *gate = onnx_name(b, y, "gate");
+  BPT_CHECK(onnx_node(b, "Sigmoid", gate, &x, 1, gate, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){x, gate}, 2, y, NULL);
+}
+
 /* y = x W^T + b: Gemm with transB, on x flattened to (N, features) when it has more dimensions. */
 /* A sequence's per-token product is MatMul by W^T (a transposed initializer would be a second copy of W, so
  * Transpose runs in the graph, folded by runtimes) plus the bias; otherwise Gemm on the flattened input. */
@@ -294,6 +319,8 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_PERMUTE] = emit_permute,
     [BPT_OP_LAYER_NORM] = emit_layer_norm,
     [BPT_OP_RMS_NORM] = emit_rms_norm,
+    [BPT_OP_GELU_TANH] = emit_gelu_tanh,
+    [BPT_OP_SILU] = emit_silu,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

@@ -74,6 +74,23 @@ class Ops(unittest.TestCase):
             _, y = run_op(lambda m, a: getattr(m, op)(a, **arguments), x)
             np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6, err_msg=op)
 
+    def test_gated_activations(self):
+        """gelu_tanh (F.gelu approximate='tanh') and silu against float64 over [-100, 100], relative error near
+        float rounding (2e-6). In gelu_tanh's far tail (|y| < 1e-10) z = 2u reaches -85, and its float rounding
+        alone moves e^z by |z| 6e-8 (1e-5). Below z = -87.3 the CPU's own exp clamps its argument, so y is
+        x 1.2e-38 there, not smaller (atol). The reference writes 0.5 (1 + tanh(u)) as 1 / (1 + exp(-2u)): in
+        float64 too, 1 + tanh(u) cancels to 0 below x = -7."""
+        x = np.concatenate([np.linspace(-100, 100, 2001), RNG.randn(999) * 3]).astype(np.float32).reshape(3, 1000)
+        v = x.astype(np.float64)
+        with np.errstate(over="ignore"):
+            u = math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)
+            cases = {"gelu_tanh": v / (1 + np.exp(-2 * u)), "silu": v / (1 + np.exp(-v))}
+        for op, expected in cases.items():
+            _, y = run_op(lambda m, a: getattr(m, op)(a), x)
+            body = np.abs(expected) > 1e-10
+            np.testing.assert_allclose(y[body], expected[body], rtol=2e-6, err_msg=op)
+            np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-35, err_msg=op)
+
     def test_linear_op_and_layer(self):
         x = RNG.randn(3, 5).astype(np.float32)
         w, b = RNG.randn(4, 5).astype(np.float32), RNG.randn(4).astype(np.float32)
