@@ -281,14 +281,14 @@ struct op_case {
   int64_t shape[3];
   /* Attributes, each read by the builders of the ops it names. */
   int64_t units;                                                   /* linear: output features */
-  bool no_bias;                                                    /* linear, conv2d */
+  bool no_bias;                                                    /* linear, conv2d; layer_norm: no beta */
   int64_t out_channels, kernel, stride, padding, dilation, groups; /* conv2d; pooling: kernel, stride, padding */
   bool sequence;        /* the main input is a sequence input: shape[0] is its length, the rest per token */
   int other_rank;       /* add, mul, matmul: the second operand, per sample when other_batched, else a parameter */
   int64_t other_shape[3];
   bool other_batched;
   bool transpose_a, transpose_b;                                   /* matmul */
-  bool twice;                                                      /* permute: x feeds two, their sum the output */
+  bool twice;                                                      /* permute, norms: x feeds two, summed */
   int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
   int64_t to_shape[3];
   float slope;                    /* leaky_relu */
@@ -504,6 +504,29 @@ static bpt_status build_batch_norm(case_graph *g, const op_case *c, bpt_node **o
   return bpt_batch_norm(g->graph, "op", x, gamma, beta, mean, variance, 0.1f, 1e-5f, out);
 }
 
+static bpt_status norm_node(case_graph *g, const op_case *c, const char *name, bpt_node *x, bpt_node *gamma,
+                            bpt_node *beta, float epsilon, bpt_node **out) {
+  if (c->op == BPT_OP_RMS_NORM) return bpt_rms_norm(g->graph, name, x, gamma, epsilon, out);
+  return bpt_layer_norm(g->graph, name, x, gamma, beta, epsilon, out);
+}
+
+/* layer_norm and rms_norm over the main input's last axis, with gamma (and layer_norm's beta unless no_bias) of
+ * its size. */
+static bpt_status build_norm(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x, *gamma, *beta = NULL;
+  const int64_t *features = &c->shape[c->rank - 1];
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 3.0f, true, &x));
+  BPT_CHECK(add_parameter(g, "gamma", 1, features, 0.5f, 1.5f, true, &gamma));
+  if (!c->no_bias && c->op == BPT_OP_LAYER_NORM)
+    BPT_CHECK(add_parameter(g, "beta", 1, features, -0.5f, 0.5f, true, &beta));
+  if (!c->twice) return norm_node(g, c, "op", x, gamma, beta, 1e-5f, out);
+  /* Two nodes share x and the parameters: the second writer of each gradient adds into it. */
+  bpt_node *first, *second;
+  BPT_CHECK(norm_node(g, c, "op", x, gamma, beta, 1e-5f, &first));
+  BPT_CHECK(norm_node(g, c, "op2", x, gamma, beta, 1e-3f, &second));
+  return bpt_add(g->graph, "sum", first, second, out);
+}
+
 static bpt_status build_pool2d(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", 3, c->shape, -1.0f, 1.0f, true, &x));
@@ -587,6 +610,12 @@ static const op_case op_cases[] = {
     {"tanh batch 1, 2x9", BPT_OP_TANH, build_unary, .unary = bpt_tanh, .batch = 1, .rank = 2, SHAPE(2, 9)},
     {"tanh 10007 (parity)", BPT_OP_TANH, build_unary, .unary = bpt_tanh, .batch = 1, .rank = 1, SHAPE(10007)},
     {"gelu 3x37", BPT_OP_GELU, build_unary, .unary = bpt_gelu, .batch = 3, .rank = 1, SHAPE(37)},
+    {"gelu_tanh 3x37", BPT_OP_GELU_TANH, build_unary, .unary = bpt_gelu_tanh, .batch = 3, .rank = 1, SHAPE(37)},
+    {"gelu_tanh fan-out, sequence 2x5x19", BPT_OP_GELU_TANH, build_unary, .unary = bpt_gelu_tanh, .batch = 2, .rank = 2, SHAPE(5, 19), .sequence = true, .fan_out = true},
+    {"gelu_tanh 40009 (threads, blocks)", BPT_OP_GELU_TANH, build_unary, .unary = bpt_gelu_tanh, .batch = 1, .rank = 1, SHAPE(40009)},
+    {"silu 3x37", BPT_OP_SILU, build_unary, .unary = bpt_silu, .batch = 3, .rank = 1, SHAPE(37)},
+    {"silu fan-out, sequence 2x5x19", BPT_OP_SILU, build_unary, .unary = bpt_silu, .batch = 2, .rank = 2, SHAPE(5, 19), .sequence = true, .fan_out = true},
+    {"silu 40009 (threads, blocks)", BPT_OP_SILU, build_unary, .unary = bpt_silu, .batch = 1, .rank = 1, SHAPE(40009)},
     {"softmax_cross_entropy 8x10", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 8, .rank = 1, SHAPE(10)},
     {"softmax_cross_entropy batch 1, 3 classes", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 1, .rank = 1, SHAPE(3)},
     {"softmax_cross_entropy 128x10 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 128, .rank = 1, SHAPE(10)},
@@ -617,6 +646,16 @@ static const op_case op_cases[] = {
     {"batch_norm_relu 2-D 2x2x17 rows", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 2, .rank = 3, SHAPE(2, 1, 17), .kinks = true, .step = 2e-3},
     {"batch_norm_relu 1-D 7x6", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 7, .rank = 1, SHAPE(6), .kinks = true, .step = 2e-3},
     {"batch_norm_relu evaluation 3x4x3x3", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 3, .rank = 3, SHAPE(4, 3, 3), .evaluation = true, .check = CHECK_EVALUATION_FORMULA},
+    {"layer_norm 5x37", BPT_OP_LAYER_NORM, build_norm, .batch = 5, .rank = 1, SHAPE(37)},
+    {"layer_norm sequence 2x3x33", BPT_OP_LAYER_NORM, build_norm, .batch = 2, .rank = 2, SHAPE(3, 33), .sequence = true},
+    {"layer_norm fan-out, no beta, batch 1, 4x17 rows", BPT_OP_LAYER_NORM, build_norm, .batch = 1, .rank = 2, SHAPE(4, 17), .no_bias = true, .fan_out = true},
+    {"layer_norm twice, shared gamma and beta (gradients accumulate), 3x2x9", BPT_OP_LAYER_NORM, build_norm, .batch = 3, .rank = 2, SHAPE(2, 9), .twice = true},
+    {"layer_norm sequence 3x80x150 (threads)", BPT_OP_LAYER_NORM, build_norm, .batch = 3, .rank = 2, SHAPE(80, 150), .sequence = true},
+    {"rms_norm 5x37", BPT_OP_RMS_NORM, build_norm, .batch = 5, .rank = 1, SHAPE(37)},
+    {"rms_norm sequence 2x3x33", BPT_OP_RMS_NORM, build_norm, .batch = 2, .rank = 2, SHAPE(3, 33), .sequence = true},
+    {"rms_norm fan-out, batch 1, 4x17 rows", BPT_OP_RMS_NORM, build_norm, .batch = 1, .rank = 2, SHAPE(4, 17), .fan_out = true},
+    {"rms_norm twice, shared gamma (gradients accumulate), 3x2x9", BPT_OP_RMS_NORM, build_norm, .batch = 3, .rank = 2, SHAPE(2, 9), .twice = true},
+    {"rms_norm sequence 3x80x150 (threads)", BPT_OP_RMS_NORM, build_norm, .batch = 3, .rank = 2, SHAPE(80, 150), .sequence = true},
     {"max_pool2d k2 s2 p0 3x5x12x9 (parity)", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 3, SHAPE(5, 12, 9), .kernel = 2, .stride = 2, .padding = 0, .spacing = 0.01f, .step = 2.5e-3},
     {"max_pool2d k3 s1 p1 3x5x12x9 (parity)", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 3, SHAPE(5, 12, 9), .kernel = 3, .stride = 1, .padding = 1, .spacing = 0.01f, .step = 2.5e-3},
     {"max_pool2d batch 1, k3 s2 p1 2x7x7", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 1, SHAPE(2, 7, 7), .kernel = 3, .stride = 2, .padding = 1, .spacing = 0.02f, .step = 5e-3},

@@ -270,7 +270,7 @@ static void test_resnet8(void **state) {
 }
 
 /* Every other op and attribute: strided, dilated, grouped convolution with bias, padded average and max
- * pooling, a 4-D batch norm, reshape, leaky ReLU, sigmoid, tanh, GELU and dropout, into an MSE loss. */
+ * pooling, a 4-D batch norm, reshape, leaky ReLU, sigmoid, tanh, GELU, RMS norm and dropout, into an MSE loss. */
 static void build_zoo(model *m) {
   bpt_node *x, *w, *b;
   bpt_conv2d_options conv = bpt_conv2d_options_default();
@@ -297,6 +297,7 @@ static void build_zoo(model *m) {
   assert_ok(m->context, bpt_dropout(m->graph, "dropout", x, 0.5f, &x));
   assert_ok(m->context, bpt_layer_linear(m->graph, "fc2", x, 16, BPT_INIT_HE_UNIFORM, &x));
   assert_ok(m->context, bpt_gelu(m->graph, "gelu", x, &x));
+  assert_ok(m->context, bpt_layer_rms_norm(m->graph, "rms", x, 1e-5f, &x));
   assert_ok(m->context, bpt_layer_linear(m->graph, "fc3", x, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
   model_end(m, true);
 }
@@ -349,6 +350,47 @@ static void test_sequence_ops(void **state) {
   export_model(&m, "sequence", pixels, bpt_onnx_export_options_default());
   free(pixels);
   model_destroy(&m);
+}
+
+/* The transformer's per-token ops on a sequence: layer norm as the layer helper makes it (weight and bias,
+ * moved by training) and as an op with a random gain and no shift, the tanh GELU, RMS norm with a random gain
+ * and SiLU, into a flattened head. Exported at opset 17 (LayerNormalization) and 13 (its arithmetic in plain
+ * nodes); RMS norm is plain nodes at both (ReduceMean's axes an attribute), and at 20 in the zoo (axes an
+ * input); the tanh GELU and SiLU are Sigmoid products at every opset. */
+static void build_transformer_ops(model *m) {
+  bpt_node *h, *gain;
+  assert_ok(m->context, bpt_graph_create(m->context, &m->graph));
+  assert_ok(m->context,
+            bpt_graph_input_sequence(m->graph, "tokens", BPT_DTYPE_F32, 4, 1, (const int64_t[]){6}, &m->input));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "token", m->input, 8, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m->context, bpt_layer_layer_norm(m->graph, "ln1", h, 1e-5f, &h));
+  assert_ok(m->context, bpt_graph_parameter(m->graph, "gain", 1, (const int64_t[]){8}, BPT_INIT_HE_UNIFORM, &gain));
+  assert_ok(m->context, bpt_layer_norm(m->graph, "ln2", h, gain, NULL, 1e-3f, &h));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "up", h, 12, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m->context, bpt_gelu_tanh(m->graph, "gelu_tanh", h, &h));
+  assert_ok(m->context,
+            bpt_graph_parameter(m->graph, "rms_gain", 1, (const int64_t[]){12}, BPT_INIT_HE_UNIFORM, &gain));
+  assert_ok(m->context, bpt_rms_norm(m->graph, "rms", h, gain, 1e-2f, &h));
+  assert_ok(m->context, bpt_silu(m->graph, "silu", h, &h));
+  assert_ok(m->context, bpt_flatten(m->graph, "flat", h, &h));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
+  model_end(m, true);
+}
+
+static void test_transformer_ops(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  for (int opset = 13; opset <= 17; opset += 4) {
+    model m = {.context = test_context(17), .sample_rank = 2, .sample = {4, 6}};
+    build_transformer_ops(&m);
+    float *pixels = random_pixels(&m, 26);
+    train(&m, pixels, 0.5f, 2.0f);
+    bpt_onnx_export_options options = bpt_onnx_export_options_default();
+    options.opset = opset;
+    export_model(&m, opset == 13 ? "transformer_opset13" : "transformer_opset17", pixels, options);
+    free(pixels);
+    model_destroy(&m);
+  }
 }
 
 static void test_refusals(void **state) {
@@ -501,6 +543,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
+      cmocka_unit_test(test_transformer_ops),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

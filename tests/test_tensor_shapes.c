@@ -132,6 +132,40 @@ static void matmul_refusals_name_the_axes(void **state) {
   bpt_context_destroy(context);
 }
 
+/* layer_norm and rms_norm: the parameters must have the last axis's size, epsilon must be positive, and a
+ * batched rank-1 input (one value per sample) has no axis to normalise over. */
+static void norm_refusals_name_the_parameter(void **state) {
+  (void)state;
+  bpt_context *context = test_context(7);
+  bpt_graph *graph;
+  bpt_node *x, *scalar, *gamma, *wrong, *out;
+  const int64_t x_dims[2] = {LENGTH, FEATURES}, wrong_dims[1] = {LENGTH};
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input_sequence(graph, "x", BPT_DTYPE_F32, LENGTH, 1, x_dims + 1, &x));
+  assert_ok(context, bpt_graph_input(graph, "scalar", BPT_DTYPE_F32, 0, NULL, &scalar));
+  assert_ok(context, bpt_graph_parameter(graph, "gamma", 1, x_dims + 1, BPT_INIT_ONES, &gamma));
+  assert_ok(context, bpt_graph_parameter(graph, "wrong", 1, wrong_dims, BPT_INIT_ONES, &wrong));
+  assert_fails(context, BPT_ERR_SHAPE, "layer_norm 'ln': gamma 'wrong' has shape 3; expected (4)",
+               bpt_layer_norm(graph, "ln", x, wrong, NULL, 1e-5f, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "beta 'wrong' has shape 3; expected (4), the input's last axis",
+               bpt_layer_norm(graph, "ln", x, gamma, wrong, 1e-5f, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "rms_norm 'rms': gamma 'wrong' has shape 3; expected (4)",
+               bpt_rms_norm(graph, "rms", x, wrong, 1e-5f, &out));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "epsilon 0 must be finite and > 0",
+               bpt_layer_norm(graph, "ln", x, gamma, NULL, 0.0f, &out));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "epsilon -1 must be finite and > 0",
+               bpt_rms_norm(graph, "rms", x, gamma, -1.0f, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "input 'scalar' has shape N: no feature axis",
+               bpt_layer_norm(graph, "ln", scalar, gamma, NULL, 1e-5f, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "bpt_layer_rms_norm 'rms': input 'scalar' has no feature axis",
+               bpt_layer_rms_norm(graph, "rms", scalar, 1e-5f, &out));
+  assert_ok(context, bpt_layer_layer_norm(graph, "ln", x, 1e-5f, &out));
+  assert_int_equal(bpt_node_rank(out), 3);
+  assert_ok(context, bpt_layer_rms_norm(graph, "rms", x, 1e-5f, &out));
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 /* permute (N, 2, 3, 4) -> (N, 4, 2, 3) against the index arithmetic: y[n][d][t][h] = x[n][t][h][d]. */
 static void permute_moves_axes(void **state) {
   (void)state;
@@ -174,6 +208,7 @@ int main(void) {
       cmocka_unit_test(sequence_linear_is_per_token),     cmocka_unit_test(plain_input_still_flattens),
       cmocka_unit_test(sequence_input_checks_its_length), cmocka_unit_test(broadcast_refusals_name_both_shapes),
       cmocka_unit_test(matmul_refusals_name_the_axes),    cmocka_unit_test(permute_moves_axes),
+      cmocka_unit_test(norm_refusals_name_the_parameter),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,6 +84,11 @@ BPT_API bpt_status bpt_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt
 /** y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (PyTorch's default, not the tanh approximation).
  * x must be f32; y has its shape. */
 BPT_API bpt_status bpt_gelu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), GELU's tanh approximation (PyTorch's
+ * F.gelu(x, approximate='tanh'), GPT-2's activation). x must be f32; y has its shape. */
+BPT_API bpt_status bpt_gelu_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = x sigmoid(x) = x / (1 + exp(-x)), SiLU (PyTorch's F.silu). x must be f32; y has its shape. */
+BPT_API bpt_status bpt_silu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 /** Element-wise a * b, with the broadcasting of bpt_add(). */
 BPT_API bpt_status bpt_mul(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out);
 /**
@@ -104,6 +109,26 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
  */
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
+/**
+ * Layer normalisation over the last axis (C values per row; every other axis, the batch and a sequence
+ * included, indexes rows): y = (x - mean) / sqrt(var + epsilon) * gamma + beta, with the biased variance and
+ * epsilon inside the square root, as PyTorch's F.layer_norm(x, (C,), gamma, beta, epsilon). The output keeps
+ * x's shape, batch and sequence axis. Forward keeps the mean and 1 / std of each row for backward.
+ * @param gamma unbatched f32 with C values (a parameter, usually)
+ * @param beta unbatched f32 with C values, or NULL for no shift
+ * @param epsilon > 0 (1e-5 is PyTorch's default)
+ */
+BPT_API bpt_status bpt_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, bpt_node *beta,
+                                  float epsilon, bpt_node **out);
+/**
+ * RMS normalisation over the last axis (C values per row, as bpt_layer_norm()): y = x / sqrt(mean(x^2) +
+ * epsilon) * gamma, as PyTorch's F.rms_norm(x, (C,), gamma, epsilon). The output keeps x's shape, batch and
+ * sequence axis. Forward keeps 1 / rms of each row for backward.
+ * @param gamma unbatched f32 with C values (a parameter, usually)
+ * @param epsilon > 0
+ */
+BPT_API bpt_status bpt_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, float epsilon,
+                                bpt_node **out);
 /**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.

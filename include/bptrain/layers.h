@@ -24,6 +24,15 @@ BPT_API bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_
 /** bpt_layer_batch_norm() followed by ReLU, in one bpt_batch_norm_relu() node named @p name (same parameters). */
 BPT_API bpt_status bpt_layer_batch_norm_relu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 
+/** Creates "<name>.weight" (C, ones) and "<name>.bias" (C, zeros) for x's last axis of C values, then a
+ * bpt_layer_norm() named @p name with them: PyTorch's nn.LayerNorm(C, eps=epsilon). */
+BPT_API bpt_status bpt_layer_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon,
+                                        bpt_node **out);
+
+/** Creates "<name>.weight" (C, ones) for x's last axis of C values, then a bpt_rms_norm() named @p name with
+ * it: PyTorch's nn.RMSNorm(C, eps=epsilon). */
+BPT_API bpt_status bpt_layer_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out);
+
 /**
  * A ResNet basic block (He et al. 2016): conv3x3(stride)-BN-ReLU-conv3x3-BN, plus a shortcut, then ReLU.
  * The shortcut is the identity when shape is unchanged, else a 1x1 convolution with @p stride followed by

@@ -91,9 +91,13 @@ OPS = {
     "sigmoid": ("bpt_sigmoid", "x:node", "sigmoid"),
     "tanh": ("bpt_tanh", "x:node", "tanh"),
     "gelu": ("bpt_gelu", "x:node", "gelu"),
+    "gelu_tanh": ("bpt_gelu_tanh", "x:node", "gelu_tanh"),
+    "silu": ("bpt_silu", "x:node", "silu"),
     "mul": ("bpt_mul", "a:node b:node", "mul"),
     "permute": ("bpt_permute", "x:node axes:dims", "permute"),
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
+    "layer_norm_op": ("bpt_layer_norm", "x:node gamma:node beta:node?= epsilon:float=1e-5", "layer_norm"),
+    "rms_norm_op": ("bpt_rms_norm", "x:node gamma:node epsilon:float=1e-5", "rms_norm"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
     "mse_loss": ("bpt_mse_loss", "prediction:node target:node", "loss"),
     # cnn_ops.h
@@ -116,6 +120,8 @@ OPS = {
                                    "bias:bool=1", "conv"),
     "batch_norm": ("bpt_layer_batch_norm", "x:node", "bn"),
     "batch_norm_relu": ("bpt_layer_batch_norm_relu", "x:node", "bn"),
+    "layer_norm": ("bpt_layer_layer_norm", "x:node epsilon:float=1e-5", "layer_norm"),
+    "rms_norm": ("bpt_layer_rms_norm", "x:node epsilon:float=1e-5", "rms_norm"),
     "resnet_block": ("bpt_layer_resnet_basic_block", "x:node out_channels:int64 stride:int64=1", "block"),
     # binary_stochastic.h
     "binary_stochastic": ("bpt_binary_stochastic", "z:node estimator:estimator=identity", "bsn"),

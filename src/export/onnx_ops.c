@@ -59,6 +59,31 @@ static bpt_status emit_gelu(onnx_builder *b, const bpt_node *node) {
   return onnx_node(b, "Mul", y, (const char *[]){product, c_half}, 2, y, NULL);
 }
 
+/* Gelu's approximate="tanh" needs opset 20 and a string attribute; x sigmoid(2u) (0.5 (1 + tanh(u)) =
+ * sigmoid(2u), u = sqrt(2 / pi) (x + 0.044715 x^3)) needs neither, at every opset: z = x (a + b x^2). */
+static bpt_status emit_gelu_tanh(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node);
+  const float a = 1.5957691216057308f, cubic = 1.5957691216057308f * 0.044715f;
+  const char *c_a = onnx_name(b, y, "a"), *c_b = onnx_name(b, y, "b"), *square = onnx_name(b, y, "square"),
+             *scaled = onnx_name(b, y, "scaled"), *shifted = onnx_name(b, y, "shifted"), *z = onnx_name(b, y, "z"),
+             *gate = onnx_name(b, y, "gate");
+  BPT_CHECK(onnx_constant_floats(b, c_a, 0, NULL, &a, 1));
+  BPT_CHECK(onnx_constant_floats(b, c_b, 0, NULL, &cubic, 1));
+  BPT_CHECK(onnx_node(b, "Mul", square, (const char *[]){x, x}, 2, square, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scaled, (const char *[]){square, c_b}, 2, scaled, NULL));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){scaled, c_a}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", z, (const char *[]){x, shifted}, 2, z, NULL));
+  BPT_CHECK(onnx_node(b, "Sigmoid", gate, &z, 1, gate, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){x, gate}, 2, y, NULL);
+}
+
+/* x sigmoid(x): ONNX has no SiLU before Swish (opset 24). */
+static bpt_status emit_silu(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node), *gate = onnx_name(b, y, "gate");
+  BPT_CHECK(onnx_node(b, "Sigmoid", gate, &x, 1, gate, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){x, gate}, 2, y, NULL);
+}
+
 /* y = x W^T + b: Gemm with transB, on x flattened to (N, features) when it has more dimensions. */
 /* A sequence's per-token product is MatMul by W^T (a transposed initializer would be a second copy of W, so
  * Transpose runs in the graph, folded by runtimes) plus the bias; otherwise Gemm on the flattened input. */
@@ -109,6 +134,66 @@ static bpt_status emit_permute(onnx_builder *b, const bpt_node *node) {
   Onnx__NodeProto *n;
   BPT_CHECK(onnx_node(b, "Transpose", y, &x, 1, y, &n));
   return onnx_attribute_ints(b, n, "perm", node->int_attributes + 1, (int)node->int_attributes[0]);
+}
+
+/* ReduceMean over the last axis, keeping it (1): axes an attribute before opset 18, an input from 18. */
+static bpt_status reduce_mean_last(onnx_builder *b, const char *x, const char *y) {
+  const int64_t last = -1, one = 1;
+  Onnx__NodeProto *n;
+  if (onnx_opset(b) >= 18) {
+    const char *axes = onnx_name(b, y, "axes");
+    BPT_CHECK(onnx_constant_ints(b, axes, 1, &one, &last, 1));
+    BPT_CHECK(onnx_node(b, "ReduceMean", y, (const char *[]){x, axes}, 2, y, &n));
+  } else {
+    BPT_CHECK(onnx_node(b, "ReduceMean", y, &x, 1, y, &n));
+    BPT_CHECK(onnx_attribute_ints(b, n, "axes", &last, 1));
+  }
+  return onnx_attribute_int(b, n, "keepdims", 1);
+}
+
+/* LayerNormalization over the last axis from opset 17; before it, the same arithmetic in plain nodes:
+ * (x - mean) / sqrt(mean((x - mean)^2) + epsilon) * gamma + beta. */
+static bpt_status emit_layer_norm(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *gamma = input(b, node, 1), *beta = input(b, node, 2), *y = onnx_value(b, node);
+  const float epsilon = node->float_attributes[0];
+  if (onnx_opset(b) >= 17) {
+    Onnx__NodeProto *n;
+    BPT_CHECK(onnx_node(b, "LayerNormalization", y, (const char *[]){x, gamma, beta}, 3, y, &n));
+    BPT_CHECK(onnx_attribute_int(b, n, "axis", -1));
+    return onnx_attribute_float(b, n, "epsilon", epsilon);
+  }
+  const char *mean = onnx_name(b, y, "mean"), *centred = onnx_name(b, y, "centred"),
+             *squares = onnx_name(b, y, "squares"), *variance = onnx_name(b, y, "variance"),
+             *c_epsilon = onnx_name(b, y, "epsilon"), *shifted = onnx_name(b, y, "shifted"),
+             *deviation = onnx_name(b, y, "std"), *normalised = onnx_name(b, y, "normalised"),
+             *scaled = beta ? onnx_name(b, y, "scaled") : y;
+  BPT_CHECK(onnx_constant_floats(b, c_epsilon, 0, NULL, &epsilon, 1));
+  BPT_CHECK(reduce_mean_last(b, x, mean));
+  BPT_CHECK(onnx_node(b, "Sub", centred, (const char *[]){x, mean}, 2, centred, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", squares, (const char *[]){centred, centred}, 2, squares, NULL));
+  BPT_CHECK(reduce_mean_last(b, squares, variance));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){variance, c_epsilon}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Sqrt", deviation, &shifted, 1, deviation, NULL));
+  BPT_CHECK(onnx_node(b, "Div", normalised, (const char *[]){centred, deviation}, 2, normalised, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scaled, (const char *[]){normalised, gamma}, 2, scaled, NULL));
+  if (!beta) return BPT_OK;
+  return onnx_node(b, "Add", y, (const char *[]){scaled, beta}, 2, y, NULL);
+}
+
+/* ONNX's RMSNormalization is opset 23, past the exporter's range: x / sqrt(mean(x^2) + epsilon) * gamma. */
+static bpt_status emit_rms_norm(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *gamma = input(b, node, 1), *y = onnx_value(b, node);
+  const float epsilon = node->float_attributes[0];
+  const char *squares = onnx_name(b, y, "squares"), *mean_square = onnx_name(b, y, "mean_square"),
+             *c_epsilon = onnx_name(b, y, "epsilon"), *shifted = onnx_name(b, y, "shifted"),
+             *rms = onnx_name(b, y, "rms"), *normalised = onnx_name(b, y, "normalised");
+  BPT_CHECK(onnx_constant_floats(b, c_epsilon, 0, NULL, &epsilon, 1));
+  BPT_CHECK(onnx_node(b, "Mul", squares, (const char *[]){x, x}, 2, squares, NULL));
+  BPT_CHECK(reduce_mean_last(b, squares, mean_square));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){mean_square, c_epsilon}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Sqrt", rms, &shifted, 1, rms, NULL));
+  BPT_CHECK(onnx_node(b, "Div", normalised, (const char *[]){x, rms}, 2, normalised, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){normalised, gamma}, 2, y, NULL);
 }
 
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
@@ -232,6 +317,10 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_MUL] = emit_mul,
     [BPT_OP_MATMUL] = emit_matmul,
     [BPT_OP_PERMUTE] = emit_permute,
+    [BPT_OP_LAYER_NORM] = emit_layer_norm,
+    [BPT_OP_RMS_NORM] = emit_rms_norm,
+    [BPT_OP_GELU_TANH] = emit_gelu_tanh,
+    [BPT_OP_SILU] = emit_silu,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

@@ -74,6 +74,23 @@ class Ops(unittest.TestCase):
             _, y = run_op(lambda m, a: getattr(m, op)(a, **arguments), x)
             np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6, err_msg=op)
 
+    def test_gated_activations(self):
+        """gelu_tanh (F.gelu approximate='tanh') and silu against float64 over [-100, 100], relative error near
+        float rounding (2e-6). In gelu_tanh's far tail (|y| < 1e-10) z = 2u reaches -85, and its float rounding
+        alone moves e^z by |z| 6e-8 (1e-5). Below z = -87.3 the CPU's own exp clamps its argument, so y is
+        x 1.2e-38 there, not smaller (atol). The reference writes 0.5 (1 + tanh(u)) as 1 / (1 + exp(-2u)): in
+        float64 too, 1 + tanh(u) cancels to 0 below x = -7."""
+        x = np.concatenate([np.linspace(-100, 100, 2001), RNG.randn(999) * 3]).astype(np.float32).reshape(3, 1000)
+        v = x.astype(np.float64)
+        with np.errstate(over="ignore"):
+            u = math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)
+            cases = {"gelu_tanh": v / (1 + np.exp(-2 * u)), "silu": v / (1 + np.exp(-v))}
+        for op, expected in cases.items():
+            _, y = run_op(lambda m, a: getattr(m, op)(a), x)
+            body = np.abs(expected) > 1e-10
+            np.testing.assert_allclose(y[body], expected[body], rtol=2e-6, err_msg=op)
+            np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-35, err_msg=op)
+
     def test_linear_op_and_layer(self):
         x = RNG.randn(3, 5).astype(np.float32)
         w, b = RNG.randn(4, 5).astype(np.float32), RNG.randn(4).astype(np.float32)
@@ -143,6 +160,46 @@ class Ops(unittest.TestCase):
         scale = RNG.randn(2, 3, 4, 1).astype(np.float32)
         _, out = run_op(lambda m, x, y: m.mul(x, y), a, scale)
         np.testing.assert_allclose(out, a * scale, rtol=1e-6)
+
+    def test_layer_norm(self):
+        """Over the last axis of a sequence, biased variance, epsilon inside the square root (F.layer_norm)."""
+        x = (RNG.randn(3, 4, 7) * 2 + 1).astype(np.float64)
+        gamma, beta = RNG.randn(7), RNG.randn(7)
+        normalised = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-3)
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 4, (7,))
+        g, b = model.parameter("g", (7,)), model.parameter("b", (7,))
+        out = model.layer_norm_op(tokens, g, b, epsilon=1e-3)
+        no_shift = model.layer_norm_op(tokens, g)
+        layer = model.layer_norm(tokens, name="ln")
+        model.compile(None, 3)
+        self.assertEqual(out.shape, (3, 4, 7))
+        self.assertEqual([p.name for p in model.parameter_nodes()], ["g", "b", "ln.weight", "ln.bias"])
+        model.set_parameters(np.concatenate([gamma, beta, np.ones(7), np.zeros(7)]).astype(np.float32))
+        model.set_input(tokens, x.astype(np.float32))
+        model.forward()
+        np.testing.assert_allclose(model.read(out), normalised * gamma + beta, rtol=1e-4, atol=1e-5)
+        plain = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(model.read(no_shift), plain * gamma, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(model.read(layer), plain, rtol=1e-4, atol=1e-5)
+
+    def test_rms_norm(self):
+        """x / sqrt(mean(x^2) + epsilon) * gamma over the last axis (F.rms_norm)."""
+        x = (RNG.randn(3, 4, 7) * 2 + 1).astype(np.float64)
+        gamma = RNG.randn(7)
+        rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-2)
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 4, (7,))
+        out = model.rms_norm_op(tokens, model.parameter("g", (7,)), epsilon=1e-2)
+        layer = model.rms_norm(tokens, name="rms")
+        model.compile(None, 3)
+        self.assertEqual([p.name for p in model.parameter_nodes()], ["g", "rms.weight"])
+        model.set_parameters(np.concatenate([gamma, np.ones(7)]).astype(np.float32))
+        model.set_input(tokens, x.astype(np.float32))
+        model.forward()
+        np.testing.assert_allclose(model.read(out), x / rms * gamma, rtol=1e-4, atol=1e-5)
+        rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(model.read(layer), x / rms, rtol=1e-4, atol=1e-5)
 
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
