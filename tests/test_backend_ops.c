@@ -263,6 +263,9 @@ typedef struct case_graph case_graph;
 /* Builds the op and its leaves (through add_input/add_parameter) and returns the op's node. */
 typedef bpt_status (*case_builder)(case_graph *g, const op_case *c, bpt_node **op_output);
 
+/* A host reference of the op's output (the case's leaves in, in their creation order), in double. */
+typedef void (*case_reference)(const case_graph *g, double *expected);
+
 typedef enum gradient_check {
   CHECK_FINITE_DIFFERENCES = 0, /* every differentiable leaf against central differences of the loss */
   CHECK_STRAIGHT_THROUGH,       /* binary_stochastic: dz = da (times sigmoid'(z)), computed on the host */
@@ -289,6 +292,8 @@ struct op_case {
   bool other_batched;
   bool transpose_a, transpose_b;                                   /* matmul */
   bool twice;                                                      /* permute: x feeds two, their sum the output */
+  bool causal;                                                     /* softmax, attention: the causal mask */
+  int64_t heads;                                                   /* attention */
   int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
   int64_t to_shape[3];
   float slope;                    /* leaky_relu */
@@ -304,6 +309,8 @@ struct op_case {
   double tolerance; /* against the CPU, relative; default 1e-4 */
   double step;      /* finite-difference step; default 1e-2 */
   gradient_check check;
+  case_reference reference; /* optional: the output against it on every backend (a self-consistent wrong forward
+                               passes finite differences) */
 };
 
 typedef struct leaf {
@@ -557,6 +564,30 @@ static bpt_status build_permute(case_graph *g, const op_case *c, bpt_node **out)
   return bpt_add(g->graph, "sum", first, second, out);
 }
 
+static bpt_status build_softmax(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -3.0f, 3.0f, true, &x));
+  return bpt_softmax(g->graph, "op", x, c->causal, out);
+}
+
+/* Softmax rows of the last axis in double, with the causal mask j <= i + (Tk - Tq) and zeros for empty rows. */
+static void softmax_reference(const case_graph *g, double *expected) {
+  const op_case *c = g->c;
+  const leaf *x = &g->leaves[0];
+  const int64_t columns = c->shape[c->rank - 1], rows = c->rank >= 2 ? c->shape[c->rank - 2] : 1;
+  for (int64_t r = 0; r < x->count / columns; r++) {
+    const float *in = x->values + r * columns;
+    double *out = expected + r * columns, top = -INFINITY, sum = 0.0;
+    const int64_t visible = c->causal ? r % rows + (columns - rows) + 1 : columns;
+    for (int64_t j = 0; j < columns; j++)
+      if (j < visible) top = fmax(top, in[j]);
+    for (int64_t j = 0; j < columns; j++)
+      sum += out[j] = j < visible ? exp(in[j] - top) : 0.0;
+    for (int64_t j = 0; j < columns; j++)
+      out[j] = sum > 0.0 ? out[j] / sum : 0.0;
+  }
+}
+
 static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
@@ -652,6 +683,12 @@ static const op_case op_cases[] = {
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},
     {"dropout 0.5 batch 1, 2x3x17", BPT_OP_DROPOUT, build_dropout, .batch = 1, .rank = 3, SHAPE(2, 3, 17), .probability = 0.5f, .check = CHECK_DROPOUT_MASK},
     {"dropout evaluation 3x11", BPT_OP_DROPOUT, build_dropout, .batch = 3, .rank = 1, SHAPE(11), .probability = 0.4f, .evaluation = true},
+    {"softmax 3x37", BPT_OP_SOFTMAX, build_softmax, .batch = 3, .rank = 1, SHAPE(37), .reference = softmax_reference},
+    {"softmax fan-out sequence 2x5x7", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(5, 7), .sequence = true, .fan_out = true, .reference = softmax_reference},
+    {"softmax causal 2x3x5x5", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 3, SHAPE(3, 5, 5), .causal = true, .reference = softmax_reference},
+    {"softmax causal bottom-right 2x3x6x4 (rows 0 and 1 fully masked)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 3, SHAPE(3, 6, 4), .causal = true, .reference = softmax_reference},
+    {"softmax causal 2x3x9 (more columns than rows)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(3, 9), .causal = true, .reference = softmax_reference},
+    {"softmax 2x20011 (parity, threads)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(7, 2859), .reference = softmax_reference},
 };
 // clang-format on
 #undef SHAPE
@@ -1011,6 +1048,36 @@ static void check_finite(const op_case *c, const case_result *r, const char *bac
   }
 }
 
+/* The op's output against the case's host reference: |got - expected| <= 1e-5 (|expected| + rms(expected)). */
+static void check_reference(const case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const int64_t count = node_elements(g, g->op_output);
+  const float *got = result_tensor_named(r, "output");
+  double *expected = calloc((size_t)count, sizeof *expected);
+  if (!expected || !got) {
+    record_failure(c->name, backend, "reference: out of memory");
+    free(expected);
+    return;
+  }
+  c->reference(g, expected);
+  double squares = 0.0;
+  for (int64_t i = 0; i < count; i++)
+    squares += expected[i] * expected[i];
+  const double rms = sqrt(squares / (double)count);
+  int64_t differ = 0, worst = 0;
+  double worst_error = 0.0;
+  for (int64_t i = 0; i < count; i++) {
+    const double error = fabs((double)got[i] - expected[i]) / (fabs(expected[i]) + rms + 1e-30);
+    if (!(error <= 1e-5)) {
+      if (differ++ == 0 || !(error <= worst_error)) worst = i, worst_error = error;
+    }
+  }
+  if (differ)
+    record_failure(c->name, backend, "output[%lld] = %.9g, the host reference gives %.9g (%lld of %lld differ)",
+                   (long long)worst, (double)got[worst], expected[worst], (long long)differ, (long long)count);
+  free(expected);
+}
+
 static bool graph_has_op(const bpt_graph *graph, bpt_op_id op) {
   for (int i = 0; i < graph->node_count; i++)
     if (graph->nodes[i]->op == op) return true;
@@ -1044,6 +1111,7 @@ static void run_op_case(int index) {
         check_informative(c, &r);
       else if (reference.count)
         compare_results(c->name, t->label, &reference, &r, tolerance);
+      if (c->reference) check_reference(&g, &r, t->label);
       if (c->check == CHECK_STRAIGHT_THROUGH) check_straight_through(&g, &r, t->label);
       if (c->check == CHECK_DROPOUT_MASK) check_dropout_mask(&g, &r, t->label);
       if (c->check == CHECK_EVALUATION_FORMULA) check_evaluation_formula(&g, &r, t->label);

@@ -105,6 +105,14 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
 /**
+ * Softmax over the last axis, F.softmax(x, dim=-1): y = exp(x - max) / sum exp(x - max) along it. @p x is f32
+ * with at least one per-sample axis; y has its shape. With @p causal non-zero, x's last two axes are
+ * (rows Tq, columns Tk) and element (i, j) is masked where j > i + (Tk - Tq) (bottom-right aligned, as in
+ * attention over cached keys); masked elements are 0, and a row with every element masked (or -inf) is all
+ * zeros rather than NaN.
+ */
+BPT_API bpt_status bpt_softmax(bpt_graph *graph, const char *name, bpt_node *x, int causal, bpt_node **out);
+/**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.
  * @param logits (N, classes) f32, or a sequence's (N, T, classes)

@@ -94,6 +94,7 @@ OPS = {
     "mul": ("bpt_mul", "a:node b:node", "mul"),
     "permute": ("bpt_permute", "x:node axes:dims", "permute"),
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
+    "softmax": ("bpt_softmax", "x:node causal:bool=0", "softmax"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
     "mse_loss": ("bpt_mse_loss", "prediction:node target:node", "loss"),
     # cnn_ops.h

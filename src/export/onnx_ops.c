@@ -1,7 +1,9 @@
 /* One emitter per op: the ONNX nodes that compute the op in evaluation mode, with its attributes mapped to
  * ONNX's. An op without an entry in the table at the end has no ONNX equivalent and is refused by the
  * exporter; supporting a new op is one function here and one table line. */
+#include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "export/onnx_model.h"
 
@@ -109,6 +111,54 @@ static bpt_status emit_permute(onnx_builder *b, const bpt_node *node) {
   Onnx__NodeProto *n;
   BPT_CHECK(onnx_node(b, "Transpose", y, &x, 1, y, &n));
   return onnx_attribute_ints(b, n, "perm", node->int_attributes + 1, (int)node->int_attributes[0]);
+}
+
+/* The causal mask of softmax and attention over (rows, columns) as two constants named after y: "mask_bias",
+ * 0 where visible and -FLT_MAX where masked (j > i + columns - rows), added to the scores, and "mask_keep", 1 or
+ * 0, multiplied into the probabilities, so masked elements are exactly 0 and a row with nothing visible gives
+ * zeros, where Softmax alone would spread it uniformly (a finite bias) or give NaN (-inf). */
+static bpt_status causal_constants(onnx_builder *b, const bpt_node *node, const char *y, int64_t rows, int64_t columns,
+                                   const char **bias, const char **keep) {
+  float *values = malloc((size_t)(2 * rows * columns) * sizeof *values);
+  if (!values) return bpt_node_error(node, BPT_ERR_OUT_OF_MEMORY, "ONNX export: cannot allocate the causal mask");
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < columns; j++) {
+      const bool visible = j <= i + columns - rows;
+      values[i * columns + j] = visible ? 0.0f : -FLT_MAX;
+      values[(rows + i) * columns + j] = visible ? 1.0f : 0.0f;
+    }
+  *bias = onnx_name(b, y, "mask_bias");
+  *keep = onnx_name(b, y, "mask_keep");
+  const int64_t dims[2] = {rows, columns};
+  bpt_status status = onnx_constant_floats(b, *bias, 2, dims, values, rows * columns);
+  if (status == BPT_OK) status = onnx_constant_floats(b, *keep, 2, dims, values + rows * columns, rows * columns);
+  free(values);
+  return status;
+}
+
+/* Softmax over the last axis (axis rank - 1: also right for opsets before 13, which flatten at the axis);
+ * causal: Softmax(x + mask_bias) * mask_keep. */
+static bpt_status masked_softmax(onnx_builder *b, const bpt_node *node, const char *x, int rank, bool causal,
+                                 int64_t rows, int64_t columns, const char *y) {
+  const char *scores = x, *probabilities = y, *bias = NULL, *keep = NULL;
+  if (causal) {
+    BPT_CHECK(causal_constants(b, node, y, rows, columns, &bias, &keep));
+    scores = onnx_name(b, y, "masked");
+    probabilities = onnx_name(b, y, "probabilities");
+    BPT_CHECK(onnx_node(b, "Add", scores, (const char *[]){x, bias}, 2, scores, NULL));
+  }
+  Onnx__NodeProto *softmax;
+  BPT_CHECK(onnx_node(b, "Softmax", probabilities, &scores, 1, probabilities, &softmax));
+  BPT_CHECK(onnx_attribute_int(b, softmax, "axis", rank - 1));
+  if (!causal) return BPT_OK;
+  return onnx_node(b, "Mul", y, (const char *[]){probabilities, keep}, 2, y, NULL);
+}
+
+static bpt_status emit_softmax(onnx_builder *b, const bpt_node *node) {
+  const bpt_node *x = node->inputs[0];
+  const int64_t rows = x->rank >= 2 ? x->dims[x->rank - 2] : 1;
+  return masked_softmax(b, node, input(b, node, 0), x->rank, node->int_attributes[0] != 0, rows, x->dims[x->rank - 1],
+                        onnx_value(b, node));
 }
 
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
@@ -232,6 +282,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_MUL] = emit_mul,
     [BPT_OP_MATMUL] = emit_matmul,
     [BPT_OP_PERMUTE] = emit_permute,
+    [BPT_OP_SOFTMAX] = emit_softmax,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

@@ -21,7 +21,7 @@ try:
 except ImportError:
     onnx = None
 
-MODELS = ["mlp", "lenet", "resnet8", "resnet8_folded", "zoo_opset17", "zoo_opset20", "sequence", "collisions"]
+MODELS = ["mlp", "lenet", "resnet8", "resnet8_folded", "zoo_opset17", "zoo_opset20", "sequence", "transformer", "collisions"]
 TOLERANCE = 1e-4
 
 

@@ -144,6 +144,20 @@ class Ops(unittest.TestCase):
         _, out = run_op(lambda m, x, y: m.mul(x, y), a, scale)
         np.testing.assert_allclose(out, a * scale, rtol=1e-6)
 
+    def test_softmax(self):
+        x = RNG.randn(2, 3, 6, 4).astype(np.float32)
+        _, out = run_op(lambda m, a: m.softmax(a), x)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(out, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        # Causal, bottom-right aligned: row i sees columns j <= i + (4 - 6); rows 0 and 1 see none and are zeros.
+        _, out = run_op(lambda m, a: m.softmax(a, causal=True), x)
+        visible = np.arange(4)[None, :] <= np.arange(6)[:, None] - 2
+        top = np.where(visible, x, -1e30).max(axis=-1, keepdims=True)
+        e = np.exp(np.where(visible, x - top, -np.inf))
+        expected = e / np.maximum(e.sum(axis=-1, keepdims=True), 1e-30)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
+        self.assertTrue(np.all(out[:, :, :2] == 0))
+
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
         accuracy is invented for per-token logits."""
