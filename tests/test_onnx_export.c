@@ -352,7 +352,8 @@ static void test_sequence_ops(void **state) {
 }
 
 /* The transformer ops (issue 25): softmax over the last axis, plain and causal over attention-like scores (a
- * query longer than the keys, so whole rows are masked), flattened into an MSE loss. */
+ * query longer than the keys, so whole rows are masked), fused attention (self and cross, causal; trained with
+ * dropout, exported without), flattened into an MSE loss. */
 static void test_transformer_ops(void **state) {
   (void)state;
   if (!onnx_available()) skip();
@@ -368,6 +369,14 @@ static void test_transformer_ops(void **state) {
   assert_ok(m.context, bpt_matmul(m.graph, "scores", h, keys, 0, 1, &scores));
   assert_ok(m.context, bpt_softmax(m.graph, "causal", scores, 1, &scores));
   assert_ok(m.context, bpt_matmul(m.graph, "mixed", scores, keys, 0, 0, &h));
+  /* Self-attention, causal, 2 heads of 4, then cross-attention of 5 queries over 3 keys (two queries see no key). */
+  bpt_node *q, *k, *v, *memory;
+  assert_ok(m.context, bpt_layer_linear(m.graph, "q", h, 8, BPT_INIT_HE_UNIFORM, &q));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "k", h, 8, BPT_INIT_HE_UNIFORM, &k));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "v", h, 8, BPT_INIT_HE_UNIFORM, &v));
+  assert_ok(m.context, bpt_scaled_dot_product_attention(m.graph, "self", q, k, v, 2, 1, 0.1f, &h));
+  assert_ok(m.context, bpt_matmul(m.graph, "memory", scores, h, 1, 0, &memory)); /* (N, 3, 8) */
+  assert_ok(m.context, bpt_scaled_dot_product_attention(m.graph, "cross", h, memory, memory, 4, 1, 0.0f, &h));
   assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
   assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
   model_end(&m, true);

@@ -113,6 +113,19 @@ BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, 
  */
 BPT_API bpt_status bpt_softmax(bpt_graph *graph, const char *name, bpt_node *x, int causal, bpt_node **out);
 /**
+ * Fused multi-head scaled dot-product attention, F.scaled_dot_product_attention with scale 1 / sqrt(D):
+ * @p q (N, Tq, C), @p k and @p v (N, Tk, C), f32, C = @p heads D. Head h reads columns [h D, (h + 1) D) of
+ * every token of q, k and v and writes the same columns of the output (N, Tq, C), so heads need no permute or
+ * reshape. With @p causal non-zero, query i sees key j only where j <= i + (Tk - Tq) (bottom-right aligned); a
+ * query that sees no key outputs zeros. @p dropout in [0, 1) drops attention probabilities in training
+ * (inverted scaling; the mask is reproducible from the context's seed and fixed between optimiser steps; the
+ * evaluation and deterministic modes skip it). Memory: forward keeps only the log-sum-exp, N heads Tq floats;
+ * backward recomputes the probabilities block by block, so no Tq x Tk matrix is stored.
+ */
+BPT_API bpt_status bpt_scaled_dot_product_attention(bpt_graph *graph, const char *name, bpt_node *q, bpt_node *k,
+                                                    bpt_node *v, int64_t heads, int causal, float dropout,
+                                                    bpt_node **out);
+/**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.
  * @param logits (N, classes) f32, or a sequence's (N, T, classes)

@@ -161,6 +161,50 @@ static bpt_status emit_softmax(onnx_builder *b, const bpt_node *node) {
                         onnx_value(b, node));
 }
 
+/* (N, T, C) -> (N, H, T, D) by Reshape and Transpose (perm, which may also put T last for K^T), named after y. */
+static bpt_status split_heads(onnx_builder *b, const char *x, const char *y, const char *suffix, int64_t length,
+                              int64_t heads, int64_t width, const int64_t *perm, const char **out) {
+  const char *shape = onnx_name(b, y, suffix), *reshaped = onnx_name(b, shape, "reshaped"),
+             *split = onnx_name(b, shape, "heads");
+  const int64_t dims[4] = {-1, length, heads, width}, four = 4;
+  Onnx__NodeProto *transpose;
+  BPT_CHECK(onnx_constant_ints(b, shape, 1, &four, dims, 4));
+  BPT_CHECK(onnx_node(b, "Reshape", reshaped, (const char *[]){x, shape}, 2, reshaped, NULL));
+  BPT_CHECK(onnx_node(b, "Transpose", split, &reshaped, 1, split, &transpose));
+  BPT_CHECK(onnx_attribute_ints(b, transpose, "perm", perm, 4));
+  *out = split;
+  return BPT_OK;
+}
+
+/* Attention decomposed per head: MatMul(Q, K^T), Mul by 1 / sqrt(D), the (causal) softmax above, MatMul by V,
+ * heads merged back by Transpose and Reshape. Evaluation mode: no dropout. */
+static bpt_status emit_attention(onnx_builder *b, const bpt_node *node) {
+  const bpt_node *q = node->inputs[0], *k = node->inputs[1];
+  const int64_t heads = node->int_attributes[0], C = q->dims[2], D = C / heads, queries = q->dims[1],
+                keys = k->dims[1];
+  const char *y = onnx_value(b, node), *qh, *kt, *vh;
+  const int64_t to_heads[4] = {0, 2, 1, 3}, to_keys_last[4] = {0, 2, 3, 1};
+  BPT_CHECK(split_heads(b, input(b, node, 0), y, "q_shape", queries, heads, D, to_heads, &qh));
+  BPT_CHECK(split_heads(b, input(b, node, 1), y, "k_shape", keys, heads, D, to_keys_last, &kt));
+  BPT_CHECK(split_heads(b, input(b, node, 2), y, "v_shape", keys, heads, D, to_heads, &vh));
+  const float scale = (float)(1.0 / sqrt((double)D));
+  const char *c_scale = onnx_name(b, y, "scale"), *products = onnx_name(b, y, "products"),
+             *scores = onnx_name(b, y, "scores"), *probabilities = onnx_name(b, y, "attention"),
+             *mixed = onnx_name(b, y, "mixed"), *merged = onnx_name(b, y, "merged"),
+             *shape = onnx_name(b, y, "out_shape");
+  BPT_CHECK(onnx_constant_floats(b, c_scale, 0, NULL, &scale, 1));
+  BPT_CHECK(onnx_node(b, "MatMul", products, (const char *[]){qh, kt}, 2, products, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scores, (const char *[]){products, c_scale}, 2, scores, NULL));
+  BPT_CHECK(masked_softmax(b, node, scores, 4, node->int_attributes[1] != 0, queries, keys, probabilities));
+  BPT_CHECK(onnx_node(b, "MatMul", mixed, (const char *[]){probabilities, vh}, 2, mixed, NULL));
+  Onnx__NodeProto *transpose;
+  BPT_CHECK(onnx_node(b, "Transpose", merged, &mixed, 1, merged, &transpose));
+  BPT_CHECK(onnx_attribute_ints(b, transpose, "perm", to_heads, 4));
+  const int64_t dims[3] = {-1, queries, C}, three = 3;
+  BPT_CHECK(onnx_constant_ints(b, shape, 1, &three, dims, 3));
+  return onnx_node(b, "Reshape", y, (const char *[]){merged, shape}, 2, y, NULL);
+}
+
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
   if (node->inputs[0]->sequence) return emit_sequence_linear(b, node);
@@ -283,6 +327,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_MATMUL] = emit_matmul,
     [BPT_OP_PERMUTE] = emit_permute,
     [BPT_OP_SOFTMAX] = emit_softmax,
+    [BPT_OP_SCALED_DOT_PRODUCT_ATTENTION] = emit_attention,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

@@ -1,8 +1,10 @@
 /* The CPU's softmax kernels (src/core/ops/softmax.c): rows of the last axis, OpenMP over rows above the usual
- * threshold, exp through fast_exp.h so each row's loops vectorise. Causal rows stop at their last visible
+ * threshold, exp through exp_rows.c so each row's loop vectorises. Causal rows stop at their last visible
  * column and write zeros after it; a row with nothing visible (or only -inf) is zeros. */
+#include <math.h>
+
 #include "backends/cpu/cpu.h"
-#include "backends/cpu/fast_exp.h"
+#include "backends/cpu/exp_rows.h"
 
 /* The row's visible columns: all of them, or with the causal mask j <= i + (Tk - Tq) for row i of Tq. */
 static int64_t visible_columns(const bpt_kernel_tensor *x, bool causal, int64_t row) {
@@ -14,16 +16,14 @@ static int64_t visible_columns(const bpt_kernel_tensor *x, bool causal, int64_t 
 }
 
 /* y (columns) = softmax of x over its first `visible` columns, zeros after them. */
-static void softmax_row(const float *x, float *y, int64_t visible, int64_t columns) {
+static void softmax_row(bpt_cpu_loops loops, const float *x, float *y, int64_t visible, int64_t columns) {
   float top = -HUGE_VALF;
   for (int64_t j = 0; j < visible; j++)
     top = x[j] > top ? x[j] : top;
   if (top == -HUGE_VALF) visible = 0; /* nothing visible, or every value -inf: zeros, not 0 / 0 */
-  float sum = 0.0f;
-  for (int64_t j = 0; j < visible; j++) {
-    y[j] = bpt_cpu_exp(x[j] - top);
-    sum += y[j];
-  }
+  for (int64_t j = 0; j < visible; j++)
+    y[j] = x[j];
+  const float sum = bpt_cpu_exp_row(loops, y, visible, top);
   const float inverse = visible ? 1.0f / sum : 0.0f;
   for (int64_t j = 0; j < visible; j++)
     y[j] *= inverse;
@@ -32,7 +32,7 @@ static void softmax_row(const float *x, float *y, int64_t visible, int64_t colum
 }
 
 static bpt_status softmax_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  (void)backend;
+  const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
   const bpt_kernel_tensor *x = &node->inputs[0];
   const bool causal = node->int_attributes[0] != 0;
   const int64_t columns = x->dims[x->rank - 1], rows = columns ? x->count / columns : 0;
@@ -40,7 +40,7 @@ static bpt_status softmax_forward(bpt_backend *backend, const bpt_kernel_node *n
   float *out = node->output.value;
 #pragma omp parallel for if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++)
-    softmax_row(in + r * columns, out + r * columns, visible_columns(x, causal, r), columns);
+    softmax_row(loops, in + r * columns, out + r * columns, visible_columns(x, causal, r), columns);
   return BPT_OK;
 }
 
