@@ -263,6 +263,9 @@ typedef struct case_graph case_graph;
 /* Builds the op and its leaves (through add_input/add_parameter) and returns the op's node. */
 typedef bpt_status (*case_builder)(case_graph *g, const op_case *c, bpt_node **op_output);
 
+/* A host reference of the op's output (the case's leaves in, in their creation order), in double. */
+typedef void (*case_reference)(const case_graph *g, double *expected);
+
 typedef enum gradient_check {
   CHECK_FINITE_DIFFERENCES = 0, /* every differentiable leaf against central differences of the loss */
   CHECK_STRAIGHT_THROUGH,       /* binary_stochastic: dz = da (times sigmoid'(z)), computed on the host */
@@ -289,6 +292,8 @@ struct op_case {
   bool other_batched;
   bool transpose_a, transpose_b;                                   /* matmul */
   bool twice;                                                      /* permute, norms: x feeds two, summed */
+  bool causal;                                                     /* softmax, attention: the causal mask */
+  int64_t heads;                                                   /* attention */
   int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
   int64_t to_shape[3];
   float slope;                    /* leaky_relu */
@@ -304,6 +309,8 @@ struct op_case {
   double tolerance; /* against the CPU, relative; default 1e-4 */
   double step;      /* finite-difference step; default 1e-2 */
   gradient_check check;
+  case_reference reference; /* optional: the output against it on every backend (a self-consistent wrong forward
+                               passes finite differences) */
 };
 
 typedef struct leaf {
@@ -580,6 +587,91 @@ static bpt_status build_permute(case_graph *g, const op_case *c, bpt_node **out)
   return bpt_add(g->graph, "sum", first, second, out);
 }
 
+static bpt_status build_softmax(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -3.0f, 3.0f, true, &x));
+  return bpt_softmax(g->graph, "op", x, c->causal, out);
+}
+
+/* Softmax rows of the last axis in double, with the causal mask j <= i + (Tk - Tq) and zeros for empty rows. */
+static void softmax_reference(const case_graph *g, double *expected) {
+  const op_case *c = g->c;
+  const leaf *x = &g->leaves[0];
+  const int64_t columns = c->shape[c->rank - 1], rows = c->rank >= 2 ? c->shape[c->rank - 2] : 1;
+  for (int64_t r = 0; r < x->count / columns; r++) {
+    const float *in = x->values + r * columns;
+    double *out = expected + r * columns, top = -INFINITY, sum = 0.0;
+    const int64_t visible = c->causal ? r % rows + (columns - rows) + 1 : columns;
+    for (int64_t j = 0; j < columns; j++)
+      if (j < visible) top = fmax(top, in[j]);
+    for (int64_t j = 0; j < columns; j++)
+      sum += out[j] = j < visible ? exp(in[j] - top) : 0.0;
+    for (int64_t j = 0; j < columns; j++)
+      out[j] = sum > 0.0 ? out[j] / sum : 0.0;
+  }
+}
+
+/* Attention: q the case's main input (Tq, C) per sample, k and v (Tk, C) in other_shape; with twice, q = k = v. */
+static bpt_status build_attention(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *q, *k, *v;
+  BPT_CHECK(add_input(g, "q", c->rank, c->shape, -1.5f, 1.5f, true, &q));
+  if (c->twice) {
+    k = v = q;
+  } else {
+    BPT_CHECK(add_input(g, "k", c->other_rank, c->other_shape, -1.5f, 1.5f, true, &k));
+    BPT_CHECK(add_input(g, "v", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &v));
+  }
+  return bpt_scaled_dot_product_attention(g->graph, "op", q, k, v, c->heads, c->causal, c->probability, out);
+}
+
+/* Attention in double, no dropout: per (n, h, i) the softmax of q_i k_j / sqrt(D) over the visible keys
+ * j <= i + (Tk - Tq) (all without causal), then the mix of v; a query that sees no key gives zeros. q, k, v
+ * (N, T, C) with head h in columns [h D, (h + 1) D). Returns the log-sum-exp per (n, h, i) in lse when given
+ * (-inf for none visible), for the gradient reference. */
+static void attention_forward_reference(const float *q, const float *k, const float *v, int64_t batch,
+                                        int64_t queries, int64_t keys, int64_t channels, int64_t heads, bool causal,
+                                        double *out, double *lse) {
+  const int64_t D = channels / heads;
+  const double scale = 1.0 / sqrt((double)D);
+  double *scores = malloc((size_t)keys * sizeof *scores);
+  if (!scores) fail_msg("out of memory");
+  for (int64_t n = 0; n < batch; n++)
+    for (int64_t h = 0; h < heads; h++)
+      for (int64_t i = 0; i < queries; i++) {
+        const int64_t visible = causal ? (i + keys - queries + 1 < 0 ? 0 : i + keys - queries + 1) : keys;
+        const float *qi = q + (n * queries + i) * channels + h * D;
+        double top = -INFINITY, sum = 0.0;
+        for (int64_t j = 0; j < visible && j < keys; j++) {
+          const float *kj = k + (n * keys + j) * channels + h * D;
+          double dot = 0.0;
+          for (int64_t d = 0; d < D; d++)
+            dot += (double)qi[d] * kj[d];
+          scores[j] = dot * scale;
+          top = fmax(top, scores[j]);
+        }
+        double *oi = out + (n * queries + i) * channels + h * D;
+        for (int64_t d = 0; d < D; d++)
+          oi[d] = 0.0;
+        for (int64_t j = 0; j < visible && j < keys; j++) {
+          const double p = exp(scores[j] - top);
+          sum += p;
+          for (int64_t d = 0; d < D; d++)
+            oi[d] += p * v[(n * keys + j) * channels + h * D + d];
+        }
+        for (int64_t d = 0; d < D && sum > 0.0; d++)
+          oi[d] /= sum;
+        if (lse) lse[(n * heads + h) * queries + i] = sum > 0.0 ? top + log(sum) : -INFINITY;
+      }
+  free(scores);
+}
+
+static void attention_reference(const case_graph *g, double *expected) {
+  const op_case *c = g->c;
+  const float *q = g->leaves[0].values, *k = c->twice ? q : g->leaves[1].values, *v = c->twice ? q : g->leaves[2].values;
+  const int64_t keys = c->twice ? c->shape[0] : c->other_shape[0];
+  attention_forward_reference(q, k, v, c->batch, c->shape[0], keys, c->shape[1], c->heads, c->causal, expected, NULL);
+}
+
 static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
@@ -691,6 +783,21 @@ static const op_case op_cases[] = {
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},
     {"dropout 0.5 batch 1, 2x3x17", BPT_OP_DROPOUT, build_dropout, .batch = 1, .rank = 3, SHAPE(2, 3, 17), .probability = 0.5f, .check = CHECK_DROPOUT_MASK},
     {"dropout evaluation 3x11", BPT_OP_DROPOUT, build_dropout, .batch = 3, .rank = 1, SHAPE(11), .probability = 0.4f, .evaluation = true},
+    {"attention 2x5x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .reference = attention_reference},
+    {"attention causal 2x6x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(6, 8), .sequence = true, .other_rank = 2, .other_shape = {6, 8}, .heads = 2, .causal = true, .reference = attention_reference},
+    {"attention causal Tq 5 < Tk 7, 1 head of 4", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 4), .sequence = true, .other_rank = 2, .other_shape = {7, 4}, .heads = 1, .causal = true, .reference = attention_reference},
+    {"attention causal Tq 6 > Tk 4 (queries 0, 1 see no key), 3 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(6, 9), .sequence = true, .other_rank = 2, .other_shape = {4, 9}, .heads = 3, .causal = true, .reference = attention_reference},
+    {"attention non-causal Tq 3 != Tk 6, batch 1", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 1, .rank = 2, SHAPE(3, 6), .sequence = true, .other_rank = 2, .other_shape = {6, 6}, .heads = 2, .reference = attention_reference},
+    {"attention self (q = k = v) causal 2x4x6, 3 heads (gradients accumulate)", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(4, 6), .sequence = true, .heads = 3, .causal = true, .twice = true, .reference = attention_reference},
+    {"attention causal blocks: Tq 150, Tk 200, 2 heads of 4", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 1, .rank = 2, SHAPE(150, 8), .sequence = true, .other_rank = 2, .other_shape = {200, 8}, .heads = 2, .causal = true, .reference = attention_reference},
+    {"attention dropout 0.3, 2x5x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .probability = 0.3f},
+    {"attention dropout 0.3 causal deterministic (skipped)", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .causal = true, .probability = 0.3f, .deterministic = true, .reference = attention_reference},
+    {"softmax 3x37", BPT_OP_SOFTMAX, build_softmax, .batch = 3, .rank = 1, SHAPE(37), .reference = softmax_reference},
+    {"softmax fan-out sequence 2x5x7", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(5, 7), .sequence = true, .fan_out = true, .reference = softmax_reference},
+    {"softmax causal 2x3x5x5", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 3, SHAPE(3, 5, 5), .causal = true, .reference = softmax_reference},
+    {"softmax causal bottom-right 2x3x6x4 (rows 0 and 1 fully masked)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 3, SHAPE(3, 6, 4), .causal = true, .reference = softmax_reference},
+    {"softmax causal 2x3x9 (more columns than rows)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(3, 9), .causal = true, .reference = softmax_reference},
+    {"softmax 2x20011 (parity, threads)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(7, 2859), .reference = softmax_reference},
 };
 // clang-format on
 #undef SHAPE
@@ -1050,6 +1157,36 @@ static void check_finite(const op_case *c, const case_result *r, const char *bac
   }
 }
 
+/* The op's output against the case's host reference: |got - expected| <= 1e-5 (|expected| + rms(expected)). */
+static void check_reference(const case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const int64_t count = node_elements(g, g->op_output);
+  const float *got = result_tensor_named(r, "output");
+  double *expected = calloc((size_t)count, sizeof *expected);
+  if (!expected || !got) {
+    record_failure(c->name, backend, "reference: out of memory");
+    free(expected);
+    return;
+  }
+  c->reference(g, expected);
+  double squares = 0.0;
+  for (int64_t i = 0; i < count; i++)
+    squares += expected[i] * expected[i];
+  const double rms = sqrt(squares / (double)count);
+  int64_t differ = 0, worst = 0;
+  double worst_error = 0.0;
+  for (int64_t i = 0; i < count; i++) {
+    const double error = fabs((double)got[i] - expected[i]) / (fabs(expected[i]) + rms + 1e-30);
+    if (!(error <= 1e-5)) {
+      if (differ++ == 0 || !(error <= worst_error)) worst = i, worst_error = error;
+    }
+  }
+  if (differ)
+    record_failure(c->name, backend, "output[%lld] = %.9g, the host reference gives %.9g (%lld of %lld differ)",
+                   (long long)worst, (double)got[worst], expected[worst], (long long)differ, (long long)count);
+  free(expected);
+}
+
 static bool graph_has_op(const bpt_graph *graph, bpt_op_id op) {
   for (int i = 0; i < graph->node_count; i++)
     if (graph->nodes[i]->op == op) return true;
@@ -1083,6 +1220,7 @@ static void run_op_case(int index) {
         check_informative(c, &r);
       else if (reference.count)
         compare_results(c->name, t->label, &reference, &r, tolerance);
+      if (c->reference) check_reference(&g, &r, t->label);
       if (c->check == CHECK_STRAIGHT_THROUGH) check_straight_through(&g, &r, t->label);
       if (c->check == CHECK_DROPOUT_MASK) check_dropout_mask(&g, &r, t->label);
       if (c->check == CHECK_EVALUATION_FORMULA) check_evaluation_formula(&g, &r, t->label);
@@ -1561,6 +1699,163 @@ static void run_primitive_case(int index) {
   result_free(&reference);
 }
 
+/* ---- attention at lengths the op cases cannot reach ---- */
+
+/* Fused attention against attention_forward_reference and its gradients in double, for sequences long enough
+ * to cross many of the kernels' blocks (T = 1024 included): the loss is MSE(out, target), so dO = 2 (O - t) /
+ * count, and per (n, h): D_i = dO_i . O_i, P = exp(S - L), dS = P (dO_i . v_j - D_i), dq_i = sum_j dS k_j /
+ * sqrt(D), dk_j = sum_i dS q_i / sqrt(D), dv_j = sum_i P dO_i. Finite differences cannot check these sizes:
+ * one element's effect on the loss sinks below f32 rounding. */
+typedef struct long_attention {
+  const char *name;
+  int64_t batch, queries, keys, channels, heads;
+  bool causal;
+} long_attention;
+
+static const long_attention long_attentions[] = {
+    {"attention T 1024 causal, 2 heads of 16", 1, 1024, 1024, 32, 2, true},
+    {"attention T 1024, 1 head of 8", 1, 1024, 1024, 8, 1, false},
+    {"attention causal Tq 300 > Tk 200 (100 queries see no key), 3 heads of 8", 2, 300, 200, 24, 3, true},
+    {"attention causal Tq 130 < Tk 333, 1 head of 16", 1, 130, 333, 16, 1, true},
+};
+
+/* max |got - expected| / (|expected| + rms(expected)) over count values. */
+static double worst_relative(const float *got, const double *expected, int64_t count, int64_t *where) {
+  double squares = 0.0, worst = 0.0;
+  for (int64_t i = 0; i < count; i++)
+    squares += expected[i] * expected[i];
+  const double rms = sqrt(squares / (double)count);
+  *where = 0;
+  for (int64_t i = 0; i < count; i++) {
+    const double error = fabs((double)got[i] - expected[i]) / (fabs(expected[i]) + rms + 1e-30);
+    if (!(error <= worst)) worst = error, *where = i;
+  }
+  return worst;
+}
+
+static void attention_gradient_reference(const long_attention *a, const float *q, const float *k, const float *v,
+                                         const double *out, const double *lse, const float *target, double *dq,
+                                         double *dk, double *dv) {
+  const int64_t C = a->channels, D = C / a->heads, count = a->batch * a->queries * C;
+  const double scale = 1.0 / sqrt((double)D);
+  for (int64_t n = 0; n < a->batch; n++)
+    for (int64_t h = 0; h < a->heads; h++)
+      for (int64_t i = 0; i < a->queries; i++) {
+        const double L = lse[(n * a->heads + h) * a->queries + i];
+        if (L == -INFINITY) continue;
+        const int64_t qi = (n * a->queries + i) * C + h * D;
+        double delta = 0.0, dout[64];
+        for (int64_t d = 0; d < D; d++) {
+          dout[d] = 2.0 * (out[qi + d] - target[qi + d]) / (double)count;
+          delta += dout[d] * out[qi + d];
+        }
+        const int64_t visible = a->causal ? i + a->keys - a->queries + 1 : a->keys;
+        for (int64_t j = 0; j < visible && j < a->keys; j++) {
+          const int64_t kj = (n * a->keys + j) * C + h * D;
+          double s = 0.0, dp = 0.0;
+          for (int64_t d = 0; d < D; d++) {
+            s += (double)q[qi + d] * k[kj + d];
+            dp += dout[d] * v[kj + d];
+          }
+          const double p = exp(s * scale - L), ds = p * (dp - delta);
+          for (int64_t d = 0; d < D; d++) {
+            dq[qi + d] += ds * k[kj + d] * scale;
+            dk[kj + d] += ds * q[qi + d] * scale;
+            dv[kj + d] += p * dout[d];
+          }
+        }
+      }
+}
+
+/* One long case on one backend: build, run forward and backward, compare output and gradients. */
+static bpt_status run_long_attention(const long_attention *a, backend_under_test *t) {
+  const int64_t C = a->channels, q_count = a->batch * a->queries * C, k_count = a->batch * a->keys * C;
+  bpt_context *context = t->context;
+  bpt_graph *graph = NULL;
+  bpt_node *q, *k, *v, *target, *out, *loss;
+  bpt_tensor *tensors[4] = {NULL};
+  float *host[4] = {NULL}, *got = malloc((size_t)(q_count + 2 * k_count) * sizeof *got);
+  double *expected = calloc((size_t)(2 * q_count + 2 * k_count), sizeof *expected),
+         *lse = malloc((size_t)(a->batch * a->heads * a->queries) * sizeof *lse);
+  bpt_status status = got && expected && lse ? bpt_graph_create(context, &graph) : BPT_ERR_OUT_OF_MEMORY;
+  if (status == BPT_OK)
+    status = bpt_graph_input_sequence(graph, "q", BPT_DTYPE_F32, a->queries, 1, (const int64_t[]){C}, &q);
+  if (status == BPT_OK) status = bpt_graph_input(graph, "k", BPT_DTYPE_F32, 2, (const int64_t[]){a->keys, C}, &k);
+  if (status == BPT_OK) status = bpt_graph_input(graph, "v", BPT_DTYPE_F32, 2, (const int64_t[]){a->keys, C}, &v);
+  if (status == BPT_OK)
+    status = bpt_graph_input(graph, "target", BPT_DTYPE_F32, 2, (const int64_t[]){a->queries, C}, &target);
+  if (status == BPT_OK) {
+    /* Inputs get gradients of their own (set before their consumers exist, which inherit the flag). */
+    q->requires_grad = k->requires_grad = v->requires_grad = true;
+    status = bpt_scaled_dot_product_attention(graph, "attention", q, k, v, a->heads, a->causal, 0.0f, &out);
+  }
+  if (status == BPT_OK) status = bpt_mse_loss(graph, "loss", out, target, &loss);
+  if (status == BPT_OK) {
+    bpt_precision_options precision = bpt_precision_options_default();
+    precision.keep_all_values = 1;
+    status = bpt_graph_set_precision(graph, &precision);
+  }
+  if (status == BPT_OK) status = bpt_graph_compile(graph, loss, a->batch);
+  bpt_node *leaves[4] = {q, k, v, target};
+  test_random random;
+  test_random_seed(&random, 4242 + (uint64_t)a->queries);
+  for (int i = 0; i < 4 && status == BPT_OK; i++) {
+    const int64_t rows = i == 1 || i == 2 ? a->keys : a->queries;
+    status = bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){a->batch, rows, C}, &tensors[i]);
+    if (status != BPT_OK) break;
+    host[i] = bpt_tensor_data(tensors[i]);
+    /* Scores up to about +-D: the online softmax's rescaling matters. */
+    test_random_fill(&random, host[i], a->batch * rows * C, i < 2 ? -2.0f : -1.0f, i < 2 ? 2.0f : 1.0f);
+    status = bpt_graph_set_input(graph, leaves[i], tensors[i]);
+  }
+  if (status == BPT_OK) status = bpt_graph_forward(graph);
+  if (status == BPT_OK) status = bpt_graph_backward(graph);
+  if (status == BPT_OK) status = download_floats(graph, out->value, q_count, got);
+  if (status != BPT_OK) {
+    if (status == BPT_ERR_UNSUPPORTED && t != &backends[0])
+      record_skip(a->name, t->label, status, bpt_context_last_error(context));
+    else
+      record_failure(a->name, t->label, "failed with %s: %s", bpt_status_string(status),
+                     bpt_context_last_error(context));
+  } else {
+    double *out_ref = expected, *dq = expected + q_count, *dk = dq + q_count, *dv = dk + k_count;
+    attention_forward_reference(host[0], host[1], host[2], a->batch, a->queries, a->keys, C, a->heads, a->causal,
+                                out_ref, lse);
+    attention_gradient_reference(a, host[0], host[1], host[2], out_ref, lse, host[3], dq, dk, dv);
+    int64_t where;
+    double worst = worst_relative(got, out_ref, q_count, &where);
+    if (!(worst <= 1e-5))
+      record_failure(a->name, t->label, "output[%lld] = %.9g, the reference gives %.9g (relative %.2g)",
+                     (long long)where, (double)got[where], out_ref[where], worst);
+    const char *names[3] = {"dq", "dk", "dv"};
+    const bpt_node *inputs[3] = {q, k, v};
+    const double *references[3] = {dq, dk, dv};
+    for (int i = 0; i < 3 && status == BPT_OK; i++) {
+      const int64_t count = i == 0 ? q_count : k_count;
+      status = download_floats(graph, inputs[i]->grad, count, got);
+      if (status != BPT_OK) break;
+      worst = worst_relative(got, references[i], count, &where);
+      if (!(worst <= 1e-4))
+        record_failure(a->name, t->label, "%s[%lld] = %.9g, the reference gives %.9g (relative %.2g)", names[i],
+                       (long long)where, (double)got[where], references[i][where], worst);
+    }
+  }
+  for (int i = 0; i < 4; i++)
+    bpt_tensor_destroy(tensors[i]);
+  bpt_graph_destroy(graph);
+  free(got);
+  free(expected);
+  free(lse);
+  return status;
+}
+
+/* Every backend but the CPU's narrower loop levels (attention's row loops do not depend on them). */
+static void run_long_attentions(void) {
+  for (size_t c = 0; c < sizeof long_attentions / sizeof long_attentions[0]; c++)
+    for (int b = 0; b < backend_count; b++)
+      if (!backends[b].loop_limit) run_long_attention(&long_attentions[c], &backends[b]);
+}
+
 /* ---- the test ---- */
 
 static void every_op_and_primitive_matches_the_cpu(void **state) {
@@ -1572,6 +1867,7 @@ static void every_op_and_primitive_matches_the_cpu(void **state) {
     run_op_case(k);
   for (int k = 0; k < PRIMITIVE_CASE_COUNT; k++)
     run_primitive_case(k);
+  run_long_attentions();
   print_message("%d op cases and %d primitive cases on %d backends, %d (case, backend) pairs skipped\n", OP_CASE_COUNT,
                 PRIMITIVE_CASE_COUNT, backend_count, skip_count);
   close_backends();

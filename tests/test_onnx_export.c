@@ -391,6 +391,40 @@ static void test_transformer_ops(void **state) {
     free(pixels);
     model_destroy(&m);
   }
+/* The transformer ops (issue 25): softmax over the last axis, plain and causal over attention-like scores (a
+ * query longer than the keys, so whole rows are masked), fused attention (self and cross, causal; trained with
+ * dropout, exported without), flattened into an MSE loss. */
+static void test_attention_ops(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  model m = {.context = test_context(17), .sample_rank = 2, .sample = {5, 6}};
+  bpt_node *h, *keys, *scores, *weights;
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context,
+            bpt_graph_input_sequence(m.graph, "tokens", BPT_DTYPE_F32, 5, 1, (const int64_t[]){6}, &m.input));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "token", m.input, 8, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m.context, bpt_softmax(m.graph, "gate", h, 0, &weights));
+  assert_ok(m.context, bpt_mul(m.graph, "gated", h, weights, &h));
+  assert_ok(m.context, bpt_graph_parameter(m.graph, "keys", 2, (const int64_t[]){3, 8}, BPT_INIT_HE_UNIFORM, &keys));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores", h, keys, 0, 1, &scores));
+  assert_ok(m.context, bpt_softmax(m.graph, "causal", scores, 1, &scores));
+  assert_ok(m.context, bpt_matmul(m.graph, "mixed", scores, keys, 0, 0, &h));
+  /* Self-attention, causal, 2 heads of 4, then cross-attention of 5 queries over 3 keys (two queries see no key). */
+  bpt_node *q, *k, *v, *memory;
+  assert_ok(m.context, bpt_layer_linear(m.graph, "q", h, 8, BPT_INIT_HE_UNIFORM, &q));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "k", h, 8, BPT_INIT_HE_UNIFORM, &k));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "v", h, 8, BPT_INIT_HE_UNIFORM, &v));
+  assert_ok(m.context, bpt_scaled_dot_product_attention(m.graph, "self", q, k, v, 2, 1, 0.1f, &h));
+  assert_ok(m.context, bpt_matmul(m.graph, "memory", scores, h, 1, 0, &memory)); /* (N, 3, 8) */
+  assert_ok(m.context, bpt_scaled_dot_product_attention(m.graph, "cross", h, memory, memory, 4, 1, 0.0f, &h));
+  assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, true);
+  float *pixels = random_pixels(&m, 26);
+  train(&m, pixels, 0.5f, 2.0f);
+  export_model(&m, "attention", pixels, bpt_onnx_export_options_default());
+  free(pixels);
+  model_destroy(&m);
 }
 
 static void test_refusals(void **state) {
@@ -544,6 +578,7 @@ int main(void) {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
       cmocka_unit_test(test_transformer_ops),
+      cmocka_unit_test(test_attention_ops),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

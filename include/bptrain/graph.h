@@ -129,6 +129,26 @@ BPT_API bpt_status bpt_layer_norm(bpt_graph *graph, const char *name, bpt_node *
  */
 BPT_API bpt_status bpt_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, float epsilon,
                                 bpt_node **out);
+ * Softmax over the last axis, F.softmax(x, dim=-1): y = exp(x - max) / sum exp(x - max) along it. @p x is f32
+ * with at least one per-sample axis; y has its shape. With @p causal non-zero, x's last two axes are
+ * (rows Tq, columns Tk) and element (i, j) is masked where j > i + (Tk - Tq) (bottom-right aligned, as in
+ * attention over cached keys); masked elements are 0, and a row with every element masked (or -inf) is all
+ * zeros rather than NaN.
+ */
+BPT_API bpt_status bpt_softmax(bpt_graph *graph, const char *name, bpt_node *x, int causal, bpt_node **out);
+/**
+ * Fused multi-head scaled dot-product attention, F.scaled_dot_product_attention with scale 1 / sqrt(D):
+ * @p q (N, Tq, C), @p k and @p v (N, Tk, C), f32, C = @p heads D. Head h reads columns [h D, (h + 1) D) of
+ * every token of q, k and v and writes the same columns of the output (N, Tq, C), so heads need no permute or
+ * reshape. With @p causal non-zero, query i sees key j only where j <= i + (Tk - Tq) (bottom-right aligned); a
+ * query that sees no key outputs zeros. @p dropout in [0, 1) drops attention probabilities in training
+ * (inverted scaling; the mask is reproducible from the context's seed and fixed between optimiser steps; the
+ * evaluation and deterministic modes skip it). Memory: forward keeps only the log-sum-exp, N heads Tq floats;
+ * backward recomputes the probabilities block by block, so no Tq x Tk matrix is stored.
+ */
+BPT_API bpt_status bpt_scaled_dot_product_attention(bpt_graph *graph, const char *name, bpt_node *q, bpt_node *k,
+                                                    bpt_node *v, int64_t heads, int causal, float dropout,
+                                                    bpt_node **out);
 /**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.

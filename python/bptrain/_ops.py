@@ -98,6 +98,10 @@ OPS = {
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
     "layer_norm_op": ("bpt_layer_norm", "x:node gamma:node beta:node?= epsilon:float=1e-5", "layer_norm"),
     "rms_norm_op": ("bpt_rms_norm", "x:node gamma:node epsilon:float=1e-5", "rms_norm"),
+    "softmax": ("bpt_softmax", "x:node causal:bool=0", "softmax"),
+    "scaled_dot_product_attention": ("bpt_scaled_dot_product_attention",
+                                     "q:node k:node v:node heads:int64=1 causal:bool=0 dropout:float=0",
+                                     "attention"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
     "mse_loss": ("bpt_mse_loss", "prediction:node target:node", "loss"),
     # cnn_ops.h

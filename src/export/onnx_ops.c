@@ -1,7 +1,9 @@
 /* One emitter per op: the ONNX nodes that compute the op in evaluation mode, with its attributes mapped to
  * ONNX's. An op without an entry in the table at the end has no ONNX equivalent and is refused by the
  * exporter; supporting a new op is one function here and one table line. */
+#include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "export/onnx_model.h"
 
@@ -194,6 +196,96 @@ static bpt_status emit_rms_norm(onnx_builder *b, const bpt_node *node) {
   BPT_CHECK(onnx_node(b, "Sqrt", rms, &shifted, 1, rms, NULL));
   BPT_CHECK(onnx_node(b, "Div", normalised, (const char *[]){x, rms}, 2, normalised, NULL));
   return onnx_node(b, "Mul", y, (const char *[]){normalised, gamma}, 2, y, NULL);
+/* The causal mask of softmax and attention over (rows, columns) as two constants named after y: "mask_bias",
+ * 0 where visible and -FLT_MAX where masked (j > i + columns - rows), added to the scores, and "mask_keep", 1 or
+ * 0, multiplied into the probabilities, so masked elements are exactly 0 and a row with nothing visible gives
+ * zeros, where Softmax alone would spread it uniformly (a finite bias) or give NaN (-inf). */
+static bpt_status causal_constants(onnx_builder *b, const bpt_node *node, const char *y, int64_t rows, int64_t columns,
+                                   const char **bias, const char **keep) {
+  float *values = malloc((size_t)(2 * rows * columns) * sizeof *values);
+  if (!values) return bpt_node_error(node, BPT_ERR_OUT_OF_MEMORY, "ONNX export: cannot allocate the causal mask");
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < columns; j++) {
+      const bool visible = j <= i + columns - rows;
+      values[i * columns + j] = visible ? 0.0f : -FLT_MAX;
+      values[(rows + i) * columns + j] = visible ? 1.0f : 0.0f;
+    }
+  *bias = onnx_name(b, y, "mask_bias");
+  *keep = onnx_name(b, y, "mask_keep");
+  const int64_t dims[2] = {rows, columns};
+  bpt_status status = onnx_constant_floats(b, *bias, 2, dims, values, rows * columns);
+  if (status == BPT_OK) status = onnx_constant_floats(b, *keep, 2, dims, values + rows * columns, rows * columns);
+  free(values);
+  return status;
+}
+
+/* Softmax over the last axis (axis rank - 1: also right for opsets before 13, which flatten at the axis);
+ * causal: Softmax(x + mask_bias) * mask_keep. */
+static bpt_status masked_softmax(onnx_builder *b, const bpt_node *node, const char *x, int rank, bool causal,
+                                 int64_t rows, int64_t columns, const char *y) {
+  const char *scores = x, *probabilities = y, *bias = NULL, *keep = NULL;
+  if (causal) {
+    BPT_CHECK(causal_constants(b, node, y, rows, columns, &bias, &keep));
+    scores = onnx_name(b, y, "masked");
+    probabilities = onnx_name(b, y, "probabilities");
+    BPT_CHECK(onnx_node(b, "Add", scores, (const char *[]){x, bias}, 2, scores, NULL));
+  }
+  Onnx__NodeProto *softmax;
+  BPT_CHECK(onnx_node(b, "Softmax", probabilities, &scores, 1, probabilities, &softmax));
+  BPT_CHECK(onnx_attribute_int(b, softmax, "axis", rank - 1));
+  if (!causal) return BPT_OK;
+  return onnx_node(b, "Mul", y, (const char *[]){probabilities, keep}, 2, y, NULL);
+}
+
+static bpt_status emit_softmax(onnx_builder *b, const bpt_node *node) {
+  const bpt_node *x = node->inputs[0];
+  const int64_t rows = x->rank >= 2 ? x->dims[x->rank - 2] : 1;
+  return masked_softmax(b, node, input(b, node, 0), x->rank, node->int_attributes[0] != 0, rows, x->dims[x->rank - 1],
+                        onnx_value(b, node));
+}
+
+/* (N, T, C) -> (N, H, T, D) by Reshape and Transpose (perm, which may also put T last for K^T), named after y. */
+static bpt_status split_heads(onnx_builder *b, const char *x, const char *y, const char *suffix, int64_t length,
+                              int64_t heads, int64_t width, const int64_t *perm, const char **out) {
+  const char *shape = onnx_name(b, y, suffix), *reshaped = onnx_name(b, shape, "reshaped"),
+             *split = onnx_name(b, shape, "heads");
+  const int64_t dims[4] = {-1, length, heads, width}, four = 4;
+  Onnx__NodeProto *transpose;
+  BPT_CHECK(onnx_constant_ints(b, shape, 1, &four, dims, 4));
+  BPT_CHECK(onnx_node(b, "Reshape", reshaped, (const char *[]){x, shape}, 2, reshaped, NULL));
+  BPT_CHECK(onnx_node(b, "Transpose", split, &reshaped, 1, split, &transpose));
+  BPT_CHECK(onnx_attribute_ints(b, transpose, "perm", perm, 4));
+  *out = split;
+  return BPT_OK;
+}
+
+/* Attention decomposed per head: MatMul(Q, K^T), Mul by 1 / sqrt(D), the (causal) softmax above, MatMul by V,
+ * heads merged back by Transpose and Reshape. Evaluation mode: no dropout. */
+static bpt_status emit_attention(onnx_builder *b, const bpt_node *node) {
+  const bpt_node *q = node->inputs[0], *k = node->inputs[1];
+  const int64_t heads = node->int_attributes[0], C = q->dims[2], D = C / heads, queries = q->dims[1],
+                keys = k->dims[1];
+  const char *y = onnx_value(b, node), *qh, *kt, *vh;
+  const int64_t to_heads[4] = {0, 2, 1, 3}, to_keys_last[4] = {0, 2, 3, 1};
+  BPT_CHECK(split_heads(b, input(b, node, 0), y, "q_shape", queries, heads, D, to_heads, &qh));
+  BPT_CHECK(split_heads(b, input(b, node, 1), y, "k_shape", keys, heads, D, to_keys_last, &kt));
+  BPT_CHECK(split_heads(b, input(b, node, 2), y, "v_shape", keys, heads, D, to_heads, &vh));
+  const float scale = (float)(1.0 / sqrt((double)D));
+  const char *c_scale = onnx_name(b, y, "scale"), *products = onnx_name(b, y, "products"),
+             *scores = onnx_name(b, y, "scores"), *probabilities = onnx_name(b, y, "attention"),
+             *mixed = onnx_name(b, y, "mixed"), *merged = onnx_name(b, y, "merged"),
+             *shape = onnx_name(b, y, "out_shape");
+  BPT_CHECK(onnx_constant_floats(b, c_scale, 0, NULL, &scale, 1));
+  BPT_CHECK(onnx_node(b, "MatMul", products, (const char *[]){qh, kt}, 2, products, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scores, (const char *[]){products, c_scale}, 2, scores, NULL));
+  BPT_CHECK(masked_softmax(b, node, scores, 4, node->int_attributes[1] != 0, queries, keys, probabilities));
+  BPT_CHECK(onnx_node(b, "MatMul", mixed, (const char *[]){probabilities, vh}, 2, mixed, NULL));
+  Onnx__NodeProto *transpose;
+  BPT_CHECK(onnx_node(b, "Transpose", merged, &mixed, 1, merged, &transpose));
+  BPT_CHECK(onnx_attribute_ints(b, transpose, "perm", to_heads, 4));
+  const int64_t dims[3] = {-1, queries, C}, three = 3;
+  BPT_CHECK(onnx_constant_ints(b, shape, 1, &three, dims, 3));
+  return onnx_node(b, "Reshape", y, (const char *[]){merged, shape}, 2, y, NULL);
 }
 
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
@@ -321,6 +413,8 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_RMS_NORM] = emit_rms_norm,
     [BPT_OP_GELU_TANH] = emit_gelu_tanh,
     [BPT_OP_SILU] = emit_silu,
+    [BPT_OP_SOFTMAX] = emit_softmax,
+    [BPT_OP_SCALED_DOT_PRODUCT_ATTENTION] = emit_attention,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

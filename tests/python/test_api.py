@@ -201,6 +201,33 @@ class Ops(unittest.TestCase):
         rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5)
         np.testing.assert_allclose(model.read(layer), x / rms, rtol=1e-4, atol=1e-5)
 
+    def test_softmax(self):
+        x = RNG.randn(2, 3, 6, 4).astype(np.float32)
+        _, out = run_op(lambda m, a: m.softmax(a), x)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(out, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        # Causal, bottom-right aligned: row i sees columns j <= i + (4 - 6); rows 0 and 1 see none and are zeros.
+        _, out = run_op(lambda m, a: m.softmax(a, causal=True), x)
+        visible = np.arange(4)[None, :] <= np.arange(6)[:, None] - 2
+        top = np.where(visible, x, -1e30).max(axis=-1, keepdims=True)
+        e = np.exp(np.where(visible, x - top, -np.inf))
+        expected = e / np.maximum(e.sum(axis=-1, keepdims=True), 1e-30)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
+        self.assertTrue(np.all(out[:, :, :2] == 0))
+
+    def test_scaled_dot_product_attention(self):
+        q = RNG.randn(2, 5, 6).astype(np.float32)
+        k, v = RNG.randn(2, 7, 6).astype(np.float32), RNG.randn(2, 7, 6).astype(np.float32)
+        for causal in (False, True):
+            _, out = run_op(lambda m, a, b, c: m.scaled_dot_product_attention(a, b, c, heads=3, causal=causal), q, k, v)
+            heads = lambda x: x.reshape(2, -1, 3, 2).transpose(0, 2, 1, 3)  # (N, H, T, D)
+            scores = heads(q) @ heads(k).transpose(0, 1, 3, 2) / np.sqrt(2)
+            if causal:  # bottom-right aligned: query i sees keys j <= i + 2
+                scores = np.where(np.arange(7)[None, :] <= np.arange(5)[:, None] + 2, scores, -np.inf)
+            p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            expected = ((p / p.sum(axis=-1, keepdims=True)) @ heads(v)).transpose(0, 2, 1, 3).reshape(2, 5, 6)
+            np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg="causal=%s" % causal)
+
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
         accuracy is invented for per-token logits."""
