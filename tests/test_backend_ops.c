@@ -280,7 +280,7 @@ struct op_case {
   int rank;
   int64_t shape[3];
   /* Attributes, each read by the builders of the ops it names. */
-  int64_t units;                                                   /* linear: output features */
+  int64_t units;                                                   /* linear: output features; embedding: rows */
   bool no_bias;                                                    /* linear, conv2d */
   int64_t out_channels, kernel, stride, padding, dilation, groups; /* conv2d; pooling: kernel, stride, padding */
   bool sequence;        /* the main input is a sequence input: shape[0] is its length, the rest per token */
@@ -557,6 +557,16 @@ static bpt_status build_permute(case_graph *g, const op_case *c, bpt_node **out)
   return bpt_add(g->graph, "sum", first, second, out);
 }
 
+/* embedding: ids (N) or a sequence's (N, T) from add_labels, drawn in [0, units), and a table (units, C) with C
+ * the main shape's last axis. More tokens than rows, so some rows are named twice and their gradients summed. */
+static bpt_status build_embedding(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *ids, *table;
+  const int64_t table_dims[2] = {c->units, c->shape[c->rank - 1]};
+  BPT_CHECK(add_labels(g, "ids", c->units, &ids));
+  BPT_CHECK(add_parameter(g, "table", 2, table_dims, -1.0f, 1.0f, true, &table));
+  return bpt_embedding(g->graph, "op", ids, table, out);
+}
+
 static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
@@ -647,6 +657,9 @@ static const op_case op_cases[] = {
     {"permute heads 2x3x4x5 -> 2x4x3x5", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .to_shape = {2, 1, 3}},
     {"permute last axis moved 3x4x7 -> 3x7x4", BPT_OP_PERMUTE, build_permute, .batch = 3, .rank = 2, SHAPE(4, 7), .to_shape = {2, 1}},
     {"permute cycle 2x3x5x6 -> 2x6x3x5, twice (dx accumulates)", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 5, 6), .to_shape = {3, 1, 2}, .twice = true},
+    {"embedding sequence 3x5 ids -> 3x5x6, 7 rows (repeated ids summed)", BPT_OP_EMBEDDING, build_embedding, .batch = 3, .rank = 2, SHAPE(5, 6), .sequence = true, .units = 7},
+    {"embedding plain 4 ids -> 4x19, 3 rows", BPT_OP_EMBEDDING, build_embedding, .batch = 4, .rank = 1, SHAPE(19), .units = 3},
+    {"embedding sequence 2x3 ids -> 2x3x37, 50 rows (most untouched)", BPT_OP_EMBEDDING, build_embedding, .batch = 2, .rank = 2, SHAPE(3, 37), .sequence = true, .units = 50},
     {"reshape 2x3x4 -> 6x4", BPT_OP_RESHAPE, build_reshape, .batch = 2, .rank = 3, SHAPE(2, 3, 4), .to_rank = 2, .to_shape = {6, 4}},
     {"reshape flatten batch 1, 3x5", BPT_OP_RESHAPE, build_reshape, .batch = 1, .rank = 2, SHAPE(3, 5), .to_rank = 0},
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},
@@ -1544,7 +1557,55 @@ static void every_op_and_primitive_matches_the_cpu(void **state) {
   }
 }
 
+/* An id outside the table fails forward on every backend with a message naming the node, the position and the
+ * value (the CPU checks before it copies; CUDA by a device flag read after its kernel), and never reads
+ * outside the table. */
+static void embedding_ids_out_of_range_fail_on_every_backend(void **state) {
+  (void)state;
+  open_backends();
+  static const struct {
+    int32_t value;
+    const char *message;
+  } bad[] = {{10, "embedding 'tok': forward kernel failed on backend '%s': id 10 at sample 1, token 2 is outside "
+                  "the table's [0, 7)"},
+             {-1, "id -1 at sample 1, token 2 is outside the table's [0, 7)"}};
+  for (int b = 0; b < backend_count; b++) {
+    bpt_context *context = backends[b].context;
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+      bpt_graph *graph;
+      bpt_node *ids, *out;
+      bpt_tensor *tensor;
+      const int64_t dims[2] = {3, 4};
+      assert_ok(context, bpt_graph_create(context, &graph));
+      assert_ok(context, bpt_graph_input_sequence(graph, "ids", BPT_DTYPE_I32, 4, 0, NULL, &ids));
+      assert_ok(context, bpt_layer_embedding(graph, "tok", ids, 7, 5, &out));
+      const bpt_status compiled = bpt_graph_compile(graph, NULL, 3);
+      if (compiled == BPT_ERR_UNSUPPORTED && b > 0) {
+        print_message("skipped: embedding ids out of range on %s (%s)\n", backends[b].label,
+                      bpt_context_last_error(context));
+        bpt_graph_destroy(graph);
+        continue;
+      }
+      assert_ok(context, compiled);
+      assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &tensor));
+      int32_t *values = bpt_tensor_data(tensor);
+      for (int i = 0; i < 12; i++)
+        values[i] = i % 7;
+      values[1 * 4 + 2] = bad[k].value;
+      values[2 * 4 + 3] = 99; /* a later bad id: the first in row-major order is named */
+      assert_ok(context, bpt_graph_set_input(graph, ids, tensor));
+      char expected[256];
+      snprintf(expected, sizeof expected, bad[k].message, backends[b].name);
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, expected, bpt_graph_forward(graph));
+      bpt_tensor_destroy(tensor);
+      bpt_graph_destroy(graph);
+    }
+  }
+  close_backends();
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(every_op_and_primitive_matches_the_cpu)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(every_op_and_primitive_matches_the_cpu),
+                                     cmocka_unit_test(embedding_ids_out_of_range_fail_on_every_backend)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -351,6 +351,45 @@ static void test_sequence_ops(void **state) {
   model_destroy(&m);
 }
 
+/* Token ids (i32, a sequence) through a learned embedding and a per-token linear, flattened into the head: the
+ * ids are the model's input, written as raw int32 for ONNX Runtime. */
+static void test_embedding(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  enum { LENGTH = 4, VOCABULARY = 11 };
+  model m = {.context = test_context(17), .sample_rank = 1, .sample = {LENGTH}};
+  bpt_node *h;
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context, bpt_graph_input_sequence(m.graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &m.input));
+  assert_ok(m.context, bpt_layer_embedding(m.graph, "tok", m.input, VOCABULARY, 6, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "token", h, 5, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  assert_ok(m.context, bpt_graph_set_training(m.graph, 0));
+  bpt_tensor *ids = new_tensor(m.context, BPT_DTYPE_I32, 1, (const int64_t[]){LENGTH});
+  int32_t *values = bpt_tensor_data(ids);
+  for (int64_t i = 0; i < BATCH * LENGTH; i++)
+    values[i] = (int32_t)((i * 7 + 3) % VOCABULARY); /* every row of the table, some twice */
+  bpt_tensor *labels = new_tensor(m.context, BPT_DTYPE_I32, 0, NULL);
+  for (int64_t i = 0; i < BATCH; i++)
+    ((int32_t *)bpt_tensor_data(labels))[i] = (int32_t)(i % CLASSES);
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.input, ids));
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.labels, labels));
+  assert_ok(m.context, bpt_graph_forward(m.graph));
+  bpt_tensor *out = new_tensor(m.context, BPT_DTYPE_F32, 1, (const int64_t[]){CLASSES});
+  assert_ok(m.context, bpt_graph_read(m.graph, m.output, out));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/embedding.onnx", export_directory());
+  assert_ok(m.context, bpt_graph_export_onnx(m.graph, path, NULL));
+  write_floats("embedding", "input", (const float *)values, BATCH * LENGTH); /* int32 bytes, 4 each like f32 */
+  write_floats("embedding", "output", bpt_tensor_data(out), BATCH * CLASSES);
+  bpt_tensor_destroy(out);
+  bpt_tensor_destroy(labels);
+  bpt_tensor_destroy(ids);
+  model_destroy(&m);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   if (!onnx_available()) skip();
@@ -501,6 +540,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
+      cmocka_unit_test(test_embedding),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

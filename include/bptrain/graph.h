@@ -25,7 +25,8 @@ typedef enum bpt_initializer {
   BPT_INIT_HE_NORMAL = 2,     /**< N(0, 2 / fan_in) */
   BPT_INIT_HE_UNIFORM = 3,    /**< U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)) */
   BPT_INIT_XAVIER_NORMAL = 4, /**< N(0, 2 / (fan_in + fan_out)) */
-  BPT_INIT_XAVIER_UNIFORM = 5 /**< U(-sqrt(6 / (fan_in + fan_out)), +sqrt(...)) */
+  BPT_INIT_XAVIER_UNIFORM = 5, /**< U(-sqrt(6 / (fan_in + fan_out)), +sqrt(...)) */
+  BPT_INIT_NORMAL_SMALL = 6    /**< N(0, 0.02^2), GPT-2's embeddings and projections */
 } bpt_initializer;
 
 /** Creates an empty graph on @p context's backend. */
@@ -104,6 +105,16 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
  */
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
+/**
+ * Rows of a table by integer id, PyTorch's F.embedding: out[n, t, :] = table[ids[n, t], :].
+ * @param ids batched i32 (N) or (N, T) (a sequence input keeps its mark: out is a sequence too)
+ * @param table unbatched f32 (vocabulary, dim), usually a parameter
+ * @param out (N, dim) or (N, T, dim)
+ * An id outside [0, vocabulary) fails bpt_graph_forward() with BPT_ERR_INVALID_ARGUMENT, the message naming
+ * the node, the sample (and token) and the id. The table's gradient is a scatter-add of dy into the rows the
+ * ids name, summed in token order on every backend, so repeated ids give the same sum on every run.
+ */
+BPT_API bpt_status bpt_embedding(bpt_graph *graph, const char *name, bpt_node *ids, bpt_node *table, bpt_node **out);
 /**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.

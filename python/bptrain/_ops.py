@@ -11,7 +11,8 @@ from . import _native
 from ._arguments import choice, integer, real
 from ._errors import INVALID_ARGUMENT, Error, error
 
-INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5}
+INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5,
+                "normal_small": 6}
 ESTIMATORS = {"identity": 0, "sigmoid": 1}
 
 
@@ -92,6 +93,7 @@ OPS = {
     "tanh": ("bpt_tanh", "x:node", "tanh"),
     "gelu": ("bpt_gelu", "x:node", "gelu"),
     "mul": ("bpt_mul", "a:node b:node", "mul"),
+    "embedding_op": ("bpt_embedding", "ids:node table:node", "embedding"),
     "permute": ("bpt_permute", "x:node axes:dims", "permute"),
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
@@ -114,6 +116,7 @@ OPS = {
     # layers.h
     "conv2d": ("bpt_layer_conv2d", "x:node out_channels:int64 kernel:int64 stride:int64=1 padding:int64=0 "
                                    "bias:bool=1", "conv"),
+    "embedding": ("bpt_layer_embedding", "ids:node vocabulary:int64 dim:int64", "embedding"),
     "batch_norm": ("bpt_layer_batch_norm", "x:node", "bn"),
     "batch_norm_relu": ("bpt_layer_batch_norm_relu", "x:node", "bn"),
     "resnet_block": ("bpt_layer_resnet_basic_block", "x:node out_channels:int64 stride:int64=1", "block"),

@@ -111,6 +111,14 @@ static bpt_status emit_permute(onnx_builder *b, const bpt_node *node) {
   return onnx_attribute_ints(b, n, "perm", node->int_attributes + 1, (int)node->int_attributes[0]);
 }
 
+/* Gather(table, ids) along the table's rows: (N, T) ids give (N, T, C), as the op. */
+static bpt_status emit_embedding(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Gather", y, (const char *[]){input(b, node, 1), input(b, node, 0)}, 2, y, &n));
+  return onnx_attribute_int(b, n, "axis", 0);
+}
+
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
   if (node->inputs[0]->sequence) return emit_sequence_linear(b, node);
@@ -232,6 +240,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_MUL] = emit_mul,
     [BPT_OP_MATMUL] = emit_matmul,
     [BPT_OP_PERMUTE] = emit_permute,
+    [BPT_OP_EMBEDDING] = emit_embedding,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

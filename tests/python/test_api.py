@@ -144,6 +144,25 @@ class Ops(unittest.TestCase):
         _, out = run_op(lambda m, x, y: m.mul(x, y), a, scale)
         np.testing.assert_allclose(out, a * scale, rtol=1e-6)
 
+    def test_embedding(self):
+        """Rows of the table by id, N(0, 0.02^2) from the layer, against NumPy's indexing."""
+        model = bptrain.Model(context())
+        ids = model.input_sequence("ids", 5, (), dtype="i32")
+        out = model.embedding(ids, 13, 7, name="tok")
+        model.compile(None, 4)
+        self.assertEqual(out.shape, (4, 5, 7))
+        table = model.state_dict()["tok.weight"]
+        self.assertEqual(table.shape, (13, 7))
+        self.assertLess(abs(float(table.std()) - 0.02), 0.006)
+        values = RNG.randint(0, 13, size=(4, 5)).astype(np.int32)
+        model.set_input(ids, values)
+        model.forward()
+        np.testing.assert_array_equal(model.read(out), table[values])
+        values[2, 3] = 13
+        model.set_input(ids, values)
+        with self.assertRaisesRegex(bptrain.Error, r"embedding 'tok'.*id 13 at sample 2, token 3"):
+            model.forward()
+
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
         accuracy is invented for per-token logits."""
