@@ -290,6 +290,7 @@ struct op_case {
   bool transpose_a, transpose_b;                                   /* matmul */
   bool twice;                                                      /* permute: x feeds two, their sum the output */
   int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
+  int64_t slice[3]; /* slice: axis (the batch is 0), start, length; with twice, a second slice from start + length */
   int64_t to_shape[3];
   float slope;                    /* leaky_relu */
   float probability;              /* dropout */
@@ -567,6 +568,19 @@ static bpt_status build_embedding(case_graph *g, const op_case *c, bpt_node **ou
   return bpt_embedding(g->graph, "op", ids, table, out);
 }
 
+/* slice of the main input; with twice, the next equal-length part too and their sum, so dx has two writers:
+ * the first to run backward overwrites it (zeros outside its part), the second adds. */
+static bpt_status build_slice(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
+  const int axis = (int)c->slice[0];
+  if (!c->twice) return bpt_slice(g->graph, "op", x, axis, c->slice[1], c->slice[2], out);
+  bpt_node *first, *second;
+  BPT_CHECK(bpt_slice(g->graph, "op", x, axis, c->slice[1], c->slice[2], &first));
+  BPT_CHECK(bpt_slice(g->graph, "op2", x, axis, c->slice[1] + c->slice[2], c->slice[2], &second));
+  return bpt_add(g->graph, "sum", first, second, out);
+}
+
 static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
@@ -660,6 +674,10 @@ static const op_case op_cases[] = {
     {"embedding sequence 3x5 ids -> 3x5x6, 7 rows (repeated ids summed)", BPT_OP_EMBEDDING, build_embedding, .batch = 3, .rank = 2, SHAPE(5, 6), .sequence = true, .units = 7},
     {"embedding plain 4 ids -> 4x19, 3 rows", BPT_OP_EMBEDDING, build_embedding, .batch = 4, .rank = 1, SHAPE(19), .units = 3},
     {"embedding sequence 2x3 ids -> 2x3x37, 50 rows (most untouched)", BPT_OP_EMBEDDING, build_embedding, .batch = 2, .rank = 2, SHAPE(3, 37), .sequence = true, .units = 50},
+    {"slice qkv's k: sequence 2x3x12, axis 2 [4, 8)", BPT_OP_SLICE, build_slice, .batch = 2, .rank = 2, SHAPE(3, 12), .sequence = true, .slice = {2, 4, 4}},
+    {"slice the sequence axis: 3x5x4, axis 1 [1, 4)", BPT_OP_SLICE, build_slice, .batch = 3, .rank = 2, SHAPE(5, 4), .sequence = true, .slice = {1, 1, 3}},
+    {"slice a middle axis twice: 2x3x7x5, axis 2 [1, 3) + [3, 5) (dx overwritten, then added)", BPT_OP_SLICE, build_slice, .batch = 2, .rank = 3, SHAPE(3, 7, 5), .slice = {2, 1, 2}, .twice = true},
+    {"slice batch 1, last axis 1x37 [0, 17)", BPT_OP_SLICE, build_slice, .batch = 1, .rank = 1, SHAPE(37), .slice = {1, 0, 17}},
     {"reshape 2x3x4 -> 6x4", BPT_OP_RESHAPE, build_reshape, .batch = 2, .rank = 3, SHAPE(2, 3, 4), .to_rank = 2, .to_shape = {6, 4}},
     {"reshape flatten batch 1, 3x5", BPT_OP_RESHAPE, build_reshape, .batch = 1, .rank = 2, SHAPE(3, 5), .to_rank = 0},
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},

@@ -351,8 +351,9 @@ static void test_sequence_ops(void **state) {
   model_destroy(&m);
 }
 
-/* Token ids (i32, a sequence) through a learned embedding and a per-token linear, flattened into the head: the
- * ids are the model's input, written as raw int32 for ONNX Runtime. */
+/* Token ids (i32, a sequence) through a learned embedding and a fused per-token linear split by slices (q, k as
+ * attention splits qkv; their product), flattened into the head: the ids are the model's input, written as raw
+ * int32 for ONNX Runtime. */
 static void test_embedding(void **state) {
   (void)state;
   if (!onnx_available()) skip();
@@ -362,7 +363,12 @@ static void test_embedding(void **state) {
   assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
   assert_ok(m.context, bpt_graph_input_sequence(m.graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &m.input));
   assert_ok(m.context, bpt_layer_embedding(m.graph, "tok", m.input, VOCABULARY, 6, &h));
-  assert_ok(m.context, bpt_layer_linear(m.graph, "token", h, 5, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "qk", h, 10, BPT_INIT_HE_UNIFORM, &h));
+  bpt_node *q, *k;
+  assert_ok(m.context, bpt_slice(m.graph, "q", h, 2, 0, 5, &q));
+  assert_ok(m.context, bpt_slice(m.graph, "k", h, 2, 5, 5, &k));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores", q, k, 0, 1, &h));
+  assert_ok(m.context, bpt_slice(m.graph, "recent", h, 1, 1, LENGTH - 1, &h));
   assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
   assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
   model_end(&m, false);

@@ -106,6 +106,14 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
 /**
+ * A copy of [@p start, @p start + @p length) along @p axis of @p x (the batch counted as axis 0, which cannot
+ * be sliced); every other axis is kept, and so are the batch and sequence marks (slicing the sequence axis
+ * gives a shorter sequence). Three slices of the last axis split a fused (N, T, 3C) qkv projection into q, k
+ * and v. Backward writes dy into the matching part of dx (the rest of dx gets nothing from this node).
+ */
+BPT_API bpt_status bpt_slice(bpt_graph *graph, const char *name, bpt_node *x, int axis, int64_t start, int64_t length,
+                             bpt_node **out);
+/**
  * Rows of a table by integer id, PyTorch's F.embedding: out[n, t, :] = table[ids[n, t], :].
  * @param ids batched i32 (N) or (N, T) (a sequence input keeps its mark: out is a sequence too)
  * @param table unbatched f32 (vocabulary, dim), usually a parameter

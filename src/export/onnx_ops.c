@@ -119,6 +119,18 @@ static bpt_status emit_embedding(onnx_builder *b, const bpt_node *node) {
   return onnx_attribute_int(b, n, "axis", 0);
 }
 
+/* Slice with its starts, ends and axes as int64 constants (inputs since opset 10). */
+static bpt_status emit_slice(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node), *starts = onnx_name(b, y, "starts"), *ends = onnx_name(b, y, "ends"),
+             *axes = onnx_name(b, y, "axes");
+  const int64_t one = 1, start = node->int_attributes[1], end = start + node->int_attributes[2],
+                axis = node->int_attributes[0];
+  BPT_CHECK(onnx_constant_ints(b, starts, 1, &one, &start, 1));
+  BPT_CHECK(onnx_constant_ints(b, ends, 1, &one, &end, 1));
+  BPT_CHECK(onnx_constant_ints(b, axes, 1, &one, &axis, 1));
+  return onnx_node(b, "Slice", y, (const char *[]){input(b, node, 0), starts, ends, axes}, 4, y, NULL);
+}
+
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
   if (node->inputs[0]->sequence) return emit_sequence_linear(b, node);
@@ -241,6 +253,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_MATMUL] = emit_matmul,
     [BPT_OP_PERMUTE] = emit_permute,
     [BPT_OP_EMBEDDING] = emit_embedding,
+    [BPT_OP_SLICE] = emit_slice,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }
