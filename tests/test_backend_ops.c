@@ -291,6 +291,11 @@ struct op_case {
   bool twice;                                                      /* permute: x feeds two, their sum the output */
   int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
   int64_t slice[3]; /* slice: axis (the batch is 0), start, length; with twice, a second slice from start + length */
+  /* softmax_cross_entropy's options: with ignore, every third label becomes ignore_index (and labels equal to it
+   * are ignored too); smoothing is the label smoothing. Neither: bpt_softmax_cross_entropy() itself. */
+  bool ignore;
+  int32_t ignore_index;
+  float smoothing;
   int64_t to_shape[3];
   float slope;                    /* leaky_relu */
   float probability;              /* dropout */
@@ -467,7 +472,12 @@ static bpt_status build_softmax_cross_entropy(case_graph *g, const op_case *c, b
   bpt_node *logits, *labels;
   BPT_CHECK(add_input(g, "logits", c->rank, c->shape, -3.0f, 3.0f, true, &logits));
   BPT_CHECK(add_labels(g, "labels", c->shape[c->rank - 1], &labels));
-  return bpt_softmax_cross_entropy(g->graph, "op", logits, labels, out);
+  if (!c->ignore && c->smoothing == 0.0f) return bpt_softmax_cross_entropy(g->graph, "op", logits, labels, out);
+  leaf *l = &g->leaves[g->leaf_count - 1];
+  for (int64_t i = 0; c->ignore && i < l->count; i += 3)
+    ((int32_t *)l->values)[i] = c->ignore_index;
+  return bpt_softmax_cross_entropy_options(g->graph, "op", logits, labels, c->ignore ? c->ignore_index : -100,
+                                           c->smoothing, out);
 }
 
 static bpt_status build_mse(case_graph *g, const op_case *c, bpt_node **out) {
@@ -616,6 +626,11 @@ static const op_case op_cases[] = {
     {"softmax_cross_entropy 128x10 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 128, .rank = 1, SHAPE(10)},
     {"softmax_cross_entropy 33x1000 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 33, .rank = 1, SHAPE(1000)},
     {"softmax_cross_entropy sequence 2x3x7 (mean over tokens)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 2, .rank = 2, SHAPE(3, 7), .sequence = true},
+    {"softmax_cross_entropy sequence 3x4x7, ignore_index -100 on every third token", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 3, .rank = 2, SHAPE(4, 7), .sequence = true, .ignore = true, .ignore_index = -100},
+    {"softmax_cross_entropy 9x5, ignore_index 2 (a class id)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 9, .rank = 1, SHAPE(5), .ignore = true, .ignore_index = 2},
+    {"softmax_cross_entropy 6x11, label smoothing 0.1", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 6, .rank = 1, SHAPE(11), .smoothing = 0.1f},
+    {"softmax_cross_entropy sequence 2x5x6, ignore -1 and smoothing 0.25", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 2, .rank = 2, SHAPE(5, 6), .sequence = true, .ignore = true, .ignore_index = -1, .smoothing = 0.25f},
+    {"softmax_cross_entropy 33x1000, ignore and smoothing 0.1 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 33, .rank = 1, SHAPE(1000), .ignore = true, .ignore_index = -100, .smoothing = 0.1f},
     {"mse 4x9 (both inputs differentiable)", BPT_OP_MSE, build_mse, .batch = 4, .rank = 1, SHAPE(9)},
     {"mse 50000 (parity)", BPT_OP_MSE, build_mse, .batch = 2, .rank = 1, SHAPE(25000)},
     {"binary_stochastic identity", BPT_OP_BINARY_STOCHASTIC, build_binary_stochastic, .batch = 3, .rank = 1, SHAPE(41), .check = CHECK_STRAIGHT_THROUGH},
@@ -1014,6 +1029,36 @@ static void check_evaluation_formula(const case_graph *g, const case_result *r, 
   }
 }
 
+/* softmax_cross_entropy's loss against PyTorch's F.cross_entropy(ignore_index=, label_smoothing=) formula in
+ * double on the host: mean over the positions not ignored of (1 - eps) (lse - x[label]) + eps (lse - mean_c x). */
+static void check_cross_entropy_formula(const case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const float *x = g->leaves[0].values, *loss = result_tensor_named(r, "loss");
+  const int32_t *labels = (const int32_t *)g->leaves[1].values;
+  const int64_t classes = c->shape[c->rank - 1], rows = g->leaves[1].count;
+  const double eps = c->smoothing;
+  double sum = 0.0;
+  int64_t counted = 0;
+  for (int64_t n = 0; n < rows; n++) {
+    if (c->ignore && labels[n] == c->ignore_index) continue;
+    const float *row = x + n * classes;
+    double top = row[0], total = 0.0, mean = 0.0;
+    for (int64_t k = 1; k < classes; k++)
+      top = fmax(top, row[k]);
+    for (int64_t k = 0; k < classes; k++) {
+      total += exp(row[k] - top);
+      mean += row[k];
+    }
+    const double lse = log(total) + top;
+    sum += (1.0 - eps) * (lse - row[labels[n]]) + eps * (lse - mean / (double)classes);
+    counted++;
+  }
+  const double expected = counted ? sum / (double)counted : 0.0;
+  if (!(fabs(loss[0] - expected) <= 1e-5 * fabs(expected) + 1e-6))
+    record_failure(c->name, backend, "loss = %.9g, F.cross_entropy's formula gives %.9g (%lld of %lld positions)",
+                   (double)loss[0], expected, (long long)counted, (long long)rows);
+}
+
 /* On the reference: the op's output and every gradient carry information (a case whose gradients are all zero
  * would pass any comparison). */
 static void check_informative(const op_case *c, const case_result *r) {
@@ -1078,6 +1123,7 @@ static void run_op_case(int index) {
       if (c->check == CHECK_STRAIGHT_THROUGH) check_straight_through(&g, &r, t->label);
       if (c->check == CHECK_DROPOUT_MASK) check_dropout_mask(&g, &r, t->label);
       if (c->check == CHECK_EVALUATION_FORMULA) check_evaluation_formula(&g, &r, t->label);
+      if (c->op == BPT_OP_SOFTMAX_CROSS_ENTROPY) check_cross_entropy_formula(&g, &r, t->label);
       if (c->check == CHECK_FINITE_DIFFERENCES || c->check == CHECK_DROPOUT_MASK) {
         status = check_finite_differences(&g, &r, t->label);
         if (status != BPT_OK)
@@ -1622,8 +1668,75 @@ static void embedding_ids_out_of_range_fail_on_every_backend(void **state) {
   close_backends();
 }
 
+/* softmax_cross_entropy with every position ignored: loss 0 and zero gradients (not 0/0) on every backend
+ * that takes the options; fpga-sim refuses them at compile naming why. A label neither in range nor the
+ * ignore index still fails, and smoothing outside [0, 1] is refused when the node is built. */
+static void cross_entropy_with_every_position_ignored_is_zero(void **state) {
+  (void)state;
+  open_backends();
+  enum { N = 2, T = 3, V = 4 };
+  for (int b = 0; b < backend_count; b++) {
+    bpt_context *context = backends[b].context;
+    bpt_graph *graph;
+    bpt_node *logits, *labels, *loss;
+    assert_ok(context, bpt_graph_create(context, &graph));
+    assert_ok(context, bpt_graph_input_sequence(graph, "logits", BPT_DTYPE_F32, T, 1, (const int64_t[]){V}, &logits));
+    logits->requires_grad = true;
+    assert_ok(context, bpt_graph_input_sequence(graph, "labels", BPT_DTYPE_I32, T, 0, NULL, &labels));
+    if (b == 0) {
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "softmax_cross_entropy 'loss': label smoothing 1.5 is outside [0, 1]",
+                   bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -100, 1.5f, &loss));
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "label smoothing nan is outside",
+                   bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -100, NAN, &loss));
+    }
+    assert_ok(context, bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -100, 0.1f, &loss));
+    const bpt_status compiled = bpt_graph_compile(graph, loss, N);
+    if (compiled == BPT_ERR_UNSUPPORTED && b > 0) {
+      assert_non_null(strstr(bpt_context_last_error(context), "not supported on backend"));
+      print_message("skipped: cross-entropy options on %s (%s)\n", backends[b].label, bpt_context_last_error(context));
+      bpt_graph_destroy(graph);
+      continue;
+    }
+    assert_ok(context, compiled);
+    bpt_tensor *x, *y;
+    assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){N, T, V}, &x));
+    assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, (const int64_t[]){N, T}, &y));
+    for (int i = 0; i < N * T * V; i++)
+      ((float *)bpt_tensor_data(x))[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < N * T; i++)
+      ((int32_t *)bpt_tensor_data(y))[i] = -100;
+    assert_ok(context, bpt_graph_set_input(graph, logits, x));
+    assert_ok(context, bpt_graph_set_input(graph, labels, y));
+    assert_ok(context, bpt_graph_forward(graph));
+    float value = -1.0f, gradient[N * T * V];
+    assert_ok(context, bpt_graph_loss(graph, &value));
+    assert_true(value == 0.0f);
+    assert_ok(context, bpt_graph_backward(graph));
+    assert_int_equal(download_floats(graph, logits->grad, N * T * V, gradient), BPT_OK);
+    for (int i = 0; i < N * T * V; i++)
+      assert_true(gradient[i] == 0.0f);
+    /* One label in range again: the loss is that position's alone. */
+    ((int32_t *)bpt_tensor_data(y))[4] = 1;
+    assert_ok(context, bpt_graph_set_input(graph, labels, y));
+    assert_ok(context, bpt_graph_forward(graph));
+    assert_ok(context, bpt_graph_loss(graph, &value));
+    assert_true(value > 0.0f && isfinite(value));
+    if (b == 0) { /* CUDA reports a bad label as a NaN loss instead (no synchronisation per step) */
+      ((int32_t *)bpt_tensor_data(y))[5] = 7;
+      assert_ok(context, bpt_graph_set_input(graph, labels, y));
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "label 7 of sample 5 is outside [0, 4) and is not the ignore index",
+                   bpt_graph_forward(graph));
+    }
+    bpt_tensor_destroy(x);
+    bpt_tensor_destroy(y);
+    bpt_graph_destroy(graph);
+  }
+  close_backends();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(every_op_and_primitive_matches_the_cpu),
-                                     cmocka_unit_test(embedding_ids_out_of_range_fail_on_every_backend)};
+                                     cmocka_unit_test(embedding_ids_out_of_range_fail_on_every_backend),
+                                     cmocka_unit_test(cross_entropy_with_every_position_ignored_is_zero)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

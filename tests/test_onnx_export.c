@@ -396,6 +396,61 @@ static void test_embedding(void **state) {
   model_destroy(&m);
 }
 
+/* A sequence loss exported with options.softmax: the probabilities are over the classes, the last axis of the
+ * (N, T, classes) logits (axis 1 would normalise over the tokens). The loss's ignore index and smoothing are
+ * training options and change nothing in the file. */
+static void test_sequence_softmax(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  enum { LENGTH = 3, VOCABULARY = 7, WIDTH = 5 };
+  bpt_context *context = test_context(19);
+  bpt_graph *graph;
+  bpt_node *ids, *labels, *h, *logits, *loss;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input_sequence(graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &ids));
+  assert_ok(context, bpt_graph_input_sequence(graph, "next", BPT_DTYPE_I32, LENGTH, 0, NULL, &labels));
+  assert_ok(context, bpt_layer_embedding(graph, "tok", ids, VOCABULARY, 4, &h));
+  assert_ok(context, bpt_layer_linear(graph, "logits", h, WIDTH, BPT_INIT_HE_UNIFORM, &logits));
+  assert_ok(context, bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -1, 0.1f, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, BATCH));
+  bpt_tensor *x, *y, *out;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, (const int64_t[]){BATCH, LENGTH}, &x));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, (const int64_t[]){BATCH, LENGTH}, &y));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){BATCH, LENGTH, WIDTH}, &out));
+  int32_t *values = bpt_tensor_data(x);
+  for (int i = 0; i < BATCH * LENGTH; i++) {
+    values[i] = (int32_t)((i * 5 + 1) % VOCABULARY);
+    ((int32_t *)bpt_tensor_data(y))[i] = i % 4 == 0 ? -1 : i % WIDTH;
+  }
+  assert_ok(context, bpt_graph_set_input(graph, ids, x));
+  assert_ok(context, bpt_graph_set_input(graph, labels, y));
+  assert_ok(context, bpt_graph_set_training(graph, 0));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, logits, out));
+  float *p = bpt_tensor_data(out);
+  for (int r = 0; r < BATCH * LENGTH; r++) {
+    double top = p[r * WIDTH], sum = 0.0;
+    for (int c = 1; c < WIDTH; c++)
+      top = fmax(top, p[r * WIDTH + c]);
+    for (int c = 0; c < WIDTH; c++)
+      sum += exp(p[r * WIDTH + c] - top);
+    for (int c = 0; c < WIDTH; c++)
+      p[r * WIDTH + c] = (float)(exp(p[r * WIDTH + c] - top) / sum);
+  }
+  bpt_onnx_export_options options = bpt_onnx_export_options_default();
+  options.softmax = 1;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/sequence_softmax.onnx", export_directory());
+  assert_ok(context, bpt_graph_export_onnx(graph, path, &options));
+  write_floats("sequence_softmax", "input", (const float *)values, BATCH * LENGTH); /* int32 bytes */
+  write_floats("sequence_softmax", "output", p, BATCH * LENGTH * WIDTH);
+  bpt_tensor_destroy(out);
+  bpt_tensor_destroy(y);
+  bpt_tensor_destroy(x);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   if (!onnx_available()) skip();
@@ -546,7 +601,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
-      cmocka_unit_test(test_embedding),
+      cmocka_unit_test(test_embedding), cmocka_unit_test(test_sequence_softmax),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

@@ -131,6 +131,17 @@ BPT_API bpt_status bpt_embedding(bpt_graph *graph, const char *name, bpt_node *i
  */
 BPT_API bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_node *logits,
                                              bpt_node *labels, bpt_node **out);
+/**
+ * bpt_softmax_cross_entropy() with PyTorch's F.cross_entropy(ignore_index=, label_smoothing=) options:
+ * positions whose label equals @p ignore_index contribute nothing and the mean is over the others (a batch
+ * whose every position is ignored gives loss 0 and zero gradients); every other label must be in
+ * [0, classes). With @p label_smoothing eps in [0, 1] a position costs (1 - eps) (-log p[label]) +
+ * eps mean over classes of (-log p[c]). Pass -100 (PyTorch's default) when no label is to be ignored.
+ * Runs on the CPU and CUDA; fpga-sim refuses it at compile (or leaves it to the CPU with cpu_fallback).
+ */
+BPT_API bpt_status bpt_softmax_cross_entropy_options(bpt_graph *graph, const char *name, bpt_node *logits,
+                                                     bpt_node *labels, int64_t ignore_index, float label_smoothing,
+                                                     bpt_node **out);
 /** Mean over all elements of (prediction - target)^2; both nodes must have the same shape. */
 BPT_API bpt_status bpt_mse_loss(bpt_graph *graph, const char *name, bpt_node *prediction, bpt_node *target,
                                 bpt_node **out);

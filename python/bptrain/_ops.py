@@ -99,6 +99,9 @@ OPS = {
     "slice": ("bpt_slice", "x:node axis:int start:int64 length:int64", "slice"),
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
+    # softmax_cross_entropy(..., ignore_index=, label_smoothing=) calls this one (model.py)
+    "softmax_cross_entropy_options": ("bpt_softmax_cross_entropy_options", "logits:node labels:node "
+                                      "ignore_index:int64=-100 label_smoothing:float=0", "loss"),
     "mse_loss": ("bpt_mse_loss", "prediction:node target:node", "loss"),
     # cnn_ops.h
     "conv2d_op": ("bpt_conv2d", "x:node weight:node bias:node?= stride:geometry=1 padding:geometry=0 "

@@ -336,7 +336,8 @@ static bpt_status add_output(onnx_builder *b, const bpt_node *output, const bpt_
     const char *probabilities = onnx_name(b, name, "softmax");
     Onnx__NodeProto *softmax;
     BPT_CHECK(onnx_node(b, "Softmax", probabilities, &name, 1, probabilities, &softmax));
-    BPT_CHECK(onnx_attribute_int(b, softmax, "axis", 1));
+    /* Over the classes, the last axis: 1 for (N, classes), 2 for a sequence's (N, T, classes). */
+    BPT_CHECK(onnx_attribute_int(b, softmax, "axis", output->rank - 1));
     name = probabilities;
   }
   Onnx__ValueInfoProto *info = value_info(b, name, output);

@@ -21,7 +21,8 @@ try:
 except ImportError:
     onnx = None
 
-MODELS = ["mlp", "lenet", "resnet8", "resnet8_folded", "zoo_opset17", "zoo_opset20", "sequence", "collisions", "embedding"]
+MODELS = ["mlp", "lenet", "resnet8", "resnet8_folded", "zoo_opset17", "zoo_opset20", "sequence", "collisions", "embedding",
+          "sequence_softmax"]
 TOLERANCE = 1e-4
 
 

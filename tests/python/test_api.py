@@ -167,6 +167,39 @@ class Ops(unittest.TestCase):
         with self.assertRaisesRegex(bptrain.Error, r"embedding 'tok'.*id 13 at sample 2, token 3"):
             model.forward()
 
+    def test_cross_entropy_options(self):
+        """ignore_index and label_smoothing as keywords, against F.cross_entropy's formula in NumPy (float64)."""
+        x = RNG.randn(3, 4, 6).astype(np.float32)
+        y = RNG.randint(0, 6, size=(3, 4)).astype(np.int32)
+        y[0, 1] = y[2, 3] = -1
+
+        def loss_of(labels, **options):
+            model = bptrain.Model(context())
+            logits = model.input_sequence("logits", 4, (6,))
+            ids = model.input_sequence("labels", 4, (), dtype="i32")
+            model.compile(model.softmax_cross_entropy(logits, ids, **options), 3)
+            model.set_input(logits, x)
+            model.set_input(ids, labels)
+            model.forward()
+            return model.loss_value()
+
+        def reference(labels, ignore, eps):
+            z = x.astype(np.float64).reshape(-1, 6)
+            lse = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+            keep = labels.reshape(-1) != ignore
+            rows = np.arange(len(z))[keep]
+            nll = lse[keep] - z[rows, labels.reshape(-1)[keep]]
+            smooth = lse[keep] - z[keep].mean(1)
+            return float(((1 - eps) * nll + eps * smooth).mean()) if keep.any() else 0.0
+
+        self.assertAlmostEqual(loss_of(y, ignore_index=-1), reference(y, -1, 0.0), places=5)
+        self.assertAlmostEqual(loss_of(y, ignore_index=-1, label_smoothing=0.2), reference(y, -1, 0.2), places=5)
+        clean = np.where(y < 0, 0, y).astype(np.int32)
+        self.assertAlmostEqual(loss_of(clean, label_smoothing=0.1), reference(clean, -100, 0.1), places=5)
+        self.assertEqual(loss_of(np.full((3, 4), -1, np.int32), ignore_index=-1), 0.0)
+        with self.assertRaisesRegex(bptrain.Error, r"label smoothing 2 is outside \[0, 1\]"):
+            loss_of(clean, label_smoothing=2.0)
+
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
         accuracy is invented for per-token logits."""
