@@ -293,6 +293,7 @@ struct op_case {
   int64_t slice[3]; /* slice: axis (the batch is 0), start, length; with twice, a second slice from start + length */
   /* softmax_cross_entropy's options: with ignore, every third label becomes ignore_index (and labels equal to it
    * are ignored too); smoothing is the label smoothing. Neither: bpt_softmax_cross_entropy() itself. */
+  int axis; /* concat: the axis (the batch is 0) */
   bool ignore;
   int32_t ignore_index;
   float smoothing;
@@ -591,6 +592,16 @@ static bpt_status build_slice(case_graph *g, const op_case *c, bpt_node **out) {
   return bpt_add(g->graph, "sum", first, second, out);
 }
 
+/* concat of the main input and a second batched input shaped other_shape; with twice, the main input again at
+ * the end, so its gradient is its first part overwritten, then its last part added. */
+static bpt_status build_concat(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *inputs[3];
+  BPT_CHECK(add_input(g, "a", c->rank, c->shape, -1.0f, 1.0f, true, &inputs[0]));
+  BPT_CHECK(add_input(g, "b", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &inputs[1]));
+  inputs[2] = inputs[0];
+  return bpt_concat(g->graph, "op", c->twice ? 3 : 2, inputs, c->axis, out);
+}
+
 static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
@@ -693,6 +704,9 @@ static const op_case op_cases[] = {
     {"slice the sequence axis: 3x5x4, axis 1 [1, 4)", BPT_OP_SLICE, build_slice, .batch = 3, .rank = 2, SHAPE(5, 4), .sequence = true, .slice = {1, 1, 3}},
     {"slice a middle axis twice: 2x3x7x5, axis 2 [1, 3) + [3, 5) (dx overwritten, then added)", BPT_OP_SLICE, build_slice, .batch = 2, .rank = 3, SHAPE(3, 7, 5), .slice = {2, 1, 2}, .twice = true},
     {"slice batch 1, last axis 1x37 [0, 17)", BPT_OP_SLICE, build_slice, .batch = 1, .rank = 1, SHAPE(37), .slice = {1, 0, 17}},
+    {"concat heads: sequence 2x3x4 + 2x3x5 on axis 2", BPT_OP_CONCAT, build_concat, .batch = 2, .rank = 2, SHAPE(3, 4), .sequence = true, .other_rank = 2, .other_shape = {3, 5}, .axis = 2},
+    {"concat the sequence axis: 3x2x6 + 3x4x6 on axis 1", BPT_OP_CONCAT, build_concat, .batch = 3, .rank = 2, SHAPE(2, 6), .sequence = true, .other_rank = 2, .other_shape = {4, 6}, .axis = 1},
+    {"concat a, b, a on a middle axis 2x3x2x5 + 2x3x1x5 (a's gradient: two parts)", BPT_OP_CONCAT, build_concat, .batch = 2, .rank = 3, SHAPE(3, 2, 5), .other_rank = 3, .other_shape = {3, 1, 5}, .axis = 2, .twice = true},
     {"reshape 2x3x4 -> 6x4", BPT_OP_RESHAPE, build_reshape, .batch = 2, .rank = 3, SHAPE(2, 3, 4), .to_rank = 2, .to_shape = {6, 4}},
     {"reshape flatten batch 1, 3x5", BPT_OP_RESHAPE, build_reshape, .batch = 1, .rank = 2, SHAPE(3, 5), .to_rank = 0},
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},

@@ -352,7 +352,8 @@ static void test_sequence_ops(void **state) {
 }
 
 /* Token ids (i32, a sequence) through a learned embedding and a fused per-token linear split by slices (q, k as
- * attention splits qkv; their product), flattened into the head: the ids are the model's input, written as raw
+ * attention splits qkv; their product), q, part of the scores and k joined again, the later tokens sliced off
+ * and flattened into the head: the ids are the model's input, written as raw
  * int32 for ONNX Runtime. */
 static void test_embedding(void **state) {
   (void)state;
@@ -368,7 +369,9 @@ static void test_embedding(void **state) {
   assert_ok(m.context, bpt_slice(m.graph, "q", h, 2, 0, 5, &q));
   assert_ok(m.context, bpt_slice(m.graph, "k", h, 2, 5, 5, &k));
   assert_ok(m.context, bpt_matmul(m.graph, "scores", q, k, 0, 1, &h));
-  assert_ok(m.context, bpt_slice(m.graph, "recent", h, 1, 1, LENGTH - 1, &h));
+  assert_ok(m.context, bpt_slice(m.graph, "first", h, 2, 0, LENGTH - 1, &h));
+  assert_ok(m.context, bpt_concat(m.graph, "joined", 3, (bpt_node *[]){q, h, k}, 2, &h)); /* (N, T, 5 + 3 + 5) */
+  assert_ok(m.context, bpt_slice(m.graph, "recent", h, 1, 1, LENGTH - 1, &h));            /* (N, T - 1, 13) */
   assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
   assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
   model_end(&m, false);

@@ -114,6 +114,13 @@ BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, 
 BPT_API bpt_status bpt_slice(bpt_graph *graph, const char *name, bpt_node *x, int axis, int64_t start, int64_t length,
                              bpt_node **out);
 /**
+ * The @p count (1 to 5) @p inputs joined along @p axis in order (the batch counted as axis 0, which cannot be
+ * joined); every other axis must agree, and the inputs are all batched or all not. The output keeps input 0's
+ * batch and sequence marks. A copy; backward gives each input its part of dy.
+ */
+BPT_API bpt_status bpt_concat(bpt_graph *graph, const char *name, int count, bpt_node *const *inputs, int axis,
+                              bpt_node **out);
+/**
  * Rows of a table by integer id, PyTorch's F.embedding: out[n, t, :] = table[ids[n, t], :].
  * @param ids batched i32 (N) or (N, T) (a sequence input keeps its mark: out is a sequence too)
  * @param table unbatched f32 (vocabulary, dim), usually a parameter

@@ -30,6 +30,16 @@ def _node(value, op, name=None):
     return [value.handle]
 
 
+def _nodes(value, op, name=None):
+    """A list of Nodes as C's (count, bpt_node *const *)."""
+    try:
+        handles = [_node(node, op, name)[0] for node in value]
+    except TypeError:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: expected a list of bptrain.Node, got %s" %
+                    (op, type(value).__name__)) from None
+    return [len(handles), (_native.handle * max(1, len(handles)))(*handles)]
+
+
 def _optional_node(value, op, name=None):
     return [None] if value is None else _node(value, op, name)
 
@@ -71,6 +81,7 @@ def _conv2d_options(bound, op):
 _KINDS = {
     "node": ([_native.handle], _node),
     "node?": ([_native.handle], _optional_node),
+    "nodes": ([ctypes.c_int, _native.handle_p], _nodes),
     "float": ([ctypes.c_float], _number(float)),
     "int64": ([ctypes.c_int64], _number(int)),
     "int": ([ctypes.c_int], _number(int)),
@@ -97,6 +108,7 @@ OPS = {
     "embedding_op": ("bpt_embedding", "ids:node table:node", "embedding"),
     "permute": ("bpt_permute", "x:node axes:dims", "permute"),
     "slice": ("bpt_slice", "x:node axis:int start:int64 length:int64", "slice"),
+    "concat": ("bpt_concat", "inputs:nodes axis:int", "concat"),
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
     # softmax_cross_entropy(..., ignore_index=, label_smoothing=) calls this one (model.py)

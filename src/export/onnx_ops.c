@@ -131,6 +131,15 @@ static bpt_status emit_slice(onnx_builder *b, const bpt_node *node) {
   return onnx_node(b, "Slice", y, (const char *[]){input(b, node, 0), starts, ends, axes}, 4, y, NULL);
 }
 
+static bpt_status emit_concat(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node), *inputs[BPT_MAX_INPUTS];
+  for (int i = 0; i < node->input_count; i++)
+    inputs[i] = input(b, node, i);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Concat", y, inputs, node->input_count, y, &n));
+  return onnx_attribute_int(b, n, "axis", node->int_attributes[0]);
+}
+
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
   if (node->inputs[0]->sequence) return emit_sequence_linear(b, node);
@@ -254,6 +263,7 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_PERMUTE] = emit_permute,
     [BPT_OP_EMBEDDING] = emit_embedding,
     [BPT_OP_SLICE] = emit_slice,
+    [BPT_OP_CONCAT] = emit_concat,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }
