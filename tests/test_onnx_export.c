@@ -427,6 +427,109 @@ static void test_attention_ops(void **state) {
   model_destroy(&m);
 }
 
+/* Token ids (i32, a sequence) through a learned embedding and a fused per-token linear split by slices (q, k as
+ * attention splits qkv; their product), q, part of the scores and k joined again, the later tokens sliced off
+ * and flattened into the head: the ids are the model's input, written as raw
+ * int32 for ONNX Runtime. */
+static void test_embedding(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  enum { LENGTH = 4, VOCABULARY = 11 };
+  model m = {.context = test_context(17), .sample_rank = 1, .sample = {LENGTH}};
+  bpt_node *h;
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context, bpt_graph_input_sequence(m.graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &m.input));
+  assert_ok(m.context, bpt_layer_embedding(m.graph, "tok", m.input, VOCABULARY, 6, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "qk", h, 10, BPT_INIT_HE_UNIFORM, &h));
+  bpt_node *q, *k;
+  assert_ok(m.context, bpt_slice(m.graph, "q", h, 2, 0, 5, &q));
+  assert_ok(m.context, bpt_slice(m.graph, "k", h, 2, 5, 5, &k));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores", q, k, 0, 1, &h));
+  assert_ok(m.context, bpt_slice(m.graph, "first", h, 2, 0, LENGTH - 1, &h));
+  assert_ok(m.context, bpt_concat(m.graph, "joined", 3, (bpt_node *[]){q, h, k}, 2, &h)); /* (N, T, 5 + 3 + 5) */
+  assert_ok(m.context, bpt_slice(m.graph, "recent", h, 1, 1, LENGTH - 1, &h));            /* (N, T - 1, 13) */
+  assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  assert_ok(m.context, bpt_graph_set_training(m.graph, 0));
+  bpt_tensor *ids = new_tensor(m.context, BPT_DTYPE_I32, 1, (const int64_t[]){LENGTH});
+  int32_t *values = bpt_tensor_data(ids);
+  for (int64_t i = 0; i < BATCH * LENGTH; i++)
+    values[i] = (int32_t)((i * 7 + 3) % VOCABULARY); /* every row of the table, some twice */
+  bpt_tensor *labels = new_tensor(m.context, BPT_DTYPE_I32, 0, NULL);
+  for (int64_t i = 0; i < BATCH; i++)
+    ((int32_t *)bpt_tensor_data(labels))[i] = (int32_t)(i % CLASSES);
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.input, ids));
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.labels, labels));
+  assert_ok(m.context, bpt_graph_forward(m.graph));
+  bpt_tensor *out = new_tensor(m.context, BPT_DTYPE_F32, 1, (const int64_t[]){CLASSES});
+  assert_ok(m.context, bpt_graph_read(m.graph, m.output, out));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/embedding.onnx", export_directory());
+  assert_ok(m.context, bpt_graph_export_onnx(m.graph, path, NULL));
+  write_floats("embedding", "input", (const float *)values, BATCH * LENGTH); /* int32 bytes, 4 each like f32 */
+  write_floats("embedding", "output", bpt_tensor_data(out), BATCH * CLASSES);
+  bpt_tensor_destroy(out);
+  bpt_tensor_destroy(labels);
+  bpt_tensor_destroy(ids);
+  model_destroy(&m);
+}
+
+/* A sequence loss exported with options.softmax: the probabilities are over the classes, the last axis of the
+ * (N, T, classes) logits (axis 1 would normalise over the tokens). The loss's ignore index and smoothing are
+ * training options and change nothing in the file. */
+static void test_sequence_softmax(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  enum { LENGTH = 3, VOCABULARY = 7, WIDTH = 5 };
+  bpt_context *context = test_context(19);
+  bpt_graph *graph;
+  bpt_node *ids, *labels, *h, *logits, *loss;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input_sequence(graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &ids));
+  assert_ok(context, bpt_graph_input_sequence(graph, "next", BPT_DTYPE_I32, LENGTH, 0, NULL, &labels));
+  assert_ok(context, bpt_layer_embedding(graph, "tok", ids, VOCABULARY, 4, &h));
+  assert_ok(context, bpt_layer_linear(graph, "logits", h, WIDTH, BPT_INIT_HE_UNIFORM, &logits));
+  assert_ok(context, bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -1, 0.1f, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, BATCH));
+  bpt_tensor *x, *y, *out;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, (const int64_t[]){BATCH, LENGTH}, &x));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, (const int64_t[]){BATCH, LENGTH}, &y));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){BATCH, LENGTH, WIDTH}, &out));
+  int32_t *values = bpt_tensor_data(x);
+  for (int i = 0; i < BATCH * LENGTH; i++) {
+    values[i] = (int32_t)((i * 5 + 1) % VOCABULARY);
+    ((int32_t *)bpt_tensor_data(y))[i] = i % 4 == 0 ? -1 : i % WIDTH;
+  }
+  assert_ok(context, bpt_graph_set_input(graph, ids, x));
+  assert_ok(context, bpt_graph_set_input(graph, labels, y));
+  assert_ok(context, bpt_graph_set_training(graph, 0));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, logits, out));
+  float *p = bpt_tensor_data(out);
+  for (int r = 0; r < BATCH * LENGTH; r++) {
+    double top = p[r * WIDTH], sum = 0.0;
+    for (int c = 1; c < WIDTH; c++)
+      top = fmax(top, p[r * WIDTH + c]);
+    for (int c = 0; c < WIDTH; c++)
+      sum += exp(p[r * WIDTH + c] - top);
+    for (int c = 0; c < WIDTH; c++)
+      p[r * WIDTH + c] = (float)(exp(p[r * WIDTH + c] - top) / sum);
+  }
+  bpt_onnx_export_options options = bpt_onnx_export_options_default();
+  options.softmax = 1;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/sequence_softmax.onnx", export_directory());
+  assert_ok(context, bpt_graph_export_onnx(graph, path, &options));
+  write_floats("sequence_softmax", "input", (const float *)values, BATCH * LENGTH); /* int32 bytes */
+  write_floats("sequence_softmax", "output", p, BATCH * LENGTH * WIDTH);
+  bpt_tensor_destroy(out);
+  bpt_tensor_destroy(y);
+  bpt_tensor_destroy(x);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 static void test_refusals(void **state) {
   (void)state;
   if (!onnx_available()) skip();
@@ -579,6 +682,7 @@ int main(void) {
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
       cmocka_unit_test(test_transformer_ops),
       cmocka_unit_test(test_attention_ops),
+      cmocka_unit_test(test_embedding), cmocka_unit_test(test_sequence_softmax),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

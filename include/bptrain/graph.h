@@ -25,7 +25,8 @@ typedef enum bpt_initializer {
   BPT_INIT_HE_NORMAL = 2,     /**< N(0, 2 / fan_in) */
   BPT_INIT_HE_UNIFORM = 3,    /**< U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)) */
   BPT_INIT_XAVIER_NORMAL = 4, /**< N(0, 2 / (fan_in + fan_out)) */
-  BPT_INIT_XAVIER_UNIFORM = 5 /**< U(-sqrt(6 / (fan_in + fan_out)), +sqrt(...)) */
+  BPT_INIT_XAVIER_UNIFORM = 5, /**< U(-sqrt(6 / (fan_in + fan_out)), +sqrt(...)) */
+  BPT_INIT_NORMAL_SMALL = 6    /**< N(0, 0.02^2), GPT-2's embeddings and projections */
 } bpt_initializer;
 
 /** Creates an empty graph on @p context's backend. */
@@ -129,6 +130,7 @@ BPT_API bpt_status bpt_layer_norm(bpt_graph *graph, const char *name, bpt_node *
  */
 BPT_API bpt_status bpt_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, float epsilon,
                                 bpt_node **out);
+/**
  * Softmax over the last axis, F.softmax(x, dim=-1): y = exp(x - max) / sum exp(x - max) along it. @p x is f32
  * with at least one per-sample axis; y has its shape. With @p causal non-zero, x's last two axes are
  * (rows Tq, columns Tk) and element (i, j) is masked where j > i + (Tk - Tq) (bottom-right aligned, as in
@@ -149,6 +151,30 @@ BPT_API bpt_status bpt_softmax(bpt_graph *graph, const char *name, bpt_node *x, 
 BPT_API bpt_status bpt_scaled_dot_product_attention(bpt_graph *graph, const char *name, bpt_node *q, bpt_node *k,
                                                     bpt_node *v, int64_t heads, int causal, float dropout,
                                                     bpt_node **out);
+ * A copy of [@p start, @p start + @p length) along @p axis of @p x (the batch counted as axis 0, which cannot
+ * be sliced); every other axis is kept, and so are the batch and sequence marks (slicing the sequence axis
+ * gives a shorter sequence). Three slices of the last axis split a fused (N, T, 3C) qkv projection into q, k
+ * and v. Backward writes dy into the matching part of dx (the rest of dx gets nothing from this node).
+ */
+BPT_API bpt_status bpt_slice(bpt_graph *graph, const char *name, bpt_node *x, int axis, int64_t start, int64_t length,
+                             bpt_node **out);
+/**
+ * The @p count (1 to 5) @p inputs joined along @p axis in order (the batch counted as axis 0, which cannot be
+ * joined); every other axis must agree, and the inputs are all batched or all not. The output keeps input 0's
+ * batch and sequence marks. A copy; backward gives each input its part of dy.
+ */
+BPT_API bpt_status bpt_concat(bpt_graph *graph, const char *name, int count, bpt_node *const *inputs, int axis,
+                              bpt_node **out);
+/**
+ * Rows of a table by integer id, PyTorch's F.embedding: out[n, t, :] = table[ids[n, t], :].
+ * @param ids batched i32 (N) or (N, T) (a sequence input keeps its mark: out is a sequence too)
+ * @param table unbatched f32 (vocabulary, dim), usually a parameter
+ * @param out (N, dim) or (N, T, dim)
+ * An id outside [0, vocabulary) fails bpt_graph_forward() with BPT_ERR_INVALID_ARGUMENT, the message naming
+ * the node, the sample (and token) and the id. The table's gradient is a scatter-add of dy into the rows the
+ * ids name, summed in token order on every backend, so repeated ids give the same sum on every run.
+ */
+BPT_API bpt_status bpt_embedding(bpt_graph *graph, const char *name, bpt_node *ids, bpt_node *table, bpt_node **out);
 /**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.
@@ -157,6 +183,17 @@ BPT_API bpt_status bpt_scaled_dot_product_attention(bpt_graph *graph, const char
  */
 BPT_API bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_node *logits,
                                              bpt_node *labels, bpt_node **out);
+/**
+ * bpt_softmax_cross_entropy() with PyTorch's F.cross_entropy(ignore_index=, label_smoothing=) options:
+ * positions whose label equals @p ignore_index contribute nothing and the mean is over the others (a batch
+ * whose every position is ignored gives loss 0 and zero gradients); every other label must be in
+ * [0, classes). With @p label_smoothing eps in [0, 1] a position costs (1 - eps) (-log p[label]) +
+ * eps mean over classes of (-log p[c]). Pass -100 (PyTorch's default) when no label is to be ignored.
+ * Runs on the CPU and CUDA; fpga-sim refuses it at compile (or leaves it to the CPU with cpu_fallback).
+ */
+BPT_API bpt_status bpt_softmax_cross_entropy_options(bpt_graph *graph, const char *name, bpt_node *logits,
+                                                     bpt_node *labels, int64_t ignore_index, float label_smoothing,
+                                                     bpt_node **out);
 /** Mean over all elements of (prediction - target)^2; both nodes must have the same shape. */
 BPT_API bpt_status bpt_mse_loss(bpt_graph *graph, const char *name, bpt_node *prediction, bpt_node *target,
                                 bpt_node **out);

@@ -43,6 +43,13 @@ BPT_API bpt_status bpt_layer_rms_norm(bpt_graph *graph, const char *name, bpt_no
 BPT_API bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
                                                 int64_t stride, bpt_node **out);
 
+/**
+ * Creates "<name>.weight" (vocabulary, dim) initialised N(0, 0.02^2) (BPT_INIT_NORMAL_SMALL), then a
+ * bpt_embedding() named @p name looking up @p ids (batched i32 (N) or (N, T)) in it: out (N, T, dim).
+ */
+BPT_API bpt_status bpt_layer_embedding(bpt_graph *graph, const char *name, bpt_node *ids, int64_t vocabulary,
+                                       int64_t dim, bpt_node **out);
+
 /** Kinds of layer in a bpt_layer_spec. Values are fixed; new kinds are appended. */
 typedef enum bpt_layer_kind {
   BPT_LAYER_CONV2D = 0,     /**< units output channels, kernel, stride, padding; bias unless followed by BN */

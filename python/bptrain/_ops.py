@@ -11,7 +11,8 @@ from . import _native
 from ._arguments import choice, integer, real
 from ._errors import INVALID_ARGUMENT, Error, error
 
-INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5}
+INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5,
+                "normal_small": 6}
 ESTIMATORS = {"identity": 0, "sigmoid": 1}
 
 
@@ -27,6 +28,16 @@ def _node(value, op, name=None):
         raise error(INVALID_ARGUMENT, "bptrain: %s: %sexpected a bptrain.Node, got %s" %
                     (op, "%s: " % name if name else "", type(value).__name__))
     return [value.handle]
+
+
+def _nodes(value, op, name=None):
+    """A list of Nodes as C's (count, bpt_node *const *)."""
+    try:
+        handles = [_node(node, op, name)[0] for node in value]
+    except TypeError:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: expected a list of bptrain.Node, got %s" %
+                    (op, type(value).__name__)) from None
+    return [len(handles), (_native.handle * max(1, len(handles)))(*handles)]
 
 
 def _optional_node(value, op, name=None):
@@ -70,8 +81,10 @@ def _conv2d_options(bound, op):
 _KINDS = {
     "node": ([_native.handle], _node),
     "node?": ([_native.handle], _optional_node),
+    "nodes": ([ctypes.c_int, _native.handle_p], _nodes),
     "float": ([ctypes.c_float], _number(float)),
     "int64": ([ctypes.c_int64], _number(int)),
+    "int": ([ctypes.c_int], _number(int)),
     "bool": ([ctypes.c_int], lambda value, op, name=None: [int(bool(value))]),
     "init": ([ctypes.c_int], _enum(INITIALIZERS, "init")),
     "estimator": ([ctypes.c_int], _enum(ESTIMATORS, "estimator")),
@@ -94,7 +107,10 @@ OPS = {
     "gelu_tanh": ("bpt_gelu_tanh", "x:node", "gelu_tanh"),
     "silu": ("bpt_silu", "x:node", "silu"),
     "mul": ("bpt_mul", "a:node b:node", "mul"),
+    "embedding_op": ("bpt_embedding", "ids:node table:node", "embedding"),
     "permute": ("bpt_permute", "x:node axes:dims", "permute"),
+    "slice": ("bpt_slice", "x:node axis:int start:int64 length:int64", "slice"),
+    "concat": ("bpt_concat", "inputs:nodes axis:int", "concat"),
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
     "layer_norm_op": ("bpt_layer_norm", "x:node gamma:node beta:node?= epsilon:float=1e-5", "layer_norm"),
     "rms_norm_op": ("bpt_rms_norm", "x:node gamma:node epsilon:float=1e-5", "rms_norm"),
@@ -103,6 +119,9 @@ OPS = {
                                      "q:node k:node v:node heads:int64=1 causal:bool=0 dropout:float=0",
                                      "attention"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
+    # softmax_cross_entropy(..., ignore_index=, label_smoothing=) calls this one (model.py)
+    "softmax_cross_entropy_options": ("bpt_softmax_cross_entropy_options", "logits:node labels:node "
+                                      "ignore_index:int64=-100 label_smoothing:float=0", "loss"),
     "mse_loss": ("bpt_mse_loss", "prediction:node target:node", "loss"),
     # cnn_ops.h
     "conv2d_op": ("bpt_conv2d", "x:node weight:node bias:node?= stride:geometry=1 padding:geometry=0 "
@@ -122,6 +141,7 @@ OPS = {
     # layers.h
     "conv2d": ("bpt_layer_conv2d", "x:node out_channels:int64 kernel:int64 stride:int64=1 padding:int64=0 "
                                    "bias:bool=1", "conv"),
+    "embedding": ("bpt_layer_embedding", "ids:node vocabulary:int64 dim:int64", "embedding"),
     "batch_norm": ("bpt_layer_batch_norm", "x:node", "bn"),
     "batch_norm_relu": ("bpt_layer_batch_norm_relu", "x:node", "bn"),
     "layer_norm": ("bpt_layer_layer_norm", "x:node epsilon:float=1e-5", "layer_norm"),

@@ -286,6 +286,33 @@ static bpt_status emit_attention(onnx_builder *b, const bpt_node *node) {
   const int64_t dims[3] = {-1, queries, C}, three = 3;
   BPT_CHECK(onnx_constant_ints(b, shape, 1, &three, dims, 3));
   return onnx_node(b, "Reshape", y, (const char *[]){merged, shape}, 2, y, NULL);
+/* Gather(table, ids) along the table's rows: (N, T) ids give (N, T, C), as the op. */
+static bpt_status emit_embedding(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Gather", y, (const char *[]){input(b, node, 1), input(b, node, 0)}, 2, y, &n));
+  return onnx_attribute_int(b, n, "axis", 0);
+}
+
+/* Slice with its starts, ends and axes as int64 constants (inputs since opset 10). */
+static bpt_status emit_slice(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node), *starts = onnx_name(b, y, "starts"), *ends = onnx_name(b, y, "ends"),
+             *axes = onnx_name(b, y, "axes");
+  const int64_t one = 1, start = node->int_attributes[1], end = start + node->int_attributes[2],
+                axis = node->int_attributes[0];
+  BPT_CHECK(onnx_constant_ints(b, starts, 1, &one, &start, 1));
+  BPT_CHECK(onnx_constant_ints(b, ends, 1, &one, &end, 1));
+  BPT_CHECK(onnx_constant_ints(b, axes, 1, &one, &axis, 1));
+  return onnx_node(b, "Slice", y, (const char *[]){input(b, node, 0), starts, ends, axes}, 4, y, NULL);
+}
+
+static bpt_status emit_concat(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node), *inputs[BPT_MAX_INPUTS];
+  for (int i = 0; i < node->input_count; i++)
+    inputs[i] = input(b, node, i);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Concat", y, inputs, node->input_count, y, &n));
+  return onnx_attribute_int(b, n, "axis", node->int_attributes[0]);
 }
 
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
@@ -415,6 +442,9 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_SILU] = emit_silu,
     [BPT_OP_SOFTMAX] = emit_softmax,
     [BPT_OP_SCALED_DOT_PRODUCT_ATTENTION] = emit_attention,
+    [BPT_OP_EMBEDDING] = emit_embedding,
+    [BPT_OP_SLICE] = emit_slice,
+    [BPT_OP_CONCAT] = emit_concat,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

@@ -157,6 +157,13 @@ class Ops(unittest.TestCase):
         np.testing.assert_allclose(out, a @ a.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
         _, out = run_op(lambda m, x: m.permute(x, (0, 2, 1, 3)), a)
         np.testing.assert_allclose(out, a.transpose(0, 2, 1, 3))
+        _, out = run_op(lambda m, x: m.slice(x, 3, 1, 3), a)
+        np.testing.assert_array_equal(out, a[:, :, :, 1:4])
+        _, out = run_op(lambda m, x: m.slice(x, axis=1, start=2, length=1), a)
+        np.testing.assert_array_equal(out, a[:, 2:3])
+        c = RNG.randn(2, 3, 4, 2).astype(np.float32)
+        _, out = run_op(lambda m, x, y: m.concat([x, y, x], 3), a, c)
+        np.testing.assert_array_equal(out, np.concatenate([a, c, a], axis=3))
         scale = RNG.randn(2, 3, 4, 1).astype(np.float32)
         _, out = run_op(lambda m, x, y: m.mul(x, y), a, scale)
         np.testing.assert_allclose(out, a * scale, rtol=1e-6)
@@ -227,6 +234,57 @@ class Ops(unittest.TestCase):
             p = np.exp(scores - scores.max(axis=-1, keepdims=True))
             expected = ((p / p.sum(axis=-1, keepdims=True)) @ heads(v)).transpose(0, 2, 1, 3).reshape(2, 5, 6)
             np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg="causal=%s" % causal)
+    def test_embedding(self):
+        """Rows of the table by id, N(0, 0.02^2) from the layer, against NumPy's indexing."""
+        model = bptrain.Model(context())
+        ids = model.input_sequence("ids", 5, (), dtype="i32")
+        out = model.embedding(ids, 13, 7, name="tok")
+        model.compile(None, 4)
+        self.assertEqual(out.shape, (4, 5, 7))
+        table = model.state_dict()["tok.weight"]
+        self.assertEqual(table.shape, (13, 7))
+        self.assertLess(abs(float(table.std()) - 0.02), 0.006)
+        values = RNG.randint(0, 13, size=(4, 5)).astype(np.int32)
+        model.set_input(ids, values)
+        model.forward()
+        np.testing.assert_array_equal(model.read(out), table[values])
+        values[2, 3] = 13
+        model.set_input(ids, values)
+        with self.assertRaisesRegex(bptrain.Error, r"embedding 'tok'.*id 13 at sample 2, token 3"):
+            model.forward()
+
+    def test_cross_entropy_options(self):
+        """ignore_index and label_smoothing as keywords, against F.cross_entropy's formula in NumPy (float64)."""
+        x = RNG.randn(3, 4, 6).astype(np.float32)
+        y = RNG.randint(0, 6, size=(3, 4)).astype(np.int32)
+        y[0, 1] = y[2, 3] = -1
+
+        def loss_of(labels, **options):
+            model = bptrain.Model(context())
+            logits = model.input_sequence("logits", 4, (6,))
+            ids = model.input_sequence("labels", 4, (), dtype="i32")
+            model.compile(model.softmax_cross_entropy(logits, ids, **options), 3)
+            model.set_input(logits, x)
+            model.set_input(ids, labels)
+            model.forward()
+            return model.loss_value()
+
+        def reference(labels, ignore, eps):
+            z = x.astype(np.float64).reshape(-1, 6)
+            lse = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+            keep = labels.reshape(-1) != ignore
+            rows = np.arange(len(z))[keep]
+            nll = lse[keep] - z[rows, labels.reshape(-1)[keep]]
+            smooth = lse[keep] - z[keep].mean(1)
+            return float(((1 - eps) * nll + eps * smooth).mean()) if keep.any() else 0.0
+
+        self.assertAlmostEqual(loss_of(y, ignore_index=-1), reference(y, -1, 0.0), places=5)
+        self.assertAlmostEqual(loss_of(y, ignore_index=-1, label_smoothing=0.2), reference(y, -1, 0.2), places=5)
+        clean = np.where(y < 0, 0, y).astype(np.int32)
+        self.assertAlmostEqual(loss_of(clean, label_smoothing=0.1), reference(clean, -100, 0.1), places=5)
+        self.assertEqual(loss_of(np.full((3, 4), -1, np.int32), ignore_index=-1), 0.0)
+        with self.assertRaisesRegex(bptrain.Error, r"label smoothing 2 is outside \[0, 1\]"):
+            loss_of(clean, label_smoothing=2.0)
 
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
