@@ -13,6 +13,7 @@
  *            [--eval FILE] [--checkpoint FILE [--resume] [--stop-after N] [--save-every N]] [--onnx FILE]
  *            [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  */
+#define _POSIX_C_SOURCE 200809L /* fileno, isatty, strdup, opendir */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -283,10 +283,8 @@ struct op_case {
   int rank;
   int64_t shape[3];
   /* Attributes, each read by the builders of the ops it names. */
-  int64_t units;                                                   /* linear: output features */
-  bool no_bias;                                                    /* linear, conv2d; layer_norm: no beta */
   int64_t units;                                                   /* linear: output features; embedding: rows */
-  bool no_bias;                                                    /* linear, conv2d */
+  bool no_bias;                                                    /* linear, conv2d; layer_norm: no beta */
   int64_t out_channels, kernel, stride, padding, dilation, groups; /* conv2d; pooling: kernel, stride, padding */
   bool sequence;        /* the main input is a sequence input: shape[0] is its length, the rest per token */
   int other_rank;       /* add, mul, matmul: the second operand, per sample when other_batched, else a parameter */
@@ -684,6 +682,8 @@ static void attention_reference(const case_graph *g, double *expected) {
   const float *q = g->leaves[0].values, *k = c->twice ? q : g->leaves[1].values, *v = c->twice ? q : g->leaves[2].values;
   const int64_t keys = c->twice ? c->shape[0] : c->other_shape[0];
   attention_forward_reference(q, k, v, c->batch, c->shape[0], keys, c->shape[1], c->heads, c->causal, expected, NULL);
+}
+
 /* embedding: ids (N) or a sequence's (N, T) from add_labels, drawn in [0, units), and a table (units, C) with C
  * the main shape's last axis. More tokens than rows, so some rows are named twice and their gradients summed. */
 static bpt_status build_embedding(case_graph *g, const op_case *c, bpt_node **out) {

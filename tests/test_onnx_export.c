@@ -391,6 +391,8 @@ static void test_transformer_ops(void **state) {
     free(pixels);
     model_destroy(&m);
   }
+}
+
 /* The transformer ops (issue 25): softmax over the last axis, plain and causal over attention-like scores (a
  * query longer than the keys, so whole rows are masked), fused attention (self and cross, causal; trained with
  * dropout, exported without), flattened into an MSE loss. */

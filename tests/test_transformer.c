@@ -2,6 +2,7 @@
  * generation with a key/value cache equal to the training form's causal attention over the whole window. Per-op
  * values and gradients on every backend are test_backend_ops.c's. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,19 +91,44 @@ static void kv_cache_matches_the_window(void **state) {
         for (int v = 0; v < 16; v++)
           assert_float_equal(got[n * 16 + v], expected[(n * LENGTH + t) * 16 + v], 1e-5);
     }
-  /* A position past the capacity is refused with the node, the sample and the position named. */
-  int32_t step_ids[BATCH] = {1, 2}, step_positions[BATCH] = {0, LENGTH};
-  set_ids(context, decoder.graph, decoder.tokens, step_ids, BATCH, 1);
-  set_ids(context, decoder.graph, decoder.positions, step_positions, BATCH, 1);
-  assert_int_equal(bpt_graph_forward(decoder.graph), BPT_ERR_INVALID_ARGUMENT);
-  assert_non_null(strstr(bpt_context_last_error(context), "block0.attn"));
-  assert_non_null(strstr(bpt_context_last_error(context), "sample 1"));
-  assert_non_null(strstr(bpt_context_last_error(context), "position 6"));
   bpt_tensor_destroy(all);
   bpt_tensor_destroy(one);
   free(weights);
   bpt_graph_destroy(window.graph);
   bpt_graph_destroy(decoder.graph);
+  bpt_context_destroy(context);
+}
+
+/* Positions past the capacity, or not consecutive within a pass, are refused naming node, sample and position. */
+static void kv_cache_refuses_bad_positions(void **state) {
+  (void)state;
+  bpt_context *context = test_context(11);
+  bpt_graph *graph;
+  bpt_node *q, *positions, *y;
+  const int64_t width = WIDTH;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input_sequence(graph, "q", BPT_DTYPE_F32, 2, 1, &width, &q));
+  assert_ok(context, bpt_graph_input_sequence(graph, "positions", BPT_DTYPE_I32, 2, 0, NULL, &positions));
+  assert_ok(context, bpt_kv_cache_attention(graph, "cached", q, q, q, positions, HEADS, 4, &y));
+  assert_ok(context, bpt_graph_compile(graph, NULL, BATCH));
+  const int64_t dims[3] = {BATCH, 2, WIDTH};
+  bpt_tensor *values;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, dims, &values));
+  memset(bpt_tensor_data(values), 0, (size_t)(BATCH * 2 * WIDTH) * sizeof(float));
+  assert_ok(context, bpt_graph_set_input(graph, q, values));
+  static const int32_t cases[][BATCH * 2] = {{0, 1, 3, 4}, {0, 1, 2, 2}};
+  static const char *const expected[] = {"sample 1, token 1 has position 4", "sample 1, token 1 has position 2"};
+  for (int c = 0; c < 2; c++) {
+    set_ids(context, graph, positions, cases[c], BATCH, 2);
+    assert_int_equal(bpt_graph_forward(graph), BPT_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(bpt_context_last_error(context), "'cached'"));
+    assert_non_null(strstr(bpt_context_last_error(context), expected[c]));
+  }
+  const int32_t good[BATCH * 2] = {0, 1, 2, 3};
+  set_ids(context, graph, positions, good, BATCH, 2);
+  assert_ok(context, bpt_graph_forward(graph));
+  bpt_tensor_destroy(values);
+  bpt_graph_destroy(graph);
   bpt_context_destroy(context);
 }
 
@@ -127,9 +153,8 @@ static void block_names_and_decay_groups(void **state) {
   bpt_context_destroy(context);
 }
 
-/* AdamW with decay 0.5 and zero gradients: only decayed parameters shrink, by lr x decay, in one step. */
-static void decay_only_matrices(void **state) {
-  (void)state;
+/* One AdamW step from all-ones parameters with weight decay `decay` on matrices only. */
+static float *step_with_decay(float decay, int64_t *count) {
   bpt_context *context = test_context(11);
   bpt_graph *graph;
   bpt_node *ids, *labels, *x, *loss;
@@ -144,28 +169,43 @@ static void decay_only_matrices(void **state) {
   bpt_optimizer_options o = bpt_optimizer_options_default();
   o.kind = BPT_OPTIMIZER_ADAMW;
   o.learning_rate = 0.1f;
-  o.weight_decay = 0.5f;
+  o.weight_decay = decay;
   bpt_optimizer *optimizer;
   assert_ok(context, bpt_optimizer_create(graph, &o, &optimizer));
   assert_ok(context, bpt_optimizer_decay_only_matrices(optimizer));
-  const int64_t count = bpt_graph_parameter_count(graph);
-  float *before = malloc((size_t)count * sizeof *before), *after = malloc((size_t)count * sizeof *after);
-  for (int64_t i = 0; i < count; i++)
-    before[i] = 1.0f;
-  assert_ok(context, bpt_graph_write_parameters(graph, before, count));
-  assert_ok(context, bpt_graph_zero_gradients(graph));
+  *count = bpt_graph_parameter_count(graph);
+  float *values = malloc((size_t)*count * sizeof *values);
+  for (int64_t i = 0; i < *count; i++)
+    values[i] = 1.0f + 0.01f * (float)i;
+  assert_ok(context, bpt_graph_write_parameters(graph, values, *count));
+  const int32_t tokens[3] = {0, 3, 4}, next[3] = {3, 4, 1};
+  set_ids(context, graph, ids, tokens, 1, 3);
+  set_ids(context, graph, labels, next, 1, 3);
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_backward(graph));
   assert_ok(context, bpt_optimizer_step(optimizer));
-  assert_ok(context, bpt_graph_read_parameters(graph, after, count));
-  /* Declaration order: tok.weight (5x4), ln.weight (4), ln.bias (4), fc.weight (5x4), fc.bias (5). */
-  for (int64_t i = 0; i < count; i++) {
-    const bool matrix = i >= 28 && i < 48;
-    assert_float_equal(after[i], matrix ? 1.0f - 0.1f * 0.5f : 1.0f, 1e-6);
-  }
-  free(before);
-  free(after);
+  assert_ok(context, bpt_graph_read_parameters(graph, values, *count));
   bpt_optimizer_destroy(optimizer);
   bpt_graph_destroy(graph);
   bpt_context_destroy(context);
+  return values;
+}
+
+/* AdamW's decay is decoupled from the gradient: with and without it, parameters differ by lr x decay x p, on
+ * the linear weight alone (not the embedding table, the norm's weight and bias, or the linear's bias). */
+static void decay_only_matrices(void **state) {
+  (void)state;
+  int64_t count;
+  float *plain = step_with_decay(0.0f, &count), *decayed = step_with_decay(0.5f, &count);
+  /* Declaration order: tok.weight (5x4), ln.weight (4), ln.bias (4), fc.weight (5x4), fc.bias (5). */
+  assert_int_equal(count, 53);
+  for (int64_t i = 0; i < count; i++) {
+    const bool matrix = i >= 28 && i < 48;
+    const float start = 1.0f + 0.01f * (float)i;
+    assert_float_equal(plain[i] - decayed[i], matrix ? 0.1f * 0.5f * start : 0.0f, 1e-5);
+  }
+  free(plain);
+  free(decayed);
 }
 
 /* Two blocks with loss; recompute: both are recompute segments. dropout exercises the masks' reproduction. */
@@ -251,6 +291,7 @@ static void recompute_segment_refusals(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(kv_cache_matches_the_window),
+      cmocka_unit_test(kv_cache_refuses_bad_positions),
       cmocka_unit_test(block_names_and_decay_groups),
       cmocka_unit_test(decay_only_matrices),
       cmocka_unit_test(recomputation_is_exact_and_smaller),

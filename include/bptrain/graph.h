@@ -151,6 +151,7 @@ BPT_API bpt_status bpt_softmax(bpt_graph *graph, const char *name, bpt_node *x, 
 BPT_API bpt_status bpt_scaled_dot_product_attention(bpt_graph *graph, const char *name, bpt_node *q, bpt_node *k,
                                                     bpt_node *v, int64_t heads, int causal, float dropout,
                                                     bpt_node **out);
+/**
  * A copy of [@p start, @p start + @p length) along @p axis of @p x (the batch counted as axis 0, which cannot
  * be sliced); every other axis is kept, and so are the batch and sequence marks (slicing the sequence axis
  * gives a shorter sequence). Three slices of the last axis split a fused (N, T, 3C) qkv projection into q, k

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "bptrain/layers.h"
+#include "bptrain/cnn_ops.h"
 #include "bptrain/memory.h"
 #include "bptrain/transformer.h"
 #include "core/graph.h"

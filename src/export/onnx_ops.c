@@ -196,6 +196,8 @@ static bpt_status emit_rms_norm(onnx_builder *b, const bpt_node *node) {
   BPT_CHECK(onnx_node(b, "Sqrt", rms, &shifted, 1, rms, NULL));
   BPT_CHECK(onnx_node(b, "Div", normalised, (const char *[]){x, rms}, 2, normalised, NULL));
   return onnx_node(b, "Mul", y, (const char *[]){normalised, gamma}, 2, y, NULL);
+}
+
 /* The causal mask of softmax and attention over (rows, columns) as two constants named after y: "mask_bias",
  * 0 where visible and -FLT_MAX where masked (j > i + columns - rows), added to the scores, and "mask_keep", 1 or
  * 0, multiplied into the probabilities, so masked elements are exactly 0 and a row with nothing visible gives
@@ -286,6 +288,8 @@ static bpt_status emit_attention(onnx_builder *b, const bpt_node *node) {
   const int64_t dims[3] = {-1, queries, C}, three = 3;
   BPT_CHECK(onnx_constant_ints(b, shape, 1, &three, dims, 3));
   return onnx_node(b, "Reshape", y, (const char *[]){merged, shape}, 2, y, NULL);
+}
+
 /* Gather(table, ids) along the table's rows: (N, T) ids give (N, T, C), as the op. */
 static bpt_status emit_embedding(onnx_builder *b, const bpt_node *node) {
   const char *y = onnx_value(b, node);

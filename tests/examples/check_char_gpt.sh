@@ -68,7 +68,7 @@ expect() { # expect STATUS PATTERN ARGS...
     fail "char_gpt $*: exit $rc, want $want and '$pattern' in: $(tail -1 <<< "$output")"
   fi
 }
-expect 2 "must be a multiple of --heads" --dim 30 --heads 4
+expect 2 "--dim a multiple of --heads" --dim 30 --heads 4
 expect 2 "--resume needs --checkpoint" --resume
 expect 2 "--save and --eval exclude each other" --eval "$work/straight.ckpt" --save "$work/x.ckpt"
 expect 2 "--dtype 'f64'" --dtype f64
@@ -76,7 +76,8 @@ expect 1 "no-such-file" --data "$work/no-such-file"
 expect 1 "at least" --data "$source/LICENSE" --context 100000
 [ $failures -eq 0 ] && echo "ok: misuse is refused"
 
-# Data parallel: 2 ranks x 4 windows equal 1 rank x 8 after the same steps, within float tolerance.
+# Data parallel: 2 ranks x 4 windows equal 1 rank x 8 after the same steps, within float tolerance (an absolute
+# one: AdamW's first steps move every weight by about the rate, whatever its size).
 if command -v mpirun > /dev/null && ls "$(dirname "$gpt")"/libbptrain-mpi.so* > /dev/null 2>&1; then
   "$gpt" "${tiny[@]}" --steps 6 --dump-parameters "$work/one.f32" > "$work/one.txt" 2>&1 || fail "1-rank run"
   OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader \
@@ -88,9 +89,10 @@ import array, sys
 a, b = array.array("f"), array.array("f")
 a.frombytes(open(sys.argv[1], "rb").read()); b.frombytes(open(sys.argv[2], "rb").read())
 assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
-worst = max(abs(x - y) / (1e-3 + abs(x)) for x, y in zip(a, b))
-print(f"2 ranks vs 1: {len(a)} parameters, largest relative difference {worst:.2e}")
-sys.exit(0 if worst < 1e-3 else 1)
+# Six steps at rate <= 3e-3 move a weight by up to ~2e-2; summation order alone leaves ~1e-6.
+worst = max(abs(x - y) for x, y in zip(a, b))
+print(f"2 ranks vs 1: {len(a)} parameters, largest difference {worst:.2e}")
+sys.exit(0 if worst < 1e-4 else 1)
 PY
   [ $failures -eq 0 ] && echo "ok: 2 ranks train as 1 rank on the whole batch"
 else

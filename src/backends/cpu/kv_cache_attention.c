@@ -6,8 +6,8 @@
 
 #include "backends/cpu/cpu.h"
 
-static bpt_status check_positions(bpt_backend *backend, const bpt_kernel_node *node, const int32_t *positions,
-                                  int64_t batch, int64_t tokens, int64_t capacity) {
+static bpt_status check_positions(bpt_backend *backend, const int32_t *positions, int64_t batch, int64_t tokens,
+                                  int64_t capacity) {
   for (int64_t n = 0; n < batch; n++)
     for (int64_t i = 0; i < tokens; i++) {
       const int64_t p = positions[n * tokens + i];
@@ -25,7 +25,8 @@ static bpt_status kv_cache_attention_forward(bpt_backend *backend, const bpt_ker
   const int64_t batch = q->dims[0], tokens = q->dims[1], width = q->dims[2];
   const int64_t heads = node->int_attributes[0], capacity = node->int_attributes[1], depth = width / heads;
   const int32_t *positions = node->inputs[3].value;
-  BPT_CHECK(check_positions(backend, node, positions, batch, tokens, capacity));
+  const bpt_status checked = check_positions(backend, positions, batch, tokens, capacity);
+  if (checked != BPT_OK) return checked;
   /* Sample n's cache: its keys (capacity x C), then its values; a batch below the compiled one uses the first. */
   const size_t cache_stride = 2 * (size_t)capacity * (size_t)width;
   float *key_cache = node->saved, *value_cache = key_cache + (size_t)capacity * (size_t)width;
