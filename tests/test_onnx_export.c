@@ -477,6 +477,65 @@ static void test_embedding(void **state) {
   model_destroy(&m);
 }
 
+/* Two transformer blocks as bpt_layer_transformer_block builds them (fused qkv split by slices, causal fused
+ * attention, GELU-tanh MLP, residual adds; trained with dropout, exported without) over token ids and a learned
+ * position table added by broadcasting: the whole block through ONNX Runtime. */
+static void test_gpt_block(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  enum { LENGTH = 5, VOCABULARY = 13, WIDTH = 8 };
+  model m = {.context = test_context(17), .sample_rank = 1, .sample = {LENGTH}};
+  bpt_node *h, *positions;
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context, bpt_graph_input_sequence(m.graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &m.input));
+  assert_ok(m.context, bpt_layer_embedding(m.graph, "tok", m.input, VOCABULARY, WIDTH, &h));
+  assert_ok(m.context, bpt_graph_parameter(m.graph, "pos.weight", 2, (const int64_t[]){LENGTH, WIDTH},
+                                           BPT_INIT_NORMAL_SMALL, &positions));
+  assert_ok(m.context, bpt_add(m.graph, "embed", h, positions, &h));
+  bpt_transformer_block_options block = bpt_transformer_block_options_default();
+  block.heads = 2;
+  block.dropout = 0.1f;
+  assert_ok(m.context, bpt_layer_transformer_block(m.graph, "block0", h, &block, &h));
+  assert_ok(m.context, bpt_layer_transformer_block(m.graph, "block1", h, &block, &h));
+  assert_ok(m.context, bpt_layer_layer_norm(m.graph, "ln_f", h, 1e-5f, &h));
+  assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  bpt_tensor *ids = new_tensor(m.context, BPT_DTYPE_I32, 1, (const int64_t[]){LENGTH});
+  int32_t *values = bpt_tensor_data(ids);
+  for (int64_t i = 0; i < BATCH * LENGTH; i++)
+    values[i] = (int32_t)((i * 5 + 2) % VOCABULARY);
+  bpt_tensor *labels = new_tensor(m.context, BPT_DTYPE_I32, 0, NULL);
+  for (int64_t i = 0; i < BATCH; i++)
+    ((int32_t *)bpt_tensor_data(labels))[i] = (int32_t)(i % CLASSES);
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.input, ids));
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.labels, labels));
+  bpt_optimizer_options o = bpt_optimizer_options_default();
+  o.kind = BPT_OPTIMIZER_ADAMW;
+  o.learning_rate = 0.05f;
+  bpt_optimizer *optimizer;
+  assert_ok(m.context, bpt_optimizer_create(m.graph, &o, &optimizer));
+  for (int step = 0; step < 3; step++) { /* move every weight off its initial value, dropout on */
+    assert_ok(m.context, bpt_graph_forward(m.graph));
+    assert_ok(m.context, bpt_graph_backward(m.graph));
+    assert_ok(m.context, bpt_optimizer_step(optimizer));
+  }
+  bpt_optimizer_destroy(optimizer);
+  assert_ok(m.context, bpt_graph_set_training(m.graph, 0));
+  assert_ok(m.context, bpt_graph_forward(m.graph));
+  bpt_tensor *out = new_tensor(m.context, BPT_DTYPE_F32, 1, (const int64_t[]){CLASSES});
+  assert_ok(m.context, bpt_graph_read(m.graph, m.output, out));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/gpt_block.onnx", export_directory());
+  assert_ok(m.context, bpt_graph_export_onnx(m.graph, path, NULL));
+  write_floats("gpt_block", "input", (const float *)values, BATCH * LENGTH); /* int32 bytes, 4 each like f32 */
+  write_floats("gpt_block", "output", bpt_tensor_data(out), BATCH * CLASSES);
+  bpt_tensor_destroy(out);
+  bpt_tensor_destroy(labels);
+  bpt_tensor_destroy(ids);
+  model_destroy(&m);
+}
+
 /* A sequence loss exported with options.softmax: the probabilities are over the classes, the last axis of the
  * (N, T, classes) logits (axis 1 would normalise over the tokens). The loss's ignore index and smoothing are
  * training options and change nothing in the file. */
@@ -684,7 +743,7 @@ int main(void) {
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
       cmocka_unit_test(test_transformer_ops),
       cmocka_unit_test(test_attention_ops),
-      cmocka_unit_test(test_embedding), cmocka_unit_test(test_sequence_softmax),
+      cmocka_unit_test(test_embedding), cmocka_unit_test(test_sequence_softmax), cmocka_unit_test(test_gpt_block),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

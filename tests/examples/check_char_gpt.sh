@@ -22,6 +22,10 @@ grep -q "tokens/s" "$work/learn.txt" || fail "no progress line with tokens/s"
 grep -q "^activation memory: .* bytes per token" "$work/learn.txt" || fail "no activation memory line"
 [ $failures -eq 0 ] && echo "ok: it learns (val loss $val)"
 
+# --onnx writes the model (ONNX Runtime runs the same blocks in check_onnx_runtime's gpt_block).
+"$gpt" "${tiny[@]}" --steps 2 --onnx "$work/gpt.onnx" > "$work/onnx.txt" 2>&1 || fail "--onnx: $(tail -2 "$work/onnx.txt")"
+[ -s "$work/gpt.onnx" ] || fail "--onnx wrote no file"
+
 # Greedy bytes: the cache and the window agree (the sample fits the context, so both see every byte).
 sample() { sed -n '/^sample (/,/^sampling:/p' "$1" | sed '1d;$d'; }
 "$gpt" "${tiny[@]}" --steps 20 --sample 24 --prompt "The " > "$work/cached.txt" 2>&1 || fail "cached sampling"

@@ -22,7 +22,7 @@ except ImportError:
     onnx = None
 
 MODELS = ["mlp", "lenet", "resnet8", "resnet8_folded", "zoo_opset17", "zoo_opset20", "sequence", "transformer_opset13",
-          "transformer_opset17", "attention", "collisions", "embedding", "sequence_softmax"]
+          "transformer_opset17", "attention", "collisions", "embedding", "sequence_softmax", "gpt_block"]
 TOLERANCE = 1e-4
 
 
