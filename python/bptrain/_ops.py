@@ -77,6 +77,15 @@ def _conv2d_options(bound, op):
     return [ctypes.byref(options)]
 
 
+def _block_options(bound, op):
+    options = _native.lib.bpt_transformer_block_options_default()
+    options.heads, options.mlp_ratio = integer(bound["heads"], op, "heads"), integer(bound["mlp_ratio"], op, "mlp_ratio")
+    options.epsilon, options.dropout = real(bound["epsilon"], op, "epsilon"), real(bound["dropout"], op, "dropout")
+    options.causal, options.recompute = int(bool(bound["causal"])), int(bool(bound["recompute"]))
+    options.initializer = choice(bound["init"], INITIALIZERS, op, "init")
+    return [ctypes.byref(options)]
+
+
 # kind: (C argument types, convert(value, op) -> C arguments); None converts from all bound values instead.
 _KINDS = {
     "node": ([_native.handle], _node),
@@ -91,6 +100,8 @@ _KINDS = {
     "dims": ([ctypes.c_int, _native.int64_p], _dims),
     "geometry": ([], None),  # read by a struct argument, no C argument of its own
     "conv2d_options": ([ctypes.POINTER(_native.Conv2dOptions)], _conv2d_options),
+    "option": ([], None),  # a field of a struct argument, no C argument of its own
+    "block_options": ([ctypes.POINTER(_native.TransformerBlockOptions)], _block_options),
 }
 
 # method: (C function, arguments, default name prefix). Layers (which create their parameters) take the plain
@@ -147,6 +158,16 @@ OPS = {
     "layer_norm": ("bpt_layer_layer_norm", "x:node epsilon:float=1e-5", "layer_norm"),
     "rms_norm": ("bpt_layer_rms_norm", "x:node epsilon:float=1e-5", "rms_norm"),
     "resnet_block": ("bpt_layer_resnet_basic_block", "x:node out_channels:int64 stride:int64=1", "block"),
+    # transformer.h
+    "transformer_block": ("bpt_layer_transformer_block", "x:node heads:option=4 mlp_ratio:option=4 "
+                          "epsilon:option=1e-5 dropout:option=0 causal:option=1 init:option=normal_small "
+                          "recompute:option=0 _options:block_options", "block"),
+    "transformer_block_cached": ("bpt_layer_transformer_block_cached", "x:node positions:node capacity:int64 "
+                                 "heads:option=4 mlp_ratio:option=4 epsilon:option=1e-5 dropout:option=0 "
+                                 "causal:option=1 init:option=normal_small recompute:option=0 "
+                                 "_options:block_options", "block"),
+    "kv_cache_attention": ("bpt_kv_cache_attention", "q:node k:node v:node positions:node heads:int64 "
+                           "capacity:int64", "attention"),
     # binary_stochastic.h
     "binary_stochastic": ("bpt_binary_stochastic", "z:node estimator:estimator=identity", "bsn"),
 }
@@ -165,6 +186,14 @@ class Op:
                 default = _REQUIRED
             elif kind in ("float", "int64", "geometry") and not default.startswith("@"):
                 default = float(default) if kind == "float" else int(default)
+            elif kind == "option":  # a number where it reads as one, else a name (an initializer)
+                try:
+                    default = int(default)
+                except ValueError:
+                    try:
+                        default = float(default)
+                    except ValueError:
+                        pass
             elif kind == "node?":
                 default = None
             elif kind == "bool":

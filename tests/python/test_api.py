@@ -301,6 +301,32 @@ class Ops(unittest.TestCase):
         self.assertLess(history[-1]["train_loss"], history[0]["train_loss"])
         self.assertIsNone(history[-1].get("train_accuracy"))
 
+    def test_transformer_block(self):
+        """A tiny GPT from the block helper: predictable parameter names, GPT-style decay groups, and the loss
+        falls on a learnable sequence (each token predicts the next of a fixed cycle)."""
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 6, (), dtype="i32")
+        labels = model.input_sequence("labels", 6, (), dtype="i32")
+        x = model.embedding(tokens, 7, 8, name="tok")
+        x = model.add(x, model.parameter("pos.weight", (6, 8), init="normal_small"))
+        x = model.transformer_block(x, heads=2, recompute=True, name="block0")
+        logits = model.linear(model.layer_norm(x, name="ln_f"), 7, name="head")
+        model.compile(model.softmax_cross_entropy(logits, labels), 8)
+        names = [p.name for p in model.parameter_nodes()]
+        self.assertIn("block0.attn.qkv.weight", names)
+        self.assertIn("block0.mlp.proj.bias", names)
+        self.assertEqual(model.node("block0.attn.qkv.weight").shape, (24, 8))
+        start = RNG.randint(0, 7, size=(64, 1))
+        x_ids = ((start + np.arange(6)) % 7).astype(np.int32)
+        optimizer = bptrain.Optimizer(model, kind="adamw", learning_rate=0.02, weight_decay=0.1)
+        optimizer.decay_only_matrices()
+        history = model.fit(optimizer, x_ids, ((x_ids + 1) % 7).astype(np.int32), epochs=8, batch_size=8)
+        self.assertLess(history[-1]["train_loss"], 0.5 * history[0]["train_loss"])
+        with self.assertRaises(bptrain.Error):
+            model_bad = bptrain.Model(context())
+            flat = model_bad.input("flat", (8,))
+            model_bad.transformer_block(flat, heads=2)
+
     def test_batch_norm(self):
         x = (RNG.randn(8, 3, 4, 4) * 2 + 1).astype(np.float32)
         mean, var = x.mean(axis=(0, 2, 3), keepdims=True), x.var(axis=(0, 2, 3), keepdims=True)
