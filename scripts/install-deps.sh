@@ -25,6 +25,8 @@ packages+=(iproute2)
 # --- FPGA RTL (issue 28): Verilator builds the fpga_cosim C/RTL co-simulation ctest (skipped without it);
 # Yosys and Icarus Verilog are for scripts/fpga_synth.sh and for simulating rtl/ by hand (not CI-critical) ---
 packages+=(verilator yosys iverilog)
+# Transformers (issue 25): examples/char_gpt trains on the text of Debian's fortunes (/usr/share/games/fortunes)
+packages+=(fortunes)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2
