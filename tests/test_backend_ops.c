@@ -1733,7 +1733,7 @@ static bpt_status run_long_attention(const long_attention *a, backend_under_test
   const int64_t C = a->channels, q_count = a->batch * a->queries * C, k_count = a->batch * a->keys * C;
   bpt_context *context = t->context;
   bpt_graph *graph = NULL;
-  bpt_node *q, *k, *v, *target, *out, *loss;
+  bpt_node *q = NULL, *k = NULL, *v = NULL, *target = NULL, *out = NULL, *loss = NULL;
   bpt_tensor *tensors[4] = {NULL};
   float *host[4] = {NULL}, *got = malloc((size_t)(q_count + 2 * k_count) * sizeof *got);
   double *expected = calloc((size_t)(2 * q_count + 2 * k_count), sizeof *expected),
