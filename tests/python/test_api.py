@@ -221,6 +221,13 @@ class Ops(unittest.TestCase):
         expected = e / np.maximum(e.sum(axis=-1, keepdims=True), 1e-30)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
         self.assertTrue(np.all(out[:, :, :2] == 0))
+        # A row of -inf is zeros, not NaN; -inf elements of another row are 0 and the rest still sum to 1.
+        x[0, 0, 3, :] = -np.inf
+        x[0, 0, 4, 1] = -np.inf
+        _, out = run_op(lambda m, a: m.softmax(a), x)
+        self.assertTrue(np.all(out[0, 0, 3] == 0))
+        self.assertEqual(out[0, 0, 4, 1], 0)
+        np.testing.assert_allclose(out[0, 0, 4].sum(), 1, rtol=1e-6)
 
     def test_scaled_dot_product_attention(self):
         q = RNG.randn(2, 5, 6).astype(np.float32)
