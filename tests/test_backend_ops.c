@@ -270,7 +270,8 @@ typedef enum gradient_check {
   CHECK_FINITE_DIFFERENCES = 0, /* every differentiable leaf against central differences of the loss */
   CHECK_STRAIGHT_THROUGH,       /* binary_stochastic: dz = da (times sigmoid'(z)), computed on the host */
   CHECK_DROPOUT_MASK,           /* dropout: dx = dy * mask, and finite differences (the mask is fixed) */
-  CHECK_EVALUATION_FORMULA      /* batch norm in evaluation mode (forward only): the output against its formula */
+  CHECK_EVALUATION_FORMULA,     /* batch norm in evaluation mode (forward only): the output against its formula */
+  CHECK_FORWARD_ONLY            /* kv_cache_attention (no backward): the output against the case's reference */
 } gradient_check;
 
 struct op_case {
@@ -637,6 +638,20 @@ static bpt_status build_attention(case_graph *g, const op_case *c, bpt_node **ou
   return bpt_scaled_dot_product_attention(g->graph, "op", q, k, v, c->heads, c->causal, c->probability, out);
 }
 
+/* kv_cache_attention over a whole sequence in one pass from position 0: the causal attention of q over k and v,
+ * so attention_reference checks it; a second pass from a later position is test_transformer's. */
+static bpt_status build_kv_cache_attention(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *q, *k, *v, *positions;
+  BPT_CHECK(add_input(g, "q", c->rank, c->shape, -1.5f, 1.5f, true, &q));
+  BPT_CHECK(add_input(g, "k", c->other_rank, c->other_shape, -1.5f, 1.5f, true, &k));
+  BPT_CHECK(add_input(g, "v", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &v));
+  BPT_CHECK(add_labels(g, "positions", 1, &positions));
+  int32_t *where = (int32_t *)g->leaves[g->leaf_count - 1].values;
+  for (int64_t i = 0; i < c->batch * c->shape[0]; i++)
+    where[i] = (int32_t)(i % c->shape[0]);
+  return bpt_kv_cache_attention(g->graph, "op", q, k, v, positions, c->heads, c->shape[0] + 3, out);
+}
+
 /* Attention in double, no dropout: per (n, h, i) the softmax of q_i k_j / sqrt(D) over the visible keys
  * j <= i + (Tk - Tq) (all without causal), then the mix of v; a query that sees no key gives zeros. q, k, v
  * (N, T, C) with head h in columns [h D, (h + 1) D). Returns the log-sum-exp per (n, h, i) in lse when given
@@ -844,6 +859,7 @@ static const op_case op_cases[] = {
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},
     {"dropout 0.5 batch 1, 2x3x17", BPT_OP_DROPOUT, build_dropout, .batch = 1, .rank = 3, SHAPE(2, 3, 17), .probability = 0.5f, .check = CHECK_DROPOUT_MASK},
     {"dropout evaluation 3x11", BPT_OP_DROPOUT, build_dropout, .batch = 3, .rank = 1, SHAPE(11), .probability = 0.4f, .evaluation = true},
+    {"kv_cache_attention 2x6x8 from position 0, 2 heads", BPT_OP_KV_CACHE_ATTENTION, build_kv_cache_attention, .batch = 2, .rank = 2, SHAPE(6, 8), .sequence = true, .other_rank = 2, .other_shape = {6, 8}, .heads = 2, .causal = true, .reference = attention_reference, .check = CHECK_FORWARD_ONLY},
     {"attention 2x5x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .reference = attention_reference},
     {"attention causal 2x6x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(6, 8), .sequence = true, .other_rank = 2, .other_shape = {6, 8}, .heads = 2, .causal = true, .reference = attention_reference},
     {"attention causal Tq 5 < Tk 7, 1 head of 4", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 4), .sequence = true, .other_rank = 2, .other_shape = {7, 4}, .heads = 1, .causal = true, .reference = attention_reference},
@@ -973,7 +989,8 @@ static bpt_status run_forward_backward(case_graph *g, case_result *r) {
   bpt_node *out = g->op_output;
   const int64_t out_count = node_elements(g, out);
   if (out->op != BPT_OP_INPUT && !aliases_an_input(out)) BPT_CHECK(poison(g->graph, out->value, out_count));
-  for (int i = 0; i < g->leaf_count && g->c->check != CHECK_EVALUATION_FORMULA; i++)
+  const bool forward_only = g->c->check == CHECK_EVALUATION_FORMULA || g->c->check == CHECK_FORWARD_ONLY;
+  for (int i = 0; i < g->leaf_count && !forward_only; i++)
     if (g->leaves[i].differentiable) BPT_CHECK(poison(g->graph, g->leaves[i].node->grad, g->leaves[i].count));
   BPT_CHECK(bpt_graph_forward(g->graph));
   float *values = result_add(r, "output", BPT_DTYPE_F32, out_count);
@@ -986,7 +1003,7 @@ static bpt_status run_forward_backward(case_graph *g, case_result *r) {
     if (!parameters) return BPT_ERR_OUT_OF_MEMORY;
     BPT_CHECK(bpt_graph_read_parameters(g->graph, parameters, g->parameter_count));
   }
-  if (g->c->check == CHECK_EVALUATION_FORMULA) return BPT_OK; /* backward needs batch statistics */
+  if (forward_only) return BPT_OK; /* batch norm's backward needs batch statistics; the cache has none */
   BPT_CHECK(bpt_graph_backward(g->graph));
   for (int i = 0; i < g->leaf_count; i++) {
     const leaf *l = &g->leaves[i];

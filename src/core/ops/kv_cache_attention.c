@@ -20,7 +20,7 @@ static bpt_status kv_cache_attention_infer_shape(bpt_node *node) {
                           bpt_shape_string(q, a, sizeof a));
   for (int i = 1; i < 3; i++) {
     const bpt_node *x = node->inputs[i];
-    if (x->rank != 3 || !x->sequence || x->dtype != BPT_DTYPE_F32 || x->dims[1] != q->dims[1] ||
+    if (x->rank != 3 || !x->batched || x->dtype != BPT_DTYPE_F32 || x->dims[1] != q->dims[1] ||
         x->dims[2] != q->dims[2])
       return bpt_node_error(node, BPT_ERR_SHAPE, "%s '%s' has shape %s; q '%s' has %s", i == 1 ? "k" : "v", x->name,
                             bpt_shape_string(x, a, sizeof a), q->name, bpt_shape_string(q, b, sizeof b));
