@@ -2034,6 +2034,24 @@ static void embedding_ids_out_of_range_fail_on_every_backend(void **state) {
       bpt_tensor_destroy(tensor);
       bpt_graph_destroy(graph);
     }
+    /* Plain ids (N): the sample alone is named. */
+    bpt_graph *graph;
+    bpt_node *ids, *table, *out;
+    bpt_tensor *tensor;
+    assert_ok(context, bpt_graph_create(context, &graph));
+    assert_ok(context, bpt_graph_input(graph, "ids", BPT_DTYPE_I32, 0, NULL, &ids));
+    assert_ok(context, bpt_graph_parameter(graph, "table", 2, (const int64_t[]){3, 2}, BPT_INIT_NORMAL_SMALL, &table));
+    assert_ok(context, bpt_embedding(graph, "rows", ids, table, &out));
+    if (bpt_graph_compile(graph, NULL, 4) == BPT_OK) {
+      assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, (const int64_t[]){4}, &tensor));
+      memcpy(bpt_tensor_data(tensor), (const int32_t[]){0, 2, 1, 3}, 4 * sizeof(int32_t));
+      assert_ok(context, bpt_graph_set_input(graph, ids, tensor));
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "embedding 'rows': forward kernel failed on backend",
+                   bpt_graph_forward(graph));
+      assert_non_null(strstr(bpt_context_last_error(context), "id 3 at sample 3 is outside the table's [0, 3)"));
+      bpt_tensor_destroy(tensor);
+    }
+    bpt_graph_destroy(graph);
   }
   close_backends();
 }

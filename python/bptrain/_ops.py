@@ -184,7 +184,7 @@ class Op:
             kind, has_default, default = rest.partition("=")
             if not has_default:
                 default = _REQUIRED
-            elif kind in ("float", "int64", "geometry") and not default.startswith("@"):
+            elif kind in ("float", "int64", "int", "geometry") and not default.startswith("@"):
                 default = float(default) if kind == "float" else int(default)
             elif kind == "option":  # a number where it reads as one, else a name (an initializer)
                 try:

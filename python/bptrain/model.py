@@ -92,6 +92,9 @@ def _builder(op):
         return node
     build.__name__ = op.method
     build.__doc__ = op.doc()
+    if op.method == "softmax_cross_entropy":
+        build.__doc__ += (" With ignore_index= or label_smoothing= (PyTorch's keywords) it calls "
+                          "bpt_softmax_cross_entropy_options() instead.")
     return build
 
 
