@@ -22,9 +22,37 @@ grep -q "tokens/s" "$work/learn.txt" || fail "no progress line with tokens/s"
 grep -q "^activation memory: .* bytes per token" "$work/learn.txt" || fail "no activation memory line"
 [ $failures -eq 0 ] && echo "ok: it learns (val loss $val)"
 
-# --onnx writes the model (ONNX Runtime runs the same blocks in check_onnx_runtime's gpt_block).
-"$gpt" "${tiny[@]}" --steps 2 --onnx "$work/gpt.onnx" > "$work/onnx.txt" 2>&1 || fail "--onnx: $(tail -2 "$work/onnx.txt")"
+# --onnx writes the model; where ONNX Runtime is installed ($BPT_ONNX_PYTHON, as check_onnx_runtime), it
+# generates greedily from the file, a window per byte, and must write the bytes char_gpt wrote.
+"$gpt" "${tiny[@]}" --steps 20 --onnx "$work/gpt.onnx" --sample 16 --prompt "The " > "$work/onnx.txt" 2>&1 ||
+  fail "--onnx: $(tail -2 "$work/onnx.txt")"
 [ -s "$work/gpt.onnx" ] || fail "--onnx wrote no file"
+onnx_python=${BPT_ONNX_PYTHON:-python3}
+if "$onnx_python" -c "import onnxruntime" 2> /dev/null; then
+  sed -n '/^sample (/,/^sampling:/p' "$work/onnx.txt" | sed '1d;$d' > "$work/onnx-sample.txt"
+  "$onnx_python" - "$work/gpt.onnx" "$work/onnx-sample.txt" <<'PY' || fail "ONNX Runtime's greedy bytes differ"
+import sys
+import numpy as np
+import onnxruntime
+session = onnxruntime.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+names = [i.name for i in session.get_inputs()]
+context = session.get_inputs()[0].shape[1]
+text = bytearray(b"The ")
+for _ in range(16):
+    window = text[-context:]
+    tokens = np.zeros((1, context), np.int32)
+    tokens[0, :len(window)] = list(window)
+    feed = {"tokens": tokens, "positions": np.arange(context, dtype=np.int32)[None, :]}
+    (logits,) = session.run(None, {n: feed[n] for n in names})
+    text.append(int(np.argmax(logits[0, len(window) - 1])))
+expected = open(sys.argv[2], "rb").read().rstrip(b"\n")
+print("ONNX Runtime:", bytes(text), "char_gpt:", expected)
+sys.exit(0 if bytes(text) == expected else 1)
+PY
+  [ $failures -eq 0 ] && echo "ok: ONNX Runtime generates char_gpt's greedy bytes from the exported file"
+else
+  echo "skipped: ONNX Runtime on the exported model (no onnxruntime in ${onnx_python})"
+fi
 
 # Greedy bytes: the cache and the window agree (the sample fits the context, so both see every byte).
 sample() { sed -n '/^sample (/,/^sampling:/p' "$1" | sed '1d;$d'; }
