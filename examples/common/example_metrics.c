@@ -155,8 +155,10 @@ static void write_range(FILE *gnuplot, const char *axis, extent e) {
 typedef struct plot_extents {
   extent step, loss, epoch, accuracy, rate;
   int rows;
-  int has[7];       /* which $epochs columns (1-based) hold a finite value: 3 train_loss ... 6 test_accuracy */
-  int batch_losses; /* a step row holds a finite loss; a series without one would make gnuplot warn */
+  /* Which $epochs columns (1-based) hold a finite value: 3 train_loss ... 6 test_accuracy; and how many step
+   * rows hold a finite loss and rate. A series without a finite point makes gnuplot warn. */
+  int has[7];
+  int batch_losses, rates;
 } plot_extents;
 
 /* Copies the CSV into two inline gnuplot data blocks, $steps (step loss learning_rate) and $epochs (epoch step
@@ -175,8 +177,8 @@ static void write_data_blocks(FILE *gnuplot, FILE *csv, plot_extents *x) {
     if (split_fields(line, fields, 9) == 9 && strcmp(fields[0], "step") == 0 && (*fields[3] || *fields[7])) {
       fprintf(gnuplot, "%s %s %s\n", fields[2], *fields[3] ? fields[3] : "NaN", *fields[7] ? fields[7] : "NaN");
       extend(&x->step, fields[2], 1.0);
-      x->batch_losses |= extend(&x->loss, fields[3], 1.0);
-      extend(&x->rate, fields[7], 1.0);
+      x->batch_losses += extend(&x->loss, fields[3], 1.0);
+      x->rates += extend(&x->rate, fields[7], 1.0);
       x->rows++;
     }
   fprintf(gnuplot, "EOD\n$epochs << EOD\n");
@@ -197,6 +199,9 @@ static void write_data_blocks(FILE *gnuplot, FILE *csv, plot_extents *x) {
   }
   fprintf(gnuplot, "EOD\n");
 }
+
+/* A step series is a line; a single point, which a line would not show, is drawn as one. */
+static const char *step_style(int points) { return points > 1 ? "lines" : "points pt 7"; }
 
 /* An empty panel says so instead of plotting nothing (which gnuplot warns about). */
 static void write_empty_panel(FILE *gnuplot, const char *what) {
@@ -247,7 +252,8 @@ int example_plot_metrics(const char *csv_path, const char *png_path, const char 
     /* Only series with a point: gnuplot warns about one without. */
     const char *separator = "plot ";
     if (x.batch_losses) {
-      fprintf(gnuplot, "%s$steps using 1:2 with lines lc rgb '#9fb7df' title 'train (batch)'", separator);
+      fprintf(gnuplot, "%s$steps using 1:2 with %s lc rgb '#9fb7df' title 'train (batch)'", separator,
+              step_style(x.batch_losses));
       separator = ", ";
     }
     if (x.has[3]) {
@@ -279,8 +285,9 @@ int example_plot_metrics(const char *csv_path, const char *png_path, const char 
           "unset label\nset xlabel 'step'\nset ylabel 'learning rate'\nset key top right\nset xtics autofreq\n");
   write_range(gnuplot, "x", x.step);
   write_range(gnuplot, "y", x.rate);
-  if (x.rate.any)
-    fprintf(gnuplot, "plot $steps using 1:3 with lines lw 2 lc rgb '#3f8f3f' title 'learning rate'\n");
+  if (x.rates)
+    fprintf(gnuplot, "plot $steps using 1:3 with %s lw 2 lc rgb '#3f8f3f' title 'learning rate'\n",
+            step_style(x.rates));
   else
     write_empty_panel(gnuplot, "learning rate");
   fprintf(gnuplot, "unset multiplot\n");

@@ -121,7 +121,7 @@ def plot_metrics(csv_path, png_path, title="training"):
     epochs = [" ".join(row[c] or "NaN" for c in columns) for row in epoch_rows]
     # A series is drawn when it has a finite point: gnuplot warns about one without.
     has = {c: any(_number(row[c]) is not None for row in epoch_rows) for c in columns}
-    batch_losses = any(_number(row["train_loss"]) is not None for row in step_rows)
+    batch_losses = sum(_number(row["train_loss"]) is not None for row in step_rows)
     step_axis = [_number(row["step"]) for row in step_rows] + \
         [_number(row["step"]) for row in epoch_rows
          if _number(row["train_loss"]) is not None or _number(row["test_loss"]) is not None]
@@ -132,6 +132,9 @@ def plot_metrics(csv_path, png_path, title="training"):
 
     def quote(text):
         return "'" + text.replace("'", "''") + "'"
+
+    def step_style(points):  # a single point, which a line would not show, is drawn as one
+        return "lines" if points > 1 else "points pt 7"
 
     def empty(what):
         return ["set label 'no %s recorded' at graph 0.5, 0.5 center" % what, "plot NaN notitle"]
@@ -144,7 +147,7 @@ def plot_metrics(csv_path, png_path, title="training"):
              _range("x", step_axis), _range("y", losses)]
     curves = []
     if batch_losses:
-        curves.append("$steps using 1:2 with lines lc rgb '#9fb7df' title 'train (batch)'")
+        curves.append("$steps using 1:2 with %s lc rgb '#9fb7df' title 'train (batch)'" % step_style(batch_losses))
     if has["train_loss"]:
         curves.append("$epochs using 2:3 with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train (epoch)'")
     if has["test_loss"]:
@@ -160,8 +163,10 @@ def plot_metrics(csv_path, png_path, title="training"):
     lines += ["plot " + ", ".join(curves)] if curves else empty("accuracy")
     lines += ["unset label", "set xlabel 'step'", "set ylabel 'learning rate'", "set key top right",
               "set xtics autofreq", _range("x", step_axis), _range("y", rates)]
-    if any(r is not None for r in rates):
-        lines.append("plot $steps using 1:3 with lines lw 2 lc rgb '#3f8f3f' title 'learning rate'")
+    rate_points = sum(r is not None for r in rates)
+    if rate_points:
+        lines.append("plot $steps using 1:3 with %s lw 2 lc rgb '#3f8f3f' title 'learning rate'"
+                     % step_style(rate_points))
     else:
         lines += empty("learning rate")
     lines.append("unset multiplot")

@@ -61,6 +61,9 @@ def check(name, label, script, errors, png):
         problems.append("gnuplot said: " + "; ".join(warnings))
     if "layout 1,3" not in script or "ylabel 'learning rate'" not in script:
         problems.append("not three panels with a learning-rate one")
+    # A one-point series drawn "with lines" shows nothing: one step must be drawn as a point.
+    if name == "one_step" and re.search(r"\$steps using 1:[23] with lines", script):
+        problems.append("a one-step series is drawn as a line, which shows nothing")
     found = ranges(script)
     if len(found) != 6:
         problems.append("%d axis ranges, not 6" % len(found))
