@@ -240,6 +240,16 @@ static void over_the_limit_writes_external_data(void **state) {
   assert_ok(m.context, bpt_graph_export_onnx(m.graph, path, &o));
   assert_int_equal(check_initialisers(&m, path, "external.onnx.data"), 2);
   assert_no_temporaries();
+  /* A private model's new data file is as private as the model (issue 30, class 11). */
+  const char *private_path = in_directory("private.onnx"), *private_data = in_directory("private.onnx.data");
+  write_bytes(private_path, "old", 3);
+  assert_int_equal(chmod(private_path, 0600), 0);
+  assert_ok(m.context, bpt_graph_export_onnx(m.graph, private_path, &o));
+  struct stat info;
+  assert_int_equal(stat(private_data, &info), 0);
+  assert_int_equal(info.st_mode & 0777, 0600);
+  assert_int_equal(stat(private_path, &info), 0);
+  assert_int_equal(info.st_mode & 0777, 0600);
   onnx_protobuf_limit = INT32_MAX;
 
   /* The inputs and libbptrain's outputs for ONNX Runtime. */

@@ -2,12 +2,15 @@
  * model in protobuf-c's generated structs: f32 inputs with a dynamic batch (normalised inside the model when
  * asked), the parameters the exported nodes read as initialisers, each op's nodes from its emitter
  * (onnx_ops.c), and the losses' predictions as outputs. protobuf-c serialises it; the file is replaced
- * atomically. */
+ * atomically, and a model over protobuf's 2 GiB limit keeps its large initialisers in a side file
+ * (onnx_external.c). */
+#define _POSIX_C_SOURCE 200809L /* lstat, chmod under -std=c11 */
 #include <math.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bptrain/onnx.h"
 #include "core/file_io.h"
@@ -423,12 +426,20 @@ static bpt_status build(onnx_builder *b, const bpt_onnx_export_options *options,
 
 /* Both files are written in full beside their paths before either replaces anything, so a failure while
  * writing leaves the old model and its old data together. The data is renamed into place first: a reader
- * never meets the new model without its data. */
+ * never meets the new model without its data. A new data file takes the mode of the model it belongs to, so
+ * the weights of a private (0600) model never land in a file others can read (issue 30, class 11). */
 static bpt_status write_with_external_data(bpt_context *context, const char *path, const uint8_t *bytes, size_t size,
                                            const char *data_path, const unsigned char *data, size_t data_size) {
   bpt_staged_file model_file, data_file;
   BPT_CHECK(bpt_file_stage(context, path, "ONNX model", bytes, size, &model_file));
+  struct stat model_info, data_info;
+  const bool inherit = stat(path, &model_info) == 0 && S_ISREG(model_info.st_mode) && lstat(data_path, &data_info) != 0;
   bpt_status status = bpt_file_stage(context, data_path, "ONNX external data", data, data_size, &data_file);
+  if (status == BPT_OK && inherit && chmod(data_file.temporary, model_info.st_mode & 0777) != 0) {
+    status = bpt_error(context, BPT_ERR_IO, WHERE ": cannot give the external data '%s' the mode %04o of its model",
+                       data_path, (unsigned)(model_info.st_mode & 0777));
+    bpt_file_discard(&data_file);
+  }
   if (status != BPT_OK) {
     bpt_file_discard(&model_file);
     return status;
