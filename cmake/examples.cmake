@@ -50,6 +50,22 @@ if(BPT_BUILD_TESTS AND BPT_PYTHON_NUMPY AND NOT BPT_SANITIZE)
   set_tests_properties(example_python_mnist_mlp PROPERTIES LABELS "package;example" SKIP_RETURN_CODE 77 TIMEOUT 300
     ENVIRONMENT "BPTRAIN_LIBRARY=$<TARGET_FILE:bptrain>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
 endif()
+# The --plot picture (three panels, padded axes, no gnuplot warning) from C and, where the binding loads (not
+# in a sanitizer build, whose library a plain interpreter cannot load), from Python, on the same files.
+if(BPT_BUILD_TESTS AND (BPT_PYTHON_NUMPY OR Python3_FOUND))
+  add_executable(plot_metrics_tool tests/examples/plot_metrics_tool.c examples/common/example_metrics.c)
+  target_include_directories(plot_metrics_tool PRIVATE examples/common)
+  target_link_libraries(plot_metrics_tool PRIVATE bptrain m)
+  if(BPT_PYTHON_NUMPY AND NOT BPT_SANITIZE)
+    add_test(NAME check_example_plot COMMAND ${BPT_PYTHON_NUMPY} ${CMAKE_CURRENT_SOURCE_DIR}/tests/examples/check_plot.py
+                                             $<TARGET_FILE:plot_metrics_tool>)
+    set_tests_properties(check_example_plot PROPERTIES ENVIRONMENT "${BPT_PYTHON_ENVIRONMENT}")
+  else()
+    add_test(NAME check_example_plot COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tests/examples/check_plot.py
+                                             $<TARGET_FILE:plot_metrics_tool> --c-only)
+  endif()
+  set_tests_properties(check_example_plot PROPERTIES LABELS "example" SKIP_RETURN_CODE 77 TIMEOUT 120)
+endif()
 # The Python examples' command lines: output paths checked before training, one "error:" line, no traceback.
 if(BPT_BUILD_TESTS AND BPT_PYTHON_NUMPY AND NOT BPT_SANITIZE)
   add_test(NAME check_python_example_arguments

@@ -4,7 +4,7 @@
  *
  *   checkpoint_resume --checkpoint FILE [--resume] [--stop-after STEPS] [--save-every STEPS] [--data DIR]
  *                     [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9] [--threads N] [--seed 42]
- *                     [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json] [--classes N]
+ *                     [--backend cpu] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json] [--classes N]
  */
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +15,7 @@
 static const char usage[] =
     "usage: checkpoint_resume --checkpoint FILE [--resume] [--stop-after STEPS] [--save-every STEPS]\n"
     "                         [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N] [--seed N]\n"
+    "                         [--backend cpu|cuda|fpga-sim]\n"
     "  --resume          continue from FILE (epoch, step, weights, optimizer state, sample order)\n"
     "  --stop-after N    stop after N training steps of this run, as if killed (after a checkpoint); 0: never\n"
     "  --save-every N    also write FILE every N optimizer steps (default 100; 0: only at the end of each epoch)\n"
@@ -68,7 +69,7 @@ static int64_t saved_samples(int64_t step, long batch, int64_t size, const char 
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--checkpoint", "--stop-after", "--save-every", "--data", "--epochs", "--batch",
-                                       "--lr",         "--momentum",   "--threads",    "--seed", "--classes", EXAMPLE_OPTIONS, NULL};
+                                       "--lr",         "--momentum",   "--threads",    "--seed", "--classes", "--backend", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--resume", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *path = example_option(argc, argv, "--checkpoint");
@@ -88,6 +89,7 @@ int main(int argc, char **argv) {
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = example_option_int(argc, argv, "--threads", 0);
   context_options.seed = seed;
+  if (example_option(argc, argv, "--backend")) context_options.backend = example_option(argc, argv, "--backend");
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
   example_metrics *metrics = example_metrics_open(argc, argv, context, "checkpoint_resume");

@@ -4,7 +4,7 @@
  *   mpirun -np 2 ddp_mnist [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9]
  *          [--threads N] [--seed 42] [--bucket-kb 25600] [--accumulate 1] [--compression none|f16|int8|topk]
  *          [--timeout 300] [--no-overlap] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
- *          [--classes N]
+ *          [--classes N] [--backend cpu]
  *
  * --batch is the global batch; each rank takes batch / (ranks * accumulate) samples per micro-batch. Rank 0
  * prints progress and the test accuracy. No mpi.h needed: MPI_COMM_WORLD is BPT_COMM_MPI_WORLD.
@@ -21,7 +21,7 @@
 static const char usage[] =
     "usage: mpirun -np N ddp_mnist [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N]\n"
     "                 [--seed N] [--bucket-kb N] [--accumulate K] [--compression none|f16|int8|topk]\n"
-    "                 [--timeout SECONDS] [--no-overlap]\n"
+    "                 [--timeout SECONDS] [--no-overlap] [--backend cpu|cuda]\n"
     "  --batch N    global batch over all ranks and micro-batches (default 128)\n"
     "  --threads N  CPU threads per rank (default: the cores divided among the ranks on this node)\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
@@ -46,7 +46,7 @@ static int default_threads(void) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",       "--epochs",      "--batch",   "--lr",
                                        "--momentum",   "--threads",     "--seed",    "--bucket-kb",
-                                       "--accumulate", "--compression", "--timeout", "--classes", EXAMPLE_OPTIONS, NULL};
+                                       "--accumulate", "--compression", "--timeout", "--classes", "--backend", EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--no-overlap", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -66,6 +66,7 @@ int main(int argc, char **argv) {
   bpt_context_options context_options = bpt_context_options_default();
   context_options.num_threads = example_option_int(argc, argv, "--threads", default_threads());
   context_options.seed = (uint64_t)example_option_long(argc, argv, "--seed", 42);
+  if (example_option(argc, argv, "--backend")) context_options.backend = example_option(argc, argv, "--backend");
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
 

@@ -24,16 +24,21 @@ namespace bpt {
 /** A failed libbptrain call: what() is "call: message (status name)"; status() is the C status code. */
 class error : public std::runtime_error {
 public:
-  /** Builds the error of @p call that returned @p status, with @p message from the context. */
+  /** Builds the error of @p call that returned @p status, with @p message from the context; what() is
+   *  "call: message (status)", the call written once when the message already begins with it. */
   error(bpt_status status, std::string_view call, std::string_view message)
-      : std::runtime_error(std::string(call) + ": " + std::string(message) + " (" + bpt_status_string(status) + ")"),
-        status_(status), message_(message) {}
+      : std::runtime_error(describe(status, call, message)), status_(status), message_(message) {}
   /** The status the C call returned. */
   bpt_status status() const noexcept { return status_; }
   /** The context's last error message, as the library wrote it. */
   const std::string &message() const noexcept { return message_; }
 
 private:
+  static std::string describe(bpt_status status, std::string_view call, std::string_view message) {
+    const std::string prefix = std::string(call) + ": ";
+    const bool named = message.substr(0, prefix.size()) == prefix;
+    return (named ? "" : prefix) + std::string(message) + " (" + bpt_status_string(status) + ")";
+  }
   bpt_status status_;
   std::string message_;
 };

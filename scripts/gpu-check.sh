@@ -129,7 +129,7 @@ status=$?
 if [ $status != 0 ]; then
   row "configure: FAILED, $(outcome $status) (see configure.log)"; tail -20 "$logs/configure.log"; exit 1
 fi
-targets=(bptrain_static mnist_mlp test_backend_ops)
+targets=(bptrain_static mnist_mlp test_backend_ops test_host_syncs)
 for example in resnet mnist_precision; do [ -f "examples/$example.c" ] && targets+=("$example"); done
 limited "$build_limit" cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.log" 2>&1
 status=$?
@@ -160,6 +160,12 @@ else
     >"$logs/test_backend_ops_tf32.log" 2>&1
   row "test_backend_ops with BPT_CUDA_TF32=1 BPT_CUDA_BENCHMARK=1: $(outcome $?) (tf32 may exceed the f32 tolerances: informative)"
 fi
+
+# ---- 3a. host waits per training step through the backend table, on cuda (issue 27; the dry run: the CPU) ----
+limited "$section_limit" "$build/tests/test_host_syncs" >"$logs/test_host_syncs.log" 2>&1
+status=$?
+summary=$(grep -E "waits and|skipped on cuda" "$logs/test_host_syncs.log" | grep -E "^cuda|skipped" | cut -c1-120 | tr '\n' ' ')
+row "test_host_syncs: $(outcome $status) $( [ $status = 0 ] && echo PASSED || echo FAILED) $summary"
 
 # ---- 3b. the NCCL engine on one GPU (comm layer, issue 7) ----
 if limited "$build_limit" cmake --build "$build" -j "$jobs" --target test_nccl_smoke >>"$logs/build.log" 2>&1; then

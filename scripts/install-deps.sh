@@ -1,32 +1,56 @@
 #!/usr/bin/env bash
-# Installs the Debian packages libbptrain needs to build, test and run its examples on a fresh machine.
-# Run as root (CI and the README's commands do). Safe to run again: apt-get skips what is installed.
+# Installs the Debian packages libbptrain needs on a fresh machine. Run as root (CI and the README's commands
+# do). Safe to run again: apt-get skips what is installed.
+#   install-deps.sh            everything for developing: the minimal set plus the test, sanitizer, ABI, MPI,
+#                              network and FPGA tools (what scripts/test.sh and CI use)
+#   install-deps.sh --minimal  what the README's first commands need to build, train and export: compiler,
+#                              CMake, OpenBLAS, zlib, CMocka (run-example.sh builds the tests too), the data
+#                              set, ONNX export, gnuplot for --plot, Python with NumPy and venv
+#                              (what scripts/run-example.sh uses)
+#   --print                    lists the packages instead of installing them (no root needed)
 set -euo pipefail
 
-packages=(
-  build-essential cmake pkg-config clang
-  libopenblas-openmp-dev zlib1g-dev libomp-dev
+minimal=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev zlib1g-dev
   libcmocka-dev
   dataset-fashion-mnist
+  # examples/char_gpt's default text (issue 25): /usr/share/games/fortunes
+  fortunes
+  # --plot
+  gnuplot-nox
+  # --- ONNX export (issue 17.3): protobuf-c and the official onnx.proto (libonnx-dev ships it) ---
+  protobuf-c-compiler libprotobuf-c-dev libonnx-dev
+  # The Python binding takes and returns NumPy arrays; `pip install ./python` goes into a venv (PEP 668)
+  python3 python3-numpy python3-venv
+)
+developing=(
+  clang libomp-dev
   # Robustness (issue 9): valgrind runs and the libFuzzer/ASan runtime for clang
   valgrind libclang-rt-14-dev
   # comm layer (issue 7): the MPI engine, its tests and ddp_mnist
   openmpi-bin libopenmpi-dev
+  # packaging (issue 8): ABI check (abidw/abidiff) and the API reference
+  abigail-tools doxygen
+  # Ranks on emulated network hosts (issue 31): ip netns, veth, bridge and tc tbf (scripts/netns-mpi.sh)
+  iproute2
+  # --- FPGA RTL (issue 28): Verilator builds the fpga_cosim C/RTL co-simulation ctest (skipped without it);
+  # Yosys and Icarus Verilog are for scripts/fpga_synth.sh and for simulating rtl/ by hand (not CI-critical) ---
+  verilator yosys iverilog
 )
-# --- packaging (issue 8): ABI check (abidw/abidiff), API reference, --plot, Python binding and its tests ---
-packages+=(abigail-tools doxygen gnuplot-nox python3)
-# --- ONNX export (issue 17.3): protobuf-c and the official onnx.proto (libonnx-dev ships it); python3-venv for
-# the ONNX Runtime check's environment (scripts/onnx_env.sh) ---
-packages+=(protobuf-c-compiler libprotobuf-c-dev libonnx-dev python3-venv)
-# The Python binding takes and returns NumPy arrays; its tests run with Debian's python3 and this numpy
-packages+=(python3-numpy)
-# Ranks on emulated network hosts (issue 31): ip netns, veth, bridge and tc tbf (scripts/netns-mpi.sh)
-packages+=(iproute2)
-# --- FPGA RTL (issue 28): Verilator builds the fpga_cosim C/RTL co-simulation ctest (skipped without it);
-# Yosys and Icarus Verilog are for scripts/fpga_synth.sh and for simulating rtl/ by hand (not CI-critical) ---
-packages+=(verilator yosys iverilog)
-# Transformers (issue 25): examples/char_gpt trains on the text of Debian's fortunes (/usr/share/games/fortunes)
-packages+=(fortunes)
+packages=("${minimal[@]}" "${developing[@]}")
+print=0
+for argument in "$@"; do
+  case $argument in
+    --minimal) packages=("${minimal[@]}") ;;
+    --print) print=1 ;;
+    *) echo "install-deps: unknown argument '$argument' (--minimal, --print)" >&2; exit 2 ;;
+  esac
+done
+if [ "$print" -eq 1 ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps: run as root (apt-get needs it)" >&2

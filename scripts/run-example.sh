@@ -22,7 +22,8 @@ fi
 
 # BPT_RUN_EXAMPLE_SKIP_DEPS=1 skips the Debian packages (tests/check_run_example_quiet.sh, which runs it with
 # a stand-in cmake, sets it: the test must not install anything).
-if [ "$(id -u)" -eq 0 ] && [ -z "${BPT_RUN_EXAMPLE_SKIP_DEPS:-}" ]; then bash scripts/install-deps.sh; fi
+# The minimal set: what building and running the examples needs, not the developers' tools (issue 29).
+if [ "$(id -u)" -eq 0 ] && [ -z "${BPT_RUN_EXAMPLE_SKIP_DEPS:-}" ]; then bash scripts/install-deps.sh --minimal; fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DBPT_BUILD_TESTS=ON > /dev/null
 # The build speaks only when it builds: one progress line (redrawn on a terminal), or the first error and

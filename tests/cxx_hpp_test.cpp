@@ -39,6 +39,19 @@ int main() {
     EXPECT(std::string(failure.what()).find(failure.message()) != std::string::npos);
   }
   EXPECT(thrown);
+  // A message that already names the call does not get it twice ("bpt_context_create: bpt_context_create: ...").
+  thrown = false;
+  try {
+    bpt_context_options unknown = bpt_context_options_default();
+    unknown.backend = "nosuch";
+    bpt::context refused(unknown);
+  } catch (const bpt::error &failure) {
+    thrown = true;
+    EXPECT(std::string(failure.what()).find("bpt_context_create: ") == 0);
+    EXPECT(std::string(failure.what()).find("bpt_context_create: bpt_context_create") == std::string::npos);
+    EXPECT(std::string(failure.what()).find("nosuch") != std::string::npos);
+  }
+  EXPECT(thrown);
 
   // Moves transfer ownership; the moved-from handle is empty and its destructor does nothing.
   bpt::tensor first(context, BPT_DTYPE_F32, {4, 3});

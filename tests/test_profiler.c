@@ -1,4 +1,4 @@
-/* The profiler: what it records per op and step, the numbers it derives (linear FLOPs), its summary's
+/* The profiler: what it records per op and step, the numbers it derives (linear and conv2d FLOPs), its summary's
  * snprintf contract, the Chrome trace file, pausing, reset and its errors. */
 #include <pthread.h>
 #include <stdio.h>
@@ -117,6 +117,62 @@ static void records_ops_steps_and_optimizer(void **state) {
   model_destroy(&m);
 }
 
+/* conv2d reports the FLOPs of the direct convolution (issue 29: the profiler showed "-" for conv2d, most of a
+ * CNN step): 2 N O OH OW (C / groups) kh kw per product, plus the bias; backward counts only the products it
+ * runs (none for the image input's gradient). */
+static void conv2d_flops_are_counted(void **state) {
+  (void)state;
+  bpt_context *context = test_context(4);
+  bpt_graph *graph;
+  bpt_node *images, *labels, *w1, *b1, *w2, *x, *loss;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "images", BPT_DTYPE_F32, 3, (const int64_t[]){3, 6, 6}, &images));
+  assert_ok(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+  assert_ok(context, bpt_graph_parameter(graph, "w1", 4, (const int64_t[]){4, 3, 3, 3}, BPT_INIT_HE_NORMAL, &w1));
+  assert_ok(context, bpt_graph_parameter(graph, "b1", 1, (const int64_t[]){4}, BPT_INIT_ZEROS, &b1));
+  assert_ok(context, bpt_graph_parameter(graph, "w2", 4, (const int64_t[]){4, 2, 3, 3}, BPT_INIT_HE_NORMAL, &w2));
+  bpt_conv2d_options conv = bpt_conv2d_options_default();
+  conv.padding_height = conv.padding_width = 1;
+  assert_ok(context, bpt_conv2d(graph, "conv1", images, w1, b1, &conv, &x));
+  conv.stride_height = conv.stride_width = 2;
+  conv.groups = 2;
+  assert_ok(context, bpt_conv2d(graph, "conv2", x, w2, NULL, &conv, &x));
+  assert_ok(context, bpt_global_avg_pool(graph, "pool", x, &x));
+  assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", x, labels, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, 2));
+  bpt_tensor *pixels, *classes;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 4, (const int64_t[]){2, 3, 6, 6}, &pixels));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, (const int64_t[]){2}, &classes));
+  test_random random;
+  test_random_seed(&random, 6);
+  test_random_fill(&random, bpt_tensor_data(pixels), 2 * 3 * 6 * 6, -1.0f, 1.0f);
+  ((int32_t *)bpt_tensor_data(classes))[0] = 1;
+  ((int32_t *)bpt_tensor_data(classes))[1] = 3;
+  assert_ok(context, bpt_graph_set_input(graph, images, pixels));
+  assert_ok(context, bpt_graph_set_input(graph, labels, classes));
+  assert_ok(context, bpt_profiler_enable(context, 1));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_backward(graph));
+  const char *path = test_write_file("conv_profile.json", "", 0);
+  assert_ok(context, bpt_profiler_write_trace(context, path));
+  char *trace = (char *)test_read_file(path, NULL);
+  /* conv1 forward: y (2, 4, 6, 6) = 288 outputs of 27 products each: 2 * 288 * 27 + 288 bias = 15840 FLOPs;
+   * x, w, y (216 + 108 + 288 floats) and the bias (4) = 2464 bytes. */
+  assert_non_null(strstr(trace, "\"op\":\"conv2d\",\"step\":0,\"bytes\":2464,\"flops\":15840}"));
+  /* conv1 backward: the images need no gradient, so dW (15552) and the bias (288); 2448 + 4 (288 + 4) bytes. */
+  assert_non_null(strstr(trace, "\"op\":\"conv2d\",\"step\":0,\"bytes\":3616,\"flops\":15840}"));
+  /* conv2 (2 groups, stride 2): 72 outputs of 2 * 3 * 3 products: 2592 FLOPs forward, and twice that backward
+   * (dx and dW); 288 + 72 + 72 floats per product. */
+  assert_non_null(strstr(trace, "\"op\":\"conv2d\",\"step\":0,\"bytes\":1728,\"flops\":2592}"));
+  assert_non_null(strstr(trace, "\"op\":\"conv2d\",\"step\":0,\"bytes\":3456,\"flops\":5184}"));
+  free(trace);
+  remove(path);
+  bpt_tensor_destroy(pixels);
+  bpt_tensor_destroy(classes);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 static void pause_keeps_and_reset_drops(void **state) {
   (void)state;
   model m;
@@ -203,6 +259,7 @@ static void reports_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(records_ops_steps_and_optimizer),
+      cmocka_unit_test(conv2d_flops_are_counted),
       cmocka_unit_test(pause_keeps_and_reset_drops),
       cmocka_unit_test(summary_follows_snprintf),
       cmocka_unit_test(records_communication_from_another_thread),

@@ -125,33 +125,87 @@ static int split_fields(char *line, char **fields, int capacity) {
   return count;
 }
 
-/* Copies the CSV into two inline gnuplot data blocks, $steps (step loss) and $epochs (epoch step train_loss
- * train_accuracy test_loss test_accuracy), so each curve is a plain series whose gaps never break its line.
- * Sets has[column] for the epoch columns that hold at least one value. */
-static int write_data_blocks(FILE *gnuplot, FILE *csv, int has[6]) {
+/* The extent of the values one axis shows. */
+typedef struct extent {
+  double low, high;
+  int any;
+} extent;
+
+/* Widens e to the field's value; returns 0 when the field holds no finite number (empty, "nan", "inf"). */
+static int extend(extent *e, const char *field, double scale) {
+  char *end;
+  const double value = strtod(field, &end) * scale;
+  if (end == field || !isfinite(value)) return 0;
+  if (!e->any || value < e->low) e->low = value;
+  if (!e->any || value > e->high) e->high = value;
+  e->any = 1;
+  return 1;
+}
+
+/* Sets an axis to its values' extent with 5% room on each side, so no point sits on the frame (the accuracy
+ * axis clipped its top point), and a single value gets room of 10% of itself (one epoch made gnuplot warn
+ * "empty x range"). An axis without values gets [0:1]. */
+static void write_range(FILE *gnuplot, const char *axis, extent e) {
+  double low = e.any ? e.low : 0.0, high = e.any ? e.high : 1.0;
+  const double room = high > low ? 0.05 * (high - low) : low != 0.0 ? 0.1 * fabs(low) : 1.0;
+  fprintf(gnuplot, "set %srange [%.9g:%.9g]\n", axis, low - room, high + room);
+}
+
+/* The three panels' axes: loss and learning rate against the step, accuracy (%) against the epoch. */
+typedef struct plot_extents {
+  extent step, loss, epoch, accuracy, rate;
+  int rows;
+  /* Which $epochs columns (1-based) hold a finite value: 3 train_loss ... 6 test_accuracy; and how many step
+   * rows hold a finite loss and rate. A series without a finite point makes gnuplot warn. */
+  int has[7];
+  int batch_losses, rates;
+} plot_extents;
+
+/* Copies the CSV into two inline gnuplot data blocks, $steps (step loss learning_rate) and $epochs (epoch step
+ * train_loss train_accuracy test_loss test_accuracy), so each curve is a plain series whose gaps
+ * never break its line, and measures what each axis will show. */
+static void write_data_blocks(FILE *gnuplot, FILE *csv, plot_extents *x) {
   char line[1024], *fields[9];
-  if (!fgets(line, sizeof line, csv)) return 0;
+  memset(x, 0, sizeof *x);
   fprintf(gnuplot, "$steps << EOD\n");
+  if (!fgets(line, sizeof line, csv)) {
+    fprintf(gnuplot, "EOD\n$epochs << EOD\nEOD\n");
+    return;
+  }
   long position = ftell(csv);
-  int steps = 0, epochs = 0;
   while (fgets(line, sizeof line, csv))
-    if (split_fields(line, fields, 9) == 9 && strcmp(fields[0], "step") == 0 && *fields[3]) {
-      fprintf(gnuplot, "%s %s\n", fields[2], fields[3]);
-      steps++;
+    if (split_fields(line, fields, 9) == 9 && strcmp(fields[0], "step") == 0 && (*fields[3] || *fields[7])) {
+      fprintf(gnuplot, "%s %s %s\n", fields[2], *fields[3] ? fields[3] : "NaN", *fields[7] ? fields[7] : "NaN");
+      extend(&x->step, fields[2], 1.0);
+      x->batch_losses += extend(&x->loss, fields[3], 1.0);
+      x->rates += extend(&x->rate, fields[7], 1.0);
+      x->rows++;
     }
   fprintf(gnuplot, "EOD\n$epochs << EOD\n");
   fseek(csv, position, SEEK_SET);
   while (fgets(line, sizeof line, csv)) {
     if (split_fields(line, fields, 9) != 9 || strcmp(fields[0], "epoch") != 0) continue;
-    for (int column = 1; column < 7; column++) {
+    for (int column = 1; column < 7; column++)
       fprintf(gnuplot, "%s%s", column > 1 ? " " : "", *fields[column] ? fields[column] : "NaN");
-      if (column >= 3 && *fields[column]) has[column - 1] = 1;
-    }
     fputc('\n', gnuplot);
-    epochs++;
+    extend(&x->epoch, fields[1], 1.0);
+    const int train_loss = extend(&x->loss, fields[3], 1.0), test_loss = extend(&x->loss, fields[5], 1.0);
+    if (train_loss || test_loss) extend(&x->step, fields[2], 1.0);
+    x->has[3] |= train_loss;
+    x->has[5] |= test_loss;
+    x->has[4] |= extend(&x->accuracy, fields[4], 100.0);
+    x->has[6] |= extend(&x->accuracy, fields[6], 100.0);
+    x->rows++;
   }
   fprintf(gnuplot, "EOD\n");
-  return steps + epochs;
+}
+
+/* A step series is a line; a single point, which a line would not show, is drawn as one. */
+static const char *step_style(int points) { return points > 1 ? "lines" : "points pt 7"; }
+
+/* An empty panel says so instead of plotting nothing (which gnuplot warns about). */
+static void write_empty_panel(FILE *gnuplot, const char *what) {
+  fprintf(gnuplot, "set label 'no %s recorded' at graph 0.5, 0.5 center\nplot NaN notitle\n", what);
 }
 
 int example_plot_metrics(const char *csv_path, const char *png_path, const char *title) {
@@ -182,31 +236,60 @@ int example_plot_metrics(const char *csv_path, const char *png_path, const char 
     fprintf(stderr, "warning: --plot: cannot run %s\n", program);
     return 1;
   }
-  int has[6] = {0}; /* indexed like the $epochs columns, 1-based: 2 train_loss ... 5 test_accuracy */
-  int rows = write_data_blocks(gnuplot, csv, has);
+  plot_extents x;
+  write_data_blocks(gnuplot, csv, &x);
   fclose(csv);
-  fprintf(gnuplot, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1000,420 noenhanced }"
-                   " else { set terminal png size 1000,420 noenhanced }\n");
+  fprintf(gnuplot, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size 1400,420 noenhanced }"
+                   " else { set terminal png size 1400,420 noenhanced }\n");
   fprintf(gnuplot, "set output ");
   write_quoted(gnuplot, png_path);
-  fprintf(gnuplot, "\nset multiplot layout 1,2 title ");
+  fprintf(gnuplot, "\nset multiplot layout 1,3 title ");
   write_quoted(gnuplot, title);
   fprintf(gnuplot, "\nset grid\nset key top right\nset xlabel 'step'\nset ylabel 'loss'\n");
-  if (rows == 0) fprintf(gnuplot, "set label 'no data recorded' at graph 0.5, 0.5 center\n");
-  fprintf(gnuplot, "plot $steps using 1:2 with lines lc rgb '#9fb7df' title 'train (batch)'");
-  if (has[2]) fprintf(gnuplot, ", $epochs using 2:3 with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train (epoch)'");
-  if (has[4]) fprintf(gnuplot, ", $epochs using 2:5 with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'");
-  fprintf(gnuplot, "\nset xlabel 'epoch'\nset ylabel 'accuracy (%%)'\nset key bottom right\nset xtics 1\n");
-  if (has[5] || has[3]) {
+  write_range(gnuplot, "x", x.step);
+  write_range(gnuplot, "y", x.loss);
+  if (x.loss.any) {
+    /* Only series with a point: gnuplot warns about one without. */
+    const char *separator = "plot ";
+    if (x.batch_losses) {
+      fprintf(gnuplot, "%s$steps using 1:2 with %s lc rgb '#9fb7df' title 'train (batch)'", separator,
+              step_style(x.batch_losses));
+      separator = ", ";
+    }
+    if (x.has[3]) {
+      fprintf(gnuplot, "%s$epochs using 2:3 with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train (epoch)'",
+              separator);
+      separator = ", ";
+    }
+    if (x.has[5])
+      fprintf(gnuplot, "%s$epochs using 2:5 with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'", separator);
+    fprintf(gnuplot, "\n");
+  } else {
+    write_empty_panel(gnuplot, x.rows ? "loss" : "data");
+  }
+  fprintf(gnuplot, "unset label\nset xlabel 'epoch'\nset ylabel 'accuracy (%%)'\nset key bottom right\nset xtics 1\n");
+  write_range(gnuplot, "x", x.epoch);
+  write_range(gnuplot, "y", x.accuracy);
+  if (x.has[6] || x.has[4]) {
     fprintf(gnuplot, "plot ");
-    if (has[5]) fprintf(gnuplot, "$epochs using 1:(100 * $6) with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'");
-    if (has[5] && has[3]) fprintf(gnuplot, ", ");
-    if (has[3])
+    if (x.has[6])
+      fprintf(gnuplot, "$epochs using 1:(100 * $6) with linespoints lw 2 pt 7 lc rgb '#cf4f1f' title 'test'");
+    if (x.has[6] && x.has[4]) fprintf(gnuplot, ", ");
+    if (x.has[4])
       fprintf(gnuplot, "$epochs using 1:(100 * $4) with linespoints lw 2 pt 7 lc rgb '#1f4f9f' title 'train'");
     fprintf(gnuplot, "\n");
   } else {
-    fprintf(gnuplot, "set label 'no accuracy recorded' at graph 0.5, 0.5 center\nplot [0:1] NaN notitle\n");
+    write_empty_panel(gnuplot, "accuracy");
   }
+  fprintf(gnuplot,
+          "unset label\nset xlabel 'step'\nset ylabel 'learning rate'\nset key top right\nset xtics autofreq\n");
+  write_range(gnuplot, "x", x.step);
+  write_range(gnuplot, "y", x.rate);
+  if (x.rates)
+    fprintf(gnuplot, "plot $steps using 1:3 with %s lw 2 lc rgb '#3f8f3f' title 'learning rate'\n",
+            step_style(x.rates));
+  else
+    write_empty_panel(gnuplot, "learning rate");
   fprintf(gnuplot, "unset multiplot\n");
   int status = pclose(gnuplot);
   if (status != 0) {

@@ -4,7 +4,7 @@
 //
 //   mnist_mlp_cpp [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--limit N] [--seed 42] [--threads N]
 //                 [--save FILE] [--eval FILE] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
-//                 [--classes N]
+//                 [--classes N] [--backend cpu]
 //
 // --save writes the trained model as a checkpoint, the one model file the C and Python examples read too;
 // --eval FILE skips training and reports that file's test accuracy.
@@ -38,12 +38,12 @@ struct options {
   std::string data = "/usr/share/datasets/fashion-mnist";
   long epochs = 2, batch = 128, limit = 0, seed = 42, threads = 0, classes = 0;
   double learning_rate = 0.05;
-  std::string save, eval;
+  std::string save, eval, backend;
 };
 
 const char usage[] =
     "usage: mnist_mlp_cpp [--data DIR] [--epochs N] [--batch N] [--lr X] [--limit N] [--seed N] [--threads N]\n"
-    "                     [--save FILE] [--eval FILE]\n"
+    "                     [--save FILE] [--eval FILE] [--backend cpu|cuda|fpga-sim]\n"
     "  --limit N            train on the first N samples of each (shuffled) epoch, 0 for all\n"
     "  --save FILE          write the trained model to FILE as a checkpoint\n"
     "  --eval FILE          skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
@@ -68,9 +68,8 @@ std::size_t edit_distance(const std::string &a, const std::string &b) {
 
 options parse(int argc, char **argv) {
   options parsed;
-  const char *valued[] = {"--data",  "--epochs", "--batch",   "--lr",
-                          "--limit", "--seed",   "--threads", "--classes", "--save",
-                          "--eval",  EXAMPLE_METRICS_OPTIONS};
+  const char *valued[] = {"--data",    "--epochs", "--batch", "--lr",      "--limit", "--seed",
+                          "--threads", "--classes", "--save", "--eval", "--backend", EXAMPLE_METRICS_OPTIONS};
   for (int i = 1; i < argc; i++) {
     std::string argument = argv[i];
     if (argument == "--help" || argument == "-h") {
@@ -115,6 +114,8 @@ options parse(int argc, char **argv) {
       parsed.save = value;
     else if (argument == "--eval")
       parsed.eval = value;
+    else if (argument == "--backend")
+      parsed.backend = value;
     else if (argument == "--lr")
       parsed.learning_rate = std::strtod(value, &end);
     if (end && (*end || end == value)) {
@@ -148,6 +149,7 @@ int run(int argc, char **argv) {
   bpt_context_options context_options = bpt_context_options_default();
   context_options.seed = static_cast<uint64_t>(o.seed);
   context_options.num_threads = static_cast<int>(o.threads);
+  if (!o.backend.empty()) context_options.backend = o.backend.c_str();
   bpt::context context(context_options);
   // Declared after the context, so it closes before the context goes (the profile reads the context).
   metrics_ptr metrics_owner(example_metrics_open(argc, argv, context.get(), "mnist_mlp (C++)"));

@@ -27,9 +27,12 @@ BPT_API bpt_onnx_export_options bpt_onnx_export_options_default(void);
  * nothing, when folded into its convolution), dropout as identity. A loss is not exported: the model's
  * output is the loss's prediction (the logits of softmax_cross_entropy, or their softmax with
  * options->softmax), and the label input is dropped. Inputs keep their names and shapes with a dynamic
- * batch dimension "N"; parameters become initialisers under their node names.
- * @return BPT_ERR_UNSUPPORTED for a node whose op has no ONNX equivalent (the message names node and op) or
- *         when the library was built without protobuf-c; BPT_ERR_STATE for a graph not compiled;
+ * batch dimension "N"; parameters become initialisers under their node names. A model over protobuf's 2 GiB
+ * limit keeps every initialiser of 1 KiB or more in ONNX external data, the file "<path>.data" beside it
+ * (docs/onnx.md).
+ * @return BPT_ERR_UNSUPPORTED for a node whose op has no ONNX equivalent (the message names node and op), for a
+ *         model over 2 GiB even without its large initialisers (nothing is written), or when the library was
+ *         built without protobuf-c; BPT_ERR_STATE for a graph not compiled;
  *         BPT_ERR_IO when @p path cannot be written
  */
 BPT_API bpt_status bpt_graph_export_onnx(bpt_graph *graph, const char *path, const bpt_onnx_export_options *options);

@@ -18,7 +18,7 @@
 #include <sys/random.h>
 #endif
 
-#define PATH_LIMIT 4096
+#define PATH_LIMIT BPT_FILE_PATH_LIMIT
 
 static const char *kind_of(mode_t mode) {
   if (S_ISFIFO(mode)) return "a FIFO";
@@ -156,8 +156,12 @@ static bpt_status create_temporary(bpt_context *context, const char *path, const
                    path);
 }
 
-bpt_status bpt_file_write_atomically(bpt_context *context, const char *path, const char *what, const void *bytes,
-                                     size_t size) {
+bpt_status bpt_file_stage(bpt_context *context, const char *path, const char *what, const void *bytes, size_t size,
+                          bpt_staged_file *staged) {
+  staged->path = path;
+  staged->what = what;
+  staged->pending = false;
+  staged->renamed = false;
   if (strlen(path) > PATH_LIMIT)
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s '%.64s...': path too long", what, path);
   /* rename() would replace a FIFO or device node (or, as root, /dev/null itself): only a regular file, a
@@ -171,9 +175,8 @@ bpt_status bpt_file_write_atomically(bpt_context *context, const char *path, con
   mode_t mode = (mode_t)-1;
   struct stat target;
   if (stat(path, &target) == 0 && S_ISREG(target.st_mode)) mode = target.st_mode & 0777;
-  char temporary[PATH_LIMIT + 64];
   int descriptor = -1;
-  BPT_CHECK(create_temporary(context, path, what, temporary, sizeof temporary, &descriptor, mode));
+  BPT_CHECK(create_temporary(context, path, what, staged->temporary, sizeof staged->temporary, &descriptor, mode));
   const char *failed = NULL;
   if (!write_all(descriptor, bytes, size))
     failed = "write";
@@ -184,26 +187,49 @@ bpt_status bpt_file_write_atomically(bpt_context *context, const char *path, con
     failed = "close";
     error = errno;
   }
-  if (!failed && rename(temporary, path) != 0) {
-    failed = "rename";
-    error = errno;
-  }
   if (failed) {
-    unlink(temporary);
+    unlink(staged->temporary);
     return bpt_error(context, BPT_ERR_IO, "%s '%s': %s failed: %s; the previous file is unchanged", what, path,
                      failed, strerror(error));
   }
+  staged->pending = true;
+  return BPT_OK;
+}
+
+void bpt_file_discard(bpt_staged_file *staged) {
+  if (staged->pending) unlink(staged->temporary);
+  staged->pending = false;
+}
+
+bpt_status bpt_file_commit(bpt_context *context, bpt_staged_file *staged) {
+  const char *path = staged->path, *what = staged->what;
+  if (!staged->pending) return bpt_error(context, BPT_ERR_INTERNAL, "%s '%s': nothing staged to commit", what, path);
+  if (rename(staged->temporary, path) != 0) {
+    const int error = errno;
+    bpt_file_discard(staged);
+    return bpt_error(context, BPT_ERR_IO, "%s '%s': rename failed: %s; the previous file is unchanged", what, path,
+                     strerror(error));
+  }
+  staged->pending = false;
+  staged->renamed = true;
   char directory[PATH_LIMIT];
   directory_of(path, directory, sizeof directory);
   int directory_descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   /* Without the directory fsync a power loss could forget the rename (the new name), not the data. */
   /* Some file systems (network, FUSE) cannot fsync a directory and say EINVAL: the rename stands regardless. */
   if (directory_descriptor < 0 || (fsync(directory_descriptor) != 0 && errno != EINVAL)) {
-    error = errno;
+    const int error = errno;
     if (directory_descriptor >= 0) close(directory_descriptor);
     return bpt_error(context, BPT_ERR_IO, "%s '%s': written, but syncing directory '%s' failed: %s", what, path,
                      directory, strerror(error));
   }
   close(directory_descriptor);
   return BPT_OK;
+}
+
+bpt_status bpt_file_write_atomically(bpt_context *context, const char *path, const char *what, const void *bytes,
+                                     size_t size) {
+  bpt_staged_file staged;
+  BPT_CHECK(bpt_file_stage(context, path, what, bytes, size, &staged));
+  return bpt_file_commit(context, &staged);
 }

@@ -99,6 +99,11 @@ struct bpt_graph {
   int64_t max_batch;
   int64_t batch; /* batch of the current run */
   bool forward_done;
+  /* The loss as bpt_graph_loss last downloaded it, valid until the next forward begins: the optimiser step
+   * reads it to refuse a non-finite loss, and the caller's read after the step (bpt_train's, every step) then
+   * costs no second wait for the device (issue 27). */
+  bool loss_on_host;
+  float host_loss;
   bool backward_done;
   /* Why the last bpt_graph_forward failed (empty after one that succeeded), so that the calls needing a
    * forward can repeat it instead of saying "run forward first" to someone who just did. */

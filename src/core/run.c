@@ -79,6 +79,7 @@ static bpt_status forward(bpt_graph *graph) {
   }
   graph->batch = batch ? batch : 1;
   graph->forward_done = false;
+  graph->loss_on_host = false;
   graph->forward_seed = bpt_rng_next(&graph->rng); /* stochastic ops (issue 4) */
   BPT_CHECK(bpt_precision_before_forward(graph));
   for (int i = 0; i < graph->node_count; i++) {
@@ -217,9 +218,16 @@ bpt_status bpt_graph_loss(bpt_graph *graph, float *loss) {
   if (!loss) return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_loss: loss is NULL");
   if (!graph->loss) return bpt_error(graph->context, BPT_ERR_STATE, "bpt_graph_loss: the graph has no loss");
   BPT_CHECK(require_forward(graph, "bpt_graph_loss", "loss to read"));
+  /* Only a forward writes the loss, and it clears the copy when it begins. */
+  if (graph->loss_on_host) {
+    *loss = graph->host_loss;
+    return BPT_OK;
+  }
   bpt_backend *backend = graph->backend;
   if (backend->vtable->download(backend, loss, graph->loss->value, sizeof *loss) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "bpt_graph_loss");
+  graph->host_loss = *loss;
+  graph->loss_on_host = true;
   return BPT_OK;
 }
 

@@ -2,15 +2,19 @@
  * model in protobuf-c's generated structs: f32 and i32 inputs with a dynamic batch (f32 ones normalised inside
  * the model when asked), the parameters the exported nodes read as initialisers, each op's nodes from its emitter
  * (onnx_ops.c), and the losses' predictions as outputs. protobuf-c serialises it; the file is replaced
- * atomically. */
+ * atomically, and a model over protobuf's 2 GiB limit keeps its large initialisers in a side file
+ * (onnx_external.c). */
+#define _POSIX_C_SOURCE 200809L /* lstat, chmod under -std=c11 */
 #include <math.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bptrain/onnx.h"
 #include "core/file_io.h"
+#include "export/onnx_external.h"
 #include "export/onnx_model.h"
 
 #define WHERE "bpt_graph_export_onnx"
@@ -52,6 +56,9 @@ static void *allocate(onnx_builder *b, size_t count, size_t size) {
   b->blocks = block;
   return block->data;
 }
+
+void *onnx_allocate(onnx_builder *b, size_t count, size_t size) { return allocate(b, count, size); }
+bpt_context *onnx_context(const onnx_builder *b) { return b->context; }
 
 static void free_builder(onnx_builder *b) {
   while (b->blocks) {
@@ -420,6 +427,41 @@ static bpt_status build(onnx_builder *b, const bpt_onnx_export_options *options,
   return b->out_of_memory ? out_of_memory(b) : BPT_OK;
 }
 
+/* Both files are written in full beside their paths before either replaces anything, so a failure while
+ * writing leaves the old model and its old data together. The data is renamed into place first: a reader
+ * never meets the new model without its data. A new data file takes the mode of the model it belongs to, so
+ * the weights of a private (0600) model never land in a file others can read (issue 30, class 11). */
+static bpt_status write_with_external_data(bpt_context *context, const char *path, const uint8_t *bytes, size_t size,
+                                           const char *data_path, const unsigned char *data, size_t data_size) {
+  bpt_staged_file model_file, data_file;
+  BPT_CHECK(bpt_file_stage(context, path, "ONNX model", bytes, size, &model_file));
+  struct stat model_info, data_info;
+  const bool inherit = stat(path, &model_info) == 0 && S_ISREG(model_info.st_mode) && lstat(data_path, &data_info) != 0;
+  bpt_status status = bpt_file_stage(context, data_path, "ONNX external data", data, data_size, &data_file);
+  if (status == BPT_OK && inherit && chmod(data_file.temporary, model_info.st_mode & 0777) != 0) {
+    status = bpt_error(context, BPT_ERR_IO, WHERE ": cannot give the external data '%s' the mode %04o of its model",
+                       data_path, (unsigned)(model_info.st_mode & 0777));
+    bpt_file_discard(&data_file);
+  }
+  if (status != BPT_OK) {
+    bpt_file_discard(&model_file);
+    return status;
+  }
+  status = bpt_file_commit(context, &data_file);
+  if (!data_file.renamed) {
+    bpt_file_discard(&model_file);
+    return status;
+  }
+  /* The data is in place (its directory sync may have failed): the model follows it, so the two still match. */
+  const bpt_status data_status = status;
+  status = bpt_file_commit(context, &model_file);
+  if (status == BPT_OK) return data_status;
+  /* Rare (the model's rename failing just after its data's): say which file changed. */
+  char message[1024];
+  snprintf(message, sizeof message, "%s", bpt_context_last_error(context));
+  return bpt_error(context, status, "%s; its external data '%s' was already replaced", message, data_path);
+}
+
 bpt_status bpt_graph_export_onnx(bpt_graph *graph, const char *path, const bpt_onnx_export_options *options) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, WHERE ": graph is NULL");
   bpt_context *context = graph->context;
@@ -442,15 +484,30 @@ bpt_status bpt_graph_export_onnx(bpt_graph *graph, const char *path, const bpt_o
   onnx_builder b = {.context = context, .graph = graph, .opset = o.opset};
   Onnx__ModelProto model;
   bpt_status status = build(&b, &o, &model);
-  uint8_t *bytes = NULL;
+  /* The external data, when the model needs it, is "<path>.data", named in the model by its file name alone:
+   * ONNX resolves a location against the model's own directory. */
+  char *data_path = allocate(&b, strlen(path) + sizeof ".data", 1);
+  if (status == BPT_OK && !data_path) status = out_of_memory(&b);
+  unsigned char *data = NULL;
+  size_t data_size = 0;
   if (status == BPT_OK) {
-    const size_t size = onnx__model_proto__get_packed_size(&model);
+    snprintf(data_path, strlen(path) + sizeof ".data", "%s.data", path);
+    const char *slash = strrchr(data_path, '/');
+    status = onnx_move_to_external_data(&b, &model, slash ? slash + 1 : data_path, &data, &data_size);
+  }
+  uint8_t *bytes = NULL;
+  size_t size = 0;
+  if (status == BPT_OK) {
+    size = onnx__model_proto__get_packed_size(&model);
     bytes = malloc(size ? size : 1);
     if (!bytes) status = out_of_memory(&b);
     if (status == BPT_OK && onnx__model_proto__pack(&model, bytes) != size)
       status = bpt_error(context, BPT_ERR_INTERNAL, WHERE ": protobuf-c packed a size other than it measured");
-    if (status == BPT_OK) status = bpt_file_write_atomically(context, path, "ONNX model", bytes, size);
   }
+  if (status == BPT_OK && !data) status = bpt_file_write_atomically(context, path, "ONNX model", bytes, size);
+  if (status == BPT_OK && data)
+    status = write_with_external_data(context, path, bytes, size, data_path, data, data_size);
+  free(data);
   free(bytes);
   free_builder(&b);
   return status;

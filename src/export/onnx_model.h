@@ -20,6 +20,11 @@ onnx_emitter onnx_emitter_for(bpt_op_id op);
  * the exporter writes initialisers for the parameters among them only. */
 int onnx_input_count(const bpt_node *node);
 
+/* Zeroed memory owned by the builder, freed with it (NULL when out of memory: the builder has recorded it). */
+void *onnx_allocate(onnx_builder *builder, size_t count, size_t size);
+/* The context whose last error the export's failures set. */
+bpt_context *onnx_context(const onnx_builder *builder);
+
 /* The ONNX value name holding node's output. */
 const char *onnx_value(const onnx_builder *builder, const bpt_node *node);
 /* The operator set being written. */

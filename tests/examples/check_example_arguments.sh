@@ -102,6 +102,16 @@ if timeout 60 "$bin/mnist_mlp" --frobnicate 2>&1 | grep -q "did you mean"; then
 fi
 # --backend on mnist_cnn as on the other training examples: an unknown one fails naming it.
 expect_status 1 "mnist_cnn: --backend is an option" "nosuch" "$bin/mnist_cnn" --backend nosuch
+# ... and on the rest (issue 29), with the library's message, before the data is read.
+for example in ddp_mnist speculative_mnist mnist_mlp_cpp; do
+  expect_status 1 "$example: --backend is an option" "unknown backend 'nosuch'" "$bin/$example" --backend nosuch
+done
+expect_status 1 "checkpoint_resume: --backend is an option" "unknown backend 'nosuch'" \
+  "$bin/checkpoint_resume" --checkpoint "$work/out/c.ckpt" --backend nosuch
+expect "speculative_mnist: --backend with --skip-cpu" "which --skip-cpu skips" \
+  "$bin/speculative_mnist" --skip-cpu --backend cpu
+expect "speculative_mnist: --backend fpga-sim" "the fpga-sim runs are made anyway" \
+  "$bin/speculative_mnist" --backend fpga-sim
 expect "mnist_mlp: --onnx into a missing directory" "--onnx '$missing/m.onnx': cannot create" \
   "$bin/mnist_mlp" --onnx "$missing/m.onnx"
 expect "mnist_mlp: --profile into a missing directory" "--profile '$missing/t.json': cannot create" \

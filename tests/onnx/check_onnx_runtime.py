@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs the ONNX models test_onnx_export wrote in ONNX Runtime and compares them with libbptrain's outputs.
 
-Usage: check_onnx_runtime.py DIRECTORY. Each model comes as NAME.onnx with NAME.input (raw f32 pixels in
-[0, 1], or raw int32 token ids for an int32 input, the batch of the input's shape) and NAME.output (libbptrain's evaluation-mode outputs). Each must
-pass the ONNX checker (when the onnx package is installed) and match within 1e-4 relative (norm of the
+Usage: check_onnx_runtime.py DIRECTORY [NAME...] (by default the models test_onnx_export writes). Each model comes
+as NAME.onnx with NAME.input (raw f32 pixels in [0, 1], or raw int32 token ids for an int32 input, the batch of the
+input's shape) and NAME.output (libbptrain's evaluation-mode outputs). Each must pass the ONNX checker (when the
+onnx package is installed; it reads external data beside the model too) and match within 1e-4 relative (norm of the
 difference over the norm of the reference). Exits 77 (skip) without onnxruntime.
 """
 import os
@@ -51,7 +52,8 @@ def main():
     directory = sys.argv[1]
     print(f"onnxruntime {onnxruntime.__version__}, onnx checker: "
           f"{onnx.__version__ if onnx is not None else 'not installed (skipped)'}")
-    failures = [f for f in (check(directory, name) for name in MODELS) if f]
+    names = sys.argv[2:] or MODELS
+    failures = [f for f in (check(directory, name) for name in names) if f]
     for failure in failures:
         print("FAIL:", failure)
     return 1 if failures else 0

@@ -2,6 +2,7 @@
  * Integer attributes: stride (0, 1), padding (2, 3), dilation (4, 5), groups (6). The three products
  * (forward, input gradient, weight gradient) are the op's kernels; on the CPU direct loops, Winograd or
  * im2col + SGEMM. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "bptrain/cnn.h"
@@ -113,12 +114,36 @@ static bool conv2d_reads_input(const bpt_node *node, int input) {
   return input < 2;
 }
 
+/* For the profiler: each of the three products is 2 N O OH OW (C / groups) kh kw FLOPs, the count of the
+ * direct convolution whatever the kernel runs (Winograd multiplies less, im2col more memory): the customary
+ * rate, comparable across kernels and with other frameworks. Bytes are each product's operands, once. */
+static void conv2d_cost(const bpt_node *node, int backward, double *flops, double *bytes) {
+  const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
+  const bool has_bias = node->input_count > 2 && node->inputs[2];
+  const double outputs = (double)bpt_node_inner_count(node) * (double)node->dims[0];
+  const double inputs = (double)bpt_node_inner_count(x) * (double)x->dims[0];
+  const double weights = (double)bpt_node_inner_count(weight);
+  const double product = 2.0 * outputs * (double)(weight->dims[1] * weight->dims[2] * weight->dims[3]);
+  const double product_bytes = 4.0 * (inputs + weights + outputs);
+  if (!backward) {
+    *flops = product + (has_bias ? outputs : 0.0);
+    *bytes = product_bytes + (has_bias ? 4.0 * (double)weight->dims[0] : 0.0);
+    return;
+  }
+  /* The input gradient is skipped for an input that needs none (the image), and so is its cost. */
+  const int products = (weight->requires_grad ? 1 : 0) + (x->requires_grad ? 1 : 0);
+  const bool bias_gradient = has_bias && node->inputs[2]->requires_grad;
+  *flops = products * product + (bias_gradient ? outputs : 0.0);
+  *bytes = products * product_bytes + (bias_gradient ? 4.0 * (outputs + (double)weight->dims[0]) : 0.0);
+}
+
 const bpt_op_definition bpt_op_conv2d = {.name = "conv2d",
                                          .infer_shape = conv2d_infer_shape,
                                          .forward = conv2d_forward,
                                          .backward = conv2d_backward,
                                          .backward_reads_input = conv2d_reads_input,
                                          .backward_reads_output = bpt_op_reads_no_output,
+                                         .cost = conv2d_cost,
                                          .overwrites_unset_gradients = true};
 
 bpt_conv2d_options bpt_conv2d_options_default(void) {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# scripts/install-deps.sh's two sets (issue 29): --minimal (what scripts/run-example.sh installs) has what
+# building, training and exporting need and none of the developers' tools; the full set holds all of it.
+# As root, also runs run-example.sh with stand-ins for install-deps.sh and cmake to see that it asks for
+# --minimal. Usage: check_install_deps.sh SOURCE_DIR WORK_DIR
+set -euo pipefail
+source_dir=$1 work=$2
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+minimal=$(bash "$source_dir/scripts/install-deps.sh" --minimal --print)
+full=$(bash "$source_dir/scripts/install-deps.sh" --print)
+has() { grep -qx -- "$2" <<< "$1"; }
+for package in build-essential cmake libopenblas-openmp-dev zlib1g-dev libcmocka-dev dataset-fashion-mnist \
+  libprotobuf-c-dev python3-venv; do
+  has "$minimal" "$package" || fail "--minimal lacks $package"
+done
+for package in clang valgrind openmpi-bin doxygen abigail-tools verilator; do
+  has "$minimal" "$package" && fail "--minimal installs the developers' $package"
+  has "$full" "$package" || fail "the full set lacks $package"
+done
+while read -r package; do
+  has "$full" "$package" || fail "$package is in --minimal but not in the full set"
+done <<< "$minimal"
+set +e
+output=$(bash "$source_dir/scripts/install-deps.sh" --minimall 2>&1)
+rc=$?
+set -e
+[ "$rc" -eq 2 ] && grep -q "unknown argument '--minimall'" <<< "$output" || fail "a misspelt option: exit $rc, $output"
+if [ "$(id -u)" -eq 0 ]; then
+  rm -rf "$work" && mkdir -p "$work/repo/scripts" "$work/bin"
+  cp "$source_dir/scripts/run-example.sh" "$work/repo/scripts/"
+  printf '#!/bin/sh\necho "$@" > "%s/install-deps.args"\n' "$work" > "$work/repo/scripts/install-deps.sh"
+  printf '#!/bin/sh\n[ "$1" = -S ] && mkdir -p build && printf "#!/bin/sh\\n" > build/mnist_mlp && chmod +x build/mnist_mlp\nexit 0\n' \
+    > "$work/bin/cmake"
+  chmod +x "$work/bin/cmake"
+  (cd "$work/repo" && PATH="$work/bin:$PATH" bash scripts/run-example.sh > /dev/null 2>&1) || fail "run-example.sh failed"
+  [ "$(cat "$work/install-deps.args" 2>/dev/null)" = --minimal ] ||
+    fail "run-example.sh ran install-deps.sh with '$(cat "$work/install-deps.args" 2>/dev/null)', not --minimal"
+else
+  echo "note: not root, so run-example.sh's own call is not run"
+fi
+[ "$failures" -eq 0 ] || { echo "$failures failures"; exit 1; }
+echo "install-deps: minimal set of $(wc -l <<< "$minimal"), full set of $(wc -l <<< "$full") packages"
