@@ -1,7 +1,7 @@
 /**
  * @file layers.h
- * @brief Layer helpers that create parameters and ops together: conv2d, batch norm, ResNet basic blocks, and sequential
- * stacks described by a table of bpt_layer_spec.
+ * @brief Layer helpers that create parameters and ops together: conv2d, batch norm, layer and RMS norm, ResNet basic
+ * blocks, and sequential stacks described by a table of bpt_layer_spec.
  */
 #ifndef BPTRAIN_LAYERS_H
 #define BPTRAIN_LAYERS_H
@@ -26,8 +26,7 @@ BPT_API bpt_status bpt_layer_batch_norm_relu(bpt_graph *graph, const char *name,
 
 /** Creates "<name>.weight" (C, ones) and "<name>.bias" (C, zeros) for x's last axis of C values, then a
  * bpt_layer_norm() named @p name with them: PyTorch's nn.LayerNorm(C, eps=epsilon). */
-BPT_API bpt_status bpt_layer_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon,
-                                        bpt_node **out);
+BPT_API bpt_status bpt_layer_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out);
 
 /** Creates "<name>.weight" (C, ones) for x's last axis of C values, then a bpt_rms_norm() named @p name with
  * it: PyTorch's nn.RMSNorm(C, eps=epsilon). */
