@@ -18,6 +18,7 @@
 #include "bptrain/cnn_ops.h"
 #include "bptrain/binary_stochastic.h"
 #include "bptrain/layers.h"
+#include "bptrain/transformer.h"
 #include "bptrain/mode.h"
 #include "bptrain/fold.h"
 #include "bptrain/introspection.h"

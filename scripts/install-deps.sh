@@ -15,6 +15,8 @@ minimal=(
   libopenblas-openmp-dev zlib1g-dev
   libcmocka-dev
   dataset-fashion-mnist
+  # examples/char_gpt's default text (issue 25): /usr/share/games/fortunes
+  fortunes
   # --plot
   gnuplot-nox
   # --- ONNX export (issue 17.3): protobuf-c and the official onnx.proto (libonnx-dev ships it) ---

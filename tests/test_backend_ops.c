@@ -263,11 +263,15 @@ typedef struct case_graph case_graph;
 /* Builds the op and its leaves (through add_input/add_parameter) and returns the op's node. */
 typedef bpt_status (*case_builder)(case_graph *g, const op_case *c, bpt_node **op_output);
 
+/* A host reference of the op's output (the case's leaves in, in their creation order), in double. */
+typedef void (*case_reference)(const case_graph *g, double *expected);
+
 typedef enum gradient_check {
   CHECK_FINITE_DIFFERENCES = 0, /* every differentiable leaf against central differences of the loss */
   CHECK_STRAIGHT_THROUGH,       /* binary_stochastic: dz = da (times sigmoid'(z)), computed on the host */
   CHECK_DROPOUT_MASK,           /* dropout: dx = dy * mask, and finite differences (the mask is fixed) */
-  CHECK_EVALUATION_FORMULA      /* batch norm in evaluation mode (forward only): the output against its formula */
+  CHECK_EVALUATION_FORMULA,     /* batch norm in evaluation mode (forward only): the output against its formula */
+  CHECK_FORWARD_ONLY            /* kv_cache_attention (no backward): the output against the case's reference */
 } gradient_check;
 
 struct op_case {
@@ -280,16 +284,25 @@ struct op_case {
   int rank;
   int64_t shape[3];
   /* Attributes, each read by the builders of the ops it names. */
-  int64_t units;                                                   /* linear: output features */
-  bool no_bias;                                                    /* linear, conv2d */
+  int64_t units;                                                   /* linear: output features; embedding: rows */
+  bool no_bias;                                                    /* linear, conv2d; layer_norm: no beta */
   int64_t out_channels, kernel, stride, padding, dilation, groups; /* conv2d; pooling: kernel, stride, padding */
   bool sequence;        /* the main input is a sequence input: shape[0] is its length, the rest per token */
   int other_rank;       /* add, mul, matmul: the second operand, per sample when other_batched, else a parameter */
   int64_t other_shape[3];
   bool other_batched;
   bool transpose_a, transpose_b;                                   /* matmul */
-  bool twice;                                                      /* permute: x feeds two, their sum the output */
+  bool twice;                                                      /* permute, norms: x feeds two, summed */
+  bool causal;                                                     /* softmax, attention: the causal mask */
+  int64_t heads;                                                   /* attention */
   int to_rank;                                                     /* reshape: new per-sample rank (0: flatten) */
+  int64_t slice[3]; /* slice: axis (the batch is 0), start, length; with twice, a second slice from start + length */
+  /* softmax_cross_entropy's options: with ignore, every third label becomes ignore_index (and labels equal to it
+   * are ignored too); smoothing is the label smoothing. Neither: bpt_softmax_cross_entropy() itself. */
+  int axis; /* concat: the axis (the batch is 0) */
+  bool ignore;
+  int32_t ignore_index;
+  float smoothing;
   int64_t to_shape[3];
   float slope;                    /* leaky_relu */
   float probability;              /* dropout */
@@ -304,6 +317,9 @@ struct op_case {
   double tolerance; /* against the CPU, relative; default 1e-4 */
   double step;      /* finite-difference step; default 1e-2 */
   gradient_check check;
+  case_reference reference; /* optional: the output against it on every backend (a self-consistent wrong forward
+                               passes finite differences) */
+  bool reference_differs;   /* stochastic ops: the output must differ from the reference (their noise-free form) */
 };
 
 typedef struct leaf {
@@ -466,7 +482,12 @@ static bpt_status build_softmax_cross_entropy(case_graph *g, const op_case *c, b
   bpt_node *logits, *labels;
   BPT_CHECK(add_input(g, "logits", c->rank, c->shape, -3.0f, 3.0f, true, &logits));
   BPT_CHECK(add_labels(g, "labels", c->shape[c->rank - 1], &labels));
-  return bpt_softmax_cross_entropy(g->graph, "op", logits, labels, out);
+  if (!c->ignore && c->smoothing == 0.0f) return bpt_softmax_cross_entropy(g->graph, "op", logits, labels, out);
+  leaf *l = &g->leaves[g->leaf_count - 1];
+  for (int64_t i = 0; c->ignore && i < l->count; i += 3)
+    ((int32_t *)l->values)[i] = c->ignore_index;
+  return bpt_softmax_cross_entropy_options(g->graph, "op", logits, labels, c->ignore ? c->ignore_index : -100,
+                                           c->smoothing, out);
 }
 
 static bpt_status build_mse(case_graph *g, const op_case *c, bpt_node **out) {
@@ -502,6 +523,29 @@ static bpt_status build_batch_norm(case_graph *g, const op_case *c, bpt_node **o
   if (c->op == BPT_OP_BATCH_NORM_RELU)
     return bpt_batch_norm_relu(g->graph, "op", x, gamma, beta, mean, variance, 0.1f, 1e-5f, out);
   return bpt_batch_norm(g->graph, "op", x, gamma, beta, mean, variance, 0.1f, 1e-5f, out);
+}
+
+static bpt_status norm_node(case_graph *g, const op_case *c, const char *name, bpt_node *x, bpt_node *gamma,
+                            bpt_node *beta, float epsilon, bpt_node **out) {
+  if (c->op == BPT_OP_RMS_NORM) return bpt_rms_norm(g->graph, name, x, gamma, epsilon, out);
+  return bpt_layer_norm(g->graph, name, x, gamma, beta, epsilon, out);
+}
+
+/* layer_norm and rms_norm over the main input's last axis, with gamma (and layer_norm's beta unless no_bias) of
+ * its size. */
+static bpt_status build_norm(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x, *gamma, *beta = NULL;
+  const int64_t *features = &c->shape[c->rank - 1];
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 3.0f, true, &x));
+  BPT_CHECK(add_parameter(g, "gamma", 1, features, 0.5f, 1.5f, true, &gamma));
+  if (!c->no_bias && c->op == BPT_OP_LAYER_NORM)
+    BPT_CHECK(add_parameter(g, "beta", 1, features, -0.5f, 0.5f, true, &beta));
+  if (!c->twice) return norm_node(g, c, "op", x, gamma, beta, 1e-5f, out);
+  /* Two nodes share x and the parameters: the second writer of each gradient adds into it. */
+  bpt_node *first, *second;
+  BPT_CHECK(norm_node(g, c, "op", x, gamma, beta, 1e-5f, &first));
+  BPT_CHECK(norm_node(g, c, "op2", x, gamma, beta, 1e-3f, &second));
+  return bpt_add(g->graph, "sum", first, second, out);
 }
 
 static bpt_status build_pool2d(case_graph *g, const op_case *c, bpt_node **out) {
@@ -557,6 +601,138 @@ static bpt_status build_permute(case_graph *g, const op_case *c, bpt_node **out)
   return bpt_add(g->graph, "sum", first, second, out);
 }
 
+static bpt_status build_softmax(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -3.0f, 3.0f, true, &x));
+  return bpt_softmax(g->graph, "op", x, c->causal, out);
+}
+
+/* Softmax rows of the last axis in double, with the causal mask j <= i + (Tk - Tq) and zeros for empty rows. */
+static void softmax_reference(const case_graph *g, double *expected) {
+  const op_case *c = g->c;
+  const leaf *x = &g->leaves[0];
+  const int64_t columns = c->shape[c->rank - 1], rows = c->rank >= 2 ? c->shape[c->rank - 2] : 1;
+  for (int64_t r = 0; r < x->count / columns; r++) {
+    const float *in = x->values + r * columns;
+    double *out = expected + r * columns, top = -INFINITY, sum = 0.0;
+    const int64_t visible = c->causal ? r % rows + (columns - rows) + 1 : columns;
+    for (int64_t j = 0; j < columns; j++)
+      if (j < visible) top = fmax(top, in[j]);
+    for (int64_t j = 0; j < columns; j++)
+      sum += out[j] = j < visible ? exp(in[j] - top) : 0.0;
+    for (int64_t j = 0; j < columns; j++)
+      out[j] = sum > 0.0 ? out[j] / sum : 0.0;
+  }
+}
+
+/* Attention: q the case's main input (Tq, C) per sample, k and v (Tk, C) in other_shape; with twice, q = k = v. */
+static bpt_status build_attention(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *q, *k, *v;
+  BPT_CHECK(add_input(g, "q", c->rank, c->shape, -1.5f, 1.5f, true, &q));
+  if (c->twice) {
+    k = v = q;
+  } else {
+    BPT_CHECK(add_input(g, "k", c->other_rank, c->other_shape, -1.5f, 1.5f, true, &k));
+    BPT_CHECK(add_input(g, "v", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &v));
+  }
+  return bpt_scaled_dot_product_attention(g->graph, "op", q, k, v, c->heads, c->causal, c->probability, out);
+}
+
+/* kv_cache_attention over a whole sequence in one pass from position 0: the causal attention of q over k and v,
+ * so attention_reference checks it; a second pass from a later position is test_transformer's. */
+static bpt_status build_kv_cache_attention(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *q, *k, *v, *positions;
+  BPT_CHECK(add_input(g, "q", c->rank, c->shape, -1.5f, 1.5f, true, &q));
+  BPT_CHECK(add_input(g, "k", c->other_rank, c->other_shape, -1.5f, 1.5f, true, &k));
+  BPT_CHECK(add_input(g, "v", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &v));
+  BPT_CHECK(add_labels(g, "positions", 1, &positions));
+  int32_t *where = (int32_t *)g->leaves[g->leaf_count - 1].values;
+  for (int64_t i = 0; i < c->batch * c->shape[0]; i++)
+    where[i] = (int32_t)(i % c->shape[0]);
+  return bpt_kv_cache_attention(g->graph, "op", q, k, v, positions, c->heads, c->shape[0] + 3, out);
+}
+
+/* Attention in double, no dropout: per (n, h, i) the softmax of q_i k_j / sqrt(D) over the visible keys
+ * j <= i + (Tk - Tq) (all without causal), then the mix of v; a query that sees no key gives zeros. q, k, v
+ * (N, T, C) with head h in columns [h D, (h + 1) D). Returns the log-sum-exp per (n, h, i) in lse when given
+ * (-inf for none visible), for the gradient reference. */
+static void attention_forward_reference(const float *q, const float *k, const float *v, int64_t batch,
+                                        int64_t queries, int64_t keys, int64_t channels, int64_t heads, bool causal,
+                                        double *out, double *lse) {
+  const int64_t D = channels / heads;
+  const double scale = 1.0 / sqrt((double)D);
+  double *scores = malloc((size_t)keys * sizeof *scores);
+  if (!scores) fail_msg("out of memory");
+  for (int64_t n = 0; n < batch; n++)
+    for (int64_t h = 0; h < heads; h++)
+      for (int64_t i = 0; i < queries; i++) {
+        const int64_t visible = causal ? (i + keys - queries + 1 < 0 ? 0 : i + keys - queries + 1) : keys;
+        const float *qi = q + (n * queries + i) * channels + h * D;
+        double top = -INFINITY, sum = 0.0;
+        for (int64_t j = 0; j < visible && j < keys; j++) {
+          const float *kj = k + (n * keys + j) * channels + h * D;
+          double dot = 0.0;
+          for (int64_t d = 0; d < D; d++)
+            dot += (double)qi[d] * kj[d];
+          scores[j] = dot * scale;
+          top = fmax(top, scores[j]);
+        }
+        double *oi = out + (n * queries + i) * channels + h * D;
+        for (int64_t d = 0; d < D; d++)
+          oi[d] = 0.0;
+        for (int64_t j = 0; j < visible && j < keys; j++) {
+          const double p = exp(scores[j] - top);
+          sum += p;
+          for (int64_t d = 0; d < D; d++)
+            oi[d] += p * v[(n * keys + j) * channels + h * D + d];
+        }
+        for (int64_t d = 0; d < D && sum > 0.0; d++)
+          oi[d] /= sum;
+        if (lse) lse[(n * heads + h) * queries + i] = sum > 0.0 ? top + log(sum) : -INFINITY;
+      }
+  free(scores);
+}
+
+static void attention_reference(const case_graph *g, double *expected) {
+  const op_case *c = g->c;
+  const float *q = g->leaves[0].values, *k = c->twice ? q : g->leaves[1].values, *v = c->twice ? q : g->leaves[2].values;
+  const int64_t keys = c->twice ? c->shape[0] : c->other_shape[0];
+  attention_forward_reference(q, k, v, c->batch, c->shape[0], keys, c->shape[1], c->heads, c->causal, expected, NULL);
+}
+
+/* embedding: ids (N) or a sequence's (N, T) from add_labels, drawn in [0, units), and a table (units, C) with C
+ * the main shape's last axis. More tokens than rows, so some rows are named twice and their gradients summed. */
+static bpt_status build_embedding(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *ids, *table;
+  const int64_t table_dims[2] = {c->units, c->shape[c->rank - 1]};
+  BPT_CHECK(add_labels(g, "ids", c->units, &ids));
+  BPT_CHECK(add_parameter(g, "table", 2, table_dims, -1.0f, 1.0f, true, &table));
+  return bpt_embedding(g->graph, "op", ids, table, out);
+}
+
+/* slice of the main input; with twice, the next equal-length part too and their sum, so dx has two writers:
+ * the first to run backward overwrites it (zeros outside its part), the second adds. */
+static bpt_status build_slice(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
+  const int axis = (int)c->slice[0];
+  if (!c->twice) return bpt_slice(g->graph, "op", x, axis, c->slice[1], c->slice[2], out);
+  bpt_node *first, *second;
+  BPT_CHECK(bpt_slice(g->graph, "op", x, axis, c->slice[1], c->slice[2], &first));
+  BPT_CHECK(bpt_slice(g->graph, "op2", x, axis, c->slice[1] + c->slice[2], c->slice[2], &second));
+  return bpt_add(g->graph, "sum", first, second, out);
+}
+
+/* concat of the main input and a second batched input shaped other_shape; with twice, the main input again at
+ * the end, so its gradient is its first part overwritten, then its last part added. */
+static bpt_status build_concat(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *inputs[3];
+  BPT_CHECK(add_input(g, "a", c->rank, c->shape, -1.0f, 1.0f, true, &inputs[0]));
+  BPT_CHECK(add_input(g, "b", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &inputs[1]));
+  inputs[2] = inputs[0];
+  return bpt_concat(g->graph, "op", c->twice ? 3 : 2, inputs, c->axis, out);
+}
+
 static bpt_status build_reshape(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -1.0f, 1.0f, true, &x));
@@ -587,11 +763,22 @@ static const op_case op_cases[] = {
     {"tanh batch 1, 2x9", BPT_OP_TANH, build_unary, .unary = bpt_tanh, .batch = 1, .rank = 2, SHAPE(2, 9)},
     {"tanh 10007 (parity)", BPT_OP_TANH, build_unary, .unary = bpt_tanh, .batch = 1, .rank = 1, SHAPE(10007)},
     {"gelu 3x37", BPT_OP_GELU, build_unary, .unary = bpt_gelu, .batch = 3, .rank = 1, SHAPE(37)},
+    {"gelu_tanh 3x37", BPT_OP_GELU_TANH, build_unary, .unary = bpt_gelu_tanh, .batch = 3, .rank = 1, SHAPE(37)},
+    {"gelu_tanh fan-out, sequence 2x5x19", BPT_OP_GELU_TANH, build_unary, .unary = bpt_gelu_tanh, .batch = 2, .rank = 2, SHAPE(5, 19), .sequence = true, .fan_out = true},
+    {"gelu_tanh 40009 (threads, blocks)", BPT_OP_GELU_TANH, build_unary, .unary = bpt_gelu_tanh, .batch = 1, .rank = 1, SHAPE(40009)},
+    {"silu 3x37", BPT_OP_SILU, build_unary, .unary = bpt_silu, .batch = 3, .rank = 1, SHAPE(37)},
+    {"silu fan-out, sequence 2x5x19", BPT_OP_SILU, build_unary, .unary = bpt_silu, .batch = 2, .rank = 2, SHAPE(5, 19), .sequence = true, .fan_out = true},
+    {"silu 40009 (threads, blocks)", BPT_OP_SILU, build_unary, .unary = bpt_silu, .batch = 1, .rank = 1, SHAPE(40009)},
     {"softmax_cross_entropy 8x10", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 8, .rank = 1, SHAPE(10)},
     {"softmax_cross_entropy batch 1, 3 classes", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 1, .rank = 1, SHAPE(3)},
     {"softmax_cross_entropy 128x10 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 128, .rank = 1, SHAPE(10)},
     {"softmax_cross_entropy 33x1000 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 33, .rank = 1, SHAPE(1000)},
     {"softmax_cross_entropy sequence 2x3x7 (mean over tokens)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 2, .rank = 2, SHAPE(3, 7), .sequence = true},
+    {"softmax_cross_entropy sequence 3x4x7, ignore_index -100 on every third token", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 3, .rank = 2, SHAPE(4, 7), .sequence = true, .ignore = true, .ignore_index = -100},
+    {"softmax_cross_entropy 9x5, ignore_index 2 (a class id)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 9, .rank = 1, SHAPE(5), .ignore = true, .ignore_index = 2},
+    {"softmax_cross_entropy 6x11, label smoothing 0.1", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 6, .rank = 1, SHAPE(11), .smoothing = 0.1f},
+    {"softmax_cross_entropy sequence 2x5x6, ignore -1 and smoothing 0.25", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 2, .rank = 2, SHAPE(5, 6), .sequence = true, .ignore = true, .ignore_index = -1, .smoothing = 0.25f},
+    {"softmax_cross_entropy 33x1000, ignore and smoothing 0.1 (parity)", BPT_OP_SOFTMAX_CROSS_ENTROPY, build_softmax_cross_entropy, .batch = 33, .rank = 1, SHAPE(1000), .ignore = true, .ignore_index = -100, .smoothing = 0.1f},
     {"mse 4x9 (both inputs differentiable)", BPT_OP_MSE, build_mse, .batch = 4, .rank = 1, SHAPE(9)},
     {"mse 50000 (parity)", BPT_OP_MSE, build_mse, .batch = 2, .rank = 1, SHAPE(25000)},
     {"binary_stochastic identity", BPT_OP_BINARY_STOCHASTIC, build_binary_stochastic, .batch = 3, .rank = 1, SHAPE(41), .check = CHECK_STRAIGHT_THROUGH},
@@ -617,6 +804,16 @@ static const op_case op_cases[] = {
     {"batch_norm_relu 2-D 2x2x17 rows", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 2, .rank = 3, SHAPE(2, 1, 17), .kinks = true, .step = 2e-3},
     {"batch_norm_relu 1-D 7x6", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 7, .rank = 1, SHAPE(6), .kinks = true, .step = 2e-3},
     {"batch_norm_relu evaluation 3x4x3x3", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 3, .rank = 3, SHAPE(4, 3, 3), .evaluation = true, .check = CHECK_EVALUATION_FORMULA},
+    {"layer_norm 5x37", BPT_OP_LAYER_NORM, build_norm, .batch = 5, .rank = 1, SHAPE(37)},
+    {"layer_norm sequence 2x3x33", BPT_OP_LAYER_NORM, build_norm, .batch = 2, .rank = 2, SHAPE(3, 33), .sequence = true},
+    {"layer_norm fan-out, no beta, batch 1, 4x17 rows", BPT_OP_LAYER_NORM, build_norm, .batch = 1, .rank = 2, SHAPE(4, 17), .no_bias = true, .fan_out = true},
+    {"layer_norm twice, shared gamma and beta (gradients accumulate), 3x2x9", BPT_OP_LAYER_NORM, build_norm, .batch = 3, .rank = 2, SHAPE(2, 9), .twice = true},
+    {"layer_norm sequence 3x80x150 (threads)", BPT_OP_LAYER_NORM, build_norm, .batch = 3, .rank = 2, SHAPE(80, 150), .sequence = true},
+    {"rms_norm 5x37", BPT_OP_RMS_NORM, build_norm, .batch = 5, .rank = 1, SHAPE(37)},
+    {"rms_norm sequence 2x3x33", BPT_OP_RMS_NORM, build_norm, .batch = 2, .rank = 2, SHAPE(3, 33), .sequence = true},
+    {"rms_norm fan-out, batch 1, 4x17 rows", BPT_OP_RMS_NORM, build_norm, .batch = 1, .rank = 2, SHAPE(4, 17), .fan_out = true},
+    {"rms_norm twice, shared gamma (gradients accumulate), 3x2x9", BPT_OP_RMS_NORM, build_norm, .batch = 3, .rank = 2, SHAPE(2, 9), .twice = true},
+    {"rms_norm sequence 3x80x150 (threads)", BPT_OP_RMS_NORM, build_norm, .batch = 3, .rank = 2, SHAPE(80, 150), .sequence = true},
     {"max_pool2d k2 s2 p0 3x5x12x9 (parity)", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 3, SHAPE(5, 12, 9), .kernel = 2, .stride = 2, .padding = 0, .spacing = 0.01f, .step = 2.5e-3},
     {"max_pool2d k3 s1 p1 3x5x12x9 (parity)", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 3, SHAPE(5, 12, 9), .kernel = 3, .stride = 1, .padding = 1, .spacing = 0.01f, .step = 2.5e-3},
     {"max_pool2d batch 1, k3 s2 p1 2x7x7", BPT_OP_MAX_POOL2D, build_pool2d, .batch = 1, SHAPE(2, 7, 7), .kernel = 3, .stride = 2, .padding = 1, .spacing = 0.02f, .step = 5e-3},
@@ -647,11 +844,37 @@ static const op_case op_cases[] = {
     {"permute heads 2x3x4x5 -> 2x4x3x5", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .to_shape = {2, 1, 3}},
     {"permute last axis moved 3x4x7 -> 3x7x4", BPT_OP_PERMUTE, build_permute, .batch = 3, .rank = 2, SHAPE(4, 7), .to_shape = {2, 1}},
     {"permute cycle 2x3x5x6 -> 2x6x3x5, twice (dx accumulates)", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 5, 6), .to_shape = {3, 1, 2}, .twice = true},
+    {"embedding sequence 3x5 ids -> 3x5x6, 7 rows (repeated ids summed)", BPT_OP_EMBEDDING, build_embedding, .batch = 3, .rank = 2, SHAPE(5, 6), .sequence = true, .units = 7},
+    {"embedding plain 4 ids -> 4x19, 3 rows", BPT_OP_EMBEDDING, build_embedding, .batch = 4, .rank = 1, SHAPE(19), .units = 3},
+    {"embedding sequence 2x3 ids -> 2x3x37, 50 rows (most untouched)", BPT_OP_EMBEDDING, build_embedding, .batch = 2, .rank = 2, SHAPE(3, 37), .sequence = true, .units = 50},
+    {"slice qkv's k: sequence 2x3x12, axis 2 [4, 8)", BPT_OP_SLICE, build_slice, .batch = 2, .rank = 2, SHAPE(3, 12), .sequence = true, .slice = {2, 4, 4}},
+    {"slice the sequence axis: 3x5x4, axis 1 [1, 4)", BPT_OP_SLICE, build_slice, .batch = 3, .rank = 2, SHAPE(5, 4), .sequence = true, .slice = {1, 1, 3}},
+    {"slice a middle axis twice: 2x3x7x5, axis 2 [1, 3) + [3, 5) (dx overwritten, then added)", BPT_OP_SLICE, build_slice, .batch = 2, .rank = 3, SHAPE(3, 7, 5), .slice = {2, 1, 2}, .twice = true},
+    {"slice batch 1, last axis 1x37 [0, 17)", BPT_OP_SLICE, build_slice, .batch = 1, .rank = 1, SHAPE(37), .slice = {1, 0, 17}},
+    {"concat heads: sequence 2x3x4 + 2x3x5 on axis 2", BPT_OP_CONCAT, build_concat, .batch = 2, .rank = 2, SHAPE(3, 4), .sequence = true, .other_rank = 2, .other_shape = {3, 5}, .axis = 2},
+    {"concat the sequence axis: 3x2x6 + 3x4x6 on axis 1", BPT_OP_CONCAT, build_concat, .batch = 3, .rank = 2, SHAPE(2, 6), .sequence = true, .other_rank = 2, .other_shape = {4, 6}, .axis = 1},
+    {"concat a, b, a on a middle axis 2x3x2x5 + 2x3x1x5 (a's gradient: two parts)", BPT_OP_CONCAT, build_concat, .batch = 2, .rank = 3, SHAPE(3, 2, 5), .other_rank = 3, .other_shape = {3, 1, 5}, .axis = 2, .twice = true},
     {"reshape 2x3x4 -> 6x4", BPT_OP_RESHAPE, build_reshape, .batch = 2, .rank = 3, SHAPE(2, 3, 4), .to_rank = 2, .to_shape = {6, 4}},
     {"reshape flatten batch 1, 3x5", BPT_OP_RESHAPE, build_reshape, .batch = 1, .rank = 2, SHAPE(3, 5), .to_rank = 0},
     {"dropout 0.3, 4x37", BPT_OP_DROPOUT, build_dropout, .batch = 4, .rank = 1, SHAPE(37), .probability = 0.3f, .check = CHECK_DROPOUT_MASK},
     {"dropout 0.5 batch 1, 2x3x17", BPT_OP_DROPOUT, build_dropout, .batch = 1, .rank = 3, SHAPE(2, 3, 17), .probability = 0.5f, .check = CHECK_DROPOUT_MASK},
     {"dropout evaluation 3x11", BPT_OP_DROPOUT, build_dropout, .batch = 3, .rank = 1, SHAPE(11), .probability = 0.4f, .evaluation = true},
+    {"kv_cache_attention 2x6x8 from position 0, 2 heads", BPT_OP_KV_CACHE_ATTENTION, build_kv_cache_attention, .batch = 2, .rank = 2, SHAPE(6, 8), .sequence = true, .other_rank = 2, .other_shape = {6, 8}, .heads = 2, .causal = true, .reference = attention_reference, .check = CHECK_FORWARD_ONLY},
+    {"attention 2x5x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .reference = attention_reference},
+    {"attention causal 2x6x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(6, 8), .sequence = true, .other_rank = 2, .other_shape = {6, 8}, .heads = 2, .causal = true, .reference = attention_reference},
+    {"attention causal Tq 5 < Tk 7, 1 head of 4", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 4), .sequence = true, .other_rank = 2, .other_shape = {7, 4}, .heads = 1, .causal = true, .reference = attention_reference},
+    {"attention causal Tq 6 > Tk 4 (queries 0, 1 see no key), 3 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(6, 9), .sequence = true, .other_rank = 2, .other_shape = {4, 9}, .heads = 3, .causal = true, .reference = attention_reference},
+    {"attention non-causal Tq 3 != Tk 6, batch 1", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 1, .rank = 2, SHAPE(3, 6), .sequence = true, .other_rank = 2, .other_shape = {6, 6}, .heads = 2, .reference = attention_reference},
+    {"attention self (q = k = v) causal 2x4x6, 3 heads (gradients accumulate)", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(4, 6), .sequence = true, .heads = 3, .causal = true, .twice = true, .reference = attention_reference},
+    {"attention causal blocks: Tq 150, Tk 200, 2 heads of 4", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 1, .rank = 2, SHAPE(150, 8), .sequence = true, .other_rank = 2, .other_shape = {200, 8}, .heads = 2, .causal = true, .reference = attention_reference},
+    {"attention dropout 0.3, 2x5x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .probability = 0.3f, .reference = attention_reference, .reference_differs = true},
+    {"attention dropout 0.3 causal deterministic (skipped)", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .causal = true, .probability = 0.3f, .deterministic = true, .reference = attention_reference},
+    {"softmax 3x37", BPT_OP_SOFTMAX, build_softmax, .batch = 3, .rank = 1, SHAPE(37), .reference = softmax_reference},
+    {"softmax fan-out sequence 2x5x7", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(5, 7), .sequence = true, .fan_out = true, .reference = softmax_reference},
+    {"softmax causal 2x3x5x5", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 3, SHAPE(3, 5, 5), .causal = true, .reference = softmax_reference},
+    {"softmax causal bottom-right 2x3x6x4 (rows 0 and 1 fully masked)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 3, SHAPE(3, 6, 4), .causal = true, .reference = softmax_reference},
+    {"softmax causal 2x3x9 (more columns than rows)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(3, 9), .causal = true, .reference = softmax_reference},
+    {"softmax 2x20011 (parity, threads)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(7, 2859), .reference = softmax_reference},
 };
 // clang-format on
 #undef SHAPE
@@ -766,7 +989,8 @@ static bpt_status run_forward_backward(case_graph *g, case_result *r) {
   bpt_node *out = g->op_output;
   const int64_t out_count = node_elements(g, out);
   if (out->op != BPT_OP_INPUT && !aliases_an_input(out)) BPT_CHECK(poison(g->graph, out->value, out_count));
-  for (int i = 0; i < g->leaf_count && g->c->check != CHECK_EVALUATION_FORMULA; i++)
+  const bool forward_only = g->c->check == CHECK_EVALUATION_FORMULA || g->c->check == CHECK_FORWARD_ONLY;
+  for (int i = 0; i < g->leaf_count && !forward_only; i++)
     if (g->leaves[i].differentiable) BPT_CHECK(poison(g->graph, g->leaves[i].node->grad, g->leaves[i].count));
   BPT_CHECK(bpt_graph_forward(g->graph));
   float *values = result_add(r, "output", BPT_DTYPE_F32, out_count);
@@ -779,7 +1003,7 @@ static bpt_status run_forward_backward(case_graph *g, case_result *r) {
     if (!parameters) return BPT_ERR_OUT_OF_MEMORY;
     BPT_CHECK(bpt_graph_read_parameters(g->graph, parameters, g->parameter_count));
   }
-  if (g->c->check == CHECK_EVALUATION_FORMULA) return BPT_OK; /* backward needs batch statistics */
+  if (forward_only) return BPT_OK; /* batch norm's backward needs batch statistics; the cache has none */
   BPT_CHECK(bpt_graph_backward(g->graph));
   for (int i = 0; i < g->leaf_count; i++) {
     const leaf *l = &g->leaves[i];
@@ -983,6 +1207,36 @@ static void check_evaluation_formula(const case_graph *g, const case_result *r, 
   }
 }
 
+/* softmax_cross_entropy's loss against PyTorch's F.cross_entropy(ignore_index=, label_smoothing=) formula in
+ * double on the host: mean over the positions not ignored of (1 - eps) (lse - x[label]) + eps (lse - mean_c x). */
+static void check_cross_entropy_formula(const case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const float *x = g->leaves[0].values, *loss = result_tensor_named(r, "loss");
+  const int32_t *labels = (const int32_t *)g->leaves[1].values;
+  const int64_t classes = c->shape[c->rank - 1], rows = g->leaves[1].count;
+  const double eps = c->smoothing;
+  double sum = 0.0;
+  int64_t counted = 0;
+  for (int64_t n = 0; n < rows; n++) {
+    if (c->ignore && labels[n] == c->ignore_index) continue;
+    const float *row = x + n * classes;
+    double top = row[0], total = 0.0, mean = 0.0;
+    for (int64_t k = 1; k < classes; k++)
+      top = fmax(top, row[k]);
+    for (int64_t k = 0; k < classes; k++) {
+      total += exp(row[k] - top);
+      mean += row[k];
+    }
+    const double lse = log(total) + top;
+    sum += (1.0 - eps) * (lse - row[labels[n]]) + eps * (lse - mean / (double)classes);
+    counted++;
+  }
+  const double expected = counted ? sum / (double)counted : 0.0;
+  if (!(fabs(loss[0] - expected) <= 1e-5 * fabs(expected) + 1e-6))
+    record_failure(c->name, backend, "loss = %.9g, F.cross_entropy's formula gives %.9g (%lld of %lld positions)",
+                   (double)loss[0], expected, (long long)counted, (long long)rows);
+}
+
 /* On the reference: the op's output and every gradient carry information (a case whose gradients are all zero
  * would pass any comparison). */
 static void check_informative(const op_case *c, const case_result *r) {
@@ -1009,6 +1263,39 @@ static void check_finite(const op_case *c, const case_result *r, const char *bac
       record_failure(c->name, backend, "%s[%lld] = %g (%lld of %lld not finite: unwritten?)", tensor->name,
                      (long long)first, (double)values[first], (long long)bad, (long long)tensor->count);
   }
+}
+
+/* The op's output against the case's host reference: |got - expected| <= 1e-5 (|expected| + rms(expected)). */
+static void check_reference(const case_graph *g, const case_result *r, const char *backend) {
+  const op_case *c = g->c;
+  const int64_t count = node_elements(g, g->op_output);
+  const float *got = result_tensor_named(r, "output");
+  double *expected = calloc((size_t)count, sizeof *expected);
+  if (!expected || !got) {
+    record_failure(c->name, backend, "reference: out of memory");
+    free(expected);
+    return;
+  }
+  c->reference(g, expected);
+  double squares = 0.0;
+  for (int64_t i = 0; i < count; i++)
+    squares += expected[i] * expected[i];
+  const double rms = sqrt(squares / (double)count);
+  int64_t differ = 0, worst = 0;
+  double worst_error = 0.0;
+  for (int64_t i = 0; i < count; i++) {
+    const double error = fabs((double)got[i] - expected[i]) / (fabs(expected[i]) + rms + 1e-30);
+    if (!(error <= 1e-5)) {
+      if (differ++ == 0 || !(error <= worst_error)) worst = i, worst_error = error;
+    }
+  }
+  if (c->reference_differs && 2 * differ < count)
+    record_failure(c->name, backend, "only %lld of %lld outputs differ from the noise-free reference",
+                   (long long)differ, (long long)count);
+  else if (differ && !c->reference_differs)
+    record_failure(c->name, backend, "output[%lld] = %.9g, the host reference gives %.9g (%lld of %lld differ)",
+                   (long long)worst, (double)got[worst], expected[worst], (long long)differ, (long long)count);
+  free(expected);
 }
 
 static bool graph_has_op(const bpt_graph *graph, bpt_op_id op) {
@@ -1044,9 +1331,11 @@ static void run_op_case(int index) {
         check_informative(c, &r);
       else if (reference.count)
         compare_results(c->name, t->label, &reference, &r, tolerance);
+      if (c->reference) check_reference(&g, &r, t->label);
       if (c->check == CHECK_STRAIGHT_THROUGH) check_straight_through(&g, &r, t->label);
       if (c->check == CHECK_DROPOUT_MASK) check_dropout_mask(&g, &r, t->label);
       if (c->check == CHECK_EVALUATION_FORMULA) check_evaluation_formula(&g, &r, t->label);
+      if (c->op == BPT_OP_SOFTMAX_CROSS_ENTROPY) check_cross_entropy_formula(&g, &r, t->label);
       if (c->check == CHECK_FINITE_DIFFERENCES || c->check == CHECK_DROPOUT_MASK) {
         status = check_finite_differences(&g, &r, t->label);
         if (status != BPT_OK)
@@ -1522,6 +1811,163 @@ static void run_primitive_case(int index) {
   result_free(&reference);
 }
 
+/* ---- attention at lengths the op cases cannot reach ---- */
+
+/* Fused attention against attention_forward_reference and its gradients in double, for sequences long enough
+ * to cross many of the kernels' blocks (T = 1024 included): the loss is MSE(out, target), so dO = 2 (O - t) /
+ * count, and per (n, h): D_i = dO_i . O_i, P = exp(S - L), dS = P (dO_i . v_j - D_i), dq_i = sum_j dS k_j /
+ * sqrt(D), dk_j = sum_i dS q_i / sqrt(D), dv_j = sum_i P dO_i. Finite differences cannot check these sizes:
+ * one element's effect on the loss sinks below f32 rounding. */
+typedef struct long_attention {
+  const char *name;
+  int64_t batch, queries, keys, channels, heads;
+  bool causal;
+} long_attention;
+
+static const long_attention long_attentions[] = {
+    {"attention T 1024 causal, 2 heads of 16", 1, 1024, 1024, 32, 2, true},
+    {"attention T 1024, 1 head of 8", 1, 1024, 1024, 8, 1, false},
+    {"attention causal Tq 300 > Tk 200 (100 queries see no key), 3 heads of 8", 2, 300, 200, 24, 3, true},
+    {"attention causal Tq 130 < Tk 333, 1 head of 16", 1, 130, 333, 16, 1, true},
+};
+
+/* max |got - expected| / (|expected| + rms(expected)) over count values. */
+static double worst_relative(const float *got, const double *expected, int64_t count, int64_t *where) {
+  double squares = 0.0, worst = 0.0;
+  for (int64_t i = 0; i < count; i++)
+    squares += expected[i] * expected[i];
+  const double rms = sqrt(squares / (double)count);
+  *where = 0;
+  for (int64_t i = 0; i < count; i++) {
+    const double error = fabs((double)got[i] - expected[i]) / (fabs(expected[i]) + rms + 1e-30);
+    if (!(error <= worst)) worst = error, *where = i;
+  }
+  return worst;
+}
+
+static void attention_gradient_reference(const long_attention *a, const float *q, const float *k, const float *v,
+                                         const double *out, const double *lse, const float *target, double *dq,
+                                         double *dk, double *dv) {
+  const int64_t C = a->channels, D = C / a->heads, count = a->batch * a->queries * C;
+  const double scale = 1.0 / sqrt((double)D);
+  for (int64_t n = 0; n < a->batch; n++)
+    for (int64_t h = 0; h < a->heads; h++)
+      for (int64_t i = 0; i < a->queries; i++) {
+        const double L = lse[(n * a->heads + h) * a->queries + i];
+        if (L == -INFINITY) continue;
+        const int64_t qi = (n * a->queries + i) * C + h * D;
+        double delta = 0.0, dout[64];
+        for (int64_t d = 0; d < D; d++) {
+          dout[d] = 2.0 * (out[qi + d] - target[qi + d]) / (double)count;
+          delta += dout[d] * out[qi + d];
+        }
+        const int64_t visible = a->causal ? i + a->keys - a->queries + 1 : a->keys;
+        for (int64_t j = 0; j < visible && j < a->keys; j++) {
+          const int64_t kj = (n * a->keys + j) * C + h * D;
+          double s = 0.0, dp = 0.0;
+          for (int64_t d = 0; d < D; d++) {
+            s += (double)q[qi + d] * k[kj + d];
+            dp += dout[d] * v[kj + d];
+          }
+          const double p = exp(s * scale - L), ds = p * (dp - delta);
+          for (int64_t d = 0; d < D; d++) {
+            dq[qi + d] += ds * k[kj + d] * scale;
+            dk[kj + d] += ds * q[qi + d] * scale;
+            dv[kj + d] += p * dout[d];
+          }
+        }
+      }
+}
+
+/* One long case on one backend: build, run forward and backward, compare output and gradients. */
+static bpt_status run_long_attention(const long_attention *a, backend_under_test *t) {
+  const int64_t C = a->channels, q_count = a->batch * a->queries * C, k_count = a->batch * a->keys * C;
+  bpt_context *context = t->context;
+  bpt_graph *graph = NULL;
+  bpt_node *q = NULL, *k = NULL, *v = NULL, *target = NULL, *out = NULL, *loss = NULL;
+  bpt_tensor *tensors[4] = {NULL};
+  float *host[4] = {NULL}, *got = malloc((size_t)(q_count + 2 * k_count) * sizeof *got);
+  double *expected = calloc((size_t)(2 * q_count + 2 * k_count), sizeof *expected),
+         *lse = malloc((size_t)(a->batch * a->heads * a->queries) * sizeof *lse);
+  bpt_status status = got && expected && lse ? bpt_graph_create(context, &graph) : BPT_ERR_OUT_OF_MEMORY;
+  if (status == BPT_OK)
+    status = bpt_graph_input_sequence(graph, "q", BPT_DTYPE_F32, a->queries, 1, (const int64_t[]){C}, &q);
+  if (status == BPT_OK) status = bpt_graph_input(graph, "k", BPT_DTYPE_F32, 2, (const int64_t[]){a->keys, C}, &k);
+  if (status == BPT_OK) status = bpt_graph_input(graph, "v", BPT_DTYPE_F32, 2, (const int64_t[]){a->keys, C}, &v);
+  if (status == BPT_OK)
+    status = bpt_graph_input(graph, "target", BPT_DTYPE_F32, 2, (const int64_t[]){a->queries, C}, &target);
+  if (status == BPT_OK) {
+    /* Inputs get gradients of their own (set before their consumers exist, which inherit the flag). */
+    q->requires_grad = k->requires_grad = v->requires_grad = true;
+    status = bpt_scaled_dot_product_attention(graph, "attention", q, k, v, a->heads, a->causal, 0.0f, &out);
+  }
+  if (status == BPT_OK) status = bpt_mse_loss(graph, "loss", out, target, &loss);
+  if (status == BPT_OK) {
+    bpt_precision_options precision = bpt_precision_options_default();
+    precision.keep_all_values = 1;
+    status = bpt_graph_set_precision(graph, &precision);
+  }
+  if (status == BPT_OK) status = bpt_graph_compile(graph, loss, a->batch);
+  bpt_node *leaves[4] = {q, k, v, target};
+  test_random random;
+  test_random_seed(&random, 4242 + (uint64_t)a->queries);
+  for (int i = 0; i < 4 && status == BPT_OK; i++) {
+    const int64_t rows = i == 1 || i == 2 ? a->keys : a->queries;
+    status = bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){a->batch, rows, C}, &tensors[i]);
+    if (status != BPT_OK) break;
+    host[i] = bpt_tensor_data(tensors[i]);
+    /* Scores up to about +-D: the online softmax's rescaling matters. */
+    test_random_fill(&random, host[i], a->batch * rows * C, i < 2 ? -2.0f : -1.0f, i < 2 ? 2.0f : 1.0f);
+    status = bpt_graph_set_input(graph, leaves[i], tensors[i]);
+  }
+  if (status == BPT_OK) status = bpt_graph_forward(graph);
+  if (status == BPT_OK) status = bpt_graph_backward(graph);
+  if (status == BPT_OK) status = download_floats(graph, out->value, q_count, got);
+  if (status != BPT_OK) {
+    if (status == BPT_ERR_UNSUPPORTED && t != &backends[0])
+      record_skip(a->name, t->label, status, bpt_context_last_error(context));
+    else
+      record_failure(a->name, t->label, "failed with %s: %s", bpt_status_string(status),
+                     bpt_context_last_error(context));
+  } else {
+    double *out_ref = expected, *dq = expected + q_count, *dk = dq + q_count, *dv = dk + k_count;
+    attention_forward_reference(host[0], host[1], host[2], a->batch, a->queries, a->keys, C, a->heads, a->causal,
+                                out_ref, lse);
+    attention_gradient_reference(a, host[0], host[1], host[2], out_ref, lse, host[3], dq, dk, dv);
+    int64_t where;
+    double worst = worst_relative(got, out_ref, q_count, &where);
+    if (!(worst <= 1e-5))
+      record_failure(a->name, t->label, "output[%lld] = %.9g, the reference gives %.9g (relative %.2g)",
+                     (long long)where, (double)got[where], out_ref[where], worst);
+    const char *names[3] = {"dq", "dk", "dv"};
+    const bpt_node *inputs[3] = {q, k, v};
+    const double *references[3] = {dq, dk, dv};
+    for (int i = 0; i < 3 && status == BPT_OK; i++) {
+      const int64_t count = i == 0 ? q_count : k_count;
+      status = download_floats(graph, inputs[i]->grad, count, got);
+      if (status != BPT_OK) break;
+      worst = worst_relative(got, references[i], count, &where);
+      if (!(worst <= 1e-4))
+        record_failure(a->name, t->label, "%s[%lld] = %.9g, the reference gives %.9g (relative %.2g)", names[i],
+                       (long long)where, (double)got[where], references[i][where], worst);
+    }
+  }
+  for (int i = 0; i < 4; i++)
+    bpt_tensor_destroy(tensors[i]);
+  bpt_graph_destroy(graph);
+  free(got);
+  free(expected);
+  free(lse);
+  return status;
+}
+
+/* Every backend but the CPU's narrower loop levels (attention's row loops do not depend on them). */
+static void run_long_attentions(void) {
+  for (size_t c = 0; c < sizeof long_attentions / sizeof long_attentions[0]; c++)
+    for (int b = 0; b < backend_count; b++)
+      if (!backends[b].loop_limit) run_long_attention(&long_attentions[c], &backends[b]);
+}
+
 /* ---- the test ---- */
 
 static void every_op_and_primitive_matches_the_cpu(void **state) {
@@ -1533,6 +1979,7 @@ static void every_op_and_primitive_matches_the_cpu(void **state) {
     run_op_case(k);
   for (int k = 0; k < PRIMITIVE_CASE_COUNT; k++)
     run_primitive_case(k);
+  run_long_attentions();
   print_message("%d op cases and %d primitive cases on %d backends, %d (case, backend) pairs skipped\n", OP_CASE_COUNT,
                 PRIMITIVE_CASE_COUNT, backend_count, skip_count);
   close_backends();
@@ -1544,7 +1991,140 @@ static void every_op_and_primitive_matches_the_cpu(void **state) {
   }
 }
 
+/* An id outside the table fails forward on every backend with a message naming the node, the position and the
+ * value (the CPU checks before it copies; CUDA by a device flag read after its kernel), and never reads
+ * outside the table. */
+static void embedding_ids_out_of_range_fail_on_every_backend(void **state) {
+  (void)state;
+  open_backends();
+  static const struct {
+    int32_t value;
+    const char *message;
+  } bad[] = {{10, "embedding 'tok': forward kernel failed on backend '%s': id 10 at sample 1, token 2 is outside "
+                  "the table's [0, 7)"},
+             {-1, "id -1 at sample 1, token 2 is outside the table's [0, 7)"}};
+  for (int b = 0; b < backend_count; b++) {
+    bpt_context *context = backends[b].context;
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+      bpt_graph *graph;
+      bpt_node *ids, *out;
+      bpt_tensor *tensor;
+      const int64_t dims[2] = {3, 4};
+      assert_ok(context, bpt_graph_create(context, &graph));
+      assert_ok(context, bpt_graph_input_sequence(graph, "ids", BPT_DTYPE_I32, 4, 0, NULL, &ids));
+      assert_ok(context, bpt_layer_embedding(graph, "tok", ids, 7, 5, &out));
+      const bpt_status compiled = bpt_graph_compile(graph, NULL, 3);
+      if (compiled == BPT_ERR_UNSUPPORTED && b > 0) {
+        print_message("skipped: embedding ids out of range on %s (%s)\n", backends[b].label,
+                      bpt_context_last_error(context));
+        bpt_graph_destroy(graph);
+        continue;
+      }
+      assert_ok(context, compiled);
+      assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &tensor));
+      int32_t *values = bpt_tensor_data(tensor);
+      for (int i = 0; i < 12; i++)
+        values[i] = i % 7;
+      values[1 * 4 + 2] = bad[k].value;
+      values[2 * 4 + 3] = 99; /* a later bad id: the first in row-major order is named */
+      assert_ok(context, bpt_graph_set_input(graph, ids, tensor));
+      char expected[256];
+      snprintf(expected, sizeof expected, bad[k].message, backends[b].name);
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, expected, bpt_graph_forward(graph));
+      bpt_tensor_destroy(tensor);
+      bpt_graph_destroy(graph);
+    }
+    /* Plain ids (N): the sample alone is named. */
+    bpt_graph *graph;
+    bpt_node *ids, *table, *out;
+    bpt_tensor *tensor;
+    assert_ok(context, bpt_graph_create(context, &graph));
+    assert_ok(context, bpt_graph_input(graph, "ids", BPT_DTYPE_I32, 0, NULL, &ids));
+    assert_ok(context, bpt_graph_parameter(graph, "table", 2, (const int64_t[]){3, 2}, BPT_INIT_NORMAL_SMALL, &table));
+    assert_ok(context, bpt_embedding(graph, "rows", ids, table, &out));
+    if (bpt_graph_compile(graph, NULL, 4) == BPT_OK) {
+      assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, (const int64_t[]){4}, &tensor));
+      memcpy(bpt_tensor_data(tensor), (const int32_t[]){0, 2, 1, 3}, 4 * sizeof(int32_t));
+      assert_ok(context, bpt_graph_set_input(graph, ids, tensor));
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "embedding 'rows': forward kernel failed on backend",
+                   bpt_graph_forward(graph));
+      assert_non_null(strstr(bpt_context_last_error(context), "id 3 at sample 3 is outside the table's [0, 3)"));
+      bpt_tensor_destroy(tensor);
+    }
+    bpt_graph_destroy(graph);
+  }
+  close_backends();
+}
+
+/* softmax_cross_entropy with every position ignored: loss 0 and zero gradients (not 0/0) on every backend
+ * that takes the options; fpga-sim refuses them at compile naming why. A label neither in range nor the
+ * ignore index still fails, and smoothing outside [0, 1] is refused when the node is built. */
+static void cross_entropy_with_every_position_ignored_is_zero(void **state) {
+  (void)state;
+  open_backends();
+  enum { N = 2, T = 3, V = 4 };
+  for (int b = 0; b < backend_count; b++) {
+    bpt_context *context = backends[b].context;
+    bpt_graph *graph;
+    bpt_node *logits, *labels, *loss;
+    assert_ok(context, bpt_graph_create(context, &graph));
+    assert_ok(context, bpt_graph_input_sequence(graph, "logits", BPT_DTYPE_F32, T, 1, (const int64_t[]){V}, &logits));
+    logits->requires_grad = true;
+    assert_ok(context, bpt_graph_input_sequence(graph, "labels", BPT_DTYPE_I32, T, 0, NULL, &labels));
+    if (b == 0) {
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "softmax_cross_entropy 'loss': label smoothing 1.5 is outside [0, 1]",
+                   bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -100, 1.5f, &loss));
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "label smoothing nan is outside",
+                   bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -100, NAN, &loss));
+    }
+    assert_ok(context, bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -100, 0.1f, &loss));
+    const bpt_status compiled = bpt_graph_compile(graph, loss, N);
+    if (compiled == BPT_ERR_UNSUPPORTED && b > 0) {
+      assert_non_null(strstr(bpt_context_last_error(context), "not supported on backend"));
+      print_message("skipped: cross-entropy options on %s (%s)\n", backends[b].label, bpt_context_last_error(context));
+      bpt_graph_destroy(graph);
+      continue;
+    }
+    assert_ok(context, compiled);
+    bpt_tensor *x, *y;
+    assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){N, T, V}, &x));
+    assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, (const int64_t[]){N, T}, &y));
+    for (int i = 0; i < N * T * V; i++)
+      ((float *)bpt_tensor_data(x))[i] = (float)(i % 5) - 2.0f;
+    for (int i = 0; i < N * T; i++)
+      ((int32_t *)bpt_tensor_data(y))[i] = -100;
+    assert_ok(context, bpt_graph_set_input(graph, logits, x));
+    assert_ok(context, bpt_graph_set_input(graph, labels, y));
+    assert_ok(context, bpt_graph_forward(graph));
+    float value = -1.0f, gradient[N * T * V];
+    assert_ok(context, bpt_graph_loss(graph, &value));
+    assert_true(value == 0.0f);
+    assert_ok(context, bpt_graph_backward(graph));
+    assert_int_equal(download_floats(graph, logits->grad, N * T * V, gradient), BPT_OK);
+    for (int i = 0; i < N * T * V; i++)
+      assert_true(gradient[i] == 0.0f);
+    /* One label in range again: the loss is that position's alone. */
+    ((int32_t *)bpt_tensor_data(y))[4] = 1;
+    assert_ok(context, bpt_graph_set_input(graph, labels, y));
+    assert_ok(context, bpt_graph_forward(graph));
+    assert_ok(context, bpt_graph_loss(graph, &value));
+    assert_true(value > 0.0f && isfinite(value));
+    if (b == 0) { /* CUDA reports a bad label as a NaN loss instead (no synchronisation per step) */
+      ((int32_t *)bpt_tensor_data(y))[5] = 7;
+      assert_ok(context, bpt_graph_set_input(graph, labels, y));
+      assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "label 7 of sample 5 is outside [0, 4) and is not the ignore index",
+                   bpt_graph_forward(graph));
+    }
+    bpt_tensor_destroy(x);
+    bpt_tensor_destroy(y);
+    bpt_graph_destroy(graph);
+  }
+  close_backends();
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(every_op_and_primitive_matches_the_cpu)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(every_op_and_primitive_matches_the_cpu),
+                                     cmocka_unit_test(embedding_ids_out_of_range_fail_on_every_backend),
+                                     cmocka_unit_test(cross_entropy_with_every_position_ignored_is_zero)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -270,7 +270,7 @@ static void test_resnet8(void **state) {
 }
 
 /* Every other op and attribute: strided, dilated, grouped convolution with bias, padded average and max
- * pooling, a 4-D batch norm, reshape, leaky ReLU, sigmoid, tanh, GELU and dropout, into an MSE loss. */
+ * pooling, a 4-D batch norm, reshape, leaky ReLU, sigmoid, tanh, GELU, RMS norm and dropout, into an MSE loss. */
 static void build_zoo(model *m) {
   bpt_node *x, *w, *b;
   bpt_conv2d_options conv = bpt_conv2d_options_default();
@@ -297,6 +297,7 @@ static void build_zoo(model *m) {
   assert_ok(m->context, bpt_dropout(m->graph, "dropout", x, 0.5f, &x));
   assert_ok(m->context, bpt_layer_linear(m->graph, "fc2", x, 16, BPT_INIT_HE_UNIFORM, &x));
   assert_ok(m->context, bpt_gelu(m->graph, "gelu", x, &x));
+  assert_ok(m->context, bpt_layer_rms_norm(m->graph, "rms", x, 1e-5f, &x));
   assert_ok(m->context, bpt_layer_linear(m->graph, "fc3", x, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
   model_end(m, true);
 }
@@ -349,6 +350,245 @@ static void test_sequence_ops(void **state) {
   export_model(&m, "sequence", pixels, bpt_onnx_export_options_default());
   free(pixels);
   model_destroy(&m);
+}
+
+/* The transformer's per-token ops on a sequence: layer norm as the layer helper makes it (weight and bias,
+ * moved by training) and as an op with a random gain and no shift, the tanh GELU, RMS norm with a random gain
+ * and SiLU, into a flattened head. Exported at opset 17 (LayerNormalization) and 13 (its arithmetic in plain
+ * nodes); RMS norm is plain nodes at both (ReduceMean's axes an attribute), and at 20 in the zoo (axes an
+ * input); the tanh GELU and SiLU are Sigmoid products at every opset. */
+static void build_transformer_ops(model *m) {
+  bpt_node *h, *gain;
+  assert_ok(m->context, bpt_graph_create(m->context, &m->graph));
+  assert_ok(m->context,
+            bpt_graph_input_sequence(m->graph, "tokens", BPT_DTYPE_F32, 4, 1, (const int64_t[]){6}, &m->input));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "token", m->input, 8, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m->context, bpt_layer_layer_norm(m->graph, "ln1", h, 1e-5f, &h));
+  assert_ok(m->context, bpt_graph_parameter(m->graph, "gain", 1, (const int64_t[]){8}, BPT_INIT_HE_UNIFORM, &gain));
+  assert_ok(m->context, bpt_layer_norm(m->graph, "ln2", h, gain, NULL, 1e-3f, &h));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "up", h, 12, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m->context, bpt_gelu_tanh(m->graph, "gelu_tanh", h, &h));
+  assert_ok(m->context,
+            bpt_graph_parameter(m->graph, "rms_gain", 1, (const int64_t[]){12}, BPT_INIT_HE_UNIFORM, &gain));
+  assert_ok(m->context, bpt_rms_norm(m->graph, "rms", h, gain, 1e-2f, &h));
+  assert_ok(m->context, bpt_silu(m->graph, "silu", h, &h));
+  assert_ok(m->context, bpt_flatten(m->graph, "flat", h, &h));
+  assert_ok(m->context, bpt_layer_linear(m->graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m->output));
+  model_end(m, true);
+}
+
+static void test_transformer_ops(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  for (int opset = 13; opset <= 17; opset += 4) {
+    model m = {.context = test_context(17), .sample_rank = 2, .sample = {4, 6}};
+    build_transformer_ops(&m);
+    float *pixels = random_pixels(&m, 26);
+    train(&m, pixels, 0.5f, 2.0f);
+    bpt_onnx_export_options options = bpt_onnx_export_options_default();
+    options.opset = opset;
+    export_model(&m, opset == 13 ? "transformer_opset13" : "transformer_opset17", pixels, options);
+    free(pixels);
+    model_destroy(&m);
+  }
+}
+
+/* The transformer ops (issue 25): softmax over the last axis, plain and causal over attention-like scores (a
+ * query longer than the keys, so whole rows are masked), fused attention (self and cross, causal; trained with
+ * dropout, exported without), flattened into an MSE loss. */
+static void test_attention_ops(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  model m = {.context = test_context(17), .sample_rank = 2, .sample = {5, 6}};
+  bpt_node *h, *keys, *scores, *weights;
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context,
+            bpt_graph_input_sequence(m.graph, "tokens", BPT_DTYPE_F32, 5, 1, (const int64_t[]){6}, &m.input));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "token", m.input, 8, BPT_INIT_HE_UNIFORM, &h));
+  assert_ok(m.context, bpt_softmax(m.graph, "gate", h, 0, &weights));
+  assert_ok(m.context, bpt_mul(m.graph, "gated", h, weights, &h));
+  assert_ok(m.context, bpt_graph_parameter(m.graph, "keys", 2, (const int64_t[]){3, 8}, BPT_INIT_HE_UNIFORM, &keys));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores", h, keys, 0, 1, &scores));
+  assert_ok(m.context, bpt_softmax(m.graph, "causal", scores, 1, &scores));
+  assert_ok(m.context, bpt_matmul(m.graph, "mixed", scores, keys, 0, 0, &h));
+  /* Self-attention, causal, 2 heads of 4, then cross-attention of 5 queries over 3 keys (two queries see no key). */
+  bpt_node *q, *k, *v, *memory;
+  assert_ok(m.context, bpt_layer_linear(m.graph, "q", h, 8, BPT_INIT_HE_UNIFORM, &q));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "k", h, 8, BPT_INIT_HE_UNIFORM, &k));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "v", h, 8, BPT_INIT_HE_UNIFORM, &v));
+  assert_ok(m.context, bpt_scaled_dot_product_attention(m.graph, "self", q, k, v, 2, 1, 0.1f, &h));
+  assert_ok(m.context, bpt_matmul(m.graph, "memory", scores, h, 1, 0, &memory)); /* (N, 3, 8) */
+  assert_ok(m.context, bpt_scaled_dot_product_attention(m.graph, "cross", h, memory, memory, 4, 1, 0.0f, &h));
+  assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, true);
+  float *pixels = random_pixels(&m, 26);
+  train(&m, pixels, 0.5f, 2.0f);
+  export_model(&m, "attention", pixels, bpt_onnx_export_options_default());
+  free(pixels);
+  model_destroy(&m);
+}
+
+/* Token ids (i32, a sequence) through a learned embedding and a fused per-token linear split by slices (q, k as
+ * attention splits qkv; their product), q, part of the scores and k joined again, the later tokens sliced off
+ * and flattened into the head: the ids are the model's input, written as raw
+ * int32 for ONNX Runtime. */
+static void test_embedding(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  enum { LENGTH = 4, VOCABULARY = 11 };
+  model m = {.context = test_context(17), .sample_rank = 1, .sample = {LENGTH}};
+  bpt_node *h;
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context, bpt_graph_input_sequence(m.graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &m.input));
+  assert_ok(m.context, bpt_layer_embedding(m.graph, "tok", m.input, VOCABULARY, 6, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "qk", h, 10, BPT_INIT_HE_UNIFORM, &h));
+  bpt_node *q, *k;
+  assert_ok(m.context, bpt_slice(m.graph, "q", h, 2, 0, 5, &q));
+  assert_ok(m.context, bpt_slice(m.graph, "k", h, 2, 5, 5, &k));
+  assert_ok(m.context, bpt_matmul(m.graph, "scores", q, k, 0, 1, &h));
+  assert_ok(m.context, bpt_slice(m.graph, "first", h, 2, 0, LENGTH - 1, &h));
+  assert_ok(m.context, bpt_concat(m.graph, "joined", 3, (bpt_node *[]){q, h, k}, 2, &h)); /* (N, T, 5 + 3 + 5) */
+  assert_ok(m.context, bpt_slice(m.graph, "recent", h, 1, 1, LENGTH - 1, &h));            /* (N, T - 1, 13) */
+  assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  assert_ok(m.context, bpt_graph_set_training(m.graph, 0));
+  bpt_tensor *ids = new_tensor(m.context, BPT_DTYPE_I32, 1, (const int64_t[]){LENGTH});
+  int32_t *values = bpt_tensor_data(ids);
+  for (int64_t i = 0; i < BATCH * LENGTH; i++)
+    values[i] = (int32_t)((i * 7 + 3) % VOCABULARY); /* every row of the table, some twice */
+  bpt_tensor *labels = new_tensor(m.context, BPT_DTYPE_I32, 0, (const int64_t[]){CLASSES}); /* rank 0: unread */
+  for (int64_t i = 0; i < BATCH; i++)
+    ((int32_t *)bpt_tensor_data(labels))[i] = (int32_t)(i % CLASSES);
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.input, ids));
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.labels, labels));
+  assert_ok(m.context, bpt_graph_forward(m.graph));
+  bpt_tensor *out = new_tensor(m.context, BPT_DTYPE_F32, 1, (const int64_t[]){CLASSES});
+  assert_ok(m.context, bpt_graph_read(m.graph, m.output, out));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/embedding.onnx", export_directory());
+  assert_ok(m.context, bpt_graph_export_onnx(m.graph, path, NULL));
+  write_floats("embedding", "input", (const float *)values, BATCH * LENGTH); /* int32 bytes, 4 each like f32 */
+  write_floats("embedding", "output", bpt_tensor_data(out), BATCH * CLASSES);
+  bpt_tensor_destroy(out);
+  bpt_tensor_destroy(labels);
+  bpt_tensor_destroy(ids);
+  model_destroy(&m);
+}
+
+/* Two transformer blocks as bpt_layer_transformer_block builds them (fused qkv split by slices, causal fused
+ * attention, GELU-tanh MLP, residual adds; trained with dropout, exported without) over token ids and a learned
+ * position table added by broadcasting: the whole block through ONNX Runtime. */
+static void test_gpt_block(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  enum { LENGTH = 5, VOCABULARY = 13, WIDTH = 8 };
+  model m = {.context = test_context(17), .sample_rank = 1, .sample = {LENGTH}};
+  bpt_node *h, *positions;
+  assert_ok(m.context, bpt_graph_create(m.context, &m.graph));
+  assert_ok(m.context, bpt_graph_input_sequence(m.graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &m.input));
+  assert_ok(m.context, bpt_layer_embedding(m.graph, "tok", m.input, VOCABULARY, WIDTH, &h));
+  assert_ok(m.context, bpt_graph_parameter(m.graph, "pos.weight", 2, (const int64_t[]){LENGTH, WIDTH},
+                                           BPT_INIT_NORMAL_SMALL, &positions));
+  assert_ok(m.context, bpt_add(m.graph, "embed", h, positions, &h));
+  bpt_transformer_block_options block = bpt_transformer_block_options_default();
+  block.heads = 2;
+  block.dropout = 0.1f;
+  assert_ok(m.context, bpt_layer_transformer_block(m.graph, "block0", h, &block, &h));
+  assert_ok(m.context, bpt_layer_transformer_block(m.graph, "block1", h, &block, &h));
+  assert_ok(m.context, bpt_layer_layer_norm(m.graph, "ln_f", h, 1e-5f, &h));
+  assert_ok(m.context, bpt_flatten(m.graph, "flat", h, &h));
+  assert_ok(m.context, bpt_layer_linear(m.graph, "head", h, CLASSES, BPT_INIT_HE_UNIFORM, &m.output));
+  model_end(&m, false);
+  bpt_tensor *ids = new_tensor(m.context, BPT_DTYPE_I32, 1, (const int64_t[]){LENGTH});
+  int32_t *values = bpt_tensor_data(ids);
+  for (int64_t i = 0; i < BATCH * LENGTH; i++)
+    values[i] = (int32_t)((i * 5 + 2) % VOCABULARY);
+  bpt_tensor *labels = new_tensor(m.context, BPT_DTYPE_I32, 0, NULL);
+  for (int64_t i = 0; i < BATCH; i++)
+    ((int32_t *)bpt_tensor_data(labels))[i] = (int32_t)(i % CLASSES);
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.input, ids));
+  assert_ok(m.context, bpt_graph_set_input(m.graph, m.labels, labels));
+  bpt_optimizer_options o = bpt_optimizer_options_default();
+  o.kind = BPT_OPTIMIZER_ADAMW;
+  o.learning_rate = 0.05f;
+  bpt_optimizer *optimizer;
+  assert_ok(m.context, bpt_optimizer_create(m.graph, &o, &optimizer));
+  for (int step = 0; step < 3; step++) { /* move every weight off its initial value, dropout on */
+    assert_ok(m.context, bpt_graph_forward(m.graph));
+    assert_ok(m.context, bpt_graph_backward(m.graph));
+    assert_ok(m.context, bpt_optimizer_step(optimizer));
+  }
+  bpt_optimizer_destroy(optimizer);
+  assert_ok(m.context, bpt_graph_set_training(m.graph, 0));
+  assert_ok(m.context, bpt_graph_forward(m.graph));
+  bpt_tensor *out = new_tensor(m.context, BPT_DTYPE_F32, 1, (const int64_t[]){CLASSES});
+  assert_ok(m.context, bpt_graph_read(m.graph, m.output, out));
+  char path[4200];
+  snprintf(path, sizeof path, "%s/gpt_block.onnx", export_directory());
+  assert_ok(m.context, bpt_graph_export_onnx(m.graph, path, NULL));
+  write_floats("gpt_block", "input", (const float *)values, BATCH * LENGTH); /* int32 bytes, 4 each like f32 */
+  write_floats("gpt_block", "output", bpt_tensor_data(out), BATCH * CLASSES);
+  bpt_tensor_destroy(out);
+  bpt_tensor_destroy(labels);
+  bpt_tensor_destroy(ids);
+  model_destroy(&m);
+}
+
+/* A sequence loss exported with options.softmax: the probabilities are over the classes, the last axis of the
+ * (N, T, classes) logits (axis 1 would normalise over the tokens). The loss's ignore index and smoothing are
+ * training options and change nothing in the file. */
+static void test_sequence_softmax(void **state) {
+  (void)state;
+  if (!onnx_available()) skip();
+  enum { LENGTH = 3, VOCABULARY = 7, WIDTH = 5 };
+  bpt_context *context = test_context(19);
+  bpt_graph *graph;
+  bpt_node *ids, *labels, *h, *logits, *loss;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input_sequence(graph, "ids", BPT_DTYPE_I32, LENGTH, 0, NULL, &ids));
+  assert_ok(context, bpt_graph_input_sequence(graph, "next", BPT_DTYPE_I32, LENGTH, 0, NULL, &labels));
+  assert_ok(context, bpt_layer_embedding(graph, "tok", ids, VOCABULARY, 4, &h));
+  assert_ok(context, bpt_layer_linear(graph, "logits", h, WIDTH, BPT_INIT_HE_UNIFORM, &logits));
+  assert_ok(context, bpt_softmax_cross_entropy_options(graph, "loss", logits, labels, -1, 0.1f, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, BATCH));
+  bpt_tensor *x, *y, *out;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, (const int64_t[]){BATCH, LENGTH}, &x));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, (const int64_t[]){BATCH, LENGTH}, &y));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){BATCH, LENGTH, WIDTH}, &out));
+  int32_t *values = bpt_tensor_data(x);
+  for (int i = 0; i < BATCH * LENGTH; i++) {
+    values[i] = (int32_t)((i * 5 + 1) % VOCABULARY);
+    ((int32_t *)bpt_tensor_data(y))[i] = i % 4 == 0 ? -1 : i % WIDTH;
+  }
+  assert_ok(context, bpt_graph_set_input(graph, ids, x));
+  assert_ok(context, bpt_graph_set_input(graph, labels, y));
+  assert_ok(context, bpt_graph_set_training(graph, 0));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, logits, out));
+  float *p = bpt_tensor_data(out);
+  for (int r = 0; r < BATCH * LENGTH; r++) {
+    double top = p[r * WIDTH], sum = 0.0;
+    for (int c = 1; c < WIDTH; c++)
+      top = fmax(top, p[r * WIDTH + c]);
+    for (int c = 0; c < WIDTH; c++)
+      sum += exp(p[r * WIDTH + c] - top);
+    for (int c = 0; c < WIDTH; c++)
+      p[r * WIDTH + c] = (float)(exp(p[r * WIDTH + c] - top) / sum);
+  }
+  bpt_onnx_export_options options = bpt_onnx_export_options_default();
+  options.softmax = 1;
+  char path[4200];
+  snprintf(path, sizeof path, "%s/sequence_softmax.onnx", export_directory());
+  assert_ok(context, bpt_graph_export_onnx(graph, path, &options));
+  write_floats("sequence_softmax", "input", (const float *)values, BATCH * LENGTH); /* int32 bytes */
+  write_floats("sequence_softmax", "output", p, BATCH * LENGTH * WIDTH);
+  bpt_tensor_destroy(out);
+  bpt_tensor_destroy(y);
+  bpt_tensor_destroy(x);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
 }
 
 static void test_refusals(void **state) {
@@ -501,6 +741,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_refusals), cmocka_unit_test(test_mlp),    cmocka_unit_test(test_lenet),
       cmocka_unit_test(test_resnet8),  cmocka_unit_test(test_op_zoo), cmocka_unit_test(test_sequence_ops),
+      cmocka_unit_test(test_transformer_ops),
+      cmocka_unit_test(test_attention_ops),
+      cmocka_unit_test(test_embedding), cmocka_unit_test(test_sequence_softmax), cmocka_unit_test(test_gpt_block),
       cmocka_unit_test(exported_weights_are_the_f32_masters),
       cmocka_unit_test(user_names_never_collide_with_generated_ones),
   };

@@ -132,6 +132,40 @@ static void matmul_refusals_name_the_axes(void **state) {
   bpt_context_destroy(context);
 }
 
+/* layer_norm and rms_norm: the parameters must have the last axis's size, epsilon must be positive, and a
+ * batched rank-1 input (one value per sample) has no axis to normalise over. */
+static void norm_refusals_name_the_parameter(void **state) {
+  (void)state;
+  bpt_context *context = test_context(7);
+  bpt_graph *graph;
+  bpt_node *x, *scalar, *gamma, *wrong, *out;
+  const int64_t x_dims[2] = {LENGTH, FEATURES}, wrong_dims[1] = {LENGTH};
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input_sequence(graph, "x", BPT_DTYPE_F32, LENGTH, 1, x_dims + 1, &x));
+  assert_ok(context, bpt_graph_input(graph, "scalar", BPT_DTYPE_F32, 0, NULL, &scalar));
+  assert_ok(context, bpt_graph_parameter(graph, "gamma", 1, x_dims + 1, BPT_INIT_ONES, &gamma));
+  assert_ok(context, bpt_graph_parameter(graph, "wrong", 1, wrong_dims, BPT_INIT_ONES, &wrong));
+  assert_fails(context, BPT_ERR_SHAPE, "layer_norm 'ln': gamma 'wrong' has shape 3; expected (4)",
+               bpt_layer_norm(graph, "ln", x, wrong, NULL, 1e-5f, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "beta 'wrong' has shape 3; expected (4), the input's last axis",
+               bpt_layer_norm(graph, "ln", x, gamma, wrong, 1e-5f, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "rms_norm 'rms': gamma 'wrong' has shape 3; expected (4)",
+               bpt_rms_norm(graph, "rms", x, wrong, 1e-5f, &out));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "epsilon 0 must be finite and > 0",
+               bpt_layer_norm(graph, "ln", x, gamma, NULL, 0.0f, &out));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "epsilon -1 must be finite and > 0",
+               bpt_rms_norm(graph, "rms", x, gamma, -1.0f, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "input 'scalar' has shape N: no feature axis",
+               bpt_layer_norm(graph, "ln", scalar, gamma, NULL, 1e-5f, &out));
+  assert_fails(context, BPT_ERR_SHAPE, "bpt_layer_rms_norm 'rms': input 'scalar' has no feature axis",
+               bpt_layer_rms_norm(graph, "rms", scalar, 1e-5f, &out));
+  assert_ok(context, bpt_layer_layer_norm(graph, "ln", x, 1e-5f, &out));
+  assert_int_equal(bpt_node_rank(out), 3);
+  assert_ok(context, bpt_layer_rms_norm(graph, "rms", x, 1e-5f, &out));
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 /* permute (N, 2, 3, 4) -> (N, 4, 2, 3) against the index arithmetic: y[n][d][t][h] = x[n][t][h][d]. */
 static void permute_moves_axes(void **state) {
   (void)state;
@@ -169,11 +203,102 @@ static void permute_moves_axes(void **state) {
   bpt_context_destroy(context);
 }
 
+/* slice: the refusals name the node, the axis or range and the shape; the values are x's part. */
+static void slice_takes_a_part_of_one_axis(void **state) {
+  (void)state;
+  bpt_context *context = test_context(7);
+  bpt_graph *graph;
+  bpt_node *x, *y;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input_sequence(graph, "x", BPT_DTYPE_F32, 3, 1, (const int64_t[]){6}, &x));
+  assert_fails(context, BPT_ERR_SHAPE, "slice 'bad': input 'x' is batched: its batch (axis 0) cannot be sliced",
+               bpt_slice(graph, "bad", x, 0, 0, 1, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "axis 3 is outside input 'x' (Nx3x6) of rank 3",
+               bpt_slice(graph, "bad", x, 3, 0, 1, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "[4, 4 + 3) is not a non-empty range inside axis 2 of input 'x' (Nx3x6)",
+               bpt_slice(graph, "bad", x, 2, 4, 3, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "not a non-empty range", bpt_slice(graph, "bad", x, 2, 1, 0, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "not a non-empty range", bpt_slice(graph, "bad", x, 2, -1, 2, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "not a non-empty range",
+               bpt_slice(graph, "bad", x, 2, INT64_MAX, INT64_MAX, &y));
+  assert_ok(context, bpt_slice(graph, "k", x, 2, 2, 3, &y));
+  assert_true(bpt_node_rank(y) == 3 && bpt_node_dim(y, 1) == 3 && bpt_node_dim(y, 2) == 3);
+  assert_ok(context, bpt_graph_compile(graph, NULL, BATCH));
+  const int64_t x_dims[3] = {BATCH, 3, 6}, y_dims[3] = {BATCH, 3, 3};
+  bpt_tensor *x_values, *y_values;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, x_dims, &x_values));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, y_dims, &y_values));
+  float *in = bpt_tensor_data(x_values);
+  for (int i = 0; i < BATCH * 18; i++)
+    in[i] = (float)i;
+  assert_ok(context, bpt_graph_set_input(graph, x, x_values));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, y, y_values));
+  const float *out = bpt_tensor_data(y_values);
+  for (int r = 0; r < BATCH * 3; r++)
+    for (int c = 0; c < 3; c++)
+      assert_float_equal(out[r * 3 + c], in[r * 6 + 2 + c], 0.0);
+  bpt_tensor_destroy(x_values);
+  bpt_tensor_destroy(y_values);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
+/* concat: the refusals name the node and both shapes; the values are the inputs' in order. */
+static void concat_joins_along_one_axis(void **state) {
+  (void)state;
+  bpt_context *context = test_context(7);
+  bpt_graph *graph;
+  bpt_node *a, *b, *w, *y;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "a", BPT_DTYPE_F32, 2, (const int64_t[]){2, 3}, &a));
+  assert_ok(context, bpt_graph_input(graph, "b", BPT_DTYPE_F32, 2, (const int64_t[]){2, 1}, &b));
+  assert_ok(context, bpt_graph_parameter(graph, "w", 2, (const int64_t[]){2, 3}, BPT_INIT_ZEROS, &w));
+  assert_fails(context, BPT_ERR_SHAPE, "concat 'bad': input 'a' is batched: values cannot be joined along the batch",
+               bpt_concat(graph, "bad", 2, (bpt_node *[]){a, b}, 0, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "inputs 'a' (Nx2x3) and 'b' (Nx2x1) differ in an axis other than 1",
+               bpt_concat(graph, "bad", 2, (bpt_node *[]){a, b}, 1, &y));
+  assert_fails(context, BPT_ERR_SHAPE, "inputs 'a' (Nx2x3) and 'w' (2x3) differ",
+               bpt_concat(graph, "bad", 2, (bpt_node *[]){a, w}, 2, &y));
+  assert_fails(context, BPT_ERR_INVALID_ARGUMENT, "concat 'bad': 6 inputs given; between 1 and 5",
+               bpt_concat(graph, "bad", 6, (bpt_node *[]){a, a, a, a, a, a}, 2, &y));
+  assert_ok(context, bpt_concat(graph, "ab", 3, (bpt_node *[]){b, a, b}, 2, &y));
+  assert_true(bpt_node_rank(y) == 3 && bpt_node_dim(y, 1) == 2 && bpt_node_dim(y, 2) == 5);
+  assert_ok(context, bpt_graph_compile(graph, NULL, BATCH));
+  bpt_tensor *ta, *tb, *ty;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){BATCH, 2, 3}, &ta));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){BATCH, 2, 1}, &tb));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, (const int64_t[]){BATCH, 2, 5}, &ty));
+  float *va = bpt_tensor_data(ta), *vb = bpt_tensor_data(tb);
+  for (int i = 0; i < BATCH * 6; i++)
+    va[i] = (float)i;
+  for (int i = 0; i < BATCH * 2; i++)
+    vb[i] = -1.0f - (float)i;
+  assert_ok(context, bpt_graph_set_input(graph, a, ta));
+  assert_ok(context, bpt_graph_set_input(graph, b, tb));
+  assert_ok(context, bpt_graph_forward(graph));
+  assert_ok(context, bpt_graph_read(graph, y, ty));
+  const float *out = bpt_tensor_data(ty);
+  for (int r = 0; r < BATCH * 2; r++) {
+    assert_float_equal(out[r * 5], vb[r], 0.0);
+    for (int c = 0; c < 3; c++)
+      assert_float_equal(out[r * 5 + 1 + c], va[r * 3 + c], 0.0);
+    assert_float_equal(out[r * 5 + 4], vb[r], 0.0);
+  }
+  bpt_tensor_destroy(ta);
+  bpt_tensor_destroy(tb);
+  bpt_tensor_destroy(ty);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(sequence_linear_is_per_token),     cmocka_unit_test(plain_input_still_flattens),
       cmocka_unit_test(sequence_input_checks_its_length), cmocka_unit_test(broadcast_refusals_name_both_shapes),
       cmocka_unit_test(matmul_refusals_name_the_axes),    cmocka_unit_test(permute_moves_axes),
+      cmocka_unit_test(norm_refusals_name_the_parameter),
+      cmocka_unit_test(slice_takes_a_part_of_one_axis),   cmocka_unit_test(concat_joins_along_one_axis),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

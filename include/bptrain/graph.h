@@ -25,7 +25,8 @@ typedef enum bpt_initializer {
   BPT_INIT_HE_NORMAL = 2,     /**< N(0, 2 / fan_in) */
   BPT_INIT_HE_UNIFORM = 3,    /**< U(-sqrt(6 / fan_in), +sqrt(6 / fan_in)) */
   BPT_INIT_XAVIER_NORMAL = 4, /**< N(0, 2 / (fan_in + fan_out)) */
-  BPT_INIT_XAVIER_UNIFORM = 5 /**< U(-sqrt(6 / (fan_in + fan_out)), +sqrt(...)) */
+  BPT_INIT_XAVIER_UNIFORM = 5, /**< U(-sqrt(6 / (fan_in + fan_out)), +sqrt(...)) */
+  BPT_INIT_NORMAL_SMALL = 6    /**< N(0, 0.02^2), GPT-2's embeddings and projections */
 } bpt_initializer;
 
 /** Creates an empty graph on @p context's backend. */
@@ -84,6 +85,11 @@ BPT_API bpt_status bpt_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt
 /** y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (PyTorch's default, not the tanh approximation).
  * x must be f32; y has its shape. */
 BPT_API bpt_status bpt_gelu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), GELU's tanh approximation (PyTorch's
+ * F.gelu(x, approximate='tanh'), GPT-2's activation). x must be f32; y has its shape. */
+BPT_API bpt_status bpt_gelu_tanh(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
+/** y = x sigmoid(x) = x / (1 + exp(-x)), SiLU (PyTorch's F.silu). x must be f32; y has its shape. */
+BPT_API bpt_status bpt_silu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 /** Element-wise a * b, with the broadcasting of bpt_add(). */
 BPT_API bpt_status bpt_mul(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out);
 /**
@@ -105,6 +111,72 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
 /**
+ * Layer normalisation over the last axis (C values per row; every other axis, the batch and a sequence
+ * included, indexes rows): y = (x - mean) / sqrt(var + epsilon) * gamma + beta, with the biased variance and
+ * epsilon inside the square root, as PyTorch's F.layer_norm(x, (C,), gamma, beta, epsilon). The output keeps
+ * x's shape, batch and sequence axis. Forward keeps the mean and 1 / std of each row for backward.
+ * @param gamma unbatched f32 with C values (a parameter, usually)
+ * @param beta unbatched f32 with C values, or NULL for no shift
+ * @param epsilon > 0 (1e-5 is PyTorch's default)
+ */
+BPT_API bpt_status bpt_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, bpt_node *beta,
+                                  float epsilon, bpt_node **out);
+/**
+ * RMS normalisation over the last axis (C values per row, as bpt_layer_norm()): y = x / sqrt(mean(x^2) +
+ * epsilon) * gamma, as PyTorch's F.rms_norm(x, (C,), gamma, epsilon). The output keeps x's shape, batch and
+ * sequence axis. Forward keeps 1 / rms of each row for backward.
+ * @param gamma unbatched f32 with C values (a parameter, usually)
+ * @param epsilon > 0
+ */
+BPT_API bpt_status bpt_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *gamma, float epsilon,
+                                bpt_node **out);
+/**
+ * Softmax over the last axis, F.softmax(x, dim=-1): y = exp(x - max) / sum exp(x - max) along it. @p x is f32
+ * with at least one per-sample axis; y has its shape. With @p causal non-zero, x's last two axes are
+ * (rows Tq, columns Tk) and element (i, j) is masked where j > i + (Tk - Tq) (bottom-right aligned, as in
+ * attention over cached keys); masked elements are 0, and a row with every element masked (or -inf) is all
+ * zeros rather than NaN.
+ */
+BPT_API bpt_status bpt_softmax(bpt_graph *graph, const char *name, bpt_node *x, int causal, bpt_node **out);
+/**
+ * Fused multi-head scaled dot-product attention, F.scaled_dot_product_attention with scale 1 / sqrt(D):
+ * @p q (N, Tq, C), @p k and @p v (N, Tk, C), f32, C = @p heads D. Head h reads columns [h D, (h + 1) D) of
+ * every token of q, k and v and writes the same columns of the output (N, Tq, C), so heads need no permute or
+ * reshape. With @p causal non-zero, query i sees key j only where j <= i + (Tk - Tq) (bottom-right aligned); a
+ * query that sees no key outputs zeros. @p dropout in [0, 1) drops attention probabilities in training
+ * (inverted scaling; the mask is reproducible from the context's seed and fixed between optimiser steps; the
+ * evaluation and deterministic modes skip it). Memory: forward keeps only the log-sum-exp, N heads Tq floats;
+ * backward recomputes the probabilities block by block, so no Tq x Tk matrix is stored.
+ */
+BPT_API bpt_status bpt_scaled_dot_product_attention(bpt_graph *graph, const char *name, bpt_node *q, bpt_node *k,
+                                                    bpt_node *v, int64_t heads, int causal, float dropout,
+                                                    bpt_node **out);
+/**
+ * A copy of [@p start, @p start + @p length) along @p axis of @p x (the batch counted as axis 0, which cannot
+ * be sliced); every other axis is kept, and so are the batch and sequence marks (slicing the sequence axis
+ * gives a shorter sequence). Three slices of the last axis split a fused (N, T, 3C) qkv projection into q, k
+ * and v. Backward writes dy into the matching part of dx (the rest of dx gets nothing from this node).
+ */
+BPT_API bpt_status bpt_slice(bpt_graph *graph, const char *name, bpt_node *x, int axis, int64_t start, int64_t length,
+                             bpt_node **out);
+/**
+ * The @p count (1 to 5) @p inputs joined along @p axis in order (the batch counted as axis 0, which cannot be
+ * joined); every other axis must agree, and the inputs are all batched or all not. The output keeps input 0's
+ * batch and sequence marks. A copy; backward gives each input its part of dy.
+ */
+BPT_API bpt_status bpt_concat(bpt_graph *graph, const char *name, int count, bpt_node *const *inputs, int axis,
+                              bpt_node **out);
+/**
+ * Rows of a table by integer id, PyTorch's F.embedding: out[n, t, :] = table[ids[n, t], :].
+ * @param ids batched i32 (N) or (N, T) (a sequence input keeps its mark: out is a sequence too)
+ * @param table unbatched f32 (vocabulary, dim), usually a parameter
+ * @param out (N, dim) or (N, T, dim)
+ * An id outside [0, vocabulary) fails bpt_graph_forward() with BPT_ERR_INVALID_ARGUMENT, the message naming
+ * the node, the sample (and token) and the id. The table's gradient is a scatter-add of dy into the rows the
+ * ids name, summed in token order on every backend, so repeated ids give the same sum on every run.
+ */
+BPT_API bpt_status bpt_embedding(bpt_graph *graph, const char *name, bpt_node *ids, bpt_node *table, bpt_node **out);
+/**
  * Mean over the batch of -log softmax(logits)[label], computed stably in one op; for a sequence, the mean over
  * every token of every sample.
  * @param logits (N, classes) f32, or a sequence's (N, T, classes)
@@ -112,6 +184,17 @@ BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, 
  */
 BPT_API bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_node *logits,
                                              bpt_node *labels, bpt_node **out);
+/**
+ * bpt_softmax_cross_entropy() with PyTorch's F.cross_entropy(ignore_index=, label_smoothing=) options:
+ * positions whose label equals @p ignore_index contribute nothing and the mean is over the others (a batch
+ * whose every position is ignored gives loss 0 and zero gradients); every other label must be in
+ * [0, classes). With @p label_smoothing eps in [0, 1] a position costs (1 - eps) (-log p[label]) +
+ * eps mean over classes of (-log p[c]). Pass -100 (PyTorch's default) when no label is to be ignored.
+ * Runs on the CPU and CUDA; fpga-sim refuses it at compile (or leaves it to the CPU with cpu_fallback).
+ */
+BPT_API bpt_status bpt_softmax_cross_entropy_options(bpt_graph *graph, const char *name, bpt_node *logits,
+                                                     bpt_node *labels, int64_t ignore_index, float label_smoothing,
+                                                     bpt_node **out);
 /** Mean over all elements of (prediction - target)^2; both nodes must have the same shape. */
 BPT_API bpt_status bpt_mse_loss(bpt_graph *graph, const char *name, bpt_node *prediction, bpt_node *target,
                                 bpt_node **out);

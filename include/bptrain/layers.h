@@ -1,7 +1,7 @@
 /**
  * @file layers.h
- * @brief Layer helpers that create parameters and ops together: conv2d, batch norm, ResNet basic blocks, and sequential
- * stacks described by a table of bpt_layer_spec.
+ * @brief Layer helpers that create parameters and ops together: conv2d, batch norm, layer and RMS norm, ResNet basic
+ * blocks, and sequential stacks described by a table of bpt_layer_spec.
  */
 #ifndef BPTRAIN_LAYERS_H
 #define BPTRAIN_LAYERS_H
@@ -24,6 +24,14 @@ BPT_API bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_
 /** bpt_layer_batch_norm() followed by ReLU, in one bpt_batch_norm_relu() node named @p name (same parameters). */
 BPT_API bpt_status bpt_layer_batch_norm_relu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out);
 
+/** Creates "<name>.weight" (C, ones) and "<name>.bias" (C, zeros) for x's last axis of C values, then a
+ * bpt_layer_norm() named @p name with them: PyTorch's nn.LayerNorm(C, eps=epsilon). */
+BPT_API bpt_status bpt_layer_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out);
+
+/** Creates "<name>.weight" (C, ones) for x's last axis of C values, then a bpt_rms_norm() named @p name with
+ * it: PyTorch's nn.RMSNorm(C, eps=epsilon). */
+BPT_API bpt_status bpt_layer_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out);
+
 /**
  * A ResNet basic block (He et al. 2016): conv3x3(stride)-BN-ReLU-conv3x3-BN, plus a shortcut, then ReLU.
  * The shortcut is the identity when shape is unchanged, else a 1x1 convolution with @p stride followed by
@@ -33,6 +41,13 @@ BPT_API bpt_status bpt_layer_batch_norm_relu(bpt_graph *graph, const char *name,
  */
 BPT_API bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
                                                 int64_t stride, bpt_node **out);
+
+/**
+ * Creates "<name>.weight" (vocabulary, dim) initialised N(0, 0.02^2) (BPT_INIT_NORMAL_SMALL), then a
+ * bpt_embedding() named @p name looking up @p ids (batched i32 (N) or (N, T)) in it: out (N, T, dim).
+ */
+BPT_API bpt_status bpt_layer_embedding(bpt_graph *graph, const char *name, bpt_node *ids, int64_t vocabulary,
+                                       int64_t dim, bpt_node **out);
 
 /** Kinds of layer in a bpt_layer_spec. Values are fixed; new kinds are appended. */
 typedef enum bpt_layer_kind {

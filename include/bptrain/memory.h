@@ -19,11 +19,23 @@ typedef struct bpt_graph_memory_stats {
                                      transient values, so the two overlap rather than add */
   size_t parameter_bytes;       /**< master parameters, their gradients and compute-dtype weight copies */
   size_t input_bytes;           /**< the part of activation_bytes_held that is graph inputs */
+  size_t recompute_bytes;       /**< the part of activation_bytes_held that recompute segments share */
 } bpt_graph_memory_stats;
 
 /** Fills @p stats (whose size field the caller sets) for a compiled graph: at most stats->size bytes are
  * written, and the size field then says how many. */
 BPT_API bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stats);
+
+/**
+ * Activation recomputation ("gradient checkpointing"): the nodes created from @p first to @p last (inclusive, in
+ * creation order) form a segment whose values only the segment itself reads are not kept from forward to
+ * backward; backward computes them again just before the segment's backward. All segments share one region the
+ * size of the largest segment's values, so a stack of L marked blocks holds about one block's activations
+ * instead of L, for about one more forward pass of compute. Values read outside the segment are kept as usual.
+ * Call before bpt_graph_compile(); segments may not overlap. Fails with ::BPT_ERR_UNSUPPORTED for a segment
+ * holding an op whose forward changes state (batch norm's running statistics, a key/value cache).
+ */
+BPT_API bpt_status bpt_graph_recompute_segment(bpt_graph *graph, bpt_node *first, bpt_node *last);
 
 BPT_EXTERN_C_END
 

@@ -92,6 +92,9 @@ OptimizerOptions = _struct("OptimizerOptions", [
 Conv2dOptions = _struct("Conv2dOptions", [(field, c_int64) for field in (
     "stride_height", "stride_width", "padding_height", "padding_width", "dilation_height", "dilation_width",
     "groups")], "bpt_conv2d_options")
+TransformerBlockOptions = _struct("TransformerBlockOptions", [
+    ("heads", c_int64), ("mlp_ratio", c_int64), ("epsilon", c_float), ("dropout", c_float), ("causal", c_int),
+    ("initializer", c_int), ("recompute", c_int)], "bpt_transformer_block_options")
 LayerSpec = _struct("LayerSpec", [("kind", c_int), ("units", c_int64), ("kernel", c_int64), ("stride", c_int64),
                                   ("padding", c_int64), ("rate", c_float)], "bpt_layer_spec")
 ScheduleOptions = _struct("ScheduleOptions", [
@@ -210,6 +213,8 @@ _PROTOTYPES = {
     "bpt_layer_spec_default": (LayerSpec, [c_int]),
     "bpt_layer_sequential": (status, [G, ctypes.c_char_p, N, _p(LayerSpec), c_int, handle_p]),
     "bpt_conv2d_options_default": (Conv2dOptions, []),
+    "bpt_transformer_block_options_default": (TransformerBlockOptions, []),
+    "bpt_graph_recompute_segment": (status, [G, N, N]),
     # mode.h, fold.h, anomaly.h
     "bpt_graph_set_training": (status, [G, c_int]),
     "bpt_graph_is_training": (c_int, [G]),
@@ -255,6 +260,7 @@ _PROTOTYPES = {
     "bpt_optimizer_set_schedule": (status, [O, _p(ScheduleOptions)]),
     "bpt_optimizer_set_group": (status, [O, handle_p, c_int, c_float, c_float]),
     "bpt_optimizer_no_decay_on_vectors": (status, [O]),
+    "bpt_optimizer_decay_only_matrices": (status, [O]),
     # data.h
     "bpt_dataset_load_idx": (status, [C, ctypes.c_char_p, ctypes.c_char_p, handle_p]),
     "bpt_dataset_load_idx_directory": (status, [C, ctypes.c_char_p, ctypes.c_char_p, handle_p]),

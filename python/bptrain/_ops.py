@@ -11,7 +11,8 @@ from . import _native
 from ._arguments import choice, integer, real
 from ._errors import INVALID_ARGUMENT, Error, error
 
-INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5}
+INITIALIZERS = {"zeros": 0, "ones": 1, "he_normal": 2, "he_uniform": 3, "xavier_normal": 4, "xavier_uniform": 5,
+                "normal_small": 6}
 ESTIMATORS = {"identity": 0, "sigmoid": 1}
 
 
@@ -27,6 +28,16 @@ def _node(value, op, name=None):
         raise error(INVALID_ARGUMENT, "bptrain: %s: %sexpected a bptrain.Node, got %s" %
                     (op, "%s: " % name if name else "", type(value).__name__))
     return [value.handle]
+
+
+def _nodes(value, op, name=None):
+    """A list of Nodes as C's (count, bpt_node *const *)."""
+    try:
+        handles = [_node(node, op, name)[0] for node in value]
+    except TypeError:
+        raise error(INVALID_ARGUMENT, "bptrain: %s: expected a list of bptrain.Node, got %s" %
+                    (op, type(value).__name__)) from None
+    return [len(handles), (_native.handle * max(1, len(handles)))(*handles)]
 
 
 def _optional_node(value, op, name=None):
@@ -66,18 +77,31 @@ def _conv2d_options(bound, op):
     return [ctypes.byref(options)]
 
 
+def _block_options(bound, op):
+    options = _native.lib.bpt_transformer_block_options_default()
+    options.heads, options.mlp_ratio = integer(bound["heads"], op, "heads"), integer(bound["mlp_ratio"], op, "mlp_ratio")
+    options.epsilon, options.dropout = real(bound["epsilon"], op, "epsilon"), real(bound["dropout"], op, "dropout")
+    options.causal, options.recompute = int(bool(bound["causal"])), int(bool(bound["recompute"]))
+    options.initializer = choice(bound["init"], INITIALIZERS, op, "init")
+    return [ctypes.byref(options)]
+
+
 # kind: (C argument types, convert(value, op) -> C arguments); None converts from all bound values instead.
 _KINDS = {
     "node": ([_native.handle], _node),
     "node?": ([_native.handle], _optional_node),
+    "nodes": ([ctypes.c_int, _native.handle_p], _nodes),
     "float": ([ctypes.c_float], _number(float)),
     "int64": ([ctypes.c_int64], _number(int)),
+    "int": ([ctypes.c_int], _number(int)),
     "bool": ([ctypes.c_int], lambda value, op, name=None: [int(bool(value))]),
     "init": ([ctypes.c_int], _enum(INITIALIZERS, "init")),
     "estimator": ([ctypes.c_int], _enum(ESTIMATORS, "estimator")),
     "dims": ([ctypes.c_int, _native.int64_p], _dims),
     "geometry": ([], None),  # read by a struct argument, no C argument of its own
     "conv2d_options": ([ctypes.POINTER(_native.Conv2dOptions)], _conv2d_options),
+    "option": ([], None),  # a field of a struct argument, no C argument of its own
+    "block_options": ([ctypes.POINTER(_native.TransformerBlockOptions)], _block_options),
 }
 
 # method: (C function, arguments, default name prefix). Layers (which create their parameters) take the plain
@@ -91,10 +115,24 @@ OPS = {
     "sigmoid": ("bpt_sigmoid", "x:node", "sigmoid"),
     "tanh": ("bpt_tanh", "x:node", "tanh"),
     "gelu": ("bpt_gelu", "x:node", "gelu"),
+    "gelu_tanh": ("bpt_gelu_tanh", "x:node", "gelu_tanh"),
+    "silu": ("bpt_silu", "x:node", "silu"),
     "mul": ("bpt_mul", "a:node b:node", "mul"),
+    "embedding_op": ("bpt_embedding", "ids:node table:node", "embedding"),
     "permute": ("bpt_permute", "x:node axes:dims", "permute"),
+    "slice": ("bpt_slice", "x:node axis:int start:int64 length:int64", "slice"),
+    "concat": ("bpt_concat", "inputs:nodes axis:int", "concat"),
     "matmul": ("bpt_matmul", "a:node b:node transpose_a:bool=0 transpose_b:bool=0", "matmul"),
+    "layer_norm_op": ("bpt_layer_norm", "x:node gamma:node beta:node?= epsilon:float=1e-5", "layer_norm"),
+    "rms_norm_op": ("bpt_rms_norm", "x:node gamma:node epsilon:float=1e-5", "rms_norm"),
+    "softmax": ("bpt_softmax", "x:node causal:bool=0", "softmax"),
+    "scaled_dot_product_attention": ("bpt_scaled_dot_product_attention",
+                                     "q:node k:node v:node heads:int64=1 causal:bool=0 dropout:float=0",
+                                     "attention"),
     "softmax_cross_entropy": ("bpt_softmax_cross_entropy", "logits:node labels:node", "loss"),
+    # softmax_cross_entropy(..., ignore_index=, label_smoothing=) calls this one (model.py)
+    "softmax_cross_entropy_options": ("bpt_softmax_cross_entropy_options", "logits:node labels:node "
+                                      "ignore_index:int64=-100 label_smoothing:float=0", "loss"),
     "mse_loss": ("bpt_mse_loss", "prediction:node target:node", "loss"),
     # cnn_ops.h
     "conv2d_op": ("bpt_conv2d", "x:node weight:node bias:node?= stride:geometry=1 padding:geometry=0 "
@@ -114,9 +152,22 @@ OPS = {
     # layers.h
     "conv2d": ("bpt_layer_conv2d", "x:node out_channels:int64 kernel:int64 stride:int64=1 padding:int64=0 "
                                    "bias:bool=1", "conv"),
+    "embedding": ("bpt_layer_embedding", "ids:node vocabulary:int64 dim:int64", "embedding"),
     "batch_norm": ("bpt_layer_batch_norm", "x:node", "bn"),
     "batch_norm_relu": ("bpt_layer_batch_norm_relu", "x:node", "bn"),
+    "layer_norm": ("bpt_layer_layer_norm", "x:node epsilon:float=1e-5", "layer_norm"),
+    "rms_norm": ("bpt_layer_rms_norm", "x:node epsilon:float=1e-5", "rms_norm"),
     "resnet_block": ("bpt_layer_resnet_basic_block", "x:node out_channels:int64 stride:int64=1", "block"),
+    # transformer.h
+    "transformer_block": ("bpt_layer_transformer_block", "x:node heads:option=4 mlp_ratio:option=4 "
+                          "epsilon:option=1e-5 dropout:option=0 causal:option=1 init:option=normal_small "
+                          "recompute:option=0 _options:block_options", "block"),
+    "transformer_block_cached": ("bpt_layer_transformer_block_cached", "x:node positions:node capacity:int64 "
+                                 "heads:option=4 mlp_ratio:option=4 epsilon:option=1e-5 dropout:option=0 "
+                                 "causal:option=1 init:option=normal_small recompute:option=0 "
+                                 "_options:block_options", "block"),
+    "kv_cache_attention": ("bpt_kv_cache_attention", "q:node k:node v:node positions:node heads:int64 "
+                           "capacity:int64", "attention"),
     # binary_stochastic.h
     "binary_stochastic": ("bpt_binary_stochastic", "z:node estimator:estimator=identity", "bsn"),
 }
@@ -133,8 +184,16 @@ class Op:
             kind, has_default, default = rest.partition("=")
             if not has_default:
                 default = _REQUIRED
-            elif kind in ("float", "int64", "geometry") and not default.startswith("@"):
+            elif kind in ("float", "int64", "int", "geometry") and not default.startswith("@"):
                 default = float(default) if kind == "float" else int(default)
+            elif kind == "option":  # a number where it reads as one, else a name (an initializer)
+                try:
+                    default = int(default)
+                except ValueError:
+                    try:
+                        default = float(default)
+                    except ValueError:
+                        pass
             elif kind == "node?":
                 default = None
             elif kind == "bool":

@@ -79,9 +79,12 @@ class Node:
 
 def _builder(op):
     def build(self, *args, name=None, **kwargs):
+        if op.method == "softmax_cross_entropy" and {"ignore_index", "label_smoothing"} & kwargs.keys():
+            # PyTorch's keywords select the C call with the options; without them the loss is unchanged.
+            return self.softmax_cross_entropy_options(*args, name=name, **kwargs)
         arguments = op.bind(args, kwargs)
         node = self._add(op.c_function, self._name(name, op.prefix).encode(), *arguments)
-        if op.method == "softmax_cross_entropy":
+        if op.method in ("softmax_cross_entropy", "softmax_cross_entropy_options"):
             self.logits = args[0] if args else kwargs["logits"]
             self.labels = args[1] if len(args) > 1 else kwargs["labels"]
         elif op.method == "mse_loss":
@@ -89,6 +92,9 @@ def _builder(op):
         return node
     build.__name__ = op.method
     build.__doc__ = op.doc()
+    if op.method == "softmax_cross_entropy":
+        build.__doc__ += (" With ignore_index= or label_smoothing= (PyTorch's keywords) it calls "
+                          "bpt_softmax_cross_entropy_options() instead.")
     return build
 
 

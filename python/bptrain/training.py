@@ -107,5 +107,10 @@ class Optimizer(Closing):
         """Weight decay 0 on every rank-1 parameter (biases, batch-norm scales and shifts)."""
         self.context.check(lib.bpt_optimizer_no_decay_on_vectors(self.handle))
 
+    def decay_only_matrices(self):
+        """GPT-style decay groups: weight decay only on the weights of linear, conv2d and matmul nodes, 0 on norms,
+        biases, embedding tables and additive position tables."""
+        self.context.check(lib.bpt_optimizer_decay_only_matrices(self.handle))
+
     def close(self):
         self._native.close()

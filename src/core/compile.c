@@ -31,6 +31,7 @@ static void initialise(const bpt_node *node, bpt_rng *rng, float *values) {
   case BPT_INIT_HE_UNIFORM: bound = sqrt(6.0 / fan_in); break;
   case BPT_INIT_XAVIER_NORMAL: deviation = sqrt(2.0 / (fan_in + fan_out)); break;
   case BPT_INIT_XAVIER_UNIFORM: bound = sqrt(6.0 / (fan_in + fan_out)); break;
+  case BPT_INIT_NORMAL_SMALL: deviation = 0.02; break; /* GPT-2's fixed scale, whatever the fan */
   }
   for (int64_t i = 0; i < count; i++)
     values[i] = deviation > 0.0 ? (float)(deviation * bpt_rng_normal(rng))
@@ -100,6 +101,8 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
   graph->transient_bytes = plan.transient_bytes;
   graph->gradient_bytes = plan.gradient_bytes;
   graph->input_bytes = plan.input_bytes;
+  graph->recompute_bytes = plan.recompute_bytes;
+  graph->recompute_resident = 0;
 
   size_t parameter_bytes = (size_t)parameter_elements * sizeof(float);
   bpt_status status = allocate(graph, parameter_bytes, (void **)&graph->parameter_block, "parameters");

@@ -258,7 +258,7 @@ bpt_status bpt_graph_parameter(bpt_graph *graph, const char *name, int rank, con
                                bpt_initializer initializer, bpt_node **out) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_parameter: graph is NULL");
   BPT_CHECK(check_dims(graph, "parameter", name, rank, dims, 1, BPT_MAX_RANK));
-  if ((unsigned)initializer > (unsigned)BPT_INIT_XAVIER_UNIFORM)
+  if ((unsigned)initializer > (unsigned)BPT_INIT_NORMAL_SMALL)
     return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "parameter '%s': unknown initializer %d",
                      name ? name : "", (int)initializer);
   BPT_CHECK(bpt_graph_add_node(graph, BPT_OP_PARAMETER, name, NULL, 0, out));

@@ -48,6 +48,11 @@ struct bpt_node {
   /* Activation memory: the value shares memory with later nodes once forward is past it. */
   const bpt_node *value_reused_by;
   bool value_transient; /* only forward reads it: its bytes are reused in forward or by gradients in backward */
+  /* Recomputation (bpt_graph_recompute_segment): the segment this node belongs to, 0 for none; recomputed: its
+   * value lives in the graph's recompute region, shared by every segment, and backward computes it again before
+   * the segment's backward instead of keeping it from forward. */
+  int recompute_segment;
+  bool recomputed;
   /* Activation gradients share memory too (memory_plan.c): the index of the node whose backward first adds
    * into this node's gradient (run.c zeroes the gradient just before it), or node_count for the loss, whose
    * gradient is seeded before backward starts. */
@@ -141,6 +146,9 @@ struct bpt_graph {
   bool deterministic;                    /* stochastic ops use their evaluation form */
   uint64_t forward_seed;                 /* drawn from rng for each forward pass */
   size_t held_bytes, transient_bytes, gradient_bytes, input_bytes; /* memory plan, for bpt_graph_memory() */
+  size_t recompute_bytes;  /* the recompute region, shared by all segments (part of held_bytes) */
+  int recompute_segments;  /* segments marked so far; ids run 1 .. this */
+  int recompute_resident;  /* the segment whose values the recompute region holds now, 0 for none */
 
   /* Train/eval mode, folding and dropout. */
   bool evaluation;       /* inference mode: batch norm uses running statistics, dropout passes values through */

@@ -43,6 +43,17 @@ bpt_status bpt_layer_conv2d(bpt_graph *graph, const char *name, bpt_node *x, int
   return bpt_conv2d(graph, name, x, weight, bias, &options, out);
 }
 
+bpt_status bpt_layer_embedding(bpt_graph *graph, const char *name, bpt_node *ids, int64_t vocabulary, int64_t dim,
+                               bpt_node **out) {
+  BPT_CHECK(check(graph, "bpt_layer_embedding", ids, name, out));
+  char parameter_name[NAME_SIZE];
+  bpt_node *table;
+  const int64_t table_dims[2] = {vocabulary, dim};
+  snprintf(parameter_name, sizeof parameter_name, "%s.weight", name);
+  BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 2, table_dims, BPT_INIT_NORMAL_SMALL, &table));
+  return bpt_embedding(graph, name, ids, table, out);
+}
+
 /* bpt_layer_batch_norm and bpt_layer_batch_norm_relu: the same parameters, then the plain or the fused op. */
 static bpt_status batch_norm_layer(bpt_graph *graph, const char *where, const char *name, bpt_node *x, bool relu,
                                    bpt_node **out) {

@@ -7,7 +7,12 @@
  * to the first, and node i's gradient is live from the backward of its latest consumer (the first to add into
  * it) until its own backward has read it. A ResNet then holds the gradients of a block or two at a time
  * instead of one per node, which for a deep network is most of the memory. They share bytes with the
- * transient values, which are dead by the time backward starts. */
+ * transient values, which are dead by the time backward starts.
+ *
+ * A recompute segment's values that only the segment itself reads go to one more region instead, shared by all
+ * segments: forward writes each segment's there in turn, and backward computes a segment's again just before
+ * its backward (run.c). A segment value read outside the segment is held, so recomputing never touches the
+ * transient or gradient bytes, and the region costs one segment's values rather than one per segment. */
 #include <stdlib.h>
 
 #include "core/checked.h"
@@ -122,6 +127,23 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
         consumer->inputs[k]->gradient_first_writer = j;
     }
   }
+  /* Recompute segments: a value only its own segment reads is recomputed; one read outside is held. */
+  for (int i = 0; i < n; i++) {
+    bpt_node *node = graph->nodes[i];
+    node->recomputed = false;
+    if (!node->recompute_segment || keep_all || !graph->loss || node->op == BPT_OP_INPUT ||
+        node->op == BPT_OP_PARAMETER || last_use[i] == i)
+      continue;
+    bool inside = true;
+    for (int j = i + 1; j < n && inside; j++)
+      for (int k = 0; k < graph->nodes[j]->input_count; k++)
+        if (graph->nodes[j]->inputs[k] == node && graph->nodes[j]->recompute_segment != node->recompute_segment)
+          inside = false;
+    if (inside)
+      node->recomputed = true;
+    else
+      held[i] = true;
+  }
   /* Dedicated space: held values, gradients, saved buffers. */
   size_t cursor = 0;
   for (int i = 0; i < n; i++) {
@@ -130,7 +152,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     node->value_reused_by = NULL;
     if (node->op == BPT_OP_PARAMETER) continue;
     if (last_use[i] == i) held[i] = true; /* a graph output: the caller reads it */
-    if (held[i]) {
+    if (held[i] && !node->recomputed) {
       plan->value_offset[i] = cursor;
       if (!bpt_checked_add_bytes(cursor, align_up(value_bytes(node)), &cursor)) goto too_big;
       plan->held_bytes += align_up(value_bytes(node));
@@ -166,15 +188,26 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
   active_count = 0;
   for (int i = 0; i < n; i++) {
     bpt_node *node = graph->nodes[i];
-    node->value_transient = node->op != BPT_OP_PARAMETER && !held[i];
+    node->value_transient = node->op != BPT_OP_PARAMETER && !held[i] && !node->recomputed;
     if (!node->value_transient) continue;
     plan->value_offset[i] =
         cursor + first_fit(active, &active_count, align_up(value_bytes(node)), i, last_use[i], &region);
     if (region > BPT_MAX_BYTES) goto too_big;
   }
   plan->transient_bytes = region;
-  if (!bpt_checked_add_bytes(cursor, region > gradient_region ? region : gradient_region, &plan->arena_bytes))
-    goto too_big;
+  if (!bpt_checked_add_bytes(cursor, region > gradient_region ? region : gradient_region, &cursor)) goto too_big;
+  /* The recompute region: each segment's recomputed values one after another from its start. */
+  size_t segment_bytes = 0;
+  for (int i = 0, segment = 0; i < n; i++) {
+    bpt_node *node = graph->nodes[i];
+    if (!node->recomputed) continue;
+    if (node->recompute_segment != segment) segment_bytes = 0, segment = node->recompute_segment;
+    plan->value_offset[i] = cursor + segment_bytes;
+    if (!bpt_checked_add_bytes(segment_bytes, align_up(value_bytes(node)), &segment_bytes)) goto too_big;
+    if (segment_bytes > plan->recompute_bytes) plan->recompute_bytes = segment_bytes;
+  }
+  plan->held_bytes += plan->recompute_bytes;
+  if (!bpt_checked_add_bytes(cursor, plan->recompute_bytes, &plan->arena_bytes)) goto too_big;
   /* A transient value is overwritten once a later node (created after its last consumer) shares its bytes. */
   for (int i = 0; i < n; i++) {
     if (held[i] || graph->nodes[i]->op == BPT_OP_PARAMETER) continue;
@@ -184,6 +217,14 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
       size_t other = plan->value_offset[j], other_end = other + align_up(value_bytes(graph->nodes[j]));
       if (other < end && start < other_end) graph->nodes[i]->value_reused_by = graph->nodes[j];
     }
+  }
+  /* A recomputed value is overwritten in forward by the next segment's first recomputed value. */
+  for (int i = 0; i < n; i++) {
+    if (!graph->nodes[i]->recomputed) continue;
+    graph->nodes[i]->value_transient = true; /* and after backward it holds the first segment's */
+    for (int j = i + 1; j < n && !graph->nodes[i]->value_reused_by; j++)
+      if (graph->nodes[j]->recomputed && graph->nodes[j]->recompute_segment != graph->nodes[i]->recompute_segment)
+        graph->nodes[i]->value_reused_by = graph->nodes[j];
   }
   goto done;
 too_big:

@@ -14,6 +14,7 @@ typedef struct bpt_memory_plan {
   size_t transient_bytes; /* the shared region */
   size_t gradient_bytes;  /* activation gradients */
   size_t input_bytes;     /* held values that are graph inputs */
+  size_t recompute_bytes; /* the region recomputed values share (the largest segment's) */
 } bpt_memory_plan;
 
 /* Plans every non-parameter node of a graph whose dims are fixed for max_batch. With keep_all, or without a

@@ -300,6 +300,24 @@ bpt_status bpt_optimizer_no_decay_on_vectors(bpt_optimizer *optimizer) {
   return BPT_OK;
 }
 
+/* A parameter is a matrix here when some node multiplies by it; one only added, scaled or looked up is not. */
+static bool used_as_matrix(const bpt_graph *graph, const bpt_node *parameter) {
+  for (int n = 0; n < graph->node_count; n++) {
+    const bpt_node *node = graph->nodes[n];
+    const bool product = node->op == BPT_OP_LINEAR || node->op == BPT_OP_CONV2D || node->op == BPT_OP_MATMUL;
+    if (product && node->input_count > 1 && node->inputs[1] == parameter) return true;
+  }
+  return false;
+}
+
+bpt_status bpt_optimizer_decay_only_matrices(bpt_optimizer *optimizer) {
+  BPT_CHECK(check_attached(optimizer, "bpt_optimizer_decay_only_matrices"));
+  bpt_graph *graph = optimizer->graph;
+  for (int p = 0; p < graph->parameter_count; p++)
+    if (!used_as_matrix(graph, graph->parameters[p])) optimizer->weight_decays[p] = 0.0f;
+  return BPT_OK;
+}
+
 /* Checkpoints read and restore the state through this view (core/optimizer_state.h). */
 void bpt_optimizer_state_view(bpt_optimizer *optimizer, bpt_optimizer_state *view) {
   view->graph = optimizer->graph;

@@ -80,7 +80,8 @@ bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stat
                                  .transient_bytes = graph->transient_bytes,
                                  .gradient_bytes = graph->gradient_bytes,
                                  .parameter_bytes = parameter_bytes * (copies ? 3 : 2),
-                                 .input_bytes = graph->input_bytes};
+                                 .input_bytes = graph->input_bytes,
+                                 .recompute_bytes = graph->recompute_bytes};
   return bpt_copy_output(context, stats, &full, sizeof full,
                          offsetof(bpt_graph_memory_stats, input_bytes) + sizeof stats->input_bytes,
                          "bpt_graph_memory");

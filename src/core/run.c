@@ -56,6 +56,15 @@ bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tenso
   return BPT_OK;
 }
 
+/* One node's forward as the pass runs it: the op, the precision policy's rounding, the anomaly check. */
+static bpt_status forward_node(bpt_graph *graph, bpt_node *node) {
+  const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
+  if (definition->forward) BPT_CHECK(definition->forward(node));
+  BPT_CHECK(bpt_precision_after_forward_node(node));
+  if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check(node)); /* robustness (issue 9) */
+  return BPT_OK;
+}
+
 static bpt_status forward(bpt_graph *graph) {
   int64_t batch = 0;
   for (int i = 0; i < graph->node_count; i++) {
@@ -75,10 +84,8 @@ static bpt_status forward(bpt_graph *graph) {
   BPT_CHECK(bpt_precision_before_forward(graph));
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];
-    const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
-    if (definition->forward) BPT_CHECK(definition->forward(node));
-    BPT_CHECK(bpt_precision_after_forward_node(node));
-    if (graph->anomaly_detection) BPT_CHECK(bpt_anomaly_check(node)); /* robustness (issue 9) */
+    BPT_CHECK(forward_node(graph, node));
+    if (node->recomputed) graph->recompute_resident = node->recompute_segment;
   }
   graph->forward_count = bpt_saturating_increment(graph->forward_count);
   graph->forward_done = true;
@@ -141,6 +148,21 @@ static bpt_status clear_gradients_left_unset(bpt_graph *graph, bpt_node *node, i
   return BPT_OK;
 }
 
+/* Before the backward of a recompute segment's last node: its recomputed values, again, into the shared region
+ * (the same inputs and the same forward seed give the same values, dropout masks included), unless the region
+ * still holds them from forward. */
+static bpt_status recompute_segment(bpt_graph *graph, int position) {
+  const int segment = graph->order[position]->recompute_segment;
+  if (!segment || segment == graph->recompute_resident) return BPT_OK;
+  int first = position;
+  while (first > 0 && graph->order[first - 1]->recompute_segment == segment)
+    first--;
+  for (int i = first; i <= position; i++)
+    if (graph->order[i]->recomputed) BPT_CHECK(forward_node(graph, graph->order[i]));
+  graph->recompute_resident = segment;
+  return BPT_OK;
+}
+
 static bpt_status backward_pass(bpt_graph *graph, bool accumulate, const char *where) {
   BPT_CHECK(require_forward(graph, where, "forward pass to differentiate"));
   BPT_CHECK(bpt_thread_guard_enter(graph->context, where));
@@ -155,6 +177,7 @@ static bpt_status backward_pass(bpt_graph *graph, bool accumulate, const char *w
     bpt_node *node = graph->order[i];
     const bpt_op_definition *definition = bpt_op_to_run(graph->context, node->op);
     BPT_CHECK(clear_gradients_first_written_by(graph, node, i));
+    BPT_CHECK(recompute_segment(graph, i));
     if (node->requires_grad && definition->backward) {
       BPT_CHECK(bpt_precision_before_backward_node(node));
       BPT_CHECK(definition->backward(node));

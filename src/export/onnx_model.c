@@ -1,6 +1,6 @@
 /* bpt_graph_export_onnx: walks a compiled graph in creation order (which is topological) and builds the ONNX
- * model in protobuf-c's generated structs: f32 inputs with a dynamic batch (normalised inside the model when
- * asked), the parameters the exported nodes read as initialisers, each op's nodes from its emitter
+ * model in protobuf-c's generated structs: f32 and i32 inputs with a dynamic batch (f32 ones normalised inside
+ * the model when asked), the parameters the exported nodes read as initialisers, each op's nodes from its emitter
  * (onnx_ops.c), and the losses' predictions as outputs. protobuf-c serialises it; the file is replaced
  * atomically, and a model over protobuf's 2 GiB limit keeps its large initialisers in a side file
  * (onnx_external.c). */
@@ -281,7 +281,8 @@ static Onnx__ValueInfoProto *value_info(onnx_builder *b, const char *name, const
   shape->dim = dims;
   onnx__type_proto__tensor__init(tensor);
   tensor->has_elem_type = 1;
-  tensor->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  tensor->elem_type =
+      node->dtype == BPT_DTYPE_I32 ? ONNX__TENSOR_PROTO__DATA_TYPE__INT32 : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
   tensor->shape = shape;
   onnx__type_proto__init(type);
   type->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
@@ -292,15 +293,16 @@ static Onnx__ValueInfoProto *value_info(onnx_builder *b, const char *name, const
   return info->name ? info : NULL;
 }
 
-/* A graph input; with normalisation, (x - mean) / std follows it and node's value is the normalised one. */
+/* A graph input; with normalisation, (x - mean) / std follows an f32 one and node's value is the normalised one.
+ * i32 inputs (an embedding's ids) are exported as they are. */
 static bpt_status add_input(onnx_builder *b, const bpt_node *node, const bpt_onnx_export_options *options) {
-  if (node->dtype != BPT_DTYPE_F32)
+  if (node->dtype != BPT_DTYPE_F32 && node->dtype != BPT_DTYPE_I32)
     return bpt_error(b->context, BPT_ERR_UNSUPPORTED,
-                     WHERE ": input '%s' is %s, read by a node that is exported; only f32 inputs are exported",
+                     WHERE ": input '%s' is %s, read by a node that is exported; only f32 and i32 inputs are exported",
                      node->name, bpt_dtype_name(node->dtype));
   Onnx__ValueInfoProto *info = value_info(b, node->name, node);
   if (!info || !append(b, &b->inputs, &b->input_count, &b->input_capacity, info)) return out_of_memory(b);
-  if (options->input_mean == 0.0f && options->input_std == 1.0f) return BPT_OK;
+  if (node->dtype != BPT_DTYPE_F32 || (options->input_mean == 0.0f && options->input_std == 1.0f)) return BPT_OK;
   const char *mean = onnx_name(b, node->name, "mean"), *std = onnx_name(b, node->name, "std");
   const char *centered = onnx_name(b, node->name, "centered"), *normalized = onnx_name(b, node->name, "normalized");
   BPT_CHECK(onnx_constant_floats(b, mean, 0, NULL, &options->input_mean, 1));
@@ -341,7 +343,8 @@ static bpt_status add_output(onnx_builder *b, const bpt_node *output, const bpt_
     const char *probabilities = onnx_name(b, name, "softmax");
     Onnx__NodeProto *softmax;
     BPT_CHECK(onnx_node(b, "Softmax", probabilities, &name, 1, probabilities, &softmax));
-    BPT_CHECK(onnx_attribute_int(b, softmax, "axis", 1));
+    /* Over the classes, the last axis: 1 for (N, classes), 2 for a sequence's (N, T, classes). */
+    BPT_CHECK(onnx_attribute_int(b, softmax, "axis", output->rank - 1));
     name = probabilities;
   }
   Onnx__ValueInfoProto *info = value_info(b, name, output);

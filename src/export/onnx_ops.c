@@ -1,7 +1,9 @@
 /* One emitter per op: the ONNX nodes that compute the op in evaluation mode, with its attributes mapped to
  * ONNX's. An op without an entry in the table at the end has no ONNX equivalent and is refused by the
  * exporter; supporting a new op is one function here and one table line. */
+#include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "export/onnx_model.h"
 
@@ -59,6 +61,31 @@ static bpt_status emit_gelu(onnx_builder *b, const bpt_node *node) {
   return onnx_node(b, "Mul", y, (const char *[]){product, c_half}, 2, y, NULL);
 }
 
+/* Gelu's approximate="tanh" needs opset 20 and a string attribute; x sigmoid(2u) (0.5 (1 + tanh(u)) =
+ * sigmoid(2u), u = sqrt(2 / pi) (x + 0.044715 x^3)) needs neither, at every opset: z = x (a + b x^2). */
+static bpt_status emit_gelu_tanh(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node);
+  const float a = 1.5957691216057308f, cubic = 1.5957691216057308f * 0.044715f;
+  const char *c_a = onnx_name(b, y, "a"), *c_b = onnx_name(b, y, "b"), *square = onnx_name(b, y, "square"),
+             *scaled = onnx_name(b, y, "scaled"), *shifted = onnx_name(b, y, "shifted"), *z = onnx_name(b, y, "z"),
+             *gate = onnx_name(b, y, "gate");
+  BPT_CHECK(onnx_constant_floats(b, c_a, 0, NULL, &a, 1));
+  BPT_CHECK(onnx_constant_floats(b, c_b, 0, NULL, &cubic, 1));
+  BPT_CHECK(onnx_node(b, "Mul", square, (const char *[]){x, x}, 2, square, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scaled, (const char *[]){square, c_b}, 2, scaled, NULL));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){scaled, c_a}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", z, (const char *[]){x, shifted}, 2, z, NULL));
+  BPT_CHECK(onnx_node(b, "Sigmoid", gate, &z, 1, gate, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){x, gate}, 2, y, NULL);
+}
+
+/* x sigmoid(x): ONNX has no SiLU before Swish (opset 24). */
+static bpt_status emit_silu(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *y = onnx_value(b, node), *gate = onnx_name(b, y, "gate");
+  BPT_CHECK(onnx_node(b, "Sigmoid", gate, &x, 1, gate, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){x, gate}, 2, y, NULL);
+}
+
 /* y = x W^T + b: Gemm with transB, on x flattened to (N, features) when it has more dimensions. */
 /* A sequence's per-token product is MatMul by W^T (a transposed initializer would be a second copy of W, so
  * Transpose runs in the graph, folded by runtimes) plus the bias; otherwise Gemm on the flattened input. */
@@ -109,6 +136,187 @@ static bpt_status emit_permute(onnx_builder *b, const bpt_node *node) {
   Onnx__NodeProto *n;
   BPT_CHECK(onnx_node(b, "Transpose", y, &x, 1, y, &n));
   return onnx_attribute_ints(b, n, "perm", node->int_attributes + 1, (int)node->int_attributes[0]);
+}
+
+/* ReduceMean over the last axis, keeping it (1): axes an attribute before opset 18, an input from 18. */
+static bpt_status reduce_mean_last(onnx_builder *b, const char *x, const char *y) {
+  const int64_t last = -1, one = 1;
+  Onnx__NodeProto *n;
+  if (onnx_opset(b) >= 18) {
+    const char *axes = onnx_name(b, y, "axes");
+    BPT_CHECK(onnx_constant_ints(b, axes, 1, &one, &last, 1));
+    BPT_CHECK(onnx_node(b, "ReduceMean", y, (const char *[]){x, axes}, 2, y, &n));
+  } else {
+    BPT_CHECK(onnx_node(b, "ReduceMean", y, &x, 1, y, &n));
+    BPT_CHECK(onnx_attribute_ints(b, n, "axes", &last, 1));
+  }
+  return onnx_attribute_int(b, n, "keepdims", 1);
+}
+
+/* LayerNormalization over the last axis from opset 17; before it, the same arithmetic in plain nodes:
+ * (x - mean) / sqrt(mean((x - mean)^2) + epsilon) * gamma + beta. */
+static bpt_status emit_layer_norm(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *gamma = input(b, node, 1), *beta = input(b, node, 2), *y = onnx_value(b, node);
+  const float epsilon = node->float_attributes[0];
+  if (onnx_opset(b) >= 17) {
+    Onnx__NodeProto *n;
+    BPT_CHECK(onnx_node(b, "LayerNormalization", y, (const char *[]){x, gamma, beta}, 3, y, &n));
+    BPT_CHECK(onnx_attribute_int(b, n, "axis", -1));
+    return onnx_attribute_float(b, n, "epsilon", epsilon);
+  }
+  const char *mean = onnx_name(b, y, "mean"), *centred = onnx_name(b, y, "centred"),
+             *squares = onnx_name(b, y, "squares"), *variance = onnx_name(b, y, "variance"),
+             *c_epsilon = onnx_name(b, y, "epsilon"), *shifted = onnx_name(b, y, "shifted"),
+             *deviation = onnx_name(b, y, "std"), *normalised = onnx_name(b, y, "normalised"),
+             *scaled = beta ? onnx_name(b, y, "scaled") : y;
+  BPT_CHECK(onnx_constant_floats(b, c_epsilon, 0, NULL, &epsilon, 1));
+  BPT_CHECK(reduce_mean_last(b, x, mean));
+  BPT_CHECK(onnx_node(b, "Sub", centred, (const char *[]){x, mean}, 2, centred, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", squares, (const char *[]){centred, centred}, 2, squares, NULL));
+  BPT_CHECK(reduce_mean_last(b, squares, variance));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){variance, c_epsilon}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Sqrt", deviation, &shifted, 1, deviation, NULL));
+  BPT_CHECK(onnx_node(b, "Div", normalised, (const char *[]){centred, deviation}, 2, normalised, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scaled, (const char *[]){normalised, gamma}, 2, scaled, NULL));
+  if (!beta) return BPT_OK;
+  return onnx_node(b, "Add", y, (const char *[]){scaled, beta}, 2, y, NULL);
+}
+
+/* ONNX's RMSNormalization is opset 23, past the exporter's range: x / sqrt(mean(x^2) + epsilon) * gamma. */
+static bpt_status emit_rms_norm(onnx_builder *b, const bpt_node *node) {
+  const char *x = input(b, node, 0), *gamma = input(b, node, 1), *y = onnx_value(b, node);
+  const float epsilon = node->float_attributes[0];
+  const char *squares = onnx_name(b, y, "squares"), *mean_square = onnx_name(b, y, "mean_square"),
+             *c_epsilon = onnx_name(b, y, "epsilon"), *shifted = onnx_name(b, y, "shifted"),
+             *rms = onnx_name(b, y, "rms"), *normalised = onnx_name(b, y, "normalised");
+  BPT_CHECK(onnx_constant_floats(b, c_epsilon, 0, NULL, &epsilon, 1));
+  BPT_CHECK(onnx_node(b, "Mul", squares, (const char *[]){x, x}, 2, squares, NULL));
+  BPT_CHECK(reduce_mean_last(b, squares, mean_square));
+  BPT_CHECK(onnx_node(b, "Add", shifted, (const char *[]){mean_square, c_epsilon}, 2, shifted, NULL));
+  BPT_CHECK(onnx_node(b, "Sqrt", rms, &shifted, 1, rms, NULL));
+  BPT_CHECK(onnx_node(b, "Div", normalised, (const char *[]){x, rms}, 2, normalised, NULL));
+  return onnx_node(b, "Mul", y, (const char *[]){normalised, gamma}, 2, y, NULL);
+}
+
+/* The causal mask of softmax and attention over (rows, columns) as two constants named after y: "mask_bias",
+ * 0 where visible and -FLT_MAX where masked (j > i + columns - rows), added to the scores, and "mask_keep", 1 or
+ * 0, multiplied into the probabilities, so masked elements are exactly 0 and a row with nothing visible gives
+ * zeros, where Softmax alone would spread it uniformly (a finite bias) or give NaN (-inf). */
+static bpt_status causal_constants(onnx_builder *b, const bpt_node *node, const char *y, int64_t rows, int64_t columns,
+                                   const char **bias, const char **keep) {
+  float *values = malloc((size_t)(2 * rows * columns) * sizeof *values);
+  if (!values) return bpt_node_error(node, BPT_ERR_OUT_OF_MEMORY, "ONNX export: cannot allocate the causal mask");
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < columns; j++) {
+      const bool visible = j <= i + columns - rows;
+      values[i * columns + j] = visible ? 0.0f : -FLT_MAX;
+      values[(rows + i) * columns + j] = visible ? 1.0f : 0.0f;
+    }
+  *bias = onnx_name(b, y, "mask_bias");
+  *keep = onnx_name(b, y, "mask_keep");
+  const int64_t dims[2] = {rows, columns};
+  bpt_status status = onnx_constant_floats(b, *bias, 2, dims, values, rows * columns);
+  if (status == BPT_OK) status = onnx_constant_floats(b, *keep, 2, dims, values + rows * columns, rows * columns);
+  free(values);
+  return status;
+}
+
+/* Softmax over the last axis (axis rank - 1: also right for opsets before 13, which flatten at the axis);
+ * causal: Softmax(x + mask_bias) * mask_keep. */
+static bpt_status masked_softmax(onnx_builder *b, const bpt_node *node, const char *x, int rank, bool causal,
+                                 int64_t rows, int64_t columns, const char *y) {
+  const char *scores = x, *probabilities = y, *bias = NULL, *keep = NULL;
+  if (causal) {
+    BPT_CHECK(causal_constants(b, node, y, rows, columns, &bias, &keep));
+    scores = onnx_name(b, y, "masked");
+    probabilities = onnx_name(b, y, "probabilities");
+    BPT_CHECK(onnx_node(b, "Add", scores, (const char *[]){x, bias}, 2, scores, NULL));
+  }
+  Onnx__NodeProto *softmax;
+  BPT_CHECK(onnx_node(b, "Softmax", probabilities, &scores, 1, probabilities, &softmax));
+  BPT_CHECK(onnx_attribute_int(b, softmax, "axis", rank - 1));
+  if (!causal) return BPT_OK;
+  return onnx_node(b, "Mul", y, (const char *[]){probabilities, keep}, 2, y, NULL);
+}
+
+static bpt_status emit_softmax(onnx_builder *b, const bpt_node *node) {
+  const bpt_node *x = node->inputs[0];
+  const int64_t rows = x->rank >= 2 ? x->dims[x->rank - 2] : 1;
+  return masked_softmax(b, node, input(b, node, 0), x->rank, node->int_attributes[0] != 0, rows, x->dims[x->rank - 1],
+                        onnx_value(b, node));
+}
+
+/* (N, T, C) -> (N, H, T, D) by Reshape and Transpose (perm, which may also put T last for K^T), named after y. */
+static bpt_status split_heads(onnx_builder *b, const char *x, const char *y, const char *suffix, int64_t length,
+                              int64_t heads, int64_t width, const int64_t *perm, const char **out) {
+  const char *shape = onnx_name(b, y, suffix), *reshaped = onnx_name(b, shape, "reshaped"),
+             *split = onnx_name(b, shape, "heads");
+  const int64_t dims[4] = {-1, length, heads, width}, four = 4;
+  Onnx__NodeProto *transpose;
+  BPT_CHECK(onnx_constant_ints(b, shape, 1, &four, dims, 4));
+  BPT_CHECK(onnx_node(b, "Reshape", reshaped, (const char *[]){x, shape}, 2, reshaped, NULL));
+  BPT_CHECK(onnx_node(b, "Transpose", split, &reshaped, 1, split, &transpose));
+  BPT_CHECK(onnx_attribute_ints(b, transpose, "perm", perm, 4));
+  *out = split;
+  return BPT_OK;
+}
+
+/* Attention decomposed per head: MatMul(Q, K^T), Mul by 1 / sqrt(D), the (causal) softmax above, MatMul by V,
+ * heads merged back by Transpose and Reshape. Evaluation mode: no dropout. */
+static bpt_status emit_attention(onnx_builder *b, const bpt_node *node) {
+  const bpt_node *q = node->inputs[0], *k = node->inputs[1];
+  const int64_t heads = node->int_attributes[0], C = q->dims[2], D = C / heads, queries = q->dims[1],
+                keys = k->dims[1];
+  const char *y = onnx_value(b, node), *qh, *kt, *vh;
+  const int64_t to_heads[4] = {0, 2, 1, 3}, to_keys_last[4] = {0, 2, 3, 1};
+  BPT_CHECK(split_heads(b, input(b, node, 0), y, "q_shape", queries, heads, D, to_heads, &qh));
+  BPT_CHECK(split_heads(b, input(b, node, 1), y, "k_shape", keys, heads, D, to_keys_last, &kt));
+  BPT_CHECK(split_heads(b, input(b, node, 2), y, "v_shape", keys, heads, D, to_heads, &vh));
+  const float scale = (float)(1.0 / sqrt((double)D));
+  const char *c_scale = onnx_name(b, y, "scale"), *products = onnx_name(b, y, "products"),
+             *scores = onnx_name(b, y, "scores"), *probabilities = onnx_name(b, y, "attention"),
+             *mixed = onnx_name(b, y, "mixed"), *merged = onnx_name(b, y, "merged"),
+             *shape = onnx_name(b, y, "out_shape");
+  BPT_CHECK(onnx_constant_floats(b, c_scale, 0, NULL, &scale, 1));
+  BPT_CHECK(onnx_node(b, "MatMul", products, (const char *[]){qh, kt}, 2, products, NULL));
+  BPT_CHECK(onnx_node(b, "Mul", scores, (const char *[]){products, c_scale}, 2, scores, NULL));
+  BPT_CHECK(masked_softmax(b, node, scores, 4, node->int_attributes[1] != 0, queries, keys, probabilities));
+  BPT_CHECK(onnx_node(b, "MatMul", mixed, (const char *[]){probabilities, vh}, 2, mixed, NULL));
+  Onnx__NodeProto *transpose;
+  BPT_CHECK(onnx_node(b, "Transpose", merged, &mixed, 1, merged, &transpose));
+  BPT_CHECK(onnx_attribute_ints(b, transpose, "perm", to_heads, 4));
+  const int64_t dims[3] = {-1, queries, C}, three = 3;
+  BPT_CHECK(onnx_constant_ints(b, shape, 1, &three, dims, 3));
+  return onnx_node(b, "Reshape", y, (const char *[]){merged, shape}, 2, y, NULL);
+}
+
+/* Gather(table, ids) along the table's rows: (N, T) ids give (N, T, C), as the op. */
+static bpt_status emit_embedding(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Gather", y, (const char *[]){input(b, node, 1), input(b, node, 0)}, 2, y, &n));
+  return onnx_attribute_int(b, n, "axis", 0);
+}
+
+/* Slice with its starts, ends and axes as int64 constants (inputs since opset 10). */
+static bpt_status emit_slice(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node), *starts = onnx_name(b, y, "starts"), *ends = onnx_name(b, y, "ends"),
+             *axes = onnx_name(b, y, "axes");
+  const int64_t one = 1, start = node->int_attributes[1], end = start + node->int_attributes[2],
+                axis = node->int_attributes[0];
+  BPT_CHECK(onnx_constant_ints(b, starts, 1, &one, &start, 1));
+  BPT_CHECK(onnx_constant_ints(b, ends, 1, &one, &end, 1));
+  BPT_CHECK(onnx_constant_ints(b, axes, 1, &one, &axis, 1));
+  return onnx_node(b, "Slice", y, (const char *[]){input(b, node, 0), starts, ends, axes}, 4, y, NULL);
+}
+
+static bpt_status emit_concat(onnx_builder *b, const bpt_node *node) {
+  const char *y = onnx_value(b, node), *inputs[BPT_MAX_INPUTS];
+  for (int i = 0; i < node->input_count; i++)
+    inputs[i] = input(b, node, i);
+  Onnx__NodeProto *n;
+  BPT_CHECK(onnx_node(b, "Concat", y, inputs, node->input_count, y, &n));
+  return onnx_attribute_int(b, n, "axis", node->int_attributes[0]);
 }
 
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
@@ -232,6 +440,15 @@ static const onnx_emitter emitters[BPT_OP_COUNT] = {
     [BPT_OP_MUL] = emit_mul,
     [BPT_OP_MATMUL] = emit_matmul,
     [BPT_OP_PERMUTE] = emit_permute,
+    [BPT_OP_LAYER_NORM] = emit_layer_norm,
+    [BPT_OP_RMS_NORM] = emit_rms_norm,
+    [BPT_OP_GELU_TANH] = emit_gelu_tanh,
+    [BPT_OP_SILU] = emit_silu,
+    [BPT_OP_SOFTMAX] = emit_softmax,
+    [BPT_OP_SCALED_DOT_PRODUCT_ATTENTION] = emit_attention,
+    [BPT_OP_EMBEDDING] = emit_embedding,
+    [BPT_OP_SLICE] = emit_slice,
+    [BPT_OP_CONCAT] = emit_concat,
 };
 
 onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUNT ? emitters[op] : NULL; }

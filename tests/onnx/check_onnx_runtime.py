@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs the ONNX models test_onnx_export wrote in ONNX Runtime and compares them with libbptrain's outputs.
 
-Usage: check_onnx_runtime.py DIRECTORY [NAME...] (by default the models test_onnx_export writes). Each model comes as NAME.onnx with NAME.input (raw f32 pixels in
-[0, 1], the batch of the input's shape) and NAME.output (libbptrain's evaluation-mode outputs). Each must
-pass the ONNX checker (when the onnx package is installed; it reads external data beside the model too) and match within 1e-4 relative (norm of the
+Usage: check_onnx_runtime.py DIRECTORY [NAME...] (by default the models test_onnx_export writes). Each model comes
+as NAME.onnx with NAME.input (raw f32 pixels in [0, 1], or raw int32 token ids for an int32 input, the batch of the
+input's shape) and NAME.output (libbptrain's evaluation-mode outputs). Each must pass the ONNX checker (when the
+onnx package is installed; it reads external data beside the model too) and match within 1e-4 relative (norm of the
 difference over the norm of the reference). Exits 77 (skip) without onnxruntime.
 """
 import os
@@ -21,7 +22,8 @@ try:
 except ImportError:
     onnx = None
 
-MODELS = ["mlp", "lenet", "resnet8", "resnet8_folded", "zoo_opset17", "zoo_opset20", "sequence", "collisions"]
+MODELS = ["mlp", "lenet", "resnet8", "resnet8_folded", "zoo_opset17", "zoo_opset20", "sequence", "transformer_opset13",
+          "transformer_opset17", "attention", "collisions", "embedding", "sequence_softmax", "gpt_block"]
 TOLERANCE = 1e-4
 
 
@@ -32,7 +34,8 @@ def check(directory, name):
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     (model_input,) = session.get_inputs()
     sample = [int(d) for d in model_input.shape[1:]]
-    pixels = np.fromfile(os.path.join(directory, name + ".input"), dtype=np.float32).reshape([-1] + sample)
+    dtype = np.int32 if model_input.type == "tensor(int32)" else np.float32  # token ids, or pixels
+    pixels = np.fromfile(os.path.join(directory, name + ".input"), dtype=dtype).reshape([-1] + sample)
     expected = np.fromfile(os.path.join(directory, name + ".output"), dtype=np.float32)
     (actual,) = session.run(None, {model_input.name: pixels})
     actual = actual.reshape(-1)

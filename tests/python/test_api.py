@@ -74,6 +74,23 @@ class Ops(unittest.TestCase):
             _, y = run_op(lambda m, a: getattr(m, op)(a, **arguments), x)
             np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6, err_msg=op)
 
+    def test_gated_activations(self):
+        """gelu_tanh (F.gelu approximate='tanh') and silu against float64 over [-100, 100], relative error near
+        float rounding (2e-6). In gelu_tanh's far tail (|y| < 1e-10) z = 2u reaches -85, and its float rounding
+        alone moves e^z by |z| 6e-8 (1e-5). Below z = -87.3 the CPU's own exp clamps its argument, so y is
+        x 1.2e-38 there, not smaller (atol). The reference writes 0.5 (1 + tanh(u)) as 1 / (1 + exp(-2u)): in
+        float64 too, 1 + tanh(u) cancels to 0 below x = -7."""
+        x = np.concatenate([np.linspace(-100, 100, 2001), RNG.randn(999) * 3]).astype(np.float32).reshape(3, 1000)
+        v = x.astype(np.float64)
+        with np.errstate(over="ignore"):
+            u = math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)
+            cases = {"gelu_tanh": v / (1 + np.exp(-2 * u)), "silu": v / (1 + np.exp(-v))}
+        for op, expected in cases.items():
+            _, y = run_op(lambda m, a: getattr(m, op)(a), x)
+            body = np.abs(expected) > 1e-10
+            np.testing.assert_allclose(y[body], expected[body], rtol=2e-6, err_msg=op)
+            np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-35, err_msg=op)
+
     def test_linear_op_and_layer(self):
         x = RNG.randn(3, 5).astype(np.float32)
         w, b = RNG.randn(4, 5).astype(np.float32), RNG.randn(4).astype(np.float32)
@@ -140,9 +157,141 @@ class Ops(unittest.TestCase):
         np.testing.assert_allclose(out, a @ a.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-6)
         _, out = run_op(lambda m, x: m.permute(x, (0, 2, 1, 3)), a)
         np.testing.assert_allclose(out, a.transpose(0, 2, 1, 3))
+        _, out = run_op(lambda m, x: m.slice(x, 3, 1, 3), a)
+        np.testing.assert_array_equal(out, a[:, :, :, 1:4])
+        _, out = run_op(lambda m, x: m.slice(x, axis=1, start=2, length=1), a)
+        np.testing.assert_array_equal(out, a[:, 2:3])
+        c = RNG.randn(2, 3, 4, 2).astype(np.float32)
+        _, out = run_op(lambda m, x, y: m.concat([x, y, x], 3), a, c)
+        np.testing.assert_array_equal(out, np.concatenate([a, c, a], axis=3))
         scale = RNG.randn(2, 3, 4, 1).astype(np.float32)
         _, out = run_op(lambda m, x, y: m.mul(x, y), a, scale)
         np.testing.assert_allclose(out, a * scale, rtol=1e-6)
+
+    def test_layer_norm(self):
+        """Over the last axis of a sequence, biased variance, epsilon inside the square root (F.layer_norm)."""
+        x = (RNG.randn(3, 4, 7) * 2 + 1).astype(np.float64)
+        gamma, beta = RNG.randn(7), RNG.randn(7)
+        normalised = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-3)
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 4, (7,))
+        g, b = model.parameter("g", (7,)), model.parameter("b", (7,))
+        out = model.layer_norm_op(tokens, g, b, epsilon=1e-3)
+        no_shift = model.layer_norm_op(tokens, g)
+        layer = model.layer_norm(tokens, name="ln")
+        model.compile(None, 3)
+        self.assertEqual(out.shape, (3, 4, 7))
+        self.assertEqual([p.name for p in model.parameter_nodes()], ["g", "b", "ln.weight", "ln.bias"])
+        model.set_parameters(np.concatenate([gamma, beta, np.ones(7), np.zeros(7)]).astype(np.float32))
+        model.set_input(tokens, x.astype(np.float32))
+        model.forward()
+        np.testing.assert_allclose(model.read(out), normalised * gamma + beta, rtol=1e-4, atol=1e-5)
+        plain = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(model.read(no_shift), plain * gamma, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(model.read(layer), plain, rtol=1e-4, atol=1e-5)
+
+    def test_rms_norm(self):
+        """x / sqrt(mean(x^2) + epsilon) * gamma over the last axis (F.rms_norm)."""
+        x = (RNG.randn(3, 4, 7) * 2 + 1).astype(np.float64)
+        gamma = RNG.randn(7)
+        rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-2)
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 4, (7,))
+        out = model.rms_norm_op(tokens, model.parameter("g", (7,)), epsilon=1e-2)
+        layer = model.rms_norm(tokens, name="rms")
+        model.compile(None, 3)
+        self.assertEqual([p.name for p in model.parameter_nodes()], ["g", "rms.weight"])
+        model.set_parameters(np.concatenate([gamma, np.ones(7)]).astype(np.float32))
+        model.set_input(tokens, x.astype(np.float32))
+        model.forward()
+        np.testing.assert_allclose(model.read(out), x / rms * gamma, rtol=1e-4, atol=1e-5)
+        rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(model.read(layer), x / rms, rtol=1e-4, atol=1e-5)
+
+    def test_softmax(self):
+        x = RNG.randn(2, 3, 6, 4).astype(np.float32)
+        _, out = run_op(lambda m, a: m.softmax(a), x)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(out, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        # Causal, bottom-right aligned: row i sees columns j <= i + (4 - 6); rows 0 and 1 see none and are zeros.
+        _, out = run_op(lambda m, a: m.softmax(a, causal=True), x)
+        visible = np.arange(4)[None, :] <= np.arange(6)[:, None] - 2
+        top = np.where(visible, x, -1e30).max(axis=-1, keepdims=True)
+        e = np.exp(np.where(visible, x - top, -np.inf))
+        expected = e / np.maximum(e.sum(axis=-1, keepdims=True), 1e-30)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
+        self.assertTrue(np.all(out[:, :, :2] == 0))
+        # A row of -inf is zeros, not NaN; -inf elements of another row are 0 and the rest still sum to 1.
+        x[0, 0, 3, :] = -np.inf
+        x[0, 0, 4, 1] = -np.inf
+        _, out = run_op(lambda m, a: m.softmax(a), x)
+        self.assertTrue(np.all(out[0, 0, 3] == 0))
+        self.assertEqual(out[0, 0, 4, 1], 0)
+        np.testing.assert_allclose(out[0, 0, 4].sum(), 1, rtol=1e-6)
+
+    def test_scaled_dot_product_attention(self):
+        q = RNG.randn(2, 5, 6).astype(np.float32)
+        k, v = RNG.randn(2, 7, 6).astype(np.float32), RNG.randn(2, 7, 6).astype(np.float32)
+        for causal in (False, True):
+            _, out = run_op(lambda m, a, b, c: m.scaled_dot_product_attention(a, b, c, heads=3, causal=causal), q, k, v)
+            heads = lambda x: x.reshape(2, -1, 3, 2).transpose(0, 2, 1, 3)  # (N, H, T, D)
+            scores = heads(q) @ heads(k).transpose(0, 1, 3, 2) / np.sqrt(2)
+            if causal:  # bottom-right aligned: query i sees keys j <= i + 2
+                scores = np.where(np.arange(7)[None, :] <= np.arange(5)[:, None] + 2, scores, -np.inf)
+            p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            expected = ((p / p.sum(axis=-1, keepdims=True)) @ heads(v)).transpose(0, 2, 1, 3).reshape(2, 5, 6)
+            np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6, err_msg="causal=%s" % causal)
+    def test_embedding(self):
+        """Rows of the table by id, N(0, 0.02^2) from the layer, against NumPy's indexing."""
+        model = bptrain.Model(context())
+        ids = model.input_sequence("ids", 5, (), dtype="i32")
+        out = model.embedding(ids, 13, 7, name="tok")
+        model.compile(None, 4)
+        self.assertEqual(out.shape, (4, 5, 7))
+        table = model.state_dict()["tok.weight"]
+        self.assertEqual(table.shape, (13, 7))
+        self.assertLess(abs(float(table.std()) - 0.02), 0.006)
+        values = RNG.randint(0, 13, size=(4, 5)).astype(np.int32)
+        model.set_input(ids, values)
+        model.forward()
+        np.testing.assert_array_equal(model.read(out), table[values])
+        values[2, 3] = 13
+        model.set_input(ids, values)
+        with self.assertRaisesRegex(bptrain.Error, r"embedding 'tok'.*id 13 at sample 2, token 3"):
+            model.forward()
+
+    def test_cross_entropy_options(self):
+        """ignore_index and label_smoothing as keywords, against F.cross_entropy's formula in NumPy (float64)."""
+        x = RNG.randn(3, 4, 6).astype(np.float32)
+        y = RNG.randint(0, 6, size=(3, 4)).astype(np.int32)
+        y[0, 1] = y[2, 3] = -1
+
+        def loss_of(labels, **options):
+            model = bptrain.Model(context())
+            logits = model.input_sequence("logits", 4, (6,))
+            ids = model.input_sequence("labels", 4, (), dtype="i32")
+            model.compile(model.softmax_cross_entropy(logits, ids, **options), 3)
+            model.set_input(logits, x)
+            model.set_input(ids, labels)
+            model.forward()
+            return model.loss_value()
+
+        def reference(labels, ignore, eps):
+            z = x.astype(np.float64).reshape(-1, 6)
+            lse = np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) + z.max(1)
+            keep = labels.reshape(-1) != ignore
+            rows = np.arange(len(z))[keep]
+            nll = lse[keep] - z[rows, labels.reshape(-1)[keep]]
+            smooth = lse[keep] - z[keep].mean(1)
+            return float(((1 - eps) * nll + eps * smooth).mean()) if keep.any() else 0.0
+
+        self.assertAlmostEqual(loss_of(y, ignore_index=-1), reference(y, -1, 0.0), places=5)
+        self.assertAlmostEqual(loss_of(y, ignore_index=-1, label_smoothing=0.2), reference(y, -1, 0.2), places=5)
+        clean = np.where(y < 0, 0, y).astype(np.int32)
+        self.assertAlmostEqual(loss_of(clean, label_smoothing=0.1), reference(clean, -100, 0.1), places=5)
+        self.assertEqual(loss_of(np.full((3, 4), -1, np.int32), ignore_index=-1), 0.0)
+        with self.assertRaisesRegex(bptrain.Error, r"label smoothing 2 is outside \[0, 1\]"):
+            loss_of(clean, label_smoothing=2.0)
 
     def test_sequence_model_fits(self):
         """Per-token linear and cross-entropy over (batch, length) tokens: the loss falls, and no training
@@ -158,6 +307,32 @@ class Ops(unittest.TestCase):
         history = model.fit(bptrain.Optimizer(model, learning_rate=0.2), x, y, epochs=4, batch_size=8)
         self.assertLess(history[-1]["train_loss"], history[0]["train_loss"])
         self.assertIsNone(history[-1].get("train_accuracy"))
+
+    def test_transformer_block(self):
+        """A tiny GPT from the block helper: predictable parameter names, GPT-style decay groups, and the loss
+        falls on a learnable sequence (each token predicts the next of a fixed cycle)."""
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 6, (), dtype="i32")
+        labels = model.input_sequence("labels", 6, (), dtype="i32")
+        x = model.embedding(tokens, 7, 8, name="tok")
+        x = model.add(x, model.parameter("pos.weight", (6, 8), init="normal_small"))
+        x = model.transformer_block(x, heads=2, recompute=True, name="block0")
+        logits = model.linear(model.layer_norm(x, name="ln_f"), 7, name="head")
+        model.compile(model.softmax_cross_entropy(logits, labels), 8)
+        names = [p.name for p in model.parameter_nodes()]
+        self.assertIn("block0.attn.qkv.weight", names)
+        self.assertIn("block0.mlp.proj.bias", names)
+        self.assertEqual(model.node("block0.attn.qkv.weight").shape, (24, 8))
+        start = RNG.randint(0, 7, size=(64, 1))
+        x_ids = ((start + np.arange(6)) % 7).astype(np.int32)
+        optimizer = bptrain.Optimizer(model, kind="adamw", learning_rate=0.02, weight_decay=0.1)
+        optimizer.decay_only_matrices()
+        history = model.fit(optimizer, x_ids, ((x_ids + 1) % 7).astype(np.int32), epochs=8, batch_size=8)
+        self.assertLess(history[-1]["train_loss"], 0.5 * history[0]["train_loss"])
+        with self.assertRaises(bptrain.Error):
+            model_bad = bptrain.Model(context())
+            flat = model_bad.input("flat", (8,))
+            model_bad.transformer_block(flat, heads=2)
 
     def test_batch_norm(self):
         x = (RNG.randn(8, 3, 4, 4) * 2 + 1).astype(np.float32)

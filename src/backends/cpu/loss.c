@@ -2,6 +2,7 @@
  * Sums are accumulated in double over a fixed number of chunks, then added in chunk order: OpenMP's own
  * reduction clause combines in thread arrival order, which would make two runs differ in the last bit. */
 #include <math.h>
+#include <stdbool.h>
 
 #include "backends/cpu/cpu.h"
 
@@ -14,50 +15,107 @@ static double sum_in_order(const double *partial) {
   return total;
 }
 
-bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                 const float *logits, const int32_t *labels, float *probabilities,
-                                                 float *loss) {
+/* softmax_cross_entropy's options (src/core/ops/softmax_cross_entropy.c): an ignore index, label smoothing.
+ * The defaults (neither) take exactly the arithmetic the op had before the options existed. */
+typedef struct cross_entropy_options {
+  bool has_ignore;
+  int64_t ignore_index;
+  float smoothing;
+} cross_entropy_options;
+
+static const cross_entropy_options no_options = {false, 0, 0.0f};
+
+static bool ignored(const cross_entropy_options *o, int32_t label) { return o->has_ignore && label == o->ignore_index; }
+
+/* p = softmax(row); returns log sum exp(row). Subtracting the row maximum keeps exp() finite; the log-sum-exp
+ * gives the loss without log(0). */
+static double softmax_row(const float *row, int64_t classes, float *p) {
+  float maximum = row[0];
+  for (int64_t c = 1; c < classes; c++)
+    maximum = row[c] > maximum ? row[c] : maximum;
+  double sum = 0.0;
+  for (int64_t c = 0; c < classes; c++) {
+    p[c] = expf(row[c] - maximum);
+    sum += p[c];
+  }
+  float inverse = (float)(1.0 / sum);
+  for (int64_t c = 0; c < classes; c++)
+    p[c] *= inverse;
+  return log(sum) + (double)maximum;
+}
+
+/* The positions that count: every one whose label is not the ignore index. */
+static int64_t counted_rows(int64_t batch, const int32_t *labels, const cross_entropy_options *o) {
+  int64_t counted = 0;
   for (int64_t n = 0; n < batch; n++)
-    if (labels[n] < 0 || labels[n] >= classes)
-      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
-                              labels[n], (long long)n, (long long)classes);
+    counted += !ignored(o, labels[n]);
+  return counted;
+}
+
+static bpt_status cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes, const float *logits,
+                                        const int32_t *labels, const cross_entropy_options *o, float *probabilities,
+                                        float *loss) {
+  for (int64_t n = 0; n < batch; n++)
+    if (!ignored(o, labels[n]) && (labels[n] < 0 || labels[n] >= classes))
+      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)%s",
+                              labels[n], (long long)n, (long long)classes,
+                              o->has_ignore ? " and is not the ignore index" : "");
+  const double eps = (double)o->smoothing;
   double partial[LOSS_CHUNKS] = {0};
 #pragma omp parallel for if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
   for (int chunk = 0; chunk < LOSS_CHUNKS; chunk++)
     for (int64_t n = batch * chunk / LOSS_CHUNKS; n < batch * (chunk + 1) / LOSS_CHUNKS; n++) {
       const float *row = logits + n * classes;
-      float *p = probabilities + n * classes;
-      /* Subtracting the row maximum keeps exp() finite; log-sum-exp gives the loss without log(0). */
-      float maximum = row[0];
-      for (int64_t c = 1; c < classes; c++)
-        maximum = row[c] > maximum ? row[c] : maximum;
-      double sum = 0.0;
-      for (int64_t c = 0; c < classes; c++) {
-        p[c] = expf(row[c] - maximum);
-        sum += p[c];
+      const double log_sum_exp = softmax_row(row, classes, probabilities + n * classes);
+      if (ignored(o, labels[n])) continue;
+      if (eps == 0.0) {
+        partial[chunk] += log_sum_exp - (double)row[labels[n]];
+        continue;
       }
-      float inverse = (float)(1.0 / sum);
+      /* mean_c -log p[c] = log_sum_exp - mean_c row[c]. */
+      double mean = 0.0;
       for (int64_t c = 0; c < classes; c++)
-        p[c] *= inverse;
-      partial[chunk] += log(sum) + (double)maximum - (double)row[labels[n]];
+        mean += (double)row[c];
+      mean /= (double)classes;
+      partial[chunk] += log_sum_exp - (1.0 - eps) * (double)row[labels[n]] - eps * mean;
     }
-  *loss = (float)(sum_in_order(partial) / (double)batch);
+  const int64_t counted = o->has_ignore ? counted_rows(batch, labels, o) : batch;
+  *loss = counted ? (float)(sum_in_order(partial) / (double)counted) : 0.0f;
   return BPT_OK;
+}
+
+static bpt_status cross_entropy_backward(int64_t batch, int64_t classes, const float *probabilities,
+                                         const int32_t *labels, const cross_entropy_options *o,
+                                         const float *loss_gradient, float *dlogits) {
+  const int64_t counted = o->has_ignore ? counted_rows(batch, labels, o) : batch;
+  if (counted == 0) return BPT_OK; /* every position ignored: no gradient at all, rather than 0/0 */
+  const float scale = *loss_gradient / (float)counted, eps = o->smoothing, uniform = eps / (float)classes;
+#pragma omp parallel for if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t n = 0; n < batch; n++) {
+    if (ignored(o, labels[n])) continue;
+    const float *p = probabilities + n * classes;
+    float *d = dlogits + n * classes;
+    if (eps == 0.0f)
+      for (int64_t c = 0; c < classes; c++)
+        d[c] += scale * (p[c] - (c == labels[n] ? 1.0f : 0.0f));
+    else
+      for (int64_t c = 0; c < classes; c++)
+        d[c] += scale * (p[c] - (uniform + (c == labels[n] ? 1.0f - eps : 0.0f)));
+  }
+  return BPT_OK;
+}
+
+bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
+                                                 const float *logits, const int32_t *labels, float *probabilities,
+                                                 float *loss) {
+  return cross_entropy_forward(backend, batch, classes, logits, labels, &no_options, probabilities, loss);
 }
 
 bpt_status bpt_cpu_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
                                                   const float *probabilities, const int32_t *labels,
                                                   const float *loss_gradient, float *dlogits) {
   (void)backend;
-  const float scale = *loss_gradient / (float)batch;
-#pragma omp parallel for if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t n = 0; n < batch; n++) {
-    const float *p = probabilities + n * classes;
-    float *d = dlogits + n * classes;
-    for (int64_t c = 0; c < classes; c++)
-      d[c] += scale * (p[c] - (c == labels[n] ? 1.0f : 0.0f));
-  }
-  return BPT_OK;
+  return cross_entropy_backward(batch, classes, probabilities, labels, &no_options, loss_gradient, dlogits);
 }
 
 bpt_status bpt_cpu_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
@@ -88,19 +146,26 @@ bpt_status bpt_cpu_mse_backward(bpt_backend *backend, int64_t count, const float
 }
 
 /* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens; saved
- * holds the probabilities (rows, C). */
+ * holds the probabilities (rows, C). The options are the node's attributes (int 0, 1 and float 0). */
+static cross_entropy_options node_options(const bpt_kernel_node *node) {
+  const cross_entropy_options o = {node->int_attributes[0] != 0, node->int_attributes[1], node->float_attributes[0]};
+  return o;
+}
+
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
   const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_cpu_softmax_cross_entropy_forward(backend, rows, classes, logits->value, node->inputs[1].value,
-                                               node->saved, node->output.value);
+  const cross_entropy_options o = node_options(node);
+  return cross_entropy_forward(backend, rows, classes, logits->value, node->inputs[1].value, &o, node->saved,
+                               node->output.value);
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  (void)backend;
   const bpt_kernel_tensor *logits = &node->inputs[0];
   const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_cpu_softmax_cross_entropy_backward(backend, rows, classes, node->saved, node->inputs[1].value,
-                                                node->output.grad, logits->grad);
+  const cross_entropy_options o = node_options(node);
+  return cross_entropy_backward(rows, classes, node->saved, node->inputs[1].value, &o, node->output.grad, logits->grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);

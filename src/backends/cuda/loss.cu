@@ -22,11 +22,51 @@ __global__ void mean_kernel(int64_t count, const double *partials, double diviso
   if (threadIdx.x == 0) *out = (float)(sums[0] / divisor);
 }
 
+// out = sum(partials) / sum(weights), or 0 when every weight is 0 (every position ignored), the two sums in
+// one fixed-order tree; the count of positions also goes to *count (the backward's divisor).
+__global__ void weighted_mean_kernel(int64_t count, const double *partials, const double *weights, float *out,
+                                     float *counted) {
+  __shared__ double sums[REDUCE_THREADS], totals[REDUCE_THREADS];
+  double sum = 0.0, total = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += REDUCE_THREADS) {
+    sum += partials[i];
+    total += weights[i];
+  }
+  sums[threadIdx.x] = sum;
+  totals[threadIdx.x] = total;
+  __syncthreads();
+  for (int half = REDUCE_THREADS / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      sums[threadIdx.x] += sums[threadIdx.x + half];
+      totals[threadIdx.x] += totals[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *out = totals[0] > 0.0 ? (float)(sums[0] / totals[0]) : 0.0f;
+    *counted = (float)totals[0];
+  }
+}
+
+// softmax_cross_entropy's options (src/core/ops/softmax_cross_entropy.c); the defaults (no ignore index, no
+// smoothing) run exactly the arithmetic the op had before them.
+typedef struct cross_entropy_options {
+  bool has_ignore;
+  int64_t ignore_index;
+  float smoothing;
+} cross_entropy_options;
+
+__device__ bool ignored(const cross_entropy_options o, int32_t label) {
+  return o.has_ignore && label == o.ignore_index;
+}
+
 // One warp per row of logits (batch, classes): subtracting the row maximum keeps exp() finite, and the
-// loss comes from log-sum-exp so it never takes log(0). A label outside [0, classes) makes the loss NaN
-// (checking on the host would need a synchronisation every step).
+// loss comes from log-sum-exp so it never takes log(0). A label outside [0, classes) that is not the ignore
+// index makes the loss NaN (checking on the host would need a synchronisation every step). row_weights (NULL
+// without an ignore index) gets 1 for a position that counts, 0 for an ignored one.
 __global__ void softmax_cross_entropy_kernel(int64_t batch, int64_t classes, const float *logits,
-                                             const int32_t *labels, float *probabilities, double *row_losses) {
+                                             const int32_t *labels, const cross_entropy_options o,
+                                             float *probabilities, double *row_losses, double *row_weights) {
   int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= batch) return;
@@ -40,20 +80,46 @@ __global__ void softmax_cross_entropy_kernel(int64_t batch, int64_t classes, con
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   float inverse = 1.0f / sum;
   for (int64_t c = lane; c < classes; c += 32) p[c] = expf(x[c] - maximum) * inverse;
+  double mean = 0.0; // mean_c x[c], for label smoothing: mean_c -log p[c] = log-sum-exp - mean
+  if (o.smoothing != 0.0f) {
+    for (int64_t c = lane; c < classes; c += 32) mean += (double)x[c];
+    for (int offset = 16; offset > 0; offset /= 2) mean += __shfl_xor_sync(0xffffffffu, mean, offset);
+    mean /= (double)classes;
+  }
   if (lane == 0) {
     int32_t label = labels[row];
-    row_losses[row] = label >= 0 && label < classes ? log((double)sum) + (double)maximum - (double)x[label] : NAN;
+    const bool skip = ignored(o, label);
+    if (row_weights) row_weights[row] = skip ? 0.0 : 1.0;
+    const double eps = (double)o.smoothing;
+    if (skip)
+      row_losses[row] = 0.0;
+    else if (label < 0 || label >= classes)
+      row_losses[row] = NAN;
+    else if (eps == 0.0)
+      row_losses[row] = log((double)sum) + (double)maximum - (double)x[label];
+    else
+      row_losses[row] = log((double)sum) + (double)maximum - (1.0 - eps) * (double)x[label] - eps * mean;
   }
 }
 
+// counted: NULL without an ignore index (the divisor is then batch), else the device count of positions.
 __global__ void softmax_cross_entropy_backward_kernel(int64_t batch, int64_t classes, const float *probabilities,
-                                                      const int32_t *labels, const float *loss_gradient,
+                                                      const int32_t *labels, const cross_entropy_options o,
+                                                      const float *counted, const float *loss_gradient,
                                                       float *dlogits) {
-  float scale = *loss_gradient / (float)batch;
+  const float divisor = counted ? *counted : (float)batch;
+  if (divisor == 0.0f) return; // every position ignored: no gradient, rather than 0/0
+  float scale = *loss_gradient / divisor;
+  const float eps = o.smoothing, uniform = eps / (float)classes;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < batch * classes;
        i += (int64_t)gridDim.x * blockDim.x) {
     int64_t c = i % classes;
-    dlogits[i] += scale * (probabilities[i] - (c == labels[i / classes] ? 1.0f : 0.0f));
+    const int32_t label = labels[i / classes];
+    if (ignored(o, label)) continue;
+    if (eps == 0.0f)
+      dlogits[i] += scale * (probabilities[i] - (c == label ? 1.0f : 0.0f));
+    else
+      dlogits[i] += scale * (probabilities[i] - (uniform + (c == label ? 1.0f - eps : 0.0f)));
   }
 }
 
@@ -83,32 +149,54 @@ __global__ void mse_backward_kernel(int64_t count, const float *prediction, cons
   }
 }
 
-bpt_status bpt_cuda_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *logits, const int32_t *labels, float *probabilities,
-                                                  float *loss) {
+static const cross_entropy_options no_options = {false, 0, 0.0f};
+
+// counted: with an ignore index, the device float after the probabilities where the count of positions goes.
+static bpt_status cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes, const float *logits,
+                                        const int32_t *labels, const cross_entropy_options &o, float *probabilities,
+                                        float *loss, float *counted) {
   bpt_cuda_state *state = bpt_cuda(backend);
   if (batch <= 0 || classes <= 0)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE, "softmax_cross_entropy: batch %lld, classes %lld", (long long)batch,
                             (long long)classes);
   void *scratch;
-  BPT_CUDA_TRY(bpt_cuda_scratch(backend, (size_t)batch * sizeof(double), &scratch));
+  BPT_CUDA_TRY(bpt_cuda_scratch(backend, (size_t)batch * (o.has_ignore ? 2 : 1) * sizeof(double), &scratch));
+  double *row_losses = (double *)scratch, *row_weights = o.has_ignore ? row_losses + batch : NULL;
   const int rows_per_block = REDUCE_THREADS / 32;
   softmax_cross_entropy_kernel<<<(unsigned)((batch + rows_per_block - 1) / rows_per_block), REDUCE_THREADS, 0,
-                                 state->stream>>>(batch, classes, logits, labels, probabilities, (double *)scratch);
+                                 state->stream>>>(batch, classes, logits, labels, o, probabilities, row_losses,
+                                                  row_weights);
   BPT_CUDA_TRY(bpt_cuda_check_launch(backend, "softmax_cross_entropy_forward"));
-  mean_kernel<<<1, REDUCE_THREADS, 0, state->stream>>>(batch, (const double *)scratch, (double)batch, loss);
+  if (o.has_ignore)
+    weighted_mean_kernel<<<1, REDUCE_THREADS, 0, state->stream>>>(batch, row_losses, row_weights, loss, counted);
+  else
+    mean_kernel<<<1, REDUCE_THREADS, 0, state->stream>>>(batch, row_losses, (double)batch, loss);
   return bpt_cuda_check_launch(backend, "softmax_cross_entropy_forward (mean)");
+}
+
+static bpt_status cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
+                                         const float *probabilities, const int32_t *labels,
+                                         const cross_entropy_options &o, const float *counted,
+                                         const float *loss_gradient, float *dlogits) {
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (batch * classes == 0) return BPT_OK;
+  softmax_cross_entropy_backward_kernel<<<bpt_cuda_blocks(state, batch * classes), BPT_CUDA_THREADS, 0,
+                                          state->stream>>>(batch, classes, probabilities, labels, o,
+                                                           o.has_ignore ? counted : NULL, loss_gradient, dlogits);
+  return bpt_cuda_check_launch(backend, "softmax_cross_entropy_backward");
+}
+
+bpt_status bpt_cuda_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
+                                                  const float *logits, const int32_t *labels, float *probabilities,
+                                                  float *loss) {
+  return cross_entropy_forward(backend, batch, classes, logits, labels, no_options, probabilities, loss, NULL);
 }
 
 bpt_status bpt_cuda_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
                                                    const float *probabilities, const int32_t *labels,
                                                    const float *loss_gradient, float *dlogits) {
-  bpt_cuda_state *state = bpt_cuda(backend);
-  if (batch * classes == 0) return BPT_OK;
-  softmax_cross_entropy_backward_kernel<<<bpt_cuda_blocks(state, batch * classes), BPT_CUDA_THREADS, 0,
-                                          state->stream>>>(batch, classes, probabilities, labels, loss_gradient,
-                                                           dlogits);
-  return bpt_cuda_check_launch(backend, "softmax_cross_entropy_backward");
+  return cross_entropy_backward(backend, batch, classes, probabilities, labels, no_options, NULL, loss_gradient,
+                                dlogits);
 }
 
 bpt_status bpt_cuda_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
@@ -136,21 +224,28 @@ bpt_status bpt_cuda_mse_backward(bpt_backend *backend, int64_t count, const floa
 }
 
 // softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens;
-// saved holds the probabilities.
+// saved holds the probabilities and, with an ignore index, the count of positions after them. The options are
+// the node's attributes (int 0, 1 and float 0).
+static cross_entropy_options node_options(const bpt_kernel_node *node) {
+  const cross_entropy_options o = {node->int_attributes[0] != 0, node->int_attributes[1], node->float_attributes[0]};
+  return o;
+}
+
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
   const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_cuda_softmax_cross_entropy_forward(backend, rows, classes,
-                                                (const float *)logits->value, (const int32_t *)node->inputs[1].value,
-                                                (float *)node->saved, (float *)node->output.value);
+  float *probabilities = (float *)node->saved;
+  return cross_entropy_forward(backend, rows, classes, (const float *)logits->value,
+                               (const int32_t *)node->inputs[1].value, node_options(node), probabilities,
+                               (float *)node->output.value, probabilities + rows * classes);
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *logits = &node->inputs[0];
   const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_cuda_softmax_cross_entropy_backward(backend, rows, classes,
-                                                 (const float *)node->saved, (const int32_t *)node->inputs[1].value,
-                                                 node->output.grad, logits->grad);
+  const float *probabilities = (const float *)node->saved;
+  return cross_entropy_backward(backend, rows, classes, probabilities, (const int32_t *)node->inputs[1].value,
+                                node_options(node), probabilities + rows * classes, node->output.grad, logits->grad);
 }
 
 BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,

@@ -151,7 +151,20 @@ static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt
                                                  node->inputs[1].value, node->output.grad, logits->grad);
 }
 
-BPT_REGISTER_KERNELS(fpga, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
+/* The engine's loss unit has no ignore index or label smoothing (the op's int attribute 0 and float attribute 0):
+ * such nodes are refused here, so compile says so or, with cpu_fallback, runs them on the CPU. */
+static bool softmax_cross_entropy_supports(const bpt_backend *backend, const bpt_kernel_node *node,
+                                           const char **reason) {
+  (void)backend;
+  if (node->int_attributes[0] != 0 || node->float_attributes[0] != 0.0f) {
+    *reason = "its loss unit has no ignore index or label smoothing";
+    return false;
+  }
+  return true;
+}
+
+BPT_REGISTER_KERNELS(fpga, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,
+                     softmax_cross_entropy_supports);
 
 static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *prediction = &node->inputs[0];

@@ -1,7 +1,19 @@
 /* softmax_cross_entropy: loss = mean_n -log softmax(logits_n)[label_n], logits (N, C), labels (N) i32; for a
  * sequence, logits (N, T, C) and labels (N, T), the mean over all N T tokens. Fused so the backward is simply
- * (softmax - onehot) / rows; the probabilities are kept in node->saved. */
+ * (softmax - onehot) / rows; the probabilities are kept in node->saved.
+ *
+ * Options (bpt_softmax_cross_entropy_options), as PyTorch's F.cross_entropy: positions whose label is the
+ * ignore index add nothing and the mean is over the others (a batch with every position ignored has loss 0 and
+ * zero gradients, not 0/0); label smoothing eps mixes the target with the uniform distribution, so a position
+ * costs (1 - eps) (-log p[label]) + eps mean_c (-log p[c]) and its gradient is p - ((1 - eps) onehot + eps / C).
+ * Attributes: int 0 whether an ignore index is set (0 in graphs and checkpoints from before, so they keep
+ * today's arithmetic), int 1 the index, float 0 eps. With an ignore index, saved holds one float more after
+ * the probabilities: the kernels may keep the count of positions there (CUDA does, for its backward). */
+
 #include "core/graph.h"
+
+enum { CROSS_ENTROPY_HAS_IGNORE, CROSS_ENTROPY_IGNORE_INDEX };
+enum { CROSS_ENTROPY_SMOOTHING };
 
 static bpt_status softmax_cross_entropy_infer_shape(bpt_node *node) {
   const bpt_node *logits = node->inputs[0], *labels = node->inputs[1];
@@ -20,7 +32,8 @@ static bpt_status softmax_cross_entropy_infer_shape(bpt_node *node) {
 }
 
 static size_t softmax_cross_entropy_saved_bytes(const bpt_node *node) {
-  return (size_t)(node->graph->max_batch * bpt_node_inner_count(node->inputs[0])) * sizeof(float);
+  const size_t count_slot = node->int_attributes[CROSS_ENTROPY_HAS_IGNORE] ? 1 : 0;
+  return ((size_t)(node->graph->max_batch * bpt_node_inner_count(node->inputs[0])) + count_slot) * sizeof(float);
 }
 
 static bpt_status softmax_cross_entropy_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
@@ -49,4 +62,18 @@ bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_nod
                                      bpt_node **out) {
   bpt_node *inputs[2] = {logits, labels};
   return bpt_graph_add_node(graph, BPT_OP_SOFTMAX_CROSS_ENTROPY, name, inputs, 2, out);
+}
+
+bpt_status bpt_softmax_cross_entropy_options(bpt_graph *graph, const char *name, bpt_node *logits, bpt_node *labels,
+                                             int64_t ignore_index, float label_smoothing, bpt_node **out) {
+  if (out) *out = NULL;
+  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
+    return bpt_error(graph ? graph->context : NULL, BPT_ERR_INVALID_ARGUMENT,
+                     "softmax_cross_entropy '%s': label smoothing %g is outside [0, 1]", name ? name : "",
+                     (double)label_smoothing);
+  bpt_node *inputs[2] = {logits, labels};
+  const int64_t attributes[2] = {[CROSS_ENTROPY_HAS_IGNORE] = 1, [CROSS_ENTROPY_IGNORE_INDEX] = ignore_index};
+  const float smoothing[1] = {[CROSS_ENTROPY_SMOOTHING] = label_smoothing};
+  return bpt_graph_add_node_with_attributes(graph, BPT_OP_SOFTMAX_CROSS_ENTROPY, name, inputs, 2, attributes, 2,
+                                            smoothing, 1, out);
 }

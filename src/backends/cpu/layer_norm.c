@@ -1,0 +1,137 @@
+/* The CPU's layer-norm kernels (see src/core/ops/layer_norm.c): rows of C values, one pass per row in each
+ * direction. Forward: mean, then the biased variance about it (two passes over a row in cache: stable where
+ * E[x^2] - mean^2 would cancel), saving (mean, rstd) per row. Backward: dx row by row, and the dgamma, dbeta
+ * sums accumulated per fixed chunk of rows in the same pass, then added in chunk order, so results do not
+ * depend on the thread count. Loops are written for the compiler to vectorise (omp simd). */
+#include "backends/cpu/cpu.h"
+
+#include <math.h>
+
+/* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
+ * would turn that note into an error under -Werror. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+static void normalise_row(const float *x, int64_t C, const float *gamma, const float *beta, float epsilon, float *y,
+                          float *statistics) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < C; c++)
+    sum += x[c];
+  const float mean = sum / (float)C;
+  float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+  for (int64_t c = 0; c < C; c++)
+    squares += (x[c] - mean) * (x[c] - mean);
+  const float rstd = 1.0f / sqrtf(squares / (float)C + epsilon);
+  if (beta) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      y[c] = (x[c] - mean) * rstd * gamma[c] + beta[c];
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      y[c] = (x[c] - mean) * rstd * gamma[c];
+  }
+  statistics[0] = mean;
+  statistics[1] = rstd;
+}
+
+static bpt_status layer_norm_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  (void)backend;
+  const bpt_kernel_tensor *out = &node->output;
+  const int64_t C = out->dims[out->rank - 1], rows = out->count / C;
+  const float *x = node->inputs[0].value, *gamma = node->inputs[1].value; /* (rows, C), (C) */
+  const float *beta = node->input_count > 2 ? node->inputs[2].value : NULL;
+  const float epsilon = node->float_attributes[0];
+  float *y = out->value, *statistics = node->saved; /* (rows, C), (rows, 2) */
+#pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t r = 0; r < rows; r++)
+    normalise_row(x + r * C, C, gamma, beta, epsilon, y + r * C, statistics + 2 * r);
+  return BPT_OK;
+}
+
+/* dx for one row (assigned or added), and dy xhat, dy added into the chunk's partial sums (NULL: not wanted). */
+static void backward_row(const float *x, const float *dy, int64_t C, const float *gamma, float mean, float rstd,
+                         bool assign, float *dx, float *gamma_partial, float *beta_partial) {
+  if (gamma_partial) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      gamma_partial[c] += dy[c] * ((x[c] - mean) * rstd);
+  }
+  if (beta_partial) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      beta_partial[c] += dy[c];
+  }
+  if (!dx) return;
+  float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+  for (int64_t c = 0; c < C; c++) {
+    const float g = dy[c] * gamma[c];
+    sum_g += g;
+    sum_gx += g * ((x[c] - mean) * rstd);
+  }
+  const float mean_g = sum_g / (float)C, mean_gx = sum_gx / (float)C;
+  if (assign) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      dx[c] = rstd * (dy[c] * gamma[c] - mean_g - (x[c] - mean) * rstd * mean_gx);
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      dx[c] += rstd * (dy[c] * gamma[c] - mean_g - (x[c] - mean) * rstd * mean_gx);
+  }
+}
+
+/* gradient = beta * gradient + the chunks' sum, chunk by chunk in order (into the first chunk's row). */
+static void add_partials(float *partials, int64_t chunks, int64_t C, float beta, float *gradient) {
+  for (int64_t k = 1; k < chunks; k++) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      partials[c] += partials[k * C + c];
+  }
+  if (beta == 0.0f) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      gradient[c] = partials[c];
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      gradient[c] += partials[c];
+  }
+}
+
+static bpt_status layer_norm_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *out = &node->output;
+  const int64_t C = out->dims[out->rank - 1], rows = out->count / C;
+  const float *x = node->inputs[0].value, *gamma = node->inputs[1].value, *dy = out->grad;
+  const float *statistics = node->saved;
+  float *dx = node->inputs[0].grad, *dgamma = node->inputs[1].grad;
+  float *dbeta = node->input_count > 2 ? node->inputs[2].grad : NULL;
+  const bool assign = node->inputs[0].beta == 0.0f;
+  /* A fixed number of row chunks (not one per thread), each with its own partial sums of dgamma and dbeta. */
+  const int64_t chunks = rows < 1 ? 1 : rows < BPT_CPU_REDUCTION_CHUNKS ? rows : BPT_CPU_REDUCTION_CHUNKS;
+  float *gamma_partials = NULL, *beta_partials = NULL;
+  if (dgamma || dbeta) {
+    const size_t floats = 2 * (size_t)chunks * (size_t)C;
+    const bpt_status status = bpt_cpu_scratch_reserve(backend, 1, floats);
+    if (status != BPT_OK) return status;
+    gamma_partials = ((bpt_cpu_state *)backend->state)->scratch[0];
+    beta_partials = gamma_partials + chunks * C;
+    for (size_t i = 0; i < floats; i++)
+      gamma_partials[i] = 0.0f;
+  }
+#pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t k = 0; k < chunks; k++)
+    for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++)
+      backward_row(x + r * C, dy + r * C, C, gamma, statistics[2 * r], statistics[2 * r + 1], assign,
+                   dx ? dx + r * C : NULL, dgamma ? gamma_partials + k * C : NULL,
+                   dbeta ? beta_partials + k * C : NULL);
+  if (dgamma) add_partials(gamma_partials, chunks, C, node->inputs[1].beta, dgamma);
+  if (dbeta) add_partials(beta_partials, chunks, C, node->inputs[2].beta, dbeta);
+  return BPT_OK;
+}
+
+BPT_REGISTER_KERNELS(cpu, LAYER_NORM, layer_norm_forward, layer_norm_backward, NULL);

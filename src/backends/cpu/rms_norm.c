@@ -1,0 +1,101 @@
+/* The CPU's RMS-norm kernels (see src/core/ops/rms_norm.c): rows of C values. Forward: the mean square of a row,
+ * then the scaled row, saving rstd per row. Backward: dx row by row, and dgamma accumulated per fixed chunk of
+ * rows in the same pass, then added in chunk order, so results do not depend on the thread count. Loops are
+ * written for the compiler to vectorise (omp simd). */
+#include "backends/cpu/cpu.h"
+
+#include <math.h>
+
+/* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
+ * would turn that note into an error under -Werror. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed"
+#endif
+
+static bpt_status rms_norm_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  (void)backend;
+  const bpt_kernel_tensor *out = &node->output;
+  const int64_t C = out->dims[out->rank - 1], rows = out->count / C;
+  const float *x = node->inputs[0].value, *gamma = node->inputs[1].value; /* (rows, C), (C) */
+  const float epsilon = node->float_attributes[0];
+  float *y = out->value, *rstd = node->saved; /* (rows, C), (rows) */
+#pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * C;
+    float *yr = y + r * C;
+    float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+    for (int64_t c = 0; c < C; c++)
+      squares += xr[c] * xr[c];
+    const float scale = 1.0f / sqrtf(squares / (float)C + epsilon);
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      yr[c] = xr[c] * scale * gamma[c];
+    rstd[r] = scale;
+  }
+  return BPT_OK;
+}
+
+/* dx for one row (assigned or added), and dy xhat added into the chunk's partial sums (NULL: not wanted). */
+static void backward_row(const float *x, const float *dy, int64_t C, const float *gamma, float rstd, bool assign,
+                         float *dx, float *gamma_partial) {
+  if (gamma_partial) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      gamma_partial[c] += dy[c] * (x[c] * rstd);
+  }
+  if (!dx) return;
+  float sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_gx)
+  for (int64_t c = 0; c < C; c++)
+    sum_gx += dy[c] * gamma[c] * (x[c] * rstd);
+  const float mean_gx = sum_gx / (float)C;
+  if (assign) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      dx[c] = rstd * (dy[c] * gamma[c] - x[c] * rstd * mean_gx);
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      dx[c] += rstd * (dy[c] * gamma[c] - x[c] * rstd * mean_gx);
+  }
+}
+
+static bpt_status rms_norm_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *out = &node->output;
+  const int64_t C = out->dims[out->rank - 1], rows = out->count / C;
+  const float *x = node->inputs[0].value, *gamma = node->inputs[1].value, *dy = out->grad;
+  const float *rstd = node->saved;
+  float *dx = node->inputs[0].grad, *dgamma = node->inputs[1].grad;
+  const bool assign = node->inputs[0].beta == 0.0f;
+  /* A fixed number of row chunks (not one per thread), each with its own partial sums of dgamma. */
+  const int64_t chunks = rows < 1 ? 1 : rows < BPT_CPU_REDUCTION_CHUNKS ? rows : BPT_CPU_REDUCTION_CHUNKS;
+  float *partials = NULL;
+  if (dgamma) {
+    const size_t floats = (size_t)chunks * (size_t)C;
+    const bpt_status status = bpt_cpu_scratch_reserve(backend, 1, floats);
+    if (status != BPT_OK) return status;
+    partials = ((bpt_cpu_state *)backend->state)->scratch[0];
+    for (size_t i = 0; i < floats; i++)
+      partials[i] = 0.0f;
+  }
+#pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t k = 0; k < chunks; k++)
+    for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++)
+      backward_row(x + r * C, dy + r * C, C, gamma, rstd[r], assign, dx ? dx + r * C : NULL,
+                   dgamma ? partials + k * C : NULL);
+  if (!dgamma) return BPT_OK;
+  /* The chunks' sums in chunk order, into the first chunk's row, then into dgamma. */
+  for (int64_t k = 1; k < chunks; k++) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++)
+      partials[c] += partials[k * C + c];
+  }
+  const bool assign_gamma = node->inputs[1].beta == 0.0f;
+#pragma omp simd
+  for (int64_t c = 0; c < C; c++)
+    dgamma[c] = assign_gamma ? partials[c] : dgamma[c] + partials[c];
+  return BPT_OK;
+}
+
+BPT_REGISTER_KERNELS(cpu, RMS_NORM, rms_norm_forward, rms_norm_backward, NULL);
