@@ -52,11 +52,13 @@ for t in $threads_list; do
     torch_args=(--steps "$steps" --threads "$t" --dtype "$dtype" "${model[@]}")
     if [ -n "$pypi" ]; then
       for mode in "" --compile; do
-        new+=$(run OMP_WAIT_POLICY=passive "$pypi" bench/char_gpt_torch.py "${torch_args[@]}" $mode 2>/dev/null)$'\n'
+        new+=$(run OMP_WAIT_POLICY=passive "$pypi" bench/char_gpt_torch.py "${torch_args[@]}" $mode 2>/dev/null ||
+          echo "failed=1")$'\n'
       done
     fi
     if [ -n "$debian" ]; then
-      old+=$(run OMP_WAIT_POLICY=passive "$debian" bench/char_gpt_torch.py "${torch_args[@]}" 2>/dev/null)$'\n'
+      old+=$(run OMP_WAIT_POLICY=passive "$debian" bench/char_gpt_torch.py "${torch_args[@]}" 2>/dev/null ||
+        echo "failed=1")$'\n'
     fi
   done
   new_rate=$(best "$new" tokens_per_second) old_rate=$(best "$old" tokens_per_second)

@@ -41,6 +41,17 @@ def load_corpus(path):
         return f.read()
 
 
+def attention(q, k, v):
+    """F.scaled_dot_product_attention where the PyTorch has it (2.0 on), else the same arithmetic spelled out
+    (Debian's 1.13): softmax(q k^T / sqrt(D) + causal mask) v."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
 class Block(nn.Module):
     def __init__(self, dim, heads):
         super().__init__()
@@ -57,7 +68,7 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         shape = (n, t, self.heads, c // self.heads)
         q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = attention(q, k, v)
         x = x + self.proj(y.transpose(1, 2).reshape(n, t, c))
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
