@@ -146,23 +146,6 @@ static double validation_loss(bpt_context *context, bpt_graph *graph, const gpt_
   return total / (double)batches;
 }
 
-/* FNV-1a over the parameters' bytes: equal checksums mean bit-identical weights (the resume check). */
-static uint64_t parameter_checksum(bpt_context *context, bpt_graph *graph) {
-  const int64_t count = bpt_graph_parameter_count(graph);
-  float *values = malloc((size_t)count * sizeof *values);
-  if (!values) {
-    fprintf(stderr, "error: out of memory\n");
-    exit(1);
-  }
-  EXAMPLE_CHECK(context, bpt_graph_read_parameters(graph, values, count));
-  uint64_t hash = 1469598103934665603ULL;
-  const unsigned char *bytes = (const unsigned char *)values;
-  for (size_t i = 0; i < (size_t)count * sizeof *values; i++)
-    hash = (hash ^ bytes[i]) * 1099511628211ULL;
-  free(values);
-  return hash;
-}
-
 /* One progress line: redrawn in place on a terminal, printed every `every` steps otherwise (logs, CI). */
 static void progress(long step, long steps, long every, double tokens_per_second, double loss, double rate,
                      bool final) {
@@ -233,13 +216,8 @@ static void generator_open(generator *g, bpt_context *context, bpt_graph *traine
   EXAMPLE_CHECK(context, bpt_graph_create(context, &g->graph));
   build_gpt(context, g->graph, c, false, decode, &g->m);
   EXAMPLE_CHECK(context, bpt_graph_compile(g->graph, NULL, 1));
-  const int64_t parameters = bpt_graph_parameter_count(trained);
-  float *weights = malloc((size_t)parameters * sizeof *weights);
-  if (!weights) {
-    fprintf(stderr, "error: out of memory\n");
-    exit(1);
-  }
-  EXAMPLE_CHECK(context, bpt_graph_read_parameters(trained, weights, parameters));
+  int64_t parameters;
+  float *weights = example_read_parameters(context, trained, &parameters);
   EXAMPLE_CHECK(context, bpt_graph_write_parameters(g->graph, weights, parameters));
   free(weights);
   const int64_t dims[2] = {1, g->length}, logit_dims[3] = {1, g->length, VOCABULARY};
@@ -339,14 +317,13 @@ static bool launched_by_mpi(void) {
 }
 
 static void dump_parameters(bpt_context *context, bpt_graph *graph, const char *path) {
-  const int64_t count = bpt_graph_parameter_count(graph);
-  float *values = malloc((size_t)count * sizeof *values);
-  FILE *file = values ? fopen(path, "wb") : NULL;
+  int64_t count;
+  float *values = example_read_parameters(context, graph, &count);
+  FILE *file = fopen(path, "wb");
   if (!file) {
     fprintf(stderr, "error: --dump-parameters '%s': cannot write it\n", path);
     exit(1);
   }
-  EXAMPLE_CHECK(context, bpt_graph_read_parameters(graph, values, count));
   const bool written = fwrite(values, sizeof *values, (size_t)count, file) == (size_t)count;
   if (fclose(file) != 0 || !written) {
     fprintf(stderr, "error: --dump-parameters '%s': short write\n", path);
@@ -557,7 +534,7 @@ int main(int argc, char **argv) {
     }
     if (step < steps) {
       printf("stopped at step %ld of %ld (--stop-after); continue with --resume\n", step, steps);
-      printf("parameter checksum %016llx\n", (unsigned long long)parameter_checksum(context, graph));
+      printf("parameter checksum %016llx\n", (unsigned long long)example_parameter_checksum(context, graph));
       bpt_optimizer_destroy(optimizer);
       goto done;
     }
@@ -571,7 +548,7 @@ int main(int argc, char **argv) {
     printf("val loss %.4f (mean nats per byte over %ld batches of %ld windows, %.1f s)\n", val, val_batches, c.batch,
            example_seconds() - start);
     example_metrics_epoch(metrics, 1, NAN, NAN, val, NAN, NAN);
-    printf("parameter checksum %016llx\n", (unsigned long long)parameter_checksum(context, graph));
+    printf("parameter checksum %016llx\n", (unsigned long long)example_parameter_checksum(context, graph));
     fflush(stdout);
   }
   const char *dump = example_option(argc, argv, "--dump-parameters");

@@ -23,23 +23,6 @@ static const char usage[] =
     "                    trained of its epoch (its own --batch always does); otherwise it is refused\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
 
-/* FNV-1a over the parameters' bytes: equal checksums mean bit-identical weights. */
-static uint64_t parameter_checksum(bpt_context *context, bpt_graph *graph) {
-  int64_t count = bpt_graph_parameter_count(graph);
-  float *values = malloc((size_t)count * sizeof *values);
-  if (!values) {
-    fprintf(stderr, "error: out of memory\n");
-    exit(1);
-  }
-  EXAMPLE_CHECK(context, bpt_graph_read_parameters(graph, values, count));
-  uint64_t hash = 1469598103934665603ULL;
-  const unsigned char *bytes = (const unsigned char *)values;
-  for (size_t i = 0; i < (size_t)count * sizeof *values; i++)
-    hash = (hash ^ bytes[i]) * 1099511628211ULL;
-  free(values);
-  return hash;
-}
-
 /* The position in the epoch is saved in samples, not batches, so a resume with another --batch is either at
  * the right sample or refused; a count of batches would silently skip or repeat data. The tag bit tells such
  * a count from the batch count that files of earlier versions of this example hold. */
@@ -194,7 +177,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   printf("parameter checksum: %016llx after %lld optimizer steps\n",
-         (unsigned long long)parameter_checksum(context, graph), (long long)bpt_optimizer_step_count(optimizer));
+         (unsigned long long)example_parameter_checksum(context, graph), (long long)bpt_optimizer_step_count(optimizer));
 
   bpt_tensor_destroy(batch_images);
   bpt_tensor_destroy(batch_labels);

@@ -342,3 +342,25 @@ void example_banner(const bpt_context *context, const char *format, ...) {
   example_print_compute_info(context);
   fflush(stdout);
 }
+
+float *example_read_parameters(bpt_context *context, bpt_graph *graph, int64_t *count) {
+  *count = bpt_graph_parameter_count(graph);
+  float *values = malloc((size_t)(*count > 0 ? *count : 1) * sizeof *values);
+  if (!values) {
+    fprintf(stderr, "error: out of memory for %lld parameters\n", (long long)*count);
+    exit(1);
+  }
+  EXAMPLE_CHECK(context, bpt_graph_read_parameters(graph, values, *count));
+  return values;
+}
+
+uint64_t example_parameter_checksum(bpt_context *context, bpt_graph *graph) {
+  int64_t count;
+  float *values = example_read_parameters(context, graph, &count);
+  uint64_t hash = 1469598103934665603ULL;
+  const unsigned char *bytes = (const unsigned char *)values;
+  for (size_t i = 0; i < (size_t)count * sizeof *values; i++)
+    hash = (hash ^ bytes[i]) * 1099511628211ULL;
+  free(values);
+  return hash;
+}

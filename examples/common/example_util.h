@@ -4,6 +4,7 @@
 #define BPT_EXAMPLE_UTIL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "bptrain.h"
@@ -93,6 +94,12 @@ int example_progress_callback(void *data, const bpt_train_progress *progress);
  * adds ", learning rate R" before the time); data is unused. */
 int example_print_epoch(void *data, const bpt_train_epoch *epoch);
 int example_print_epoch_with_rate(void *data, const bpt_train_epoch *epoch);
+
+/* The graph's parameters in declaration order, in memory the caller frees; *count receives how many. Ends the
+ * run with a message on failure, as EXAMPLE_CHECK does. */
+float *example_read_parameters(bpt_context *context, bpt_graph *graph, int64_t *count);
+/* FNV-1a over the parameters' bytes: equal checksums mean bit-identical weights (the resume checks). */
+uint64_t example_parameter_checksum(bpt_context *context, bpt_graph *graph);
 
 /* Prints the graph's model summary (bpt_graph_summary_text) to stdout. */
 void example_print_summary(const bpt_graph *graph);
