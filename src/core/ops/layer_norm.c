@@ -9,47 +9,17 @@
 #include <stdio.h>
 
 #include "bptrain/layers.h"
-#include "core/checked.h"
 #include "core/graph.h"
+#include "core/ops/norm_rows.h"
 
-enum { EPSILON }; /* float attribute */
-
-/* The affine parameters must be unbatched with exactly C values: one scale (and shift) per feature. */
-static bpt_status check_affine(bpt_node *node, const bpt_node *parameter, const char *role, int64_t features) {
-  char shape[96];
-  if (parameter->dtype != BPT_DTYPE_F32)
-    return bpt_node_error(node, BPT_ERR_DTYPE, "%s '%s' must be f32", role, parameter->name);
-  if (parameter->batched || bpt_node_inner_count(parameter) != features)
-    return bpt_node_error(node, BPT_ERR_SHAPE, "%s '%s' has shape %s; expected (%lld), the input's last axis", role,
-                          parameter->name, bpt_shape_string(parameter, shape, sizeof shape), (long long)features);
-  return BPT_OK;
-}
 
 static bpt_status layer_norm_infer_shape(bpt_node *node) {
-  const bpt_node *x = node->inputs[0];
-  char shape[96];
-  BPT_CHECK(bpt_node_infer_elementwise_shape(node));
-  if (x->rank < (x->batched ? 2 : 1))
-    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has shape %s: no feature axis to normalise over", x->name,
-                          bpt_shape_string(x, shape, sizeof shape));
-  const int64_t features = x->dims[x->rank - 1];
-  BPT_CHECK(check_affine(node, node->inputs[1], "gamma", features));
-  if (node->input_count > 2) BPT_CHECK(check_affine(node, node->inputs[2], "beta", features));
-  const float epsilon = node->float_attributes[EPSILON];
-  if (!(epsilon > 0.0f) || !isfinite(epsilon))
-    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "epsilon %g must be finite and > 0", (double)epsilon);
-  return BPT_OK;
+  static const char *const roles[] = {"gamma", "beta"};
+  return bpt_norm_infer_shape(node, roles);
 }
 
-/* Two floats per row for the compiled batch; SIZE_MAX (refused by the memory plan) if that overflows. */
-static size_t layer_norm_saved_bytes(const bpt_node *node) {
-  int64_t rows;
-  const int64_t per_sample = bpt_node_inner_count(node) / node->dims[node->rank - 1];
-  if (!bpt_checked_mul(per_sample, node->batched ? node->graph->max_batch : 1, &rows) ||
-      rows > (int64_t)(BPT_MAX_BYTES / (2 * sizeof(float))))
-    return SIZE_MAX;
-  return (size_t)rows * 2 * sizeof(float);
-}
+/* The pair (mean, 1 / std) per row. */
+static size_t layer_norm_saved_bytes(const bpt_node *node) { return bpt_norm_saved_bytes(node, 2); }
 
 static bpt_status layer_norm_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 

@@ -8,38 +8,17 @@
 #include <stdio.h>
 
 #include "bptrain/layers.h"
-#include "core/checked.h"
 #include "core/graph.h"
+#include "core/ops/norm_rows.h"
 
-enum { EPSILON }; /* float attribute */
 
 static bpt_status rms_norm_infer_shape(bpt_node *node) {
-  const bpt_node *x = node->inputs[0], *gamma = node->inputs[1];
-  char shape[96];
-  BPT_CHECK(bpt_node_infer_elementwise_shape(node));
-  if (x->rank < (x->batched ? 2 : 1))
-    return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has shape %s: no feature axis to normalise over", x->name,
-                          bpt_shape_string(x, shape, sizeof shape));
-  const int64_t features = x->dims[x->rank - 1];
-  if (gamma->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "gamma '%s' must be f32", gamma->name);
-  if (gamma->batched || bpt_node_inner_count(gamma) != features)
-    return bpt_node_error(node, BPT_ERR_SHAPE, "gamma '%s' has shape %s; expected (%lld), the input's last axis",
-                          gamma->name, bpt_shape_string(gamma, shape, sizeof shape), (long long)features);
-  const float epsilon = node->float_attributes[EPSILON];
-  if (!(epsilon > 0.0f) || !isfinite(epsilon))
-    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "epsilon %g must be finite and > 0", (double)epsilon);
-  return BPT_OK;
+  static const char *const roles[] = {"gamma"};
+  return bpt_norm_infer_shape(node, roles);
 }
 
-/* One float per row for the compiled batch; SIZE_MAX (refused by the memory plan) if that overflows. */
-static size_t rms_norm_saved_bytes(const bpt_node *node) {
-  int64_t rows;
-  const int64_t per_sample = bpt_node_inner_count(node) / node->dims[node->rank - 1];
-  if (!bpt_checked_mul(per_sample, node->batched ? node->graph->max_batch : 1, &rows) ||
-      rows > (int64_t)(BPT_MAX_BYTES / sizeof(float)))
-    return SIZE_MAX;
-  return (size_t)rows * sizeof(float);
-}
+/* 1 / rms per row. */
+static size_t rms_norm_saved_bytes(const bpt_node *node) { return bpt_norm_saved_bytes(node, 1); }
 
 static bpt_status rms_norm_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
 
