@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "core/context.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
 static bpt_backend *cpu_backend(bpt_context *context) { return &context->backend; }
@@ -128,13 +129,19 @@ static void softmax_cross_entropy_is_stable(void **state) {
   bpt_backend *backend = cpu_backend(context);
   float logits[6] = {1000.0f, 0.0f, -1000.0f, 3.0f, 1.0f, 2.0f}, probabilities[6], loss = -1.0f;
   int32_t labels[2] = {0, 2};
-  assert_int_equal(bpt_cpu_softmax_cross_entropy_forward(backend, 2, 3, logits, labels, probabilities, &loss), BPT_OK);
+  bpt_kernel_node node = test_kernel_node(BPT_OP_SOFTMAX_CROSS_ENTROPY);
+  node.input_count = 2;
+  node.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, logits, NULL, 2, (const int64_t[]){2, 3});
+  node.inputs[1] = test_kernel_tensor(BPT_DTYPE_I32, labels, NULL, 1, (const int64_t[]){2});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, &loss, NULL, 0, NULL);
+  node.saved = probabilities;
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   double second = log(exp(3.0) + exp(1.0) + exp(2.0)) - 2.0;
   assert_true(fabs(loss - second / 2.0) < 1e-6);
   assert_true(isfinite(probabilities[2]) && probabilities[0] == 1.0f);
   int32_t bad_labels[2] = {0, 3};
-  assert_int_equal(bpt_cpu_softmax_cross_entropy_forward(backend, 2, 3, logits, bad_labels, probabilities, &loss),
-                   BPT_ERR_INVALID_ARGUMENT);
+  node.inputs[1].value = bad_labels;
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(backend->error_message, "label 3"));
   bpt_context_destroy(context);
 }

@@ -19,16 +19,6 @@ bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind,
                                       const float *x, float *y);
 bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
                                        const float *x, const float *y, const float *dy, float *dx);
-bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                 const float *logits, const int32_t *labels, float *probabilities,
-                                                 float *loss);
-bpt_status bpt_cpu_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *probabilities, const int32_t *labels,
-                                                  const float *loss_gradient, float *dlogits);
-bpt_status bpt_cpu_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                               float *loss);
-bpt_status bpt_cpu_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                const float *loss_gradient, float *dprediction, float *dtarget);
 bpt_status bpt_cpu_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_cpu_adam_update(bpt_backend *backend, const bpt_update_args *args);
 

@@ -14,9 +14,14 @@ static double sum_in_order(const double *partial) {
   return total;
 }
 
-bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                 const float *logits, const int32_t *labels, float *probabilities,
-                                                 float *loss) {
+/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens;
+ * saved holds the probabilities (rows, C); the output is the mean loss over the rows. */
+static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
+  const float *logits = x->value;
+  const int32_t *labels = node->inputs[1].value;
+  float *probabilities = node->saved, *loss = node->output.value;
   for (int64_t n = 0; n < batch; n++)
     if (labels[n] < 0 || labels[n] >= classes)
       return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
@@ -45,11 +50,15 @@ bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t b
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *probabilities, const int32_t *labels,
-                                                  const float *loss_gradient, float *dlogits) {
+/* dlogits += dloss / rows (p - onehot(label)). */
+static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
-  const float scale = *loss_gradient / (float)batch;
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
+  const float *probabilities = node->saved;
+  const int32_t *labels = node->inputs[1].value;
+  float *dlogits = x->grad;
+  const float scale = *node->output.grad / (float)batch;
 #pragma omp parallel for if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t n = 0; n < batch; n++) {
     const float *p = probabilities + n * classes;
@@ -60,9 +69,13 @@ bpt_status bpt_cpu_softmax_cross_entropy_backward(bpt_backend *backend, int64_t 
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                               float *loss) {
+BPT_REGISTER_KERNELS(cpu, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
+
+/* mse: prediction and target of one shape (count values); the output is mean((prediction - target)^2). */
+static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = node->inputs[0].value, *target = node->inputs[1].value;
   double partial[LOSS_CHUNKS] = {0};
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int chunk = 0; chunk < LOSS_CHUNKS; chunk++)
@@ -70,14 +83,17 @@ bpt_status bpt_cpu_mse_forward(bpt_backend *backend, int64_t count, const float 
       double difference = (double)prediction[i] - (double)target[i];
       partial[chunk] += difference * difference;
     }
-  *loss = (float)(sum_in_order(partial) / (double)count);
+  *(float *)node->output.value = (float)(sum_in_order(partial) / (double)count);
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                const float *loss_gradient, float *dprediction, float *dtarget) {
+/* dprediction += g and dtarget -= g, g = 2 dloss / count (prediction - target); either gradient may be absent. */
+static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
-  const float scale = 2.0f * *loss_gradient / (float)count;
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = node->inputs[0].value, *target = node->inputs[1].value;
+  float *dprediction = node->inputs[0].grad, *dtarget = node->inputs[1].grad;
+  const float scale = 2.0f * *node->output.grad / (float)count;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++) {
     float g = scale * (prediction[i] - target[i]);
@@ -85,35 +101,6 @@ bpt_status bpt_cpu_mse_backward(bpt_backend *backend, int64_t count, const float
     if (dtarget) dtarget[i] -= g;
   }
   return BPT_OK;
-}
-
-/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens; saved
- * holds the probabilities (rows, C). */
-static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_cpu_softmax_cross_entropy_forward(backend, rows, classes, logits->value, node->inputs[1].value,
-                                               node->saved, node->output.value);
-}
-
-static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_cpu_softmax_cross_entropy_backward(backend, rows, classes, node->saved, node->inputs[1].value,
-                                                node->output.grad, logits->grad);
-}
-
-BPT_REGISTER_KERNELS(cpu, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
-
-static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0];
-  return bpt_cpu_mse_forward(backend, prediction->count, prediction->value, node->inputs[1].value, node->output.value);
-}
-
-static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0], *target = &node->inputs[1];
-  return bpt_cpu_mse_backward(backend, prediction->count, prediction->value, target->value, node->output.grad,
-                              prediction->grad, target->grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, MSE, mse_forward, mse_backward, NULL);

@@ -83,9 +83,14 @@ __global__ void mse_backward_kernel(int64_t count, const float *prediction, cons
   }
 }
 
-bpt_status bpt_cuda_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *logits, const int32_t *labels, float *probabilities,
-                                                  float *loss) {
+// softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens;
+// saved holds the probabilities.
+static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
+  const float *logits = (const float *)x->value;
+  const int32_t *labels = (const int32_t *)node->inputs[1].value;
+  float *probabilities = (float *)node->saved, *loss = (float *)node->output.value;
   bpt_cuda_state *state = bpt_cuda(backend);
   if (batch <= 0 || classes <= 0)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE, "softmax_cross_entropy: batch %lld, classes %lld", (long long)batch,
@@ -100,9 +105,12 @@ bpt_status bpt_cuda_softmax_cross_entropy_forward(bpt_backend *backend, int64_t 
   return bpt_cuda_check_launch(backend, "softmax_cross_entropy_forward (mean)");
 }
 
-bpt_status bpt_cuda_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                   const float *probabilities, const int32_t *labels,
-                                                   const float *loss_gradient, float *dlogits) {
+static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
+  const float *probabilities = (const float *)node->saved, *loss_gradient = node->output.grad;
+  const int32_t *labels = (const int32_t *)node->inputs[1].value;
+  float *dlogits = x->grad;
   bpt_cuda_state *state = bpt_cuda(backend);
   if (batch * classes == 0) return BPT_OK;
   softmax_cross_entropy_backward_kernel<<<bpt_cuda_blocks(state, batch * classes), BPT_CUDA_THREADS, 0,
@@ -111,8 +119,14 @@ bpt_status bpt_cuda_softmax_cross_entropy_backward(bpt_backend *backend, int64_t
   return bpt_cuda_check_launch(backend, "softmax_cross_entropy_backward");
 }
 
-bpt_status bpt_cuda_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                float *loss) {
+BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,
+                     NULL);
+
+// mse: prediction and target of one shape; the output is the mean squared difference.
+static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = (const float *)node->inputs[0].value, *target = (const float *)node->inputs[1].value;
+  float *loss = (float *)node->output.value;
   bpt_cuda_state *state = bpt_cuda(backend);
   if (count <= 0) return bpt_backend_fail(backend, BPT_ERR_SHAPE, "mse: %lld values", (long long)count);
   int64_t blocks = (count + REDUCE_THREADS - 1) / REDUCE_THREADS;
@@ -126,46 +140,16 @@ bpt_status bpt_cuda_mse_forward(bpt_backend *backend, int64_t count, const float
   return bpt_cuda_check_launch(backend, "mse_forward (mean)");
 }
 
-bpt_status bpt_cuda_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                 const float *loss_gradient, float *dprediction, float *dtarget) {
+static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = (const float *)node->inputs[0].value, *target = (const float *)node->inputs[1].value;
+  const float *loss_gradient = node->output.grad;
+  float *dprediction = node->inputs[0].grad, *dtarget = node->inputs[1].grad;
   bpt_cuda_state *state = bpt_cuda(backend);
   if (count == 0 || (!dprediction && !dtarget)) return BPT_OK;
   mse_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
       count, prediction, target, loss_gradient, dprediction, dtarget);
   return bpt_cuda_check_launch(backend, "mse_backward");
-}
-
-// softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens;
-// saved holds the probabilities.
-static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_cuda_softmax_cross_entropy_forward(backend, rows, classes,
-                                                (const float *)logits->value, (const int32_t *)node->inputs[1].value,
-                                                (float *)node->saved, (float *)node->output.value);
-}
-
-static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_cuda_softmax_cross_entropy_backward(backend, rows, classes,
-                                                 (const float *)node->saved, (const int32_t *)node->inputs[1].value,
-                                                 node->output.grad, logits->grad);
-}
-
-BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,
-                     NULL);
-
-static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0];
-  return bpt_cuda_mse_forward(backend, prediction->count, (const float *)prediction->value,
-                              (const float *)node->inputs[1].value, (float *)node->output.value);
-}
-
-static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0], *target = &node->inputs[1];
-  return bpt_cuda_mse_backward(backend, prediction->count, (const float *)prediction->value,
-                               (const float *)target->value, node->output.grad, prediction->grad, target->grad);
 }
 
 BPT_REGISTER_KERNELS(cuda, MSE, mse_forward, mse_backward, NULL);

@@ -43,9 +43,14 @@ static double softmax_cross_entropy_kernel(const bpt_fpga_format *format, int64_
   return total / (double)batch;
 }
 
-bpt_status bpt_fpga_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *logits, const int32_t *labels, float *probabilities,
-                                                  float *loss) {
+/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens; saved
+ * holds the probabilities. */
+static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
+  const float *logits = x->value;
+  const int32_t *labels = node->inputs[1].value;
+  float *probabilities = node->saved, *loss = node->output.value;
   for (int64_t n = 0; n < batch; n++)
     if (labels[n] < 0 || labels[n] >= classes)
       return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
@@ -79,9 +84,12 @@ static void softmax_cross_entropy_backward_kernel(const bpt_fpga_format *format,
   }
 }
 
-bpt_status bpt_fpga_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                   const float *probabilities, const int32_t *labels,
-                                                   const float *loss_gradient, float *dlogits) {
+static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
+  const float *probabilities = node->saved, *loss_gradient = node->output.grad;
+  const int32_t *labels = node->inputs[1].value;
+  float *dlogits = x->grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t lanes = bpt_fpga_lanes(model);
@@ -95,8 +103,13 @@ bpt_status bpt_fpga_softmax_cross_entropy_backward(bpt_backend *backend, int64_t
   return BPT_OK;
 }
 
-bpt_status bpt_fpga_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                float *loss) {
+BPT_REGISTER_KERNELS(fpga, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
+
+/* mse: prediction and target of one shape; the output is the mean squared difference. */
+static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = node->inputs[0].value, *target = node->inputs[1].value;
+  float *loss = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t lanes = bpt_fpga_lanes(model);
@@ -114,8 +127,10 @@ bpt_status bpt_fpga_mse_forward(bpt_backend *backend, int64_t count, const float
   return BPT_OK;
 }
 
-bpt_status bpt_fpga_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                 const float *loss_gradient, float *dprediction, float *dtarget) {
+static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = node->inputs[0].value, *target = node->inputs[1].value, *loss_gradient = node->output.grad;
+  float *dprediction = node->inputs[0].grad, *dtarget = node->inputs[1].grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   const bpt_fpga_format *format = &state->format;
   bpt_fpga_model *model = &state->model;
@@ -135,33 +150,6 @@ bpt_status bpt_fpga_mse_backward(bpt_backend *backend, int64_t count, const floa
     if (dtarget) dtarget[i] = format->fixed ? bpt_fpga_q(format, (double)dtarget[i] - g) : dtarget[i] - g;
   }
   return BPT_OK;
-}
-
-static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_fpga_softmax_cross_entropy_forward(backend, rows, classes, logits->value,
-                                                node->inputs[1].value, node->saved, node->output.value);
-}
-
-static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_fpga_softmax_cross_entropy_backward(backend, rows, classes, node->saved,
-                                                 node->inputs[1].value, node->output.grad, logits->grad);
-}
-
-BPT_REGISTER_KERNELS(fpga, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
-
-static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0];
-  return bpt_fpga_mse_forward(backend, prediction->count, prediction->value, node->inputs[1].value, node->output.value);
-}
-
-static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0], *target = &node->inputs[1];
-  return bpt_fpga_mse_backward(backend, prediction->count, prediction->value, target->value, node->output.grad,
-                               prediction->grad, target->grad);
 }
 
 BPT_REGISTER_KERNELS(fpga, MSE, mse_forward, mse_backward, NULL);
