@@ -1,5 +1,5 @@
 /* Argument structs of the op kernels that several backends implement alike (activations, convolution, batch
- * norm, pooling), and how each is read from a bpt_kernel_node, so the CPU and CUDA op files unpack a node the
+ * norm, pooling, softmax cross-entropy), and how each is read from a bpt_kernel_node, so the CPU and CUDA op files unpack a node the
  * same way. The attribute positions are those the op files in src/core/ops/ set. A new op needs nothing here:
  * its kernels read the node themselves. */
 #ifndef BPT_BACKENDS_KERNEL_ARGS_H
@@ -109,6 +109,35 @@ static inline bpt_pool2d_args bpt_pool2d_args_of(const bpt_kernel_node *node) {
   args.stride_height = global ? 1 : a[2], args.stride_width = global ? 1 : a[3];
   args.padding_height = global ? 0 : a[4], args.padding_width = global ? 0 : a[5];
   return args;
+}
+
+/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens;
+ * saved holds the probabilities (rows, C); the output is the mean loss over the rows. */
+typedef struct bpt_softmax_cross_entropy_args {
+  int64_t rows, classes;
+  const float *logits;
+  const int32_t *labels;
+  float *probabilities;
+} bpt_softmax_cross_entropy_args;
+
+static inline bpt_softmax_cross_entropy_args bpt_softmax_cross_entropy_args_of(const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  bpt_softmax_cross_entropy_args args;
+  args.classes = x->dims[x->rank - 1], args.rows = x->count / args.classes;
+  args.logits = (const float *)x->value, args.labels = (const int32_t *)node->inputs[1].value;
+  args.probabilities = (float *)node->saved;
+  return args;
+}
+
+/* For backends whose labels the host can read: BPT_ERR_INVALID_ARGUMENT naming the first label outside
+ * [0, classes), else BPT_OK. */
+static inline bpt_status bpt_softmax_cross_entropy_check_labels(bpt_backend *backend,
+                                                                const bpt_softmax_cross_entropy_args *args) {
+  for (int64_t n = 0; n < args->rows; n++)
+    if (args->labels[n] < 0 || args->labels[n] >= args->classes)
+      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
+                              args->labels[n], (long long)n, (long long)args->classes);
+  return BPT_OK;
 }
 
 /* relu: int attribute 0 set when the node keeps a 1-bit mask in saved (see relu_mask kernels) rather than

@@ -14,18 +14,15 @@ static double sum_in_order(const double *partial) {
   return total;
 }
 
-/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens;
- * saved holds the probabilities (rows, C); the output is the mean loss over the rows. */
+/* softmax_cross_entropy (kernel_args.h gives the layout). */
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *x = &node->inputs[0];
-  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
-  const float *logits = x->value;
-  const int32_t *labels = node->inputs[1].value;
-  float *probabilities = node->saved, *loss = node->output.value;
-  for (int64_t n = 0; n < batch; n++)
-    if (labels[n] < 0 || labels[n] >= classes)
-      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
-                              labels[n], (long long)n, (long long)classes);
+  const bpt_softmax_cross_entropy_args args = bpt_softmax_cross_entropy_args_of(node);
+  const int64_t batch = args.rows, classes = args.classes;
+  const float *logits = args.logits;
+  const int32_t *labels = args.labels;
+  float *probabilities = args.probabilities, *loss = node->output.value;
+  bpt_status status = bpt_softmax_cross_entropy_check_labels(backend, &args);
+  if (status != BPT_OK) return status;
   double partial[LOSS_CHUNKS] = {0};
 #pragma omp parallel for if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
   for (int chunk = 0; chunk < LOSS_CHUNKS; chunk++)
@@ -53,11 +50,11 @@ static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_
 /* dlogits += dloss / rows (p - onehot(label)). */
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
-  const bpt_kernel_tensor *x = &node->inputs[0];
-  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
-  const float *probabilities = node->saved;
-  const int32_t *labels = node->inputs[1].value;
-  float *dlogits = x->grad;
+  const bpt_softmax_cross_entropy_args args = bpt_softmax_cross_entropy_args_of(node);
+  const int64_t batch = args.rows, classes = args.classes;
+  const float *probabilities = args.probabilities;
+  const int32_t *labels = args.labels;
+  float *dlogits = node->inputs[0].grad;
   const float scale = *node->output.grad / (float)batch;
 #pragma omp parallel for if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t n = 0; n < batch; n++) {

@@ -83,14 +83,13 @@ __global__ void mse_backward_kernel(int64_t count, const float *prediction, cons
   }
 }
 
-// softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens;
-// saved holds the probabilities.
+// softmax_cross_entropy (kernel_args.h gives the layout). Labels stay on the device: a bad one makes the loss NaN.
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *x = &node->inputs[0];
-  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
-  const float *logits = (const float *)x->value;
-  const int32_t *labels = (const int32_t *)node->inputs[1].value;
-  float *probabilities = (float *)node->saved, *loss = (float *)node->output.value;
+  const bpt_softmax_cross_entropy_args args = bpt_softmax_cross_entropy_args_of(node);
+  const int64_t batch = args.rows, classes = args.classes;
+  const float *logits = args.logits;
+  const int32_t *labels = args.labels;
+  float *probabilities = args.probabilities, *loss = (float *)node->output.value;
   bpt_cuda_state *state = bpt_cuda(backend);
   if (batch <= 0 || classes <= 0)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE, "softmax_cross_entropy: batch %lld, classes %lld", (long long)batch,
@@ -106,16 +105,12 @@ static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *x = &node->inputs[0];
-  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
-  const float *probabilities = (const float *)node->saved, *loss_gradient = node->output.grad;
-  const int32_t *labels = (const int32_t *)node->inputs[1].value;
-  float *dlogits = x->grad;
+  const bpt_softmax_cross_entropy_args args = bpt_softmax_cross_entropy_args_of(node);
   bpt_cuda_state *state = bpt_cuda(backend);
-  if (batch * classes == 0) return BPT_OK;
-  softmax_cross_entropy_backward_kernel<<<bpt_cuda_blocks(state, batch * classes), BPT_CUDA_THREADS, 0,
-                                          state->stream>>>(batch, classes, probabilities, labels, loss_gradient,
-                                                           dlogits);
+  if (args.rows * args.classes == 0) return BPT_OK;
+  softmax_cross_entropy_backward_kernel<<<bpt_cuda_blocks(state, args.rows * args.classes), BPT_CUDA_THREADS, 0,
+                                          state->stream>>>(args.rows, args.classes, args.probabilities, args.labels,
+                                                           node->output.grad, node->inputs[0].grad);
   return bpt_cuda_check_launch(backend, "softmax_cross_entropy_backward");
 }
 

@@ -43,27 +43,22 @@ static double softmax_cross_entropy_kernel(const bpt_fpga_format *format, int64_
   return total / (double)batch;
 }
 
-/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens; saved
- * holds the probabilities. */
+/* softmax_cross_entropy (kernel_args.h gives the layout); labels are checked on the host, as the CPU does. */
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *x = &node->inputs[0];
-  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
-  const float *logits = x->value;
-  const int32_t *labels = node->inputs[1].value;
-  float *probabilities = node->saved, *loss = node->output.value;
-  for (int64_t n = 0; n < batch; n++)
-    if (labels[n] < 0 || labels[n] >= classes)
-      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
-                              labels[n], (long long)n, (long long)classes);
+  const bpt_softmax_cross_entropy_args args = bpt_softmax_cross_entropy_args_of(node);
+  bpt_status status = bpt_softmax_cross_entropy_check_labels(backend, &args);
+  if (status != BPT_OK) return status;
+  const int64_t batch = args.rows, classes = args.classes;
+  float *loss = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t cycles = (uint64_t)batch * (2 * loop(model, (uint64_t)classes) + loop(model, (uint64_t)classes - 1));
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_SOFTMAX_CE_FORWARD, cycles,
-                  bpt_fpga_offchip_bytes(model, logits, batch * classes) +
-                      bpt_fpga_offchip_bytes(model, probabilities, batch * classes),
+                  bpt_fpga_offchip_bytes(model, args.logits, batch * classes) +
+                      bpt_fpga_offchip_bytes(model, args.probabilities, batch * classes),
                   (uint64_t)(batch * classes));
-  *loss = bpt_fpga_q(&state->format,
-                     softmax_cross_entropy_kernel(&state->format, batch, classes, logits, labels, probabilities));
+  *loss = bpt_fpga_q(&state->format, softmax_cross_entropy_kernel(&state->format, batch, classes, args.logits,
+                                                                  args.labels, args.probabilities));
   return BPT_OK;
 }
 
@@ -85,21 +80,18 @@ static void softmax_cross_entropy_backward_kernel(const bpt_fpga_format *format,
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *x = &node->inputs[0];
-  const int64_t classes = x->dims[x->rank - 1], batch = x->count / classes;
-  const float *probabilities = node->saved, *loss_gradient = node->output.grad;
-  const int32_t *labels = node->inputs[1].value;
-  float *dlogits = x->grad;
+  const bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
+  float *dlogits = node->inputs[0].grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t lanes = bpt_fpga_lanes(model);
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_SOFTMAX_CE_BACKWARD,
-                  (uint64_t)batch * loop(model, ((uint64_t)classes + lanes - 1) / lanes),
-                  bpt_fpga_offchip_bytes(model, probabilities, batch * classes) +
-                      2 * bpt_fpga_offchip_bytes(model, dlogits, batch * classes),
-                  (uint64_t)(batch * classes));
-  softmax_cross_entropy_backward_kernel(&state->format, batch, classes, probabilities, labels,
-                                        *loss_gradient / (float)batch, dlogits);
+                  (uint64_t)a.rows * loop(model, ((uint64_t)a.classes + lanes - 1) / lanes),
+                  bpt_fpga_offchip_bytes(model, a.probabilities, a.rows * a.classes) +
+                      2 * bpt_fpga_offchip_bytes(model, dlogits, a.rows * a.classes),
+                  (uint64_t)(a.rows * a.classes));
+  softmax_cross_entropy_backward_kernel(&state->format, a.rows, a.classes, a.probabilities, a.labels,
+                                        *node->output.grad / (float)a.rows, dlogits);
   return BPT_OK;
 }
 
