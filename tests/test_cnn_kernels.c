@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "core/context.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
 /* ---- convolution ---- */
@@ -74,6 +75,28 @@ static double max_relative_error(const float *actual, const double *expected, in
   return worst;
 }
 
+/* The conv2d node whose bpt_conv2d_args_of is a: x, weight, bias (NULL: none) and y, with gradients dx, dw, db
+ * (NULL: not wanted); dx is assigned (beta 0) when a->assign_input_gradient. */
+static bpt_kernel_node conv_node(const bpt_conv2d_args *a, float *x, float *w, float *b, float *y, float *dx,
+                                 float *dw, float *db, float *dy) {
+  bpt_kernel_node node = test_kernel_node(BPT_OP_CONV2D);
+  node.input_count = b ? 3 : 2;
+  node.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, x, dx, 4,
+                                      (const int64_t[]){a->batch, a->in_channels, a->in_height, a->in_width});
+  node.inputs[0].beta = a->assign_input_gradient ? 0.0f : 1.0f;
+  node.inputs[1] = test_kernel_tensor(
+      BPT_DTYPE_F32, w, dw, 4,
+      (const int64_t[]){a->out_channels, a->in_channels / a->groups, a->kernel_height, a->kernel_width});
+  if (b) node.inputs[2] = test_kernel_tensor(BPT_DTYPE_F32, b, db, 1, (const int64_t[]){a->out_channels});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, y, dy, 4,
+                                   (const int64_t[]){a->batch, a->out_channels, a->out_height, a->out_width});
+  const int64_t attributes[7] = {a->stride_height,   a->stride_width,   a->padding_height, a->padding_width,
+                                 a->dilation_height, a->dilation_width, a->groups};
+  memcpy(node.int_attributes, attributes, sizeof attributes);
+  node.bf16_products = a->bf16_products;
+  return node;
+}
+
 static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
   a.out_height = out_size(a.in_height, a.kernel_height, a.stride_height, a.padding_height, a.dilation_height);
   a.out_width = out_size(a.in_width, a.kernel_width, a.stride_width, a.padding_width, a.dilation_width);
@@ -105,9 +128,9 @@ static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
 
   reference_conv(&a, x, w, b, ry);
   reference_conv_backward(&a, x, w, dy, rdx, rdw, rdb);
-  assert_int_equal(bpt_cpu_conv2d_forward(backend, &a, x, w, b, y), BPT_OK);
-  assert_int_equal(bpt_cpu_conv2d_backward_data(backend, &a, dy, w, dx), BPT_OK);
-  assert_int_equal(bpt_cpu_conv2d_backward_filter(backend, &a, x, dy, dw, db), BPT_OK);
+  bpt_kernel_node node = conv_node(&a, x, w, b, y, dx, dw, db, dy);
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
+  assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
   print_message(
       "[ conv     ] N%lld C%lld %lldx%lld O%lld k%lldx%lld s%lld p%lld d%lld g%lld: errors %.2g %.2g %.2g %.2g\n",
       (long long)a.batch, (long long)a.in_channels, (long long)a.in_height, (long long)a.in_width,
@@ -128,7 +151,8 @@ static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
   reference_conv_backward(&a, x, w, dy, rdx, rdw, rdb);
   bpt_conv2d_args assigning = a;
   assigning.assign_input_gradient = true;
-  assert_int_equal(bpt_cpu_conv2d_backward_data(backend, &assigning, dy, w, dx), BPT_OK);
+  node = conv_node(&assigning, x, w, b, y, dx, NULL, NULL, dy);
+  assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
   assert_true(max_relative_error(dx, rdx, x_count) < 1e-5);
   free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db);
   free(ry), free(rdx), free(rdw), free(rdb);

@@ -74,12 +74,6 @@ bpt_cpu_loops bpt_cpu_loops_supported(void);
 bpt_cpu_loops bpt_cpu_vector_loops(bpt_backend *backend);
 float *bpt_cpu_scratch(bpt_backend *backend, int slot);
 
-bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                  const float *weight, const float *bias, float *y);
-bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
-                                        const float *weight, float *dx);
-bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                          const float *dy, float *dweight, float *dbias);
 bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
                                       const float *gamma, const float *beta, float *running_mean,
                                       float *running_variance, float *y, float *saved_mean, float *saved_inverse_std);

@@ -150,12 +150,6 @@ bpt_status bpt_cuda_activation_backward(bpt_backend *backend, bpt_activation kin
 bpt_status bpt_cuda_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
 bpt_status bpt_cuda_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_cuda_adam_update(bpt_backend *backend, const bpt_update_args *args);
-bpt_status bpt_cuda_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                   const float *weight, const float *bias, float *y);
-bpt_status bpt_cuda_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
-                                         const float *weight, float *dx);
-bpt_status bpt_cuda_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                           const float *dy, float *dweight, float *dbias);
 void bpt_cuda_conv_plans_destroy(bpt_backend *backend);
 bpt_status bpt_cuda_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
                                        const float *gamma, const float *beta, float *running_mean,
