@@ -32,10 +32,6 @@ bpt_status bpt_cpu_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype
 bpt_status bpt_cpu_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
                                         int32_t *found_nonfinite);
 bpt_status bpt_cpu_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
-bpt_status bpt_cpu_binary_stochastic_forward(bpt_backend *backend, int64_t count, const float *z, float *a,
-                                             uint64_t seed, bool deterministic);
-bpt_status bpt_cpu_binary_stochastic_backward(bpt_backend *backend, int64_t count, bool sigmoid_adjusted,
-                                              const float *z, const float *da, float *dz);
 bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
 bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
                                       float *dx, bool assign);
@@ -102,9 +98,6 @@ bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *a
 bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
                                    const int32_t *argmax, float *dx);
 bpt_status bpt_cpu_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
-bpt_status bpt_cpu_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
-                                   const float *x, float *y, float *mask);
-bpt_status bpt_cpu_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy, float *dx);
 bpt_status bpt_cpu_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
                                      double *sum_of_squares, int64_t *zeros);
 bpt_status bpt_cpu_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);

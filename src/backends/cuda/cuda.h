@@ -166,13 +166,8 @@ bpt_status bpt_cuda_cast(bpt_backend *backend, int64_t count, bpt_dtype source_d
                          bpt_dtype destination_dtype, void *destination, float scale);
 bpt_status bpt_cuda_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
                                          int32_t *found_nonfinite);
-/* Kernels for vtable members that the CNN branch (issue 3: dropout, reduce_statistics, scale_clamp) and the
- * precision branch (issue 4: round_to_dtype, relu_mask, absolute_max) append to backend.h; backend.c lists
- * them in the table once those members are merged (docs/cuda.md gives the lines). Same signatures. */
-bpt_status bpt_cuda_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
-                                    const float *x, float *y, float *mask);
-bpt_status bpt_cuda_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy,
-                                     float *dx);
+/* Kernels of the shared vtable members (reduce_statistics, scale_clamp, round_to_dtype, absolute_max), and the
+ * 1-bit ReLU mask loops that the RELU, ADD_RELU and BATCH_NORM_RELU kernels share. */
 bpt_status bpt_cuda_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
                                       double *sum_of_squares, int64_t *zeros);
 bpt_status bpt_cuda_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);
