@@ -65,9 +65,10 @@ static void bias_kernels_match_reference(void **state) {
       expected[r * COLS + c] = y[r * COLS + c] + bias[c];
       expected_gradient[c] += y[r * COLS + c];
     }
-  assert_int_equal(bpt_cpu_bias_backward(backend, ROWS, COLS, y, gradient), BPT_OK);
+  bpt_kernel_node node = test_linear_bias_node(ROWS, COLS, bias, gradient, y, y);
+  assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
   assert_true(test_relative_error(gradient, expected_gradient, COLS) < 1e-6);
-  assert_int_equal(bpt_cpu_bias_add(backend, ROWS, COLS, bias, y), BPT_OK);
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   assert_true(test_relative_error(y, expected, ROWS * COLS) < 1e-7);
   bpt_context_destroy(context);
 }

@@ -138,13 +138,17 @@ static void elementwise_matches(bool fixed) {
   const double h = p.step / 2;
   float *x = random_values(&random, count, -2.0f, 2.0f), *bias = random_values(&random, cols, -1.0f, 1.0f);
   float *y_cpu = copy_of(x, count), *y_fpga = copy_of(x, count);
-  assert_int_equal(bpt_cpu_bias_add(p.cpu, rows, cols, bias, y_cpu), BPT_OK);
-  assert_int_equal(bpt_fpga_bias_add(p.fpga, rows, cols, bias, y_fpga), BPT_OK);
+  bpt_kernel_node cpu = test_linear_bias_node(rows, cols, bias, NULL, y_cpu, NULL);
+  bpt_kernel_node fpga = test_linear_bias_node(rows, cols, bias, NULL, y_fpga, NULL);
+  assert_int_equal(test_kernel_run(p.cpu, &cpu, false), BPT_OK);
+  assert_int_equal(test_kernel_run(p.fpga, &fpga, false), BPT_OK);
   assert_within(y_fpga, y_cpu, count, fixed ? 3 * h : 0.0, "bias_add");
 
   float *g_cpu = random_values(&random, cols, -1.0f, 1.0f), *g_fpga = copy_of(g_cpu, cols);
-  assert_int_equal(bpt_cpu_bias_backward(p.cpu, rows, cols, x, g_cpu), BPT_OK);
-  assert_int_equal(bpt_fpga_bias_backward(p.fpga, rows, cols, x, g_fpga), BPT_OK);
+  cpu = test_linear_bias_node(rows, cols, bias, g_cpu, y_cpu, x);
+  fpga = test_linear_bias_node(rows, cols, bias, g_fpga, y_fpga, x);
+  assert_int_equal(test_kernel_run(p.cpu, &cpu, true), BPT_OK);
+  assert_int_equal(test_kernel_run(p.fpga, &fpga, true), BPT_OK);
   assert_within(g_fpga, g_cpu, cols, fixed ? (rows + 2) * h : 1e-6, "bias_backward");
 
   const bpt_activation kinds[4] = {BPT_ACTIVATION_RELU, BPT_ACTIVATION_LEAKY_RELU, BPT_ACTIVATION_SIGMOID,

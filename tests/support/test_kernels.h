@@ -35,6 +35,17 @@ static inline bpt_kernel_node test_kernel_node(bpt_op_id op) {
   return node;
 }
 
+/* The part of a linear node its kernels read: the bias (cols) and its gradient, the output y (rows, cols) and
+ * its gradient dy (x and the weight, which only the shared gemm reads, are left empty). */
+static inline bpt_kernel_node test_linear_bias_node(int64_t rows, int64_t cols, float *bias, float *bias_gradient,
+                                                    float *y, float *dy) {
+  bpt_kernel_node node = test_kernel_node(BPT_OP_LINEAR);
+  node.input_count = 3;
+  node.inputs[2] = test_kernel_tensor(BPT_DTYPE_F32, bias, bias_gradient, 1, (const int64_t[]){cols});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, y, dy, 2, (const int64_t[]){rows, cols});
+  return node;
+}
+
 /* Runs the forward (backward false) or backward kernel the backend registered for node->op; a backend without
  * that kernel fails the call with BPT_ERR_UNSUPPORTED. */
 static inline bpt_status test_kernel_run(bpt_backend *backend, const bpt_kernel_node *node, bool backward) {

@@ -12,9 +12,6 @@
 #define BPT_CPU_REDUCTION_CHUNKS 64
 
 bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args);
-bpt_status bpt_cpu_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
-bpt_status bpt_cpu_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                 float *bias_gradient);
 bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
                                       const float *x, float *y);
 bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,

@@ -5,8 +5,13 @@
 
 #include "backends/cpu/cpu.h"
 
-bpt_status bpt_cpu_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y) {
+/* linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
+ * rows the samples or a sequence's tokens. */
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *bias = node->inputs[2].value;
+  float *y = node->output.value;
 #pragma omp parallel for if (rows * cols > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
     float *row = y + r * cols;
@@ -15,9 +20,12 @@ bpt_status bpt_cpu_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, co
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                 float *bias_gradient) {
+/* bias_gradient (out) += the column sums of dy (rows, out). */
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *dy = node->output.grad;
+  float *bias_gradient = node->inputs[2].grad;
   /* Columns are independent, so split them across threads; each thread walks rows in order. */
 #pragma omp parallel for if (rows * cols > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t c0 = 0; c0 < cols; c0 += 64) {
@@ -27,6 +35,8 @@ bpt_status bpt_cpu_bias_backward(bpt_backend *backend, int64_t rows, int64_t col
   }
   return BPT_OK;
 }
+
+BPT_REGISTER_KERNELS(cpu, LINEAR, linear_forward, linear_backward, NULL);
 
 bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
                                       const float *x, float *y) {
@@ -85,21 +95,6 @@ bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind
   return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
 }
 
-/* linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
- * and bias_gradient (out) += the column sums of dy (rows, out); rows are samples, or tokens of a sequence. */
-static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  const int64_t out = y->dims[y->rank - 1];
-  return bpt_cpu_bias_add(backend, y->count / out, out, node->inputs[2].value, y->value);
-}
-
-static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  const int64_t out = y->dims[y->rank - 1];
-  return bpt_cpu_bias_backward(backend, y->count / out, out, y->grad, node->inputs[2].grad);
-}
-
-BPT_REGISTER_KERNELS(cpu, LINEAR, linear_forward, linear_backward, NULL);
 
 /* leaky_relu (slope in float attribute 0), sigmoid and tanh. */
 static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {

@@ -140,9 +140,6 @@ bpt_status bpt_cuda_workspace(bpt_backend *backend, size_t bytes, void **out);
 
 /* Kernels, one file per job. */
 bpt_status bpt_cuda_gemm(bpt_backend *backend, const bpt_gemm_args *args);
-bpt_status bpt_cuda_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
-bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                  float *bias_gradient);
 bpt_status bpt_cuda_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
                                        const float *x, float *y);
 bpt_status bpt_cuda_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,

@@ -100,16 +100,23 @@ __global__ void fill_kernel(int64_t count, float value, float *y) {
   GRID_STRIDE(i, count) y[i] = value;
 }
 
-bpt_status bpt_cuda_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y) {
+// linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
+// rows the samples or a sequence's tokens.
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   bpt_cuda_state *state = bpt_cuda(backend);
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
   if (rows * cols == 0) return BPT_OK;
-  bias_add_kernel<<<bpt_cuda_blocks(state, rows * cols), BPT_CUDA_THREADS, 0, state->stream>>>(rows, cols, bias, y);
+  bias_add_kernel<<<bpt_cuda_blocks(state, rows * cols), BPT_CUDA_THREADS, 0, state->stream>>>(
+      rows, cols, (const float *)node->inputs[2].value, (float *)node->output.value);
   return bpt_cuda_check_launch(backend, "bias_add");
 }
 
-bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                  float *bias_gradient) {
+// bias_gradient (out) += the column sums of dy (rows, out), deterministically (bias_backward_kernel says how).
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   bpt_cuda_state *state = bpt_cuda(backend);
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *dy = node->output.grad;
+  float *bias_gradient = node->inputs[2].grad;
   if (rows == 0 || cols == 0) return BPT_OK;
   // Enough row slices for about two blocks per multiprocessor, each slice at least 64 rows deep.
   int64_t column_blocks = (cols + 31) / 32;
@@ -128,6 +135,8 @@ bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t co
                                                                                          bias_gradient);
   return bpt_cuda_check_launch(backend, "bias_backward (fold)");
 }
+
+BPT_REGISTER_KERNELS(cuda, LINEAR, linear_forward, linear_backward, NULL);
 
 static bool known_activation(bpt_activation kind) {
   return kind == BPT_ACTIVATION_RELU || kind == BPT_ACTIVATION_LEAKY_RELU || kind == BPT_ACTIVATION_SIGMOID ||
@@ -185,18 +194,6 @@ bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, cons
   return bpt_cuda_check_launch(backend, "relu_mask_backward");
 }
 
-// linear's kernels are its bias terms (its products run through the shared gemm).
-static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  return bpt_cuda_bias_add(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], (const float *)node->inputs[2].value, (float *)y->value);
-}
-
-static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  return bpt_cuda_bias_backward(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], y->grad, node->inputs[2].grad);
-}
-
-BPT_REGISTER_KERNELS(cuda, LINEAR, linear_forward, linear_backward, NULL);
 
 // relu with its 1-bit mask (or reading x when the node keeps none), and the other activations.
 static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {

@@ -22,7 +22,12 @@ static void bias_add_kernel(const bpt_fpga_format *format, int64_t rows, int64_t
   }
 }
 
-bpt_status bpt_fpga_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y) {
+/* linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
+ * rows the samples or a sequence's tokens. */
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *bias = node->inputs[2].value;
+  float *y = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t cycles = (uint64_t)rows * loop_cycles(model, (uint64_t)cols);
@@ -57,8 +62,11 @@ static void bias_backward_kernel(const bpt_fpga_format *format, int64_t rows, in
   }
 }
 
-bpt_status bpt_fpga_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                  float *bias_gradient) {
+/* bias_gradient (out) += the column sums of dy (rows, out). */
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *dy = node->output.grad;
+  float *bias_gradient = node->inputs[2].grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t cycles = (uint64_t)rows * loop_cycles(model, (uint64_t)cols);
@@ -164,17 +172,6 @@ bpt_status bpt_fpga_add_scaled(bpt_backend *backend, int64_t count, float alpha,
                   (uint64_t)count);
   add_scaled_kernel(&state->format, count, alpha, x, y);
   return BPT_OK;
-}
-
-/* linear's bias terms (its products run through the shared gemm). */
-static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  return bpt_fpga_bias_add(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], node->inputs[2].value, y->value);
-}
-
-static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  return bpt_fpga_bias_backward(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], y->grad, node->inputs[2].grad);
 }
 
 BPT_REGISTER_KERNELS(fpga, LINEAR, linear_forward, linear_backward, NULL);

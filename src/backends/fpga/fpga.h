@@ -105,9 +105,6 @@ static inline bpt_fpga_state *bpt_fpga_state_of(bpt_backend *backend) { return (
 
 /* Launchers (vtable members). */
 bpt_status bpt_fpga_gemm(bpt_backend *backend, const bpt_gemm_args *args);
-bpt_status bpt_fpga_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
-bpt_status bpt_fpga_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                  float *bias_gradient);
 bpt_status bpt_fpga_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
                                        const float *x, float *y);
 bpt_status bpt_fpga_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
