@@ -406,6 +406,30 @@ static void batch_norm_statistics_match_two_pass(void **state) {
 
 /* ---- pooling ---- */
 
+/* The max_pool2d or avg_pool2d node whose bpt_pool2d_args_of is a: x and y, saved (the winners, NULL for
+ * average pooling), dx and dy. */
+static bpt_kernel_node pool_node(const bpt_pool2d_args *a, float *x, float *y, int32_t *saved, float *dx, float *dy) {
+  bpt_kernel_node node = test_kernel_node(a->kind == BPT_POOL_MAX ? BPT_OP_MAX_POOL2D : BPT_OP_AVG_POOL2D);
+  node.input_count = 1;
+  node.inputs[0] =
+      test_kernel_tensor(BPT_DTYPE_F32, x, dx, 4, (const int64_t[]){a->batch, a->channels, a->in_height, a->in_width});
+  node.output =
+      test_kernel_tensor(BPT_DTYPE_F32, y, dy, 4, (const int64_t[]){a->batch, a->channels, a->out_height, a->out_width});
+  node.saved = saved;
+  const int64_t attributes[6] = {a->kernel_height, a->kernel_width,   a->stride_height,
+                                 a->stride_width,  a->padding_height, a->padding_width};
+  memcpy(node.int_attributes, attributes, sizeof attributes);
+  return node;
+}
+
+/* Forward, then (dx not NULL) backward, of the pooling a describes. */
+static void run_pool(bpt_backend *backend, const bpt_pool2d_args *a, float *x, float *y, int32_t *saved, float *dx,
+                     float *dy) {
+  bpt_kernel_node node = pool_node(a, x, y, saved, dx, dy);
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
+  if (dx) assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
+}
+
 static void max_pool_ties_route_to_first(void **state) {
   (void)state;
   bpt_context *context = test_context(3);
@@ -426,8 +450,7 @@ static void max_pool_ties_route_to_first(void **state) {
                           .kernel_width = 2,
                           .stride_height = 2,
                           .stride_width = 2};
-  assert_int_equal(bpt_cpu_pool2d_forward(backend, &args, x, y, argmax), BPT_OK);
-  assert_int_equal(bpt_cpu_pool2d_backward(backend, &args, dy, argmax, dx), BPT_OK);
+  run_pool(backend, &args, x, y, argmax, dx, dy);
   const float expected[16] = {1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0};
   for (int i = 0; i < 16; i++)
     assert_true(dx[i] == expected[i]);
@@ -452,8 +475,7 @@ static void max_pool_ties_route_to_first(void **state) {
                                  .stride_width = 1,
                                  .padding_height = 1,
                                  .padding_width = 1};
-  assert_int_equal(bpt_cpu_pool2d_forward(backend, &overlapping, plane, out, winners), BPT_OK);
-  assert_int_equal(bpt_cpu_pool2d_backward(backend, &overlapping, d, winners, grad), BPT_OK);
+  run_pool(backend, &overlapping, plane, out, winners, grad, d);
   const float expected_out[9] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
   for (int i = 0; i < 9; i++)
     assert_true(out[i] == expected_out[i]);
@@ -461,7 +483,7 @@ static void max_pool_ties_route_to_first(void **state) {
   /* Average pooling with padding divides by the full window. */
   bpt_pool2d_args average = overlapping;
   average.kind = BPT_POOL_AVERAGE;
-  assert_int_equal(bpt_cpu_pool2d_forward(backend, &average, plane, out, NULL), BPT_OK);
+  run_pool(backend, &average, plane, out, NULL, NULL, NULL);
   assert_true(fabsf(out[0] - (-5 - 4 - 2 - 1) / 9.0f) < 1e-6f);
   bpt_context_destroy(context);
 }
@@ -499,7 +521,7 @@ static void max_pool_pairs_match_window_loop(void **state) {
                             .kernel_width = 2,
                             .stride_height = 2,
                             .stride_width = 2};
-    assert_int_equal(bpt_cpu_pool2d_forward(&context->backend, &args, x, y, argmax), BPT_OK);
+    run_pool(&context->backend, &args, x, y, argmax, NULL, NULL);
     for (int64_t plane = 0; plane < N * C; plane++)
       for (int64_t oh = 0; oh < OH; oh++)
         for (int64_t ow = 0; ow < OW; ow++) {
@@ -545,8 +567,7 @@ static void whole_plane_average_matches_mean(void **state) {
                             .kernel_width = W,
                             .stride_height = H,
                             .stride_width = W};
-    assert_int_equal(bpt_cpu_pool2d_forward(backend, &args, x, y, NULL), BPT_OK);
-    assert_int_equal(bpt_cpu_pool2d_backward(backend, &args, dy, NULL, dx), BPT_OK);
+    run_pool(backend, &args, x, y, NULL, dx, dy);
     for (int64_t p = 0; p < planes; p++) {
       double sum = 0.0;
       for (int64_t i = 0; i < H * W; i++) {

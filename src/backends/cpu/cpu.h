@@ -90,10 +90,6 @@ void bpt_cpu_batch_norm_input_gradient_row(bpt_cpu_loops loops, const float *x, 
 /* y = max(a + b, 0) with relu_mask_forward's bits (relu_mask.c). */
 bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y,
                                          uint8_t *mask);
-bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
-                                  int32_t *argmax);
-bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
-                                   const int32_t *argmax, float *dx);
 bpt_status bpt_cpu_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
 bpt_status bpt_cpu_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
                                      double *sum_of_squares, int64_t *zeros);

@@ -155,10 +155,6 @@ bpt_status bpt_cuda_batch_norm_forward(bpt_backend *backend, const bpt_batch_nor
 bpt_status bpt_cuda_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
                                         const float *dy, const float *gamma, const float *saved_mean,
                                         const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
-bpt_status bpt_cuda_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
-                                   int32_t *argmax);
-bpt_status bpt_cuda_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
-                                    const int32_t *argmax, float *dx);
 bpt_status bpt_cuda_cast(bpt_backend *backend, int64_t count, bpt_dtype source_dtype, const void *source,
                          bpt_dtype destination_dtype, void *destination, float scale);
 bpt_status bpt_cuda_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
