@@ -344,18 +344,24 @@ static void batch_norm_statistics_match_two_pass_on(bpt_cpu_loops loops) {
   float *x = malloc(N * C * S * sizeof *x), *y = malloc(N * C * S * sizeof *y);
   float gamma[C] = {1.5f, 0.5f, -1.0f}, beta[C] = {0.1f, -0.2f, 0.3f};
   float running_mean[C] = {0.5f, 0.5f, 0.5f}, running_variance[C] = {2.0f, 2.0f, 2.0f};
-  float saved_mean[C], saved_inverse_std[C];
+  float saved[2 * C], *saved_mean = saved, *saved_inverse_std = saved + C; /* the node's saved layout */
   test_random random;
   test_random_seed(&random, 2);
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++)
       for (int s = 0; s < S; s++)
         x[(n * C + c) * S + s] = means[c] + spreads[c] * test_random_uniform(&random, -1.0f, 1.0f);
-  bpt_batch_norm_args args = {
-      .batch = N, .channels = C, .spatial = S, .epsilon = 1e-5f, .momentum = 0.1f, .training = true};
-  assert_int_equal(bpt_cpu_batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance, y,
-                                              saved_mean, saved_inverse_std),
-                   BPT_OK);
+  bpt_kernel_node node = test_kernel_node(BPT_OP_BATCH_NORM);
+  node.input_count = 5;
+  float *inputs[5] = {x, gamma, beta, running_mean, running_variance};
+  node.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, x, NULL, 3, (const int64_t[]){N, C, S});
+  for (int i = 1; i < 5; i++)
+    node.inputs[i] = test_kernel_tensor(BPT_DTYPE_F32, inputs[i], NULL, 1, (const int64_t[]){C});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, y, NULL, 3, (const int64_t[]){N, C, S});
+  node.saved = saved;
+  node.float_attributes[0] = 0.1f; /* momentum */
+  node.float_attributes[1] = 1e-5f; /* epsilon */
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   for (int c = 0; c < C; c++) {
     double sum = 0.0, squares = 0.0;
     for (int n = 0; n < N; n++)
@@ -382,11 +388,9 @@ static void batch_norm_statistics_match_two_pass_on(bpt_cpu_loops loops) {
       }
   }
   /* Evaluation mode: normalise with the running statistics and leave them alone. */
-  args.training = false;
+  node.evaluation = true;
   const float frozen_mean[C] = {running_mean[0], running_mean[1], running_mean[2]};
-  assert_int_equal(bpt_cpu_batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance, y,
-                                              saved_mean, saved_inverse_std),
-                   BPT_OK);
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   for (int c = 0; c < C; c++) {
     assert_true(running_mean[c] == frozen_mean[c]);
     const int i = (2 * C + c) * S + 5;

@@ -67,12 +67,6 @@ bpt_cpu_loops bpt_cpu_loops_supported(void);
 bpt_cpu_loops bpt_cpu_vector_loops(bpt_backend *backend);
 float *bpt_cpu_scratch(bpt_backend *backend, int slot);
 
-bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                      const float *gamma, const float *beta, float *running_mean,
-                                      float *running_variance, float *y, float *saved_mean, float *saved_inverse_std);
-bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                       const float *dy, const float *gamma, const float *saved_mean,
-                                       const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
 /* Batch norm's loops over one row of S values (one sample's channel), in batch_norm_rows.c: sums of x - shift
  * and its squares; y = (x - mean) scale + shift; sums of dy and dy (x - mean); dx (+)= scale (dy - mean_dy -
  * (x - mean) coefficient). bits: the row's ReLU mask ((S + 7) / 8 bytes; NULL: no ReLU), written by the

@@ -148,13 +148,6 @@ bpt_status bpt_cuda_add_scaled(bpt_backend *backend, int64_t count, float alpha,
 bpt_status bpt_cuda_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_cuda_adam_update(bpt_backend *backend, const bpt_update_args *args);
 void bpt_cuda_conv_plans_destroy(bpt_backend *backend);
-bpt_status bpt_cuda_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                       const float *gamma, const float *beta, float *running_mean,
-                                       float *running_variance, float *y, float *saved_mean,
-                                       float *saved_inverse_std);
-bpt_status bpt_cuda_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                        const float *dy, const float *gamma, const float *saved_mean,
-                                        const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
 bpt_status bpt_cuda_cast(bpt_backend *backend, int64_t count, bpt_dtype source_dtype, const void *source,
                          bpt_dtype destination_dtype, void *destination, float scale);
 bpt_status bpt_cuda_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
