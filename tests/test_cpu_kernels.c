@@ -97,6 +97,7 @@ static void activations_match_reference(void **state) {
   test_random_fill(&random, dy, count, -1.0f, 1.0f);
   bpt_activation kinds[] = {BPT_ACTIVATION_RELU, BPT_ACTIVATION_LEAKY_RELU, BPT_ACTIVATION_SIGMOID,
                             BPT_ACTIVATION_TANH};
+  const bpt_op_id ops[] = {BPT_OP_RELU, BPT_OP_LEAKY_RELU, BPT_OP_SIGMOID, BPT_OP_TANH};
   for (size_t k = 0; k < 4; k++) {
     for (int64_t i = 0; i < count; i++) {
       expected[i] = (float)reference_activation(kinds[k], x[i]);
@@ -108,9 +109,10 @@ static void activations_match_reference(void **state) {
       dx[i] = 0.5f;
       expected_dx[i] = (float)(0.5 + derivative * dy[i]);
     }
-    assert_int_equal(bpt_cpu_activation_forward(backend, kinds[k], 0.2f, count, x, y), BPT_OK);
+    bpt_kernel_node node = test_activation_node(ops[k], 0.2f, count, x, y, dx, dy);
+    assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
     assert_true(test_relative_error(y, expected, count) < 1e-6);
-    assert_int_equal(bpt_cpu_activation_backward(backend, kinds[k], 0.2f, count, x, y, dy, dx), BPT_OK);
+    assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
     double error = test_relative_error(dx, expected_dx, count);
     if (error > 1e-5) fail_msg("activation %d backward: relative error %g", (int)kinds[k], error);
   }

@@ -151,18 +151,22 @@ static void elementwise_matches(bool fixed) {
   assert_int_equal(test_kernel_run(p.fpga, &fpga, true), BPT_OK);
   assert_within(g_fpga, g_cpu, cols, fixed ? (rows + 2) * h : 1e-6, "bias_backward");
 
-  const bpt_activation kinds[4] = {BPT_ACTIVATION_RELU, BPT_ACTIVATION_LEAKY_RELU, BPT_ACTIVATION_SIGMOID,
-                                   BPT_ACTIVATION_TANH};
+  const bpt_op_id kinds[4] = {BPT_OP_RELU, BPT_OP_LEAKY_RELU, BPT_OP_SIGMOID, BPT_OP_TANH};
   float *dy = random_values(&random, count, -1.0f, 1.0f);
   for (int i = 0; i < 4; i++) {
     float *a_cpu = malloc((size_t)count * sizeof(float)), *a_fpga = malloc((size_t)count * sizeof(float));
-    assert_int_equal(bpt_cpu_activation_forward(p.cpu, kinds[i], 0.1f, count, x, a_cpu), BPT_OK);
-    assert_int_equal(bpt_fpga_activation_forward(p.fpga, kinds[i], 0.1f, count, x, a_fpga), BPT_OK);
+    bpt_kernel_node cpu_node = test_activation_node(kinds[i], 0.1f, count, x, a_cpu, NULL, NULL);
+    bpt_kernel_node fpga_node = test_activation_node(kinds[i], 0.1f, count, x, a_fpga, NULL, NULL);
+    assert_int_equal(test_kernel_run(p.cpu, &cpu_node, false), BPT_OK);
+    assert_int_equal(test_kernel_run(p.fpga, &fpga_node, false), BPT_OK);
     /* Input and output rounded; the derivatives are at most 1, so the input error passes through at most 1x. */
     assert_within(a_fpga, a_cpu, count, fixed ? 2 * h : 1e-7, "activation_forward");
     float *dx_cpu = copy_of(dy, count), *dx_fpga = copy_of(dy, count);
-    assert_int_equal(bpt_cpu_activation_backward(p.cpu, kinds[i], 0.1f, count, x, a_cpu, dy, dx_cpu), BPT_OK);
-    assert_int_equal(bpt_fpga_activation_backward(p.fpga, kinds[i], 0.1f, count, x, a_cpu, dy, dx_fpga), BPT_OK);
+    /* Both backward passes read the CPU's outputs, so only the backward kernels differ. */
+    cpu_node = test_activation_node(kinds[i], 0.1f, count, x, a_cpu, dx_cpu, dy);
+    fpga_node = test_activation_node(kinds[i], 0.1f, count, x, a_cpu, dx_fpga, dy);
+    assert_int_equal(test_kernel_run(p.cpu, &cpu_node, true), BPT_OK);
+    assert_int_equal(test_kernel_run(p.fpga, &fpga_node, true), BPT_OK);
     assert_within(dx_fpga, dx_cpu, count, fixed ? 6 * h : 1e-7, "activation_backward");
     free(a_cpu), free(a_fpga), free(dx_cpu), free(dx_fpga);
   }

@@ -1,9 +1,11 @@
 /* Argument structs of the op kernels that several backends implement alike (activations, convolution, batch
- * norm, pooling, softmax cross-entropy), and how each is read from a bpt_kernel_node, so the CPU and CUDA op files unpack a node the
- * same way. The attribute positions are those the op files in src/core/ops/ set. A new op needs nothing here:
+ * norm, pooling, softmax cross-entropy), and how each is read from a bpt_kernel_node, so the backends' op files
+ * unpack a node the same way. The attribute positions are those the op files in src/core/ops/ set. A new op needs nothing here:
  * its kernels read the node themselves. */
 #ifndef BPT_BACKENDS_KERNEL_ARGS_H
 #define BPT_BACKENDS_KERNEL_ARGS_H
+
+#include <string.h>
 
 #include "backends/backend.h"
 
@@ -143,5 +145,27 @@ static inline bpt_status bpt_softmax_cross_entropy_check_labels(bpt_backend *bac
 /* relu: int attribute 0 set when the node keeps a 1-bit mask in saved (see relu_mask kernels) rather than
  * reading x in backward; the op asks supports with it set first. */
 enum { BPT_RELU_USES_MASK = 0 };
+
+/* For a kernel of node that ends in a ReLU it does not fuse (batch_norm_relu folded into its convolution, or
+ * without a fused kernel): runs the backend's own RELU kernel in place on tensor, forward (y = max(y, 0)) or
+ * backward (dy = dy where y > 0, else 0), keeping the 1-bit mask in mask (NULL: none; backward needs it). */
+static inline bpt_status bpt_kernel_relu_in_place(bpt_backend *backend, const bpt_kernel_node *node,
+                                                  const bpt_kernel_tensor *tensor, uint8_t *mask, bool backward) {
+  const bpt_op_kernels *kernels = backend->vtable->kernels(backend, BPT_OP_RELU);
+  bpt_status (*kernel)(bpt_backend *, const bpt_kernel_node *) =
+      kernels ? (backward ? kernels->backward : kernels->forward) : NULL;
+  if (!kernel) return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "%s: this backend has no relu kernel", node->name);
+  bpt_kernel_node relu;
+  memset(&relu, 0, sizeof relu);
+  relu.op = BPT_OP_RELU;
+  relu.name = node->name;
+  relu.input_count = 1;
+  relu.inputs[0] = *tensor;
+  relu.inputs[0].beta = 0.0f; /* in place: the gradient is replaced */
+  relu.output = *tensor;
+  relu.saved = mask;
+  relu.int_attributes[BPT_RELU_USES_MASK] = mask != NULL;
+  return kernel(backend, &relu);
+}
 
 #endif

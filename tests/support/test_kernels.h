@@ -46,6 +46,18 @@ static inline bpt_kernel_node test_linear_bias_node(int64_t rows, int64_t cols, 
   return node;
 }
 
+/* An element-wise activation node of op (RELU without a mask, LEAKY_RELU with slope, SIGMOID, TANH) over count
+ * values: x and y, with gradients dx and dy (NULL before backward). */
+static inline bpt_kernel_node test_activation_node(bpt_op_id op, float slope, int64_t count, const float *x, float *y,
+                                                   float *dx, float *dy) {
+  bpt_kernel_node node = test_kernel_node(op);
+  node.input_count = 1;
+  node.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, (void *)x, dx, 1, &count);
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, y, dy, 1, &count);
+  node.float_attributes[0] = slope;
+  return node;
+}
+
 /* Runs the forward (backward false) or backward kernel the backend registered for node->op; a backend without
  * that kernel fails the call with BPT_ERR_UNSUPPORTED. */
 static inline bpt_status test_kernel_run(bpt_backend *backend, const bpt_kernel_node *node, bool backward) {

@@ -135,7 +135,7 @@ static bpt_status batch_norm_forward(bpt_backend *backend, const bpt_kernel_node
   const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
   const bool relu = node->op == BPT_OP_BATCH_NORM_RELU;
   if (node->int_attributes[BPT_BATCH_NORM_FOLDED])
-    return relu ? bpt_cpu_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, y->count, y->value, y->value) : BPT_OK;
+    return relu ? bpt_kernel_relu_in_place(backend, node, y, NULL, false) : BPT_OK;
   bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
   if (relu) args.relu_mask = bpt_batch_norm_relu_mask(node);
   return normalise(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value, y->value,

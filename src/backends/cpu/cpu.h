@@ -12,10 +12,6 @@
 #define BPT_CPU_REDUCTION_CHUNKS 64
 
 bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args);
-bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                      const float *x, float *y);
-bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, const float *y, const float *dy, float *dx);
 bpt_status bpt_cpu_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_cpu_adam_update(bpt_backend *backend, const bpt_update_args *args);
 
@@ -29,9 +25,6 @@ bpt_status bpt_cpu_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype
 bpt_status bpt_cpu_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
                                         int32_t *found_nonfinite);
 bpt_status bpt_cpu_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
-bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
-bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                      float *dx, bool assign);
 
 /* cnn (issue 3): scratch memory, convolution, batch norm, pooling, dropout and the training toolkit. */
 #include <stdbool.h>
@@ -81,9 +74,6 @@ void bpt_cpu_batch_norm_gradient_row_sums(bpt_cpu_loops loops, const float *x, c
 void bpt_cpu_batch_norm_input_gradient_row(bpt_cpu_loops loops, const float *x, const float *dy, int64_t S, float mean,
                                            float scale, float mean_dy, float coefficient, const uint8_t *bits,
                                            bool assign, float *dx);
-/* y = max(a + b, 0) with relu_mask_forward's bits (relu_mask.c). */
-bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y,
-                                         uint8_t *mask);
 bpt_status bpt_cpu_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
 bpt_status bpt_cpu_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
                                      double *sum_of_squares, int64_t *zeros);

@@ -1,4 +1,4 @@
-/* Element-wise CPU kernels: bias broadcast and reduction, and the activation pairs.
+/* Element-wise CPU kernels: linear's bias broadcast and reduction, and the leaky_relu, sigmoid and tanh pairs.
  * Loops are flat and OpenMP-parallel above a size threshold so small layers stay single-threaded, and
  * branch-free: a data-dependent branch per element mispredicts half the time on ReLU inputs. */
 #include <math.h>
@@ -38,16 +38,13 @@ static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *n
 
 BPT_REGISTER_KERNELS(cpu, LINEAR, linear_forward, linear_backward, NULL);
 
-bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                      const float *x, float *y) {
+/* leaky_relu (slope in float attribute 0), sigmoid and tanh; relu has its own file (relu_mask.c). */
+static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_activation kind = bpt_activation_of(node->op);
+  const float parameter = node->float_attributes[0], *x = node->inputs[0].value;
+  const int64_t count = node->output.count;
+  float *y = node->output.value;
   switch (kind) {
-  case BPT_ACTIVATION_RELU:
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) {
-      float value = x[i];
-      y[i] = value > 0.0f ? value : 0.0f;
-    }
-    return BPT_OK;
   case BPT_ACTIVATION_LEAKY_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) {
@@ -63,22 +60,18 @@ bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind,
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) y[i] = tanhf(x[i]);
     return BPT_OK;
+  case BPT_ACTIVATION_RELU: break;
   }
-  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "%s: relu is not an activation_forward kernel", node->name);
 }
 
-bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, const float *y, const float *dy, float *dx) {
+static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_activation kind = bpt_activation_of(node->op);
+  const float parameter = node->float_attributes[0], *x = node->inputs[0].value, *y = node->output.value;
+  const float *dy = node->output.grad;
+  const int64_t count = node->output.count;
+  float *dx = node->inputs[0].grad;
   switch (kind) {
-  case BPT_ACTIVATION_RELU:
-    /* A 0/1 factor rather than a select: compilers keep this branch-free and vectorised (the select was
-     * compiled to a scalar branch that mispredicts on every other value). */
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) {
-      float gradient = dy[i]; /* loaded unconditionally so the select vectorises */
-      dx[i] += x[i] > 0.0f ? gradient : 0.0f;
-    }
-    return BPT_OK;
   case BPT_ACTIVATION_LEAKY_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dx[i] += (x[i] > 0.0f ? 1.0f : parameter) * dy[i];
@@ -91,21 +84,9 @@ bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
     return BPT_OK;
+  case BPT_ACTIVATION_RELU: break;
   }
-  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
-}
-
-
-/* leaky_relu (slope in float attribute 0), sigmoid and tanh. */
-static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cpu_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0], node->output.count,
-                                    node->inputs[0].value, node->output.value);
-}
-
-static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cpu_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0],
-                                     node->output.count, node->inputs[0].value, node->output.value, node->output.grad,
-                                     node->inputs[0].grad);
+  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "%s: relu is not an activation_backward kernel", node->name);
 }
 
 static bool activation_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {

@@ -122,15 +122,13 @@ static void activation_backward_kernel(const bpt_fpga_format *format, bpt_activa
   }
 }
 
-static bool known_activation(bpt_activation kind) {
-  return kind == BPT_ACTIVATION_RELU || kind == BPT_ACTIVATION_LEAKY_RELU || kind == BPT_ACTIVATION_SIGMOID ||
-         kind == BPT_ACTIVATION_TANH;
-}
-
-bpt_status bpt_fpga_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, float *y) {
-  if (!known_activation(kind))
-    return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+/* The activations (relu, leaky_relu with its slope in float attribute 0, sigmoid, tanh); ReLU reads x in
+ * backward (this backend keeps no 1-bit masks). */
+static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_activation kind = bpt_activation_of(node->op);
+  const float parameter = node->float_attributes[0], *x = node->inputs[0].value;
+  const int64_t count = node->output.count;
+  float *y = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_FORWARD, loop_cycles(model, (uint64_t)count),
@@ -139,10 +137,12 @@ bpt_status bpt_fpga_activation_forward(bpt_backend *backend, bpt_activation kind
   return BPT_OK;
 }
 
-bpt_status bpt_fpga_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                        const float *x, const float *y, const float *dy, float *dx) {
-  if (!known_activation(kind))
-    return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_activation kind = bpt_activation_of(node->op);
+  const float parameter = node->float_attributes[0], *x = node->inputs[0].value, *y = node->output.value;
+  const float *dy = node->output.grad;
+  const int64_t count = node->output.count;
+  float *dx = node->inputs[0].grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_BACKWARD, loop_cycles(model, (uint64_t)count),
@@ -175,18 +175,6 @@ bpt_status bpt_fpga_add_scaled(bpt_backend *backend, int64_t count, float alpha,
 }
 
 BPT_REGISTER_KERNELS(fpga, LINEAR, linear_forward, linear_backward, NULL);
-
-/* The activations; ReLU reads x in backward (this backend keeps no 1-bit masks). */
-static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_fpga_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0],
-                                     node->output.count, node->inputs[0].value, node->output.value);
-}
-
-static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_fpga_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0],
-                                      node->output.count, node->inputs[0].value, node->output.value, node->output.grad,
-                                      node->inputs[0].grad);
-}
 
 static bool activation_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
   (void)backend;

@@ -105,10 +105,6 @@ static inline bpt_fpga_state *bpt_fpga_state_of(bpt_backend *backend) { return (
 
 /* Launchers (vtable members). */
 bpt_status bpt_fpga_gemm(bpt_backend *backend, const bpt_gemm_args *args);
-bpt_status bpt_fpga_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, float *y);
-bpt_status bpt_fpga_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                        const float *x, const float *y, const float *dy, float *dx);
 bpt_status bpt_fpga_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
 bpt_status bpt_fpga_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_fpga_adam_update(bpt_backend *backend, const bpt_update_args *args);
