@@ -102,14 +102,13 @@ static bpt_status batch_norm_forward(bpt_backend *backend, const bpt_kernel_node
   const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
   const bool relu = node->op == BPT_OP_BATCH_NORM_RELU;
   if (node->int_attributes[BPT_BATCH_NORM_FOLDED])
-    return relu ? bpt_cuda_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, y->count, y->value, y->value)
-                : BPT_OK;
+    return relu ? bpt_kernel_relu_in_place(backend, node, y, NULL, false) : BPT_OK;
   const bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
   bpt_status status =
       normalise(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value, y->value,
                 bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
   if (status == BPT_OK && relu)
-    status = bpt_cuda_relu_mask_forward(backend, y->count, y->value, y->value, relu_mask(node));
+    status = bpt_kernel_relu_in_place(backend, node, y, relu_mask(node), false);
   return status;
 }
 
@@ -117,7 +116,7 @@ static bpt_status batch_norm_backward(bpt_backend *backend, const bpt_kernel_nod
   const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
   const bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
   if (node->op == BPT_OP_BATCH_NORM_RELU) {
-    bpt_status status = bpt_cuda_relu_mask_backward(backend, y->count, relu_mask(node), y->grad, y->grad, true);
+    bpt_status status = bpt_kernel_relu_in_place(backend, node, y, relu_mask(node), true);
     if (status != BPT_OK) return status;
   }
   return normalise_backward(backend, &args, in[0].value, y->grad, in[1].value, bpt_batch_norm_saved_mean(node),

@@ -140,10 +140,6 @@ bpt_status bpt_cuda_workspace(bpt_backend *backend, size_t bytes, void **out);
 
 /* Kernels, one file per job. */
 bpt_status bpt_cuda_gemm(bpt_backend *backend, const bpt_gemm_args *args);
-bpt_status bpt_cuda_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, float *y);
-bpt_status bpt_cuda_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                        const float *x, const float *y, const float *dy, float *dx);
 bpt_status bpt_cuda_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
 bpt_status bpt_cuda_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_cuda_adam_update(bpt_backend *backend, const bpt_update_args *args);
@@ -152,17 +148,14 @@ bpt_status bpt_cuda_cast(bpt_backend *backend, int64_t count, bpt_dtype source_d
                          bpt_dtype destination_dtype, void *destination, float scale);
 bpt_status bpt_cuda_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
                                          int32_t *found_nonfinite);
-/* Kernels of the shared vtable members (reduce_statistics, scale_clamp, round_to_dtype, absolute_max), and the
- * 1-bit ReLU mask loops that the RELU, ADD_RELU and BATCH_NORM_RELU kernels share. */
+/* Kernels of the shared vtable members (reduce_statistics, scale_clamp, round_to_dtype, absolute_max). */
 bpt_status bpt_cuda_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
                                       double *sum_of_squares, int64_t *zeros);
 bpt_status bpt_cuda_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);
 bpt_status bpt_cuda_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values);
-bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
-bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                       float *dx, bool assign);
 bpt_status bpt_cuda_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
-/* Fills count floats with value (batch norm's default gamma and beta). */
+/* Fills count floats with value: a memory helper like memset_zero (batch norm's default gamma and beta), not an
+ * op's kernel. */
 bpt_status bpt_cuda_fill(bpt_backend *backend, int64_t count, float value, float *y);
 
 #ifdef __cplusplus
