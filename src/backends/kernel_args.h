@@ -26,6 +26,24 @@ static inline bpt_activation bpt_activation_of(bpt_op_id op) {
   }
 }
 
+/* An activation node: x -> y over count values, leaky_relu's slope in float attribute 0; dy and dx in backward. */
+typedef struct bpt_activation_args {
+  bpt_activation kind;
+  float parameter;
+  int64_t count;
+  const float *x, *y, *dy;
+  float *dx;
+} bpt_activation_args;
+
+static inline bpt_activation_args bpt_activation_args_of(const bpt_kernel_node *node) {
+  bpt_activation_args args;
+  args.kind = bpt_activation_of(node->op), args.parameter = node->float_attributes[0];
+  args.count = node->output.count;
+  args.x = (const float *)node->inputs[0].value, args.y = (const float *)node->output.value;
+  args.dy = node->output.grad, args.dx = node->inputs[0].grad;
+  return args;
+}
+
 /* 2-D convolution over NCHW tensors with an OIHW weight, (out_channels, in_channels / groups, kh, kw). */
 typedef struct bpt_conv2d_args {
   int64_t batch, in_channels, in_height, in_width;

@@ -40,11 +40,11 @@ BPT_REGISTER_KERNELS(cpu, LINEAR, linear_forward, linear_backward, NULL);
 
 /* leaky_relu (slope in float attribute 0), sigmoid and tanh; relu has its own file (relu_mask.c). */
 static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_activation kind = bpt_activation_of(node->op);
-  const float parameter = node->float_attributes[0], *x = node->inputs[0].value;
-  const int64_t count = node->output.count;
+  const bpt_activation_args a = bpt_activation_args_of(node);
+  const float parameter = a.parameter, *x = a.x;
+  const int64_t count = a.count;
   float *y = node->output.value;
-  switch (kind) {
+  switch (a.kind) {
   case BPT_ACTIVATION_LEAKY_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) {
@@ -66,12 +66,11 @@ static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node
 }
 
 static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_activation kind = bpt_activation_of(node->op);
-  const float parameter = node->float_attributes[0], *x = node->inputs[0].value, *y = node->output.value;
-  const float *dy = node->output.grad;
-  const int64_t count = node->output.count;
-  float *dx = node->inputs[0].grad;
-  switch (kind) {
+  const bpt_activation_args a = bpt_activation_args_of(node);
+  const float parameter = a.parameter, *x = a.x, *y = a.y, *dy = a.dy;
+  const int64_t count = a.count;
+  float *dx = a.dx;
+  switch (a.kind) {
   case BPT_ACTIVATION_LEAKY_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dx[i] += (x[i] > 0.0f ? 1.0f : parameter) * dy[i];

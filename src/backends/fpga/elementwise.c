@@ -125,31 +125,26 @@ static void activation_backward_kernel(const bpt_fpga_format *format, bpt_activa
 /* The activations (relu, leaky_relu with its slope in float attribute 0, sigmoid, tanh); ReLU reads x in
  * backward (this backend keeps no 1-bit masks). */
 static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_activation kind = bpt_activation_of(node->op);
-  const float parameter = node->float_attributes[0], *x = node->inputs[0].value;
-  const int64_t count = node->output.count;
+  const bpt_activation_args a = bpt_activation_args_of(node);
   float *y = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_FORWARD, loop_cycles(model, (uint64_t)count),
-                  bpt_fpga_offchip_bytes(model, x, count) + bpt_fpga_offchip_bytes(model, y, count), (uint64_t)count);
-  activation_forward_kernel(&state->format, kind, parameter, count, x, y);
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_FORWARD, loop_cycles(model, (uint64_t)a.count),
+                  bpt_fpga_offchip_bytes(model, a.x, a.count) + bpt_fpga_offchip_bytes(model, y, a.count),
+                  (uint64_t)a.count);
+  activation_forward_kernel(&state->format, a.kind, a.parameter, a.count, a.x, y);
   return BPT_OK;
 }
 
 static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_activation kind = bpt_activation_of(node->op);
-  const float parameter = node->float_attributes[0], *x = node->inputs[0].value, *y = node->output.value;
-  const float *dy = node->output.grad;
-  const int64_t count = node->output.count;
-  float *dx = node->inputs[0].grad;
+  const bpt_activation_args a = bpt_activation_args_of(node);
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_BACKWARD, loop_cycles(model, (uint64_t)count),
-                  bpt_fpga_offchip_bytes(model, x, count) + bpt_fpga_offchip_bytes(model, y, count) +
-                      bpt_fpga_offchip_bytes(model, dy, count) + 2 * bpt_fpga_offchip_bytes(model, dx, count),
-                  (uint64_t)count);
-  activation_backward_kernel(&state->format, kind, parameter, count, x, y, dy, dx);
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_BACKWARD, loop_cycles(model, (uint64_t)a.count),
+                  bpt_fpga_offchip_bytes(model, a.x, a.count) + bpt_fpga_offchip_bytes(model, a.y, a.count) +
+                      bpt_fpga_offchip_bytes(model, a.dy, a.count) + 2 * bpt_fpga_offchip_bytes(model, a.dx, a.count),
+                  (uint64_t)a.count);
+  activation_backward_kernel(&state->format, a.kind, a.parameter, a.count, a.x, a.y, a.dy, a.dx);
   return BPT_OK;
 }
 
