@@ -1,6 +1,6 @@
-/* The CPU backend's kernels, shared between its files; only backend.c exports anything (the table). The op
- * kernels below are registered per op (BPT_REGISTER_KERNELS in each file) and also called directly by the
- * tests that compare them with references. */
+/* The CPU backend's shared primitives, state and scratch, used across its files; only backend.c exports anything
+ * (the table). Op kernels are not declared here: each is registered (BPT_REGISTER_KERNELS) and static in its
+ * op's file, and tests run them through the table with a node (tests/support/test_kernels.h). */
 #ifndef BPT_CPU_H
 #define BPT_CPU_H
 
