@@ -77,8 +77,8 @@ static double max_relative_error(const float *actual, const double *expected, in
 
 /* The conv2d node whose bpt_conv2d_args_of is a: x, weight, bias (NULL: none) and y, with gradients dx, dw, db
  * (NULL: not wanted); dx is assigned (beta 0) when a->assign_input_gradient. */
-static bpt_kernel_node conv_node(const bpt_conv2d_args *a, float *x, float *w, float *b, float *y, float *dx,
-                                 float *dw, float *db, float *dy) {
+static bpt_kernel_node conv_node(const bpt_conv2d_args *a, float *x, float *w, float *b, float *y, float *dx, float *dw,
+                                 float *db, float *dy) {
   bpt_kernel_node node = test_kernel_node(BPT_OP_CONV2D);
   node.input_count = b ? 3 : 2;
   node.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, x, dx, 4,
@@ -359,7 +359,7 @@ static void batch_norm_statistics_match_two_pass_on(bpt_cpu_loops loops) {
     node.inputs[i] = test_kernel_tensor(BPT_DTYPE_F32, inputs[i], NULL, 1, (const int64_t[]){C});
   node.output = test_kernel_tensor(BPT_DTYPE_F32, y, NULL, 3, (const int64_t[]){N, C, S});
   node.saved = saved;
-  node.float_attributes[0] = 0.1f; /* momentum */
+  node.float_attributes[0] = 0.1f;  /* momentum */
   node.float_attributes[1] = 1e-5f; /* epsilon */
   assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   for (int c = 0; c < C; c++) {
@@ -417,8 +417,8 @@ static bpt_kernel_node pool_node(const bpt_pool2d_args *a, float *x, float *y, i
   node.input_count = 1;
   node.inputs[0] =
       test_kernel_tensor(BPT_DTYPE_F32, x, dx, 4, (const int64_t[]){a->batch, a->channels, a->in_height, a->in_width});
-  node.output =
-      test_kernel_tensor(BPT_DTYPE_F32, y, dy, 4, (const int64_t[]){a->batch, a->channels, a->out_height, a->out_width});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, y, dy, 4,
+                                   (const int64_t[]){a->batch, a->channels, a->out_height, a->out_width});
   node.saved = saved;
   const int64_t attributes[6] = {a->kernel_height, a->kernel_width,   a->stride_height,
                                  a->stride_width,  a->padding_height, a->padding_width};

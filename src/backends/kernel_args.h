@@ -1,7 +1,7 @@
 /* Argument structs of the op kernels that several backends implement alike (activations, convolution, batch
  * norm, pooling, softmax cross-entropy), and how each is read from a bpt_kernel_node, so the backends' op files
- * unpack a node the same way. The attribute positions are those the op files in src/core/ops/ set. A new op needs nothing here:
- * its kernels read the node themselves. */
+ * unpack a node the same way. The attribute positions are those the op files in src/core/ops/ set. A new op needs
+ * nothing here: its kernels read the node themselves. */
 #ifndef BPT_BACKENDS_KERNEL_ARGS_H
 #define BPT_BACKENDS_KERNEL_ARGS_H
 

@@ -104,11 +104,9 @@ static bpt_status batch_norm_forward(bpt_backend *backend, const bpt_kernel_node
   if (node->int_attributes[BPT_BATCH_NORM_FOLDED])
     return relu ? bpt_kernel_relu_in_place(backend, node, y, NULL, false) : BPT_OK;
   const bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
-  bpt_status status =
-      normalise(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value, y->value,
-                bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
-  if (status == BPT_OK && relu)
-    status = bpt_kernel_relu_in_place(backend, node, y, relu_mask(node), false);
+  bpt_status status = normalise(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value,
+                                y->value, bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
+  if (status == BPT_OK && relu) status = bpt_kernel_relu_in_place(backend, node, y, relu_mask(node), false);
   return status;
 }
 

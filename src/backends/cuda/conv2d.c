@@ -304,8 +304,8 @@ static bpt_status conv2d_forward(bpt_backend *backend, const bpt_kernel_node *no
   float *y = node->output.value;
   bpt_cuda_conv_plan *p;
   BPT_CUDA_TRY(find_plan(backend, &args, &p));
-  BPT_CUDA_TRY(choose(backend, p, FORWARD, x, weight,
-                      bytes_of(args.batch, args.out_channels, args.out_height, args.out_width)));
+  BPT_CUDA_TRY(
+      choose(backend, p, FORWARD, x, weight, bytes_of(args.batch, args.out_channels, args.out_height, args.out_width)));
   BPT_CUDA_TRY(execute(backend, p, FORWARD, x, weight, y, 0.0f, "conv2d_forward"));
   if (!bias) return BPT_OK;
   const float one = 1.0f;
@@ -323,9 +323,9 @@ static bpt_status conv2d_backward(bpt_backend *backend, const bpt_kernel_node *n
   bpt_cuda_conv_plan *p;
   BPT_CUDA_TRY(find_plan(backend, &args, &p));
   if (dweight) {
-    BPT_CUDA_TRY(choose(
-        backend, p, BACKWARD_FILTER, x, dy,
-        bytes_of(args.out_channels, args.in_channels / args.groups, args.kernel_height, args.kernel_width)));
+    BPT_CUDA_TRY(
+        choose(backend, p, BACKWARD_FILTER, x, dy,
+               bytes_of(args.out_channels, args.in_channels / args.groups, args.kernel_height, args.kernel_width)));
     BPT_CUDA_TRY(execute(backend, p, BACKWARD_FILTER, x, dy, dweight, 1.0f, "conv2d_backward_filter"));
     const float one = 1.0f;
     if (dbias)

@@ -190,7 +190,6 @@ static bpt_status relu_mask_backward(bpt_backend *backend, int64_t count, const 
   return bpt_cuda_check_launch(backend, "relu_mask_backward");
 }
 
-
 // relu with its 1-bit mask (or reading x when the node keeps none), and the other activations.
 static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
@@ -235,8 +234,8 @@ static bpt_status add_relu_backward(bpt_backend *backend, const bpt_kernel_node 
   for (int i = 0; i < 2; i++) {
     const bpt_kernel_tensor *input = &node->inputs[i];
     if (!input->grad) continue;
-    bpt_status status = relu_mask_backward(backend, y->count, (const uint8_t *)node->saved, y->grad, input->grad,
-                                           input->beta == 0.0f);
+    bpt_status status =
+        relu_mask_backward(backend, y->count, (const uint8_t *)node->saved, y->grad, input->grad, input->beta == 0.0f);
     if (status != BPT_OK) return status;
   }
   return BPT_OK;

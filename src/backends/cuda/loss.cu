@@ -114,8 +114,7 @@ static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt
   return bpt_cuda_check_launch(backend, "softmax_cross_entropy_backward");
 }
 
-BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,
-                     NULL);
+BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
 
 // mse: prediction and target of one shape; the output is the mean squared difference.
 static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
