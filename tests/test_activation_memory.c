@@ -9,10 +9,11 @@
 #include "backends/cpu/cpu.h"
 #include "core/context.h"
 #include "core/graph.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
-/* relu_mask_forward, add_relu_mask_forward and relu_mask_backward (adding and assigning), with the loops
- * of each level the CPU has (AVX-512, AVX2, portable); the count leaves a partial last byte. */
+/* The CPU's 1-bit mask kernels: relu with a mask (forward; backward adding and assigning) and add_relu, with the
+ * loops of each level the CPU has (AVX-512, AVX2, portable); the count leaves a partial last byte. */
 static void relu_mask_kernels_match_reference(void **state) {
   (void)state;
   bpt_context *context = test_context(1);
@@ -29,19 +30,27 @@ static void relu_mask_kernels_match_reference(void **state) {
     ((bpt_cpu_state *)backend->state)->loop_limit = loops;
     for (int i = 0; i < COUNT; i++)
       dx[i] = 0.5f;
-    assert_int_equal(bpt_cpu_relu_mask_forward(backend, COUNT, x, y, mask), BPT_OK);
-    assert_int_equal(bpt_cpu_relu_mask_backward(backend, COUNT, mask, dy, dx, false), BPT_OK);
+    bpt_kernel_node relu = test_activation_node(BPT_OP_RELU, 0.0f, COUNT, x, y, dx, dy);
+    relu.saved = mask;
+    relu.int_attributes[BPT_RELU_USES_MASK] = 1;
+    assert_int_equal(test_kernel_run(backend, &relu, false), BPT_OK);
+    assert_int_equal(test_kernel_run(backend, &relu, true), BPT_OK);
     for (int i = 0; i < COUNT; i++) {
       assert_true(y[i] == (x[i] > 0.0f ? x[i] : 0.0f));
       assert_int_equal((mask[i / 8] >> (i % 8)) & 1, x[i] > 0.0f);
       assert_true(dx[i] == (x[i] > 0.0f ? 0.5f + dy[i] : 0.5f)); /* masked-out elements untouched */
     }
     /* Assigning: dx = dy where the mask is set, 0 elsewhere, whatever dx held. */
-    assert_int_equal(bpt_cpu_relu_mask_backward(backend, COUNT, mask, dy, dx, true), BPT_OK);
+    relu.inputs[0].beta = 0.0f;
+    assert_int_equal(test_kernel_run(backend, &relu, true), BPT_OK);
     for (int i = 0; i < COUNT; i++)
       assert_true(dx[i] == (x[i] > 0.0f ? dy[i] : 0.0f));
     /* The residual join: y = max(x + dy, 0). */
-    assert_int_equal(bpt_cpu_add_relu_mask_forward(backend, COUNT, x, dy, y, mask), BPT_OK);
+    bpt_kernel_node add_relu = relu;
+    add_relu.op = BPT_OP_ADD_RELU;
+    add_relu.input_count = 2;
+    add_relu.inputs[1] = test_kernel_tensor(BPT_DTYPE_F32, dy, NULL, 1, (const int64_t[]){COUNT});
+    assert_int_equal(test_kernel_run(backend, &add_relu, false), BPT_OK);
     for (int i = 0; i < COUNT; i++) {
       const float sum = x[i] + dy[i];
       assert_true(y[i] == (sum > 0.0f ? sum : 0.0f));

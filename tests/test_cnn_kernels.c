@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "core/context.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
 /* ---- convolution ---- */
@@ -74,6 +75,28 @@ static double max_relative_error(const float *actual, const double *expected, in
   return worst;
 }
 
+/* The conv2d node whose bpt_conv2d_args_of is a: x, weight, bias (NULL: none) and y, with gradients dx, dw, db
+ * (NULL: not wanted); dx is assigned (beta 0) when a->assign_input_gradient. */
+static bpt_kernel_node conv_node(const bpt_conv2d_args *a, float *x, float *w, float *b, float *y, float *dx, float *dw,
+                                 float *db, float *dy) {
+  bpt_kernel_node node = test_kernel_node(BPT_OP_CONV2D);
+  node.input_count = b ? 3 : 2;
+  node.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, x, dx, 4,
+                                      (const int64_t[]){a->batch, a->in_channels, a->in_height, a->in_width});
+  node.inputs[0].beta = a->assign_input_gradient ? 0.0f : 1.0f;
+  node.inputs[1] = test_kernel_tensor(
+      BPT_DTYPE_F32, w, dw, 4,
+      (const int64_t[]){a->out_channels, a->in_channels / a->groups, a->kernel_height, a->kernel_width});
+  if (b) node.inputs[2] = test_kernel_tensor(BPT_DTYPE_F32, b, db, 1, (const int64_t[]){a->out_channels});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, y, dy, 4,
+                                   (const int64_t[]){a->batch, a->out_channels, a->out_height, a->out_width});
+  const int64_t attributes[7] = {a->stride_height,   a->stride_width,   a->padding_height, a->padding_width,
+                                 a->dilation_height, a->dilation_width, a->groups};
+  memcpy(node.int_attributes, attributes, sizeof attributes);
+  node.bf16_products = a->bf16_products;
+  return node;
+}
+
 static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
   a.out_height = out_size(a.in_height, a.kernel_height, a.stride_height, a.padding_height, a.dilation_height);
   a.out_width = out_size(a.in_width, a.kernel_width, a.stride_width, a.padding_width, a.dilation_width);
@@ -105,9 +128,9 @@ static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
 
   reference_conv(&a, x, w, b, ry);
   reference_conv_backward(&a, x, w, dy, rdx, rdw, rdb);
-  assert_int_equal(bpt_cpu_conv2d_forward(backend, &a, x, w, b, y), BPT_OK);
-  assert_int_equal(bpt_cpu_conv2d_backward_data(backend, &a, dy, w, dx), BPT_OK);
-  assert_int_equal(bpt_cpu_conv2d_backward_filter(backend, &a, x, dy, dw, db), BPT_OK);
+  bpt_kernel_node node = conv_node(&a, x, w, b, y, dx, dw, db, dy);
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
+  assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
   print_message(
       "[ conv     ] N%lld C%lld %lldx%lld O%lld k%lldx%lld s%lld p%lld d%lld g%lld: errors %.2g %.2g %.2g %.2g\n",
       (long long)a.batch, (long long)a.in_channels, (long long)a.in_height, (long long)a.in_width,
@@ -128,7 +151,8 @@ static void check_conv(bpt_backend *backend, bpt_conv2d_args a, uint64_t seed) {
   reference_conv_backward(&a, x, w, dy, rdx, rdw, rdb);
   bpt_conv2d_args assigning = a;
   assigning.assign_input_gradient = true;
-  assert_int_equal(bpt_cpu_conv2d_backward_data(backend, &assigning, dy, w, dx), BPT_OK);
+  node = conv_node(&assigning, x, w, b, y, dx, NULL, NULL, dy);
+  assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
   assert_true(max_relative_error(dx, rdx, x_count) < 1e-5);
   free(x), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db);
   free(ry), free(rdx), free(rdw), free(rdb);
@@ -320,18 +344,24 @@ static void batch_norm_statistics_match_two_pass_on(bpt_cpu_loops loops) {
   float *x = malloc(N * C * S * sizeof *x), *y = malloc(N * C * S * sizeof *y);
   float gamma[C] = {1.5f, 0.5f, -1.0f}, beta[C] = {0.1f, -0.2f, 0.3f};
   float running_mean[C] = {0.5f, 0.5f, 0.5f}, running_variance[C] = {2.0f, 2.0f, 2.0f};
-  float saved_mean[C], saved_inverse_std[C];
+  float saved[2 * C], *saved_mean = saved, *saved_inverse_std = saved + C; /* the node's saved layout */
   test_random random;
   test_random_seed(&random, 2);
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++)
       for (int s = 0; s < S; s++)
         x[(n * C + c) * S + s] = means[c] + spreads[c] * test_random_uniform(&random, -1.0f, 1.0f);
-  bpt_batch_norm_args args = {
-      .batch = N, .channels = C, .spatial = S, .epsilon = 1e-5f, .momentum = 0.1f, .training = true};
-  assert_int_equal(bpt_cpu_batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance, y,
-                                              saved_mean, saved_inverse_std),
-                   BPT_OK);
+  bpt_kernel_node node = test_kernel_node(BPT_OP_BATCH_NORM);
+  node.input_count = 5;
+  float *inputs[5] = {x, gamma, beta, running_mean, running_variance};
+  node.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, x, NULL, 3, (const int64_t[]){N, C, S});
+  for (int i = 1; i < 5; i++)
+    node.inputs[i] = test_kernel_tensor(BPT_DTYPE_F32, inputs[i], NULL, 1, (const int64_t[]){C});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, y, NULL, 3, (const int64_t[]){N, C, S});
+  node.saved = saved;
+  node.float_attributes[0] = 0.1f;  /* momentum */
+  node.float_attributes[1] = 1e-5f; /* epsilon */
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   for (int c = 0; c < C; c++) {
     double sum = 0.0, squares = 0.0;
     for (int n = 0; n < N; n++)
@@ -358,11 +388,9 @@ static void batch_norm_statistics_match_two_pass_on(bpt_cpu_loops loops) {
       }
   }
   /* Evaluation mode: normalise with the running statistics and leave them alone. */
-  args.training = false;
+  node.evaluation = true;
   const float frozen_mean[C] = {running_mean[0], running_mean[1], running_mean[2]};
-  assert_int_equal(bpt_cpu_batch_norm_forward(backend, &args, x, gamma, beta, running_mean, running_variance, y,
-                                              saved_mean, saved_inverse_std),
-                   BPT_OK);
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   for (int c = 0; c < C; c++) {
     assert_true(running_mean[c] == frozen_mean[c]);
     const int i = (2 * C + c) * S + 5;
@@ -381,6 +409,30 @@ static void batch_norm_statistics_match_two_pass(void **state) {
 }
 
 /* ---- pooling ---- */
+
+/* The max_pool2d or avg_pool2d node whose bpt_pool2d_args_of is a: x and y, saved (the winners, NULL for
+ * average pooling), dx and dy. */
+static bpt_kernel_node pool_node(const bpt_pool2d_args *a, float *x, float *y, int32_t *saved, float *dx, float *dy) {
+  bpt_kernel_node node = test_kernel_node(a->kind == BPT_POOL_MAX ? BPT_OP_MAX_POOL2D : BPT_OP_AVG_POOL2D);
+  node.input_count = 1;
+  node.inputs[0] =
+      test_kernel_tensor(BPT_DTYPE_F32, x, dx, 4, (const int64_t[]){a->batch, a->channels, a->in_height, a->in_width});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, y, dy, 4,
+                                   (const int64_t[]){a->batch, a->channels, a->out_height, a->out_width});
+  node.saved = saved;
+  const int64_t attributes[6] = {a->kernel_height, a->kernel_width,   a->stride_height,
+                                 a->stride_width,  a->padding_height, a->padding_width};
+  memcpy(node.int_attributes, attributes, sizeof attributes);
+  return node;
+}
+
+/* Forward, then (dx not NULL) backward, of the pooling a describes. */
+static void run_pool(bpt_backend *backend, const bpt_pool2d_args *a, float *x, float *y, int32_t *saved, float *dx,
+                     float *dy) {
+  bpt_kernel_node node = pool_node(a, x, y, saved, dx, dy);
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
+  if (dx) assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
+}
 
 static void max_pool_ties_route_to_first(void **state) {
   (void)state;
@@ -402,8 +454,7 @@ static void max_pool_ties_route_to_first(void **state) {
                           .kernel_width = 2,
                           .stride_height = 2,
                           .stride_width = 2};
-  assert_int_equal(bpt_cpu_pool2d_forward(backend, &args, x, y, argmax), BPT_OK);
-  assert_int_equal(bpt_cpu_pool2d_backward(backend, &args, dy, argmax, dx), BPT_OK);
+  run_pool(backend, &args, x, y, argmax, dx, dy);
   const float expected[16] = {1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0};
   for (int i = 0; i < 16; i++)
     assert_true(dx[i] == expected[i]);
@@ -428,8 +479,7 @@ static void max_pool_ties_route_to_first(void **state) {
                                  .stride_width = 1,
                                  .padding_height = 1,
                                  .padding_width = 1};
-  assert_int_equal(bpt_cpu_pool2d_forward(backend, &overlapping, plane, out, winners), BPT_OK);
-  assert_int_equal(bpt_cpu_pool2d_backward(backend, &overlapping, d, winners, grad), BPT_OK);
+  run_pool(backend, &overlapping, plane, out, winners, grad, d);
   const float expected_out[9] = {-1, -1, -1, -1, -1, -1, -1, -1, -1};
   for (int i = 0; i < 9; i++)
     assert_true(out[i] == expected_out[i]);
@@ -437,7 +487,7 @@ static void max_pool_ties_route_to_first(void **state) {
   /* Average pooling with padding divides by the full window. */
   bpt_pool2d_args average = overlapping;
   average.kind = BPT_POOL_AVERAGE;
-  assert_int_equal(bpt_cpu_pool2d_forward(backend, &average, plane, out, NULL), BPT_OK);
+  run_pool(backend, &average, plane, out, NULL, NULL, NULL);
   assert_true(fabsf(out[0] - (-5 - 4 - 2 - 1) / 9.0f) < 1e-6f);
   bpt_context_destroy(context);
 }
@@ -475,7 +525,7 @@ static void max_pool_pairs_match_window_loop(void **state) {
                             .kernel_width = 2,
                             .stride_height = 2,
                             .stride_width = 2};
-    assert_int_equal(bpt_cpu_pool2d_forward(&context->backend, &args, x, y, argmax), BPT_OK);
+    run_pool(&context->backend, &args, x, y, argmax, NULL, NULL);
     for (int64_t plane = 0; plane < N * C; plane++)
       for (int64_t oh = 0; oh < OH; oh++)
         for (int64_t ow = 0; ow < OW; ow++) {
@@ -521,8 +571,7 @@ static void whole_plane_average_matches_mean(void **state) {
                             .kernel_width = W,
                             .stride_height = H,
                             .stride_width = W};
-    assert_int_equal(bpt_cpu_pool2d_forward(backend, &args, x, y, NULL), BPT_OK);
-    assert_int_equal(bpt_cpu_pool2d_backward(backend, &args, dy, NULL, dx), BPT_OK);
+    run_pool(backend, &args, x, y, NULL, dx, dy);
     for (int64_t p = 0; p < planes; p++) {
       double sum = 0.0;
       for (int64_t i = 0; i < H * W; i++) {

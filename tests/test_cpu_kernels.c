@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu.h"
 #include "core/context.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
 static bpt_backend *cpu_backend(bpt_context *context) { return &context->backend; }
@@ -64,9 +65,10 @@ static void bias_kernels_match_reference(void **state) {
       expected[r * COLS + c] = y[r * COLS + c] + bias[c];
       expected_gradient[c] += y[r * COLS + c];
     }
-  assert_int_equal(bpt_cpu_bias_backward(backend, ROWS, COLS, y, gradient), BPT_OK);
+  bpt_kernel_node node = test_linear_bias_node(ROWS, COLS, bias, gradient, y, y);
+  assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
   assert_true(test_relative_error(gradient, expected_gradient, COLS) < 1e-6);
-  assert_int_equal(bpt_cpu_bias_add(backend, ROWS, COLS, bias, y), BPT_OK);
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   assert_true(test_relative_error(y, expected, ROWS * COLS) < 1e-7);
   bpt_context_destroy(context);
 }
@@ -95,6 +97,7 @@ static void activations_match_reference(void **state) {
   test_random_fill(&random, dy, count, -1.0f, 1.0f);
   bpt_activation kinds[] = {BPT_ACTIVATION_RELU, BPT_ACTIVATION_LEAKY_RELU, BPT_ACTIVATION_SIGMOID,
                             BPT_ACTIVATION_TANH};
+  const bpt_op_id ops[] = {BPT_OP_RELU, BPT_OP_LEAKY_RELU, BPT_OP_SIGMOID, BPT_OP_TANH};
   for (size_t k = 0; k < 4; k++) {
     for (int64_t i = 0; i < count; i++) {
       expected[i] = (float)reference_activation(kinds[k], x[i]);
@@ -106,9 +109,10 @@ static void activations_match_reference(void **state) {
       dx[i] = 0.5f;
       expected_dx[i] = (float)(0.5 + derivative * dy[i]);
     }
-    assert_int_equal(bpt_cpu_activation_forward(backend, kinds[k], 0.2f, count, x, y), BPT_OK);
+    bpt_kernel_node node = test_activation_node(ops[k], 0.2f, count, x, y, dx, dy);
+    assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
     assert_true(test_relative_error(y, expected, count) < 1e-6);
-    assert_int_equal(bpt_cpu_activation_backward(backend, kinds[k], 0.2f, count, x, y, dy, dx), BPT_OK);
+    assert_int_equal(test_kernel_run(backend, &node, true), BPT_OK);
     double error = test_relative_error(dx, expected_dx, count);
     if (error > 1e-5) fail_msg("activation %d backward: relative error %g", (int)kinds[k], error);
   }
@@ -128,13 +132,19 @@ static void softmax_cross_entropy_is_stable(void **state) {
   bpt_backend *backend = cpu_backend(context);
   float logits[6] = {1000.0f, 0.0f, -1000.0f, 3.0f, 1.0f, 2.0f}, probabilities[6], loss = -1.0f;
   int32_t labels[2] = {0, 2};
-  assert_int_equal(bpt_cpu_softmax_cross_entropy_forward(backend, 2, 3, logits, labels, probabilities, &loss), BPT_OK);
+  bpt_kernel_node node = test_kernel_node(BPT_OP_SOFTMAX_CROSS_ENTROPY);
+  node.input_count = 2;
+  node.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, logits, NULL, 2, (const int64_t[]){2, 3});
+  node.inputs[1] = test_kernel_tensor(BPT_DTYPE_I32, labels, NULL, 1, (const int64_t[]){2});
+  node.output = test_kernel_tensor(BPT_DTYPE_F32, &loss, NULL, 0, NULL);
+  node.saved = probabilities;
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_OK);
   double second = log(exp(3.0) + exp(1.0) + exp(2.0)) - 2.0;
   assert_true(fabs(loss - second / 2.0) < 1e-6);
   assert_true(isfinite(probabilities[2]) && probabilities[0] == 1.0f);
   int32_t bad_labels[2] = {0, 3};
-  assert_int_equal(bpt_cpu_softmax_cross_entropy_forward(backend, 2, 3, logits, bad_labels, probabilities, &loss),
-                   BPT_ERR_INVALID_ARGUMENT);
+  node.inputs[1].value = bad_labels;
+  assert_int_equal(test_kernel_run(backend, &node, false), BPT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(backend->error_message, "label 3"));
   bpt_context_destroy(context);
 }

@@ -5,6 +5,7 @@
 
 #include "backends/fpga/fpga.h"
 #include "core/context.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
 /* An fpga-sim context with 2 lanes (2 slices x 1), II `ii`, depth 3, everything on chip unless bram is 0,
@@ -114,12 +115,13 @@ static void ping_pong_overlap_charges_the_longer_engine(void **state) {
   bpt_context *context = small_part(1, 1 << 20);
   bpt_backend *backend = &context->backend;
   float a[6] = {1, 2, 3, 4, 5, 6}, b[15] = {0}, c[10] = {0}, x[10] = {0}, y[10];
+  const bpt_kernel_node relu = test_activation_node(BPT_OP_RELU, 0.0f, 10, x, y, NULL, NULL);
   bpt_gemm_args args = {.m = 2, .n = 5, .k = 3, .alpha = 1.0f, .a = a, .lda = 3, .b = b, .ldb = 5, .c = c, .ldc = 5};
   /* Engine 1: the GEMM above, 24 cycles. Engine 0: an activation over 10 values, 5 trips -> 4 + 3 = 7 cycles. */
   assert_int_equal(backend->vtable->engine_select(backend, 1), BPT_OK);
   assert_int_equal(backend->vtable->gemm(backend, &args), BPT_OK);
   assert_int_equal(backend->vtable->engine_select(backend, 0), BPT_OK);
-  assert_int_equal(bpt_fpga_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 10, x, y), BPT_OK);
+  assert_int_equal(test_kernel_run(backend, &relu, false), BPT_OK);
   assert_int_equal(backend->vtable->engine_join(backend), BPT_OK);
   bpt_fpga_report report = report_of(context);
   assert_int_equal(report.cycles, 24);
@@ -127,7 +129,7 @@ static void ping_pong_overlap_charges_the_longer_engine(void **state) {
   assert_int_equal(report.compute_cycles, 31);
   /* The same work without a join is sequential: 24 + 7 more. */
   assert_int_equal(backend->vtable->gemm(backend, &args), BPT_OK);
-  assert_int_equal(bpt_fpga_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 10, x, y), BPT_OK);
+  assert_int_equal(test_kernel_run(backend, &relu, false), BPT_OK);
   assert_int_equal(report_of(context).cycles, 24 + 31);
   assert_int_equal(backend->vtable->engine_select(backend, 2), BPT_ERR_INVALID_ARGUMENT);
   /* Per kernel: two GEMMs of 2 x 5 x 3 = 30 MACs each in 2 x 24 cycles on 2 lanes: utilisation 60 / 96. */

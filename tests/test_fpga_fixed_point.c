@@ -5,6 +5,7 @@
 
 #include "backends/fpga/fpga.h"
 #include "core/context.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
 static bpt_fpga_format fixed(int word, int integer, bpt_fpga_rounding rounding, bpt_fpga_overflow overflow) {
@@ -96,7 +97,8 @@ static void kernels_apply_the_format(void **state) {
   bpt_backend *backend = &context->backend;
   const float x[4] = {10.0f, -3.3f, 0.07f, 2.5f};
   float y[4];
-  assert_int_equal(bpt_fpga_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, 4, x, y), BPT_OK);
+  bpt_kernel_node relu = test_activation_node(BPT_OP_RELU, 0.0f, 4, x, y, NULL, NULL);
+  assert_int_equal(test_kernel_run(backend, &relu, false), BPT_OK);
   assert_true(y[0] == 7.9375f); /* saturated */
   assert_true(y[1] == 0.0f);
   assert_true(y[2] == 0.0625f); /* 0.07 * 16 = 1.12, truncated to 1 */

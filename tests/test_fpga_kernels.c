@@ -7,6 +7,7 @@
 #include "backends/cpu/cpu.h"
 #include "backends/fpga/fpga.h"
 #include "core/context.h"
+#include "test_kernels.h"
 #include "test_support.h"
 
 typedef struct pair {
@@ -137,27 +138,35 @@ static void elementwise_matches(bool fixed) {
   const double h = p.step / 2;
   float *x = random_values(&random, count, -2.0f, 2.0f), *bias = random_values(&random, cols, -1.0f, 1.0f);
   float *y_cpu = copy_of(x, count), *y_fpga = copy_of(x, count);
-  assert_int_equal(bpt_cpu_bias_add(p.cpu, rows, cols, bias, y_cpu), BPT_OK);
-  assert_int_equal(bpt_fpga_bias_add(p.fpga, rows, cols, bias, y_fpga), BPT_OK);
+  bpt_kernel_node cpu = test_linear_bias_node(rows, cols, bias, NULL, y_cpu, NULL);
+  bpt_kernel_node fpga = test_linear_bias_node(rows, cols, bias, NULL, y_fpga, NULL);
+  assert_int_equal(test_kernel_run(p.cpu, &cpu, false), BPT_OK);
+  assert_int_equal(test_kernel_run(p.fpga, &fpga, false), BPT_OK);
   assert_within(y_fpga, y_cpu, count, fixed ? 3 * h : 0.0, "bias_add");
 
   float *g_cpu = random_values(&random, cols, -1.0f, 1.0f), *g_fpga = copy_of(g_cpu, cols);
-  assert_int_equal(bpt_cpu_bias_backward(p.cpu, rows, cols, x, g_cpu), BPT_OK);
-  assert_int_equal(bpt_fpga_bias_backward(p.fpga, rows, cols, x, g_fpga), BPT_OK);
+  cpu = test_linear_bias_node(rows, cols, bias, g_cpu, y_cpu, x);
+  fpga = test_linear_bias_node(rows, cols, bias, g_fpga, y_fpga, x);
+  assert_int_equal(test_kernel_run(p.cpu, &cpu, true), BPT_OK);
+  assert_int_equal(test_kernel_run(p.fpga, &fpga, true), BPT_OK);
   assert_within(g_fpga, g_cpu, cols, fixed ? (rows + 2) * h : 1e-6, "bias_backward");
 
-  const bpt_activation kinds[4] = {BPT_ACTIVATION_RELU, BPT_ACTIVATION_LEAKY_RELU, BPT_ACTIVATION_SIGMOID,
-                                   BPT_ACTIVATION_TANH};
+  const bpt_op_id kinds[4] = {BPT_OP_RELU, BPT_OP_LEAKY_RELU, BPT_OP_SIGMOID, BPT_OP_TANH};
   float *dy = random_values(&random, count, -1.0f, 1.0f);
   for (int i = 0; i < 4; i++) {
     float *a_cpu = malloc((size_t)count * sizeof(float)), *a_fpga = malloc((size_t)count * sizeof(float));
-    assert_int_equal(bpt_cpu_activation_forward(p.cpu, kinds[i], 0.1f, count, x, a_cpu), BPT_OK);
-    assert_int_equal(bpt_fpga_activation_forward(p.fpga, kinds[i], 0.1f, count, x, a_fpga), BPT_OK);
+    bpt_kernel_node cpu_node = test_activation_node(kinds[i], 0.1f, count, x, a_cpu, NULL, NULL);
+    bpt_kernel_node fpga_node = test_activation_node(kinds[i], 0.1f, count, x, a_fpga, NULL, NULL);
+    assert_int_equal(test_kernel_run(p.cpu, &cpu_node, false), BPT_OK);
+    assert_int_equal(test_kernel_run(p.fpga, &fpga_node, false), BPT_OK);
     /* Input and output rounded; the derivatives are at most 1, so the input error passes through at most 1x. */
     assert_within(a_fpga, a_cpu, count, fixed ? 2 * h : 1e-7, "activation_forward");
     float *dx_cpu = copy_of(dy, count), *dx_fpga = copy_of(dy, count);
-    assert_int_equal(bpt_cpu_activation_backward(p.cpu, kinds[i], 0.1f, count, x, a_cpu, dy, dx_cpu), BPT_OK);
-    assert_int_equal(bpt_fpga_activation_backward(p.fpga, kinds[i], 0.1f, count, x, a_cpu, dy, dx_fpga), BPT_OK);
+    /* Both backward passes read the CPU's outputs, so only the backward kernels differ. */
+    cpu_node = test_activation_node(kinds[i], 0.1f, count, x, a_cpu, dx_cpu, dy);
+    fpga_node = test_activation_node(kinds[i], 0.1f, count, x, a_cpu, dx_fpga, dy);
+    assert_int_equal(test_kernel_run(p.cpu, &cpu_node, true), BPT_OK);
+    assert_int_equal(test_kernel_run(p.fpga, &fpga_node, true), BPT_OK);
     assert_within(dx_fpga, dx_cpu, count, fixed ? 6 * h : 1e-7, "activation_backward");
     free(a_cpu), free(a_fpga), free(dx_cpu), free(dx_fpga);
   }
@@ -191,31 +200,48 @@ static void losses_match(bool fixed) {
   float *logits = random_values(&random, batch * classes, -3.0f, 3.0f);
   int32_t labels[5] = {0, 3, 9, 3, 7};
   float p_cpu[50], p_fpga[50], loss_cpu, loss_fpga;
-  assert_int_equal(bpt_cpu_softmax_cross_entropy_forward(p.cpu, batch, classes, logits, labels, p_cpu, &loss_cpu),
-                   BPT_OK);
-  assert_int_equal(bpt_fpga_softmax_cross_entropy_forward(p.fpga, batch, classes, logits, labels, p_fpga, &loss_fpga),
-                   BPT_OK);
+  bpt_kernel_node cpu = test_kernel_node(BPT_OP_SOFTMAX_CROSS_ENTROPY);
+  cpu.input_count = 2;
+  cpu.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, logits, NULL, 2, (const int64_t[]){batch, classes});
+  cpu.inputs[1] = test_kernel_tensor(BPT_DTYPE_I32, labels, NULL, 1, (const int64_t[]){batch});
+  cpu.output = test_kernel_tensor(BPT_DTYPE_F32, &loss_cpu, NULL, 0, NULL);
+  cpu.saved = p_cpu;
+  bpt_kernel_node fpga = cpu;
+  fpga.output.value = &loss_fpga;
+  fpga.saved = p_fpga;
+  assert_int_equal(test_kernel_run(p.cpu, &cpu, false), BPT_OK);
+  assert_int_equal(test_kernel_run(p.fpga, &fpga, false), BPT_OK);
   assert_within(p_fpga, p_cpu, batch * classes, fixed ? 3 * h : 1e-7, "softmax probabilities");
   assert_within(&loss_fpga, &loss_cpu, 1, fixed ? 3 * h : 1e-6, "softmax loss");
   float seed = 0.7f;
   float *d_cpu = random_values(&random, batch * classes, -1.0f, 1.0f), *d_fpga = copy_of(d_cpu, batch * classes);
-  assert_int_equal(bpt_cpu_softmax_cross_entropy_backward(p.cpu, batch, classes, p_cpu, labels, &seed, d_cpu), BPT_OK);
-  assert_int_equal(bpt_fpga_softmax_cross_entropy_backward(p.fpga, batch, classes, p_cpu, labels, &seed, d_fpga),
-                   BPT_OK);
+  /* Both backward passes read the CPU's probabilities, so only the backward kernels differ. */
+  cpu.output.grad = &seed, cpu.inputs[0].grad = d_cpu;
+  fpga.output.grad = &seed, fpga.inputs[0].grad = d_fpga, fpga.saved = p_cpu;
+  assert_int_equal(test_kernel_run(p.cpu, &cpu, true), BPT_OK);
+  assert_int_equal(test_kernel_run(p.fpga, &fpga, true), BPT_OK);
   assert_within(d_fpga, d_cpu, batch * classes, fixed ? 4 * h : 1e-7, "softmax backward");
   int32_t bad[5] = {0, 1, 10, 2, 3};
-  assert_int_equal(bpt_fpga_softmax_cross_entropy_forward(p.fpga, batch, classes, logits, bad, p_fpga, &loss_fpga),
-                   BPT_ERR_INVALID_ARGUMENT);
+  fpga.inputs[1].value = bad, fpga.saved = p_fpga;
+  assert_int_equal(test_kernel_run(p.fpga, &fpga, false), BPT_ERR_INVALID_ARGUMENT);
 
   const int64_t count = 40;
   float *prediction = random_values(&random, count, -1.0f, 1.0f), *target = random_values(&random, count, -1.0f, 1.0f);
   float mse_cpu, mse_fpga;
-  assert_int_equal(bpt_cpu_mse_forward(p.cpu, count, prediction, target, &mse_cpu), BPT_OK);
-  assert_int_equal(bpt_fpga_mse_forward(p.fpga, count, prediction, target, &mse_fpga), BPT_OK);
+  bpt_kernel_node mse = test_kernel_node(BPT_OP_MSE);
+  mse.input_count = 2;
+  mse.inputs[0] = test_kernel_tensor(BPT_DTYPE_F32, prediction, NULL, 1, (const int64_t[]){count});
+  mse.inputs[1] = test_kernel_tensor(BPT_DTYPE_F32, target, NULL, 1, (const int64_t[]){count});
+  mse.output = test_kernel_tensor(BPT_DTYPE_F32, &mse_cpu, &seed, 0, NULL);
+  assert_int_equal(test_kernel_run(p.cpu, &mse, false), BPT_OK);
+  mse.output.value = &mse_fpga;
+  assert_int_equal(test_kernel_run(p.fpga, &mse, false), BPT_OK);
   assert_within(&mse_fpga, &mse_cpu, 1, fixed ? 10 * h : 1e-6, "mse forward");
   float dp_cpu[40] = {0}, dp_fpga[40] = {0}, dt_cpu[40] = {0}, dt_fpga[40] = {0};
-  assert_int_equal(bpt_cpu_mse_backward(p.cpu, count, prediction, target, &seed, dp_cpu, dt_cpu), BPT_OK);
-  assert_int_equal(bpt_fpga_mse_backward(p.fpga, count, prediction, target, &seed, dp_fpga, dt_fpga), BPT_OK);
+  mse.inputs[0].grad = dp_cpu, mse.inputs[1].grad = dt_cpu;
+  assert_int_equal(test_kernel_run(p.cpu, &mse, true), BPT_OK);
+  mse.inputs[0].grad = dp_fpga, mse.inputs[1].grad = dt_fpga;
+  assert_int_equal(test_kernel_run(p.fpga, &mse, true), BPT_OK);
   assert_within(dp_fpga, dp_cpu, count, fixed ? 3 * h : 0.0, "mse backward prediction");
   assert_within(dt_fpga, dt_cpu, count, fixed ? 3 * h : 0.0, "mse backward target");
   free(logits), free(d_cpu), free(d_fpga), free(prediction), free(target);

@@ -1,9 +1,11 @@
 /* Argument structs of the op kernels that several backends implement alike (activations, convolution, batch
- * norm, pooling), and how each is read from a bpt_kernel_node, so the CPU and CUDA op files unpack a node the
- * same way. The attribute positions are those the op files in src/core/ops/ set. A new op needs nothing here:
- * its kernels read the node themselves. */
+ * norm, pooling, softmax cross-entropy), and how each is read from a bpt_kernel_node, so the backends' op files
+ * unpack a node the same way. The attribute positions are those the op files in src/core/ops/ set. A new op needs
+ * nothing here: its kernels read the node themselves. */
 #ifndef BPT_BACKENDS_KERNEL_ARGS_H
 #define BPT_BACKENDS_KERNEL_ARGS_H
+
+#include <string.h>
 
 #include "backends/backend.h"
 
@@ -22,6 +24,24 @@ static inline bpt_activation bpt_activation_of(bpt_op_id op) {
   case BPT_OP_TANH: return BPT_ACTIVATION_TANH;
   default: return BPT_ACTIVATION_RELU;
   }
+}
+
+/* An activation node: x -> y over count values, leaky_relu's slope in float attribute 0; dy and dx in backward. */
+typedef struct bpt_activation_args {
+  bpt_activation kind;
+  float parameter;
+  int64_t count;
+  const float *x, *y, *dy;
+  float *dx;
+} bpt_activation_args;
+
+static inline bpt_activation_args bpt_activation_args_of(const bpt_kernel_node *node) {
+  bpt_activation_args args;
+  args.kind = bpt_activation_of(node->op), args.parameter = node->float_attributes[0];
+  args.count = node->output.count;
+  args.x = (const float *)node->inputs[0].value, args.y = (const float *)node->output.value;
+  args.dy = node->output.grad, args.dx = node->inputs[0].grad;
+  return args;
 }
 
 /* 2-D convolution over NCHW tensors with an OIHW weight, (out_channels, in_channels / groups, kh, kw). */
@@ -111,8 +131,59 @@ static inline bpt_pool2d_args bpt_pool2d_args_of(const bpt_kernel_node *node) {
   return args;
 }
 
+/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens;
+ * saved holds the probabilities (rows, C); the output is the mean loss over the rows. */
+typedef struct bpt_softmax_cross_entropy_args {
+  int64_t rows, classes;
+  const float *logits;
+  const int32_t *labels;
+  float *probabilities;
+} bpt_softmax_cross_entropy_args;
+
+static inline bpt_softmax_cross_entropy_args bpt_softmax_cross_entropy_args_of(const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  bpt_softmax_cross_entropy_args args;
+  args.classes = x->dims[x->rank - 1], args.rows = x->count / args.classes;
+  args.logits = (const float *)x->value, args.labels = (const int32_t *)node->inputs[1].value;
+  args.probabilities = (float *)node->saved;
+  return args;
+}
+
+/* For backends whose labels the host can read: BPT_ERR_INVALID_ARGUMENT naming the first label outside
+ * [0, classes), else BPT_OK. */
+static inline bpt_status bpt_softmax_cross_entropy_check_labels(bpt_backend *backend,
+                                                                const bpt_softmax_cross_entropy_args *args) {
+  for (int64_t n = 0; n < args->rows; n++)
+    if (args->labels[n] < 0 || args->labels[n] >= args->classes)
+      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
+                              args->labels[n], (long long)n, (long long)args->classes);
+  return BPT_OK;
+}
+
 /* relu: int attribute 0 set when the node keeps a 1-bit mask in saved (see relu_mask kernels) rather than
  * reading x in backward; the op asks supports with it set first. */
 enum { BPT_RELU_USES_MASK = 0 };
+
+/* For a kernel of node that ends in a ReLU it does not fuse (batch_norm_relu folded into its convolution, or
+ * without a fused kernel): runs the backend's own RELU kernel in place on tensor, forward (y = max(y, 0)) or
+ * backward (dy = dy where y > 0, else 0), keeping the 1-bit mask in mask (NULL: none; backward needs it). */
+static inline bpt_status bpt_kernel_relu_in_place(bpt_backend *backend, const bpt_kernel_node *node,
+                                                  const bpt_kernel_tensor *tensor, uint8_t *mask, bool backward) {
+  const bpt_op_kernels *kernels = backend->vtable->kernels(backend, BPT_OP_RELU);
+  bpt_status (*kernel)(bpt_backend *, const bpt_kernel_node *) =
+      kernels ? (backward ? kernels->backward : kernels->forward) : NULL;
+  if (!kernel) return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "%s: this backend has no relu kernel", node->name);
+  bpt_kernel_node relu;
+  memset(&relu, 0, sizeof relu);
+  relu.op = BPT_OP_RELU;
+  relu.name = node->name;
+  relu.input_count = 1;
+  relu.inputs[0] = *tensor;
+  relu.inputs[0].beta = 0.0f; /* in place: the gradient is replaced */
+  relu.output = *tensor;
+  relu.saved = mask;
+  relu.int_attributes[BPT_RELU_USES_MASK] = mask != NULL;
+  return kernel(backend, &relu);
+}
 
 #endif

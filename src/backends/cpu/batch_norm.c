@@ -25,9 +25,11 @@ static uint8_t *row_bits(const bpt_batch_norm_args *a, int64_t row) {
   return a->relu_mask ? a->relu_mask + row * ((a->spatial + 7) / 8) : NULL;
 }
 
-bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *a, const float *x,
-                                      const float *gamma, const float *beta, float *running_mean,
-                                      float *running_variance, float *y, float *saved_mean, float *saved_inverse_std) {
+/* y = gamma (x - mean) / sqrt(var + eps) + beta per channel, with the batch's statistics (saved, and folded into
+ * the running ones) in training, the running ones in evaluation; gamma and beta may be NULL (1 and 0). */
+static bpt_status normalise(bpt_backend *backend, const bpt_batch_norm_args *a, const float *x, const float *gamma,
+                            const float *beta, float *running_mean, float *running_variance, float *y,
+                            float *saved_mean, float *saved_inverse_std) {
   const int64_t N = a->batch, C = a->channels, S = a->spatial, count = N * S;
   if (a->training && count < 2)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE,
@@ -80,9 +82,11 @@ bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *a, const float *x,
-                                       const float *dy, const float *gamma, const float *saved_mean,
-                                       const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta) {
+/* The gradients of normalise in training mode, each accumulated (dx assigned under a->assign_input_gradient);
+ * a NULL gradient is not computed. */
+static bpt_status normalise_backward(bpt_backend *backend, const bpt_batch_norm_args *a, const float *x,
+                                     const float *dy, const float *gamma, const float *saved_mean,
+                                     const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta) {
   const int64_t N = a->batch, C = a->channels, S = a->spatial, count = N * S;
   if (!a->training)
     return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED,
@@ -131,20 +135,20 @@ static bpt_status batch_norm_forward(bpt_backend *backend, const bpt_kernel_node
   const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
   const bool relu = node->op == BPT_OP_BATCH_NORM_RELU;
   if (node->int_attributes[BPT_BATCH_NORM_FOLDED])
-    return relu ? bpt_cpu_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, y->count, y->value, y->value) : BPT_OK;
+    return relu ? bpt_kernel_relu_in_place(backend, node, y, NULL, false) : BPT_OK;
   bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
   if (relu) args.relu_mask = bpt_batch_norm_relu_mask(node);
-  return bpt_cpu_batch_norm_forward(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value,
-                                    y->value, bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
+  return normalise(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value, y->value,
+                   bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
 }
 
 static bpt_status batch_norm_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *in = node->inputs;
   bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
   if (node->op == BPT_OP_BATCH_NORM_RELU) args.relu_mask = bpt_batch_norm_relu_mask(node);
-  return bpt_cpu_batch_norm_backward(backend, &args, in[0].value, node->output.grad, in[1].value,
-                                     bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node),
-                                     in[0].grad, in[1].grad, in[2].grad);
+  return normalise_backward(backend, &args, in[0].value, node->output.grad, in[1].value,
+                            bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node), in[0].grad,
+                            in[1].grad, in[2].grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, BATCH_NORM, batch_norm_forward, batch_norm_backward, NULL);

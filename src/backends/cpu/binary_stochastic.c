@@ -6,10 +6,14 @@
 #include "base/number_format.h"
 #include "bptrain/precision.h"
 
-bpt_status bpt_cpu_binary_stochastic_forward(bpt_backend *backend, int64_t count, const float *z, float *a,
-                                             uint64_t seed, bool deterministic) {
+/* binary_stochastic: a = 1 with probability sigmoid(z) (z > 0 when deterministic), else 0. */
+static bpt_status binary_stochastic_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
-  if (deterministic) {
+  const int64_t count = node->output.count;
+  const float *z = node->inputs[0].value;
+  float *a = node->output.value;
+  const uint64_t seed = node->seed;
+  if (node->deterministic) {
     /* sigmoid(z) > 0.5 exactly when z > 0. */
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) a[i] = z[i] > 0.0f ? 1.0f : 0.0f;
@@ -24,9 +28,14 @@ bpt_status bpt_cpu_binary_stochastic_forward(bpt_backend *backend, int64_t count
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_binary_stochastic_backward(bpt_backend *backend, int64_t count, bool sigmoid_adjusted,
-                                              const float *z, const float *da, float *dz) {
+/* The straight-through estimator named by int attribute 0 (bpt_straight_through): dz += da, times
+ * sigmoid'(z) for BPT_STRAIGHT_THROUGH_SIGMOID. */
+static bpt_status binary_stochastic_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
+  const int64_t count = node->output.count;
+  const bool sigmoid_adjusted = node->int_attributes[0] == BPT_STRAIGHT_THROUGH_SIGMOID;
+  const float *z = node->inputs[0].value, *da = node->output.grad;
+  float *dz = node->inputs[0].grad;
   if (!sigmoid_adjusted) {
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dz[i] += da[i];
@@ -38,19 +47,6 @@ bpt_status bpt_cpu_binary_stochastic_backward(bpt_backend *backend, int64_t coun
     dz[i] += da[i] * s * (1.0f - s);
   }
   return BPT_OK;
-}
-
-/* binary_stochastic: int attribute 0 is the straight-through estimator (bpt_straight_through). */
-static bpt_status binary_stochastic_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cpu_binary_stochastic_forward(backend, node->output.count, node->inputs[0].value, node->output.value,
-                                           node->seed, node->deterministic);
-}
-
-static bpt_status binary_stochastic_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bool sigmoid_adjusted = node->int_attributes[0] == BPT_STRAIGHT_THROUGH_SIGMOID;
-  return bpt_cpu_binary_stochastic_backward(backend, node->output.count, sigmoid_adjusted,
-                                            sigmoid_adjusted ? node->inputs[0].value : NULL, node->output.grad,
-                                            node->inputs[0].grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, BINARY_STOCHASTIC, binary_stochastic_forward, binary_stochastic_backward, NULL);

@@ -231,7 +231,7 @@ static void im2col_padded(const bpt_conv2d_args *a, const conv_plan *p, const fl
 }
 
 /* planes (one sample's group channels, padded) = col2im of padded-width columns, for unit strides only (see
- * bpt_cpu_conv2d_backward_data): each row is added, contiguously, at its tap's offset. */
+ * input_gradient): each row is added, contiguously, at its tap's offset. */
 CONV_VECTOR_CLONES static void col2im_padded(const bpt_conv2d_args *a, const conv_plan *p, const float *col, int64_t ld,
                                              float *planes) {
   const int64_t L = p->sample_columns;
@@ -399,8 +399,12 @@ static void forward_chunk(bpt_backend *backend, const bpt_conv2d_args *a, const 
   }
 }
 
-bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *weight,
-                                  const float *bias, float *y) {
+/* conv2d: inputs x (N, C, H, W), weight (O, C / groups, kh, kw) and an optional bias (O); y (N, O, H_out, W_out). */
+static bpt_status conv2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_conv2d_args args = bpt_conv2d_args_of(node), *a = &args;
+  const float *x = node->inputs[0].value, *weight = node->inputs[1].value;
+  const float *bias = node->input_count > 2 ? node->inputs[2].value : NULL;
+  float *y = node->output.value;
   if (bpt_cpu_conv_direct_applies(backend, a, false))
     return bpt_cpu_conv_direct_forward(backend, a, x, weight, bias, y);
   conv_plan p;
@@ -487,8 +491,9 @@ static void data_gradient_chunk(bpt_backend *backend, const bpt_conv2d_args *a, 
   }
 }
 
-bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy,
-                                        const float *weight, float *dx) {
+/* dx (+)= the transposed convolution of dy with the weight (assigned when a->assign_input_gradient). */
+static bpt_status input_gradient(bpt_backend *backend, const bpt_conv2d_args *a, const float *dy, const float *weight,
+                                 float *dx) {
   if (bpt_cpu_conv_direct_applies(backend, a, true))
     return bpt_cpu_conv_direct_backward_data(backend, a, dy, weight, dx);
   /* The lowerings below add into dx. */
@@ -500,7 +505,7 @@ bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_a
   CONV_CHECK(bpt_cpu_conv_plan(backend, a, false, &p));
   conv_scratch layout;
   CONV_CHECK(bpt_cpu_conv_reserve_scratch(backend, &p, p.by_tap ? (size_t)(p.group_out * p.column_rows) : 0, &layout));
-  /* Outside any parallel construct on one thread, as in bpt_cpu_conv2d_forward. */
+  /* Outside any parallel construct on one thread, as in conv2d_forward. */
   if (p.threads > 1) {
 #pragma omp parallel for num_threads(p.threads) schedule(static)
     for (int64_t chunk = 0; chunk < p.chunks; chunk++)
@@ -605,8 +610,9 @@ static void weight_gradient_share(bpt_backend *backend, const bpt_conv2d_args *a
   }
 }
 
-bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *a, const float *x,
-                                          const float *dy, float *dweight, float *dbias) {
+/* dweight += the correlation of x with dy, and dbias (when not NULL) += dy summed per output channel. */
+static bpt_status weight_gradient(bpt_backend *backend, const bpt_conv2d_args *a, const float *x, const float *dy,
+                                  float *dweight, float *dbias) {
   if (bpt_cpu_conv_direct_applies(backend, a, false)) {
     CONV_CHECK(bpt_cpu_conv_direct_backward_filter(backend, a, x, dy, dweight));
     if (dbias) bias_gradient(a, dy, dbias);
@@ -620,7 +626,7 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
   const bool partials = p.threads > 1 || p.by_tap;
   conv_scratch layout;
   CONV_CHECK(bpt_cpu_conv_reserve_scratch(backend, &p, partials ? (size_t)weight_count : 0, &layout));
-  /* Outside any parallel construct on one thread, as in bpt_cpu_conv2d_forward. */
+  /* Outside any parallel construct on one thread, as in conv2d_forward. */
   if (p.threads > 1) {
 #pragma omp parallel num_threads(p.threads)
     weight_gradient_share(backend, a, &p, &layout, x, dy, dweight);
@@ -631,24 +637,15 @@ bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d
   return BPT_OK;
 }
 
-/* conv2d: inputs x, weight and an optional bias; backward computes the weight (and bias) gradient first, then
- * the input gradient, which beta 0 lets overwrite. */
-static bpt_status conv2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_conv2d_args args = bpt_conv2d_args_of(node);
-  return bpt_cpu_conv2d_forward(backend, &args, node->inputs[0].value, node->inputs[1].value,
-                                node->input_count > 2 ? node->inputs[2].value : NULL, node->output.value);
-}
-
+/* The weight (and bias) gradient first, then the input gradient, which beta 0 lets overwrite. */
 static bpt_status conv2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *x = &node->inputs[0], *weight = &node->inputs[1], *dy = &node->output;
   const bpt_conv2d_args args = bpt_conv2d_args_of(node);
-  float *bias_gradient = node->input_count > 2 ? node->inputs[2].grad : NULL;
-  bpt_status status = BPT_OK;
+  const bpt_kernel_tensor *x = &node->inputs[0], *weight = &node->inputs[1];
+  const float *dy = node->output.grad;
   if (weight->grad)
-    status = bpt_cpu_conv2d_backward_filter(backend, &args, x->value, dy->grad, weight->grad, bias_gradient);
-  if (status == BPT_OK && x->grad)
-    status = bpt_cpu_conv2d_backward_data(backend, &args, dy->grad, weight->value, x->grad);
-  return status;
+    CONV_CHECK(weight_gradient(backend, &args, x->value, dy, weight->grad,
+                               node->input_count > 2 ? node->inputs[2].grad : NULL));
+  return x->grad ? input_gradient(backend, &args, dy, weight->value, x->grad) : BPT_OK;
 }
 
 BPT_REGISTER_KERNELS(cpu, CONV2D, conv2d_forward, conv2d_backward, NULL);

@@ -9,7 +9,7 @@
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm_bf16.h"
 
-/* The data gradient passes strided_phases = false: see bpt_cpu_conv2d_backward_data in conv2d.c. */
+/* The data gradient passes strided_phases = false: see input_gradient in conv2d.c. */
 bpt_status bpt_cpu_conv_plan(bpt_backend *backend, const bpt_conv2d_args *a, bool strided_phases, conv_plan *p) {
   if (a->groups < 1 || a->in_channels % a->groups || a->out_channels % a->groups)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE,

@@ -1,6 +1,6 @@
-/* The CPU backend's kernels, shared between its files; only backend.c exports anything (the table). The op
- * kernels below are registered per op (BPT_REGISTER_KERNELS in each file) and also called directly by the
- * tests that compare them with references. */
+/* The CPU backend's shared primitives, state and scratch, used across its files; only backend.c exports anything
+ * (the table). Op kernels are not declared here: each is registered (BPT_REGISTER_KERNELS) and static in its
+ * op's file, and tests run them through the table with a node (tests/support/test_kernels.h). */
 #ifndef BPT_CPU_H
 #define BPT_CPU_H
 
@@ -12,23 +12,6 @@
 #define BPT_CPU_REDUCTION_CHUNKS 64
 
 bpt_status bpt_cpu_gemm(bpt_backend *backend, const bpt_gemm_args *args);
-bpt_status bpt_cpu_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
-bpt_status bpt_cpu_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                 float *bias_gradient);
-bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                      const float *x, float *y);
-bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, const float *y, const float *dy, float *dx);
-bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                 const float *logits, const int32_t *labels, float *probabilities,
-                                                 float *loss);
-bpt_status bpt_cpu_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *probabilities, const int32_t *labels,
-                                                  const float *loss_gradient, float *dlogits);
-bpt_status bpt_cpu_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                               float *loss);
-bpt_status bpt_cpu_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                const float *loss_gradient, float *dprediction, float *dtarget);
 bpt_status bpt_cpu_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_cpu_adam_update(bpt_backend *backend, const bpt_update_args *args);
 
@@ -42,13 +25,6 @@ bpt_status bpt_cpu_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype
 bpt_status bpt_cpu_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
                                         int32_t *found_nonfinite);
 bpt_status bpt_cpu_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
-bpt_status bpt_cpu_binary_stochastic_forward(bpt_backend *backend, int64_t count, const float *z, float *a,
-                                             uint64_t seed, bool deterministic);
-bpt_status bpt_cpu_binary_stochastic_backward(bpt_backend *backend, int64_t count, bool sigmoid_adjusted,
-                                              const float *z, const float *da, float *dz);
-bpt_status bpt_cpu_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
-bpt_status bpt_cpu_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                      float *dx, bool assign);
 
 /* cnn (issue 3): scratch memory, convolution, batch norm, pooling, dropout and the training toolkit. */
 #include <stdbool.h>
@@ -84,18 +60,6 @@ bpt_cpu_loops bpt_cpu_loops_supported(void);
 bpt_cpu_loops bpt_cpu_vector_loops(bpt_backend *backend);
 float *bpt_cpu_scratch(bpt_backend *backend, int slot);
 
-bpt_status bpt_cpu_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                  const float *weight, const float *bias, float *y);
-bpt_status bpt_cpu_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
-                                        const float *weight, float *dx);
-bpt_status bpt_cpu_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                          const float *dy, float *dweight, float *dbias);
-bpt_status bpt_cpu_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                      const float *gamma, const float *beta, float *running_mean,
-                                      float *running_variance, float *y, float *saved_mean, float *saved_inverse_std);
-bpt_status bpt_cpu_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                       const float *dy, const float *gamma, const float *saved_mean,
-                                       const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
 /* Batch norm's loops over one row of S values (one sample's channel), in batch_norm_rows.c: sums of x - shift
  * and its squares; y = (x - mean) scale + shift; sums of dy and dy (x - mean); dx (+)= scale (dy - mean_dy -
  * (x - mean) coefficient). bits: the row's ReLU mask ((S + 7) / 8 bytes; NULL: no ReLU), written by the
@@ -110,17 +74,7 @@ void bpt_cpu_batch_norm_gradient_row_sums(bpt_cpu_loops loops, const float *x, c
 void bpt_cpu_batch_norm_input_gradient_row(bpt_cpu_loops loops, const float *x, const float *dy, int64_t S, float mean,
                                            float scale, float mean_dy, float coefficient, const uint8_t *bits,
                                            bool assign, float *dx);
-/* y = max(a + b, 0) with relu_mask_forward's bits (relu_mask.c). */
-bpt_status bpt_cpu_add_relu_mask_forward(bpt_backend *backend, int64_t count, const float *a, const float *b, float *y,
-                                         uint8_t *mask);
-bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
-                                  int32_t *argmax);
-bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
-                                   const int32_t *argmax, float *dx);
 bpt_status bpt_cpu_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
-bpt_status bpt_cpu_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
-                                   const float *x, float *y, float *mask);
-bpt_status bpt_cpu_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy, float *dx);
 bpt_status bpt_cpu_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
                                      double *sum_of_squares, int64_t *zeros);
 bpt_status bpt_cpu_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);

@@ -15,8 +15,13 @@ static inline uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-bpt_status bpt_cpu_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
-                                   const float *x, float *y, float *mask) {
+/* dropout in training mode (the op copies values itself in evaluation mode): probability in float attribute 0,
+ * the mask (0 or 1 / (1 - probability) per element) in saved. */
+static bpt_status dropout_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t count = node->output.count;
+  const float probability = node->float_attributes[0], *x = node->inputs[0].value;
+  const uint64_t seed = node->seed;
+  float *y = node->output.value, *mask = node->saved;
   if (!(probability >= 0.0f && probability < 1.0f))
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "dropout: probability %g is outside [0, 1)",
                             (double)probability);
@@ -32,24 +37,16 @@ bpt_status bpt_cpu_dropout_forward(bpt_backend *backend, int64_t count, float pr
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy,
-                                    float *dx) {
+/* dx += dy * mask. */
+static bpt_status dropout_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
+  const int64_t count = node->output.count;
+  const float *mask = node->saved, *dy = node->output.grad;
+  float *dx = node->inputs[0].grad;
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++)
     dx[i] += dy[i] * mask[i];
   return BPT_OK;
-}
-
-/* dropout in training mode (the op copies values itself in evaluation mode): probability in float attribute 0,
- * the mask in saved. */
-static bpt_status dropout_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cpu_dropout_forward(backend, node->output.count, node->float_attributes[0], node->seed,
-                                 node->inputs[0].value, node->output.value, node->saved);
-}
-
-static bpt_status dropout_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cpu_dropout_backward(backend, node->output.count, node->saved, node->output.grad, node->inputs[0].grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, DROPOUT, dropout_forward, dropout_backward, NULL);

@@ -1,12 +1,17 @@
-/* Element-wise CPU kernels: bias broadcast and reduction, and the activation pairs.
+/* Element-wise CPU kernels: linear's bias broadcast and reduction, and the leaky_relu, sigmoid and tanh pairs.
  * Loops are flat and OpenMP-parallel above a size threshold so small layers stay single-threaded, and
  * branch-free: a data-dependent branch per element mispredicts half the time on ReLU inputs. */
 #include <math.h>
 
 #include "backends/cpu/cpu.h"
 
-bpt_status bpt_cpu_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y) {
+/* linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
+ * rows the samples or a sequence's tokens. */
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *bias = node->inputs[2].value;
+  float *y = node->output.value;
 #pragma omp parallel for if (rows * cols > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
     float *row = y + r * cols;
@@ -15,9 +20,12 @@ bpt_status bpt_cpu_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, co
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                 float *bias_gradient) {
+/* bias_gradient (out) += the column sums of dy (rows, out). */
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *dy = node->output.grad;
+  float *bias_gradient = node->inputs[2].grad;
   /* Columns are independent, so split them across threads; each thread walks rows in order. */
 #pragma omp parallel for if (rows * cols > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t c0 = 0; c0 < cols; c0 += 64) {
@@ -28,16 +36,15 @@ bpt_status bpt_cpu_bias_backward(bpt_backend *backend, int64_t rows, int64_t col
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                      const float *x, float *y) {
-  switch (kind) {
-  case BPT_ACTIVATION_RELU:
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) {
-      float value = x[i];
-      y[i] = value > 0.0f ? value : 0.0f;
-    }
-    return BPT_OK;
+BPT_REGISTER_KERNELS(cpu, LINEAR, linear_forward, linear_backward, NULL);
+
+/* leaky_relu (slope in float attribute 0), sigmoid and tanh; relu has its own file (relu_mask.c). */
+static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_activation_args a = bpt_activation_args_of(node);
+  const float parameter = a.parameter, *x = a.x;
+  const int64_t count = a.count;
+  float *y = node->output.value;
+  switch (a.kind) {
   case BPT_ACTIVATION_LEAKY_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) {
@@ -53,22 +60,17 @@ bpt_status bpt_cpu_activation_forward(bpt_backend *backend, bpt_activation kind,
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) y[i] = tanhf(x[i]);
     return BPT_OK;
+  case BPT_ACTIVATION_RELU: break;
   }
-  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "%s: relu is not an activation_forward kernel", node->name);
 }
 
-bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, const float *y, const float *dy, float *dx) {
-  switch (kind) {
-  case BPT_ACTIVATION_RELU:
-    /* A 0/1 factor rather than a select: compilers keep this branch-free and vectorised (the select was
-     * compiled to a scalar branch that mispredicts on every other value). */
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) {
-      float gradient = dy[i]; /* loaded unconditionally so the select vectorises */
-      dx[i] += x[i] > 0.0f ? gradient : 0.0f;
-    }
-    return BPT_OK;
+static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_activation_args a = bpt_activation_args_of(node);
+  const float parameter = a.parameter, *x = a.x, *y = a.y, *dy = a.dy;
+  const int64_t count = a.count;
+  float *dx = a.dx;
+  switch (a.kind) {
   case BPT_ACTIVATION_LEAKY_RELU:
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dx[i] += (x[i] > 0.0f ? 1.0f : parameter) * dy[i];
@@ -81,36 +83,9 @@ bpt_status bpt_cpu_activation_backward(bpt_backend *backend, bpt_activation kind
 #pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
     return BPT_OK;
+  case BPT_ACTIVATION_RELU: break;
   }
-  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
-}
-
-/* linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
- * and bias_gradient (out) += the column sums of dy (rows, out); rows are samples, or tokens of a sequence. */
-static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  const int64_t out = y->dims[y->rank - 1];
-  return bpt_cpu_bias_add(backend, y->count / out, out, node->inputs[2].value, y->value);
-}
-
-static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  const int64_t out = y->dims[y->rank - 1];
-  return bpt_cpu_bias_backward(backend, y->count / out, out, y->grad, node->inputs[2].grad);
-}
-
-BPT_REGISTER_KERNELS(cpu, LINEAR, linear_forward, linear_backward, NULL);
-
-/* leaky_relu (slope in float attribute 0), sigmoid and tanh. */
-static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cpu_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0], node->output.count,
-                                    node->inputs[0].value, node->output.value);
-}
-
-static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cpu_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0],
-                                     node->output.count, node->inputs[0].value, node->output.value, node->output.grad,
-                                     node->inputs[0].grad);
+  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "%s: relu is not an activation_backward kernel", node->name);
 }
 
 static bool activation_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {

@@ -23,7 +23,6 @@ typedef struct cross_entropy_options {
   float smoothing;
 } cross_entropy_options;
 
-static const cross_entropy_options no_options = {false, 0, 0.0f};
 
 static bool ignored(const cross_entropy_options *o, int32_t label) { return o->has_ignore && label == o->ignore_index; }
 
@@ -105,46 +104,6 @@ static bpt_status cross_entropy_backward(int64_t batch, int64_t classes, const f
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                 const float *logits, const int32_t *labels, float *probabilities,
-                                                 float *loss) {
-  return cross_entropy_forward(backend, batch, classes, logits, labels, &no_options, probabilities, loss);
-}
-
-bpt_status bpt_cpu_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *probabilities, const int32_t *labels,
-                                                  const float *loss_gradient, float *dlogits) {
-  (void)backend;
-  return cross_entropy_backward(batch, classes, probabilities, labels, &no_options, loss_gradient, dlogits);
-}
-
-bpt_status bpt_cpu_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                               float *loss) {
-  (void)backend;
-  double partial[LOSS_CHUNKS] = {0};
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int chunk = 0; chunk < LOSS_CHUNKS; chunk++)
-    for (int64_t i = count * chunk / LOSS_CHUNKS; i < count * (chunk + 1) / LOSS_CHUNKS; i++) {
-      double difference = (double)prediction[i] - (double)target[i];
-      partial[chunk] += difference * difference;
-    }
-  *loss = (float)(sum_in_order(partial) / (double)count);
-  return BPT_OK;
-}
-
-bpt_status bpt_cpu_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                const float *loss_gradient, float *dprediction, float *dtarget) {
-  (void)backend;
-  const float scale = 2.0f * *loss_gradient / (float)count;
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t i = 0; i < count; i++) {
-    float g = scale * (prediction[i] - target[i]);
-    if (dprediction) dprediction[i] += g;
-    if (dtarget) dtarget[i] -= g;
-  }
-  return BPT_OK;
-}
-
 /* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens; saved
  * holds the probabilities (rows, C). The options are the node's attributes (int 0, 1 and float 0). */
 static cross_entropy_options node_options(const bpt_kernel_node *node) {
@@ -170,15 +129,36 @@ static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt
 
 BPT_REGISTER_KERNELS(cpu, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
 
+/* mse: prediction and target of one shape (count values); the output is mean((prediction - target)^2). */
 static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0];
-  return bpt_cpu_mse_forward(backend, prediction->count, prediction->value, node->inputs[1].value, node->output.value);
+  (void)backend;
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = node->inputs[0].value, *target = node->inputs[1].value;
+  double partial[LOSS_CHUNKS] = {0};
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int chunk = 0; chunk < LOSS_CHUNKS; chunk++)
+    for (int64_t i = count * chunk / LOSS_CHUNKS; i < count * (chunk + 1) / LOSS_CHUNKS; i++) {
+      double difference = (double)prediction[i] - (double)target[i];
+      partial[chunk] += difference * difference;
+    }
+  *(float *)node->output.value = (float)(sum_in_order(partial) / (double)count);
+  return BPT_OK;
 }
 
+/* dprediction += g and dtarget -= g, g = 2 dloss / count (prediction - target); either gradient may be absent. */
 static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0], *target = &node->inputs[1];
-  return bpt_cpu_mse_backward(backend, prediction->count, prediction->value, target->value, node->output.grad,
-                              prediction->grad, target->grad);
+  (void)backend;
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = node->inputs[0].value, *target = node->inputs[1].value;
+  float *dprediction = node->inputs[0].grad, *dtarget = node->inputs[1].grad;
+  const float scale = 2.0f * *node->output.grad / (float)count;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t i = 0; i < count; i++) {
+    float g = scale * (prediction[i] - target[i]);
+    if (dprediction) dprediction[i] += g;
+    if (dtarget) dtarget[i] -= g;
+  }
+  return BPT_OK;
 }
 
 BPT_REGISTER_KERNELS(cpu, MSE, mse_forward, mse_backward, NULL);

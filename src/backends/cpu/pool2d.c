@@ -67,8 +67,13 @@ POOL_VECTOR_CLONES static void max_pool_pairs_plane(const bpt_pool2d_args *a, co
   }
 }
 
-bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *a, const float *x, float *y,
-                                  int32_t *argmax) {
+/* max_pool2d (winning indices in saved), avg_pool2d and global_avg_pool, one kernel pair for all three:
+ * x (N, C, H, W) -> y (N, C, OH, OW). */
+static bpt_status pool2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_pool2d_args args = bpt_pool2d_args_of(node), *a = &args;
+  const float *x = node->inputs[0].value;
+  float *y = node->output.value;
+  int32_t *argmax = node->saved;
   if (a->kind == BPT_POOL_MAX && !argmax)
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
@@ -126,8 +131,12 @@ bpt_status bpt_cpu_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *a
   return BPT_OK;
 }
 
-bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *a, const float *dy,
-                                   const int32_t *argmax, float *dx) {
+/* dx += dy routed to each window's winner (max) or spread over its full area (average). */
+static bpt_status pool2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_pool2d_args args = bpt_pool2d_args_of(node), *a = &args;
+  const float *dy = node->output.grad;
+  const int32_t *argmax = node->saved;
+  float *dx = node->inputs[0].grad;
   if (a->kind == BPT_POOL_MAX && !argmax)
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
   const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
@@ -167,17 +176,6 @@ bpt_status bpt_cpu_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *
       }
   }
   return BPT_OK;
-}
-
-/* max_pool2d (winning indices in saved), avg_pool2d and global_avg_pool, one kernel pair for all three. */
-static bpt_status pool2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_pool2d_args args = bpt_pool2d_args_of(node);
-  return bpt_cpu_pool2d_forward(backend, &args, node->inputs[0].value, node->output.value, node->saved);
-}
-
-static bpt_status pool2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_pool2d_args args = bpt_pool2d_args_of(node);
-  return bpt_cpu_pool2d_backward(backend, &args, node->output.grad, node->saved, node->inputs[0].grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, MAX_POOL2D, pool2d_forward, pool2d_backward, NULL);

@@ -32,10 +32,10 @@ static bpt_status describe(bpt_backend *backend, const bpt_batch_norm_args *a, d
   return status;
 }
 
-bpt_status bpt_cuda_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                       const float *gamma, const float *beta, float *running_mean,
-                                       float *running_variance, float *y, float *saved_mean,
-                                       float *saved_inverse_std) {
+/* cuDNN's forward, training or inference; NULL gamma and beta are served as 1 and 0 from scratch. */
+static bpt_status normalise(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x, const float *gamma,
+                            const float *beta, float *running_mean, float *running_variance, float *y,
+                            float *saved_mean, float *saved_inverse_std) {
   bpt_cuda_state *state = bpt_cuda(backend);
   if (args->training && args->batch * args->spatial < 2)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE, "batch_norm: training needs more than one value per channel");
@@ -65,9 +65,10 @@ bpt_status bpt_cuda_batch_norm_forward(bpt_backend *backend, const bpt_batch_nor
   return bpt_cuda_check_cudnn(backend, s, "batch_norm_forward");
 }
 
-bpt_status bpt_cuda_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                        const float *dy, const float *gamma, const float *saved_mean,
-                                        const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta) {
+/* cuDNN's backward, accumulating (beta 1) into every gradient; NULL ones go to scratch. */
+static bpt_status normalise_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
+                                     const float *dy, const float *gamma, const float *saved_mean,
+                                     const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta) {
   bpt_cuda_state *state = bpt_cuda(backend);
   const int64_t channels = args->channels, count = args->batch * args->channels * args->spatial;
   if (!dx && !dgamma && !dbeta) return BPT_OK;
@@ -101,14 +102,11 @@ static bpt_status batch_norm_forward(bpt_backend *backend, const bpt_kernel_node
   const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
   const bool relu = node->op == BPT_OP_BATCH_NORM_RELU;
   if (node->int_attributes[BPT_BATCH_NORM_FOLDED])
-    return relu ? bpt_cuda_activation_forward(backend, BPT_ACTIVATION_RELU, 0.0f, y->count, y->value, y->value)
-                : BPT_OK;
+    return relu ? bpt_kernel_relu_in_place(backend, node, y, NULL, false) : BPT_OK;
   const bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
-  bpt_status status =
-      bpt_cuda_batch_norm_forward(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value,
-                                  y->value, bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
-  if (status == BPT_OK && relu)
-    status = bpt_cuda_relu_mask_forward(backend, y->count, y->value, y->value, relu_mask(node));
+  bpt_status status = normalise(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value,
+                                y->value, bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
+  if (status == BPT_OK && relu) status = bpt_kernel_relu_in_place(backend, node, y, relu_mask(node), false);
   return status;
 }
 
@@ -116,12 +114,11 @@ static bpt_status batch_norm_backward(bpt_backend *backend, const bpt_kernel_nod
   const bpt_kernel_tensor *in = node->inputs, *y = &node->output;
   const bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
   if (node->op == BPT_OP_BATCH_NORM_RELU) {
-    bpt_status status = bpt_cuda_relu_mask_backward(backend, y->count, relu_mask(node), y->grad, y->grad, true);
+    bpt_status status = bpt_kernel_relu_in_place(backend, node, y, relu_mask(node), true);
     if (status != BPT_OK) return status;
   }
-  return bpt_cuda_batch_norm_backward(backend, &args, in[0].value, y->grad, in[1].value,
-                                      bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node),
-                                      in[0].grad, in[1].grad, in[2].grad);
+  return normalise_backward(backend, &args, in[0].value, y->grad, in[1].value, bpt_batch_norm_saved_mean(node),
+                            bpt_batch_norm_saved_inverse_std(node), in[0].grad, in[1].grad, in[2].grad);
 }
 
 static bool batch_norm_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {

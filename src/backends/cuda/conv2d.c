@@ -296,12 +296,16 @@ static bpt_status execute(bpt_backend *backend, bpt_cuda_conv_plan *p, direction
 
 static size_t bytes_of(int64_t a, int64_t b, int64_t c, int64_t d) { return (size_t)(a * b * c * d) * sizeof(float); }
 
-bpt_status bpt_cuda_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                   const float *weight, const float *bias, float *y) {
+// conv2d through cuDNN: inputs x (N, C, H, W), weight (O, C / groups, kh, kw) and an optional bias (O).
+static bpt_status conv2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_conv2d_args args = bpt_conv2d_args_of(node);
+  const float *x = node->inputs[0].value, *weight = node->inputs[1].value;
+  const float *bias = node->input_count > 2 ? node->inputs[2].value : NULL;
+  float *y = node->output.value;
   bpt_cuda_conv_plan *p;
-  BPT_CUDA_TRY(find_plan(backend, args, &p));
-  BPT_CUDA_TRY(choose(backend, p, FORWARD, x, weight,
-                      bytes_of(args->batch, args->out_channels, args->out_height, args->out_width)));
+  BPT_CUDA_TRY(find_plan(backend, &args, &p));
+  BPT_CUDA_TRY(
+      choose(backend, p, FORWARD, x, weight, bytes_of(args.batch, args.out_channels, args.out_height, args.out_width)));
   BPT_CUDA_TRY(execute(backend, p, FORWARD, x, weight, y, 0.0f, "conv2d_forward"));
   if (!bias) return BPT_OK;
   const float one = 1.0f;
@@ -309,49 +313,30 @@ bpt_status bpt_cuda_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *
                               "conv2d_forward (bias)");
 }
 
-bpt_status bpt_cuda_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
-                                         const float *weight, float *dx) {
-  bpt_cuda_conv_plan *p;
-  BPT_CUDA_TRY(find_plan(backend, args, &p));
-  BPT_CUDA_TRY(choose(backend, p, BACKWARD_DATA, dy, weight,
-                      bytes_of(args->batch, args->in_channels, args->in_height, args->in_width)));
-  return execute(backend, p, BACKWARD_DATA, dy, weight, dx, 1.0f, "conv2d_backward_data");
-}
-
-bpt_status bpt_cuda_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                           const float *dy, float *dweight, float *dbias) {
-  bpt_cuda_conv_plan *p;
-  BPT_CUDA_TRY(find_plan(backend, args, &p));
-  if (dweight) {
-    BPT_CUDA_TRY(choose(
-        backend, p, BACKWARD_FILTER, x, dy,
-        bytes_of(args->out_channels, args->in_channels / args->groups, args->kernel_height, args->kernel_width)));
-    BPT_CUDA_TRY(execute(backend, p, BACKWARD_FILTER, x, dy, dweight, 1.0f, "conv2d_backward_filter"));
-  }
-  if (!dbias) return BPT_OK;
-  const float one = 1.0f;
-  return bpt_cuda_check_cudnn(
-      backend, cudnnConvolutionBackwardBias(bpt_cuda(backend)->cudnn, &one, p->y, dy, &one, p->bias, dbias),
-      "conv2d_backward_filter (bias)");
-}
-
-/* conv2d through cuDNN: the weight (and bias) gradient, then the input gradient, both accumulated. */
-static bpt_status conv2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_conv2d_args args = bpt_conv2d_args_of(node);
-  return bpt_cuda_conv2d_forward(backend, &args, node->inputs[0].value, node->inputs[1].value,
-                                 node->input_count > 2 ? node->inputs[2].value : NULL, node->output.value);
-}
-
+// The weight gradient (and with it the bias gradient), then the input gradient, all accumulated (beta 1, which
+// conv2d_supports requires).
 static bpt_status conv2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *x = &node->inputs[0], *weight = &node->inputs[1], *dy = &node->output;
   const bpt_conv2d_args args = bpt_conv2d_args_of(node);
-  float *bias_gradient = node->input_count > 2 ? node->inputs[2].grad : NULL;
-  bpt_status status = BPT_OK;
-  if (weight->grad)
-    status = bpt_cuda_conv2d_backward_filter(backend, &args, x->value, dy->grad, weight->grad, bias_gradient);
-  if (status == BPT_OK && x->grad)
-    status = bpt_cuda_conv2d_backward_data(backend, &args, dy->grad, weight->value, x->grad);
-  return status;
+  const float *x = node->inputs[0].value, *weight = node->inputs[1].value, *dy = node->output.grad;
+  float *dx = node->inputs[0].grad, *dweight = node->inputs[1].grad;
+  float *dbias = node->input_count > 2 ? node->inputs[2].grad : NULL;
+  bpt_cuda_conv_plan *p;
+  BPT_CUDA_TRY(find_plan(backend, &args, &p));
+  if (dweight) {
+    BPT_CUDA_TRY(
+        choose(backend, p, BACKWARD_FILTER, x, dy,
+               bytes_of(args.out_channels, args.in_channels / args.groups, args.kernel_height, args.kernel_width)));
+    BPT_CUDA_TRY(execute(backend, p, BACKWARD_FILTER, x, dy, dweight, 1.0f, "conv2d_backward_filter"));
+    const float one = 1.0f;
+    if (dbias)
+      BPT_CUDA_TRY(bpt_cuda_check_cudnn(
+          backend, cudnnConvolutionBackwardBias(bpt_cuda(backend)->cudnn, &one, p->y, dy, &one, p->bias, dbias),
+          "conv2d_backward_filter (bias)"));
+  }
+  if (!dx) return BPT_OK;
+  BPT_CUDA_TRY(choose(backend, p, BACKWARD_DATA, dy, weight,
+                      bytes_of(args.batch, args.in_channels, args.in_height, args.in_width)));
+  return execute(backend, p, BACKWARD_DATA, dy, weight, dx, 1.0f, "conv2d_backward_data");
 }
 
 static bool conv2d_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {

@@ -140,64 +140,22 @@ bpt_status bpt_cuda_workspace(bpt_backend *backend, size_t bytes, void **out);
 
 /* Kernels, one file per job. */
 bpt_status bpt_cuda_gemm(bpt_backend *backend, const bpt_gemm_args *args);
-bpt_status bpt_cuda_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y);
-bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                  float *bias_gradient);
-bpt_status bpt_cuda_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, float *y);
-bpt_status bpt_cuda_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                        const float *x, const float *y, const float *dy, float *dx);
 bpt_status bpt_cuda_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y);
-bpt_status bpt_cuda_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *logits, const int32_t *labels, float *probabilities,
-                                                  float *loss);
-bpt_status bpt_cuda_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                   const float *probabilities, const int32_t *labels,
-                                                   const float *loss_gradient, float *dlogits);
-bpt_status bpt_cuda_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                float *loss);
-bpt_status bpt_cuda_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                 const float *loss_gradient, float *dprediction, float *dtarget);
 bpt_status bpt_cuda_sgd_update(bpt_backend *backend, const bpt_update_args *args);
 bpt_status bpt_cuda_adam_update(bpt_backend *backend, const bpt_update_args *args);
-bpt_status bpt_cuda_conv2d_forward(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                   const float *weight, const float *bias, float *y);
-bpt_status bpt_cuda_conv2d_backward_data(bpt_backend *backend, const bpt_conv2d_args *args, const float *dy,
-                                         const float *weight, float *dx);
-bpt_status bpt_cuda_conv2d_backward_filter(bpt_backend *backend, const bpt_conv2d_args *args, const float *x,
-                                           const float *dy, float *dweight, float *dbias);
 void bpt_cuda_conv_plans_destroy(bpt_backend *backend);
-bpt_status bpt_cuda_batch_norm_forward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                       const float *gamma, const float *beta, float *running_mean,
-                                       float *running_variance, float *y, float *saved_mean,
-                                       float *saved_inverse_std);
-bpt_status bpt_cuda_batch_norm_backward(bpt_backend *backend, const bpt_batch_norm_args *args, const float *x,
-                                        const float *dy, const float *gamma, const float *saved_mean,
-                                        const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta);
-bpt_status bpt_cuda_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
-                                   int32_t *argmax);
-bpt_status bpt_cuda_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
-                                    const int32_t *argmax, float *dx);
 bpt_status bpt_cuda_cast(bpt_backend *backend, int64_t count, bpt_dtype source_dtype, const void *source,
                          bpt_dtype destination_dtype, void *destination, float scale);
 bpt_status bpt_cuda_unscale_check_finite(bpt_backend *backend, int64_t count, float *gradients, float inverse_scale,
                                          int32_t *found_nonfinite);
-/* Kernels for vtable members that the CNN branch (issue 3: dropout, reduce_statistics, scale_clamp) and the
- * precision branch (issue 4: round_to_dtype, relu_mask, absolute_max) append to backend.h; backend.c lists
- * them in the table once those members are merged (docs/cuda.md gives the lines). Same signatures. */
-bpt_status bpt_cuda_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
-                                    const float *x, float *y, float *mask);
-bpt_status bpt_cuda_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy,
-                                     float *dx);
+/* Kernels of the shared vtable members (reduce_statistics, scale_clamp, round_to_dtype, absolute_max). */
 bpt_status bpt_cuda_reduce_statistics(bpt_backend *backend, int64_t count, const float *x, double *sum,
                                       double *sum_of_squares, int64_t *zeros);
 bpt_status bpt_cuda_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x);
 bpt_status bpt_cuda_round_to_dtype(bpt_backend *backend, int64_t count, bpt_dtype dtype, float *values);
-bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask);
-bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                       float *dx, bool assign);
 bpt_status bpt_cuda_absolute_max(bpt_backend *backend, int64_t count, const float *x, float *maximum);
-/* Fills count floats with value (batch norm's default gamma and beta). */
+/* Fills count floats with value: a memory helper like memset_zero (batch norm's default gamma and beta), not an
+ * op's kernel. */
 bpt_status bpt_cuda_fill(bpt_backend *backend, int64_t count, float value, float *y);
 
 #ifdef __cplusplus

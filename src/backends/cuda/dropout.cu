@@ -26,37 +26,29 @@ __global__ void dropout_backward_kernel(int64_t count, const float *mask, const 
   GRID_STRIDE(i, count) dx[i] += dy[i] * mask[i];
 }
 
-bpt_status bpt_cuda_dropout_forward(bpt_backend *backend, int64_t count, float probability, uint64_t seed,
-                                    const float *x, float *y, float *mask) {
+// dropout in training mode: probability in float attribute 0, the mask in saved.
+static bpt_status dropout_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   bpt_cuda_state *state = bpt_cuda(backend);
+  const int64_t count = node->output.count;
+  const float probability = node->float_attributes[0];
   if (!(probability >= 0.0f && probability < 1.0f))
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "dropout: probability %g is outside [0, 1)",
                             (double)probability);
   if (count == 0) return BPT_OK;
   const uint32_t threshold = (uint32_t)((double)probability * 16777216.0);
   dropout_forward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
-      count, threshold, 1.0f / (1.0f - probability), seed, x, y, mask);
+      count, threshold, 1.0f / (1.0f - probability), node->seed, (const float *)node->inputs[0].value,
+      (float *)node->output.value, (float *)node->saved);
   return bpt_cuda_check_launch(backend, "dropout_forward");
 }
 
-bpt_status bpt_cuda_dropout_backward(bpt_backend *backend, int64_t count, const float *mask, const float *dy,
-                                     float *dx) {
-  bpt_cuda_state *state = bpt_cuda(backend);
-  if (count == 0) return BPT_OK;
-  dropout_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, mask, dy, dx);
-  return bpt_cuda_check_launch(backend, "dropout_backward");
-}
-
-// dropout in training mode: probability in float attribute 0, the mask in saved.
-static bpt_status dropout_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cuda_dropout_forward(backend, node->output.count, node->float_attributes[0], node->seed,
-                                  (const float *)node->inputs[0].value, (float *)node->output.value,
-                                  (float *)node->saved);
-}
-
 static bpt_status dropout_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_cuda_dropout_backward(backend, node->output.count, (const float *)node->saved, node->output.grad,
-                                   node->inputs[0].grad);
+  bpt_cuda_state *state = bpt_cuda(backend);
+  const int64_t count = node->output.count;
+  if (count == 0) return BPT_OK;
+  dropout_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
+      count, (const float *)node->saved, node->output.grad, node->inputs[0].grad);
+  return bpt_cuda_check_launch(backend, "dropout_backward");
 }
 
 BPT_REGISTER_KERNELS(cuda, DROPOUT, dropout_forward, dropout_backward, NULL);

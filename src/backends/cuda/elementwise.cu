@@ -100,16 +100,23 @@ __global__ void fill_kernel(int64_t count, float value, float *y) {
   GRID_STRIDE(i, count) y[i] = value;
 }
 
-bpt_status bpt_cuda_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y) {
+// linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
+// rows the samples or a sequence's tokens.
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   bpt_cuda_state *state = bpt_cuda(backend);
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
   if (rows * cols == 0) return BPT_OK;
-  bias_add_kernel<<<bpt_cuda_blocks(state, rows * cols), BPT_CUDA_THREADS, 0, state->stream>>>(rows, cols, bias, y);
+  bias_add_kernel<<<bpt_cuda_blocks(state, rows * cols), BPT_CUDA_THREADS, 0, state->stream>>>(
+      rows, cols, (const float *)node->inputs[2].value, (float *)node->output.value);
   return bpt_cuda_check_launch(backend, "bias_add");
 }
 
-bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                  float *bias_gradient) {
+// bias_gradient (out) += the column sums of dy (rows, out), deterministically (bias_backward_kernel says how).
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   bpt_cuda_state *state = bpt_cuda(backend);
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *dy = node->output.grad;
+  float *bias_gradient = node->inputs[2].grad;
   if (rows == 0 || cols == 0) return BPT_OK;
   // Enough row slices for about two blocks per multiprocessor, each slice at least 64 rows deep.
   int64_t column_blocks = (cols + 31) / 32;
@@ -129,25 +136,21 @@ bpt_status bpt_cuda_bias_backward(bpt_backend *backend, int64_t rows, int64_t co
   return bpt_cuda_check_launch(backend, "bias_backward (fold)");
 }
 
-static bool known_activation(bpt_activation kind) {
-  return kind == BPT_ACTIVATION_RELU || kind == BPT_ACTIVATION_LEAKY_RELU || kind == BPT_ACTIVATION_SIGMOID ||
-         kind == BPT_ACTIVATION_TANH;
-}
+BPT_REGISTER_KERNELS(cuda, LINEAR, linear_forward, linear_backward, NULL);
 
-bpt_status bpt_cuda_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, float *y) {
+// The launchers behind the activation kernels below (kind comes from the node's op id, so it is always known).
+static bpt_status launch_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                            const float *x, float *y) {
   bpt_cuda_state *state = bpt_cuda(backend);
-  if (!known_activation(kind)) return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
   if (count == 0) return BPT_OK;
   activation_forward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(kind, parameter,
                                                                                                   count, x, y);
   return bpt_cuda_check_launch(backend, "activation_forward");
 }
 
-bpt_status bpt_cuda_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                        const float *x, const float *y, const float *dy, float *dx) {
+static bpt_status launch_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
+                                             const float *x, const float *y, const float *dy, float *dx) {
   bpt_cuda_state *state = bpt_cuda(backend);
-  if (!known_activation(kind)) return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
   if (count == 0) return BPT_OK;
   activation_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
       kind, parameter, count, x, y, dy, dx);
@@ -168,7 +171,8 @@ bpt_status bpt_cuda_fill(bpt_backend *backend, int64_t count, float value, float
   return bpt_cuda_check_launch(backend, "fill");
 }
 
-bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask) {
+// y = max(x, 0) and one bit per element, set where y > 0 (x and y may be one buffer).
+static bpt_status relu_mask_forward(bpt_backend *backend, int64_t count, const float *x, float *y, uint8_t *mask) {
   bpt_cuda_state *state = bpt_cuda(backend);
   if (count == 0) return BPT_OK;
   relu_mask_forward_kernel<<<bpt_cuda_blocks(state, (count + 7) / 8), BPT_CUDA_THREADS, 0, state->stream>>>(count, x,
@@ -176,8 +180,9 @@ bpt_status bpt_cuda_relu_mask_forward(bpt_backend *backend, int64_t count, const
   return bpt_cuda_check_launch(backend, "relu_mask_forward");
 }
 
-bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
-                                       float *dx, bool assign) {
+// dx (+)= dy where the bit is set (assign: dx = 0 elsewhere; dx may be dy).
+static bpt_status relu_mask_backward(bpt_backend *backend, int64_t count, const uint8_t *mask, const float *dy,
+                                     float *dx, bool assign) {
   bpt_cuda_state *state = bpt_cuda(backend);
   if (count == 0) return BPT_OK;
   relu_mask_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(count, mask, dy,
@@ -185,36 +190,21 @@ bpt_status bpt_cuda_relu_mask_backward(bpt_backend *backend, int64_t count, cons
   return bpt_cuda_check_launch(backend, "relu_mask_backward");
 }
 
-// linear's kernels are its bias terms (its products run through the shared gemm).
-static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  return bpt_cuda_bias_add(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], (const float *)node->inputs[2].value, (float *)y->value);
-}
-
-static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  return bpt_cuda_bias_backward(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], y->grad, node->inputs[2].grad);
-}
-
-BPT_REGISTER_KERNELS(cuda, LINEAR, linear_forward, linear_backward, NULL);
-
 // relu with its 1-bit mask (or reading x when the node keeps none), and the other activations.
 static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
   if (node->op == BPT_OP_RELU && node->saved)
-    return bpt_cuda_relu_mask_forward(backend, y->count, (const float *)x->value, (float *)y->value,
-                                      (uint8_t *)node->saved);
-  return bpt_cuda_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0], y->count,
-                                     (const float *)x->value, (float *)y->value);
+    return relu_mask_forward(backend, y->count, (const float *)x->value, (float *)y->value, (uint8_t *)node->saved);
+  return launch_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0], y->count,
+                                   (const float *)x->value, (float *)y->value);
 }
 
 static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
   if (node->op == BPT_OP_RELU && node->int_attributes[BPT_RELU_USES_MASK])
-    return bpt_cuda_relu_mask_backward(backend, y->count, (const uint8_t *)node->saved, y->grad, x->grad,
-                                       x->beta == 0.0f);
-  return bpt_cuda_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0], y->count,
-                                      (const float *)x->value, (const float *)y->value, y->grad, x->grad);
+    return relu_mask_backward(backend, y->count, (const uint8_t *)node->saved, y->grad, x->grad, x->beta == 0.0f);
+  return launch_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0], y->count,
+                                    (const float *)x->value, (const float *)y->value, y->grad, x->grad);
 }
 
 // The mask kernels honour beta 0; the activation pairs only accumulate.
@@ -235,7 +225,7 @@ static bpt_status add_relu_forward(bpt_backend *backend, const bpt_kernel_node *
   float *out = (float *)y->value;
   bpt_status status = bpt_cuda_copy(backend, out, node->inputs[0].value, (size_t)y->count * sizeof(float));
   if (status == BPT_OK) status = bpt_cuda_add_scaled(backend, y->count, 1.0f, (const float *)node->inputs[1].value, out);
-  if (status == BPT_OK) status = bpt_cuda_relu_mask_forward(backend, y->count, out, out, (uint8_t *)node->saved);
+  if (status == BPT_OK) status = relu_mask_forward(backend, y->count, out, out, (uint8_t *)node->saved);
   return status;
 }
 
@@ -244,8 +234,8 @@ static bpt_status add_relu_backward(bpt_backend *backend, const bpt_kernel_node 
   for (int i = 0; i < 2; i++) {
     const bpt_kernel_tensor *input = &node->inputs[i];
     if (!input->grad) continue;
-    bpt_status status = bpt_cuda_relu_mask_backward(backend, y->count, (const uint8_t *)node->saved, y->grad,
-                                                    input->grad, input->beta == 0.0f);
+    bpt_status status =
+        relu_mask_backward(backend, y->count, (const uint8_t *)node->saved, y->grad, input->grad, input->beta == 0.0f);
     if (status != BPT_OK) return status;
   }
   return BPT_OK;

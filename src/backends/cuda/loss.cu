@@ -149,7 +149,6 @@ __global__ void mse_backward_kernel(int64_t count, const float *prediction, cons
   }
 }
 
-static const cross_entropy_options no_options = {false, 0, 0.0f};
 
 // counted: with an ignore index, the device float after the probabilities where the count of positions goes.
 static bpt_status cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes, const float *logits,
@@ -186,43 +185,6 @@ static bpt_status cross_entropy_backward(bpt_backend *backend, int64_t batch, in
   return bpt_cuda_check_launch(backend, "softmax_cross_entropy_backward");
 }
 
-bpt_status bpt_cuda_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *logits, const int32_t *labels, float *probabilities,
-                                                  float *loss) {
-  return cross_entropy_forward(backend, batch, classes, logits, labels, no_options, probabilities, loss, NULL);
-}
-
-bpt_status bpt_cuda_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                   const float *probabilities, const int32_t *labels,
-                                                   const float *loss_gradient, float *dlogits) {
-  return cross_entropy_backward(backend, batch, classes, probabilities, labels, no_options, NULL, loss_gradient,
-                                dlogits);
-}
-
-bpt_status bpt_cuda_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                float *loss) {
-  bpt_cuda_state *state = bpt_cuda(backend);
-  if (count <= 0) return bpt_backend_fail(backend, BPT_ERR_SHAPE, "mse: %lld values", (long long)count);
-  int64_t blocks = (count + REDUCE_THREADS - 1) / REDUCE_THREADS;
-  if (blocks > MSE_BLOCKS) blocks = MSE_BLOCKS;
-  void *scratch;
-  BPT_CUDA_TRY(bpt_cuda_scratch(backend, (size_t)blocks * sizeof(double), &scratch));
-  squared_error_kernel<<<(unsigned)blocks, REDUCE_THREADS, 0, state->stream>>>(count, prediction, target,
-                                                                             (double *)scratch);
-  BPT_CUDA_TRY(bpt_cuda_check_launch(backend, "mse_forward"));
-  mean_kernel<<<1, REDUCE_THREADS, 0, state->stream>>>(blocks, (const double *)scratch, (double)count, loss);
-  return bpt_cuda_check_launch(backend, "mse_forward (mean)");
-}
-
-bpt_status bpt_cuda_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                 const float *loss_gradient, float *dprediction, float *dtarget) {
-  bpt_cuda_state *state = bpt_cuda(backend);
-  if (count == 0 || (!dprediction && !dtarget)) return BPT_OK;
-  mse_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
-      count, prediction, target, loss_gradient, dprediction, dtarget);
-  return bpt_cuda_check_launch(backend, "mse_backward");
-}
-
 // softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens;
 // saved holds the probabilities and, with an ignore index, the count of positions after them. The options are
 // the node's attributes (int 0, 1 and float 0).
@@ -248,19 +210,36 @@ static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt
                                 node_options(node), probabilities + rows * classes, node->output.grad, logits->grad);
 }
 
-BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,
-                     NULL);
+BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
 
+// mse: prediction and target of one shape; the output is the mean squared difference.
 static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0];
-  return bpt_cuda_mse_forward(backend, prediction->count, (const float *)prediction->value,
-                              (const float *)node->inputs[1].value, (float *)node->output.value);
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = (const float *)node->inputs[0].value, *target = (const float *)node->inputs[1].value;
+  float *loss = (float *)node->output.value;
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (count <= 0) return bpt_backend_fail(backend, BPT_ERR_SHAPE, "mse: %lld values", (long long)count);
+  int64_t blocks = (count + REDUCE_THREADS - 1) / REDUCE_THREADS;
+  if (blocks > MSE_BLOCKS) blocks = MSE_BLOCKS;
+  void *scratch;
+  BPT_CUDA_TRY(bpt_cuda_scratch(backend, (size_t)blocks * sizeof(double), &scratch));
+  squared_error_kernel<<<(unsigned)blocks, REDUCE_THREADS, 0, state->stream>>>(count, prediction, target,
+                                                                             (double *)scratch);
+  BPT_CUDA_TRY(bpt_cuda_check_launch(backend, "mse_forward"));
+  mean_kernel<<<1, REDUCE_THREADS, 0, state->stream>>>(blocks, (const double *)scratch, (double)count, loss);
+  return bpt_cuda_check_launch(backend, "mse_forward (mean)");
 }
 
 static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0], *target = &node->inputs[1];
-  return bpt_cuda_mse_backward(backend, prediction->count, (const float *)prediction->value,
-                               (const float *)target->value, node->output.grad, prediction->grad, target->grad);
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = (const float *)node->inputs[0].value, *target = (const float *)node->inputs[1].value;
+  const float *loss_gradient = node->output.grad;
+  float *dprediction = node->inputs[0].grad, *dtarget = node->inputs[1].grad;
+  bpt_cuda_state *state = bpt_cuda(backend);
+  if (count == 0 || (!dprediction && !dtarget)) return BPT_OK;
+  mse_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
+      count, prediction, target, loss_gradient, dprediction, dtarget);
+  return bpt_cuda_check_launch(backend, "mse_backward");
 }
 
 BPT_REGISTER_KERNELS(cuda, MSE, mse_forward, mse_backward, NULL);

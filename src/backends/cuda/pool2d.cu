@@ -85,41 +85,33 @@ static bpt_status check_pool(bpt_backend *backend, const bpt_pool2d_args *args) 
   return BPT_OK;
 }
 
-bpt_status bpt_cuda_pool2d_forward(bpt_backend *backend, const bpt_pool2d_args *args, const float *x, float *y,
-                                   int32_t *argmax) {
+// max_pool2d (winning indices in saved), avg_pool2d and global_avg_pool.
+static bpt_status pool2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   bpt_cuda_state *state = bpt_cuda(backend);
-  BPT_CUDA_TRY(check_pool(backend, args));
-  if (args->kind == BPT_POOL_MAX && !argmax)
+  const bpt_pool2d_args args = bpt_pool2d_args_of(node);
+  int32_t *argmax = (int32_t *)node->saved;
+  BPT_CUDA_TRY(check_pool(backend, &args));
+  if (args.kind == BPT_POOL_MAX && !argmax)
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
-  int64_t count = args->batch * args->channels * args->out_height * args->out_width;
+  int64_t count = args.batch * args.channels * args.out_height * args.out_width;
   if (count == 0) return BPT_OK;
-  pool2d_forward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(*args, x, y, argmax);
+  pool2d_forward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
+      args, (const float *)node->inputs[0].value, (float *)node->output.value, argmax);
   return bpt_cuda_check_launch(backend, "pool2d_forward");
 }
 
-bpt_status bpt_cuda_pool2d_backward(bpt_backend *backend, const bpt_pool2d_args *args, const float *dy,
-                                    const int32_t *argmax, float *dx) {
-  bpt_cuda_state *state = bpt_cuda(backend);
-  BPT_CUDA_TRY(check_pool(backend, args));
-  if (args->kind == BPT_POOL_MAX && !argmax)
-    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
-  int64_t count = args->batch * args->channels * args->in_height * args->in_width;
-  if (count == 0) return BPT_OK;
-  pool2d_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(*args, dy, argmax, dx);
-  return bpt_cuda_check_launch(backend, "pool2d_backward");
-}
-
-// max_pool2d (winning indices in saved), avg_pool2d and global_avg_pool.
-static bpt_status pool2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_pool2d_args args = bpt_pool2d_args_of(node);
-  return bpt_cuda_pool2d_forward(backend, &args, (const float *)node->inputs[0].value, (float *)node->output.value,
-                                 (int32_t *)node->saved);
-}
-
 static bpt_status pool2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  bpt_cuda_state *state = bpt_cuda(backend);
   const bpt_pool2d_args args = bpt_pool2d_args_of(node);
-  return bpt_cuda_pool2d_backward(backend, &args, node->output.grad, (const int32_t *)node->saved,
-                                  node->inputs[0].grad);
+  const int32_t *argmax = (const int32_t *)node->saved;
+  BPT_CUDA_TRY(check_pool(backend, &args));
+  if (args.kind == BPT_POOL_MAX && !argmax)
+    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
+  int64_t count = args.batch * args.channels * args.in_height * args.in_width;
+  if (count == 0) return BPT_OK;
+  pool2d_backward_kernel<<<bpt_cuda_blocks(state, count), BPT_CUDA_THREADS, 0, state->stream>>>(
+      args, node->output.grad, argmax, node->inputs[0].grad);
+  return bpt_cuda_check_launch(backend, "pool2d_backward");
 }
 
 BPT_REGISTER_KERNELS(cuda, MAX_POOL2D, pool2d_forward, pool2d_backward, NULL);

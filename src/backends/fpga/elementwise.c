@@ -22,7 +22,12 @@ static void bias_add_kernel(const bpt_fpga_format *format, int64_t rows, int64_t
   }
 }
 
-bpt_status bpt_fpga_bias_add(bpt_backend *backend, int64_t rows, int64_t cols, const float *bias, float *y) {
+/* linear's kernels are its bias terms (its products run through the shared gemm): y (rows, out) += bias (out),
+ * rows the samples or a sequence's tokens. */
+static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *bias = node->inputs[2].value;
+  float *y = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t cycles = (uint64_t)rows * loop_cycles(model, (uint64_t)cols);
@@ -57,8 +62,11 @@ static void bias_backward_kernel(const bpt_fpga_format *format, int64_t rows, in
   }
 }
 
-bpt_status bpt_fpga_bias_backward(bpt_backend *backend, int64_t rows, int64_t cols, const float *dy,
-                                  float *bias_gradient) {
+/* bias_gradient (out) += the column sums of dy (rows, out). */
+static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t cols = node->output.dims[node->output.rank - 1], rows = node->output.count / cols;
+  const float *dy = node->output.grad;
+  float *bias_gradient = node->inputs[2].grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t cycles = (uint64_t)rows * loop_cycles(model, (uint64_t)cols);
@@ -114,34 +122,29 @@ static void activation_backward_kernel(const bpt_fpga_format *format, bpt_activa
   }
 }
 
-static bool known_activation(bpt_activation kind) {
-  return kind == BPT_ACTIVATION_RELU || kind == BPT_ACTIVATION_LEAKY_RELU || kind == BPT_ACTIVATION_SIGMOID ||
-         kind == BPT_ACTIVATION_TANH;
-}
-
-bpt_status bpt_fpga_activation_forward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                       const float *x, float *y) {
-  if (!known_activation(kind))
-    return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+/* The activations (relu, leaky_relu with its slope in float attribute 0, sigmoid, tanh); ReLU reads x in
+ * backward (this backend keeps no 1-bit masks). */
+static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_activation_args a = bpt_activation_args_of(node);
+  float *y = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_FORWARD, loop_cycles(model, (uint64_t)count),
-                  bpt_fpga_offchip_bytes(model, x, count) + bpt_fpga_offchip_bytes(model, y, count), (uint64_t)count);
-  activation_forward_kernel(&state->format, kind, parameter, count, x, y);
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_FORWARD, loop_cycles(model, (uint64_t)a.count),
+                  bpt_fpga_offchip_bytes(model, a.x, a.count) + bpt_fpga_offchip_bytes(model, y, a.count),
+                  (uint64_t)a.count);
+  activation_forward_kernel(&state->format, a.kind, a.parameter, a.count, a.x, y);
   return BPT_OK;
 }
 
-bpt_status bpt_fpga_activation_backward(bpt_backend *backend, bpt_activation kind, float parameter, int64_t count,
-                                        const float *x, const float *y, const float *dy, float *dx) {
-  if (!known_activation(kind))
-    return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "unknown activation %d", (int)kind);
+static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_activation_args a = bpt_activation_args_of(node);
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_BACKWARD, loop_cycles(model, (uint64_t)count),
-                  bpt_fpga_offchip_bytes(model, x, count) + bpt_fpga_offchip_bytes(model, y, count) +
-                      bpt_fpga_offchip_bytes(model, dy, count) + 2 * bpt_fpga_offchip_bytes(model, dx, count),
-                  (uint64_t)count);
-  activation_backward_kernel(&state->format, kind, parameter, count, x, y, dy, dx);
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_BACKWARD, loop_cycles(model, (uint64_t)a.count),
+                  bpt_fpga_offchip_bytes(model, a.x, a.count) + bpt_fpga_offchip_bytes(model, a.y, a.count) +
+                      bpt_fpga_offchip_bytes(model, a.dy, a.count) + 2 * bpt_fpga_offchip_bytes(model, a.dx, a.count),
+                  (uint64_t)a.count);
+  activation_backward_kernel(&state->format, a.kind, a.parameter, a.count, a.x, a.y, a.dy, a.dx);
   return BPT_OK;
 }
 
@@ -166,30 +169,7 @@ bpt_status bpt_fpga_add_scaled(bpt_backend *backend, int64_t count, float alpha,
   return BPT_OK;
 }
 
-/* linear's bias terms (its products run through the shared gemm). */
-static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  return bpt_fpga_bias_add(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], node->inputs[2].value, y->value);
-}
-
-static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *y = &node->output;
-  return bpt_fpga_bias_backward(backend, y->count / y->dims[y->rank - 1], y->dims[y->rank - 1], y->grad, node->inputs[2].grad);
-}
-
 BPT_REGISTER_KERNELS(fpga, LINEAR, linear_forward, linear_backward, NULL);
-
-/* The activations; ReLU reads x in backward (this backend keeps no 1-bit masks). */
-static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_fpga_activation_forward(backend, bpt_activation_of(node->op), node->float_attributes[0],
-                                     node->output.count, node->inputs[0].value, node->output.value);
-}
-
-static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  return bpt_fpga_activation_backward(backend, bpt_activation_of(node->op), node->float_attributes[0],
-                                      node->output.count, node->inputs[0].value, node->output.value, node->output.grad,
-                                      node->inputs[0].grad);
-}
 
 static bool activation_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
   (void)backend;

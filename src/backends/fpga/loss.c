@@ -43,22 +43,22 @@ static double softmax_cross_entropy_kernel(const bpt_fpga_format *format, int64_
   return total / (double)batch;
 }
 
-bpt_status bpt_fpga_softmax_cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                  const float *logits, const int32_t *labels, float *probabilities,
-                                                  float *loss) {
-  for (int64_t n = 0; n < batch; n++)
-    if (labels[n] < 0 || labels[n] >= classes)
-      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
-                              labels[n], (long long)n, (long long)classes);
+/* softmax_cross_entropy (kernel_args.h gives the layout); labels are checked on the host, as the CPU does. */
+static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_softmax_cross_entropy_args args = bpt_softmax_cross_entropy_args_of(node);
+  bpt_status status = bpt_softmax_cross_entropy_check_labels(backend, &args);
+  if (status != BPT_OK) return status;
+  const int64_t batch = args.rows, classes = args.classes;
+  float *loss = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t cycles = (uint64_t)batch * (2 * loop(model, (uint64_t)classes) + loop(model, (uint64_t)classes - 1));
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_SOFTMAX_CE_FORWARD, cycles,
-                  bpt_fpga_offchip_bytes(model, logits, batch * classes) +
-                      bpt_fpga_offchip_bytes(model, probabilities, batch * classes),
+                  bpt_fpga_offchip_bytes(model, args.logits, batch * classes) +
+                      bpt_fpga_offchip_bytes(model, args.probabilities, batch * classes),
                   (uint64_t)(batch * classes));
-  *loss = bpt_fpga_q(&state->format,
-                     softmax_cross_entropy_kernel(&state->format, batch, classes, logits, labels, probabilities));
+  *loss = bpt_fpga_q(&state->format, softmax_cross_entropy_kernel(&state->format, batch, classes, args.logits,
+                                                                  args.labels, args.probabilities));
   return BPT_OK;
 }
 
@@ -79,24 +79,42 @@ static void softmax_cross_entropy_backward_kernel(const bpt_fpga_format *format,
   }
 }
 
-bpt_status bpt_fpga_softmax_cross_entropy_backward(bpt_backend *backend, int64_t batch, int64_t classes,
-                                                   const float *probabilities, const int32_t *labels,
-                                                   const float *loss_gradient, float *dlogits) {
+static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
+  float *dlogits = node->inputs[0].grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t lanes = bpt_fpga_lanes(model);
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_SOFTMAX_CE_BACKWARD,
-                  (uint64_t)batch * loop(model, ((uint64_t)classes + lanes - 1) / lanes),
-                  bpt_fpga_offchip_bytes(model, probabilities, batch * classes) +
-                      2 * bpt_fpga_offchip_bytes(model, dlogits, batch * classes),
-                  (uint64_t)(batch * classes));
-  softmax_cross_entropy_backward_kernel(&state->format, batch, classes, probabilities, labels,
-                                        *loss_gradient / (float)batch, dlogits);
+                  (uint64_t)a.rows * loop(model, ((uint64_t)a.classes + lanes - 1) / lanes),
+                  bpt_fpga_offchip_bytes(model, a.probabilities, a.rows * a.classes) +
+                      2 * bpt_fpga_offchip_bytes(model, dlogits, a.rows * a.classes),
+                  (uint64_t)(a.rows * a.classes));
+  softmax_cross_entropy_backward_kernel(&state->format, a.rows, a.classes, a.probabilities, a.labels,
+                                        *node->output.grad / (float)a.rows, dlogits);
   return BPT_OK;
 }
 
-bpt_status bpt_fpga_mse_forward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                float *loss) {
+/* The engine's loss unit has no ignore index or label smoothing (the op's int attribute 0 and float attribute 0):
+ * such nodes are refused here, so compile says so or, with cpu_fallback, runs them on the CPU. */
+static bool softmax_cross_entropy_supports(const bpt_backend *backend, const bpt_kernel_node *node,
+                                           const char **reason) {
+  (void)backend;
+  if (node->int_attributes[0] != 0 || node->float_attributes[0] != 0.0f) {
+    *reason = "its loss unit has no ignore index or label smoothing";
+    return false;
+  }
+  return true;
+}
+
+BPT_REGISTER_KERNELS(fpga, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,
+                     softmax_cross_entropy_supports);
+
+/* mse: prediction and target of one shape; the output is the mean squared difference. */
+static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = node->inputs[0].value, *target = node->inputs[1].value;
+  float *loss = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
   uint64_t lanes = bpt_fpga_lanes(model);
@@ -114,8 +132,10 @@ bpt_status bpt_fpga_mse_forward(bpt_backend *backend, int64_t count, const float
   return BPT_OK;
 }
 
-bpt_status bpt_fpga_mse_backward(bpt_backend *backend, int64_t count, const float *prediction, const float *target,
-                                 const float *loss_gradient, float *dprediction, float *dtarget) {
+static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const int64_t count = node->inputs[0].count;
+  const float *prediction = node->inputs[0].value, *target = node->inputs[1].value, *loss_gradient = node->output.grad;
+  float *dprediction = node->inputs[0].grad, *dtarget = node->inputs[1].grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   const bpt_fpga_format *format = &state->format;
   bpt_fpga_model *model = &state->model;
@@ -135,46 +155,6 @@ bpt_status bpt_fpga_mse_backward(bpt_backend *backend, int64_t count, const floa
     if (dtarget) dtarget[i] = format->fixed ? bpt_fpga_q(format, (double)dtarget[i] - g) : dtarget[i] - g;
   }
   return BPT_OK;
-}
-
-static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_fpga_softmax_cross_entropy_forward(backend, rows, classes, logits->value,
-                                                node->inputs[1].value, node->saved, node->output.value);
-}
-
-static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  return bpt_fpga_softmax_cross_entropy_backward(backend, rows, classes, node->saved,
-                                                 node->inputs[1].value, node->output.grad, logits->grad);
-}
-
-/* The engine's loss unit has no ignore index or label smoothing (the op's int attribute 0 and float attribute 0):
- * such nodes are refused here, so compile says so or, with cpu_fallback, runs them on the CPU. */
-static bool softmax_cross_entropy_supports(const bpt_backend *backend, const bpt_kernel_node *node,
-                                           const char **reason) {
-  (void)backend;
-  if (node->int_attributes[0] != 0 || node->float_attributes[0] != 0.0f) {
-    *reason = "its loss unit has no ignore index or label smoothing";
-    return false;
-  }
-  return true;
-}
-
-BPT_REGISTER_KERNELS(fpga, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward,
-                     softmax_cross_entropy_supports);
-
-static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0];
-  return bpt_fpga_mse_forward(backend, prediction->count, prediction->value, node->inputs[1].value, node->output.value);
-}
-
-static bpt_status mse_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *prediction = &node->inputs[0], *target = &node->inputs[1];
-  return bpt_fpga_mse_backward(backend, prediction->count, prediction->value, target->value, node->output.grad,
-                               prediction->grad, target->grad);
 }
 
 BPT_REGISTER_KERNELS(fpga, MSE, mse_forward, mse_backward, NULL);
