@@ -125,13 +125,19 @@ agent="$work/agent"
 chmod +x "$agent"
 hostlist=$(printf '%s:1,' "${hosts[@]}")
 
+# More ranks than CPUs (3 ranks on a 2-core machine): each host has one slot, so Open MPI does not know it is
+# oversubscribed and its ranks busy-poll; a rank descheduled behind two spinning peers then stalls the ring
+# (seen: 1.5 s alone, past 50 s beside other work). Idle ranks yield the CPU instead.
+oversubscribed=()
+if [ "$ranks" -gt "$(nproc)" ]; then oversubscribed=(--mca mpi_yield_when_idle 1); fi
+
 # TERM at the limit; KILL 10 s later if the job is still tearing down (mpirun ends the remote daemons
 # first, slow on loaded cores). The exit status is the program's, or 124 for a job past its limit either way.
 status=0
 timeout --kill-after=10 "$limit" ip netns exec "$prefix-r0" \
   "$mpirun" --allow-run-as-root --host "${hostlist%,}" -n "$ranks" \
   --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
-  --mca btl tcp,self --mca btl_tcp_if_include bptnet0 --mca oob_tcp_if_include bptnet0 \
+  --mca btl tcp,self --mca btl_tcp_if_include bptnet0 --mca oob_tcp_if_include bptnet0 "${oversubscribed[@]}" \
   "$@" || status=$?
 if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
   echo "netns-mpi: the job ran past its ${limit} s limit and was ended" >&2
