@@ -506,8 +506,8 @@ int main(int argc, char **argv) {
       /* Clipping reads the averaged gradients: wait for the all-reduces the backward started. */
       if (parallel) EXAMPLE_CHECK(context, bpt_data_parallel_wait(parallel));
       EXAMPLE_CHECK(context, bpt_graph_clip_gradient_norm(graph, 1.0f, NULL));
-      const float rate = bpt_optimizer_learning_rate(optimizer);
       EXAMPLE_CHECK(context, bpt_optimizer_step(optimizer));
+      const float rate = bpt_optimizer_learning_rate(optimizer); /* the schedule's rate this step used */
       EXAMPLE_CHECK(context, bpt_graph_loss(graph, &loss));
       running = step == first ? loss : 0.95 * running + 0.05 * loss;
       example_metrics_step(metrics, 1, loss, rate);
