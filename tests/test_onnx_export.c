@@ -69,7 +69,7 @@ static void model_destroy(model *m) {
 
 static bpt_tensor *new_tensor(bpt_context *context, bpt_dtype dtype, int rank, const int64_t *sample) {
   int64_t dims[4] = {BATCH};
-  memcpy(dims + 1, sample, (size_t)rank * sizeof *sample);
+  if (rank > 0) memcpy(dims + 1, sample, (size_t)rank * sizeof *sample); /* rank 0: sample may be NULL */
   bpt_tensor *tensor = NULL;
   assert_ok(context, bpt_tensor_create(context, dtype, rank + 1, dims, &tensor));
   return tensor;
