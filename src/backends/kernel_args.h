@@ -131,13 +131,23 @@ static inline bpt_pool2d_args bpt_pool2d_args_of(const bpt_kernel_node *node) {
   return args;
 }
 
+/* softmax_cross_entropy's options (int attributes 0 and 1, float attribute 0; src/core/ops/softmax_cross_entropy.c):
+ * an ignore index and label smoothing. The defaults (neither) take exactly the arithmetic the op had before them. */
+typedef struct bpt_cross_entropy_options {
+  bool has_ignore;
+  int64_t ignore_index;
+  float smoothing;
+} bpt_cross_entropy_options;
+
 /* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens;
- * saved holds the probabilities (rows, C); the output is the mean loss over the rows. */
+ * saved holds the probabilities (rows, C) (then, on CUDA with an ignore index, the count of positions); the output
+ * is the mean loss over the positions that count. */
 typedef struct bpt_softmax_cross_entropy_args {
   int64_t rows, classes;
   const float *logits;
   const int32_t *labels;
   float *probabilities;
+  bpt_cross_entropy_options options;
 } bpt_softmax_cross_entropy_args;
 
 static inline bpt_softmax_cross_entropy_args bpt_softmax_cross_entropy_args_of(const bpt_kernel_node *node) {
@@ -146,17 +156,26 @@ static inline bpt_softmax_cross_entropy_args bpt_softmax_cross_entropy_args_of(c
   args.classes = x->dims[x->rank - 1], args.rows = x->count / args.classes;
   args.logits = (const float *)x->value, args.labels = (const int32_t *)node->inputs[1].value;
   args.probabilities = (float *)node->saved;
+  args.options.has_ignore = node->int_attributes[0] != 0, args.options.ignore_index = node->int_attributes[1];
+  args.options.smoothing = node->float_attributes[0];
   return args;
 }
 
+/* Whether label is the ignore index (and so counts neither in the loss nor in its divisor). */
+static inline bool bpt_cross_entropy_ignored(const bpt_cross_entropy_options *options, int32_t label) {
+  return options->has_ignore && label == options->ignore_index;
+}
+
 /* For backends whose labels the host can read: BPT_ERR_INVALID_ARGUMENT naming the first label outside
- * [0, classes), else BPT_OK. */
+ * [0, classes) that is not the ignore index, else BPT_OK. */
 static inline bpt_status bpt_softmax_cross_entropy_check_labels(bpt_backend *backend,
                                                                 const bpt_softmax_cross_entropy_args *args) {
   for (int64_t n = 0; n < args->rows; n++)
-    if (args->labels[n] < 0 || args->labels[n] >= args->classes)
-      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)",
-                              args->labels[n], (long long)n, (long long)args->classes);
+    if (!bpt_cross_entropy_ignored(&args->options, args->labels[n]) &&
+        (args->labels[n] < 0 || args->labels[n] >= args->classes))
+      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)%s",
+                              args->labels[n], (long long)n, (long long)args->classes,
+                              args->options.has_ignore ? " and is not the ignore index" : "");
   return BPT_OK;
 }
 

@@ -15,16 +15,9 @@ static double sum_in_order(const double *partial) {
   return total;
 }
 
-/* softmax_cross_entropy's options (src/core/ops/softmax_cross_entropy.c): an ignore index, label smoothing.
- * The defaults (neither) take exactly the arithmetic the op had before the options existed. */
-typedef struct cross_entropy_options {
-  bool has_ignore;
-  int64_t ignore_index;
-  float smoothing;
-} cross_entropy_options;
+typedef bpt_cross_entropy_options cross_entropy_options;
 
-
-static bool ignored(const cross_entropy_options *o, int32_t label) { return o->has_ignore && label == o->ignore_index; }
+static bool ignored(const cross_entropy_options *o, int32_t label) { return bpt_cross_entropy_ignored(o, label); }
 
 /* p = softmax(row); returns log sum exp(row). Subtracting the row maximum keeps exp() finite; the log-sum-exp
  * gives the loss without log(0). */
@@ -51,14 +44,14 @@ static int64_t counted_rows(int64_t batch, const int32_t *labels, const cross_en
   return counted;
 }
 
-static bpt_status cross_entropy_forward(bpt_backend *backend, int64_t batch, int64_t classes, const float *logits,
-                                        const int32_t *labels, const cross_entropy_options *o, float *probabilities,
-                                        float *loss) {
-  for (int64_t n = 0; n < batch; n++)
-    if (!ignored(o, labels[n]) && (labels[n] < 0 || labels[n] >= classes))
-      return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "label %d of sample %lld is outside [0, %lld)%s",
-                              labels[n], (long long)n, (long long)classes,
-                              o->has_ignore ? " and is not the ignore index" : "");
+static bpt_status cross_entropy_forward(bpt_backend *backend, const bpt_softmax_cross_entropy_args *a, float *loss) {
+  const bpt_status checked = bpt_softmax_cross_entropy_check_labels(backend, a);
+  if (checked != BPT_OK) return checked;
+  const int64_t batch = a->rows, classes = a->classes;
+  const float *logits = a->logits;
+  const int32_t *labels = a->labels;
+  const cross_entropy_options *o = &a->options;
+  float *probabilities = a->probabilities;
   const double eps = (double)o->smoothing;
   double partial[LOSS_CHUNKS] = {0};
 #pragma omp parallel for if (batch * classes > BPT_CPU_PARALLEL_THRESHOLD)
@@ -104,27 +97,17 @@ static bpt_status cross_entropy_backward(int64_t batch, int64_t classes, const f
   return BPT_OK;
 }
 
-/* softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or, for a sequence, the tokens; saved
- * holds the probabilities (rows, C). The options are the node's attributes (int 0, 1 and float 0). */
-static cross_entropy_options node_options(const bpt_kernel_node *node) {
-  const cross_entropy_options o = {node->int_attributes[0] != 0, node->int_attributes[1], node->float_attributes[0]};
-  return o;
-}
-
+/* softmax_cross_entropy (kernel_args.h gives the layout and the options). */
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  const cross_entropy_options o = node_options(node);
-  return cross_entropy_forward(backend, rows, classes, logits->value, node->inputs[1].value, &o, node->saved,
-                               node->output.value);
+  const bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
+  return cross_entropy_forward(backend, &a, node->output.value);
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  const cross_entropy_options o = node_options(node);
-  return cross_entropy_backward(rows, classes, node->saved, node->inputs[1].value, &o, node->output.grad, logits->grad);
+  const bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
+  return cross_entropy_backward(a.rows, a.classes, a.probabilities, a.labels, &a.options, node->output.grad,
+                                node->inputs[0].grad);
 }
 
 BPT_REGISTER_KERNELS(cpu, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);

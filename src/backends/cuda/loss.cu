@@ -48,13 +48,7 @@ __global__ void weighted_mean_kernel(int64_t count, const double *partials, cons
   }
 }
 
-// softmax_cross_entropy's options (src/core/ops/softmax_cross_entropy.c); the defaults (no ignore index, no
-// smoothing) run exactly the arithmetic the op had before them.
-typedef struct cross_entropy_options {
-  bool has_ignore;
-  int64_t ignore_index;
-  float smoothing;
-} cross_entropy_options;
+typedef bpt_cross_entropy_options cross_entropy_options;
 
 __device__ bool ignored(const cross_entropy_options o, int32_t label) {
   return o.has_ignore && label == o.ignore_index;
@@ -185,29 +179,18 @@ static bpt_status cross_entropy_backward(bpt_backend *backend, int64_t batch, in
   return bpt_cuda_check_launch(backend, "softmax_cross_entropy_backward");
 }
 
-// softmax_cross_entropy: logits (rows, C) and i32 labels (rows), rows the samples or a sequence's tokens;
-// saved holds the probabilities and, with an ignore index, the count of positions after them. The options are
-// the node's attributes (int 0, 1 and float 0).
-static cross_entropy_options node_options(const bpt_kernel_node *node) {
-  const cross_entropy_options o = {node->int_attributes[0] != 0, node->int_attributes[1], node->float_attributes[0]};
-  return o;
-}
-
+// softmax_cross_entropy (kernel_args.h gives the layout and the options); with an ignore index, the count of
+// positions goes in the device float after the probabilities.
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  float *probabilities = (float *)node->saved;
-  return cross_entropy_forward(backend, rows, classes, (const float *)logits->value,
-                               (const int32_t *)node->inputs[1].value, node_options(node), probabilities,
-                               (float *)node->output.value, probabilities + rows * classes);
+  const bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
+  return cross_entropy_forward(backend, a.rows, a.classes, a.logits, a.labels, a.options, a.probabilities,
+                               (float *)node->output.value, a.probabilities + a.rows * a.classes);
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_kernel_tensor *logits = &node->inputs[0];
-  const int64_t classes = logits->dims[logits->rank - 1], rows = logits->count / classes;
-  const float *probabilities = (const float *)node->saved;
-  return cross_entropy_backward(backend, rows, classes, probabilities, (const int32_t *)node->inputs[1].value,
-                                node_options(node), probabilities + rows * classes, node->output.grad, logits->grad);
+  const bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
+  return cross_entropy_backward(backend, a.rows, a.classes, a.probabilities, a.labels, a.options,
+                                a.probabilities + a.rows * a.classes, node->output.grad, node->inputs[0].grad);
 }
 
 BPT_REGISTER_KERNELS(cuda, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
