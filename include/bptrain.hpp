@@ -14,10 +14,14 @@
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+#if __cplusplus >= 202002L && __has_include(<span>)
+#include <span>
+#endif
 
 namespace bpt {
 
@@ -50,6 +54,36 @@ inline void check(const bpt_context *context, bpt_status status, std::string_vie
     throw error(status, call, message ? message : "");
   }
 }
+
+#if __cplusplus >= 202002L && defined(__cpp_lib_span)
+/** A view of contiguous values: std::span under C++20. */
+template <typename T> using span = std::span<T>;
+#else
+/** A view of contiguous values, for C++17: the part of C++20's std::span that the wrappers use (data, size,
+ *  indexing, iteration), so code written against bpt::span compiles unchanged under either standard. */
+template <typename T> class span {
+public:
+  constexpr span() noexcept = default;
+  /** @p count values from @p data. */
+  constexpr span(T *data, std::size_t count) noexcept : data_(data), size_(count) {}
+  /** The first value. */
+  constexpr T *data() const noexcept { return data_; }
+  /** Number of values. */
+  constexpr std::size_t size() const noexcept { return size_; }
+  /** Whether there is no value. */
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  /** Value @p index (unchecked, as std::span's). */
+  constexpr T &operator[](std::size_t index) const noexcept { return data_[index]; }
+  /** Iteration. */
+  constexpr T *begin() const noexcept { return data_; }
+  /** Iteration. */
+  constexpr T *end() const noexcept { return data_ + size_; }
+
+private:
+  T *data_ = nullptr;
+  std::size_t size_ = 0;
+};
+#endif
 
 /** A move-only owner of one C handle, released with @p Destroy; the base of every wrapper here. */
 template <typename T, void (*Destroy)(T *)> class handle {
@@ -99,17 +133,47 @@ class tensor : public handle<bpt_tensor, bpt_tensor_destroy> {
 public:
   tensor() noexcept = default;
   /** A tensor of @p dtype and shape @p dims in @p owner. */
-  tensor(const context &owner, bpt_dtype dtype, std::initializer_list<int64_t> dims) {
-    std::vector<int64_t> shape(dims);
+  tensor(const context &owner, bpt_dtype dtype, std::initializer_list<int64_t> dims)
+      : tensor(owner, dtype, std::vector<int64_t>(dims)) {}
+  /** A tensor of @p dtype and a shape known at run time. */
+  tensor(const context &owner, bpt_dtype dtype, const std::vector<int64_t> &dims) {
     bpt_tensor *raw = nullptr;
-    check(owner.get(), bpt_tensor_create(owner.get(), dtype, static_cast<int>(shape.size()), shape.data(), &raw),
+    check(owner.get(),
+          bpt_tensor_create(owner.get(), dtype, static_cast<int>(dims.size()), dims.empty() ? nullptr : dims.data(),
+                            &raw),
           "bpt_tensor_create");
     reset(raw);
   }
   /** Extent of dimension @p axis. */
   int64_t dim(int axis) const { return bpt_tensor_dim(get(), axis); }
+  /** Number of dimensions. */
+  int rank() const { return bpt_tensor_rank(get()); }
+  /** The shape. */
+  std::vector<int64_t> dims() const {
+    std::vector<int64_t> shape(static_cast<std::size_t>(rank() > 0 ? rank() : 0));
+    for (std::size_t axis = 0; axis < shape.size(); axis++)
+      shape[axis] = dim(static_cast<int>(axis));
+    return shape;
+  }
+  /** The element type. */
+  bpt_dtype dtype() const { return bpt_tensor_dtype(get()); }
+  /** Number of elements (the product of the dims). */
+  int64_t count() const { return bpt_tensor_element_count(get()); }
   /** The values, typed: T must match the dtype (float for f32, int32_t for i32). */
   template <typename T> T *data() const { return static_cast<T *>(bpt_tensor_data(get())); }
+  /** The values as a span of T; throws bpt::error (BPT_ERR_INVALID_ARGUMENT) when T is not the dtype's type
+   *  (float for f32, int32_t for i32), so a wrong type is an error, never a reinterpretation. */
+  template <typename T> span<T> values() const {
+    if (!get()) throw error(BPT_ERR_INVALID_ARGUMENT, "bpt::tensor::values", "the tensor is empty (moved from?)");
+    const bpt_dtype wanted = std::is_same<std::remove_cv_t<T>, float>::value     ? BPT_DTYPE_F32
+                             : std::is_same<std::remove_cv_t<T>, int32_t>::value ? BPT_DTYPE_I32
+                                                                                 : bpt_dtype(-1);
+    if (wanted != dtype())
+      throw error(BPT_ERR_INVALID_ARGUMENT, "bpt::tensor::values",
+                  std::string("the tensor holds ") + bpt_dtype_name(dtype()) +
+                      " values; ask for float (f32) or int32_t (i32) accordingly");
+    return span<T>(data<T>(), static_cast<std::size_t>(count()));
+  }
 };
 
 /** A bpt_dataset: images and labels in memory, shuffled and cut into batches. */
@@ -169,6 +233,17 @@ public:
           "bpt_graph_input");
     return node;
   }
+  /** A sequence input: @p length tokens per sample, each of shape @p token_dims ({} for one id per token). */
+  bpt_node *input_sequence(const std::string &name, bpt_dtype dtype, int64_t length,
+                           std::initializer_list<int64_t> token_dims = {}) {
+    std::vector<int64_t> shape(token_dims);
+    bpt_node *node = nullptr;
+    check(context_,
+          bpt_graph_input_sequence(get(), name.c_str(), dtype, length, static_cast<int>(shape.size()),
+                                   shape.empty() ? nullptr : shape.data(), &node),
+          "bpt_graph_input_sequence");
+    return node;
+  }
   /** A fully connected layer (weight and bias named after @p name). */
   bpt_node *linear(const std::string &name, bpt_node *x, int64_t units, bpt_initializer init = BPT_INIT_HE_UNIFORM) {
     bpt_node *node = nullptr;
@@ -181,11 +256,47 @@ public:
     check(context_, bpt_relu(get(), name.c_str(), x, &node), "bpt_relu");
     return node;
   }
+  /** @p a + @p b with NumPy broadcasting. */
+  bpt_node *add(const std::string &name, bpt_node *a, bpt_node *b) {
+    bpt_node *node = nullptr;
+    check(context_, bpt_add(get(), name.c_str(), a, b, &node), "bpt_add");
+    return node;
+  }
+  /** GELU, tanh form (GPT-2's). */
+  bpt_node *gelu_tanh(const std::string &name, bpt_node *x) {
+    bpt_node *node = nullptr;
+    check(context_, bpt_gelu_tanh(get(), name.c_str(), x, &node), "bpt_gelu_tanh");
+    return node;
+  }
+  /** A token embedding: a (vocabulary, dim) table named "<name>.weight" looked up by i32 @p ids. */
+  bpt_node *embedding(const std::string &name, bpt_node *ids, int64_t vocabulary, int64_t dim) {
+    bpt_node *node = nullptr;
+    check(context_, bpt_layer_embedding(get(), name.c_str(), ids, vocabulary, dim, &node), "bpt_layer_embedding");
+    return node;
+  }
+  /** Layer normalisation over the last axis, with its gain and shift (PyTorch's nn.LayerNorm). */
+  bpt_node *layer_norm(const std::string &name, bpt_node *x, float epsilon = 1e-5f) {
+    bpt_node *node = nullptr;
+    check(context_, bpt_layer_layer_norm(get(), name.c_str(), x, epsilon, &node), "bpt_layer_layer_norm");
+    return node;
+  }
+  /** A pre-norm GPT block on (N, T, C) @p x (bpt_layer_transformer_block(); its defaults when not given). */
+  bpt_node *transformer_block(const std::string &name, bpt_node *x,
+                              const bpt_transformer_block_options &options = bpt_transformer_block_options_default()) {
+    bpt_node *node = nullptr;
+    check(context_, bpt_layer_transformer_block(get(), name.c_str(), x, &options, &node),
+          "bpt_layer_transformer_block");
+    return node;
+  }
   /** The mean softmax cross-entropy of @p logits against integer @p labels. */
   bpt_node *softmax_cross_entropy(const std::string &name, bpt_node *logits, bpt_node *labels) {
     bpt_node *node = nullptr;
     check(context_, bpt_softmax_cross_entropy(get(), name.c_str(), logits, labels, &node), "bpt_softmax_cross_entropy");
     return node;
+  }
+  /** The precision policy (bpt_precision_options_default() with fields changed); call before compile(). */
+  void set_precision(const bpt_precision_options &options) {
+    check(context_, bpt_graph_set_precision(get(), &options), "bpt_graph_set_precision");
   }
   /** Infers shapes, plans memory and picks kernels for batches up to @p max_batch. */
   void compile(bpt_node *loss, int64_t max_batch) {
@@ -204,6 +315,22 @@ public:
     float value = 0.0f;
     check(context_, bpt_graph_loss(get(), &value), "bpt_graph_loss");
     return value;
+  }
+  /** @p node's value from the last forward, in a new tensor of the node's dtype and the run's batch
+   *  (bpt_graph_read(): values that only forward needed may have been reused; that throws BPT_ERR_STATE). */
+  tensor read(const bpt_node *node, bpt_dtype dtype = BPT_DTYPE_F32) {
+    std::vector<int64_t> shape(static_cast<std::size_t>(bpt_node_rank(node) > 0 ? bpt_node_rank(node) : 0));
+    for (std::size_t axis = 0; axis < shape.size(); axis++)
+      shape[axis] = bpt_node_dim(node, static_cast<int>(axis));
+    bpt_tensor *raw = nullptr;
+    check(context_,
+          bpt_tensor_create(context_, dtype, static_cast<int>(shape.size()), shape.empty() ? nullptr : shape.data(),
+                            &raw),
+          "bpt_tensor_create");
+    tensor values;
+    values.reset(raw);
+    check(context_, bpt_graph_read(get(), node, values.get()), "bpt_graph_read");
+    return values;
   }
   /** Saves the parameters as a checkpoint at @p path. */
   void save(const std::string &path) {
