@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The newcomer's path of docs/python.md, as written: a copy of the checkout (its tracked and untracked,
 # non-ignored files: what a fresh clone holds, plus uncommitted work), the "## Install" command run there
-# unchanged (a new venv, pip install ./python, which builds libbptrain with CMake and ships it), then the
+# unchanged (a new venv, pip install ., which builds libbptrain with CMake and ships it), then the
 # "## Quick start" program run with that venv's python, with no BPTRAIN_LIBRARY, PYTHONPATH or
 # LD_LIBRARY_PATH. Checks that the library loaded is the one inside the installed package and that the
 # program printed a test accuracy. Skips (77) when PyPI cannot be reached or there is no Fashion-MNIST.
@@ -37,7 +37,7 @@ cd "$work/clone"
 clean=(env -u BPTRAIN_LIBRARY -u PYTHONPATH -u LD_LIBRARY_PATH -u PYTHONHOME PATH=/usr/bin:/bin)
 start=$(date +%s)
 "${clean[@]}" bash -e "$work/install.sh" > "$work/install.log" 2>&1 || { tail -n 40 "$work/install.log"; echo "FAIL: the install command failed"; exit 1; }
-echo "pip install ./python took $(( $(date +%s) - start )) s"
+echo "the install took $(( $(date +%s) - start )) s"
 loaded=$(cd "$work" && "${clean[@]}" "$work/clone/venv/bin/python" -c "import bptrain; print(bptrain.library_path())")
 case "$loaded" in
   "$work/clone/venv/lib/"*/site-packages/bptrain/libbptrain.so.0) echo "loaded $loaded" ;;
@@ -60,4 +60,13 @@ if awk 'length($0) > 200 { bad = 1 } END { exit !bad }' "$work/noimport.msg" ||
 fi
 "${clean[@]}" OMP_WAIT_POLICY=passive venv/bin/python quickstart.py | tee "$work/quickstart.out"
 grep -Eq '^test accuracy [0-9]+\.[0-9]+%$' "$work/quickstart.out" || { echo "FAIL: the quick start printed no test accuracy"; exit 1; }
+# The package folder's own pyproject.toml (`pip install ./python`) must build the same working package.
+"${clean[@]}" /usr/bin/python3 -m venv "$work/venv-folder"
+"${clean[@]}" "$work/venv-folder/bin/pip" install --quiet ./python > "$work/install-folder.log" 2>&1 ||
+  { tail -n 40 "$work/install-folder.log"; echo "FAIL: pip install ./python failed"; exit 1; }
+loaded=$(cd "$work" && "${clean[@]}" "$work/venv-folder/bin/python" -c "import bptrain; print(bptrain.library_path())")
+case "$loaded" in
+  "$work/venv-folder/lib/"*/site-packages/bptrain/libbptrain.so.0) echo "pip install ./python: loaded $loaded" ;;
+  *) echo "FAIL: after pip install ./python, bptrain loaded $loaded"; exit 1 ;;
+esac
 echo "PASS: the Install and Quick start of docs/python.md run as written"
