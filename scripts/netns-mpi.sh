@@ -115,12 +115,19 @@ fi
 # mpirun runs in rank 0's namespace, where 10.231.0.1 is a local address; it starts the daemons of the other
 # "hosts" through this agent (in place of ssh), which enters the namespace owning the address and runs the
 # command through a shell, as ssh would.
+# Each remote daemon gets its own session-directory base (orte_tmpdir_base, set in the agent's environment
+# only, so the program's TMPDIR is untouched): the namespaces share one hostname and one /tmp, so the daemons
+# would build their session directories (/tmp/ompi.<host>.<uid>/jf.<job>/0/<vpid>) in one tree at the same
+# moment, and Open MPI 4.1 fails a daemon whose mkdir of a shared parent loses that race ("File exists"),
+# after which mpirun never exits: the 3-rank stalls of issue 31, about 1 launch in 40 here.
 agent="$work/agent"
+for ((r = 1; r < ranks; r++)); do mkdir -p "$work/tmp$r"; done
 {
   echo '#!/bin/sh'
   echo 'while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done'
   echo 'host=$1; shift'
-  echo "exec ip netns exec \"$prefix-r\$((\${host##*.} - 1))\" /bin/sh -c \"\$*\""
+  echo 'rank=$((${host##*.} - 1))'
+  echo "OMPI_MCA_orte_tmpdir_base=\"$work/tmp\$rank\" exec ip netns exec \"$prefix-r\$rank\" /bin/sh -c \"\$*\""
 } > "$agent"
 chmod +x "$agent"
 hostlist=$(printf '%s:1,' "${hosts[@]}")
