@@ -3,11 +3,12 @@
  *
  *   mpirun -np 2 ddp_mnist [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9]
  *          [--threads N] [--seed 42] [--bucket-kb 25600] [--accumulate 1] [--compression none|f16|int8|topk]
- *          [--timeout 300] [--no-overlap] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+ *          [--average-every 1] [--timeout 300] [--no-overlap] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  *          [--classes N] [--backend cpu]
  *
  * --batch is the global batch; each rank takes batch / (ranks * accumulate) samples per micro-batch. Rank 0
- * prints progress and the test accuracy. No mpi.h needed: MPI_COMM_WORLD is BPT_COMM_MPI_WORLD.
+ * prints progress and the test accuracy. With --average-every H > 1 (local SGD) the ranks average their
+ * parameters every H steps and at each epoch's end, before the evaluation. No mpi.h needed: MPI_COMM_WORLD is BPT_COMM_MPI_WORLD.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -21,7 +22,9 @@
 static const char usage[] =
     "usage: mpirun -np N ddp_mnist [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N]\n"
     "                 [--seed N] [--bucket-kb N] [--accumulate K] [--compression none|f16|int8|topk]\n"
-    "                 [--timeout SECONDS] [--no-overlap] [--backend cpu|cuda]\n"
+    "                 [--average-every H] [--timeout SECONDS] [--no-overlap] [--backend cpu|cuda]\n"
+    "  --average-every H  local SGD: each rank steps alone, parameters averaged every H steps (default 1:\n"
+    "                     gradients averaged every step)\n"
     "  --batch N    global batch over all ranks and micro-batches (default 128)\n"
     "  --threads N  CPU threads per rank (default: the cores divided among the ranks on this node)\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
@@ -46,7 +49,8 @@ static int default_threads(void) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",       "--epochs",      "--batch",   "--lr",
                                        "--momentum",   "--threads",     "--seed",    "--bucket-kb",
-                                       "--accumulate", "--compression", "--timeout", "--classes", "--backend", EXAMPLE_OPTIONS, NULL};
+                                       "--accumulate", "--compression", "--timeout", "--classes", "--backend", "--average-every",
+                                       EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--no-overlap", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const char *data = example_option(argc, argv, "--data");
@@ -121,6 +125,7 @@ int main(int argc, char **argv) {
   parallel_options.accumulation_steps = (int)accumulate;
   const char *compression = example_option(argc, argv, "--compression");
   parallel_options.compression = parse_compression(compression ? compression : "none");
+  parallel_options.average_every = (int)example_option_long(argc, argv, "--average-every", 1);
   bpt_data_parallel *parallel = NULL;
   EXAMPLE_CHECK(context, bpt_data_parallel_create(graph, comm, &parallel_options, &parallel));
   if (rank == 0) printf("%d gradient buckets\n", bpt_data_parallel_bucket_count(parallel));
@@ -159,6 +164,8 @@ int main(int argc, char **argv) {
         example_progress_update(&progress, (long)((step + 1) * batch), running_loss);
       }
     }
+    /* Local SGD: every rank evaluates (and would save) the same model, the ranks' average. */
+    if (parallel_options.average_every > 1) EXAMPLE_CHECK(context, bpt_data_parallel_average_parameters(parallel));
     if (rank == 0) {
       example_progress_finish(&progress, running_loss);
       bpt_eval_options evaluation = bpt_eval_options_default();

@@ -152,9 +152,15 @@ typedef struct bpt_data_parallel_options {
   int error_feedback;          /**< non-zero (default): lossy compression carries its error into the next step */
   int broadcast_parameters;    /**< non-zero (default): rank 0's initial parameters and registered state
                                     (batch-norm running statistics) are copied to every rank */
+  int average_every;           /**< 1 (default): synchronous data parallel, gradients averaged every step.
+                                    H > 1: local SGD (periodic model averaging): each rank steps on its own
+                                    gradients and the parameters are averaged over the ranks after every H-th
+                                    bpt_optimizer_step(); optimiser state and batch-norm statistics stay per
+                                    rank. Needs accumulation_steps 1 and no compression. */
 } bpt_data_parallel_options;
 
-/** @return 25 MiB buckets, a 1 MiB first bucket, overlap on, no accumulation or compression. */
+/** @return 25 MiB buckets, a 1 MiB first bucket, overlap on, no accumulation or compression, gradients
+ * averaged every step. */
 BPT_API bpt_data_parallel_options bpt_data_parallel_options_default(void);
 
 /**
@@ -173,6 +179,13 @@ BPT_API bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, co
  * yourself to read averaged gradients (bpt_graph_read_gradients()) before stepping.
  */
 BPT_API bpt_status bpt_data_parallel_wait(bpt_data_parallel *data_parallel);
+
+/**
+ * Local SGD (average_every > 1): averages the parameters over the ranks now, as every H-th step does, and
+ * starts a new count of H steps; call it on every rank (collective), e.g. once after training so that each
+ * rank evaluates and saves the same model. BPT_ERR_STATE for synchronous data parallel.
+ */
+BPT_API bpt_status bpt_data_parallel_average_parameters(bpt_data_parallel *data_parallel);
 
 /** @return the number of gradient buckets, or 0 for NULL. */
 BPT_API int bpt_data_parallel_bucket_count(const bpt_data_parallel *data_parallel);

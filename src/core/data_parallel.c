@@ -2,7 +2,9 @@
  * finalises them (gradient_ranges.c), and a graph hook hands each range to the comm layer's reducer
  * (src/comm/range_reduce.c) as soon as the last node that writes it has run, polls the in-flight ones
  * between nodes (MPI progresses only inside MPI calls), and waits for all of them before the optimiser
- * step. The comm layer only sums buffers; micro-batch accounting and profiling live here. */
+ * step. The comm layer only sums buffers; micro-batch accounting and profiling live here.
+ * Local SGD (average_every > 1) reduces the parameter block instead, over the same ranges (parameters and
+ * gradients share one layout), after every H-th step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,8 @@ struct bpt_data_parallel {
   bool communicate;  /* this backward pass is the last micro-batch, so it reduces */
   bool reduced;      /* the last cycle's gradients are averaged and a step has used them */
   bool zero_copy;    /* the engine can read the backend's gradient memory directly */
+  bool local;        /* local SGD: the reducer sums parameters every average_every steps, not gradients */
+  int local_steps;   /* local SGD: steps since the last averaging */
   float average;     /* 1 / (ranks * micro-batches) */
 };
 
@@ -41,6 +45,7 @@ bpt_data_parallel_options bpt_data_parallel_options_default(void) {
   options.topk_ratio = 0.01f;
   options.error_feedback = 1;
   options.broadcast_parameters = 1;
+  options.average_every = 1;
   return options;
 }
 
@@ -60,7 +65,11 @@ static void profile(void *data, int index) {
   static const char *const kinds[] = {"f32", "f16", "int8", "top-k"};
   char name[48], kind[48];
   snprintf(name, sizeof name, "bucket %d", index);
-  snprintf(kind, sizeof kind, "%s all-reduce (%s)", bpt_comm_engine(dp->comm), kinds[dp->options.compression]);
+  if (dp->local)
+    snprintf(kind, sizeof kind, "%s parameter average (every %d steps)", bpt_comm_engine(dp->comm),
+             dp->options.average_every);
+  else
+    snprintf(kind, sizeof kind, "%s all-reduce (%s)", bpt_comm_engine(dp->comm), kinds[dp->options.compression]);
   bpt_profiler_record(context, BPT_PROFILE_COMM, name, kind, dp->started[index],
                       (double)dp->ranges[index].count * sizeof(float), 0.0);
 }
@@ -98,6 +107,15 @@ bpt_status bpt_data_parallel_wait(bpt_data_parallel *dp) {
   return wait_all(dp);
 }
 
+/* Local SGD: the parameter block summed over the ranks, each rank's values times 1 / ranks. */
+static bpt_status average_parameters(bpt_data_parallel *dp) {
+  BPT_CHECK(wait_all(dp));
+  dp->local_steps = 0;
+  bpt_range_reducer_reset(dp->reducer);
+  BPT_CHECK(launch_ready(dp, -1));
+  return wait_all(dp);
+}
+
 static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, int position) {
   bpt_data_parallel *dp = data;
   int steps = dp->options.accumulation_steps;
@@ -115,7 +133,7 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
                        dp->micro_batch, steps);
     dp->micro_batch = position ? dp->micro_batch + 1 : 1;
     dp->reduced = false;
-    dp->communicate = dp->micro_batch == steps;
+    dp->communicate = !dp->local && dp->micro_batch == steps;
     bpt_range_reducer_reset(dp->reducer);
     return BPT_OK;
   case BPT_GRAPH_EVENT_NODE_BACKWARD:
@@ -133,12 +151,27 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
       return bpt_error(graph->context, BPT_ERR_STATE,
                        "bpt_optimizer_step: data parallel training accumulates %d micro-batches, %d done so far", steps,
                        dp->micro_batch);
-    BPT_CHECK(wait_all(dp));
+    if (!dp->local) BPT_CHECK(wait_all(dp));
     dp->micro_batch = 0;
     dp->reduced = true;
     return BPT_OK;
+  case BPT_GRAPH_EVENT_AFTER_UPDATE:
+    if (!dp->local || ++dp->local_steps < dp->options.average_every) return BPT_OK;
+    /* Every rank reaches its H-th step, then the average: the same collectives in the same order. */
+    BPT_CHECK(check_attached(dp, "bpt_optimizer_step"));
+    return average_parameters(dp);
   }
   return BPT_OK;
+}
+
+bpt_status bpt_data_parallel_average_parameters(bpt_data_parallel *dp) {
+  if (!dp) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_data_parallel_average_parameters: NULL");
+  BPT_CHECK(check_attached(dp, "bpt_data_parallel_average_parameters"));
+  if (!dp->local)
+    return bpt_error(context_of(dp), BPT_ERR_STATE,
+                     "bpt_data_parallel_average_parameters: only for local SGD (average_every > 1); synchronous "
+                     "data parallel keeps every rank's parameters equal already");
+  return average_parameters(dp);
 }
 
 static bpt_status validate(bpt_context *context, const bpt_data_parallel_options *o, const bpt_comm *comm) {
@@ -157,6 +190,13 @@ static bpt_status validate(bpt_context *context, const bpt_data_parallel_options
   if (o->compression == BPT_COMPRESSION_INT8 && bpt_comm_size(comm) > 127)
     return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: int8 compression sums in int8, so at most 127 ranks (%d)",
                      where, bpt_comm_size(comm));
+  if (o->average_every < 1)
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "%s: average_every %d must be >= 1", where, o->average_every);
+  if (o->average_every > 1 && (o->accumulation_steps != 1 || o->compression != BPT_COMPRESSION_NONE))
+    return bpt_error(context, BPT_ERR_UNSUPPORTED,
+                     "%s: local SGD (average_every %d) averages f32 parameters, so it takes accumulation_steps 1 "
+                     "(%d) and BPT_COMPRESSION_NONE (%d)",
+                     where, o->average_every, o->accumulation_steps, (int)o->compression);
   if (o->compression != BPT_COMPRESSION_NONE && bpt_comm_reads_device_memory(comm))
     return bpt_error(context, BPT_ERR_UNSUPPORTED,
                      "%s: compression runs on the host; the %s engine supports BPT_COMPRESSION_NONE only", where,
@@ -201,8 +241,9 @@ static bpt_status create_reducer(bpt_data_parallel *dp) {
                                        .zero_copy = dp->zero_copy,
                                        .reduced = profile,
                                        .data = dp};
-  bpt_status status = relay(dp, bpt_range_reducer_create(dp->comm, graph->backend, graph->gradient_block, ranges,
-                                                         dp->range_count, &options, &dp->reducer));
+  float *buffer = dp->local ? graph->parameter_block : graph->gradient_block;
+  bpt_status status = relay(
+      dp, bpt_range_reducer_create(dp->comm, graph->backend, buffer, ranges, dp->range_count, &options, &dp->reducer));
   free(ranges);
   return status;
 }
@@ -258,6 +299,7 @@ bpt_status bpt_data_parallel_create(bpt_graph *graph, bpt_comm *comm, const bpt_
   dp->comm = comm;
   dp->options = copy;
   dp->zero_copy = cpu && !bpt_comm_reads_device_memory(comm);
+  dp->local = copy.average_every > 1;
   dp->average = 1.0f / ((float)bpt_comm_size(comm) * (float)copy.accumulation_steps);
   bpt_attach(&graph->attachments, &dp->graph_attachment, detach_from_graph, dp);
   bpt_comm_attach(comm, &dp->comm_attachment, detach_from_comm, dp);

@@ -83,7 +83,8 @@ typedef enum bpt_graph_event {
   BPT_GRAPH_EVENT_BACKWARD_BEGIN, /* before parameter gradients are cleared (or kept, to accumulate) */
   BPT_GRAPH_EVENT_NODE_BACKWARD,
   BPT_GRAPH_EVENT_BACKWARD_END,
-  BPT_GRAPH_EVENT_BEFORE_UPDATE /* bpt_optimizer_step, before it reads the gradients */
+  BPT_GRAPH_EVENT_BEFORE_UPDATE, /* bpt_optimizer_step, before it reads the gradients */
+  BPT_GRAPH_EVENT_AFTER_UPDATE   /* bpt_optimizer_step, after the update (or after skipping it: loss scaling) */
 } bpt_graph_event;
 /* A failure aborts the backward pass or the step with that status (the hook reports its own message). */
 typedef bpt_status (*bpt_graph_hook)(void *data, bpt_graph *graph, bpt_graph_event event, int position);

@@ -168,6 +168,12 @@ bpt_status bpt_optimizer_step(bpt_optimizer *optimizer) {
   return BPT_OK;
 }
 
+/* Told once per step on every rank, taken or skipped, so that hooks counting steps (local SGD's averaging)
+ * stay in step across ranks whose loss scaling skipped different updates. */
+static bpt_status after_update(bpt_graph *graph) {
+  return graph->hook ? graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_AFTER_UPDATE, -1) : BPT_OK;
+}
+
 static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   bpt_graph *graph = optimizer->graph;
   if (!graph->backward_done)
@@ -182,7 +188,7 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   if (graph->precision) {
     bool skip = false;
     BPT_CHECK(bpt_precision_before_step(graph, &skip));
-    if (skip) return BPT_OK;
+    if (skip) return after_update(graph);
   }
   bpt_optimizer_options *o = &optimizer->options;
   if (optimizer->has_schedule) {
@@ -235,7 +241,8 @@ static bpt_status optimizer_step(bpt_optimizer *optimizer) {
   }
   graph->random_step++;
   optimizer->steps++;
-  return bpt_parameter_check_after_step(graph, optimizer->steps); /* inf/NaN parameters fail the step */
+  BPT_CHECK(bpt_parameter_check_after_step(graph, optimizer->steps)); /* inf/NaN parameters fail the step */
+  return after_update(graph);
 }
 
 bpt_status bpt_optimizer_set_learning_rate(bpt_optimizer *optimizer, float learning_rate) {

@@ -3,6 +3,7 @@
  * bucket and for many small ones, with and without overlap, and with gradient accumulation. Compressed
  * runs must keep every rank's parameters bit-identical. Also the state errors of accumulation. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,6 +189,109 @@ static void profiled(bpt_context *context, bpt_comm *comm) {
   destroy(&m);
 }
 
+/* Reads m's parameters into a new array. */
+static float *parameters_of(bpt_context *context, model *m, int64_t count) {
+  float *values = malloc((size_t)count * sizeof *values);
+  MPI_CHECK(values != NULL, "out of memory");
+  MPI_CHECK_OK(context, bpt_graph_read_parameters(m->graph, values, count));
+  return values;
+}
+
+/* Local SGD (average_every H): every rank steps on its own share and the parameters are averaged after each
+ * H-th step. The reference runs every rank's model in this one process and averages by hand (each rank's
+ * values times 1/ranks, summed in rank order, as the reducer does); momentum stays per rank on both sides. */
+static void local_sgd(bpt_context *context, bpt_comm *comm) {
+  enum { every = 2, local_steps = 4 };
+  int rank = bpt_comm_rank(comm), size = bpt_comm_size(comm), share = global_batch / size;
+  model reference[8];
+  MPI_CHECK(size <= 8, "at most 8 ranks");
+  for (int r = 0; r < size; r++)
+    build(context, share, &reference[r]);
+  int64_t count = bpt_graph_parameter_count(reference[0].graph);
+  float *average = malloc((size_t)count * sizeof *average);
+  MPI_CHECK(average != NULL, "out of memory");
+  model m;
+  build(context, share, &m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.bucket_bytes = 4096; /* several ranges, as the gradient buckets would be */
+  options.first_bucket_bytes = 1024;
+  options.average_every = every;
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
+  for (int s = 0; s < local_steps; s++) {
+    forward_backward(context, &m, s, rank * share, share, 0);
+    MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+    for (int r = 0; r < size; r++) {
+      forward_backward(context, &reference[r], s, r * share, share, 0);
+      MPI_CHECK_OK(context, bpt_optimizer_step(reference[r].optimizer));
+    }
+    bool averaged = (s + 1) % every == 0;
+    if (averaged) {
+      memset(average, 0, (size_t)count * sizeof *average);
+      for (int r = 0; r < size; r++) {
+        float *values = parameters_of(context, &reference[r], count);
+        for (int64_t i = 0; i < count; i++)
+          average[i] += values[i] * (1.0f / (float)size);
+        free(values);
+      }
+      for (int r = 0; r < size; r++)
+        MPI_CHECK_OK(context, bpt_graph_write_parameters(reference[r].graph, average, count));
+    }
+    float *ours = parameters_of(context, &m, count), *expected = parameters_of(context, &reference[rank], count);
+    double difference = largest_difference(ours, expected, count);
+    MPI_CHECK(difference <= 1e-6, "local SGD step %d: parameters differ from the reference by %g", s + 1, difference);
+    float *first = malloc((size_t)count * sizeof *first);
+    MPI_CHECK(first != NULL, "out of memory");
+    memcpy(first, ours, (size_t)count * sizeof *first);
+    MPI_Bcast(first, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    int agrees = memcmp(first, ours, (size_t)count * sizeof *first) == 0, all_agree = 0;
+    MPI_Allreduce(&agrees, &all_agree, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    bool same = all_agree != 0;
+    /* Between averagings the ranks hold their own models (their data differ); after one, the same model. */
+    if (size > 1)
+      MPI_CHECK(same == averaged, "local SGD step %d: ranks %s", s + 1, same ? "agree before an average" : "differ");
+    free(first);
+    free(ours);
+    free(expected);
+  }
+  if (rank == 0) printf("local SGD (average every %d steps): matches %d single-process models\n", every, size);
+  /* One more local step, then an explicit average: the ranks agree again, on the reference's average. */
+  forward_backward(context, &m, 0, rank * share, share, 0);
+  MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+  MPI_CHECK_OK(context, bpt_data_parallel_average_parameters(dp));
+  memset(average, 0, (size_t)count * sizeof *average);
+  for (int r = 0; r < size; r++) {
+    forward_backward(context, &reference[r], 0, r * share, share, 0);
+    MPI_CHECK_OK(context, bpt_optimizer_step(reference[r].optimizer));
+    float *values = parameters_of(context, &reference[r], count);
+    for (int64_t i = 0; i < count; i++)
+      average[i] += values[i] * (1.0f / (float)size);
+    free(values);
+  }
+  float *ours = parameters_of(context, &m, count);
+  MPI_CHECK(largest_difference(ours, average, count) <= 1e-6, "bpt_data_parallel_average_parameters: not the average");
+  free(ours);
+  /* Combinations it refuses, saying why. */
+  bpt_data_parallel_destroy(dp);
+  bpt_data_parallel *synchronous = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, NULL, &synchronous));
+  MPI_CHECK(bpt_data_parallel_average_parameters(synchronous) == BPT_ERR_STATE, "averaged a synchronous run");
+  bpt_data_parallel_destroy(synchronous);
+  options.accumulation_steps = 2;
+  MPI_CHECK(bpt_data_parallel_create(m.graph, comm, &options, &dp) == BPT_ERR_UNSUPPORTED &&
+                strstr(bpt_context_last_error(context), "accumulation_steps 1"),
+            "local SGD with accumulation: %s", bpt_context_last_error(context));
+  options.accumulation_steps = 1;
+  options.average_every = 0;
+  MPI_CHECK(bpt_data_parallel_create(m.graph, comm, &options, &dp) == BPT_ERR_INVALID_ARGUMENT &&
+                strstr(bpt_context_last_error(context), "average_every 0"),
+            "average_every 0: %s", bpt_context_last_error(context));
+  free(average);
+  destroy(&m);
+  for (int r = 0; r < size; r++)
+    destroy(&reference[r]);
+}
+
 static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
   model m;
   build(context, 2, &m);
@@ -366,6 +470,7 @@ int main(int argc, char **argv) {
     free(values);
   }
   accumulation_errors(context, comm);
+  local_sgd(context, comm);
   non_finite_gradient_with_int8(context, comm);
   graph_destroyed_before_data_parallel(context, comm);
   comm_destroyed_before_data_parallel(context);
