@@ -213,7 +213,8 @@ static bpt_status read_named(const loader *l, bpt_reader *r, int index, const bp
       return bpt_error(l->context, BPT_ERR_SHAPE,
                        "%s: node %d, %s '%s': op parameter '%s' has another type or length in the file", l->where,
                        index, op_name, node->name, name);
-    if (parameter) seen |= UINT64_C(1) << (parameter - bpt_op_get(node->op)->parameters);
+    const ptrdiff_t position = parameter ? parameter - bpt_op_get(node->op)->parameters : 64;
+    if (position < 64) seen |= UINT64_C(1) << position;
     for (uint32_t e = 0; e < length; e++) {
       int64_t integer;
       float real;
