@@ -424,6 +424,13 @@ static void summary_counts_match_hand_counts(void **state) {
   assert_int_equal(layer.trainable_parameters, 4);
   assert_int_equal(layer.buffer_parameters, 4);
   assert_int_equal(layer.activation_bytes, 2 * 2 * 4 * 4 * sizeof(float));
+  /* The text shows each layer's op parameters by name (issue 24). */
+  const size_t length = bpt_graph_summary_text(graph, NULL, 0);
+  char *table = malloc(length + 1);
+  bpt_graph_summary_text(graph, table, length + 1);
+  assert_non_null(strstr(table, "stride_height=1, stride_width=1, padding_height=1, padding_width=1"));
+  assert_non_null(strstr(table, "momentum=0.1, epsilon=1e-05, folded=false"));
+  free(table);
   bpt_graph_destroy(graph);
 
   /* A weight read by two layers counts once, at its first reader. */

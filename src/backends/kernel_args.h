@@ -26,6 +26,30 @@ static inline bpt_activation bpt_activation_of(bpt_op_id op) {
   }
 }
 
+/* The attribute slots the shared unpackers below read: each op file in src/core/ops/ declares its parameters in
+ * these slots (its bpt_param_decl table), so the op and its kernels agree on one list. */
+enum { BPT_LEAKY_RELU_SLOPE = 0 }; /* float */
+enum {
+  BPT_CONV2D_STRIDE_H,
+  BPT_CONV2D_STRIDE_W,
+  BPT_CONV2D_PADDING_H,
+  BPT_CONV2D_PADDING_W,
+  BPT_CONV2D_DILATION_H,
+  BPT_CONV2D_DILATION_W,
+  BPT_CONV2D_GROUPS
+};                                                                /* int */
+enum { BPT_BATCH_NORM_MOMENTUM = 0, BPT_BATCH_NORM_EPSILON = 1 }; /* float */
+enum {
+  BPT_POOL2D_KERNEL_H,
+  BPT_POOL2D_KERNEL_W,
+  BPT_POOL2D_STRIDE_H,
+  BPT_POOL2D_STRIDE_W,
+  BPT_POOL2D_PADDING_H,
+  BPT_POOL2D_PADDING_W
+};                                                                             /* int */
+enum { BPT_CROSS_ENTROPY_HAS_IGNORE = 0, BPT_CROSS_ENTROPY_IGNORE_INDEX = 1 }; /* int */
+enum { BPT_CROSS_ENTROPY_SMOOTHING = 0 };                                      /* float */
+
 /* An activation node: x -> y over count values, leaky_relu's slope in float attribute 0; dy and dx in backward. */
 typedef struct bpt_activation_args {
   bpt_activation kind;
@@ -37,7 +61,7 @@ typedef struct bpt_activation_args {
 
 static inline bpt_activation_args bpt_activation_args_of(const bpt_kernel_node *node) {
   bpt_activation_args args;
-  args.kind = bpt_activation_of(node->op), args.parameter = node->float_attributes[0];
+  args.kind = bpt_activation_of(node->op), args.parameter = node->float_attributes[BPT_LEAKY_RELU_SLOPE];
   args.count = node->output.count;
   args.x = (const float *)node->inputs[0].value, args.y = (const float *)node->output.value;
   args.dy = node->output.grad, args.dx = node->inputs[0].grad;
@@ -63,8 +87,10 @@ static inline bpt_conv2d_args bpt_conv2d_args_of(const bpt_kernel_node *node) {
   args.batch = x->dims[0], args.in_channels = x->dims[1], args.in_height = x->dims[2], args.in_width = x->dims[3];
   args.out_channels = y->dims[1], args.out_height = y->dims[2], args.out_width = y->dims[3];
   args.kernel_height = weight->dims[2], args.kernel_width = weight->dims[3];
-  args.stride_height = a[0], args.stride_width = a[1], args.padding_height = a[2], args.padding_width = a[3];
-  args.dilation_height = a[4], args.dilation_width = a[5], args.groups = a[6];
+  args.stride_height = a[BPT_CONV2D_STRIDE_H], args.stride_width = a[BPT_CONV2D_STRIDE_W];
+  args.padding_height = a[BPT_CONV2D_PADDING_H], args.padding_width = a[BPT_CONV2D_PADDING_W];
+  args.dilation_height = a[BPT_CONV2D_DILATION_H], args.dilation_width = a[BPT_CONV2D_DILATION_W];
+  args.groups = a[BPT_CONV2D_GROUPS];
   args.assign_input_gradient = x->beta == 0.0f;
   args.bf16_products = node->bf16_products;
   return args;
@@ -92,7 +118,8 @@ static inline bpt_batch_norm_args bpt_batch_norm_args_of(const bpt_kernel_node *
   const bpt_kernel_tensor *x = &node->inputs[0];
   bpt_batch_norm_args args;
   args.batch = x->dims[0], args.channels = x->dims[1], args.spatial = x->count / (x->dims[0] * x->dims[1]);
-  args.epsilon = node->float_attributes[1], args.momentum = node->float_attributes[0];
+  args.epsilon = node->float_attributes[BPT_BATCH_NORM_EPSILON],
+  args.momentum = node->float_attributes[BPT_BATCH_NORM_MOMENTUM];
   args.training = !node->evaluation;
   args.assign_input_gradient = x->grad && x->beta == 0.0f;
   args.relu_mask = NULL;
@@ -125,9 +152,11 @@ static inline bpt_pool2d_args bpt_pool2d_args_of(const bpt_kernel_node *node) {
   args.kind = node->op == BPT_OP_MAX_POOL2D ? BPT_POOL_MAX : BPT_POOL_AVERAGE;
   args.batch = x->dims[0], args.channels = x->dims[1], args.in_height = x->dims[2], args.in_width = x->dims[3];
   args.out_height = global ? 1 : node->output.dims[2], args.out_width = global ? 1 : node->output.dims[3];
-  args.kernel_height = global ? x->dims[2] : a[0], args.kernel_width = global ? x->dims[3] : a[1];
-  args.stride_height = global ? 1 : a[2], args.stride_width = global ? 1 : a[3];
-  args.padding_height = global ? 0 : a[4], args.padding_width = global ? 0 : a[5];
+  args.kernel_height = global ? x->dims[2] : a[BPT_POOL2D_KERNEL_H];
+  args.kernel_width = global ? x->dims[3] : a[BPT_POOL2D_KERNEL_W];
+  args.stride_height = global ? 1 : a[BPT_POOL2D_STRIDE_H], args.stride_width = global ? 1 : a[BPT_POOL2D_STRIDE_W];
+  args.padding_height = global ? 0 : a[BPT_POOL2D_PADDING_H];
+  args.padding_width = global ? 0 : a[BPT_POOL2D_PADDING_W];
   return args;
 }
 
@@ -156,8 +185,9 @@ static inline bpt_softmax_cross_entropy_args bpt_softmax_cross_entropy_args_of(c
   args.classes = x->dims[x->rank - 1], args.rows = x->count / args.classes;
   args.logits = (const float *)x->value, args.labels = (const int32_t *)node->inputs[1].value;
   args.probabilities = (float *)node->saved;
-  args.options.has_ignore = node->int_attributes[0] != 0, args.options.ignore_index = node->int_attributes[1];
-  args.options.smoothing = node->float_attributes[0];
+  args.options.has_ignore = node->int_attributes[BPT_CROSS_ENTROPY_HAS_IGNORE] != 0;
+  args.options.ignore_index = node->int_attributes[BPT_CROSS_ENTROPY_IGNORE_INDEX];
+  args.options.smoothing = node->float_attributes[BPT_CROSS_ENTROPY_SMOOTHING];
   return args;
 }
 
@@ -180,7 +210,8 @@ static inline bpt_status bpt_softmax_cross_entropy_check_labels(bpt_backend *bac
 }
 
 /* relu: int attribute 0 set when the node keeps a 1-bit mask in saved (see relu_mask kernels) rather than
- * reading x in backward; the op asks supports with it set first. */
+ * reading x in backward; the op asks supports with it set first. It is the op's run-time state "uses_mask"
+ * (node->int_state), handed to the kernels in this slot (bpt_state_decl.kernel_slot). */
 enum { BPT_RELU_USES_MASK = 0 };
 
 /* For a kernel of node that ends in a ReLU it does not fuse (batch_norm_relu folded into its convolution, or

@@ -112,6 +112,36 @@ static void write_meta(bpt_writer *writer, const bpt_graph *graph, const bpt_che
   bpt_section_end(writer, start);
 }
 
+/* Format 3: the op's declared parameters by name (stride, padding, rates, slopes, epsilons...), so that a graph
+ * that differs only there is refused rather than silently computing something else with the saved weights;
+ * then its run-time state by name (linear's FP8 scale, relu's mask choice). */
+static void write_node_parameters(bpt_writer *writer, const bpt_node *node) {
+  const bpt_op_definition *definition = bpt_op_get(node->op);
+  bpt_put_u32(writer, (uint32_t)definition->parameter_count);
+  for (int p = 0; p < definition->parameter_count; p++) {
+    const bpt_param_decl *parameter = &definition->parameters[p];
+    const int length = parameter->length > 0 ? parameter->length : 1;
+    bpt_put_string(writer, parameter->name);
+    bpt_put_u32(writer, (uint32_t)parameter->type);
+    bpt_put_u32(writer, (uint32_t)length);
+    for (int e = 0; e < length; e++)
+      if (parameter->type == BPT_OP_VALUE_FLOAT)
+        bpt_put_f32(writer, node->float_attributes[parameter->slot + e]);
+      else
+        bpt_put_i64(writer, node->int_attributes[parameter->slot + e]);
+  }
+  bpt_put_u32(writer, (uint32_t)definition->state_count);
+  for (int i = 0; i < definition->state_count; i++) {
+    const bpt_state_decl *state = &definition->state[i];
+    bpt_put_string(writer, state->name);
+    bpt_put_u32(writer, (uint32_t)state->type);
+    if (state->type == BPT_OP_VALUE_FLOAT)
+      bpt_put_f32(writer, node->float_state[state->slot]);
+    else
+      bpt_put_i64(writer, node->int_state[state->slot]);
+  }
+}
+
 static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
   size_t start = bpt_section_begin(writer, BPT_TAG_GRAPH, 0);
   bpt_put_u32(writer, (uint32_t)graph->node_count);
@@ -131,14 +161,7 @@ static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
     bpt_put_u32(writer, (uint32_t)node->input_count);
     for (int k = 0; k < node->input_count; k++)
       bpt_put_u32(writer, (uint32_t)node->inputs[k]->index);
-    /* Format 2: the op's attributes (stride, padding, rates, slopes, epsilons...), so that a graph that differs
-     * only there is refused rather than silently computing something else with the saved weights. */
-    bpt_put_u32(writer, BPT_MAX_INT_ATTRIBUTES);
-    for (int a = 0; a < BPT_MAX_INT_ATTRIBUTES; a++)
-      bpt_put_i64(writer, bpt_checkpoint_int_attribute_is_state(node->op, a) ? 0 : node->int_attributes[a]);
-    bpt_put_u32(writer, BPT_MAX_FLOAT_ATTRIBUTES);
-    for (int a = 0; a < BPT_MAX_FLOAT_ATTRIBUTES; a++)
-      bpt_put_f32(writer, bpt_checkpoint_float_attribute_is_state(node->op, a) ? 0.0f : node->float_attributes[a]);
+    write_node_parameters(writer, node);
   }
   bpt_section_end(writer, start);
 }

@@ -22,15 +22,10 @@ enum {
   BPT_TAG_LOSS_SCALER = BPT_TAG('L', 'S', 'C', 'L'),
 };
 
-/* Attributes that the library sets itself (state, not configuration): linear's float slot 0 holds the FP8
- * scale of the last forward's saved activation; relu's integer slot 0 says whether compile chose the
- * backend's mask kernels, which depends on the backend, not the model. They are stored as 0 and not compared. */
-static inline bool bpt_checkpoint_float_attribute_is_state(bpt_op_id op, int index) {
-  return op == BPT_OP_LINEAR && index == 0;
-}
-static inline bool bpt_checkpoint_int_attribute_is_state(bpt_op_id op, int index) {
-  return op == BPT_OP_RELU && index == 0;
-}
+/* Op parameters and run-time state are saved by name through each op's declaration (bpt_param_decl,
+ * bpt_state_decl; format 3). Format 2 files saved every attribute slot, with the state slots of that time
+ * (linear's float 0, the FP8 scale; relu's int 0, the mask choice) stored as 0: those slots hold no parameter
+ * now, so the slot-by-slot comparison of a format 2 file needs no exception. */
 
 /* Where a registered buffer's values are now (a node's saved memory exists only after compile); NULL if not yet. */
 float *bpt_checkpoint_buffer_values(const bpt_graph_buffer *buffer);

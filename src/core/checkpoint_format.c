@@ -223,6 +223,8 @@ const char *bpt_tag_name(uint32_t tag, char buffer[5]) {
   return buffer;
 }
 
+uint32_t bpt_checkpoint_format_of(const unsigned char *bytes) { return load_u32(bytes + 8); }
+
 bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes, size_t size, const char *what,
                                 uint32_t *library_version, bpt_section **sections, int *section_count) {
   *sections = NULL;
@@ -241,9 +243,10 @@ bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes
                      "checkpoint '%s': format version 1 (before section headers had a CRC; a flipped tag there went "
                      "unnoticed) is no longer read; this library (%s) reads version %u",
                      what, bpt_version(), BPT_CHECKPOINT_FORMAT_VERSION);
-  if (format != BPT_CHECKPOINT_FORMAT_VERSION)
-    return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': format version %u, this library (%s) reads version %u",
-                     what, format, bpt_version(), BPT_CHECKPOINT_FORMAT_VERSION);
+  if (format != BPT_CHECKPOINT_FORMAT_VERSION && format != BPT_CHECKPOINT_FORMAT_SLOTS)
+    return bpt_error(context, BPT_ERR_FORMAT,
+                     "checkpoint '%s': format version %u, this library (%s) reads versions %u and %u", what, format,
+                     bpt_version(), BPT_CHECKPOINT_FORMAT_SLOTS, BPT_CHECKPOINT_FORMAT_VERSION);
   /* Each section takes at least its header, which bounds the count before allocating. */
   if (count > (size - BPT_CHECKPOINT_HEADER_BYTES) / BPT_CHECKPOINT_SECTION_HEADER_BYTES)
     return bpt_error(context, BPT_ERR_FORMAT, "checkpoint '%s': header announces %u sections; the file is too short",

@@ -12,8 +12,10 @@
 
 #define BPT_CHECKPOINT_MAGIC "bptckpt\n"
 /* Version 2: each section's CRC covers its header's tag, flags and length too (version 1: the payload only), and
- * GRPH holds every node's op attributes. */
-#define BPT_CHECKPOINT_FORMAT_VERSION 2u
+ * GRPH holds every node's op attributes, slot by slot. Version 3: GRPH holds each node's declared parameters and
+ * run-time state by name instead (docs/checkpoints.md). Version 2 files still load. */
+#define BPT_CHECKPOINT_FORMAT_VERSION 3u
+#define BPT_CHECKPOINT_FORMAT_SLOTS 2u
 #define BPT_CHECKPOINT_HEADER_BYTES 24
 #define BPT_CHECKPOINT_SECTION_HEADER_BYTES 20
 /* Section flag: a reader that does not know the tag may skip the section. */
@@ -76,6 +78,8 @@ typedef struct bpt_section {
  * that fuzzers reach the decoders) and returns the section table (free it). `what` names the file in messages. */
 bpt_status bpt_checkpoint_split(bpt_context *context, const unsigned char *bytes, size_t size, const char *what,
                                 uint32_t *library_version, bpt_section **sections, int *section_count);
+/* The format version of a buffer bpt_checkpoint_split accepted. */
+uint32_t bpt_checkpoint_format_of(const unsigned char *bytes);
 
 /* A section's CRC: its header's first 16 bytes (tag, flags, length), then the payload. */
 uint32_t bpt_checkpoint_section_crc(const unsigned char *header, const unsigned char *payload, size_t payload_size);

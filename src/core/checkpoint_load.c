@@ -30,6 +30,9 @@ typedef struct decoded {
   bool has_loss_scaler;
   float loss_scale;
   int64_t clean_steps, skipped_steps;
+  /* Run-time state to restore (format 3), by node index: BPT_MAX_NODE_STATE int slots then as many float ones. */
+  double *state;
+  unsigned char *state_present;
 } decoded;
 
 typedef struct loader {
@@ -37,6 +40,7 @@ typedef struct loader {
   bpt_context *context;
   char where[200]; /* "checkpoint 'path' (libbptrain 0.1.0)" */
   bool strict;
+  uint32_t format; /* BPT_CHECKPOINT_FORMAT_SLOTS or BPT_CHECKPOINT_FORMAT_VERSION */
   bpt_match parameters, buffers;
   bpt_match_item *parameter_items, *buffer_items;
   int64_t *packed_at; /* each graph parameter's first value in the graph's packing */
@@ -50,6 +54,8 @@ static void free_decoded(decoded *d, int buffer_count) {
   free(d->optimizer_buffers[0]);
   free(d->optimizer_buffers[1]);
   free(d->order);
+  free(d->state);
+  free(d->state_present);
 }
 
 static bpt_status loader_init(loader *l) {
@@ -104,8 +110,22 @@ static const char *file_op_name(uint32_t op, const char *stored) {
   return stored[0] ? stored : bpt_op_get((bpt_op_id)op) ? bpt_op_get((bpt_op_id)op)->name : "?";
 }
 
-/* Reads a node's saved op attributes and, when node is given, compares them with this graph's bit for bit (so
- * -0 and 0, or two NaNs, are told apart the same way the saving graph would have computed with them). */
+/* The declared parameter in a slot of node's op, for messages about format 2 files; "?" when none. */
+static const char *slot_parameter(const bpt_node *node, bool floating, uint32_t slot) {
+  const bpt_op_definition *definition = bpt_op_get(node->op);
+  for (int p = 0; p < definition->parameter_count; p++) {
+    const bpt_param_decl *parameter = &definition->parameters[p];
+    const int length = parameter->length > 0 ? parameter->length : 1;
+    if ((parameter->type == BPT_OP_VALUE_FLOAT) == floating && (int)slot >= parameter->slot &&
+        (int)slot < parameter->slot + length)
+      return parameter->name;
+  }
+  return "?";
+}
+
+/* Format 2: reads a node's saved op attribute slots and, when node is given, compares them with this graph's bit
+ * for bit (so -0 and 0, or two NaNs, are told apart the same way the saving graph would have computed with
+ * them). The state slots of that format were stored as 0, and hold no parameter now, so they compare equal. */
 static bpt_status read_attributes(const loader *l, bpt_reader *r, int index, const bpt_node *node,
                                   const char *op_name) {
   uint32_t int_count, float_count;
@@ -113,32 +133,34 @@ static bpt_status read_attributes(const loader *l, bpt_reader *r, int index, con
   for (uint32_t a = 0; a < int_count; a++) {
     int64_t value;
     if (!bpt_get_i64(r, &value)) return truncated(l, "GRPH");
-    if (node && !bpt_checkpoint_int_attribute_is_state(node->op, (int)a) && value != node->int_attributes[a])
+    if (node && value != node->int_attributes[a])
       return bpt_error(l->context, BPT_ERR_SHAPE,
                        "%s: node %d, %s '%s', has different op attributes in the file and in this graph: integer "
-                       "attribute %u is %lld in the file, %lld here",
-                       l->where, index, op_name, node->name, a, (long long)value, (long long)node->int_attributes[a]);
+                       "attribute %u (parameter '%s') is %lld in the file, %lld here",
+                       l->where, index, op_name, node->name, a, slot_parameter(node, false, a), (long long)value,
+                       (long long)node->int_attributes[a]);
   }
   if (!bpt_get_u32(r, &float_count) || float_count > BPT_MAX_FLOAT_ATTRIBUTES) return truncated(l, "GRPH");
   for (uint32_t a = 0; a < float_count; a++) {
     float value;
     if (!bpt_get_f32(r, &value)) return truncated(l, "GRPH");
     if (!node) continue;
-    float ours = bpt_checkpoint_float_attribute_is_state(node->op, (int)a) ? 0.0f : node->float_attributes[a];
+    float ours = node->float_attributes[a];
     if (memcmp(&value, &ours, sizeof value) != 0)
       return bpt_error(l->context, BPT_ERR_SHAPE,
                        "%s: node %d, %s '%s', has different op attributes in the file and in this graph: float "
-                       "attribute %u is %.9g in the file, %.9g here",
-                       l->where, index, op_name, node->name, a, (double)value, (double)ours);
+                       "attribute %u (parameter '%s') is %.9g in the file, %.9g here",
+                       l->where, index, op_name, node->name, a, slot_parameter(node, true, a), (double)value,
+                       (double)ours);
   }
   if (!node) return BPT_OK;
   /* Slots a file does not list (fewer than this library keeps) must be unused here. */
   for (uint32_t a = int_count; a < BPT_MAX_INT_ATTRIBUTES; a++)
-    if (!bpt_checkpoint_int_attribute_is_state(node->op, (int)a) && node->int_attributes[a] != 0)
+    if (node->int_attributes[a] != 0)
       return bpt_error(l->context, BPT_ERR_SHAPE, "%s: node %d, %s '%s': integer attribute %u is not in the file",
                        l->where, index, op_name, node->name, a);
   for (uint32_t a = float_count; a < BPT_MAX_FLOAT_ATTRIBUTES; a++)
-    if (!bpt_checkpoint_float_attribute_is_state(node->op, (int)a) && node->float_attributes[a] != 0.0f)
+    if (node->float_attributes[a] != 0.0f)
       return bpt_error(l->context, BPT_ERR_SHAPE, "%s: node %d, %s '%s': float attribute %u is not in the file",
                        l->where, index, op_name, node->name, a);
   return BPT_OK;
@@ -150,11 +172,105 @@ static const bpt_node *node_named(const bpt_graph *graph, const char *name) {
   return NULL;
 }
 
+enum { MAX_NAMED = 64 }; /* parameters or state entries one node may list: a bound for hostile files */
+
+static void value_text(bpt_op_value_type type, int64_t integer, float real, char *buffer, size_t size) {
+  if (type == BPT_OP_VALUE_FLOAT)
+    snprintf(buffer, size, "%.9g", (double)real);
+  else
+    snprintf(buffer, size, "%lld", (long long)integer);
+}
+
+/* Reads one saved value of type; false when truncated. */
+static bool get_value(bpt_reader *r, uint32_t type, int64_t *integer, float *real) {
+  *integer = 0, *real = 0.0f;
+  return type == BPT_OP_VALUE_FLOAT ? bpt_get_f32(r, real) : bpt_get_i64(r, integer);
+}
+
+/* Format 3: a node's parameters and state by name. With node (strict), every saved parameter must be one the op
+ * declares here, of the same type and length, holding the same value bit for bit, and every declared parameter
+ * the file lacks (an op that gained one) must hold its default. With state_node, the state entries the op
+ * declares as restored are kept in d for apply(); others (and names this library does not know) are skipped. */
+static bpt_status read_named(const loader *l, bpt_reader *r, int index, const bpt_node *node,
+                             const bpt_node *state_node, decoded *d) {
+  const char *op_name = node ? bpt_op_get(node->op)->name : "";
+  uint32_t count;
+  if (!bpt_get_u32(r, &count) || count > MAX_NAMED) return truncated(l, "GRPH");
+  uint64_t seen = 0;
+  for (uint32_t i = 0; i < count; i++) {
+    char name[BPT_NAME_SIZE];
+    uint32_t type, length;
+    if (!bpt_get_string(r, name, sizeof name) || !bpt_get_u32(r, &type) || type > BPT_OP_VALUE_ENUM ||
+        !bpt_get_u32(r, &length) || length < 1 || length > BPT_MAX_INT_ATTRIBUTES)
+      return truncated(l, "GRPH");
+    const bpt_param_decl *parameter = node ? bpt_node_find_parameter(node, name) : NULL;
+    if (node && !parameter)
+      return bpt_error(l->context, BPT_ERR_SHAPE,
+                       "%s: node %d, %s '%s': the file has op parameter '%s', which %s does not have here", l->where,
+                       index, op_name, node->name, name, op_name);
+    const int declared_length = parameter && parameter->length > 0 ? parameter->length : 1;
+    if (parameter && ((uint32_t)parameter->type != type || (uint32_t)declared_length != length))
+      return bpt_error(l->context, BPT_ERR_SHAPE,
+                       "%s: node %d, %s '%s': op parameter '%s' has another type or length in the file", l->where,
+                       index, op_name, node->name, name);
+    const ptrdiff_t position = parameter ? parameter - bpt_op_get(node->op)->parameters : 64;
+    if (position < 64) seen |= UINT64_C(1) << position;
+    for (uint32_t e = 0; e < length; e++) {
+      int64_t integer;
+      float real;
+      if (!get_value(r, type, &integer, &real)) return truncated(l, "GRPH");
+      if (!parameter) continue;
+      const int slot = parameter->slot + (int)e;
+      const int64_t our_integer = type == BPT_OP_VALUE_FLOAT ? 0 : node->int_attributes[slot];
+      const float our_real = type == BPT_OP_VALUE_FLOAT ? node->float_attributes[slot] : 0.0f;
+      if (integer != our_integer || memcmp(&real, &our_real, sizeof real) != 0) {
+        char file_text[48], our_text[48], element[16] = "";
+        value_text(parameter->type, integer, real, file_text, sizeof file_text);
+        value_text(parameter->type, our_integer, our_real, our_text, sizeof our_text);
+        if (length > 1) snprintf(element, sizeof element, "[%u]", e);
+        return bpt_error(l->context, BPT_ERR_SHAPE,
+                         "%s: node %d, %s '%s', has different op attributes in the file and in this graph: %s%s is %s "
+                         "in the file, %s here",
+                         l->where, index, op_name, node->name, name, element, file_text, our_text);
+      }
+    }
+  }
+  const bpt_op_definition *definition = node ? bpt_op_get(node->op) : NULL;
+  for (int p = 0; definition && p < definition->parameter_count && p < 64; p++) {
+    const bpt_param_decl *parameter = &definition->parameters[p];
+    if (seen >> p & 1) continue;
+    const double expected = parameter->type == BPT_OP_VALUE_FLOAT ? (double)(float)parameter->default_value
+                                                                  : (double)(int64_t)parameter->default_value;
+    for (int e = 0; e < (parameter->length > 0 ? parameter->length : 1); e++)
+      if (bpt_node_parameter_value(node, parameter, e) != expected)
+        return bpt_error(l->context, BPT_ERR_SHAPE,
+                         "%s: node %d, %s '%s': op parameter '%s' is not in the file and is not its default here",
+                         l->where, index, op_name, node->name, parameter->name);
+  }
+  if (!bpt_get_u32(r, &count) || count > MAX_NAMED) return truncated(l, "GRPH");
+  for (uint32_t i = 0; i < count; i++) {
+    char name[BPT_NAME_SIZE];
+    uint32_t type;
+    int64_t integer;
+    float real;
+    if (!bpt_get_string(r, name, sizeof name) || !bpt_get_u32(r, &type) || type > BPT_OP_VALUE_ENUM ||
+        !get_value(r, type, &integer, &real))
+      return truncated(l, "GRPH");
+    const bpt_state_decl *state = state_node ? bpt_node_find_state(state_node, name) : NULL;
+    if (!state || !state->restored || (uint32_t)state->type != type) continue;
+    const size_t at = (size_t)state_node->index * 2 * BPT_MAX_NODE_STATE +
+                      (type == BPT_OP_VALUE_FLOAT ? BPT_MAX_NODE_STATE : 0) + (size_t)state->slot;
+    d->state[at] = type == BPT_OP_VALUE_FLOAT ? (double)real : (double)integer;
+    d->state_present[at] = 1;
+  }
+  return BPT_OK;
+}
+
 /* Decodes GRPH. With compare (strict loads), a node of this graph with the name of a saved one must have the
  * same op and op attributes: a graph that differs only there (another stride, another dropout rate) would
  * otherwise compute something else with the saved weights. Nodes on one side only (an inference graph has no
  * labels or loss) and the wiring are not compared; the parameters are matched by name and shape instead. */
-static bpt_status read_graph(const loader *l, bpt_reader r, bool compare) {
+static bpt_status read_graph(const loader *l, bpt_reader r, bool compare, decoded *d) {
   uint32_t count, loss;
   if (!bpt_get_u32(&r, &count) || !bpt_get_u32(&r, &loss) || loss > count) return truncated(l, "GRPH");
   for (uint32_t i = 0; i < count; i++) {
@@ -177,7 +293,13 @@ static bpt_status read_graph(const loader *l, bpt_reader r, bool compare) {
     if (node && op != (uint32_t)node->op)
       return bpt_error(l->context, BPT_ERR_SHAPE, "%s: node '%s' is %s in the file but %s in this graph", l->where,
                        name, file_op_name(op, stored_op), bpt_op_get(node->op)->name);
-    BPT_CHECK(read_attributes(l, &r, (int)i, node, node ? bpt_op_get(node->op)->name : ""));
+    if (l->format == BPT_CHECKPOINT_FORMAT_SLOTS) {
+      BPT_CHECK(read_attributes(l, &r, (int)i, node, node ? bpt_op_get(node->op)->name : ""));
+    } else {
+      /* State is taken in the first pass (strict or not) from the node of this name, when it is the same op. */
+      const bpt_node *named = compare ? NULL : node_named(l->graph, name);
+      BPT_CHECK(read_named(l, &r, (int)i, node, named && (uint32_t)named->op == op ? named : NULL, d));
+    }
   }
   if (bpt_reader_left(&r) != 0) return truncated(l, "GRPH");
   return BPT_OK;
@@ -354,7 +476,11 @@ static bpt_status decode(loader *l, bpt_section *sections, int count, const bpt_
   if (!found[PARAMETERS]) return missing(l, "parameters (PARM section)");
   /* First everything that can make the file malformed, then (strict) what makes it another model's. */
   BPT_CHECK(read_meta(l, &found[META]->payload, d));
-  BPT_CHECK(read_graph(l, found[GRAPH]->payload, false));
+  const size_t state_slots = ((size_t)l->graph->node_count + 1) * 2 * BPT_MAX_NODE_STATE;
+  d->state = bpt_calloc(l->context, state_slots, sizeof *d->state, "checkpoint node state");
+  d->state_present = bpt_calloc(l->context, state_slots, 1, "checkpoint node state");
+  if (!d->state || !d->state_present) return BPT_ERR_OUT_OF_MEMORY;
+  BPT_CHECK(read_graph(l, found[GRAPH]->payload, false, d));
   BPT_CHECK(bpt_match_read(l->context, l->where, &l->parameters, found[PARAMETERS]->payload));
   if (found[BUFFERS]) BPT_CHECK(bpt_match_read(l->context, l->where, &l->buffers, found[BUFFERS]->payload));
   if (found[RNG]) BPT_CHECK(read_rng(l, &found[RNG]->payload, d));
@@ -362,7 +488,7 @@ static bpt_status decode(loader *l, bpt_section *sections, int count, const bpt_
   if (l->strict) {
     BPT_CHECK(bpt_match_check_strict(l->context, l->where, &l->parameters));
     BPT_CHECK(bpt_match_check_strict(l->context, l->where, &l->buffers));
-    BPT_CHECK(read_graph(l, found[GRAPH]->payload, true));
+    BPT_CHECK(read_graph(l, found[GRAPH]->payload, true, d));
   }
   BPT_CHECK(decode_values(l, d));
   /* Not strict, a file without optimiser state leaves the optimiser as it is (a model from elsewhere). */
@@ -394,6 +520,15 @@ static bpt_status apply(const loader *l, const bpt_checkpoint_contents *contents
     if (d->buffers[i])
       BPT_CHECK(upload(l, bpt_checkpoint_buffer_values(&graph->buffers[i]), d->buffers[i], graph->buffers[i].count,
                        "bpt_checkpoint_load: writing buffers"));
+  for (int n = 0; n < graph->node_count; n++)
+    for (int k = 0; k < 2 * BPT_MAX_NODE_STATE; k++) {
+      const size_t at = (size_t)n * 2 * BPT_MAX_NODE_STATE + (size_t)k;
+      if (!d->state_present[at]) continue;
+      if (k < BPT_MAX_NODE_STATE)
+        graph->nodes[n]->int_state[k] = (int64_t)d->state[at];
+      else
+        graph->nodes[n]->float_state[k - BPT_MAX_NODE_STATE] = (float)d->state[at];
+    }
   if (d->has_rng) graph->rng = d->rng;
   graph->dropout_seed = d->seed; /* with the step count below, a resumed run draws the same dropout masks */
   graph->forward_count = d->forward_count;
@@ -450,6 +585,7 @@ static bpt_status load_checkpoint(loader *l, const unsigned char *bytes, size_t 
   bpt_section *sections;
   int count;
   BPT_CHECK(bpt_checkpoint_split(l->context, bytes, size, what, &version, &sections, &count));
+  l->format = bpt_checkpoint_format_of(bytes);
   snprintf(l->where, sizeof l->where, "checkpoint '%.120s' (libbptrain %u.%u.%u)", what, version / 10000,
            version / 100 % 100, version % 100);
   decoded d;

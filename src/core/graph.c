@@ -113,9 +113,25 @@ bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, co
     node->inputs[i] = inputs[i];
     if (inputs[i]->requires_grad) node->requires_grad = true;
   }
+  /* Declared parameters past what the builder passes take their defaults; then every one is checked. */
+  for (int p = 0; p < definition->parameter_count; p++) {
+    const bpt_param_decl *parameter = &definition->parameters[p];
+    for (int e = 0; e < (parameter->length > 0 ? parameter->length : 1); e++) {
+      const int slot = parameter->slot + e;
+      if (parameter->type == BPT_OP_VALUE_FLOAT && slot >= float_count)
+        node->float_attributes[slot] = (float)parameter->default_value;
+      else if (parameter->type != BPT_OP_VALUE_FLOAT && slot >= int_count)
+        node->int_attributes[slot] = (int64_t)parameter->default_value;
+    }
+  }
   for (int i = 0; i < int_count; i++) node->int_attributes[i] = int_attributes[i];
   for (int i = 0; i < float_count; i++) node->float_attributes[i] = float_attributes[i];
   node->dtype = BPT_DTYPE_F32;
+  bpt_status checked = bpt_node_check_parameters(node);
+  if (checked != BPT_OK) {
+    free(node);
+    return checked;
+  }
   if (definition->infer_shape) {
     bpt_status status = definition->infer_shape(node);
     if (status == BPT_OK) status = bpt_node_check_shape(node);

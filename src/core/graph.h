@@ -15,6 +15,7 @@
 #define BPT_MAX_INPUTS 5 /* batch_norm: x, gamma, beta, running mean, running variance */
 #define BPT_MAX_INT_ATTRIBUTES 16
 #define BPT_MAX_FLOAT_ATTRIBUTES 4
+#define BPT_MAX_NODE_STATE 4 /* run-time state slots of each kind (bpt_state_decl) */
 
 struct bpt_node {
   bpt_graph *graph;
@@ -25,6 +26,10 @@ struct bpt_node {
   int input_count;
   int64_t int_attributes[BPT_MAX_INT_ATTRIBUTES];
   float float_attributes[BPT_MAX_FLOAT_ATTRIBUTES];
+  /* The op's declared parameters live in the attribute slots (bpt_param_decl); what the library writes at run
+   * time lives here instead (bpt_state_decl: linear's FP8 scale, relu's mask choice). */
+  int64_t int_state[BPT_MAX_NODE_STATE];
+  float float_state[BPT_MAX_NODE_STATE];
 
   /* Shape: dims[0] is the batch (compiled maximum) when batched. Filled at creation for inputs and
    * parameters, by the op's infer_shape for the rest. With sequence (only when batched), dims[1] is a sequence
@@ -191,6 +196,21 @@ bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, 
 bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
                                               int input_count, const int64_t *int_attributes, int int_count,
                                               const float *float_attributes, int float_count, bpt_node **out);
+/* Typed parameters (op_parameters.c). BPT_OK when every parameter node's op declares is of its type and in
+ * its range and every undeclared slot is 0; else BPT_ERR_INVALID_ARGUMENT naming op, node, parameter, value
+ * and range (bpt_graph_add_node_with_attributes calls it before the shape rule). */
+bpt_status bpt_node_check_parameters(const bpt_node *node);
+/* The declared parameter (or state entry) of node's op called name; NULL when none. */
+const bpt_param_decl *bpt_node_find_parameter(const bpt_node *node, const char *name);
+const bpt_state_decl *bpt_node_find_state(const bpt_node *node, const char *name);
+/* A parameter's value (element `element` of an axis list) as a double: exact for every int a slot can hold
+ * within 2^53, and every float. */
+double bpt_node_parameter_value(const bpt_node *node, const bpt_param_decl *parameter, int element);
+double bpt_node_state_value(const bpt_node *node, const bpt_state_decl *state);
+void bpt_node_set_state_value(bpt_node *node, const bpt_state_decl *state, double value);
+/* Writes "name=value, ..." for node's parameters into buffer (enums by name, axis lists as [a, b]); "" when
+ * the op declares none. Returns buffer. */
+const char *bpt_node_parameters_string(const bpt_node *node, char *buffer, size_t size);
 /* Frees the device memory of a compiled (or half-compiled) graph. */
 void bpt_graph_release_memory(bpt_graph *graph);
 /* Shorthand for "<op> '<node>': <message>" errors. */

@@ -36,6 +36,16 @@ void bpt_node_describe(const bpt_node *node, bpt_kernel_node *description) {
   d->saved = node->saved;
   memcpy(d->int_attributes, node->int_attributes, sizeof d->int_attributes);
   memcpy(d->float_attributes, node->float_attributes, sizeof d->float_attributes);
+  /* State the op hands to its kernels (relu's mask choice) travels in the slots its declaration names. */
+  const bpt_op_definition *definition = bpt_op_get(node->op);
+  for (int i = 0; i < definition->state_count; i++) {
+    const bpt_state_decl *state = &definition->state[i];
+    if (state->kernel_slot < 0) continue;
+    if (state->type == BPT_OP_VALUE_FLOAT)
+      d->float_attributes[state->kernel_slot] = node->float_state[state->slot];
+    else
+      d->int_attributes[state->kernel_slot] = node->int_state[state->slot];
+  }
   d->seed = 0;
   d->evaluation = node->graph->evaluation;
   d->deterministic = node->graph->deterministic;

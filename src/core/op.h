@@ -3,6 +3,7 @@
 #ifndef BPT_CORE_OP_H
 #define BPT_CORE_OP_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -12,8 +13,58 @@
 typedef struct bpt_graph bpt_graph;
 typedef struct bpt_node bpt_node;
 
+/* Typed op parameters (issue 24): each op file declares, in a static table, the configuration its builder
+ * stores in the node's attribute slots, and the run-time state its code keeps in the node's state slots; the
+ * graph validates (bpt_node_check_parameters), prints (bpt_graph_describe), checkpoints and exports them by
+ * name through that table (op_parameters.c). */
+typedef enum bpt_op_value_type {
+  BPT_OP_VALUE_INT,   /* int_attributes / int_state */
+  BPT_OP_VALUE_FLOAT, /* float_attributes / float_state; always finite */
+  BPT_OP_VALUE_BOOL,  /* int slot holding 0 or 1 */
+  BPT_OP_VALUE_ENUM   /* int slot holding 0 .. maximum, named by enum_names */
+} bpt_op_value_type;
+
+typedef struct bpt_param_decl {
+  const char *name; /* lower_case identifier; messages print it with spaces for underscores */
+  bpt_op_value_type type;
+  int slot;             /* first slot in int_attributes (int, bool, enum) or float_attributes (float) */
+  int length;           /* consecutive slots the value spans (an axis list); 0 means 1 */
+  double default_value; /* stored in slots a builder does not pass */
+  /* Valid range, inclusive unless the open flag says otherwise (floats only); +-INFINITY for none. */
+  double minimum, maximum;
+  bool minimum_open, maximum_open;
+  const char *const *enum_names; /* ENUM: the name of each value 0 .. maximum */
+} bpt_param_decl;
+
+/* Run-time state: values the library writes while compiling or running (not configuration), kept in the node's
+ * int_state / float_state, saved in checkpoints by name. */
+typedef struct bpt_state_decl {
+  const char *name;
+  bpt_op_value_type type; /* float: float_state; the others: int_state */
+  int slot;
+  /* >= 0: also handed to the kernels in this slot of the kernel description's int or float attributes (the
+   * backends' interface is unchanged; the slot must not hold a parameter of the op). -1: core-only. */
+  int kernel_slot;
+  /* Whether a checkpoint load restores it; false for state that compile derives from the backend (relu's mask
+   * choice), which a file only records. */
+  bool restored;
+} bpt_state_decl;
+
+/* No bound: for integers the shape rule checks against the inputs (an axis, a head count), with its own
+ * messages. */
+#define BPT_OP_ANY_INT INFINITY
+
+/* For a definition: `BPT_OP_PARAMETERS(table)` and `BPT_OP_STATE(table)` of a static array. */
+#define BPT_OP_PARAMETERS(table) .parameters = (table), .parameter_count = (int)(sizeof(table) / sizeof((table)[0]))
+#define BPT_OP_STATE(table) .state = (table), .state_count = (int)(sizeof(table) / sizeof((table)[0]))
+
 typedef struct bpt_op_definition {
   const char *name;
+  /* The op's parameters and run-time state (NULL / 0: none). */
+  const bpt_param_decl *parameters;
+  int parameter_count;
+  const bpt_state_decl *state;
+  int state_count;
   /* Validates the inputs and sets the node's dtype, rank, dims and batched flag. */
   bpt_status (*infer_shape)(bpt_node *node);
   /* Bytes of op-private memory kept from forward to backward for the compiled batch (NULL: none). */

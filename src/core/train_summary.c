@@ -111,16 +111,23 @@ size_t bpt_graph_summary_text(const bpt_graph *graph, char *buffer, size_t size)
   if (t.size) buffer[0] = 0;
   bpt_model_summary totals = {.size = sizeof totals};
   if (bpt_graph_summary(graph, &totals) != BPT_OK) return 0;
-  append(&t, "%-32s %-22s %-18s %12s %10s %14s\n", "layer", "op", "output", "trainable", "buffers", "activation B");
+  append(&t, "%-32s %-22s %-18s %12s %10s %14s  %s\n", "layer", "op", "output", "trainable", "buffers", "activation B",
+         "parameters");
+  int next_node = 0;
   for (int i = 0; i < totals.layers; i++) {
     bpt_layer_summary row = {.size = sizeof row};
     if (bpt_graph_layer_summary(graph, i, &row) != BPT_OK) return 0;
+    while (next_node < graph->node_count && !is_layer(graph->nodes[next_node]))
+      next_node++;
+    char parameters[256] = "";
+    if (next_node < graph->node_count)
+      bpt_node_parameters_string(graph->nodes[next_node++], parameters, sizeof parameters);
     char shape[64] = "";
     size_t used = 0;
     for (int axis = 0; axis < row.rank && used < sizeof shape; axis++)
       used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%lld", axis ? "x" : "", (long long)row.dims[axis]);
-    append(&t, "%-32s %-22s %-18s %12lld %10lld %14zu\n", row.name, row.op, row.rank ? shape : "scalar",
-           (long long)row.trainable_parameters, (long long)row.buffer_parameters, row.activation_bytes);
+    append(&t, "%-32s %-22s %-18s %12lld %10lld %14zu  %s\n", row.name, row.op, row.rank ? shape : "scalar",
+           (long long)row.trainable_parameters, (long long)row.buffer_parameters, row.activation_bytes, parameters);
   }
   append(&t, "total: %lld trainable parameters, %lld buffer values, %zu activation bytes at batch %lld\n",
          (long long)totals.trainable_parameters, (long long)totals.buffer_parameters, totals.activation_bytes,

@@ -9,10 +9,31 @@
  * masks dy inside its gradient passes; CUDA runs the ReLU in place on y, and in backward in place on dy, this
  * node's own gradient, which nothing reads after this node's backward. A folded batch_norm_relu's kernels
  * apply the ReLU to the convolution's output. */
+#include <math.h>
+
+#include "backends/kernel_args.h"
 #include "bptrain/cnn.h"
 #include "core/graph.h"
 
-enum { FOLDED }; /* BPT_BATCH_NORM_FOLDED for the kernels */
+enum { FOLDED = BPT_BATCH_NORM_FOLDED };
+
+/* folded is set by bpt_graph_fold (fold.c), not by the builder: a folded node computes nothing of its own. */
+static const bpt_param_decl batch_norm_parameters[] = {
+    {.name = "momentum",
+     .type = BPT_OP_VALUE_FLOAT,
+     .slot = BPT_BATCH_NORM_MOMENTUM,
+     .default_value = 0.1,
+     .minimum = 0.0,
+     .minimum_open = true,
+     .maximum = 1.0},
+    {.name = "epsilon",
+     .type = BPT_OP_VALUE_FLOAT,
+     .slot = BPT_BATCH_NORM_EPSILON,
+     .default_value = 1e-5,
+     .minimum = 0.0,
+     .minimum_open = true,
+     .maximum = INFINITY},
+    {.name = "folded", .type = BPT_OP_VALUE_BOOL, .slot = FOLDED, .maximum = 1}};
 
 static bpt_status batch_norm_infer_shape(bpt_node *node) {
   bpt_node *x = node->inputs[0], *gamma = node->inputs[1], *beta = node->inputs[2];
@@ -34,10 +55,6 @@ static bpt_status batch_norm_infer_shape(bpt_node *node) {
           "running statistics '%s' must be a buffer of %lld values made with bpt_graph_nontrainable_parameter()",
           running->name, (long long)channels);
   }
-  const float momentum = node->float_attributes[0], epsilon = node->float_attributes[1];
-  if (!(momentum > 0.0f && momentum <= 1.0f) || !(epsilon > 0.0f))
-    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "momentum %g must be in (0, 1] and epsilon %g > 0",
-                          (double)momentum, (double)epsilon);
   node->batched = true;
   node->rank = x->rank;
   for (int i = 0; i < x->rank; i++)
@@ -76,6 +93,7 @@ static bool batch_norm_reads_input(const bpt_node *node, int input) {
 }
 
 const bpt_op_definition bpt_op_batch_norm = {.name = "batch_norm",
+                                             BPT_OP_PARAMETERS(batch_norm_parameters),
                                              .infer_shape = batch_norm_infer_shape,
                                              .saved_bytes = batch_norm_saved_bytes,
                                              .forward = batch_norm_forward,
@@ -85,6 +103,7 @@ const bpt_op_definition bpt_op_batch_norm = {.name = "batch_norm",
                                              .overwrites_unset_gradients = true};
 
 const bpt_op_definition bpt_op_batch_norm_relu = {.name = "batch_norm_relu",
+                                                  BPT_OP_PARAMETERS(batch_norm_parameters),
                                                   .infer_shape = batch_norm_infer_shape,
                                                   .saved_bytes = batch_norm_saved_bytes,
                                                   .forward = batch_norm_forward,

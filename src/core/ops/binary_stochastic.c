@@ -32,7 +32,15 @@ static bool binary_stochastic_backward_reads_input(const bpt_node *node, int inp
   return node->int_attributes[0] == BPT_STRAIGHT_THROUGH_SIGMOID;
 }
 
+static const char *const estimator_names[] = {"identity", "sigmoid"};
+static const bpt_param_decl binary_stochastic_parameters[] = {{.name = "estimator",
+                                                               .type = BPT_OP_VALUE_ENUM,
+                                                               .slot = 0,
+                                                               .maximum = BPT_STRAIGHT_THROUGH_SIGMOID,
+                                                               .enum_names = estimator_names}};
+
 const bpt_op_definition bpt_op_binary_stochastic = {.name = "binary_stochastic",
+                                                    BPT_OP_PARAMETERS(binary_stochastic_parameters),
                                                     .infer_shape = binary_stochastic_infer_shape,
                                                     .forward = binary_stochastic_forward,
                                                     .backward = binary_stochastic_backward,
@@ -41,12 +49,6 @@ const bpt_op_definition bpt_op_binary_stochastic = {.name = "binary_stochastic",
 
 bpt_status bpt_binary_stochastic(bpt_graph *graph, const char *name, bpt_node *z, bpt_straight_through estimator,
                                  bpt_node **out) {
-  if (graph && (unsigned)estimator > (unsigned)BPT_STRAIGHT_THROUGH_SIGMOID) {
-    if (out) *out = NULL;
-    return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "binary_stochastic '%s': unknown estimator %d",
-                     name ? name : "", (int)estimator);
-  }
-  BPT_CHECK(bpt_graph_add_node(graph, BPT_OP_BINARY_STOCHASTIC, name, &z, 1, out));
-  (*out)->int_attributes[0] = estimator;
-  return BPT_OK;
+  const int64_t attributes[1] = {(int64_t)estimator};
+  return bpt_graph_add_node_with_attributes(graph, BPT_OP_BINARY_STOCHASTIC, name, &z, 1, attributes, 1, NULL, 0, out);
 }

@@ -46,7 +46,12 @@ static bpt_status concat_backward(bpt_node *node) {
   return any ? bpt_node_backward_kernels(node) : BPT_OK;
 }
 
+/* The axis is checked against the inputs' rank by the shape rule. */
+static const bpt_param_decl concat_parameters[] = {
+    {.name = "axis", .type = BPT_OP_VALUE_INT, .slot = 0, .minimum = -BPT_OP_ANY_INT, .maximum = BPT_OP_ANY_INT}};
+
 const bpt_op_definition bpt_op_concat = {.name = "concat",
+                                         BPT_OP_PARAMETERS(concat_parameters),
                                          .infer_shape = concat_infer_shape,
                                          .forward = concat_forward,
                                          .backward = concat_backward,

@@ -5,11 +5,34 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "backends/kernel_args.h"
 #include "bptrain/cnn.h"
 #include "core/checked.h"
 #include "core/graph.h"
 
-enum { STRIDE_H, STRIDE_W, PADDING_H, PADDING_W, DILATION_H, DILATION_W, GROUPS };
+enum {
+  STRIDE_H = BPT_CONV2D_STRIDE_H,
+  STRIDE_W = BPT_CONV2D_STRIDE_W,
+  PADDING_H = BPT_CONV2D_PADDING_H,
+  PADDING_W = BPT_CONV2D_PADDING_W,
+  DILATION_H = BPT_CONV2D_DILATION_H,
+  DILATION_W = BPT_CONV2D_DILATION_W,
+  GROUPS = BPT_CONV2D_GROUPS
+};
+
+/* Each at most BPT_MAX_DIM, so that the shape arithmetic below stays far inside int64_t. */
+#define CONV2D_PARAMETER(text, index, low)                                                                             \
+  {                                                                                                                    \
+    .name = text, .type = BPT_OP_VALUE_INT, .slot = index, .default_value = low, .minimum = low,                       \
+    .maximum = BPT_MAX_DIM                                                                                             \
+  }
+static const bpt_param_decl conv2d_parameters[] = {CONV2D_PARAMETER("stride_height", STRIDE_H, 1),
+                                                   CONV2D_PARAMETER("stride_width", STRIDE_W, 1),
+                                                   CONV2D_PARAMETER("padding_height", PADDING_H, 0),
+                                                   CONV2D_PARAMETER("padding_width", PADDING_W, 0),
+                                                   CONV2D_PARAMETER("dilation_height", DILATION_H, 1),
+                                                   CONV2D_PARAMETER("dilation_width", DILATION_W, 1),
+                                                   CONV2D_PARAMETER("groups", GROUPS, 1)};
 
 /* The output extent, or -1 when the padded input or the dilated kernel span does not fit BPT_MAX_DIM (every
  * attribute is already in [0, BPT_MAX_DIM], so the int64_t arithmetic below cannot wrap). */
@@ -31,22 +54,7 @@ static bpt_status conv2d_infer_shape(bpt_node *node) {
   if (weight->batched || weight->rank != 4)
     return bpt_node_error(node, BPT_ERR_SHAPE, "weight '%s' has shape %s; expected (O, C / groups, kh, kw)",
                           weight->name, bpt_shape_string(weight, shape, sizeof shape));
-  if (a[STRIDE_H] < 1 || a[STRIDE_W] < 1 || a[PADDING_H] < 0 || a[PADDING_W] < 0 || a[DILATION_H] < 1 ||
-      a[DILATION_W] < 1 || a[GROUPS] < 1)
-    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT,
-                          "stride %lldx%lld, padding %lldx%lld, dilation %lldx%lld, groups %lld: strides, "
-                          "dilations and groups must be >= 1, paddings >= 0",
-                          (long long)a[STRIDE_H], (long long)a[STRIDE_W], (long long)a[PADDING_H],
-                          (long long)a[PADDING_W], (long long)a[DILATION_H], (long long)a[DILATION_W],
-                          (long long)a[GROUPS]);
-  for (int i = STRIDE_H; i <= GROUPS; i++)
-    if (a[i] > BPT_MAX_DIM)
-      return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT,
-                            "stride %lldx%lld, padding %lldx%lld, dilation %lldx%lld, groups %lld: each must be at "
-                            "most 2^31 - 1",
-                            (long long)a[STRIDE_H], (long long)a[STRIDE_W], (long long)a[PADDING_H],
-                            (long long)a[PADDING_W], (long long)a[DILATION_H], (long long)a[DILATION_W],
-                            (long long)a[GROUPS]);
+  /* Each attribute's own range (>= 1, paddings >= 0, at most 2^31 - 1) is its declaration's (conv2d_parameters). */
   const int64_t channels = x->dims[1], out_channels = weight->dims[0], groups = a[GROUPS];
   if (channels % groups || out_channels % groups)
     return bpt_node_error(node, BPT_ERR_SHAPE, "%lld groups do not divide %lld input and %lld output channels",
@@ -138,6 +146,7 @@ static void conv2d_cost(const bpt_node *node, int backward, double *flops, doubl
 }
 
 const bpt_op_definition bpt_op_conv2d = {.name = "conv2d",
+                                         BPT_OP_PARAMETERS(conv2d_parameters),
                                          .infer_shape = conv2d_infer_shape,
                                          .forward = conv2d_forward,
                                          .backward = conv2d_backward,

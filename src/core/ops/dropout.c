@@ -8,11 +8,8 @@
 
 static bpt_status dropout_infer_shape(bpt_node *node) {
   bpt_node *x = node->inputs[0];
-  const float probability = node->float_attributes[0];
   if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
   if (!x->batched) return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has no batch dimension", x->name);
-  if (!(probability >= 0.0f && probability < 1.0f))
-    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "probability %g is outside [0, 1)", (double)probability);
   node->batched = true;
   node->sequence = x->sequence;
   node->rank = x->rank;
@@ -49,7 +46,16 @@ static bpt_status dropout_backward(bpt_node *node) {
   return bpt_node_backward_kernels(node);
 }
 
+static const bpt_param_decl dropout_parameters[] = {{.name = "probability",
+                                                     .type = BPT_OP_VALUE_FLOAT,
+                                                     .slot = 0,
+                                                     .default_value = 0.5,
+                                                     .minimum = 0.0,
+                                                     .maximum = 1.0,
+                                                     .maximum_open = true}};
+
 const bpt_op_definition bpt_op_dropout = {.name = "dropout",
+                                          BPT_OP_PARAMETERS(dropout_parameters),
                                           .infer_shape = dropout_infer_shape,
                                           .saved_bytes = dropout_saved_bytes,
                                           .forward = dropout_forward,

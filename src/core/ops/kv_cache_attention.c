@@ -58,7 +58,21 @@ static bpt_status kv_cache_attention_backward(bpt_node *node) {
                         "bpt_scaled_dot_product_attention and load the weights into the generation graph");
 }
 
+/* Both are checked against q's shape by the shape rule. */
+static const bpt_param_decl kv_cache_attention_parameters[] = {{.name = "heads",
+                                                                .type = BPT_OP_VALUE_INT,
+                                                                .slot = HEADS,
+                                                                .default_value = 1,
+                                                                .minimum = -BPT_OP_ANY_INT,
+                                                                .maximum = BPT_OP_ANY_INT},
+                                                               {.name = "capacity",
+                                                                .type = BPT_OP_VALUE_INT,
+                                                                .slot = CAPACITY,
+                                                                .minimum = -BPT_OP_ANY_INT,
+                                                                .maximum = BPT_OP_ANY_INT}};
+
 const bpt_op_definition bpt_op_kv_cache_attention = {.name = "kv_cache_attention",
+                                                     BPT_OP_PARAMETERS(kv_cache_attention_parameters),
                                                      .infer_shape = kv_cache_attention_infer_shape,
                                                      .saved_bytes = kv_cache_attention_saved_bytes,
                                                      .forward = kv_cache_attention_forward,

@@ -6,9 +6,15 @@
 #include "core/precision.h"
 
 /* Compressed saved activations (issue 4): when the precision policy asks for it, the forward keeps x for the
- * weight gradient in node->saved as f16, bf16 or FP8 E4M3 (per-tensor power-of-two scale in float
- * attribute 0), so x itself need not stay in memory. The first 64 bytes of saved hold the device amax. */
+ * weight gradient in node->saved as f16, bf16 or FP8 E4M3 (per-tensor power-of-two scale in the node's state
+ * "fp8_scale", float state 0), so x itself need not stay in memory. The first 64 bytes of saved hold the device
+ * amax. */
 #define LINEAR_SAVED_HEADER 64
+enum { FP8_SCALE }; /* float state */
+
+/* Run-time state, not configuration: written by every forward that keeps a compressed x, read by its backward. */
+static const bpt_state_decl linear_state[] = {
+    {.name = "fp8_scale", .type = BPT_OP_VALUE_FLOAT, .slot = FP8_SCALE, .kernel_slot = -1, .restored = true}};
 
 static bpt_dtype saved_input_dtype(const bpt_node *node) {
   const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
@@ -43,7 +49,7 @@ static bpt_status save_input(bpt_node *node) {
       return bpt_node_error(node, BPT_ERR_DEVICE, "reading the activation maximum");
     BPT_CHECK(bpt_fp8_scale(node->graph->context, dtype, &maximum, 1, &scale));
   }
-  node->float_attributes[0] = scale;
+  node->float_state[FP8_SCALE] = scale;
   return BPT_KERNEL(node, cast, count, BPT_DTYPE_F32, x->value, dtype, (char *)node->saved + LINEAR_SAVED_HEADER,
                     scale);
 }
@@ -105,7 +111,7 @@ static bpt_status linear_backward(bpt_node *node) {
       /* x from its compressed copy; alpha undoes the FP8 scale. */
       product.b_dtype = saved_input_dtype(node);
       product.b = (const float *)((const char *)node->saved + LINEAR_SAVED_HEADER);
-      product.alpha = 1.0f / node->float_attributes[0];
+      product.alpha = 1.0f / node->float_state[FP8_SCALE];
     }
     BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   }
@@ -148,6 +154,7 @@ static void linear_cost(const bpt_node *node, int backward, double *flops, doubl
 static bool linear_uses_kernels(const bpt_node *node) { return node->input_count > 2 && node->inputs[2]; }
 
 const bpt_op_definition bpt_op_linear = {.name = "linear",
+                                         BPT_OP_STATE(linear_state),
                                          .infer_shape = linear_infer_shape,
                                          .saved_bytes = linear_saved_bytes,
                                          .forward = linear_forward,

@@ -175,7 +175,12 @@ static void matmul_cost(const bpt_node *node, int backward, double *flops, doubl
   *bytes = products * moved;
 }
 
+static const bpt_param_decl matmul_parameters[] = {
+    {.name = "transpose_a", .type = BPT_OP_VALUE_BOOL, .slot = MATMUL_TRANSPOSE_A, .maximum = 1},
+    {.name = "transpose_b", .type = BPT_OP_VALUE_BOOL, .slot = MATMUL_TRANSPOSE_B, .maximum = 1}};
+
 const bpt_op_definition bpt_op_matmul = {.name = "matmul",
+                                         BPT_OP_PARAMETERS(matmul_parameters),
                                          .infer_shape = matmul_infer_shape,
                                          .forward = matmul_forward,
                                          .backward = matmul_backward,

@@ -22,6 +22,15 @@ static inline bpt_status bpt_norm_check_affine(bpt_node *node, const bpt_node *p
 
 /* The shape rule: y has x's shape; x has a feature axis; inputs 1.. are the affine parameters (gamma, beta) named
  * by roles; float attribute 0, epsilon, is finite and > 0. */
+/* layer_norm's and rms_norm's one parameter, float attribute 0. */
+static const bpt_param_decl bpt_norm_parameters[] = {{.name = "epsilon",
+                                                      .type = BPT_OP_VALUE_FLOAT,
+                                                      .slot = 0,
+                                                      .default_value = 1e-5,
+                                                      .minimum = 0.0,
+                                                      .minimum_open = true,
+                                                      .maximum = INFINITY}};
+
 static inline bpt_status bpt_norm_infer_shape(bpt_node *node, const char *const *roles) {
   const bpt_node *x = node->inputs[0];
   char shape[96];
@@ -31,9 +40,6 @@ static inline bpt_status bpt_norm_infer_shape(bpt_node *node, const char *const 
                           bpt_shape_string(x, shape, sizeof shape));
   for (int i = 1; i < node->input_count; i++)
     BPT_CHECK(bpt_norm_check_affine(node, node->inputs[i], roles[i - 1], x->dims[x->rank - 1]));
-  const float epsilon = node->float_attributes[0];
-  if (!(epsilon > 0.0f) || !isfinite(epsilon))
-    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "epsilon %g must be finite and > 0", (double)epsilon);
   return BPT_OK;
 }
 

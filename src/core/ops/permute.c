@@ -36,7 +36,18 @@ static bpt_status permute_backward(bpt_node *node) {
   return bpt_node_backward_kernels(node);
 }
 
+/* rank axes in slots 1 .. rank, the rest 0; the shape rule checks them against the input. */
+static const bpt_param_decl permute_parameters[] = {
+    {.name = "rank", .type = BPT_OP_VALUE_INT, .slot = 0, .minimum = -BPT_OP_ANY_INT, .maximum = BPT_OP_ANY_INT},
+    {.name = "axes",
+     .type = BPT_OP_VALUE_INT,
+     .slot = 1,
+     .length = BPT_MAX_RANK,
+     .minimum = -BPT_OP_ANY_INT,
+     .maximum = BPT_OP_ANY_INT}};
+
 const bpt_op_definition bpt_op_permute = {.name = "permute",
+                                          BPT_OP_PARAMETERS(permute_parameters),
                                           .infer_shape = permute_infer_shape,
                                           .forward = permute_forward,
                                           .backward = permute_backward,

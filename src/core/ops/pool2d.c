@@ -1,11 +1,30 @@
 /* max_pool2d and avg_pool2d over NCHW: one shape rule and one kernel pair, told apart by op id.
  * Integer attributes: kernel (0, 1), stride (2, 3), padding (4, 5). Max pooling keeps the winning index of
  * every output (int32, in node->saved) so backward routes each gradient to exactly one input. */
+#include "backends/kernel_args.h"
 #include "bptrain/cnn.h"
 #include "core/checked.h"
 #include "core/graph.h"
 
-enum { KERNEL_H, KERNEL_W, STRIDE_H, STRIDE_W, PADDING_H, PADDING_W };
+enum {
+  KERNEL_H = BPT_POOL2D_KERNEL_H,
+  KERNEL_W = BPT_POOL2D_KERNEL_W,
+  STRIDE_H = BPT_POOL2D_STRIDE_H,
+  STRIDE_W = BPT_POOL2D_STRIDE_W,
+  PADDING_H = BPT_POOL2D_PADDING_H,
+  PADDING_W = BPT_POOL2D_PADDING_W
+};
+
+/* The shape rule also bounds each padding by half its kernel. */
+#define POOL2D_PARAMETER(text, index, low)                                                                             \
+  {                                                                                                                    \
+    .name = text, .type = BPT_OP_VALUE_INT, .slot = index, .default_value = low, .minimum = low,                       \
+    .maximum = BPT_MAX_DIM                                                                                             \
+  }
+static const bpt_param_decl pool2d_parameters[] = {
+    POOL2D_PARAMETER("kernel_height", KERNEL_H, 1),   POOL2D_PARAMETER("kernel_width", KERNEL_W, 1),
+    POOL2D_PARAMETER("stride_height", STRIDE_H, 1),   POOL2D_PARAMETER("stride_width", STRIDE_W, 1),
+    POOL2D_PARAMETER("padding_height", PADDING_H, 0), POOL2D_PARAMETER("padding_width", PADDING_W, 0)};
 
 static bpt_status pool2d_infer_shape(bpt_node *node) {
   bpt_node *x = node->inputs[0];
@@ -57,6 +76,7 @@ static bpt_status pool2d_backward(bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",
+                                             BPT_OP_PARAMETERS(pool2d_parameters),
                                              .infer_shape = pool2d_infer_shape,
                                              .saved_bytes = max_pool2d_saved_bytes,
                                              .forward = pool2d_forward,
@@ -64,6 +84,7 @@ const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",
                                              .backward_reads_input = bpt_op_reads_no_input,
                                              .backward_reads_output = bpt_op_reads_no_output};
 const bpt_op_definition bpt_op_avg_pool2d = {.name = "avg_pool2d",
+                                             BPT_OP_PARAMETERS(pool2d_parameters),
                                              .infer_shape = pool2d_infer_shape,
                                              .forward = pool2d_forward,
                                              .backward = pool2d_backward,

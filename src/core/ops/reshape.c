@@ -47,7 +47,18 @@ static bpt_status reshape_backward(bpt_node *node) {
   return BPT_KERNEL(node, add_scaled, bpt_node_count(node), 1.0f, node->grad, x->grad);
 }
 
+/* rank per-sample dims in slots 1 .. rank, the rest 0; the shape rule checks them (BPT_ERR_SHAPE). */
+static const bpt_param_decl reshape_parameters[] = {
+    {.name = "rank", .type = BPT_OP_VALUE_INT, .slot = 0, .minimum = -BPT_OP_ANY_INT, .maximum = BPT_OP_ANY_INT},
+    {.name = "dims",
+     .type = BPT_OP_VALUE_INT,
+     .slot = 1,
+     .length = BPT_MAX_RANK - 1,
+     .minimum = -BPT_OP_ANY_INT,
+     .maximum = BPT_OP_ANY_INT}};
+
 const bpt_op_definition bpt_op_reshape = {.name = "reshape",
+                                          BPT_OP_PARAMETERS(reshape_parameters),
                                           .infer_shape = reshape_infer_shape,
                                           .forward = reshape_forward,
                                           .backward = reshape_backward,

@@ -19,7 +19,6 @@ enum { ATTENTION_DROPOUT = 0 };
 static bpt_status attention_infer_shape(bpt_node *node) {
   const bpt_node *q = node->inputs[0], *k = node->inputs[1], *v = node->inputs[2];
   const int64_t heads = node->int_attributes[ATTENTION_HEADS];
-  const float dropout = node->float_attributes[ATTENTION_DROPOUT];
   char shape_q[96], shape_k[96], shape_v[96];
   for (int i = 0; i < 3; i++) {
     const bpt_node *x = node->inputs[i];
@@ -39,8 +38,6 @@ static bpt_status attention_infer_shape(bpt_node *node) {
   if (heads < 1 || q->dims[2] % heads != 0)
     return bpt_node_error(node, BPT_ERR_SHAPE, "%lld heads do not divide the %lld channels of q '%s' (%s)",
                           (long long)heads, (long long)q->dims[2], q->name, shape_q);
-  if (!(dropout >= 0.0f && dropout < 1.0f))
-    return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "dropout probability %g is outside [0, 1)", (double)dropout);
   node->batched = true;
   node->sequence = q->sequence;
   node->rank = 3;
@@ -90,7 +87,24 @@ static void attention_cost(const bpt_node *node, int backward, double *flops, do
   *bytes = 4.0 * (backward ? 2.0 * values : values);
 }
 
+/* heads is checked against q's channels by the shape rule. */
+static const bpt_param_decl attention_parameters[] = {
+    {.name = "heads",
+     .type = BPT_OP_VALUE_INT,
+     .slot = ATTENTION_HEADS,
+     .default_value = 1,
+     .minimum = -BPT_OP_ANY_INT,
+     .maximum = BPT_OP_ANY_INT},
+    {.name = "causal", .type = BPT_OP_VALUE_BOOL, .slot = ATTENTION_CAUSAL, .maximum = 1},
+    {.name = "dropout_probability",
+     .type = BPT_OP_VALUE_FLOAT,
+     .slot = ATTENTION_DROPOUT,
+     .minimum = 0.0,
+     .maximum = 1.0,
+     .maximum_open = true}};
+
 const bpt_op_definition bpt_op_scaled_dot_product_attention = {.name = "scaled_dot_product_attention",
+                                                               BPT_OP_PARAMETERS(attention_parameters),
                                                                .infer_shape = attention_infer_shape,
                                                                .saved_bytes = attention_saved_bytes,
                                                                .forward = attention_forward,

@@ -40,7 +40,25 @@ static bpt_status slice_backward(bpt_node *node) {
   return bpt_node_backward_kernels(node);
 }
 
+/* Checked against the input's shape by the shape rule. */
+static const bpt_param_decl slice_parameters[] = {{.name = "axis",
+                                                   .type = BPT_OP_VALUE_INT,
+                                                   .slot = SLICE_AXIS,
+                                                   .minimum = -BPT_OP_ANY_INT,
+                                                   .maximum = BPT_OP_ANY_INT},
+                                                  {.name = "start",
+                                                   .type = BPT_OP_VALUE_INT,
+                                                   .slot = SLICE_START,
+                                                   .minimum = -BPT_OP_ANY_INT,
+                                                   .maximum = BPT_OP_ANY_INT},
+                                                  {.name = "length",
+                                                   .type = BPT_OP_VALUE_INT,
+                                                   .slot = SLICE_LENGTH,
+                                                   .minimum = -BPT_OP_ANY_INT,
+                                                   .maximum = BPT_OP_ANY_INT}};
+
 const bpt_op_definition bpt_op_slice = {.name = "slice",
+                                        BPT_OP_PARAMETERS(slice_parameters),
                                         .infer_shape = slice_infer_shape,
                                         .forward = slice_forward,
                                         .backward = slice_backward,

@@ -38,7 +38,11 @@ static void softmax_cost(const bpt_node *node, int backward, double *flops, doub
   *bytes = 4.0 * (backward ? 3.0 * count : 2.0 * count);
 }
 
+static const bpt_param_decl softmax_parameters[] = {
+    {.name = "causal", .type = BPT_OP_VALUE_BOOL, .slot = SOFTMAX_CAUSAL, .maximum = 1}};
+
 const bpt_op_definition bpt_op_softmax = {.name = "softmax",
+                                          BPT_OP_PARAMETERS(softmax_parameters),
                                           .infer_shape = softmax_infer_shape,
                                           .forward = softmax_forward,
                                           .backward = softmax_backward,

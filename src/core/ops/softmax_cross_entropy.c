@@ -10,10 +10,28 @@
  * today's arithmetic), int 1 the index, float 0 eps. With an ignore index, saved holds one float more after
  * the probabilities: the kernels may keep the count of positions there (CUDA does, for its backward). */
 
+#include "backends/kernel_args.h"
 #include "core/graph.h"
 
-enum { CROSS_ENTROPY_HAS_IGNORE, CROSS_ENTROPY_IGNORE_INDEX };
-enum { CROSS_ENTROPY_SMOOTHING };
+enum {
+  CROSS_ENTROPY_HAS_IGNORE = BPT_CROSS_ENTROPY_HAS_IGNORE,
+  CROSS_ENTROPY_IGNORE_INDEX = BPT_CROSS_ENTROPY_IGNORE_INDEX
+};
+enum { CROSS_ENTROPY_SMOOTHING = BPT_CROSS_ENTROPY_SMOOTHING };
+
+/* ignore_index is compared with i32 labels; without has_ignore it is 0 and unused. */
+static const bpt_param_decl cross_entropy_parameters[] = {
+    {.name = "has_ignore", .type = BPT_OP_VALUE_BOOL, .slot = CROSS_ENTROPY_HAS_IGNORE, .maximum = 1},
+    {.name = "ignore_index",
+     .type = BPT_OP_VALUE_INT,
+     .slot = CROSS_ENTROPY_IGNORE_INDEX,
+     .minimum = -BPT_OP_ANY_INT,
+     .maximum = BPT_OP_ANY_INT},
+    {.name = "label_smoothing",
+     .type = BPT_OP_VALUE_FLOAT,
+     .slot = CROSS_ENTROPY_SMOOTHING,
+     .minimum = 0.0,
+     .maximum = 1.0}};
 
 static bpt_status softmax_cross_entropy_infer_shape(bpt_node *node) {
   const bpt_node *logits = node->inputs[0], *labels = node->inputs[1];
@@ -50,6 +68,7 @@ static bool softmax_cross_entropy_backward_reads_input(const bpt_node *node, int
 }
 
 const bpt_op_definition bpt_op_softmax_cross_entropy = {.name = "softmax_cross_entropy",
+                                                        BPT_OP_PARAMETERS(cross_entropy_parameters),
                                                         .infer_shape = softmax_cross_entropy_infer_shape,
                                                         .saved_bytes = softmax_cross_entropy_saved_bytes,
                                                         .forward = softmax_cross_entropy_forward,
@@ -66,11 +85,6 @@ bpt_status bpt_softmax_cross_entropy(bpt_graph *graph, const char *name, bpt_nod
 
 bpt_status bpt_softmax_cross_entropy_options(bpt_graph *graph, const char *name, bpt_node *logits, bpt_node *labels,
                                              int64_t ignore_index, float label_smoothing, bpt_node **out) {
-  if (out) *out = NULL;
-  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
-    return bpt_error(graph ? graph->context : NULL, BPT_ERR_INVALID_ARGUMENT,
-                     "softmax_cross_entropy '%s': label smoothing %g is outside [0, 1]", name ? name : "",
-                     (double)label_smoothing);
   bpt_node *inputs[2] = {logits, labels};
   const int64_t attributes[2] = {[CROSS_ENTROPY_HAS_IGNORE] = 1, [CROSS_ENTROPY_IGNORE_INDEX] = ignore_index};
   const float smoothing[1] = {[CROSS_ENTROPY_SMOOTHING] = label_smoothing};
