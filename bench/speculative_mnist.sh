@@ -1,6 +1,7 @@
 #!/bin/sh
 # Speculative backprop benchmark (issue 6): thresholds 0, 0.10, 0.175, 0.25 on the CPU (wall time, two trainer
 # threads) and on fpga-sim (simulated cycles), one table. Threshold 0 is ordinary backprop, the reference.
+# --model lenet runs LeNet-5 instead of the MLP (issue 28; CPU only: fpga-sim refuses the convolutional chain).
 # Usage: bench/speculative_mnist.sh [BUILD_DIR] [extra speculative_mnist options]
 # OpenBLAS tuning variables are unset for this command only, as docs/benchmarks.md asks of benchmarks.
 set -e

@@ -6,8 +6,10 @@
  * ordinary backward runs. docs/fpga.md gives the exact algorithm.
  *
  * The trainer runs a compiled graph one sample at a time (batch 1) and accumulates gradients over a
- * mini-batch before one optimiser step. The graph must be a chain of linear and activation ops ending in
- * softmax cross-entropy, fed by one f32 input and one i32 label input.
+ * mini-batch before one optimiser step. The graph must be a chain of linear, activation, conv2d, batch norm
+ * (plain or with its ReLU), max/avg pooling and reshape/flatten ops ending in softmax cross-entropy, fed by one
+ * f32 input and one i32 label input; every op of the chain must run on the graph's backend (not the CPU
+ * fallback), and with threads 2 a chain with convolution, batch norm or pooling needs the cpu backend.
  */
 #ifndef BPTRAIN_SPECULATIVE_H
 #define BPTRAIN_SPECULATIVE_H
@@ -44,7 +46,8 @@ BPT_API bpt_speculative_options bpt_speculative_options_default(void);
 /**
  * Creates a trainer for @p graph (compiled with a softmax cross-entropy loss; any max_batch) whose data input
  * is @p images and label input @p labels, stepping @p optimizer once per mini-batch. Fails with
- * ::BPT_ERR_UNSUPPORTED naming the node when the graph is not a linear/activation chain.
+ * ::BPT_ERR_UNSUPPORTED naming the node when the graph is not such a chain (an op outside the list, or one
+ * that the capability query left to the CPU fallback, as fpga-sim does with convolutions and pooling).
  */
 BPT_API bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *labels,
                                           bpt_optimizer *optimizer, const bpt_speculative_options *options,

@@ -1,5 +1,5 @@
 """Speculative backpropagation (include/bptrain/speculative.h): a trainer that runs a linear/activation chain
-one sample at a time and reuses the backward pass of the previous sample with the same label when the two
+(or a convolutional one: conv2d, batch norm, pooling, flatten) one sample at a time and reuses the backward pass of the previous sample with the same label when the two
 softmax outputs are close."""
 import ctypes
 

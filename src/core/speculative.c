@@ -173,6 +173,7 @@ bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *
   bpt_status status = bpt_speculative_build_chain(trainer);
   /* A backend that models time runs everything on this thread and simulates the second engine. */
   bool threaded = copy.threads == 2 && !trainer->backend->vtable->engine_select;
+  if (status == BPT_OK && threaded) status = bpt_speculative_open_worker_backend(trainer);
   if (status == BPT_OK) status = bpt_speculative_reserve(trainer, 1, threaded);
   if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_F32, 2, image_dims, &trainer->sample_images);
   if (status == BPT_OK) status = bpt_tensor_create(context, BPT_DTYPE_I32, 1, label_dims, &trainer->sample_labels);

@@ -9,11 +9,21 @@
 #include "bptrain/speculative.h"
 #include "core/graph.h"
 
-/* One op of the chain, input to output: a linear layer or an element-wise activation. */
+/* One op of the chain, input to output: a linear layer, an element-wise activation, a reshape, or an op whose
+ * kernels do the whole backward (conv2d, batch_norm, max/avg pooling: the "kernel layers"). */
 typedef struct bpt_speculative_layer {
   bpt_node *node;
   bpt_node *input;                     /* inputs[0] */
   bpt_node *weight, *bias;             /* linear only; bias may be NULL */
+  bool kernel_layer;                   /* conv2d, batch_norm, pooling: node->kernels->backward does it all */
+  /* Kernel layers with trainable parameters (conv2d, batch_norm): their gradients are written to a row of
+   * parameter_row floats first (input k's at parameter_offsets[k], -1 for none), then added to the sum, so a
+   * discarded one can be kept as that row and retracted like a linear bias. */
+  int64_t parameter_row;
+  int64_t parameter_offsets[BPT_MAX_INPUTS];
+  float *main_parameters, *worker_parameters; /* one row each: the main thread's and the worker's */
+  float *retract_parameters;                  /* max_rows rows */
+  size_t saved_bytes, saved_offset; /* the bytes of node->saved its backward reads, and their place in a state */
   int64_t in_features, out_features;   /* per sample */
   int64_t input_offset, output_offset; /* element offsets of input and output values in a cache slot */
   float *retract_dy, *retract_x;       /* linear: rows of speculative gradient vectors (max_rows x out / in) */
@@ -27,6 +37,7 @@ typedef struct bpt_speculative_layer {
 typedef struct bpt_speculative_state {
   float *values;        /* device: slot_elements floats */
   float *probabilities; /* device: classes floats */
+  unsigned char *saved; /* device: the kernel layers' saved buffers (max-pool winners, batch-norm statistics) */
   float *host_probabilities;
   long reader_job; /* the last worker job that reads this state (0: none) */
 } bpt_speculative_state;
@@ -57,6 +68,12 @@ struct bpt_speculative_trainer {
   bpt_speculative_layer *layers;
   int layer_count;
   int64_t slot_elements, classes, features;
+  size_t saved_bytes; /* of a state's saved buffer; 0 (no buffer) for linear/activation chains */
+  bool has_kernel_layers;
+  /* 2-thread mode with kernel layers on the CPU: the worker runs their kernels on a CPU backend of its own,
+   * because a backend's scratch memory (im2col columns, batch-norm sums) is per OpenMP thread number, and
+   * the main thread and the worker are both thread 0 of their teams. NULL otherwise. */
+  bpt_backend *worker_backend;
   bpt_speculative_slot *slots;  /* one per class */
   int32_t *label_values;        /* device: 0 .. classes-1, so a label is a device pointer */
   float *ones;                  /* device: max_rows ones, for retracting bias gradients */
@@ -85,6 +102,9 @@ struct bpt_speculative_trainer {
 
 /* Finds the chain from the images input to the logits; fails with BPT_ERR_UNSUPPORTED naming the node. */
 bpt_status bpt_speculative_build_chain(bpt_speculative_trainer *trainer);
+/* 2-thread mode: gives the worker its own instance of the backend when the chain has kernel layers (CPU only;
+ * other backends are refused naming the node). */
+bpt_status bpt_speculative_open_worker_backend(bpt_speculative_trainer *trainer);
 /* Allocates the per-label cache and the row buffers for mini-batches of up to rows samples (and, with
  * worker_buffers, the worker's private gradients). Call only while the worker is idle. */
 bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t rows, bool worker_buffers);

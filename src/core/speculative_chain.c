@@ -1,6 +1,6 @@
 /* The layer chain behind speculative backprop: finding it in a graph, caching a sample's forward state per
- * label, running the backward from a cached state (the same kernels, in the same order, as the graph's own
- * backward), and retracting discarded speculative gradients with one rank-k product per layer. */
+ * label, and running the backward from a cached state (the same kernels, in the same order, as the graph's own
+ * backward). speculative_retract.c takes discarded speculative gradients back out. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,23 +10,97 @@ static bool is_activation(bpt_op_id op) {
   return op == BPT_OP_RELU || op == BPT_OP_LEAKY_RELU || op == BPT_OP_SIGMOID || op == BPT_OP_TANH;
 }
 
+/* Ops whose registered kernels run the whole backward from x, y, dy and the saved buffer (issue 28). */
+static bool is_kernel_layer(bpt_op_id op) {
+  return op == BPT_OP_CONV2D || op == BPT_OP_BATCH_NORM || op == BPT_OP_BATCH_NORM_RELU || op == BPT_OP_MAX_POOL2D ||
+         op == BPT_OP_AVG_POOL2D;
+}
+
+static bool is_chain_op(bpt_op_id op) {
+  return op == BPT_OP_LINEAR || op == BPT_OP_RESHAPE || is_activation(op) || is_kernel_layer(op);
+}
+
+/* The checks of one chain node beyond its op: parameters where the op takes them, kernels on the graph's backend. */
+static bpt_status check_node(const bpt_speculative_trainer *trainer, const bpt_node *node, const char *where) {
+  bpt_context *context = trainer->context;
+  if (node->op == BPT_OP_LINEAR &&
+      (node->inputs[1]->op != BPT_OP_PARAMETER || (node->input_count > 2 && node->inputs[2]->op != BPT_OP_PARAMETER)))
+    return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: linear '%s' must take parameters as weight and bias", where,
+                     node->name);
+  if (!is_kernel_layer(node->op)) return BPT_OK;
+  for (int k = 1; k < node->input_count; k++)
+    if (node->inputs[k] && node->inputs[k]->op != BPT_OP_PARAMETER)
+      return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: %s '%s' must take parameters as its inputs after the first",
+                       where, bpt_op_get(node->op)->name, node->name);
+  if ((node->op == BPT_OP_BATCH_NORM || node->op == BPT_OP_BATCH_NORM_RELU) && node->int_attributes[0])
+    return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: %s '%s' is folded into its convolution (forward only)", where,
+                     bpt_op_get(node->op)->name, node->name);
+  /* The capability query at compile decided where the node runs: the speculative backward calls its kernels
+   * directly, on the graph's backend, so a node left to the CPU fallback (fpga-sim has no convolution or
+   * pooling kernels) is refused here rather than mid-step. */
+  if (!node->kernels || node->kernel_backend != trainer->backend)
+    return bpt_error(context, BPT_ERR_UNSUPPORTED,
+                     "%s: node '%s' (%s) has no kernels on backend '%s' (it runs on the CPU fallback); speculative "
+                     "training runs every op of the chain on the graph's backend",
+                     where, node->name, bpt_op_get(node->op)->name, trainer->backend->vtable->name);
+  return BPT_OK;
+}
+
+/* The bytes of node->saved a batch-1 backward reads, at the start of the buffer (the op files' layouts): max
+ * pooling's int32 winner per output; batch norm's mean and 1 / std per channel, then for batch_norm_relu the
+ * ReLU mask's rows of sample 0, a whole number of bytes per channel. */
+static size_t saved_bytes_of_one_sample(const bpt_node *node) {
+  const size_t channels = node->rank > 1 ? (size_t)node->dims[1] : 1;
+  if (node->op == BPT_OP_MAX_POOL2D) return (size_t)bpt_node_inner_count(node) * sizeof(int32_t);
+  if (node->op == BPT_OP_BATCH_NORM) return 2 * channels * sizeof(float);
+  if (node->op == BPT_OP_BATCH_NORM_RELU)
+    return 2 * channels * sizeof(float) + channels * (((size_t)bpt_node_inner_count(node) / channels + 7) / 8);
+  return 0;
+}
+
+static void describe_layer(bpt_speculative_trainer *trainer, bpt_speculative_layer *layer, bpt_node *node) {
+  layer->node = node;
+  layer->input = node->inputs[0];
+  layer->in_features = bpt_node_inner_count(node->inputs[0]);
+  layer->out_features = bpt_node_inner_count(node);
+  if (node->op == BPT_OP_LINEAR) {
+    layer->weight = node->inputs[1];
+    layer->bias = node->input_count > 2 ? node->inputs[2] : NULL;
+  }
+  layer->kernel_layer = is_kernel_layer(node->op);
+  for (int k = 0; k < BPT_MAX_INPUTS; k++)
+    layer->parameter_offsets[k] = -1;
+  if (!layer->kernel_layer) return;
+  trainer->has_kernel_layers = true;
+  for (int k = 1; k < node->input_count; k++) {
+    const bpt_node *parameter = node->inputs[k];
+    if (!parameter || !parameter->requires_grad) continue;
+    layer->parameter_offsets[k] = layer->parameter_row;
+    layer->parameter_row += bpt_node_inner_count(parameter);
+  }
+  layer->saved_bytes = saved_bytes_of_one_sample(node);
+  layer->saved_offset = trainer->saved_bytes;
+  trainer->saved_bytes += (layer->saved_bytes + 63) / 64 * 64;
+}
+
 bpt_status bpt_speculative_build_chain(bpt_speculative_trainer *trainer) {
   bpt_context *context = trainer->context;
   const char *where = "bpt_speculative_create";
   int count = 0;
   for (bpt_node *node = trainer->logits; node != trainer->images; node = node->inputs[0]) {
-    if (node->op != BPT_OP_LINEAR && !is_activation(node->op))
-      return bpt_error(context, BPT_ERR_UNSUPPORTED,
-                       "%s: node '%s' (%s) is not a linear or activation op; speculative training takes chains of "
-                       "those from the images input to a softmax cross-entropy loss",
-                       where, node->name, bpt_op_get(node->op)->name);
+    if (!is_chain_op(node->op))
+      return bpt_error(
+          context, BPT_ERR_UNSUPPORTED,
+          "%s: node '%s' (%s) is not a linear, activation, conv2d, batch_norm(_relu), pooling or reshape op; "
+          "speculative training takes chains of those from the images input to a softmax cross-entropy "
+          "loss",
+          where, node->name, bpt_op_get(node->op)->name);
     if (node->sequence)
-      return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: node '%s' is a sequence; speculative training takes one row "
-                       "per sample", where, node->name);
-    if (node->op == BPT_OP_LINEAR &&
-        (node->inputs[1]->op != BPT_OP_PARAMETER || (node->input_count > 2 && node->inputs[2]->op != BPT_OP_PARAMETER)))
-      return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: linear '%s' must take parameters as weight and bias", where,
-                       node->name);
+      return bpt_error(context, BPT_ERR_UNSUPPORTED,
+                       "%s: node '%s' is a sequence; speculative training takes one row "
+                       "per sample",
+                       where, node->name);
+    BPT_CHECK(check_node(trainer, node, where));
     if (!node->inputs[0] || node->inputs[0]->op == BPT_OP_PARAMETER ||
         (node->inputs[0]->op == BPT_OP_INPUT && node->inputs[0] != trainer->images))
       return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: node '%s' does not lead back to input '%s'", where,
@@ -45,17 +119,8 @@ bpt_status bpt_speculative_build_chain(bpt_speculative_trainer *trainer) {
   if (!trainer->layers) return BPT_ERR_OUT_OF_MEMORY;
   trainer->layer_count = count;
   int index = count;
-  for (bpt_node *node = trainer->logits; node != trainer->images; node = node->inputs[0]) {
-    bpt_speculative_layer *layer = &trainer->layers[--index];
-    layer->node = node;
-    layer->input = node->inputs[0];
-    layer->in_features = bpt_node_inner_count(node->inputs[0]);
-    layer->out_features = bpt_node_inner_count(node);
-    if (node->op == BPT_OP_LINEAR) {
-      layer->weight = node->inputs[1];
-      layer->bias = node->input_count > 2 ? node->inputs[2] : NULL;
-    }
-  }
+  for (bpt_node *node = trainer->logits; node != trainer->images; node = node->inputs[0])
+    describe_layer(trainer, &trainer->layers[--index], node);
   /* Slot layout: the images, then each layer's output, in chain order. */
   int64_t offset = trainer->features;
   for (int i = 0; i < count; i++) {
@@ -64,6 +129,36 @@ bpt_status bpt_speculative_build_chain(bpt_speculative_trainer *trainer) {
     offset += trainer->layers[i].out_features;
   }
   trainer->slot_elements = offset;
+  return BPT_OK;
+}
+
+bpt_status bpt_speculative_open_worker_backend(bpt_speculative_trainer *trainer) {
+  if (!trainer->has_kernel_layers || trainer->worker_backend) return BPT_OK;
+  bpt_backend *backend = trainer->backend;
+  if (strcmp(backend->vtable->name, "cpu") != 0) {
+    const bpt_speculative_layer *layer = trainer->layers;
+    while (!layer->kernel_layer)
+      layer++;
+    return bpt_error(trainer->context, BPT_ERR_UNSUPPORTED,
+                     "bpt_speculative_create: node '%s' (%s) with threads 2 needs the cpu backend, not '%s' (the "
+                     "worker runs its kernels on a backend instance of its own); use threads 1",
+                     layer->node->name, bpt_op_get(layer->node->op)->name, backend->vtable->name);
+  }
+  bpt_backend *worker = calloc(1, sizeof *worker);
+  if (!worker) return bpt_error(trainer->context, BPT_ERR_OUT_OF_MEMORY, "bpt_speculative_create: worker backend");
+  worker->vtable = backend->vtable;
+  /* The graph's thread count: creating a CPU backend sets OpenMP's and OpenBLAS's, which must not change. */
+  bpt_backend_options options = {.num_threads = backend->num_threads};
+  bpt_status status = worker->vtable->create(worker, &options);
+  if (status != BPT_OK) {
+    bpt_status reported = bpt_error(trainer->context, status,
+                                    "bpt_speculative_create: creating the worker's CPU "
+                                    "backend: %s",
+                                    worker->error_message);
+    free(worker);
+    return reported;
+  }
+  trainer->worker_backend = worker;
   return BPT_OK;
 }
 
@@ -85,7 +180,8 @@ static void release_rows(bpt_speculative_trainer *trainer) {
   for (int i = 0; i < trainer->layer_count; i++) {
     device_free(trainer, trainer->layers[i].retract_dy);
     device_free(trainer, trainer->layers[i].retract_x);
-    trainer->layers[i].retract_dy = trainer->layers[i].retract_x = NULL;
+    device_free(trainer, trainer->layers[i].retract_parameters);
+    trainer->layers[i].retract_dy = trainer->layers[i].retract_x = trainer->layers[i].retract_parameters = NULL;
   }
   device_free(trainer, trainer->ones);
   trainer->ones = NULL;
@@ -99,9 +195,13 @@ static void release_rows(bpt_speculative_trainer *trainer) {
 static bpt_status reserve_worker_buffers(bpt_speculative_trainer *trainer) {
   const char *where = "bpt_speculative: allocating the worker's buffers";
   if (trainer->speculative_gradients) return BPT_OK;
-  for (int i = 0; i < trainer->layer_count; i++)
+  for (int i = 0; i < trainer->layer_count; i++) {
     BPT_CHECK(device_alloc(trainer, (size_t)trainer->layers[i].out_features * sizeof(float),
                            (void **)&trainer->layers[i].worker_gradient, where));
+    if (trainer->layers[i].parameter_row)
+      BPT_CHECK(device_alloc(trainer, (size_t)trainer->layers[i].parameter_row * sizeof(float),
+                             (void **)&trainer->layers[i].worker_parameters, where));
+  }
   size_t bytes = (size_t)trainer->graph->parameter_elements * sizeof(float);
   BPT_CHECK(device_alloc(trainer, bytes, (void **)&trainer->speculative_gradients, where));
   bpt_backend *backend = trainer->backend;
@@ -125,6 +225,7 @@ bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t row
             device_alloc(trainer, (size_t)trainer->classes * sizeof(float), (void **)&state->probabilities, where));
         state->host_probabilities = bpt_calloc(trainer->context, (size_t)trainer->classes, sizeof(float), "cache");
         if (!state->host_probabilities) return BPT_ERR_OUT_OF_MEMORY;
+        if (trainer->saved_bytes) BPT_CHECK(device_alloc(trainer, trainer->saved_bytes, (void **)&state->saved, where));
       }
     }
     BPT_CHECK(
@@ -136,6 +237,9 @@ bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t row
     for (int i = 0; i < trainer->layer_count; i++) {
       bpt_status status = device_alloc(trainer, (size_t)trainer->layers[i].out_features * sizeof(float),
                                        (void **)&trainer->layers[i].main_gradient, where);
+      if (status == BPT_OK && trainer->layers[i].parameter_row)
+        status = device_alloc(trainer, (size_t)trainer->layers[i].parameter_row * sizeof(float),
+                              (void **)&trainer->layers[i].main_parameters, where);
       if (status != BPT_OK) {
         free(labels);
         return status;
@@ -154,6 +258,9 @@ bpt_status bpt_speculative_reserve(bpt_speculative_trainer *trainer, int64_t row
   if (!trainer->jobs || !trainer->missed) return BPT_ERR_OUT_OF_MEMORY;
   for (int i = 0; i < trainer->layer_count; i++) {
     bpt_speculative_layer *layer = &trainer->layers[i];
+    if (layer->parameter_row)
+      BPT_CHECK(device_alloc(trainer, (size_t)(rows * layer->parameter_row) * sizeof(float),
+                             (void **)&layer->retract_parameters, where));
     if (!layer->weight) continue;
     BPT_CHECK(device_alloc(trainer, (size_t)(rows * layer->out_features) * sizeof(float), (void **)&layer->retract_dy,
                            where));
@@ -177,7 +284,10 @@ void bpt_speculative_release(bpt_speculative_trainer *trainer) {
   for (int i = 0; i < trainer->layer_count; i++) {
     device_free(trainer, trainer->layers[i].worker_gradient);
     device_free(trainer, trainer->layers[i].main_gradient);
+    device_free(trainer, trainer->layers[i].worker_parameters);
+    device_free(trainer, trainer->layers[i].main_parameters);
     trainer->layers[i].worker_gradient = trainer->layers[i].main_gradient = NULL;
+    trainer->layers[i].worker_parameters = trainer->layers[i].main_parameters = NULL;
   }
   device_free(trainer, trainer->speculative_gradients);
   trainer->speculative_gradients = NULL;
@@ -186,6 +296,7 @@ void bpt_speculative_release(bpt_speculative_trainer *trainer) {
       for (int s = 0; s < 2; s++) {
         device_free(trainer, trainer->slots[c].states[s].values);
         device_free(trainer, trainer->slots[c].states[s].probabilities);
+        device_free(trainer, trainer->slots[c].states[s].saved);
         free(trainer->slots[c].states[s].host_probabilities);
       }
     }
@@ -194,6 +305,11 @@ void bpt_speculative_release(bpt_speculative_trainer *trainer) {
   }
   device_free(trainer, trainer->label_values);
   trainer->label_values = NULL;
+  if (trainer->worker_backend) {
+    trainer->worker_backend->vtable->destroy(trainer->worker_backend);
+    free(trainer->worker_backend);
+    trainer->worker_backend = NULL;
+  }
 }
 
 static bpt_status copy(bpt_speculative_trainer *trainer, void *dst, const void *src, int64_t count, const char *what) {
@@ -210,6 +326,12 @@ bpt_status bpt_speculative_refresh(bpt_speculative_trainer *trainer, int label) 
   for (int i = 0; i < trainer->layer_count; i++) {
     const bpt_speculative_layer *layer = &trainer->layers[i];
     BPT_CHECK(copy(trainer, state->values + layer->output_offset, layer->node->value, layer->out_features, where));
+    if (layer->saved_bytes) {
+      bpt_backend *backend = trainer->backend;
+      bpt_status status =
+          backend->vtable->copy(backend, state->saved + layer->saved_offset, layer->node->saved, layer->saved_bytes);
+      if (status != BPT_OK) return bpt_backend_error(trainer->context, status, where);
+    }
   }
   BPT_CHECK(copy(trainer, state->probabilities, trainer->loss->saved, trainer->classes, where));
   memcpy(state->host_probabilities, trainer->host_probabilities, (size_t)trainer->classes * sizeof(float));
@@ -251,6 +373,41 @@ static bpt_kernel_node one_sample(const bpt_node *node) {
     if (kernel_status_ != BPT_OK) return kernel_status_;                                                               \
   } while (0)
 
+/* A kernel layer (conv2d, batch_norm, pooling): its kernels' backward on the cached x, y and saved buffer, with the
+ * current parameters; its parameter gradients go to the layer's row (zeroed first), which is then added to the
+ * sum and, for the worker, kept as the sample's retraction row. The worker calls the kernels on its own backend
+ * instance (see bpt_speculative_trainer.worker_backend). */
+static bpt_status kernel_layer_backward(bpt_speculative_trainer *trainer, const bpt_speculative_layer *layer,
+                                        const bpt_speculative_state *state, bool worker_buffers, int64_t row,
+                                        float *parameter_gradients, float *dx) {
+  bpt_backend *backend = trainer->backend;
+  bpt_backend *kernel_backend = worker_buffers && trainer->worker_backend ? trainer->worker_backend : backend;
+  bpt_node *node = layer->node;
+  float *parameters = worker_buffers ? layer->worker_parameters : layer->main_parameters;
+  if (layer->parameter_row) SPECULATIVE_KERNEL(memset_zero, parameters, (size_t)layer->parameter_row * sizeof(float));
+  bpt_kernel_node description = one_sample(node);
+  description.inputs[0].value = (float *)(state->values + layer->input_offset);
+  description.inputs[0].grad = layer->input->requires_grad ? dx : NULL;
+  description.output.value = (float *)(state->values + layer->output_offset);
+  description.output.grad = worker_buffers ? layer->worker_gradient : layer->main_gradient;
+  if (layer->saved_bytes) description.saved = state->saved + layer->saved_offset;
+  for (int k = 1; k < description.input_count; k++)
+    description.inputs[k].grad = layer->parameter_offsets[k] >= 0 ? parameters + layer->parameter_offsets[k] : NULL;
+  if (!node->kernels || !node->kernels->backward) return BPT_ERR_UNSUPPORTED;
+  bpt_status status = node->kernels->backward(kernel_backend, &description);
+  if (status != BPT_OK) return status;
+  for (int k = 1; k < node->input_count; k++) {
+    if (layer->parameter_offsets[k] < 0) continue;
+    const bpt_node *parameter = node->inputs[k];
+    SPECULATIVE_KERNEL(add_scaled, bpt_node_inner_count(parameter), 1.0f, parameters + layer->parameter_offsets[k],
+                       parameter_gradients + parameter->param_offset);
+  }
+  if (row >= 0 && layer->parameter_row)
+    SPECULATIVE_KERNEL(copy, layer->retract_parameters + row * layer->parameter_row, parameters,
+                       (size_t)layer->parameter_row * sizeof(float));
+  return BPT_OK;
+}
+
 bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_speculative_state *state, int label,
                                     bool worker_buffers, int64_t row) {
   bpt_backend *backend = trainer->backend;
@@ -277,6 +434,16 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
     float *dy = worker_buffers ? layer->worker_gradient : layer->main_gradient;
     float *dx = NULL;
     if (i > 0) dx = worker_buffers ? trainer->layers[i - 1].worker_gradient : trainer->layers[i - 1].main_gradient;
+    if (layer->kernel_layer) {
+      bpt_status status = kernel_layer_backward(trainer, layer, state, worker_buffers, row, parameter_gradients, dx);
+      if (status != BPT_OK) return status;
+      continue;
+    }
+    if (node->op == BPT_OP_RESHAPE) {
+      /* reshape's own backward: dx += dy, same values under another shape */
+      if (input->requires_grad) SPECULATIVE_KERNEL(add_scaled, layer->out_features, 1.0f, dy, dx);
+      continue;
+    }
     if (!layer->weight) {
       if (input->requires_grad) {
         bpt_kernel_node description = one_sample(node);
@@ -331,107 +498,6 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
       SPECULATIVE_KERNEL(copy, layer->retract_dy + row * out, dy, (size_t)out * sizeof(float));
       SPECULATIVE_KERNEL(copy, layer->retract_x + row * in, x, (size_t)in * sizeof(float));
     }
-  }
-  return BPT_OK;
-}
-
-bpt_status bpt_speculative_record_discard(bpt_speculative_trainer *trainer, const bpt_speculative_state *state) {
-  const char *where = "bpt_speculative: recording a discarded gradient";
-  int64_t row = trainer->retract_rows;
-  for (int i = 0; i < trainer->layer_count; i++) {
-    const bpt_speculative_layer *layer = &trainer->layers[i];
-    if (!layer->weight) continue;
-    BPT_CHECK(
-        copy(trainer, layer->retract_dy + row * layer->out_features, layer->main_gradient, layer->out_features, where));
-    BPT_CHECK(copy(trainer, layer->retract_x + row * layer->in_features, state->values + layer->input_offset,
-                   layer->in_features, where));
-  }
-  trainer->retract_rows++;
-  return BPT_OK;
-}
-
-bpt_status bpt_speculative_compact_rows(bpt_speculative_trainer *trainer, const bool *missed, int64_t count) {
-  const char *where = "bpt_speculative: collecting discarded gradients";
-  int64_t kept = 0;
-  for (int64_t row = 0; row < count; row++) {
-    if (!missed[row]) continue;
-    for (int i = 0; kept != row && i < trainer->layer_count; i++) {
-      const bpt_speculative_layer *layer = &trainer->layers[i];
-      if (!layer->weight) continue;
-      BPT_CHECK(copy(trainer, layer->retract_dy + kept * layer->out_features,
-                     layer->retract_dy + row * layer->out_features, layer->out_features, where));
-      BPT_CHECK(copy(trainer, layer->retract_x + kept * layer->in_features, layer->retract_x + row * layer->in_features,
-                     layer->in_features, where));
-    }
-    kept++;
-  }
-  trainer->retract_rows = kept;
-  return BPT_OK;
-}
-
-bpt_status bpt_speculative_merge(bpt_speculative_trainer *trainer) {
-  bpt_backend *backend = trainer->backend;
-  int64_t count = trainer->graph->parameter_elements;
-  /* gradients (1, count) += ones (1, 1) . speculative (1, count): an axpy through the one kernel every backend has */
-  bpt_gemm_args product = {.m = 1,
-                           .n = count,
-                           .k = 1,
-                           .alpha = 1.0f,
-                           .a = trainer->ones,
-                           .lda = 1,
-                           .b = trainer->speculative_gradients,
-                           .ldb = count,
-                           .beta = 1.0f,
-                           .c = trainer->graph->gradient_block,
-                           .ldc = count};
-  bpt_status status = backend->vtable->gemm(backend, &product);
-  if (status == BPT_OK)
-    status = backend->vtable->memset_zero(backend, trainer->speculative_gradients, (size_t)count * sizeof(float));
-  return status == BPT_OK ? BPT_OK : bpt_backend_error(trainer->context, status, "bpt_speculative: merging gradients");
-}
-
-bpt_status bpt_speculative_retract(bpt_speculative_trainer *trainer) {
-  bpt_backend *backend = trainer->backend;
-  int64_t rows = trainer->retract_rows;
-  trainer->retract_rows = 0;
-  if (rows == 0) return BPT_OK;
-  for (int i = 0; i < trainer->layer_count; i++) {
-    const bpt_speculative_layer *layer = &trainer->layers[i];
-    if (!layer->weight) continue;
-    int64_t in = layer->in_features, out = layer->out_features;
-    bpt_status status = BPT_OK;
-    if (layer->weight->requires_grad) {
-      /* dW (out, in) -= DY^T (out, rows) . X (rows, in): every discarded rank-1 term in one product */
-      bpt_gemm_args product = {.transpose_a = true,
-                               .m = out,
-                               .n = in,
-                               .k = rows,
-                               .alpha = -1.0f,
-                               .a = layer->retract_dy,
-                               .lda = out,
-                               .b = layer->retract_x,
-                               .ldb = in,
-                               .beta = 1.0f,
-                               .c = layer->weight->grad,
-                               .ldc = in};
-      status = backend->vtable->gemm(backend, &product);
-    }
-    if (status == BPT_OK && layer->bias && layer->bias->requires_grad) {
-      /* db (1, out) -= ones (1, rows) . DY (rows, out) */
-      bpt_gemm_args product = {.m = 1,
-                               .n = out,
-                               .k = rows,
-                               .alpha = -1.0f,
-                               .a = trainer->ones,
-                               .lda = rows,
-                               .b = layer->retract_dy,
-                               .ldb = out,
-                               .beta = 1.0f,
-                               .c = layer->bias->grad,
-                               .ldc = out};
-      status = backend->vtable->gemm(backend, &product);
-    }
-    if (status != BPT_OK) return bpt_backend_error(trainer->context, status, "bpt_speculative: retracting gradients");
   }
   return BPT_OK;
 }

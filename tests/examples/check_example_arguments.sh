@@ -126,6 +126,7 @@ expect "resnet: --fold without --eval" "--fold works with --eval FILE" "$bin/res
 expect "speculative_mnist: nothing to run" "leave nothing to run" "$bin/speculative_mnist" --skip-cpu --skip-fpga
 expect "speculative_mnist: --fpga-fixed with --skip-fpga" "which --skip-fpga skips" \
   "$bin/speculative_mnist" --skip-fpga --fpga-fixed 16:6
+expect "speculative_mnist: unknown --model" "takes mlp or lenet" "$bin/speculative_mnist" --model resnet
 expect "mnist_precision: --all with --dtype" "--all runs every configuration" "$bin/mnist_precision" --all --dtype f16
 expect "mnist_bsn: --momentum without --sgd" "--momentum is for --sgd" "$bin/mnist_bsn" --momentum 0.5
 expect "mnist_bsn: a negative --eval-samples" "--eval-samples >= 0" "$bin/mnist_bsn" --eval-samples -5
