@@ -1,7 +1,9 @@
 /* Training throughput and peak memory of the 784-512-256-10 MLP (SGD lr 0.05, momentum 0.9) on
  * Fashion-MNIST, for one batch size per process so peak RSS belongs to that run alone.
- * Prints one line: "libbptrain batch=B samples_per_second=S peak_rss_mb=M loss=L dtype=D unit=U", U naming
- * what multiplied (the f32 BLAS, or the bf16 policy's GEMM: native AVX512_BF16 or emulated).
+ * Prints one line: "libbptrain batch=B samples_per_second=S peak_rss_mb=M loss=L dtype=D unit=U
+ * activation_bytes_per_sample=A f32_activation_bytes_per_sample=F", U naming what multiplied (the f32 BLAS, or
+ * the bf16 policy's GEMM: native AVX512_BF16 or emulated), A and F the planned activation memory as stored and
+ * as it would be with every activation in f32 (bpt_graph_memory).
  *
  *   mlp_train_bench --batch 128 [--samples 60000] [--seconds S] [--threads 2] [--data DIR] [--dtype f32|bf16]
  * --dtype bf16 trains under the bf16 precision policy (bpt_graph_set_precision with its other defaults).
@@ -96,8 +98,12 @@ int main(int argc, char **argv) {
   }
   for (char *c = unit; *c; c++)
     if (*c == ' ') *c = '_';
-  printf("libbptrain batch=%ld samples_per_second=%.0f peak_rss_mb=%.1f loss=%.4f dtype=%s unit=%s\n", batch,
-         (double)(steps * batch) / seconds, (double)usage.ru_maxrss / 1024.0, final_loss, dtype, unit);
+  bpt_graph_memory_stats memory = {.size = sizeof memory};
+  EXAMPLE_CHECK(context, bpt_graph_memory(graph, &memory));
+  printf("libbptrain batch=%ld samples_per_second=%.0f peak_rss_mb=%.1f loss=%.4f dtype=%s unit=%s "
+         "activation_bytes_per_sample=%.0f f32_activation_bytes_per_sample=%.0f\n",
+         batch, (double)(steps * batch) / seconds, (double)usage.ru_maxrss / 1024.0, final_loss, dtype, unit,
+         (double)memory.activation_bytes / (double)batch, (double)memory.activation_bytes_f32 / (double)batch);
   bpt_tensor_destroy(x);
   bpt_tensor_destroy(y);
   bpt_optimizer_destroy(optimizer);

@@ -57,6 +57,13 @@ static run_result train(const settings *s, bpt_context *context, const bpt_preci
   example_classifier mlp;
   EXAMPLE_CHECK(context, example_build_mlp(graph, features, widths, 2, classes, &mlp));
   EXAMPLE_CHECK(context, bpt_graph_compile(graph, mlp.loss, s->batch));
+  bpt_graph_memory_stats memory = {.size = sizeof memory};
+  EXAMPLE_CHECK(context, bpt_graph_memory(graph, &memory));
+  /* The storage dtype's saving (docs/precision.md): the same plan with every activation in f32 beside it. */
+  printf("activation memory: %.0f bytes per sample in all (%.0f with every activation stored in f32: %.0f%%)\n",
+         (double)memory.activation_bytes / (double)memory.max_batch,
+         (double)memory.activation_bytes_f32 / (double)memory.max_batch,
+         100.0 * (double)memory.activation_bytes / (double)memory.activation_bytes_f32);
   bpt_optimizer_options optimizer_options = bpt_optimizer_options_default();
   optimizer_options.learning_rate = s->learning_rate;
   optimizer_options.momentum = s->momentum;

@@ -74,6 +74,10 @@ static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bp
          (double)(memory.activation_bytes_held - memory.input_bytes) / (double)memory.max_batch,
          (double)memory.transient_bytes / (double)memory.max_batch,
          (double)memory.gradient_bytes / (double)memory.max_batch);
+  printf("activation memory: %.0f bytes per sample in all (%.0f with every activation stored in f32: %.0f%%)\n",
+         (double)memory.activation_bytes / (double)memory.max_batch,
+         (double)memory.activation_bytes_f32 / (double)memory.max_batch,
+         100.0 * (double)memory.activation_bytes / (double)memory.activation_bytes_f32);
 }
 
 static void evaluate(cnn_example *e, const char *path, bool fold) {

@@ -20,6 +20,10 @@ typedef struct bpt_graph_memory_stats {
   size_t parameter_bytes;       /**< master parameters, their gradients and compute-dtype weight copies */
   size_t input_bytes;           /**< the part of activation_bytes_held that is graph inputs */
   size_t recompute_bytes;       /**< the part of activation_bytes_held that recompute segments share */
+  size_t activation_bytes;      /**< all activation memory: held values, op buffers and the transient/gradient
+                                     region, in each activation's storage dtype (bf16 where the bf16 policy
+                                     stores it so, docs/precision.md) */
+  size_t activation_bytes_f32;  /**< activation_bytes as planned with every activation stored in f32 */
 } bpt_graph_memory_stats;
 
 /** Fills @p stats (whose size field the caller sets) for a compiled graph: at most stats->size bytes are

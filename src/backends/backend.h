@@ -11,7 +11,7 @@
 
 #include "bptrain/common.h"
 
-#define BPT_BACKEND_VTABLE_VERSION 3
+#define BPT_BACKEND_VTABLE_VERSION 4
 
 typedef struct bpt_backend bpt_backend;
 
@@ -101,7 +101,10 @@ typedef enum bpt_op_id {
 #define BPT_KERNEL_MAX_INT_ATTRIBUTES 16
 #define BPT_KERNEL_MAX_FLOAT_ATTRIBUTES 4
 
-/* One tensor of a kernel call, with the current batch in dims[0] when the tensor is batched. */
+/* One tensor of a kernel call, with the current batch in dims[0] when the tensor is batched. dtype is how value
+ * and grad are stored: the node's own dtype, or, under a 16-bit precision policy, BPT_DTYPE_BF16 for an
+ * activation whose producer and consumers all registered with BPT_REGISTER_KERNELS_16BIT (value and gradient
+ * share it); such kernels read and write that storage, with f32 arithmetic inside. */
 typedef struct bpt_kernel_tensor {
   bpt_dtype dtype;
   int rank;
@@ -141,6 +144,9 @@ typedef struct bpt_op_kernels {
   bpt_status (*forward)(bpt_backend *backend, const bpt_kernel_node *node);
   bpt_status (*backward)(bpt_backend *backend, const bpt_kernel_node *node);
   bool (*supports)(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason);
+  /* The kernels (and the shared primitives the op's file calls with them) take any of the node's batched f32
+   * tensors stored as bf16 (bpt_kernel_tensor.dtype), each independently; false (the default): f32 only. */
+  bool bf16_storage;
 } bpt_op_kernels;
 
 /* Registers kernels of op OP (the ops.def id, e.g. CONV2D) for backend BACKEND (cpu, cuda, fpga). At build
@@ -154,7 +160,11 @@ typedef struct bpt_op_kernels {
 #endif
 #define BPT_REGISTER_KERNELS(BACKEND, OP, forward, backward, supports)                                                 \
   BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP;                                               \
-  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports}
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports, false}
+/* The same for kernels that also take bf16 storage (bpt_op_kernels.bf16_storage). */
+#define BPT_REGISTER_KERNELS_16BIT(BACKEND, OP, forward, backward, supports)                                           \
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP;                                               \
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports, true}
 
 /* For supports functions of kernels that only accumulate into gradients: whether every input has beta 1. */
 static inline bool bpt_kernel_node_accumulates(const bpt_kernel_node *node, const char **reason) {

@@ -8,6 +8,7 @@
 
 #include "core/checked.h"
 #include "core/graph.h"
+#include "core/precision.h"
 
 bpt_status bpt_graph_set_anomaly_detection(bpt_graph *graph, int enabled) {
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_set_anomaly_detection: graph is NULL");
@@ -18,18 +19,20 @@ bpt_status bpt_graph_set_anomaly_detection(bpt_graph *graph, int enabled) {
 int bpt_graph_anomaly_detection(const bpt_graph *graph) { return graph && graph->anomaly_detection ? 1 : 0; }
 
 /* Scans count device floats; returns the number of non-finite ones and the first one's index and kind. */
-static bpt_status scan(bpt_graph *graph, const float *values, int64_t count, int64_t *bad, int64_t *first,
+static bpt_status scan(const bpt_node *node, const void *values, int64_t count, int64_t *bad, int64_t *first,
                        const char **kind) {
+  bpt_graph *graph = node->graph;
   *bad = 0;
   *first = -1;
   *kind = "";
   if (!values) return BPT_OK;
   float *host = bpt_calloc(graph->context, (size_t)(count ? count : 1), sizeof *host, "anomaly check buffer");
   if (!host) return BPT_ERR_OUT_OF_MEMORY;
-  bpt_backend *backend = graph->backend;
-  if (backend->vtable->download(backend, host, values, (size_t)count * sizeof *host) != BPT_OK) {
+  /* Widened from the node's storage (bf16 under the bf16 policy, storage.c). */
+  const bpt_status status = bpt_node_download_f32(node, values, count, host);
+  if (status != BPT_OK) {
     free(host);
-    return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "anomaly detection: reading a value");
+    return status;
   }
   for (int64_t i = 0; i < count; i++)
     if (!isfinite(host[i])) {
@@ -45,7 +48,7 @@ static bpt_status scan(bpt_graph *graph, const float *values, int64_t count, int
 
 static bpt_status scan_value(bpt_node *node, int64_t *bad, int64_t *first, const char **kind) {
   const float *values = node->dtype == BPT_DTYPE_F32 ? node->value : NULL;
-  return scan(node->graph, values, bpt_node_count(node), bad, first, kind);
+  return scan(node, values, bpt_node_count(node), bad, first, kind);
 }
 
 /* The node's shape with the current batch in place of the compiled maximum. */
@@ -93,7 +96,7 @@ bpt_status bpt_anomaly_check_backward(bpt_node *node) {
     if (!input->requires_grad || !input->grad) continue;
     int64_t bad, first;
     const char *kind;
-    BPT_CHECK(scan(node->graph, input->grad, bpt_node_count(input), &bad, &first, &kind));
+    BPT_CHECK(scan(input, input->grad, bpt_node_count(input), &bad, &first, &kind));
     if (bad == 0) continue;
     char shape[96];
     return bpt_error(node->graph->context, BPT_ERR_NUMERIC,

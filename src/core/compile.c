@@ -93,8 +93,16 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
   }
   graph->parameter_elements = parameter_elements;
   /* Activation memory (issue 4): values backward does not need share a reused region (memory_plan.c). */
+  const bool keep_all = graph->precision && graph->precision->options.keep_all_values;
   bpt_memory_plan plan = {0};
-  BPT_CHECK(bpt_memory_plan_build(graph, graph->precision && graph->precision->options.keep_all_values, &plan));
+  /* The same plan with every activation in f32 first, for bpt_graph_memory's comparison (storage.c). */
+  BPT_CHECK(bpt_precision_plan_storage(graph, true));
+  BPT_CHECK(bpt_memory_plan_build(graph, keep_all, &plan));
+  graph->activation_bytes_f32 = plan.arena_bytes;
+  bpt_memory_plan_free(&plan);
+  plan = (bpt_memory_plan){0};
+  BPT_CHECK(bpt_precision_plan_storage(graph, false));
+  BPT_CHECK(bpt_memory_plan_build(graph, keep_all, &plan));
   size_t arena_bytes = plan.arena_bytes;
   graph->activation_bytes = arena_bytes;
   graph->held_bytes = plan.held_bytes;

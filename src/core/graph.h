@@ -42,6 +42,9 @@ struct bpt_node {
   bool sequence;
   bool requires_grad;
   bpt_initializer initializer;
+  /* How value and grad are stored, set at compile before the memory plan (bpt_precision_plan_storage): dtype,
+   * or BPT_DTYPE_BF16 for an activation of the bf16 policy whose kernels all take bf16 storage. */
+  bpt_dtype storage;
 
   /* Device memory, valid after compile. Parameters point into the flat blocks. */
   void *value;
@@ -153,6 +156,7 @@ struct bpt_graph {
   uint64_t forward_seed;                 /* drawn from rng for each forward pass */
   size_t held_bytes, transient_bytes, gradient_bytes, input_bytes; /* memory plan, for bpt_graph_memory() */
   size_t recompute_bytes;  /* the recompute region, shared by all segments (part of held_bytes) */
+  size_t activation_bytes_f32; /* the activation arena as it would be with every activation stored in f32 */
   int recompute_segments;  /* segments marked so far; ids run 1 .. this */
   int recompute_resident;  /* the segment whose values the recompute region holds now, 0 for none */
 

@@ -13,7 +13,7 @@ static_assert(BPT_MAX_INPUTS <= BPT_KERNEL_MAX_INPUTS && BPT_MAX_INT_ATTRIBUTES 
               "a node's inputs and attributes must fit its kernel description");
 
 static void describe_tensor(const bpt_node *node, bool with_gradient, bpt_kernel_tensor *tensor) {
-  tensor->dtype = node->dtype;
+  tensor->dtype = node->storage; /* the node's dtype unless the storage plan narrowed it (storage.c) */
   tensor->rank = node->rank;
   tensor->count = 1;
   for (int i = 0; i < node->rank; i++) {

@@ -87,6 +87,8 @@ static bpt_status select_node(bpt_graph *graph, bpt_node *node) {
 }
 
 bpt_status bpt_graph_select_kernels(bpt_graph *graph) {
+  /* Kernels are chosen for the node's own dtype; the storage plan that follows may narrow it (storage.c). */
+  for (int i = 0; i < graph->node_count; i++) graph->nodes[i]->storage = graph->nodes[i]->dtype;
   for (int i = 0; i < graph->node_count; i++)
     BPT_CHECK(select_node(graph, graph->nodes[i]));
   return BPT_OK;

@@ -26,7 +26,7 @@ static size_t align_up(size_t bytes) {
 
 static size_t value_bytes(const bpt_node *node) {
   return (size_t)bpt_node_inner_count(node) * (node->batched ? (size_t)node->graph->max_batch : 1) *
-         bpt_dtype_size(node->dtype);
+         bpt_dtype_size(node->storage);
 }
 
 static bool backward_reads_input(const bpt_node *consumer, int input) {

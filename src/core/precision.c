@@ -81,7 +81,9 @@ bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stat
                                  .gradient_bytes = graph->gradient_bytes,
                                  .parameter_bytes = parameter_bytes * (copies ? 3 : 2),
                                  .input_bytes = graph->input_bytes,
-                                 .recompute_bytes = graph->recompute_bytes};
+                                 .recompute_bytes = graph->recompute_bytes,
+                                 .activation_bytes = graph->activation_bytes,
+                                 .activation_bytes_f32 = graph->activation_bytes_f32};
   return bpt_copy_output(context, stats, &full, sizeof full,
                          offsetof(bpt_graph_memory_stats, input_bytes) + sizeof stats->input_bytes,
                          "bpt_graph_memory");
@@ -205,13 +207,17 @@ static bool is_activation(const bpt_node *node) {
   return node->batched && node->dtype == BPT_DTYPE_F32 && node->op != BPT_OP_PARAMETER;
 }
 
+/* A value stored in bf16 was written rounded by its kernels: only f32-stored activations need the pass. */
 bpt_status bpt_precision_after_forward_node(bpt_node *node) {
-  if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node)) return BPT_OK;
+  if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node) || node->storage != BPT_DTYPE_F32)
+    return BPT_OK;
   return round_buffer(node->graph, node->value, bpt_node_count(node), "value", node->name);
 }
 
 bpt_status bpt_precision_before_backward_node(bpt_node *node) {
-  if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node) || !node->grad) return BPT_OK;
+  if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node) || !node->grad ||
+      node->storage != BPT_DTYPE_F32)
+    return BPT_OK;
   return round_buffer(node->graph, node->grad, bpt_node_count(node), "gradient", node->name);
 }
 
@@ -257,6 +263,18 @@ static bpt_status check_finite(bpt_graph *graph, float *values, int64_t count, f
   return read_flag(graph, found);
 }
 
+/* A bf16-stored value, checked on the host (this runs only when a step was refused). */
+static bpt_status host_nonfinite(const bpt_node *node, bool *found) {
+  const int64_t count = bpt_node_count(node);
+  float *host = bpt_calloc(node->graph->context, (size_t)(count ? count : 1), sizeof *host, "finiteness check");
+  if (!host) return BPT_ERR_OUT_OF_MEMORY;
+  bpt_status status = bpt_node_download_f32(node, node->value, count, host);
+  *found = false;
+  for (int64_t i = 0; status == BPT_OK && i < count && !*found; i++) *found = !isfinite(host[i]);
+  free(host);
+  return status;
+}
+
 /* Replays forward with the same inputs and random numbers, checking each op's output, and reports the first
  * op whose output is not finite. Only runs when a step is refused, so forward itself pays nothing. */
 static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
@@ -272,7 +290,10 @@ static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
     BPT_CHECK(bpt_precision_after_forward_node(node));
     if (node->dtype != BPT_DTYPE_F32) continue;
     bool found = false;
-    BPT_CHECK(check_finite(graph, node->value, bpt_node_count(node), 1.0f, &found));
+    if (node->storage == BPT_DTYPE_F32)
+      BPT_CHECK(check_finite(graph, node->value, bpt_node_count(node), 1.0f, &found));
+    else
+      BPT_CHECK(host_nonfinite(node, &found));
     if (found && node->op == BPT_OP_PARAMETER)
       return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: %s; parameter '%s' is not finite", where, what,
                        node->name);

@@ -15,6 +15,8 @@ typedef struct bpt_precision_state {
   int64_t skipped_steps;
   float *weight_copies;     /* device: parameters rounded to the compute dtype (NULL for f32) */
   int32_t *found_nonfinite; /* device: one flag for unscale_check_finite */
+  /* Keep every activation f32 with the in-place rounding pass (storage.c), for tests that compare the two. */
+  bool f32_storage;
 } bpt_precision_state;
 
 /* After the memory plan: allocates weight copies and the flag, points parameters at the copies, seeds the
@@ -28,6 +30,16 @@ void bpt_precision_destroy(bpt_graph *graph);
 /* Forward: refresh the weight copies from the f32 masters, then round every op's output. */
 bpt_status bpt_precision_before_forward(bpt_graph *graph);
 bpt_status bpt_precision_after_forward_node(bpt_node *node);
+/* Sets every node's storage dtype (storage.c): its dtype, or bf16 for the bf16 policy's activations whose
+ * producer and single consumer take bf16 storage; all_f32 plans f32 everywhere (for the f32 figure of
+ * bpt_graph_memory). Run after kernel selection and before the memory plan. */
+bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32);
+/* Downloads count elements of one of node's buffers (its value or gradient, stored in node->storage) into host
+ * as f32; host holds count floats. */
+/* Uploads count f32 values from host into node's value, narrowed to its storage dtype on the way (rounded to
+ * nearest even, as the rounding pass would round them on the device). */
+bpt_status bpt_node_upload_f32(const bpt_node *node, const float *host, int64_t count);
+bpt_status bpt_node_download_f32(const bpt_node *node, const void *device, int64_t count, float *host);
 /* Backward: round each activation gradient once complete. */
 bpt_status bpt_precision_before_backward_node(bpt_node *node);
 /* Rounds the parameter gradients to the compute dtype (called by bpt_precision_before_step). */

@@ -123,7 +123,7 @@ void bpt_profiler_record(bpt_context *context, bpt_profile_phase phase, const ch
 }
 
 static double value_bytes(const bpt_node *node) {
-  return (double)bpt_node_count(node) * (double)bpt_dtype_size(node->dtype);
+  return (double)bpt_node_count(node) * (double)bpt_dtype_size(node->storage);
 }
 
 /* Without an op cost function: forward reads the inputs and writes the output; backward reads the inputs

@@ -48,8 +48,11 @@ bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tenso
                      node->name, (long long)batch, (long long)graph->max_batch);
   size_t bytes = (size_t)(batch * inner) * bpt_dtype_size(node->dtype);
   bpt_backend *backend = graph->backend;
-  if (backend->vtable->upload(backend, node->value, tensor->data, bytes) != BPT_OK)
+  if (node->storage != node->dtype) {
+    BPT_CHECK(bpt_node_upload_f32(node, tensor->data, batch * inner)); /* stored as bf16 (storage.c) */
+  } else if (backend->vtable->upload(backend, node->value, tensor->data, bytes) != BPT_OK) {
     return bpt_backend_error(context, BPT_ERR_DEVICE, "bpt_graph_set_input");
+  }
   node->input_batch = batch;
   graph->forward_done = false;
   graph->backward_done = false;
@@ -128,7 +131,8 @@ static bpt_status clear_gradient(bpt_graph *graph, bpt_node *node, int writer, b
   }
   bpt_backend *backend = graph->backend;
   node->gradient_unset = false;
-  if (backend->vtable->memset_zero(backend, node->grad, (size_t)bpt_node_count(node) * sizeof(float)) != BPT_OK)
+  if (backend->vtable->memset_zero(backend, node->grad, (size_t)bpt_node_count(node) * bpt_dtype_size(node->storage)) !=
+      BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "backward: clearing an activation gradient");
   return BPT_OK;
 }
@@ -269,6 +273,8 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
     return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_read: node '%s' has %lld values, tensor holds %lld", node->name,
                      (long long)count, (long long)tensor->capacity);
   if (node->batched) BPT_CHECK(bpt_tensor_set_batch(tensor, graph->batch));
+  /* A bf16-stored activation is widened: the caller sees the node's dtype whatever its storage. */
+  if (node->storage != node->dtype) return bpt_node_download_f32(node, node->value, count, tensor->data);
   bpt_backend *backend = graph->backend;
   if (backend->vtable->download(backend, tensor->data, node->value, (size_t)count * bpt_dtype_size(node->dtype)) !=
       BPT_OK)

@@ -2,9 +2,12 @@
  * exploding or vanishing gradients and dead units: per-parameter gradient norms and per-node value
  * statistics. All reductions run on the backend (reduce_statistics) and return a few numbers. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "bptrain/cnn.h"
+#include "core/checked.h"
 #include "core/graph.h"
+#include "core/precision.h"
 #include "core/thread_guard.h"
 
 static bpt_status require_backward(bpt_graph *graph, const char *where) {
@@ -76,6 +79,22 @@ bpt_status bpt_graph_gradient_norm(bpt_graph *graph, const bpt_node *parameter, 
   return BPT_OK;
 }
 
+/* A bf16-stored value (storage.c), widened on the host: the backend's reduction reads f32. */
+static bpt_status host_statistics(const bpt_node *node, int64_t count, double *sum, double *squares, int64_t *zeros) {
+  float *host = bpt_calloc(node->graph->context, (size_t)(count ? count : 1), sizeof *host, "value statistics");
+  if (!host) return BPT_ERR_OUT_OF_MEMORY;
+  const bpt_status status = bpt_node_download_f32(node, node->value, count, host);
+  *sum = *squares = 0.0;
+  *zeros = 0;
+  for (int64_t i = 0; status == BPT_OK && i < count; i++) {
+    *sum += host[i];
+    *squares += (double)host[i] * host[i];
+    *zeros += host[i] == 0.0f;
+  }
+  free(host);
+  return status;
+}
+
 bpt_status bpt_graph_value_statistics(bpt_graph *graph, const bpt_node *node, bpt_value_statistics *statistics) {
   const char *where = "bpt_graph_value_statistics";
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "%s: graph is NULL", where);
@@ -87,7 +106,11 @@ bpt_status bpt_graph_value_statistics(bpt_graph *graph, const bpt_node *node, bp
   const int64_t count = bpt_node_count(node);
   double sum = 0.0, squares = 0.0;
   int64_t zeros = 0;
-  BPT_CHECK(statistics_of(graph, count, node->value, &sum, &squares, &zeros, where));
+  if (node->storage == node->dtype) {
+    BPT_CHECK(statistics_of(graph, count, node->value, &sum, &squares, &zeros, where));
+  } else {
+    BPT_CHECK(host_statistics(node, count, &sum, &squares, &zeros));
+  }
   const double mean = sum / (double)count;
   const double variance = squares / (double)count - mean * mean;
   bpt_value_statistics full = {.size = sizeof full,

@@ -7,6 +7,7 @@
 
 #include <omp.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm_bf16.h"
 
@@ -116,8 +117,19 @@ void bpt_bf16_micro_kernel_scalar(int64_t pairs, const uint32_t *a_panel, const 
     }
 }
 
-void bpt_bf16_store_tile(const float *tile, int64_t rows, int64_t columns, float alpha, float beta, float *c,
-                         int64_t ldc, int64_t row0, int64_t column0) {
+void bpt_bf16_store_tile(const float *tile, int64_t rows, int64_t columns, float alpha, float beta, void *c_values,
+                         bool c_bf16, int64_t ldc, int64_t row0, int64_t column0) {
+  if (c_bf16) {
+    /* A bf16-stored C (storage dtype, issue 24.5): the f32 result rounded once, as the rounding pass would. */
+    for (int64_t r = 0; r < rows; r++) {
+      uint16_t *out = (uint16_t *)c_values + (row0 + r) * ldc + column0;
+      const float *in = tile + r * BPT_BF16_NR;
+      for (int64_t j = 0; j < columns; j++)
+        out[j] = bpt_bf16_narrow(beta == 0.0f ? alpha * in[j] : alpha * in[j] + beta * bpt_bf16_widen(out[j]));
+    }
+    return;
+  }
+  float *c = c_values;
   for (int64_t r = 0; r < rows; r++) {
     float *out = c + (row0 + r) * ldc + column0;
     const float *in = tile + r * BPT_BF16_NR;
@@ -130,17 +142,52 @@ void bpt_bf16_store_tile(const float *tile, int64_t rows, int64_t columns, float
 
 static bool operand_dtype_ok(bpt_dtype dtype) { return dtype == BPT_DTYPE_F32 || dtype == BPT_DTYPE_BF16; }
 
+static bool c_dtype_ok(bpt_dtype dtype) { return dtype == BPT_DTYPE_F32 || dtype == BPT_DTYPE_BF16; }
+
 /* C = beta C, for an empty reduction. */
 static void scale_c(const bpt_gemm_args *args) {
+  const bool bf16 = args->c_dtype == BPT_DTYPE_BF16;
   for (int64_t i = 0; i < args->m; i++)
     for (int64_t j = 0; j < args->n; j++) {
-      float *value = args->c + i * args->ldc + j;
-      *value = args->beta == 0.0f ? 0.0f : args->beta * *value;
+      const int64_t index = i * args->ldc + j;
+      bpt_storage_store(args->c, bf16, index,
+                        args->beta == 0.0f ? 0.0f : args->beta * bpt_storage_load(args->c, bf16, index));
     }
 }
 
+static bpt_status run_blocked(bpt_backend *backend, const bpt_gemm_args *args, bpt_bf16_micro_kernel kernel);
+
+/* A bf16 C over more than one reduction block accumulates in f32 scratch and is rounded once at the end: a
+ * bf16 C carried between blocks would be rounded after each. */
+static bpt_status run_through_f32(bpt_backend *backend, const bpt_gemm_args *args, bpt_bf16_micro_kernel kernel) {
+  float *wide = malloc((size_t)(args->m * args->n) * sizeof *wide);
+  if (!wide)
+    return backend ? bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "bf16 gemm: no memory for %lld x %lld scratch",
+                                      (long long)args->m, (long long)args->n)
+                   : BPT_ERR_OUT_OF_MEMORY;
+  const uint16_t *narrow = (const uint16_t *)args->c;
+  for (int64_t i = 0; i < args->m; i++)
+    for (int64_t j = 0; j < args->n; j++)
+      wide[i * args->n + j] = args->beta == 0.0f ? 0.0f : bpt_bf16_widen(narrow[i * args->ldc + j]);
+  bpt_gemm_args f32 = *args;
+  f32.c_dtype = BPT_DTYPE_F32;
+  f32.c = wide;
+  f32.ldc = args->n;
+  const bpt_status status = run_blocked(backend, &f32, kernel);
+  for (int64_t i = 0; status == BPT_OK && i < args->m; i++)
+    for (int64_t j = 0; j < args->n; j++) ((uint16_t *)args->c)[i * args->ldc + j] = bpt_bf16_narrow(wide[i * args->n + j]);
+  free(wide);
+  return status;
+}
+
 bpt_status bpt_bf16_gemm_run(bpt_backend *backend, const bpt_gemm_args *args, bpt_bf16_micro_kernel kernel) {
-  if (!operand_dtype_ok(args->a_dtype) || !operand_dtype_ok(args->b_dtype) || args->c_dtype != BPT_DTYPE_F32)
+  if (args->c_dtype == BPT_DTYPE_BF16 && args->k > BPT_BF16_KC && args->m > 0 && args->n > 0)
+    return run_through_f32(backend, args, kernel);
+  return run_blocked(backend, args, kernel);
+}
+
+static bpt_status run_blocked(bpt_backend *backend, const bpt_gemm_args *args, bpt_bf16_micro_kernel kernel) {
+  if (!operand_dtype_ok(args->a_dtype) || !operand_dtype_ok(args->b_dtype) || !c_dtype_ok(args->c_dtype))
     return backend ? bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "bf16 gemm: operands %s x %s into %s",
                                       bpt_dtype_name(args->a_dtype), bpt_dtype_name(args->b_dtype),
                                       bpt_dtype_name(args->c_dtype))
@@ -185,7 +232,8 @@ bpt_status bpt_bf16_gemm_run(bpt_backend *backend, const bpt_gemm_args *args, bp
         kernel(pairs, a_packed + ip * max_pairs * BPT_BF16_MR, b_packed + jp * max_pairs * BPT_BF16_NR, tile);
         const int64_t rows = m - ip * BPT_BF16_MR, columns = n - jp * BPT_BF16_NR;
         bpt_bf16_store_tile(tile, rows < BPT_BF16_MR ? rows : BPT_BF16_MR,
-                            columns < BPT_BF16_NR ? columns : BPT_BF16_NR, args->alpha, beta, args->c, args->ldc,
+                            columns < BPT_BF16_NR ? columns : BPT_BF16_NR, args->alpha, beta, args->c,
+                            args->c_dtype == BPT_DTYPE_BF16, args->ldc,
                             ip * BPT_BF16_MR, jp * BPT_BF16_NR);
       }
   }
@@ -233,7 +281,7 @@ bool bpt_cpu_has_avx512_bf16(void) {
 
 bpt_status bpt_cpu_gemm_bf16(bpt_backend *backend, const bpt_gemm_args *args, bool *handled) {
   *handled = args->bf16_products && operand_dtype_ok(args->a_dtype) && operand_dtype_ok(args->b_dtype) &&
-             args->c_dtype == BPT_DTYPE_F32 && bpt_cpu_has_avx512_bf16();
+             c_dtype_ok(args->c_dtype) && bpt_cpu_has_avx512_bf16();
   return *handled ? bpt_bf16_gemm_run(backend, args, bpt_bf16_micro_kernel_avx512) : BPT_OK;
 }
 

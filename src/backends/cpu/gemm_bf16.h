@@ -47,8 +47,8 @@ void bpt_bf16_micro_kernel_avx512(int64_t pairs, const uint32_t *a_panel, const 
 
 /* C rows [row0, row0 + rows) by columns [column0, column0 + columns) = alpha tile + beta C (beta 0: C is
  * overwritten, never read). rows <= MR and columns <= NR cut the tile at C's edges. */
-void bpt_bf16_store_tile(const float *tile, int64_t rows, int64_t columns, float alpha, float beta, float *c,
-                         int64_t ldc, int64_t row0, int64_t column0);
+void bpt_bf16_store_tile(const float *tile, int64_t rows, int64_t columns, float alpha, float beta, void *c_values,
+                         bool c_bf16, int64_t ldc, int64_t row0, int64_t column0);
 
 /* The whole product with the given micro-kernel: C = alpha op(A) op(B) + beta C, A and B f32 (rounded to bf16
  * while packing) or bf16, C f32. OpenMP over the tiles unless called inside a parallel region. Fails with

@@ -3,7 +3,9 @@
  * reduction clause combines in thread arrival order, which would make two runs differ in the last bit. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 
 #define LOSS_CHUNKS BPT_CPU_REDUCTION_CHUNKS
@@ -97,20 +99,49 @@ static bpt_status cross_entropy_backward(int64_t batch, int64_t classes, const f
   return BPT_OK;
 }
 
+/* Logits stored as bf16 (bf16_storage.h) are widened into an f32 copy for the f32 loops above: the loss reads
+ * them once and the classes are few next to the products that made them. */
+static float *widened(bpt_backend *backend, const void *values, int64_t count) {
+  float *wide = malloc((size_t)(count > 0 ? count : 1) * sizeof *wide);
+  if (!wide) {
+    bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "softmax_cross_entropy: no memory for %lld bf16 logits",
+                     (long long)count);
+    return NULL;
+  }
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t i = 0; i < count; i++) wide[i] = bpt_bf16_widen(((const uint16_t *)values)[i]);
+  return wide;
+}
+
 /* softmax_cross_entropy (kernel_args.h gives the layout and the options). */
 static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
-  return cross_entropy_forward(backend, &a, node->output.value);
+  bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
+  if (!bpt_tensor_is_bf16(&node->inputs[0])) return cross_entropy_forward(backend, &a, node->output.value);
+  float *logits = widened(backend, node->inputs[0].value, node->inputs[0].count);
+  if (!logits) return BPT_ERR_OUT_OF_MEMORY;
+  a.logits = logits;
+  const bpt_status status = cross_entropy_forward(backend, &a, node->output.value);
+  free(logits);
+  return status;
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  (void)backend;
   const bpt_softmax_cross_entropy_args a = bpt_softmax_cross_entropy_args_of(node);
-  return cross_entropy_backward(a.rows, a.classes, a.probabilities, a.labels, &a.options, node->output.grad,
-                                node->inputs[0].grad);
+  const bpt_kernel_tensor *x = &node->inputs[0];
+  if (!bpt_tensor_is_bf16(x))
+    return cross_entropy_backward(a.rows, a.classes, a.probabilities, a.labels, &a.options, node->output.grad, x->grad);
+  /* A bf16 gradient: accumulated in f32 and rounded once, as the f32 path's gradient is rounded before use. */
+  float *gradient = widened(backend, x->grad, x->count);
+  if (!gradient) return BPT_ERR_OUT_OF_MEMORY;
+  const bpt_status status =
+      cross_entropy_backward(a.rows, a.classes, a.probabilities, a.labels, &a.options, node->output.grad, gradient);
+#pragma omp parallel for if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t i = 0; i < x->count; i++) ((uint16_t *)x->grad)[i] = bpt_bf16_narrow(gradient[i]);
+  free(gradient);
+  return status;
 }
 
-BPT_REGISTER_KERNELS(cpu, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, SOFTMAX_CROSS_ENTROPY, softmax_cross_entropy_forward, softmax_cross_entropy_backward, NULL);
 
 /* mse: prediction and target of one shape (count values); the output is mean((prediction - target)^2). */
 static bpt_status mse_forward(bpt_backend *backend, const bpt_kernel_node *node) {

@@ -6,6 +6,7 @@
  * AVX-512 a piece goes 16 values at a time: one compare yields two mask bytes, and backward loads dy through
  * them. Elsewhere on x86-64, SSE2 compares pack 8 bits at a time (movemask), which the compiler cannot find
  * by itself; a plain loop covers the rest. NaN counts as not positive on every path. */
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 
 #if defined(__SSE2__)
@@ -153,9 +154,64 @@ static void backward(bpt_backend *backend, int64_t count, const uint8_t *mask, c
   }
 }
 
+/* ---- bf16 storage (bf16_storage.h): any of x, y, dy, dx stored as bf16; values [first, end) ---- */
+
+static void forward_storage(const bpt_kernel_tensor *x, const bpt_kernel_tensor *y, uint8_t *mask, int64_t first,
+                            int64_t end) {
+  const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(y);
+  for (int64_t byte_start = first; byte_start < end; byte_start += 8) {
+    unsigned bits = 0;
+    for (int64_t i = byte_start; i < byte_start + 8 && i < end; i++) {
+      const float value = bpt_storage_load(x->value, x16, i);
+      const bool positive = value > 0.0f;
+      bpt_storage_store(y->value, y16, i, positive ? value : 0.0f);
+      bits |= (unsigned)positive << (i - byte_start);
+    }
+    if (mask) mask[byte_start / 8] = (uint8_t)bits;
+  }
+}
+
+/* dx (+)= dy where x was positive: from the mask's bits, or (mask NULL) from x itself. */
+static void backward_storage(const uint8_t *mask, const bpt_kernel_tensor *x, const bpt_kernel_tensor *y,
+                             int64_t first, int64_t end) {
+  const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(y), assign = x->beta == 0.0f;
+  for (int64_t i = first; i < end; i++) {
+    const bool positive = mask ? (mask[i / 8] >> (i % 8) & 1) : bpt_storage_load(x->value, x16, i) > 0.0f;
+    const float gradient = positive ? bpt_storage_load(y->grad, y16, i) : 0.0f;
+    bpt_storage_store(x->grad, x16, i, assign ? gradient : bpt_storage_load(x->grad, x16, i) + gradient);
+  }
+}
+
+static bool relu_storage_bf16(const bpt_kernel_node *node) {
+  return bpt_tensor_is_bf16(&node->inputs[0]) || bpt_tensor_is_bf16(&node->output);
+}
+
+static void relu_forward_bf16(const bpt_kernel_node *node) {
+  const int64_t count = node->output.count, pieces = (count + PIECE - 1) / PIECE;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t piece = 0; piece < pieces; piece++) {
+    const int64_t first = piece * PIECE, end = first + PIECE < count ? first + PIECE : count;
+    forward_storage(&node->inputs[0], &node->output, node->saved, first, end);
+  }
+}
+
+static void relu_backward_bf16(const bpt_kernel_node *node) {
+  const int64_t count = node->output.count, pieces = (count + PIECE - 1) / PIECE;
+  const uint8_t *mask = node->int_attributes[BPT_RELU_USES_MASK] ? node->saved : NULL;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t piece = 0; piece < pieces; piece++) {
+    const int64_t first = piece * PIECE, end = first + PIECE < count ? first + PIECE : count;
+    backward_storage(mask, &node->inputs[0], &node->output, first, end);
+  }
+}
+
 /* relu: with a mask (BPT_RELU_USES_MASK and a saved buffer) backward reads only the bits; without, x. The
  * maskless loops are branch-free: a data-dependent branch per element mispredicts half the time on ReLU inputs. */
 static bpt_status relu_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  if (relu_storage_bf16(node)) {
+    relu_forward_bf16(node);
+    return BPT_OK;
+  }
   const int64_t count = node->output.count;
   const float *x = node->inputs[0].value;
   float *y = node->output.value;
@@ -173,6 +229,10 @@ static bpt_status relu_forward(bpt_backend *backend, const bpt_kernel_node *node
 
 static bpt_status relu_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
+  if (relu_storage_bf16(node)) {
+    relu_backward_bf16(node);
+    return BPT_OK;
+  }
   if (node->int_attributes[BPT_RELU_USES_MASK]) {
     backward(backend, y->count, node->saved, y->grad, x->grad, x->beta == 0.0f);
     return BPT_OK;
@@ -195,7 +255,7 @@ static bool relu_supports(const bpt_backend *backend, const bpt_kernel_node *nod
   return node->int_attributes[BPT_RELU_USES_MASK] || bpt_kernel_node_accumulates(node, reason);
 }
 
-BPT_REGISTER_KERNELS(cpu, RELU, relu_forward, relu_backward, relu_supports);
+BPT_REGISTER_KERNELS_16BIT(cpu, RELU, relu_forward, relu_backward, relu_supports);
 
 /* add_relu, the join of a residual block and its ReLU in one pass: y = max(a + b, 0) keeping the mask in saved;
  * backward passes dy through it to both inputs. */

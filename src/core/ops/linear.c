@@ -1,6 +1,6 @@
 /* linear: y = x W^T + b, with x (N, in), W (out, in), b (out), y (N, out); a sequence x (N, T, in) is a
  * product per token, y (N, T, out), the rows of every product then being the N T tokens. All three products run as one GEMM each through the backend's shared gemm; the bias terms are the op's
- * kernels. */
+ * kernels. x, y and their gradients are passed in their storage dtype (f32, or bf16 under the bf16 policy). */
 #include "core/checked.h"
 #include "core/graph.h"
 #include "core/precision.h"
@@ -90,10 +90,16 @@ static bpt_status linear_forward(bpt_node *node) {
   /* y (N, out) = x (N, in) . W^T (in, out) */
   bpt_gemm_args product = {.transpose_a = false, .transpose_b = true, .m = batch, .n = out, .k = in, .alpha = 1.0f,
                            .a = x->value, .lda = in, .b = weight->value, .ldb = in, .beta = 0.0f,
-                           .c = node->value, .ldc = out,
+                           .c = node->value, .ldc = out, .a_dtype = x->storage, .c_dtype = node->storage,
                            .bf16_products = bpt_graph_bf16_products(node->graph)};
-  BPT_CHECK(BPT_KERNEL(node, gemm, &product));
-  if (bias) BPT_CHECK(bpt_node_forward_kernels(node)); /* y += b */
+  /* With y stored as bf16 (only where the backend's linear kernels take bf16 storage) the kernels compute the
+   * product too, so that x W^T + b is rounded once, not the product and then the sum. */
+  if (bias && node->storage != BPT_DTYPE_F32) {
+    BPT_CHECK(bpt_node_forward_kernels(node)); /* y = x W^T + b */
+  } else {
+    BPT_CHECK(BPT_KERNEL(node, gemm, &product));
+    if (bias) BPT_CHECK(bpt_node_forward_kernels(node)); /* y += b */
+  }
   if (node->saved) BPT_CHECK(save_input(node));
   return BPT_OK;
 }
@@ -105,7 +111,7 @@ static bpt_status linear_backward(bpt_node *node) {
     /* dW (out, in) += dy^T (out, N) . x (N, in) */
     bpt_gemm_args product = {.transpose_a = true, .transpose_b = false, .m = out, .n = in, .k = batch, .alpha = 1.0f,
                              .a = node->grad, .lda = out, .b = x->value, .ldb = in, .beta = 1.0f,
-                             .c = weight->grad, .ldc = in,
+                             .c = weight->grad, .ldc = in, .a_dtype = node->storage, .b_dtype = x->storage,
                              .bf16_products = bpt_graph_bf16_products(node->graph)};
     if (node->saved) {
       /* x from its compressed copy; alpha undoes the FP8 scale. */
@@ -120,7 +126,7 @@ static bpt_status linear_backward(bpt_node *node) {
     /* dx (N, in) += dy (N, out) . W (out, in); skipped for inputs, which saves a third of the first layer. */
     bpt_gemm_args product = {.transpose_a = false, .transpose_b = false, .m = batch, .n = in, .k = out, .alpha = 1.0f,
                              .a = node->grad, .lda = out, .b = weight->value, .ldb = in, .beta = 1.0f,
-                             .c = x->grad, .ldc = in,
+                             .c = x->grad, .ldc = in, .a_dtype = node->storage, .c_dtype = x->storage,
                              .bf16_products = bpt_graph_bf16_products(node->graph)};
     BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   }

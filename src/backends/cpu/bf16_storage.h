@@ -1,0 +1,44 @@
+/* Reading and writing activations stored as bf16 (the bf16 policy's storage dtype, issue 24.5): kernels that
+ * register with BPT_REGISTER_KERNELS_16BIT load each element to f32, compute in f32 and store it rounded to
+ * nearest even, exactly as bpt_cpu_round_to_dtype rounds an f32 buffer in place (subnormals kept), so a bf16-
+ * stored graph holds the values the rounding path would. */
+#ifndef BPT_CPU_BF16_STORAGE_H
+#define BPT_CPU_BF16_STORAGE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backends/backend.h"
+
+static inline float bpt_bf16_widen(uint16_t half) {
+  const uint32_t bits = (uint32_t)half << 16;
+  float value;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+/* Round to nearest even on the upper 16 bits (a carry into the exponent overflows to inf); NaN stays NaN,
+ * made quiet. */
+static inline uint16_t bpt_bf16_narrow(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  return (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x0040u : rounded);
+}
+
+/* Element i of a buffer stored as f32 or (bf16 true) as bf16. */
+static inline float bpt_storage_load(const void *values, bool bf16, int64_t i) {
+  return bf16 ? bpt_bf16_widen(((const uint16_t *)values)[i]) : ((const float *)values)[i];
+}
+
+static inline void bpt_storage_store(void *values, bool bf16, int64_t i, float value) {
+  if (bf16)
+    ((uint16_t *)values)[i] = bpt_bf16_narrow(value);
+  else
+    ((float *)values)[i] = value;
+}
+
+static inline bool bpt_tensor_is_bf16(const bpt_kernel_tensor *tensor) { return tensor->dtype == BPT_DTYPE_BF16; }
+
+#endif

@@ -1,0 +1,184 @@
+/* Storage dtype (issue 24.5): under the bf16 policy the MLP's activations are planned, allocated and passed to
+ * kernels as bf16, and the results match the rounding path (every activation f32, rounded in place after each
+ * op) that the same graph takes with f32 storage forced; a graph mixing an op whose kernels take bf16 storage
+ * with one whose kernels do not keeps the latter's activations f32 and still matches; bpt_graph_read gives f32;
+ * the planned activation memory is about half. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bptrain/memory.h"
+#include "core/graph.h"
+#include "core/precision.h"
+#include "test_support.h"
+
+enum { BATCH = 24, FEATURES = 300, HIDDEN1 = 64, HIDDEN2 = 48, CLASSES = 10 };
+
+typedef struct net {
+  bpt_context *context;
+  bpt_graph *graph;
+  bpt_node *x, *labels, *hidden1, *act1, *logits, *loss;
+  float loss_value;
+  float logits_values[BATCH * CLASSES];
+  float *gradients;
+  int64_t parameter_count;
+} net;
+
+/* x -> linear -> relu (or tanh: kernels without bf16 storage) -> linear -> relu -> linear -> cross-entropy,
+ * one forward and backward on fixed inputs and parameters. */
+static void net_run(net *n, bool f32_storage, bool tanh_layer) {
+  memset(n, 0, sizeof *n);
+  n->context = test_context(11);
+  bpt_context *context = n->context;
+  assert_ok(context, bpt_graph_create(context, &n->graph));
+  bpt_precision_options options = bpt_precision_options_default();
+  options.compute_dtype = BPT_DTYPE_BF16;
+  assert_ok(context, bpt_graph_set_precision(n->graph, &options));
+  n->graph->precision->f32_storage = f32_storage;
+  const int64_t features = FEATURES;
+  assert_ok(context, bpt_graph_input(n->graph, "x", BPT_DTYPE_F32, 1, &features, &n->x));
+  assert_ok(context, bpt_graph_input(n->graph, "labels", BPT_DTYPE_I32, 0, NULL, &n->labels));
+  const int64_t sizes[4] = {FEATURES, HIDDEN1, HIDDEN2, CLASSES};
+  bpt_node *h = n->x;
+  for (int layer = 0; layer < 3; layer++) {
+    char name[32];
+    bpt_node *weight, *bias;
+    const int64_t weight_dims[2] = {sizes[layer + 1], sizes[layer]};
+    snprintf(name, sizeof name, "w%d", layer);
+    assert_ok(context, bpt_graph_parameter(n->graph, name, 2, weight_dims, BPT_INIT_ZEROS, &weight));
+    snprintf(name, sizeof name, "b%d", layer);
+    assert_ok(context, bpt_graph_parameter(n->graph, name, 1, &sizes[layer + 1], BPT_INIT_ZEROS, &bias));
+    snprintf(name, sizeof name, "fc%d", layer);
+    assert_ok(context, bpt_linear(n->graph, name, h, weight, bias, &h));
+    if (layer == 0) n->hidden1 = h;
+    if (layer == 2) break;
+    snprintf(name, sizeof name, "act%d", layer);
+    if (layer == 0 && tanh_layer)
+      assert_ok(context, bpt_tanh(n->graph, name, h, &h));
+    else
+      assert_ok(context, bpt_relu(n->graph, name, h, &h));
+    if (layer == 0) n->act1 = h;
+  }
+  n->logits = h;
+  assert_ok(context, bpt_softmax_cross_entropy(n->graph, "loss", n->logits, n->labels, &n->loss));
+  assert_ok(context, bpt_graph_compile(n->graph, n->loss, BATCH));
+
+  test_random random;
+  test_random_seed(&random, 5);
+  n->parameter_count = bpt_graph_parameter_count(n->graph);
+  float *parameters = calloc((size_t)n->parameter_count, sizeof *parameters);
+  n->gradients = calloc((size_t)n->parameter_count, sizeof *n->gradients);
+  assert_non_null(parameters);
+  assert_non_null(n->gradients);
+  test_random_fill(&random, parameters, n->parameter_count, -0.15f, 0.15f);
+  assert_ok(context, bpt_graph_write_parameters(n->graph, parameters, n->parameter_count));
+  free(parameters);
+
+  const int64_t x_dims[2] = {BATCH, FEATURES}, label_dims[1] = {BATCH}, logit_dims[2] = {BATCH, CLASSES};
+  bpt_tensor *xs, *labels, *logits;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, x_dims, &xs));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, label_dims, &labels));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, logit_dims, &logits));
+  test_random_fill(&random, bpt_tensor_data(xs), BATCH * FEATURES, -1.0f, 1.0f);
+  for (int64_t i = 0; i < BATCH; i++) ((int32_t *)bpt_tensor_data(labels))[i] = (int32_t)(i * 7 % CLASSES);
+  assert_ok(context, bpt_graph_set_input(n->graph, n->x, xs));
+  assert_ok(context, bpt_graph_set_input(n->graph, n->labels, labels));
+  assert_ok(context, bpt_graph_forward(n->graph));
+  assert_ok(context, bpt_graph_loss(n->graph, &n->loss_value));
+  assert_ok(context, bpt_graph_read(n->graph, n->logits, logits));
+  memcpy(n->logits_values, bpt_tensor_data(logits), sizeof n->logits_values);
+  assert_ok(context, bpt_graph_backward(n->graph));
+  assert_ok(context, bpt_graph_read_gradients(n->graph, n->gradients, n->parameter_count));
+  bpt_tensor_destroy(xs);
+  bpt_tensor_destroy(labels);
+  bpt_tensor_destroy(logits);
+}
+
+static void net_destroy(net *n) {
+  free(n->gradients);
+  bpt_graph_destroy(n->graph);
+  bpt_context_destroy(n->context);
+}
+
+/* Every value a bf16-stored node holds is a bf16 number: its low 16 bits are zero once widened. */
+static bool all_bf16(const float *values, int64_t count) {
+  for (int64_t i = 0; i < count; i++) {
+    uint32_t bits;
+    memcpy(&bits, &values[i], sizeof bits);
+    if (bits & 0xffffu) return false;
+  }
+  return true;
+}
+
+/* The storage path and the rounding path agree: both hold the same bf16 values (every rounding happens at the
+ * same place, on the same f32 result), so only a different summation order inside a product could part them;
+ * the tolerance is f32 round-off, far below one bf16 unit (2^-8), which a kernel that skipped the bias, a
+ * rounding or the mask would exceed by far. */
+static void compare(const net *storage, const net *rounding) {
+  assert_true(fabsf(storage->loss_value - rounding->loss_value) <= 1e-6f * fabsf(rounding->loss_value));
+  assert_true(test_relative_error(storage->logits_values, rounding->logits_values, BATCH * CLASSES) < 1e-6);
+  assert_true(test_relative_error(storage->gradients, rounding->gradients, storage->parameter_count) < 1e-6);
+}
+
+static void mlp_storage_matches_rounding_path(void **state) {
+  (void)state;
+  net storage, rounding;
+  net_run(&storage, false, false);
+  net_run(&rounding, true, false);
+  /* The activations are stored as bf16 on one path only. */
+  assert_int_equal(storage.x->storage, BPT_DTYPE_BF16);
+  assert_int_equal(storage.hidden1->storage, BPT_DTYPE_BF16);
+  assert_int_equal(storage.act1->storage, BPT_DTYPE_BF16);
+  assert_int_equal(storage.logits->storage, BPT_DTYPE_BF16);
+  assert_int_equal(storage.loss->storage, BPT_DTYPE_F32);
+  assert_int_equal(storage.labels->storage, BPT_DTYPE_I32);
+  assert_int_equal(rounding.hidden1->storage, BPT_DTYPE_F32);
+  /* bpt_graph_read widened the bf16 logits to f32: bf16 numbers, the same as the rounding path's. */
+  assert_true(all_bf16(storage.logits_values, BATCH * CLASSES));
+  assert_true(all_bf16(rounding.logits_values, BATCH * CLASSES));
+  compare(&storage, &rounding);
+  net_destroy(&storage);
+  net_destroy(&rounding);
+}
+
+static void mixed_storage_matches_rounding_path(void **state) {
+  (void)state;
+  net mixed, rounding;
+  net_run(&mixed, false, true);
+  net_run(&rounding, true, true);
+  /* tanh's kernels take f32 only: its input and output stay f32 (rounded in place), the rest is bf16. */
+  assert_int_equal(mixed.hidden1->storage, BPT_DTYPE_F32);
+  assert_int_equal(mixed.act1->storage, BPT_DTYPE_F32);
+  assert_int_equal(mixed.x->storage, BPT_DTYPE_BF16);
+  assert_int_equal(mixed.logits->storage, BPT_DTYPE_BF16);
+  assert_true(all_bf16(mixed.logits_values, BATCH * CLASSES));
+  compare(&mixed, &rounding);
+  net_destroy(&mixed);
+  net_destroy(&rounding);
+}
+
+static void planned_activation_bytes_are_about_half(void **state) {
+  (void)state;
+  net storage, rounding;
+  net_run(&storage, false, false);
+  net_run(&rounding, true, false);
+  bpt_graph_memory_stats narrow = {.size = sizeof narrow}, wide = {.size = sizeof wide};
+  assert_ok(storage.context, bpt_graph_memory(storage.graph, &narrow));
+  assert_ok(rounding.context, bpt_graph_memory(rounding.graph, &wide));
+  /* The f32 figure of the bf16 graph is the rounding graph's plan. */
+  assert_int_equal(narrow.activation_bytes_f32, wide.activation_bytes);
+  assert_int_equal(wide.activation_bytes_f32, wide.activation_bytes);
+  assert_true(narrow.activation_bytes > 0);
+  assert_true((double)narrow.activation_bytes <= 0.55 * (double)wide.activation_bytes);
+  net_destroy(&storage);
+  net_destroy(&rounding);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(mlp_storage_matches_rounding_path),
+      cmocka_unit_test(mixed_storage_matches_rounding_path),
+      cmocka_unit_test(planned_activation_bytes_are_about_half),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
