@@ -6,7 +6,8 @@
  * as it would be with every activation in f32 (bpt_graph_memory).
  *
  *   mlp_train_bench --batch 128 [--samples 60000] [--seconds S] [--threads 2] [--data DIR] [--dtype f32|bf16]
- * --dtype bf16 trains under the bf16 precision policy (bpt_graph_set_precision with its other defaults).
+ * --dtype bf16 trains under the bf16 precision policy (bpt_graph_set_precision with its other defaults);
+ * --store-16bit adds store_activations_16bit (activations and gradients kept as bf16 where the kernels allow).
  * --seconds ends the timed steps early once S seconds have passed (bench/shared_cores.sh, whose slowest runs
  * would otherwise take minutes); the rate counts the steps that ran.
  */
@@ -20,9 +21,10 @@
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--batch", "--samples", "--seconds", "--threads", "--data", "--dtype", NULL};
-  example_check_arguments(argc, argv, valued, NULL,
+  static const char *const flags[] = {"--store-16bit", NULL};
+  example_check_arguments(argc, argv, valued, flags,
                           "usage: mlp_train_bench --batch N [--samples N] [--seconds S] [--threads N] [--data DIR]"
-                          " [--dtype f32|bf16]\n");
+                          " [--dtype f32|bf16] [--store-16bit]\n");
   const char *dtype = example_option(argc, argv, "--dtype");
   if (!dtype) dtype = "f32";
   if (strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0) {
@@ -52,6 +54,7 @@ int main(int argc, char **argv) {
   if (bf16) {
     bpt_precision_options precision = bpt_precision_options_default();
     precision.compute_dtype = BPT_DTYPE_BF16;
+    precision.store_activations_16bit = example_flag(argc, argv, "--store-16bit");
     EXAMPLE_CHECK(context, bpt_graph_set_precision(graph, &precision));
   }
   EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, batch));

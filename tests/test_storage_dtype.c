@@ -33,8 +33,8 @@ static void net_run(net *n, bool f32_storage, bool tanh_layer) {
   assert_ok(context, bpt_graph_create(context, &n->graph));
   bpt_precision_options options = bpt_precision_options_default();
   options.compute_dtype = BPT_DTYPE_BF16;
+  options.store_activations_16bit = !f32_storage;
   assert_ok(context, bpt_graph_set_precision(n->graph, &options));
-  n->graph->precision->f32_storage = f32_storage;
   const int64_t features = FEATURES;
   assert_ok(context, bpt_graph_input(n->graph, "x", BPT_DTYPE_F32, 1, &features, &n->x));
   assert_ok(context, bpt_graph_input(n->graph, "labels", BPT_DTYPE_I32, 0, NULL, &n->labels));

@@ -46,6 +46,12 @@ typedef struct bpt_precision_options {
   /** Non-zero: keep every node's value after forward (bpt_graph_read() works on all of them) instead of
    * reusing the memory of values that backward does not need. Default 0. */
   int keep_all_values;
+  /** Non-zero: under the bf16 policy, activations and their gradients are stored as 2-byte values wherever
+   * every kernel that touches them takes that storage (CPU: linear, relu, softmax_cross_entropy), about half
+   * their memory (bpt_graph_memory()'s activation_bytes); the rest keep f32 buffers rounded in place. Values
+   * are the same either way. Default 0: every activation in f32 buffers rounded in place, the faster of the
+   * two today (the 16-bit element loops are not vectorised yet; docs/precision.md). */
+  int store_activations_16bit;
 } bpt_precision_options;
 
 /** @return compute in f32, automatic loss scaling (2^16, x2 every 2000 clean steps, x0.5 on overflow). */

@@ -15,8 +15,6 @@ typedef struct bpt_precision_state {
   int64_t skipped_steps;
   float *weight_copies;     /* device: parameters rounded to the compute dtype (NULL for f32) */
   int32_t *found_nonfinite; /* device: one flag for unscale_check_finite */
-  /* Keep every activation f32 with the in-place rounding pass (storage.c), for tests that compare the two. */
-  bool f32_storage;
 } bpt_precision_state;
 
 /* After the memory plan: allocates weight copies and the flag, points parameters at the copies, seeds the

@@ -27,7 +27,7 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
   const bpt_precision_state *state = graph->precision;
   /* Compressed saved activations (saved_activation_storage, linear.c) read their source as f32: the two are
    * alternatives, and that one keeps today's f32 storage. */
-  if (all_f32 || !state || state->f32_storage || state->options.compute_dtype != BPT_DTYPE_BF16 ||
+  if (all_f32 || !state || !state->options.store_activations_16bit || state->options.compute_dtype != BPT_DTYPE_BF16 ||
       state->options.saved_activation_storage != BPT_ACTIVATION_STORAGE_COMPUTE)
     return BPT_OK;
   int *uses = bpt_calloc(graph->context, (size_t)n, sizeof *uses, "storage plan");
