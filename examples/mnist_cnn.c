@@ -53,22 +53,7 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(e.context, bpt_graph_create(e.context, &e.graph));
   EXAMPLE_CHECK(e.context, bpt_graph_input(e.graph, "images", BPT_DTYPE_F32, 3, image, &e.images));
   EXAMPLE_CHECK(e.context, bpt_graph_input(e.graph, "labels", BPT_DTYPE_I32, 0, NULL, &e.labels));
-  const bpt_layer_spec lenet[] = {
-      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 6, .kernel = 5, .padding = 2},
-      {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
-      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 5},
-      {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
-      {BPT_LAYER(BPT_LAYER_FLATTEN)},
-      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 120},
-      {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 84},
-      {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_LINEAR), .units = e.classes},
-  };
-  EXAMPLE_CHECK(e.context, bpt_layer_sequential(e.graph, "lenet", e.images, lenet,
-                                                (int)(sizeof lenet / sizeof lenet[0]), &e.logits));
+  EXAMPLE_CHECK(e.context, example_build_lenet(e.graph, e.images, e.classes, &e.logits));
   EXAMPLE_CHECK(e.context, bpt_softmax_cross_entropy(e.graph, "loss", e.logits, e.labels, &loss));
   EXAMPLE_CHECK(e.context, bpt_graph_compile(e.graph, loss, e.batch));
   if (example_flag(argc, argv, "--summary")) example_print_summary(e.graph);

@@ -53,25 +53,6 @@ typedef struct settings {
   bool lenet;      /* --model lenet */
 } settings;
 
-/* LeNet-5 as examples/mnist_cnn.c builds it (bpt_layer_sequential fuses nothing here: no batch norm). */
-static bpt_status build_lenet(bpt_graph *graph, bpt_node *images, int64_t classes, bpt_node **logits) {
-  const bpt_layer_spec lenet[] = {
-      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 6, .kernel = 5, .padding = 2},
-      {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
-      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 5},
-      {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
-      {BPT_LAYER(BPT_LAYER_FLATTEN)},
-      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 120},
-      {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 84},
-      {BPT_LAYER(BPT_LAYER_RELU)},
-      {BPT_LAYER(BPT_LAYER_LINEAR), .units = classes},
-  };
-  return bpt_layer_sequential(graph, "lenet", images, lenet, (int)(sizeof lenet / sizeof lenet[0]), logits);
-}
-
 /* Trains one model at one threshold on one backend; returns wall seconds (CPU) or simulated ones (fpga-sim). */
 static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_set, const char *backend,
                   float threshold, run_result *result, example_metrics *metrics) {
@@ -113,7 +94,7 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
     }
     EXAMPLE_CHECK(context, bpt_graph_input(graph, "images", BPT_DTYPE_F32, 3, image, &images));
     EXAMPLE_CHECK(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
-    EXAMPLE_CHECK(context, build_lenet(graph, images, classes, &logits));
+    EXAMPLE_CHECK(context, example_build_lenet(graph, images, classes, &logits));
   } else {
     EXAMPLE_CHECK(context, bpt_graph_input(graph, "images", BPT_DTYPE_F32, 1, &features, &images));
     EXAMPLE_CHECK(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));

@@ -364,3 +364,23 @@ uint64_t example_parameter_checksum(bpt_context *context, bpt_graph *graph) {
   free(values);
   return hash;
 }
+
+/* One definition of the examples' LeNet-5, so that mnist_cnn's and speculative_mnist's checkpoints load into
+ * each other: node names "lenet.*". */
+bpt_status example_build_lenet(bpt_graph *graph, bpt_node *images, int64_t classes, bpt_node **logits) {
+  const bpt_layer_spec lenet[] = {
+      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 6, .kernel = 5, .padding = 2},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
+      {BPT_LAYER(BPT_LAYER_CONV2D), .units = 16, .kernel = 5},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_MAX_POOL), .kernel = 2},
+      {BPT_LAYER(BPT_LAYER_FLATTEN)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 120},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = 84},
+      {BPT_LAYER(BPT_LAYER_RELU)},
+      {BPT_LAYER(BPT_LAYER_LINEAR), .units = classes},
+  };
+  return bpt_layer_sequential(graph, "lenet", images, lenet, (int)(sizeof lenet / sizeof lenet[0]), logits);
+}

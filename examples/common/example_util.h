@@ -82,6 +82,10 @@ typedef struct example_classifier {
 bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *widths, int width_count,
                              int64_t classes, example_classifier *out);
 
+/* LeNet-5 for (N, 1, 28, 28) images: conv 6@5x5 (padding 2), ReLU, max pool 2, conv 16@5x5, ReLU, max pool 2,
+ * flatten, linear 120, ReLU, linear 84, ReLU, linear classes, its nodes named "lenet.*". */
+bpt_status example_build_lenet(bpt_graph *graph, bpt_node *images, int64_t classes, bpt_node **logits);
+
 /* The lines every example prints first: "libbptrain 0.1.0, backend cpu, 2 threads: " and the formatted rest,
  * then example_print_compute_info()'s "compute:" line. */
 void example_banner(const bpt_context *context, const char *format, ...) __attribute__((format(printf, 2, 3)));
