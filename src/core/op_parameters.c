@@ -71,10 +71,11 @@ static bpt_status out_of_range(const bpt_node *node, const bpt_param_decl *param
   format_bound(parameter->minimum, low, sizeof low);
   format_bound(parameter->maximum, high, sizeof high);
   char shown[48];
+  /* Integers are printed from their slot: the double they are compared as may not convert back (INT64_MAX). */
   if (floating)
     snprintf(shown, sizeof shown, "%g", value);
   else
-    snprintf(shown, sizeof shown, "%lld", (long long)value);
+    snprintf(shown, sizeof shown, "%lld", (long long)node->int_attributes[parameter->slot + element]);
   /* One-sided and unbounded float ranges read as the ops' own checks always did. */
   if (floating && isinf(parameter->maximum) && isinf(parameter->minimum))
     return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "%s%s %s must be finite%s", name, where, shown, declared);
@@ -117,7 +118,8 @@ bpt_status bpt_node_check_parameters(const bpt_node *node) {
       if (parameter->type == BPT_OP_VALUE_BOOL && value != 0.0 && value != 1.0) {
         char name[BPT_NAME_SIZE + 8], declared[BPT_NAME_SIZE + 24];
         spoken_name(parameter->name, name, sizeof name);
-        return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "%s %lld must be 0 or 1%s", name, (long long)value,
+        return bpt_node_error(node, BPT_ERR_INVALID_ARGUMENT, "%s %lld must be 0 or 1%s", name,
+                              (long long)node->int_attributes[parameter->slot + e],
                               declared_name(parameter->name, declared, sizeof declared));
       }
       if (!in_range(parameter, value)) return out_of_range(node, parameter, e, value);
