@@ -3,7 +3,6 @@
  * reduction clause combines in thread arrival order, which would make two runs differ in the last bit. */
 #include <math.h>
 #include <stdbool.h>
-#include <stdlib.h>
 
 #include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
@@ -100,14 +99,11 @@ static bpt_status cross_entropy_backward(int64_t batch, int64_t classes, const f
 }
 
 /* Logits stored as bf16 (bf16_storage.h) are widened into an f32 copy for the f32 loops above: the loss reads
- * them once and the classes are few next to the products that made them. */
+ * them once and the classes are few next to the products that made them. The copy lives in the backend's
+ * scratch (slot 0, which these kernels use for nothing else), so a step allocates nothing once it has grown. */
 static float *widened(bpt_backend *backend, const void *values, int64_t count) {
-  float *wide = malloc((size_t)(count > 0 ? count : 1) * sizeof *wide);
-  if (!wide) {
-    bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "softmax_cross_entropy: no memory for %lld bf16 logits",
-                     (long long)count);
-    return NULL;
-  }
+  if (bpt_cpu_scratch_reserve(backend, 1, (size_t)(count > 0 ? count : 1)) != BPT_OK) return NULL;
+  float *wide = bpt_cpu_scratch(backend, 0);
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++) wide[i] = bpt_bf16_widen(((const uint16_t *)values)[i]);
   return wide;
@@ -120,9 +116,7 @@ static bpt_status softmax_cross_entropy_forward(bpt_backend *backend, const bpt_
   float *logits = widened(backend, node->inputs[0].value, node->inputs[0].count);
   if (!logits) return BPT_ERR_OUT_OF_MEMORY;
   a.logits = logits;
-  const bpt_status status = cross_entropy_forward(backend, &a, node->output.value);
-  free(logits);
-  return status;
+  return cross_entropy_forward(backend, &a, node->output.value);
 }
 
 static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt_kernel_node *node) {
@@ -137,7 +131,6 @@ static bpt_status softmax_cross_entropy_backward(bpt_backend *backend, const bpt
       cross_entropy_backward(a.rows, a.classes, a.probabilities, a.labels, &a.options, node->output.grad, gradient);
 #pragma omp parallel for if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < x->count; i++) ((uint16_t *)x->grad)[i] = bpt_bf16_narrow(gradient[i]);
-  free(gradient);
   return status;
 }
 
