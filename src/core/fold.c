@@ -54,7 +54,7 @@ static bpt_status fold(bpt_graph *graph, bpt_node *norm, bpt_node *conv) {
     c[o] = 0.0;
   if (status == BPT_OK && bias) status = transfer(graph, bias, c, false);
   if (status == BPT_OK) {
-    const double epsilon = norm->float_attributes[1];
+    const double epsilon = bpt_node_float_parameter(norm, "epsilon");
     for (int64_t o = 0; o < channels; o++) {
       const double scale = g[o] / sqrt(v[o] + epsilon);
       for (int64_t i = 0; i < per_channel; i++)
@@ -72,10 +72,8 @@ static bpt_status fold(bpt_graph *graph, bpt_node *norm, bpt_node *conv) {
     }
     status = transfer(graph, bias, c, true);
   }
-  if (status == BPT_OK) {
-    norm->int_attributes[0] = 1;
-    norm->value = conv->value;
-  }
+  if (status == BPT_OK) status = bpt_node_set_parameter(norm, "folded", 1);
+  if (status == BPT_OK) norm->value = conv->value;
   free(w);
   free(p);
   return status;
@@ -88,7 +86,9 @@ bpt_status bpt_graph_fold_batch_norm(bpt_graph *graph, int *folded_count) {
   int folded = 0;
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *norm = graph->nodes[i];
-    if ((norm->op != BPT_OP_BATCH_NORM && norm->op != BPT_OP_BATCH_NORM_RELU) || norm->int_attributes[0]) continue;
+    if ((norm->op != BPT_OP_BATCH_NORM && norm->op != BPT_OP_BATCH_NORM_RELU) ||
+        bpt_node_int_parameter(norm, "folded", 0))
+      continue;
     bpt_node *conv = norm->inputs[0];
     if (conv->op != BPT_OP_CONV2D || consumers(graph, conv) != 1) continue;
     bpt_node *weight = conv->inputs[1], *bias = conv->input_count > 2 ? conv->inputs[2] : NULL;

@@ -210,6 +210,13 @@ const bpt_state_decl *bpt_node_find_state(const bpt_node *node, const char *name
 /* A parameter's value (element `element` of an axis list) as a double: exact for every int a slot can hold
  * within 2^53, and every float. */
 double bpt_node_parameter_value(const bpt_node *node, const bpt_param_decl *parameter, int element);
+/* A parameter read or written by name, for code outside the op's file (the ONNX emitters, fold.c), which so
+ * needs no slot numbers. Element: the index within an axis list, else 0. A name the op does not declare (a
+ * programming error inside the library) reads as NAN or 0 and is not written; bpt_node_set_parameter then
+ * returns BPT_ERR_INTERNAL. */
+double bpt_node_float_parameter(const bpt_node *node, const char *name);
+int64_t bpt_node_int_parameter(const bpt_node *node, const char *name, int element);
+bpt_status bpt_node_set_parameter(bpt_node *node, const char *name, int64_t value);
 double bpt_node_state_value(const bpt_node *node, const bpt_state_decl *state);
 void bpt_node_set_state_value(bpt_node *node, const bpt_state_decl *state, double value);
 /* Writes "name=value, ..." for node's parameters into buffer (enums by name, axis lists as [a, b]); "" when

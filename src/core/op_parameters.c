@@ -34,6 +34,26 @@ const bpt_param_decl *bpt_node_find_parameter(const bpt_node *node, const char *
   return NULL;
 }
 
+double bpt_node_float_parameter(const bpt_node *node, const char *name) {
+  const bpt_param_decl *parameter = bpt_node_find_parameter(node, name);
+  return parameter && is_float(parameter->type) ? (double)node->float_attributes[parameter->slot] : NAN;
+}
+
+int64_t bpt_node_int_parameter(const bpt_node *node, const char *name, int element) {
+  const bpt_param_decl *parameter = bpt_node_find_parameter(node, name);
+  if (!parameter || is_float(parameter->type) || element < 0 || element >= value_length(parameter)) return 0;
+  return node->int_attributes[parameter->slot + element];
+}
+
+bpt_status bpt_node_set_parameter(bpt_node *node, const char *name, int64_t value) {
+  const bpt_param_decl *parameter = bpt_node_find_parameter(node, name);
+  if (!parameter || is_float(parameter->type))
+    return bpt_node_error(node, BPT_ERR_INTERNAL, "op %s declares no integer parameter '%s'",
+                          bpt_op_get(node->op)->name, name);
+  node->int_attributes[parameter->slot] = value;
+  return BPT_OK;
+}
+
 const bpt_state_decl *bpt_node_find_state(const bpt_node *node, const char *name) {
   const bpt_op_definition *definition = bpt_op_get(node->op);
   for (int i = 0; i < definition->state_count; i++)

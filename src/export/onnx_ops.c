@@ -7,10 +7,8 @@
 
 #include "export/onnx_model.h"
 
-/* Integer attributes of conv2d and pool2d (see their op files). */
-enum { CONV_STRIDE_H, CONV_STRIDE_W, CONV_PADDING_H, CONV_PADDING_W, CONV_DILATION_H, CONV_DILATION_W, CONV_GROUPS };
-enum { POOL_KERNEL_H, POOL_KERNEL_W, POOL_STRIDE_H, POOL_STRIDE_W, POOL_PADDING_H, POOL_PADDING_W };
-enum { BATCH_NORM_FOLDED }; /* int attribute 0 of batch_norm, set by fold.c */
+/* Op parameters are read by the names their op files declare (bpt_node_int_parameter), never by slot. */
+static int64_t parameter(const bpt_node *node, const char *name) { return bpt_node_int_parameter(node, name, 0); }
 
 static const char *input(const onnx_builder *b, const bpt_node *node, int i) {
   return i < node->input_count ? onnx_value(b, node->inputs[i]) : NULL;
@@ -40,7 +38,7 @@ static bpt_status emit_dropout(onnx_builder *b, const bpt_node *node) {
 static bpt_status emit_leaky_relu(onnx_builder *b, const bpt_node *node) {
   Onnx__NodeProto *n;
   BPT_CHECK(unary(b, node, "LeakyRelu", onnx_value(b, node), &n));
-  return onnx_attribute_float(b, n, "alpha", node->float_attributes[0]);
+  return onnx_attribute_float(b, n, "alpha", (float)bpt_node_float_parameter(node, "slope"));
 }
 
 /* Exact GELU, 0.5 x (1 + erf(x / sqrt 2)): ONNX's Gelu from opset 20, its Erf pattern before. */
@@ -111,9 +109,10 @@ static bpt_status emit_mul(onnx_builder *b, const bpt_node *node) {
 static bpt_status transposed_last(onnx_builder *b, const bpt_node *node, int i, const char *suffix,
                                   const char **value) {
   const bpt_node *x = node->inputs[i];
-  if (!node->int_attributes[i]) return BPT_OK;
+  if (!parameter(node, i == 0 ? "transpose_a" : "transpose_b")) return BPT_OK;
   int64_t permutation[BPT_MAX_RANK];
-  for (int d = 0; d < x->rank; d++) permutation[d] = d;
+  for (int d = 0; d < x->rank; d++)
+    permutation[d] = d;
   permutation[x->rank - 2] = x->rank - 1;
   permutation[x->rank - 1] = x->rank - 2;
   const char *t = onnx_name(b, onnx_value(b, node), suffix);
@@ -134,8 +133,12 @@ static bpt_status emit_matmul(onnx_builder *b, const bpt_node *node) {
 static bpt_status emit_permute(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *y = onnx_value(b, node);
   Onnx__NodeProto *n;
+  int64_t axes[BPT_MAX_RANK];
+  const int rank = (int)parameter(node, "rank");
+  for (int d = 0; d < rank; d++)
+    axes[d] = bpt_node_int_parameter(node, "axes", d);
   BPT_CHECK(onnx_node(b, "Transpose", y, &x, 1, y, &n));
-  return onnx_attribute_ints(b, n, "perm", node->int_attributes + 1, (int)node->int_attributes[0]);
+  return onnx_attribute_ints(b, n, "perm", axes, rank);
 }
 
 /* ReduceMean over the last axis, keeping it (1): axes an attribute before opset 18, an input from 18. */
@@ -157,7 +160,7 @@ static bpt_status reduce_mean_last(onnx_builder *b, const char *x, const char *y
  * (x - mean) / sqrt(mean((x - mean)^2) + epsilon) * gamma + beta. */
 static bpt_status emit_layer_norm(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *gamma = input(b, node, 1), *beta = input(b, node, 2), *y = onnx_value(b, node);
-  const float epsilon = node->float_attributes[0];
+  const float epsilon = (float)bpt_node_float_parameter(node, "epsilon");
   if (onnx_opset(b) >= 17) {
     Onnx__NodeProto *n;
     BPT_CHECK(onnx_node(b, "LayerNormalization", y, (const char *[]){x, gamma, beta}, 3, y, &n));
@@ -185,7 +188,7 @@ static bpt_status emit_layer_norm(onnx_builder *b, const bpt_node *node) {
 /* ONNX's RMSNormalization is opset 23, past the exporter's range: x / sqrt(mean(x^2) + epsilon) * gamma. */
 static bpt_status emit_rms_norm(onnx_builder *b, const bpt_node *node) {
   const char *x = input(b, node, 0), *gamma = input(b, node, 1), *y = onnx_value(b, node);
-  const float epsilon = node->float_attributes[0];
+  const float epsilon = (float)bpt_node_float_parameter(node, "epsilon");
   const char *squares = onnx_name(b, y, "squares"), *mean_square = onnx_name(b, y, "mean_square"),
              *c_epsilon = onnx_name(b, y, "epsilon"), *shifted = onnx_name(b, y, "shifted"),
              *rms = onnx_name(b, y, "rms"), *normalised = onnx_name(b, y, "normalised");
@@ -242,7 +245,7 @@ static bpt_status masked_softmax(onnx_builder *b, const bpt_node *node, const ch
 static bpt_status emit_softmax(onnx_builder *b, const bpt_node *node) {
   const bpt_node *x = node->inputs[0];
   const int64_t rows = x->rank >= 2 ? x->dims[x->rank - 2] : 1;
-  return masked_softmax(b, node, input(b, node, 0), x->rank, node->int_attributes[0] != 0, rows, x->dims[x->rank - 1],
+  return masked_softmax(b, node, input(b, node, 0), x->rank, parameter(node, "causal") != 0, rows, x->dims[x->rank - 1],
                         onnx_value(b, node));
 }
 
@@ -265,7 +268,7 @@ static bpt_status split_heads(onnx_builder *b, const char *x, const char *y, con
  * heads merged back by Transpose and Reshape. Evaluation mode: no dropout. */
 static bpt_status emit_attention(onnx_builder *b, const bpt_node *node) {
   const bpt_node *q = node->inputs[0], *k = node->inputs[1];
-  const int64_t heads = node->int_attributes[0], C = q->dims[2], D = C / heads, queries = q->dims[1],
+  const int64_t heads = parameter(node, "heads"), C = q->dims[2], D = C / heads, queries = q->dims[1],
                 keys = k->dims[1];
   const char *y = onnx_value(b, node), *qh, *kt, *vh;
   const int64_t to_heads[4] = {0, 2, 1, 3}, to_keys_last[4] = {0, 2, 3, 1};
@@ -280,7 +283,7 @@ static bpt_status emit_attention(onnx_builder *b, const bpt_node *node) {
   BPT_CHECK(onnx_constant_floats(b, c_scale, 0, NULL, &scale, 1));
   BPT_CHECK(onnx_node(b, "MatMul", products, (const char *[]){qh, kt}, 2, products, NULL));
   BPT_CHECK(onnx_node(b, "Mul", scores, (const char *[]){products, c_scale}, 2, scores, NULL));
-  BPT_CHECK(masked_softmax(b, node, scores, 4, node->int_attributes[1] != 0, queries, keys, probabilities));
+  BPT_CHECK(masked_softmax(b, node, scores, 4, parameter(node, "causal") != 0, queries, keys, probabilities));
   BPT_CHECK(onnx_node(b, "MatMul", mixed, (const char *[]){probabilities, vh}, 2, mixed, NULL));
   Onnx__NodeProto *transpose;
   BPT_CHECK(onnx_node(b, "Transpose", merged, &mixed, 1, merged, &transpose));
@@ -302,8 +305,8 @@ static bpt_status emit_embedding(onnx_builder *b, const bpt_node *node) {
 static bpt_status emit_slice(onnx_builder *b, const bpt_node *node) {
   const char *y = onnx_value(b, node), *starts = onnx_name(b, y, "starts"), *ends = onnx_name(b, y, "ends"),
              *axes = onnx_name(b, y, "axes");
-  const int64_t one = 1, start = node->int_attributes[1], end = start + node->int_attributes[2],
-                axis = node->int_attributes[0];
+  const int64_t one = 1, start = parameter(node, "start"), end = start + parameter(node, "length"),
+                axis = parameter(node, "axis");
   BPT_CHECK(onnx_constant_ints(b, starts, 1, &one, &start, 1));
   BPT_CHECK(onnx_constant_ints(b, ends, 1, &one, &end, 1));
   BPT_CHECK(onnx_constant_ints(b, axes, 1, &one, &axis, 1));
@@ -316,7 +319,7 @@ static bpt_status emit_concat(onnx_builder *b, const bpt_node *node) {
     inputs[i] = input(b, node, i);
   Onnx__NodeProto *n;
   BPT_CHECK(onnx_node(b, "Concat", y, inputs, node->input_count, y, &n));
-  return onnx_attribute_int(b, n, "axis", node->int_attributes[0]);
+  return onnx_attribute_int(b, n, "axis", parameter(node, "axis"));
 }
 
 static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
@@ -335,32 +338,35 @@ static bpt_status emit_linear(onnx_builder *b, const bpt_node *node) {
 }
 
 static bpt_status emit_conv2d(onnx_builder *b, const bpt_node *node) {
-  const int64_t *a = node->int_attributes, *w = node->inputs[1]->dims;
+  const int64_t *w = node->inputs[1]->dims, padding_h = parameter(node, "padding_height"),
+                padding_w = parameter(node, "padding_width");
   const char *y = onnx_value(b, node);
   Onnx__NodeProto *conv;
   BPT_CHECK(
       onnx_node(b, "Conv", y, (const char *[]){input(b, node, 0), input(b, node, 1), input(b, node, 2)}, 3, y, &conv));
   BPT_CHECK(onnx_attribute_ints(b, conv, "kernel_shape", (const int64_t[]){w[2], w[3]}, 2));
-  BPT_CHECK(onnx_attribute_ints(b, conv, "strides", (const int64_t[]){a[CONV_STRIDE_H], a[CONV_STRIDE_W]}, 2));
   BPT_CHECK(onnx_attribute_ints(
-      b, conv, "pads", (const int64_t[]){a[CONV_PADDING_H], a[CONV_PADDING_W], a[CONV_PADDING_H], a[CONV_PADDING_W]},
-      4));
-  BPT_CHECK(onnx_attribute_ints(b, conv, "dilations", (const int64_t[]){a[CONV_DILATION_H], a[CONV_DILATION_W]}, 2));
-  return onnx_attribute_int(b, conv, "group", a[CONV_GROUPS]);
+      b, conv, "strides", (const int64_t[]){parameter(node, "stride_height"), parameter(node, "stride_width")}, 2));
+  BPT_CHECK(onnx_attribute_ints(b, conv, "pads", (const int64_t[]){padding_h, padding_w, padding_h, padding_w}, 4));
+  BPT_CHECK(
+      onnx_attribute_ints(b, conv, "dilations",
+                          (const int64_t[]){parameter(node, "dilation_height"), parameter(node, "dilation_width")}, 2));
+  return onnx_attribute_int(b, conv, "group", parameter(node, "groups"));
 }
 
 /* Our pooling floors the output size (ONNX's ceil_mode 0) and averages over the whole window, padding
  * included (count_include_pad 1). */
 static bpt_status pool2d(onnx_builder *b, const bpt_node *node, const char *op_type) {
-  const int64_t *a = node->int_attributes;
+  const int64_t padding_h = parameter(node, "padding_height"), padding_w = parameter(node, "padding_width");
   const char *y = onnx_value(b, node);
   Onnx__NodeProto *pool;
   BPT_CHECK(unary(b, node, op_type, y, &pool));
-  BPT_CHECK(onnx_attribute_ints(b, pool, "kernel_shape", (const int64_t[]){a[POOL_KERNEL_H], a[POOL_KERNEL_W]}, 2));
-  BPT_CHECK(onnx_attribute_ints(b, pool, "strides", (const int64_t[]){a[POOL_STRIDE_H], a[POOL_STRIDE_W]}, 2));
+  BPT_CHECK(onnx_attribute_ints(b, pool, "kernel_shape",
+                                (const int64_t[]){parameter(node, "kernel_height"), parameter(node, "kernel_width")},
+                                2));
   BPT_CHECK(onnx_attribute_ints(
-      b, pool, "pads", (const int64_t[]){a[POOL_PADDING_H], a[POOL_PADDING_W], a[POOL_PADDING_H], a[POOL_PADDING_W]},
-      4));
+      b, pool, "strides", (const int64_t[]){parameter(node, "stride_height"), parameter(node, "stride_width")}, 2));
+  BPT_CHECK(onnx_attribute_ints(b, pool, "pads", (const int64_t[]){padding_h, padding_w, padding_h, padding_w}, 4));
   return node->op == BPT_OP_AVG_POOL2D ? onnx_attribute_int(b, pool, "count_include_pad", 1) : BPT_OK;
 }
 static bpt_status emit_max_pool2d(onnx_builder *b, const bpt_node *node) { return pool2d(b, node, "MaxPool"); }
@@ -378,13 +384,13 @@ static bpt_status emit_global_avg_pool(onnx_builder *b, const bpt_node *node) {
 /* Running statistics (evaluation mode). A batch norm folded into its convolution (fold.c) already lives in
  * that convolution's weights: it passes values through. */
 static bpt_status batch_norm(onnx_builder *b, const bpt_node *node, const char *output) {
-  if (node->int_attributes[BATCH_NORM_FOLDED]) return unary(b, node, "Identity", output, NULL);
+  if (parameter(node, "folded")) return unary(b, node, "Identity", output, NULL);
   Onnx__NodeProto *norm;
   const char *inputs[5];
   for (int i = 0; i < 5; i++)
     inputs[i] = input(b, node, i);
   BPT_CHECK(onnx_node(b, "BatchNormalization", output, inputs, 5, output, &norm));
-  return onnx_attribute_float(b, norm, "epsilon", node->float_attributes[1]);
+  return onnx_attribute_float(b, norm, "epsilon", (float)bpt_node_float_parameter(node, "epsilon"));
 }
 static bpt_status emit_batch_norm(onnx_builder *b, const bpt_node *node) {
   return batch_norm(b, node, onnx_value(b, node));
@@ -455,6 +461,6 @@ onnx_emitter onnx_emitter_for(bpt_op_id op) { return op >= 0 && op < BPT_OP_COUN
 
 int onnx_input_count(const bpt_node *node) {
   const bool folded =
-      (node->op == BPT_OP_BATCH_NORM || node->op == BPT_OP_BATCH_NORM_RELU) && node->int_attributes[BATCH_NORM_FOLDED];
+      (node->op == BPT_OP_BATCH_NORM || node->op == BPT_OP_BATCH_NORM_RELU) && parameter(node, "folded");
   return folded ? 1 : node->input_count;
 }
