@@ -58,6 +58,17 @@ typedef struct bpt_state_decl {
 #define BPT_OP_PARAMETERS(table) .parameters = (table), .parameter_count = (int)(sizeof(table) / sizeof((table)[0]))
 #define BPT_OP_STATE(table) .state = (table), .state_count = (int)(sizeof(table) / sizeof((table)[0]))
 
+/* How speculative backprop's layer chain (speculative_chain.c) may hold an op: declared by the op, so a new op
+ * joins the chain from its own file. */
+typedef enum bpt_speculative_role {
+  BPT_SPECULATIVE_NONE = 0,    /* ends the chain: speculative training refuses a graph that needs it */
+  BPT_SPECULATIVE_LINEAR,      /* linear: weight and bias parameters, its row gradients accumulated by the chain */
+  BPT_SPECULATIVE_ELEMENTWISE, /* an activation: its backward kernel on the cached x and y */
+  BPT_SPECULATIVE_KERNELS,     /* a layer whose kernels run the whole backward from x, y, dy and its saved buffer;
+                                * every input after the first must be a parameter */
+  BPT_SPECULATIVE_VIEW         /* the same values under a new shape (reshape) */
+} bpt_speculative_role;
+
 typedef struct bpt_op_definition {
   const char *name;
   /* The op's parameters and run-time state (NULL / 0: none). */
@@ -90,6 +101,10 @@ typedef struct bpt_op_definition {
    * before the capability query, to pick a variant the backend supports (relu's mask). */
   bool (*uses_kernels)(const bpt_node *node);
   void (*configure)(bpt_node *node);
+  /* Speculative backprop: the op's role in a layer chain, and for BPT_SPECULATIVE_KERNELS the bytes at the
+   * start of node->saved that a backward of sample 0 alone reads (NULL: none). */
+  bpt_speculative_role speculative;
+  size_t (*speculative_saved_bytes)(const bpt_node *node);
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;

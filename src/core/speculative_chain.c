@@ -6,24 +6,16 @@
 
 #include "core/speculative.h"
 
-static bool is_activation(bpt_op_id op) {
-  return op == BPT_OP_RELU || op == BPT_OP_LEAKY_RELU || op == BPT_OP_SIGMOID || op == BPT_OP_TANH;
-}
-
-/* Ops whose registered kernels run the whole backward from x, y, dy and the saved buffer (issue 28). */
-static bool is_kernel_layer(bpt_op_id op) {
-  return op == BPT_OP_CONV2D || op == BPT_OP_BATCH_NORM || op == BPT_OP_BATCH_NORM_RELU || op == BPT_OP_MAX_POOL2D ||
-         op == BPT_OP_AVG_POOL2D;
-}
-
-static bool is_chain_op(bpt_op_id op) {
-  return op == BPT_OP_LINEAR || op == BPT_OP_RESHAPE || is_activation(op) || is_kernel_layer(op);
-}
+/* Each op declares its role in a chain (bpt_op_definition.speculative, in its own file). */
+static bpt_speculative_role role(bpt_op_id op) { return bpt_op_get(op)->speculative; }
+static bool is_activation(bpt_op_id op) { return role(op) == BPT_SPECULATIVE_ELEMENTWISE; }
+static bool is_kernel_layer(bpt_op_id op) { return role(op) == BPT_SPECULATIVE_KERNELS; }
+static bool is_chain_op(bpt_op_id op) { return role(op) != BPT_SPECULATIVE_NONE; }
 
 /* The checks of one chain node beyond its op: parameters where the op takes them, kernels on the graph's backend. */
 static bpt_status check_node(const bpt_speculative_trainer *trainer, const bpt_node *node, const char *where) {
   bpt_context *context = trainer->context;
-  if (node->op == BPT_OP_LINEAR &&
+  if (role(node->op) == BPT_SPECULATIVE_LINEAR &&
       (node->inputs[1]->op != BPT_OP_PARAMETER || (node->input_count > 2 && node->inputs[2]->op != BPT_OP_PARAMETER)))
     return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: linear '%s' must take parameters as weight and bias", where,
                      node->name);
@@ -32,7 +24,7 @@ static bpt_status check_node(const bpt_speculative_trainer *trainer, const bpt_n
     if (node->inputs[k] && node->inputs[k]->op != BPT_OP_PARAMETER)
       return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: %s '%s' must take parameters as its inputs after the first",
                        where, bpt_op_get(node->op)->name, node->name);
-  if ((node->op == BPT_OP_BATCH_NORM || node->op == BPT_OP_BATCH_NORM_RELU) && node->int_attributes[0])
+  if (bpt_node_find_parameter(node, "folded") && bpt_node_int_parameter(node, "folded", 0))
     return bpt_error(context, BPT_ERR_UNSUPPORTED, "%s: %s '%s' is folded into its convolution (forward only)", where,
                      bpt_op_get(node->op)->name, node->name);
   /* The capability query at compile decided where the node runs: the speculative backward calls its kernels
@@ -46,16 +38,10 @@ static bpt_status check_node(const bpt_speculative_trainer *trainer, const bpt_n
   return BPT_OK;
 }
 
-/* The bytes of node->saved a batch-1 backward reads, at the start of the buffer (the op files' layouts): max
- * pooling's int32 winner per output; batch norm's mean and 1 / std per channel, then for batch_norm_relu the
- * ReLU mask's rows of sample 0, a whole number of bytes per channel. */
+/* The bytes of node->saved a batch-1 backward reads, at the start of the buffer (declared by the op). */
 static size_t saved_bytes_of_one_sample(const bpt_node *node) {
-  const size_t channels = node->rank > 1 ? (size_t)node->dims[1] : 1;
-  if (node->op == BPT_OP_MAX_POOL2D) return (size_t)bpt_node_inner_count(node) * sizeof(int32_t);
-  if (node->op == BPT_OP_BATCH_NORM) return 2 * channels * sizeof(float);
-  if (node->op == BPT_OP_BATCH_NORM_RELU)
-    return 2 * channels * sizeof(float) + channels * (((size_t)bpt_node_inner_count(node) / channels + 7) / 8);
-  return 0;
+  size_t (*bytes)(const bpt_node *) = bpt_op_get(node->op)->speculative_saved_bytes;
+  return bytes ? bytes(node) : 0;
 }
 
 static void describe_layer(bpt_speculative_trainer *trainer, bpt_speculative_layer *layer, bpt_node *node) {
@@ -63,7 +49,7 @@ static void describe_layer(bpt_speculative_trainer *trainer, bpt_speculative_lay
   layer->input = node->inputs[0];
   layer->in_features = bpt_node_inner_count(node->inputs[0]);
   layer->out_features = bpt_node_inner_count(node);
-  if (node->op == BPT_OP_LINEAR) {
+  if (role(node->op) == BPT_SPECULATIVE_LINEAR) {
     layer->weight = node->inputs[1];
     layer->bias = node->input_count > 2 ? node->inputs[2] : NULL;
   }
@@ -439,7 +425,7 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
       if (status != BPT_OK) return status;
       continue;
     }
-    if (node->op == BPT_OP_RESHAPE) {
+    if (role(node->op) == BPT_SPECULATIVE_VIEW) {
       /* reshape's own backward: dx += dy, same values under another shape */
       if (input->requires_grad) SPECULATIVE_KERNEL(add_scaled, layer->out_features, 1.0f, dy, dx);
       continue;

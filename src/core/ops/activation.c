@@ -29,6 +29,7 @@ static const bpt_param_decl leaky_relu_parameters[] = {{.name = "slope",
                                               .infer_shape = activation_infer_shape,                                   \
                                               .forward = activation_forward,                                           \
                                               .backward = activation_backward,                                         \
+                                              .speculative = BPT_SPECULATIVE_ELEMENTWISE,                              \
                                               __VA_ARGS__};
 BPT_ACTIVATION_OP(leaky_relu, BPT_OP_PARAMETERS(leaky_relu_parameters))
 BPT_ACTIVATION_OP(sigmoid, .parameters = NULL)

@@ -92,6 +92,14 @@ static bool batch_norm_reads_input(const bpt_node *node, int input) {
   return input < 2;
 }
 
+/* What a backward of sample 0 alone reads from saved (speculative backprop): the mean and 1 / std per channel,
+ * then for batch_norm_relu the ReLU mask's rows of sample 0, a whole number of bytes per channel. */
+static size_t batch_norm_sample_saved_bytes(const bpt_node *node) { return 2 * (size_t)node->dims[1] * sizeof(float); }
+static size_t batch_norm_relu_sample_saved_bytes(const bpt_node *node) {
+  const size_t channels = (size_t)node->dims[1];
+  return batch_norm_sample_saved_bytes(node) + channels * (((size_t)bpt_node_inner_count(node) / channels + 7) / 8);
+}
+
 const bpt_op_definition bpt_op_batch_norm = {.name = "batch_norm",
                                              BPT_OP_PARAMETERS(batch_norm_parameters),
                                              .infer_shape = batch_norm_infer_shape,
@@ -100,7 +108,9 @@ const bpt_op_definition bpt_op_batch_norm = {.name = "batch_norm",
                                              .backward = batch_norm_backward,
                                              .backward_reads_input = batch_norm_reads_input,
                                              .backward_reads_output = bpt_op_reads_no_output,
-                                             .overwrites_unset_gradients = true};
+                                             .overwrites_unset_gradients = true,
+                                             .speculative = BPT_SPECULATIVE_KERNELS,
+                                             .speculative_saved_bytes = batch_norm_sample_saved_bytes};
 
 const bpt_op_definition bpt_op_batch_norm_relu = {.name = "batch_norm_relu",
                                                   BPT_OP_PARAMETERS(batch_norm_parameters),
@@ -110,7 +120,9 @@ const bpt_op_definition bpt_op_batch_norm_relu = {.name = "batch_norm_relu",
                                                   .backward = batch_norm_backward,
                                                   .backward_reads_input = batch_norm_reads_input,
                                                   .backward_reads_output = bpt_op_reads_no_output,
-                                                  .overwrites_unset_gradients = true};
+                                                  .overwrites_unset_gradients = true,
+                                                  .speculative = BPT_SPECULATIVE_KERNELS,
+                                                  .speculative_saved_bytes = batch_norm_relu_sample_saved_bytes};
 
 static bpt_status add_batch_norm(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *x, bpt_node *gamma,
                                  bpt_node *beta, bpt_node *running_mean, bpt_node *running_variance, float momentum,

@@ -153,7 +153,8 @@ const bpt_op_definition bpt_op_conv2d = {.name = "conv2d",
                                          .backward_reads_input = conv2d_reads_input,
                                          .backward_reads_output = bpt_op_reads_no_output,
                                          .cost = conv2d_cost,
-                                         .overwrites_unset_gradients = true};
+                                         .overwrites_unset_gradients = true,
+                                         .speculative = BPT_SPECULATIVE_KERNELS};
 
 bpt_conv2d_options bpt_conv2d_options_default(void) {
   bpt_conv2d_options options;

@@ -168,6 +168,7 @@ const bpt_op_definition bpt_op_linear = {.name = "linear",
                                          .backward_reads_input = linear_backward_reads_input,
                                          .backward_reads_output = bpt_op_reads_no_output,
                                          .cost = linear_cost,
+                                         .speculative = BPT_SPECULATIVE_LINEAR,
                                          .uses_kernels = linear_uses_kernels};
 
 bpt_status bpt_linear(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *weight, bpt_node *bias,

@@ -75,6 +75,11 @@ static bpt_status pool2d_backward(bpt_node *node) {
   return bpt_node_backward_kernels(node);
 }
 
+/* Speculative backprop reads sample 0's int32 winner per output, at the start of saved. */
+static size_t max_pool2d_sample_saved_bytes(const bpt_node *node) {
+  return (size_t)bpt_node_inner_count(node) * sizeof(int32_t);
+}
+
 const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",
                                              BPT_OP_PARAMETERS(pool2d_parameters),
                                              .infer_shape = pool2d_infer_shape,
@@ -82,14 +87,17 @@ const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",
                                              .forward = pool2d_forward,
                                              .backward = pool2d_backward,
                                              .backward_reads_input = bpt_op_reads_no_input,
-                                             .backward_reads_output = bpt_op_reads_no_output};
+                                             .backward_reads_output = bpt_op_reads_no_output,
+                                             .speculative = BPT_SPECULATIVE_KERNELS,
+                                             .speculative_saved_bytes = max_pool2d_sample_saved_bytes};
 const bpt_op_definition bpt_op_avg_pool2d = {.name = "avg_pool2d",
                                              BPT_OP_PARAMETERS(pool2d_parameters),
                                              .infer_shape = pool2d_infer_shape,
                                              .forward = pool2d_forward,
                                              .backward = pool2d_backward,
                                              .backward_reads_input = bpt_op_reads_no_input,
-                                             .backward_reads_output = bpt_op_reads_no_output};
+                                             .backward_reads_output = bpt_op_reads_no_output,
+                                             .speculative = BPT_SPECULATIVE_KERNELS};
 
 static bpt_status add_pool(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *x, int64_t kernel,
                            int64_t stride, int64_t padding, bpt_node **out) {

@@ -56,4 +56,5 @@ const bpt_op_definition bpt_op_relu = {.name = "relu",
                                        .backward_reads_input = relu_backward_reads_input,
                                        .backward_reads_output = relu_backward_reads_output,
                                        .overwrites_unset_gradients = true,
+                                       .speculative = BPT_SPECULATIVE_ELEMENTWISE,
                                        .configure = relu_configure};

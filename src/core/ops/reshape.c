@@ -64,7 +64,8 @@ const bpt_op_definition bpt_op_reshape = {.name = "reshape",
                                           .backward = reshape_backward,
                                           .backward_reads_input = bpt_op_reads_no_input,
                                           .backward_reads_output = bpt_op_reads_no_output,
-                                          .uses_kernels = bpt_op_uses_no_kernels};
+                                          .uses_kernels = bpt_op_uses_no_kernels,
+                                          .speculative = BPT_SPECULATIVE_VIEW};
 
 bpt_status bpt_reshape(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *dims, bpt_node **out) {
   int64_t attributes[BPT_MAX_RANK] = {rank};
