@@ -1,7 +1,7 @@
 /* The CPU's convolution routes on ResNet-8's 3x3 layers (batch 128): each pass (forward, data gradient, weight
- * gradient) through the direct and Winograd kernels and through the SGEMM lowerings, alternately in the same
- * run, the fastest of several rounds each. Prints milliseconds, GFLOP/s (of the direct 3x3 arithmetic) and
- * the speed-up per pass. Calls the backend's conv2d kernels directly.
+ * gradient) through the direct and Winograd kernels and through the SGEMM lowerings, f32 and with the bf16 policy's
+ * products, alternately in the same run, the fastest of several rounds each. Prints milliseconds, GFLOP/s (of the
+ * direct 3x3 arithmetic) and the speed-up per pass. Calls the backend's conv2d kernels directly.
  *
  *   conv_kernels_bench [--threads 1] [--rounds 7]
  */
@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "backends/cpu/cpu.h"
+#include "bptrain/compute_info.h"
 #include "core/context.h"
 
 static double seconds(void) {
@@ -25,7 +26,9 @@ typedef struct layer {
   int64_t channels, size, outputs, stride;
 } layer;
 
-enum { PASSES = 3, ROUTES = 2 };
+/* Routes: the direct (or Winograd) kernels; the SGEMM lowering; the same lowering with the bf16 policy's
+ * bf16_products (vdpbf16ps where the CPU has AVX512_BF16, else the SGEMM again). */
+enum { PASSES = 3, ROUTES = 3 };
 
 static bpt_kernel_tensor tensor(int64_t n, int64_t c, int64_t h, int64_t w, const float *value, float *grad) {
   return (bpt_kernel_tensor){.dtype = BPT_DTYPE_F32,
@@ -38,11 +41,12 @@ static bpt_kernel_tensor tensor(int64_t n, int64_t c, int64_t h, int64_t w, cons
 }
 
 /* Seconds of one pass on the backend's current route, through the conv2d kernels it registered. */
-static double run_pass(bpt_backend *backend, int pass, const bpt_conv2d_args *a, const float *x, const float *w,
-                       float *y, float *dx, float *dw) {
+static double run_pass(bpt_backend *backend, int pass, const bpt_conv2d_args *a, bool bf16, const float *x,
+                       const float *w, float *y, float *dx, float *dw) {
   bpt_kernel_node node = {.op = BPT_OP_CONV2D,
                           .name = "bench",
                           .input_count = 2,
+                          .bf16_products = bf16,
                           .int_attributes = {a->stride_height, a->stride_width, a->padding_height, a->padding_width,
                                              a->dilation_height, a->dilation_width, a->groups}};
   node.inputs[0] = tensor(a->batch, a->in_channels, a->in_height, a->in_width, x, pass == 1 ? dx : NULL);
@@ -78,15 +82,18 @@ int main(int argc, char **argv) {
   if (bpt_context_create(&options, &context) != BPT_OK) return 1;
   bpt_backend *backend = &context->backend;
   bpt_cpu_state *state = backend->state;
+  bpt_compute_info info = {.size = sizeof info};
+  if (bpt_cpu_compute_info(&info) != BPT_OK) return 1;
   const layer layers[] = {{"s0b0.conv1/2 16->16 28x28", 16, 28, 16, 1},
                           {"s1b0.conv1 16->32 28x28 s2", 16, 28, 32, 2},
                           {"s1b0.conv2 32->32 14x14", 32, 14, 32, 1},
                           {"s2b0.conv1 32->64 14x14 s2", 32, 14, 64, 2},
                           {"s2b0.conv2 64->64 7x7", 64, 7, 64, 1}};
   const char *pass_names[PASSES] = {"forward", "data", "filter"};
-  printf("conv kernels, batch 128, %d thread(s), fastest of %d alternating rounds: direct (or Winograd) vs SGEMM\n",
-         threads, rounds);
-  double totals[ROUTES] = {0.0, 0.0};
+  printf("conv kernels, batch 128, %d thread(s), fastest of %d alternating rounds: direct (or Winograd) vs SGEMM "
+         "lowering vs the bf16 policy's lowering (%s)\n",
+         threads, rounds, info.bf16_gemm);
+  double totals[ROUTES] = {0.0, 0.0, 0.0};
   for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
     const layer *p = &layers[l];
     const int64_t out = (p->size - 1) / p->stride + 1;
@@ -121,15 +128,17 @@ int main(int argc, char **argv) {
     const double flops = 2.0 * (double)y_count * (double)(a.in_channels * 9);
     printf("%s:\n", p->name);
     for (int pass = 0; pass < PASSES; pass++) {
-      double best[ROUTES] = {1e30, 1e30};
+      double best[ROUTES] = {1e30, 1e30, 1e30};
       for (int round = 0; round < rounds; round++)
         for (int route = 0; route < ROUTES; route++) {
-          state->gemm_convolutions_only = route == 1;
-          const double t = run_pass(backend, pass, &a, x, w, y, dx, dw);
+          state->gemm_convolutions_only = route >= 1;
+          const double t = run_pass(backend, pass, &a, route == 2, x, w, y, dx, dw);
           if (t < best[route]) best[route] = t;
         }
-      printf("  %-8s direct %6.2f ms %5.1f GFLOP/s   SGEMM %6.2f ms %5.1f GFLOP/s   %.2fx\n", pass_names[pass],
-             1e3 * best[0], flops / best[0] / 1e9, 1e3 * best[1], flops / best[1] / 1e9, best[1] / best[0]);
+      printf("  %-8s direct %6.2f ms %5.1f GFLOP/s   SGEMM %6.2f ms %5.1f GFLOP/s (%.2fx)   bf16 GEMM %6.2f ms %5.1f "
+             "GFLOP/s (%.2fx)\n",
+             pass_names[pass], 1e3 * best[0], flops / best[0] / 1e9, 1e3 * best[1], flops / best[1] / 1e9,
+             best[1] / best[0], 1e3 * best[2], flops / best[2] / 1e9, best[2] / best[0]);
       /* s0b0's line stands for both of its convolutions. */
       for (int route = 0; route < ROUTES; route++)
         totals[route] += (l == 0 ? 2.0 : 1.0) * best[route];
@@ -137,8 +146,8 @@ int main(int argc, char **argv) {
     free(x), free(dx), free(y), free(w), free(dw);
   }
   state->gemm_convolutions_only = false;
-  printf("all six 3x3 convolutions, three passes: direct %.1f ms, SGEMM %.1f ms: %.2fx\n", 1e3 * totals[0],
-         1e3 * totals[1], totals[1] / totals[0]);
+  printf("all six 3x3 convolutions, three passes: direct %.1f ms, SGEMM %.1f ms (%.2fx), bf16 GEMM %.1f ms (%.2fx)\n",
+         1e3 * totals[0], 1e3 * totals[1], totals[1] / totals[0], 1e3 * totals[2], totals[2] / totals[0]);
   bpt_context_destroy(context);
   return 0;
 }
