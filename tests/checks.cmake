@@ -83,6 +83,12 @@ else()
   add_test(NAME check_installed_docs COMMAND sh -c "echo 'python3 not found: install python3'; exit 77")
 endif()
 
+# The cluster scaling model's arithmetic against hand-worked cases (bench/cluster_model.py, issue 31).
+if(Python3_FOUND)
+  add_test(NAME check_cluster_model
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/cluster_model.py --self-test)
+endif()
+
 get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)
 foreach(test check_abi check_downstream check_modules check_python check_python_api check_python_misuse
              check_python_lenet check_python_lifetimes check_doxygen check_installed_docs)
