@@ -37,6 +37,17 @@ if [ -n "$python" ]; then
     expect_status 1 "$example.py: a library error" "error: IDX directory '$missing'" \
       "$python" "$examples/$example.py"
   done
+  # A misspelt option names the one meant, as in the C examples (issue 29); a far one gets no guess.
+  expect "mnist_cnn.py: --epcohs" "unknown argument '--epcohs'; did you mean --epochs?" \
+    "$python" "$examples/mnist_cnn.py" --epcohs 3
+  expect "mnist_mlp.py: --bacth" "unknown argument '--bacth'; did you mean --batch?" \
+    "$python" "$examples/mnist_mlp.py" --bacth 3
+  expect "mnist_mlp.py: --frobnicate" "unknown argument '--frobnicate'" "$python" "$examples/mnist_mlp.py" --frobnicate
+  if timeout 60 "$python" "$examples/mnist_mlp.py" --frobnicate 2>&1 | grep -q "did you mean"; then
+    echo "FAIL: mnist_mlp.py: --frobnicate got a guess"; failures=$((failures + 1))
+  fi
+  expect "mnist_mlp.py: --epoch is still an abbreviation" "must be a positive integer" \
+    "$python" "$examples/mnist_mlp.py" --epoch 0
   expect "mnist_mlp.py: an empty --save" "--save '': cannot create" "$python" "$examples/mnist_mlp.py" --save ""
   expect "mnist_mlp.py: --save onto a device" "--save '/dev/null': is not a regular file" \
     "$python" "$examples/mnist_mlp.py" --save /dev/null
