@@ -240,6 +240,13 @@ void example_progress_finish(example_progress *progress, double running_loss) {
   draw(progress, running_loss, true);
 }
 
+bool example_warn_whole_batch(long batches, long samples) {
+  if (batches != 1 || samples <= 1) return false;
+  fprintf(stderr, "warning: the batch holds the whole training set (%ld samples): one optimiser step per epoch; "
+                  "a smaller --batch trains more per epoch\n", samples);
+  return true;
+}
+
 bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *widths, int width_count,
                              int64_t classes, example_classifier *out) {
   bpt_node *hidden;
@@ -267,10 +274,9 @@ int example_progress_callback(void *data, const bpt_train_progress *progress) {
   }
   bar->library_clock = true;
   bar->library_seconds = progress->seconds;
-  /* One step per epoch trains far less than the epoch count suggests; say so once, before the bar. */
-  if (progress->epoch == 1 && progress->batch == 1 && progress->batches == 1 && progress->total > 1)
-    fprintf(stderr, "warning: the batch holds the whole training set (%lld samples): one optimiser step per "
-                    "epoch; a smaller --batch trains more per epoch\n", (long long)progress->total);
+  /* Once, before the bar. */
+  if (progress->epoch == 1 && progress->batch == 1)
+    example_warn_whole_batch((long)progress->batches, (long)progress->total);
   char label[64];
   const char *saved = bar->label;
   if (!saved) {
