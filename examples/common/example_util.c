@@ -226,6 +226,9 @@ void example_progress_start(example_progress *progress, const char *label, long 
   progress->done = 0;
   progress->start = progress->last_draw = example_seconds();
   progress->interactive = isatty(fileno(stderr));
+  /* Its own clock until example_progress_callback says otherwise: the examples' own loops start a bar on a
+   * fresh stack struct, whose stale library_clock would print "-" samples/s. */
+  progress->library_clock = false;
 }
 
 void example_progress_update(example_progress *progress, long done, double running_loss) {
