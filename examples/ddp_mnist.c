@@ -138,6 +138,7 @@ int main(int argc, char **argv) {
   /* Every rank shuffles with the same seed and takes its own micro-batches of each global batch; all ranks
    * run the same number of steps, dropping the last partial global batch. */
   int64_t steps = bpt_dataset_size(train) / batch;
+  if (rank == 0) example_warn_whole_batch((long)steps, (long)(steps * batch));
   double accuracy = 0.0, start = example_seconds();
   for (long epoch = 1; epoch <= epochs; epoch++) {
     EXAMPLE_CHECK(context, bpt_dataset_shuffle(train, context_options.seed + (uint64_t)epoch));

@@ -53,6 +53,18 @@ typedef struct settings {
   bool lenet;      /* --model lenet */
 } settings;
 
+/* The samples a run trains per epoch: --train-samples or --fpga-samples, at most the whole set. */
+static long run_samples(long wanted, const bpt_dataset *train_set) {
+  return wanted < bpt_dataset_size(train_set) ? wanted : (long)bpt_dataset_size(train_set);
+}
+
+/* Warns once a program run when the runs of either kind train one batch per epoch. */
+static void warn_whole_batch(const settings *s, const bpt_dataset *train_set, bool run_cpu, bool run_fpga) {
+  long cpu = run_samples(s->cpu_samples, train_set), fpga = run_samples(s->fpga_samples, train_set);
+  if (run_cpu && example_warn_whole_batch((cpu + s->batch - 1) / s->batch, cpu)) return;
+  if (run_fpga) example_warn_whole_batch((fpga + s->batch - 1) / s->batch, fpga);
+}
+
 /* Trains one model at one threshold on one backend; returns wall seconds (CPU) or simulated ones (fpga-sim). */
 static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_set, const char *backend,
                   float threshold, run_result *result, example_metrics *metrics) {
@@ -139,8 +151,7 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, batch_dims, &batch_images));
   EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 1, batch_dims, &batch_labels));
 
-  long samples = fpga ? s->fpga_samples : s->cpu_samples;
-  if (samples > bpt_dataset_size(train_set)) samples = (long)bpt_dataset_size(train_set);
+  long samples = run_samples(fpga ? s->fpga_samples : s->cpu_samples, train_set);
   int64_t batches = (samples + s->batch - 1) / s->batch;
   double seconds = 0.0;
   if (fpga) EXAMPLE_CHECK(context, bpt_fpga_reset_counters(context));
@@ -299,6 +310,7 @@ int main(int argc, char **argv) {
   s.classes = example_class_count(argc, argv, data_context, train_set, test_set, 0);
   EXAMPLE_CHECK(data_context, bpt_dataset_set_normalization(train_set, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(data_context, bpt_dataset_set_normalization(test_set, 0.2860f, 0.3530f));
+  warn_whole_batch(&s, train_set, run_cpu, run_fpga);
   printf("libbptrain %s: speculative backprop, %s, batch %ld, %ld epochs, %ld CPU / %ld fpga-sim "
          "samples per epoch\n",
          bpt_version(), s.lenet ? "LeNet-5" : "MLP 784-128-64-10", s.batch, s.epochs, s.cpu_samples, s.fpga_samples);

@@ -21,6 +21,9 @@ done
 while read -r package; do
   has "$full" "$package" || fail "$package is in --minimal but not in the full set"
 done <<< "$minimal"
+# The Python docs send a newcomer to the same minimal set as the README and run-example.sh.
+grep -q 'scripts/install-deps.sh --minimal' "$source_dir/docs/python.md" ||
+  fail "docs/python.md does not name install-deps.sh --minimal, the set run-example.sh and the README use"
 set +e
 output=$(bash "$source_dir/scripts/install-deps.sh" --minimall 2>&1)
 rc=$?

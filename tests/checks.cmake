@@ -43,6 +43,10 @@ if(NOT BPT_SANITIZE)
   if(TARGET mnist_cnn)
     bpt_add_python_test(check_python_lenet test_lenet.py "BPT_MNIST_CNN=$<TARGET_FILE:mnist_cnn>"
                         "OMP_WAIT_POLICY=passive")
+    # docs/python.md's LeNet snippet, as written on a data slice, and mnist_cnn read each other's checkpoints.
+    bpt_add_python_test(check_python_docs_lenet test_docs_lenet.py "BPT_MNIST_CNN=$<TARGET_FILE:mnist_cnn>"
+                        "OMP_WAIT_POLICY=passive")
+    set_tests_properties(check_python_docs_lenet PROPERTIES TIMEOUT 600)
   endif()
 endif()
 set(BPT_LIFETIME_ENVIRONMENT "")

@@ -226,6 +226,9 @@ void example_progress_start(example_progress *progress, const char *label, long 
   progress->done = 0;
   progress->start = progress->last_draw = example_seconds();
   progress->interactive = isatty(fileno(stderr));
+  /* Its own clock until example_progress_callback says otherwise: the examples' own loops start a bar on a
+   * fresh stack struct, whose stale library_clock would print "-" samples/s. */
+  progress->library_clock = false;
 }
 
 void example_progress_update(example_progress *progress, long done, double running_loss) {
@@ -238,6 +241,13 @@ void example_progress_update(example_progress *progress, long done, double runni
 
 void example_progress_finish(example_progress *progress, double running_loss) {
   draw(progress, running_loss, true);
+}
+
+bool example_warn_whole_batch(long batches, long samples) {
+  if (batches != 1 || samples <= 1) return false;
+  fprintf(stderr, "warning: the batch holds the whole training set (%ld samples): one optimiser step per epoch; "
+                  "a smaller --batch trains more per epoch\n", samples);
+  return true;
 }
 
 bpt_status example_build_mlp(bpt_graph *graph, int64_t features, const int64_t *widths, int width_count,
@@ -267,10 +277,9 @@ int example_progress_callback(void *data, const bpt_train_progress *progress) {
   }
   bar->library_clock = true;
   bar->library_seconds = progress->seconds;
-  /* One step per epoch trains far less than the epoch count suggests; say so once, before the bar. */
-  if (progress->epoch == 1 && progress->batch == 1 && progress->batches == 1 && progress->total > 1)
-    fprintf(stderr, "warning: the batch holds the whole training set (%lld samples): one optimiser step per "
-                    "epoch; a smaller --batch trains more per epoch\n", (long long)progress->total);
+  /* Once, before the bar. */
+  if (progress->epoch == 1 && progress->batch == 1)
+    example_warn_whole_batch((long)progress->batches, (long)progress->total);
   char label[64];
   const char *saved = bar->label;
   if (!saved) {

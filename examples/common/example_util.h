@@ -73,6 +73,10 @@ void example_progress_start(example_progress *progress, const char *label, long 
 void example_progress_update(example_progress *progress, long done, double running_loss);
 void example_progress_finish(example_progress *progress, double running_loss);
 
+/* Warns on stderr when an epoch of @p samples training samples is @p batches == 1 batch: one optimiser step
+ * per epoch trains far less than the epoch count suggests. Returns whether it warned; callers warn once a run. */
+bool example_warn_whole_batch(long batches, long samples);
+
 /* The examples' MLP classifier: inputs "images" (features f32) and "labels" (i32), ReLU layers of the given
  * widths ("fc1", "relu1", ...; He-uniform weights), a last linear layer to the classes and a softmax
  * cross-entropy "loss". examples/mnist_mlp.c spells the same graph out call by call. */

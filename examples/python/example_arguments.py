@@ -2,9 +2,32 @@
 imported from beside them: Python puts a script's own directory first on sys.path. The C examples share theirs
 in examples/common/."""
 import argparse
+import difflib
 import os
 import sys
 import time
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the C examples' answer to a misspelt option (examples/common/example_util.c): "unknown
+    argument '--epcohs'; did you mean --epochs?" instead of a bare "unrecognized arguments"."""
+
+    def parse_args(self, args=None, namespace=None):
+        arguments, unknown = self.parse_known_args(args, namespace)
+        for word in unknown:
+            if word.startswith("--"):
+                self.error(self._unknown(word))
+        if unknown:
+            self.error("unrecognized arguments: %s" % " ".join(unknown))
+        return arguments
+
+    def _unknown(self, word):
+        # Compared without the dashes, which every option shares: with them "--x" would look like "--onnx".
+        names = {option.lstrip("-"): option for option in self._option_string_actions if option.startswith("--")}
+        nearest = difflib.get_close_matches(word.split("=", 1)[0].lstrip("-"), list(names), n=1)
+        if nearest:
+            return "unknown argument '%s'; did you mean %s?" % (word, names[nearest[0]])
+        return "unknown argument '%s'" % word
 
 
 def positive(text):

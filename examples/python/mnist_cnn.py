@@ -8,7 +8,6 @@ cosine learning-rate schedule, and saves or evaluates a checkpoint that the C ex
 
 Predictions come back as NumPy arrays: the last lines print the confusion of the first test images.
 """
-import argparse
 import sys
 
 import bptrain
@@ -21,7 +20,7 @@ MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's pixel mean and standard deviation
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = example_arguments.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="IDX directory")
     parser.add_argument("--epochs", type=example_arguments.positive, default=3)
     parser.add_argument("--batch", type=example_arguments.positive, default=128)

@@ -8,7 +8,6 @@ binding in python/bptrain (no compiler needed). Run from the repository after bu
 `pip install ./python`. --save writes a checkpoint that `mnist_mlp --eval FILE` (the C example), `mnist_mlp_cpp --eval FILE`
 (the C++ one) and this script's --eval read.
 """
-import argparse
 import sys
 
 import bptrain
@@ -16,7 +15,7 @@ import example_arguments  # beside this file: what both Python examples share
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = example_arguments.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="IDX directory")
     parser.add_argument("--epochs", type=example_arguments.positive, default=2)
     parser.add_argument("--batch", type=example_arguments.positive, default=128)

@@ -60,8 +60,9 @@ def _load():
             if reason.startswith(candidate + ": "):
                 reason = reason[len(candidate) + 2:]
             looked.append("  %s (%s): %s" % (candidate, where, reason))
-    raise error(IO, "bptrain: cannot load %s (pip install ./python builds and ships it; or set BPTRAIN_LIBRARY "
-                "to its path). Tried:\n%s" % (SONAME, "\n".join(looked)))
+    # docs/python.md's install command, from the checkout's root (`pip install ./python` works too).
+    raise error(IO, "bptrain: cannot load %s (pip install . in the checkout's root builds and ships it; or set "
+                "BPTRAIN_LIBRARY to its path). Tried:\n%s" % (SONAME, "\n".join(looked)))
 
 
 lib = _load()

@@ -21,6 +21,12 @@ class _Progress:
         self.interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
         self.last = 0.0
 
+    def warn_whole_batch(self, samples):
+        """The C examples' warning (examples/common/example_util.c), on any stderr: one batch holding the whole
+        training set is one optimiser step per epoch, far less training than the epoch count suggests."""
+        print("warning: the batch holds the whole training set (%d samples): one optimiser step per epoch; a "
+              "smaller batch_size trains more per epoch" % samples, file=sys.stderr, flush=True)
+
     def update(self, epoch, batch, loss, final=False):
         now = time.monotonic()
         if not self.interactive or (not final and now - self.last < 0.1):
@@ -62,7 +68,8 @@ class TrainingLoop:
         `evaluation` is the same kind of data, evaluated after each epoch. `metrics` names a CSV file that
         receives one row per step and per epoch (the format of the C examples' --metrics); `callback(record)`
         is called after each epoch and stops training there when it returns a true value. `verbose` prints a line per
-        epoch and, on an interactive stderr, a progress bar per batch. Returns one dict per epoch: epoch,
+        epoch and, on an interactive stderr, a progress bar per batch; it warns on stderr when one batch holds
+        the whole training set (one optimiser step per epoch). Returns one dict per epoch: epoch,
         train_loss, train_accuracy (classifiers: the running accuracy of the epoch's training batches), and
         test_loss / test_accuracy when `evaluation` is given; with a `monitor`, also improved and best_epoch.
 
@@ -128,6 +135,8 @@ class TrainingLoop:
                     if writer:
                         writer.step(epoch, step, loss, optimizer.learning_rate, time.monotonic() - start)
                     if progress:
+                        if epoch == 1 and batch == 1 and progress.batches == 1 and count > 1:
+                            progress.warn_whole_batch(count)
                         progress.update(epoch, batch, total / samples, final=batch == progress.batches)
                 record = {"epoch": epoch, "train_loss": total / max(samples, 1)}
                 if logits is not None:

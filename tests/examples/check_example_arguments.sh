@@ -25,6 +25,17 @@ expect_status() { # expect_status STATUS DESCRIPTION PATTERN COMMAND...: that ex
   fi
 }
 expect() { expect_status 2 "$@"; }
+tiny_set() { # tiny_set DIR: IDX train (12) and t10k (6) sets of 2x2 images, labels 0..2
+  python3 - "$1" <<'PY'
+import os, struct, sys
+os.makedirs(sys.argv[1])
+for split, count in (("train", 12), ("t10k", 6)):
+    with open(os.path.join(sys.argv[1], split + "-images-idx3-ubyte"), "wb") as file:
+        file.write(struct.pack(">IIII", 0x803, count, 2, 2) + bytes(range(count * 4)))
+    with open(os.path.join(sys.argv[1], split + "-labels-idx1-ubyte"), "wb") as file:
+        file.write(struct.pack(">II", 0x801, count) + bytes(n % 3 for n in range(count)))
+PY
+}
 
 if [ -n "$python" ]; then
   examples=$4
@@ -37,6 +48,17 @@ if [ -n "$python" ]; then
     expect_status 1 "$example.py: a library error" "error: IDX directory '$missing'" \
       "$python" "$examples/$example.py"
   done
+  # A misspelt option names the one meant, as in the C examples (issue 29); a far one gets no guess.
+  expect "mnist_cnn.py: --epcohs" "unknown argument '--epcohs'; did you mean --epochs?" \
+    "$python" "$examples/mnist_cnn.py" --epcohs 3
+  expect "mnist_mlp.py: --bacth" "unknown argument '--bacth'; did you mean --batch?" \
+    "$python" "$examples/mnist_mlp.py" --bacth 3
+  expect "mnist_mlp.py: --frobnicate" "unknown argument '--frobnicate'" "$python" "$examples/mnist_mlp.py" --frobnicate
+  if timeout 60 "$python" "$examples/mnist_mlp.py" --frobnicate 2>&1 | grep -q "did you mean"; then
+    echo "FAIL: mnist_mlp.py: --frobnicate got a guess"; failures=$((failures + 1))
+  fi
+  expect "mnist_mlp.py: --epoch is still an abbreviation" "must be a positive integer" \
+    "$python" "$examples/mnist_mlp.py" --epoch 0
   expect "mnist_mlp.py: an empty --save" "--save '': cannot create" "$python" "$examples/mnist_mlp.py" --save ""
   expect "mnist_mlp.py: --save onto a device" "--save '/dev/null': is not a regular file" \
     "$python" "$examples/mnist_mlp.py" --save /dev/null
@@ -137,6 +159,35 @@ expect "ddp_mnist: --accumulate beyond --batch" "--accumulate" "$bin/ddp_mnist" 
 expect "checkpoint_resume: a negative --stop-after is named" "--stop-after and --save-every >= 0" \
   "$bin/checkpoint_resume" --checkpoint "$work/out/c.ckpt" --stop-after -1
 expect "mnist_bsn: --threads beyond int" "--threads 4294967297 is out of range" "$bin/mnist_bsn" --threads 4294967297
+
+# A batch as large as the training set trains one step per epoch: the examples with their own training loops
+# say so once a run, on stderr, as the bpt_train ones do (issue 29); a smaller batch gets no warning. Twelve
+# 2x2 images of three classes, so that each run takes a moment.
+tiny_set "$work/tiny"
+whole="warning: the batch holds the whole training set (12 samples)"
+check_whole_batch() { # check_whole_batch DESCRIPTION WARNINGS COMMAND...: that many warnings, exit 0
+  local description=$1 want=$2 output rc
+  shift 2
+  output=$(timeout 120 "$@" 2>&1 > /dev/null)
+  rc=$?
+  if [ $rc -ne 0 ] && [ "$1" = "$bin/ddp_mnist" ] && grep -qi "mpi" <<< "$output"; then
+    echo "note: $description: ddp_mnist cannot run one MPI rank here: $(tail -1 <<< "$output")"
+  elif [ $rc -ne 0 ] || [ "$(grep -cF -- "$whole" <<< "$output")" -ne "$want" ]; then
+    echo "FAIL: $description: exit $rc, want $want '$whole' in: $(tail -3 <<< "$output")"
+    failures=$((failures + 1))
+  else
+    echo "ok: $description"
+  fi
+}
+for example in ddp_mnist speculative_mnist; do
+  [ -x "$bin/$example" ] || continue
+  extra=(--threads 1)
+  [ $example = speculative_mnist ] && extra=(--skip-fpga --thresholds 0,0.1 --train-samples 12)
+  check_whole_batch "$example: --batch 12 of 12 samples warns once" 1 \
+    "$bin/$example" --data "$work/tiny" --epochs 2 --batch 12 "${extra[@]}"
+  check_whole_batch "$example: --batch 4 of 12 samples does not warn" 0 \
+    "$bin/$example" --data "$work/tiny" --epochs 2 --batch 4 "${extra[@]}"
+done
 
 # A path that can be created passes the check and leaves nothing behind (the run then fails on the data).
 output=$(timeout 60 "$bin/mnist_mlp" --save "$work/out/model.ckpt" --data "$missing" 2>&1)

@@ -661,6 +661,16 @@ class Diagnostics(unittest.TestCase):
         self.assertEqual(bptrain.abi_version(), 0)
         self.assertTrue(os.path.exists(bptrain.library_path()) or "/" not in bptrain.library_path())
 
+    def test_import_error_names_the_documented_install(self):
+        # docs/python.md leads with `pip install .` from the checkout's root; the error must say the same.
+        import subprocess
+        environment = dict(os.environ, BPTRAIN_LIBRARY="/no/such/dir/libbptrain.so.0")
+        run = subprocess.run([sys.executable, "-c", "import bptrain"], capture_output=True, text=True,
+                             env=environment, timeout=120)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("pip install . in the checkout's root", run.stderr)
+        self.assertNotIn("./python", run.stderr)
+
 
 class Folding(unittest.TestCase):
     def test_fold_batch_norm_keeps_predictions(self):

@@ -1,7 +1,9 @@
 """Model.fit on par with the C library's bpt_train (issue 29): the training accuracy in the history and the
 metrics CSV, a callback that stops training, early stopping on a monitored metric with patience and
 min_delta, and restore_best writing back the best epoch's parameters."""
+import contextlib
 import csv
+import io
 import os
 import tempfile
 import unittest
@@ -60,6 +62,17 @@ class Fit(unittest.TestCase):
         expected = self.model.evaluate(features, labels, batch_size=16)["accuracy"]
         history = self.model.fit(frozen, features, labels, epochs=1, batch_size=16, shuffle=False)
         self.assertAlmostEqual(history[0]["train_accuracy"], expected, places=6)
+
+    def test_whole_set_batch_warns_once_when_verbose(self):
+        # One batch holding every sample is one optimiser step per epoch: verbose says so once, on stderr, in
+        # the C examples' words; two batches, or a quiet fit, say nothing.
+        features, labels = data(16)
+        warning = "warning: the batch holds the whole training set (16 samples): one optimiser step per epoch"
+        for batch_size, verbose, count in ((16, True, 1), (8, True, 0), (16, False, 0)):
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                self.model.fit(self.optimizer, features, labels, epochs=3, batch_size=batch_size, verbose=verbose)
+            self.assertEqual(stderr.getvalue().count(warning), count, (batch_size, verbose, stderr.getvalue()))
 
     def test_callback_stops_training(self):
         features, labels = data()
