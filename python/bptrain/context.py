@@ -7,6 +7,7 @@ import threading
 from . import _arguments, _native
 from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, error
 from ._handles import _Native, serialised
+from ._messages import python_message
 from ._native import lib
 
 DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8_e5m2": 4, "i32": 5, "u8": 6}
@@ -46,7 +47,7 @@ def thread_message():
 def check_without_context(status):
     """Raises the Error for `status` with this thread's message (calls that take no context)."""
     if status:
-        raise error(status, thread_message())
+        raise error(status, python_message(thread_message()))
 
 
 def version():
@@ -140,16 +141,15 @@ class Context:
         options.seed = _arguments.integer(seed, "Context", "seed", minimum=0, maximum=_arguments.UINT64_MAX)
         options.cpu_fallback = int(bool(cpu_fallback))
         handle = _native.handle()
-        status = lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle))
-        if status:
-            raise error(status, thread_message())
+        check_without_context(lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle)))
         self._native = _Native(handle.value, lib.bpt_context_destroy, None, "context")
         self.seed = seed
 
     def check(self, status):
-        """Raises the Error subclass of `status` with the failed call's message when it is not BPT_OK."""
+        """Raises the Error subclass of `status` with the failed call's message, worded for the Python call
+        that made it (_messages.py), when it is not BPT_OK."""
         if status:
-            raise error(status, self.last_message())
+            raise error(status, python_message(self.last_message()))
 
     def last_message(self):
         """The message of the call that just failed on this context; calls without a usable context (a NULL

@@ -90,7 +90,9 @@ def _builder(op):
         elif op.method == "mse_loss":
             self.prediction = args[0] if args else kwargs["prediction"]
         return node
-    build.__name__ = op.method
+    build.__name__, build.__qualname__ = op.method, "Model." + op.method
+    # Tracebacks and the binding's error messages (_messages.user_call) name the method called, not "build".
+    build.__code__ = build.__code__.replace(co_name=op.method)
     build.__doc__ = op.doc()
     if op.method == "softmax_cross_entropy":
         build.__doc__ += (" With ignore_index= or label_smoothing= (PyTorch's keywords) it calls "

@@ -336,6 +336,68 @@ class PathsAndNames(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.relu, x, name=7)
 
 
+class Messages(unittest.TestCase):
+    """The library's messages name the Python call the user made and Python's spellings (issue 29): a Python
+    traceback said "bpt_optimizer_create: ..." and "a load with strict = 0"."""
+
+    def assertMessage(self, error, start, *parts):
+        self.assertTrue(error.message.startswith(start), error.message)
+        self.assertNotIn("bpt_", error.message)
+        for part in parts:
+            self.assertIn(part, error.message)
+
+    def test_the_c_function_becomes_the_python_call(self):
+        model, optimizer = classifier()
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.Optimizer, model, learning_rate=-1),
+                           "bptrain: Optimizer: learning_rate -1 must be finite")
+        self.assertMessage(expect(bptrain.InvalidArgumentError, model.node, "nope"), "bptrain: Model.node: ")
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.Context, "nope"), "bptrain: Context: ")
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.Schedule("cosine").learning_rate, 1),
+                           "bptrain: Schedule.learning_rate: ")
+        self.assertMessage(expect(bptrain.DtypeError, model.context.fp8_scale, FEATURES, "f32"),
+                           "bptrain: Context.fp8_scale: ")
+        fresh = bptrain.Model(model.context)
+        self.assertMessage(expect(bptrain.ShapeError, fresh.conv2d, fresh.input("x", (4,)), 3, 3),
+                           "bptrain: Model.conv2d 'conv1': ")  # a builder names its method and its node
+
+    def test_a_call_from_a_callback_names_itself_not_fit(self):
+        model, optimizer = classifier()
+
+        def callback(*arguments, **keywords):
+            bptrain.Optimizer(model, learning_rate=-2)
+        error = expect(bptrain.InvalidArgumentError, model.fit, optimizer, FEATURES, LABELS, callback=callback)
+        self.assertMessage(error, "bptrain: Optimizer: learning_rate -2")
+
+    def test_c_spellings_in_messages_read_as_python(self):
+        model, _ = classifier()
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.Context, threads=-1),
+                           "bptrain: Context: threads is -1")
+        self.assertMessage(expect(bptrain.StateError, model.context.write_profile_trace, os.devnull),
+                           "bptrain: Context.write_profile_trace: ", "call context.profile() first")
+        other = bptrain.Model(model.context)
+        x, y = other.input("x", (4,)), other.input("y", (), "i32")
+        other.compile(other.softmax_cross_entropy(other.linear(x, 5), y), 8)
+        with tempfile.TemporaryDirectory() as directory:
+            other.save(os.path.join(directory, "other.ckpt"))
+            error = expect(bptrain.ShapeError, model.load, os.path.join(directory, "other.ckpt"))
+        self.assertIn("a load with strict=False loads what matches", error.message)
+        self.assertNotIn("strict = 0", error.message)
+        sequence = bptrain.Model(model.context)
+        self.assertMessage(expect(bptrain.ShapeError, sequence.transformer_block, sequence.input("x", (4,))),
+                           "bptrain: Model.transformer_block ", "declare it with model.input_sequence()")
+        normalised = bptrain.Model(model.context)
+        x, y = normalised.input("x", (4,)), normalised.input("y", (), "i32")
+        statistics = [normalised.parameter(name, (4,)) for name in ("g", "b", "mean", "variance")]
+        self.assertIn("made with model.buffer()", expect(bptrain.ShapeError, normalised.batch_norm_op, x,
+                                                         *statistics).message)
+        normalised.compile(normalised.softmax_cross_entropy(normalised.batch_norm(x), y), 8)
+        normalised.eval()
+        normalised.set_input(x, FEATURES)
+        normalised.set_input(y, LABELS)
+        normalised.forward()
+        self.assertIn("call model.train() first", expect(bptrain.StateError, normalised.backward).message)
+
+
 class Ownership(unittest.TestCase):
     """Objects of another model, or of the wrong kind, are refused before they reach C."""
 
