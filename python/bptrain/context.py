@@ -2,6 +2,7 @@
 no graph: dtypes, number-format conversion, the profiler and the fpga-sim backend's cycle model.
 """
 import ctypes
+import sys
 import threading
 
 from . import _arguments, _native
@@ -24,17 +25,55 @@ def require_numpy():
     return numpy
 
 
-def dtype_code(dtype):
-    """The bpt_dtype value of a dtype name ("f32", "i32", ...)."""
-    if not isinstance(dtype, str) or dtype not in DTYPES:  # (an unhashable value: a bare TypeError)
-        raise error(DTYPE, "bptrain: unknown dtype %r (one of %s)" % (dtype, ", ".join(DTYPES)))
-    return DTYPES[dtype]
+# NumPy's names of the dtypes that have a NumPy type (bf16 and the FP8 formats have none).
+_NUMPY_NAMES = {"float32": "f32", "float16": "f16", "int32": "i32", "uint8": "u8"}
+
+
+def dtype_name(dtype, what, argument="dtype", allowed=tuple(DTYPES)):
+    """The bptrain name ("f32") of `dtype` given as that name or as NumPy users write it (np.float32,
+    "float32", np.dtype("int32")), when it is one of `allowed`; DtypeError naming the allowed ones otherwise."""
+    name = dtype if isinstance(dtype, str) and dtype in DTYPES else _from_numpy(dtype)
+    if name in allowed:
+        return name
+    numpy_names = [numpy_name for numpy_name, own in _NUMPY_NAMES.items() if own in allowed]
+    numpy_name = None if isinstance(dtype, str) else _numpy_dtype_name(dtype)
+    shown = "NumPy's %s" % numpy_name if numpy_name else repr(dtype)
+    raise error(DTYPE, "bptrain: %s: %s must be %s%s, not %s" % (
+        what, argument, _either(['"%s"' % own for own in allowed]),
+        " (or NumPy's %s)" % _either(numpy_names) if numpy_names else "", shown))
+
+
+def _from_numpy(dtype):
+    """The bptrain name of a NumPy spelling of a dtype, or None. A NumPy type or dtype object means NumPy is
+    loaded, so bptrain reads it from sys.modules and never imports NumPy for this."""
+    if isinstance(dtype, str) and dtype in _NUMPY_NAMES:
+        return _NUMPY_NAMES[dtype]
+    return _NUMPY_NAMES.get(_numpy_dtype_name(dtype))
+
+
+def _numpy_dtype_name(dtype):
+    numpy = sys.modules.get("numpy")
+    if numpy is None or dtype is None:  # numpy.dtype(None) is float64
+        return None
+    try:
+        return numpy.dtype(dtype).name
+    except (TypeError, ValueError, KeyError):  # (not a dtype at all: the caller says what is allowed)
+        return None
+
+
+def _either(names):
+    return " or ".join(names) if len(names) < 3 else "%s or %s" % (", ".join(names[:-1]), names[-1])
+
+
+def dtype_code(dtype, what="dtype"):
+    """The bpt_dtype value of a dtype ("f32", "i32", np.float32, ...); `what` names the call for errors."""
+    return DTYPES[dtype_name(dtype, what)]
 
 
 def numpy_dtype(dtype):
     """The NumPy type that holds one element of `dtype` (narrow floats as their bit patterns)."""
     numpy = require_numpy()
-    dtype_code(dtype)
+    dtype = dtype_name(dtype, "dtype")
     return {"f32": numpy.float32, "f16": numpy.uint16, "bf16": numpy.uint16, "fp8_e4m3": numpy.uint8,
             "fp8_e5m2": numpy.uint8, "i32": numpy.int32, "u8": numpy.uint8}[dtype]
 
@@ -111,12 +150,12 @@ def choose_backend(preferred=("cuda", "cpu")):
 
 def dtype_size(dtype):
     """Bytes of one element of `dtype`."""
-    return lib.bpt_dtype_size(dtype_code(dtype))
+    return lib.bpt_dtype_size(dtype_code(dtype, "bptrain.dtype_size"))
 
 
 def dtype_max_finite(dtype):
     """The largest finite value of a floating-point dtype (65504 for "f16", 448 for "fp8_e4m3")."""
-    return lib.bpt_dtype_max_finite(dtype_code(dtype))
+    return lib.bpt_dtype_max_finite(dtype_code(dtype, "bptrain.dtype_max_finite"))
 
 
 @serialised
@@ -201,6 +240,8 @@ class Context:
         patterns: uint16 or uint8 arrays) and returns a new array of the same shape."""
         numpy = require_numpy()
         _arguments.choice(rounding, _ROUNDING, "Context.convert", "rounding")
+        source = dtype_name(source, "Context.convert", "source")
+        destination = dtype_name(destination, "Context.convert", "destination")
         kind = numpy.dtype(numpy_dtype(source))
         if kind.kind in "ui":  # narrow formats go in as bit patterns: 1.5 must not become the pattern 1
             values = _arguments.exact_array(numpy, values, kind, "convert: %s values are %s bit patterns" %
@@ -221,7 +262,7 @@ class Context:
         numpy = require_numpy()
         values = _arguments.real_array(numpy, values, numpy.float32, "Context.fp8_scale")
         scale = ctypes.c_float()
-        self.check(lib.bpt_fp8_scale(self.handle, dtype_code(dtype), values.ctypes.data_as(_native.float_p),
+        self.check(lib.bpt_fp8_scale(self.handle, dtype_code(dtype, "Context.fp8_scale"), values.ctypes.data_as(_native.float_p),
                                      values.size, ctypes.byref(scale)))
         return scale.value
 

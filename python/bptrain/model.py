@@ -14,7 +14,7 @@ from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
 from ._tensor import _Tensor
-from .context import DTYPES, numpy_dtype, require_numpy
+from .context import DTYPES, dtype_name, numpy_dtype, require_numpy
 from .loop import TrainingLoop
 
 _LOSS_SCALING = {"auto": 0, "none": 1, "dynamic": 2}
@@ -147,9 +147,9 @@ class Model(TrainingLoop, Closing):
 
     # --- declaring the graph ---------------------------------------------------------------------------
     def input(self, name, shape, dtype="f32"):
-        """Declares an input fed per batch; `shape` is per sample (() for one class label per sample)."""
-        if dtype not in ("f32", "i32"):
-            raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
+        """Declares an input fed per batch; `shape` is per sample (() for one class label per sample); `dtype`
+        is "f32" or "i32" (or NumPy's float32 or int32)."""
+        dtype = dtype_name(dtype, "Model.input %r" % (name,), allowed=("f32", "i32"))
         rank, dims = _ops._dims(shape, "Model.input")
         node = self._add(lib.bpt_graph_input, _arguments.name(name, "Model.input"), DTYPES[dtype], rank, dims,
                          dtype=dtype, sample_shape=tuple(dims[:rank]))
@@ -159,8 +159,7 @@ class Model(TrainingLoop, Closing):
     def input_sequence(self, name, length, shape=(), dtype="f32"):
         """Declares a sequence input: each sample is `length` tokens of per-token `shape` (() for one token id or
         label per token), so batches are (batch, length, *shape). Per-token ops such as `linear` act on `shape`."""
-        if dtype not in ("f32", "i32"):
-            raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
+        dtype = dtype_name(dtype, "Model.input_sequence %r" % (name,), allowed=("f32", "i32"))
         length = _arguments.integer(length, "Model.input_sequence", "length")
         rank, dims = _ops._dims(shape, "Model.input_sequence")
         node = self._add(lib.bpt_graph_input_sequence, _arguments.name(name, "Model.input_sequence"), DTYPES[dtype],

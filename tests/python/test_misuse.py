@@ -398,6 +398,37 @@ class Messages(unittest.TestCase):
         self.assertIn("call model.train() first", expect(bptrain.StateError, normalised.backward).message)
 
 
+class Dtypes(unittest.TestCase):
+    """dtype arguments take NumPy's spellings too (issue 29): input("x", (4,), dtype=np.float32) was refused
+    with 'dtype must be "f32" or "i32", not <class 'numpy.float32'>'."""
+
+    def test_numpy_dtypes_are_accepted_where_they_map_to_a_valid_dtype(self):
+        model = bptrain.Model(context())
+        for index, dtype in enumerate((np.float32, "float32", np.dtype("float32"), "f4")):
+            self.assertEqual(model.input("x%d" % index, (4,), dtype=dtype).dtype, "f32")
+        y = model.input("y", (), dtype=np.int32)
+        self.assertEqual((y.dtype, model.input_sequence("tokens", 3, dtype="int32").dtype), ("i32", "i32"))
+        self.assertEqual(bptrain.dtype_size(np.float16), 2)
+        halves = model.context.convert(FEATURES, np.float32, "f16")
+        np.testing.assert_array_equal(halves, model.context.convert(FEATURES, "f32", "f16"))
+
+    def test_other_dtypes_are_refused_naming_the_valid_ones(self):
+        model = bptrain.Model(context())
+        for dtype in (np.float64, "float64", np.uint8, None, "f16"):
+            error = expect(bptrain.DtypeError, model.input, "x", (4,), dtype=dtype)
+            self.assertIn("bptrain: Model.input 'x': dtype must be \"f32\" or \"i32\" (or NumPy's float32 or "
+                          "int32), not ", error.message)
+        self.assertIn("not NumPy's float64", expect(bptrain.DtypeError, model.input_sequence, "t", 3,
+                                                    dtype=np.float64).message)
+
+    def test_a_dtype_name_needs_no_numpy(self):
+        script = ("import sys, bptrain\n"
+                  "model = bptrain.Model(bptrain.Context(threads=1))\n"
+                  "print(model.input('x', (4,), dtype='float32').dtype, 'numpy' in sys.modules)\n")
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual((run.returncode, run.stdout, run.stderr), (0, "f32 False\n", ""))
+
+
 class Ownership(unittest.TestCase):
     """Objects of another model, or of the wrong kind, are refused before they reach C."""
 
