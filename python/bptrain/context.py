@@ -2,6 +2,7 @@
 no graph: dtypes, number-format conversion, the profiler and the fpga-sim backend's cycle model.
 """
 import ctypes
+import difflib
 import sys
 import threading
 
@@ -27,6 +28,11 @@ def require_numpy():
 
 # NumPy's names of the dtypes that have a NumPy type (bf16 and the FP8 formats have none).
 _NUMPY_NAMES = {"float32": "f32", "float16": "f16", "int32": "i32", "uint8": "u8"}
+# Other libraries' names for bptrain dtypes, offered as "did you mean" when a dtype is refused, never taken in
+# its place: set_precision("fp16") listed every dtype, the invalid ones too, and left the user to find "f16".
+_ALIASES = {"fp32": "f32", "float": "f32", "float64": "f32", "single": "f32", "fp16": "f16", "half": "f16",
+            "bfloat16": "bf16", "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+            "e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2", "int": "i32", "int64": "i32", "uint8": "u8"}
 
 
 def dtype_name(dtype, what, argument="dtype", allowed=tuple(DTYPES)):
@@ -38,9 +44,19 @@ def dtype_name(dtype, what, argument="dtype", allowed=tuple(DTYPES)):
     numpy_names = [numpy_name for numpy_name, own in _NUMPY_NAMES.items() if own in allowed]
     numpy_name = None if isinstance(dtype, str) else _numpy_dtype_name(dtype)
     shown = "NumPy's %s" % numpy_name if numpy_name else repr(dtype)
-    raise error(DTYPE, "bptrain: %s: %s must be %s%s, not %s" % (
+    raise error(DTYPE, "bptrain: %s: %s must be %s%s, not %s%s" % (
         what, argument, _either(['"%s"' % own for own in allowed]),
-        " (or NumPy's %s)" % _either(numpy_names) if numpy_names else "", shown))
+        " (or NumPy's %s)" % _either(numpy_names) if numpy_names else "", shown,
+        _suggestion(numpy_name or dtype, allowed)))
+
+
+def _suggestion(spelling, allowed):
+    """ (did you mean 'f16'?) for a refused spelling near one of `allowed`, else ""."""
+    if not isinstance(spelling, str):
+        return ""
+    near = _ALIASES.get(spelling.lower())
+    near = [near] if near in allowed else difflib.get_close_matches(spelling.lower(), allowed, n=1, cutoff=0.7)
+    return " (did you mean %r?)" % near[0] if near else ""
 
 
 def _from_numpy(dtype):

@@ -9,7 +9,7 @@ place, without a conversion copy.
 import ctypes
 
 from . import _arguments, _native, _ops
-from ._errors import DTYPE, INVALID_ARGUMENT, OUT_OF_MEMORY, SHAPE, STATE, UNSUPPORTED, Error, error
+from ._errors import INVALID_ARGUMENT, OUT_OF_MEMORY, SHAPE, STATE, UNSUPPORTED, Error, error
 from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
@@ -216,9 +216,8 @@ class Model(TrainingLoop, Closing):
         "auto", "none" or "dynamic", how saved activations are stored ("compute", "f16", "bf16", "fp8")."""
         options = lib.bpt_precision_options_default()
         what = "Model.set_precision"
-        if not isinstance(compute_dtype, str) or compute_dtype not in DTYPES:
-            raise error(DTYPE, "bptrain: %s: compute_dtype must be one of %s, not %r" % (what, list(DTYPES),
-                                                                                      compute_dtype))
+        # Only these three: precision.h's compute dtypes (the storage of saved activations is its own argument).
+        compute_dtype = dtype_name(compute_dtype, what, "compute_dtype", allowed=("f32", "f16", "bf16"))
         options.compute_dtype = DTYPES[compute_dtype]
         options.loss_scaling = _ops._enum(_LOSS_SCALING, "loss_scaling")(loss_scaling, "Model.set_precision")[0]
         options.saved_activation_storage = _ops._enum(_ACTIVATION_STORAGE, "saved_activation_storage")(

@@ -421,6 +421,15 @@ class Dtypes(unittest.TestCase):
         self.assertIn("not NumPy's float64", expect(bptrain.DtypeError, model.input_sequence, "t", 3,
                                                     dtype=np.float64).message)
 
+    def test_set_precision_lists_the_compute_dtypes_and_suggests_the_near_one(self):
+        """set_precision("fp16") listed all seven dtypes, fp8_e4m3, i32 and u8 too, and no hint (issue 29)."""
+        valid = 'compute_dtype must be "f32", "f16" or "bf16" (or NumPy\'s float32 or float16), not '
+        for dtype, hint in (("fp16", " (did you mean 'f16'?)"), ("bfloat16", " (did you mean 'bf16'?)"),
+                            ("FP32", " (did you mean 'f32'?)"), ("i32", ""), ("fp8_e4m3", "")):
+            error = expect(bptrain.DtypeError, bptrain.Model(context()).set_precision, dtype)
+            self.assertEqual(error.message, "bptrain: Model.set_precision: %s%r%s" % (valid, dtype, hint))
+        bptrain.Model(context()).set_precision(np.float16)  # NumPy's name of f16
+
     def test_a_dtype_name_needs_no_numpy(self):
         script = ("import sys, bptrain\n"
                   "model = bptrain.Model(bptrain.Context(threads=1))\n"
