@@ -31,7 +31,7 @@ class _Native:
         self._users = 0
         self._children = []
         self._orphaned = False
-        self._closed_by = None  # the holder whose close() closed this one, when it was not this one's own
+        self._closed_by = None  # what the user closed ("context") when that closed this one, for get()
         if parent is not None:
             parent._users += 1
             children = parent._children

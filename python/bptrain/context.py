@@ -51,7 +51,7 @@ def dtype_name(dtype, what, argument="dtype", allowed=tuple(DTYPES)):
 
 
 def _suggestion(spelling, allowed):
-    """ (did you mean 'f16'?) for a refused spelling near one of `allowed`, else ""."""
+    """The " (did you mean 'f16'?)" for a refused spelling near one of `allowed`, else ""."""
     if not isinstance(spelling, str):
         return ""
     near = _ALIASES.get(spelling.lower())
