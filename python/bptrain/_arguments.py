@@ -128,9 +128,22 @@ def exact_array(numpy, data, dtype, what):
                     (what, dtype.name, failure)) from None
     if not numpy.array_equal(array, original):
         bad = numpy.flatnonzero(array.ravel() != original.ravel())[0]
-        raise error(INVALID_ARGUMENT, "bptrain: %s: value %r (index %d) does not fit %s" %
-                    (what, original.ravel()[bad].item(), bad, dtype.name))
+        value = original.ravel()[bad].item()
+        raise error(INVALID_ARGUMENT, "bptrain: %s: value %r (index %d) %s" % (what, value, bad,
+                                                                             _not_integral(numpy, value, dtype)))
     return array
+
+
+def _not_integral(numpy, value, dtype):
+    """Why `value` is not a `dtype` integer: "does not fit int32" read as an overflow for 1.5 and NaN too."""
+    if value != value:
+        return "is not a number"
+    if value in (float("inf"), float("-inf")):
+        return "is infinite, not an integer"
+    if value != int(value):
+        return "is not an integer"
+    limits = numpy.iinfo(dtype)
+    return "is outside %s's range [%d, %d]" % (dtype.name, limits.min, limits.max)
 
 
 def real_array(numpy, data, dtype, what):

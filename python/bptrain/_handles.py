@@ -20,7 +20,8 @@ class _Native:
     still callable while the interpreter tears the module down.
     """
 
-    __slots__ = ("handle", "what", "parent", "_destroy", "_users", "_children", "_orphaned", "__weakref__")
+    __slots__ = ("handle", "what", "parent", "_destroy", "_users", "_children", "_orphaned", "_closed_by",
+                 "__weakref__")
 
     def __init__(self, handle, destroy, parent, what):
         self.handle = handle
@@ -30,6 +31,7 @@ class _Native:
         self._users = 0
         self._children = []
         self._orphaned = False
+        self._closed_by = None  # what the user closed ("context") when that closed this one, for get()
         if parent is not None:
             parent._users += 1
             children = parent._children
@@ -40,19 +42,24 @@ class _Native:
     def get(self):
         """The native handle; bptrain.Error (STATE) once it (or what it was made from) is closed."""
         if self.handle is None:
-            raise error(STATE, "bptrain: the %s is closed" % self.what)
+            # "the model is closed" after context.close() sent users looking for a model.close() they never made
+            why = " (its %s was closed)" % self._closed_by if self._closed_by else ""
+            raise error(STATE, "bptrain: the %s is closed%s" % (self.what, why))
         return self.handle
 
     @property
     def open(self):
         return self.handle is not None
 
-    def close(self):
+    def close(self, by=None):
+        """Closes the users, then this handle; `by` is what the user closed, when that was an ancestor."""
+        if self.handle is not None and by is not None:
+            self._closed_by = by
         children, self._children = self._children, []
         for reference in reversed(children):
             child = reference()
             if child is not None:
-                child.close()
+                child.close(by or self.what)
         self._release()
 
     def _release(self):

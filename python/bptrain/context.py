@@ -2,11 +2,14 @@
 no graph: dtypes, number-format conversion, the profiler and the fpga-sim backend's cycle model.
 """
 import ctypes
+import difflib
+import sys
 import threading
 
 from . import _arguments, _native
 from ._errors import DTYPE, INVALID_ARGUMENT, STATE, UNSUPPORTED, error
 from ._handles import _Native, serialised
+from ._messages import python_message
 from ._native import lib
 
 DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "fp8_e4m3": 3, "fp8_e5m2": 4, "i32": 5, "u8": 6}
@@ -23,17 +26,70 @@ def require_numpy():
     return numpy
 
 
-def dtype_code(dtype):
-    """The bpt_dtype value of a dtype name ("f32", "i32", ...)."""
-    if not isinstance(dtype, str) or dtype not in DTYPES:  # (an unhashable value: a bare TypeError)
-        raise error(DTYPE, "bptrain: unknown dtype %r (one of %s)" % (dtype, ", ".join(DTYPES)))
-    return DTYPES[dtype]
+# NumPy's names of the dtypes that have a NumPy type (bf16 and the FP8 formats have none).
+_NUMPY_NAMES = {"float32": "f32", "float16": "f16", "int32": "i32", "uint8": "u8"}
+# Other libraries' names for bptrain dtypes, offered as "did you mean" when a dtype is refused, never taken in
+# its place: set_precision("fp16") listed every dtype, the invalid ones too, and left the user to find "f16".
+_ALIASES = {"fp32": "f32", "float": "f32", "float64": "f32", "single": "f32", "fp16": "f16", "half": "f16",
+            "bfloat16": "bf16", "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+            "e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2", "int": "i32", "int64": "i32", "uint8": "u8"}
+
+
+def dtype_name(dtype, what, argument="dtype", allowed=tuple(DTYPES)):
+    """The bptrain name ("f32") of `dtype` given as that name or as NumPy users write it (np.float32,
+    "float32", np.dtype("int32")), when it is one of `allowed`; DtypeError naming the allowed ones otherwise."""
+    name = dtype if isinstance(dtype, str) and dtype in DTYPES else _from_numpy(dtype)
+    if name in allowed:
+        return name
+    numpy_names = [numpy_name for numpy_name, own in _NUMPY_NAMES.items() if own in allowed]
+    numpy_name = None if isinstance(dtype, str) else _numpy_dtype_name(dtype)
+    shown = "NumPy's %s" % numpy_name if numpy_name else repr(dtype)
+    raise error(DTYPE, "bptrain: %s: %s must be %s%s, not %s%s" % (
+        what, argument, _either(['"%s"' % own for own in allowed]),
+        " (or NumPy's %s)" % _either(numpy_names) if numpy_names else "", shown,
+        _suggestion(numpy_name or dtype, allowed)))
+
+
+def _suggestion(spelling, allowed):
+    """The " (did you mean 'f16'?)" for a refused spelling near one of `allowed`, else ""."""
+    if not isinstance(spelling, str):
+        return ""
+    near = _ALIASES.get(spelling.lower())
+    near = [near] if near in allowed else difflib.get_close_matches(spelling.lower(), allowed, n=1, cutoff=0.7)
+    return " (did you mean %r?)" % near[0] if near else ""
+
+
+def _from_numpy(dtype):
+    """The bptrain name of a NumPy spelling of a dtype, or None. A NumPy type or dtype object means NumPy is
+    loaded, so bptrain reads it from sys.modules and never imports NumPy for this."""
+    if isinstance(dtype, str) and dtype in _NUMPY_NAMES:
+        return _NUMPY_NAMES[dtype]
+    return _NUMPY_NAMES.get(_numpy_dtype_name(dtype))
+
+
+def _numpy_dtype_name(dtype):
+    numpy = sys.modules.get("numpy")
+    if numpy is None or dtype is None:  # numpy.dtype(None) is float64
+        return None
+    try:
+        return numpy.dtype(dtype).name
+    except (TypeError, ValueError, KeyError):  # (not a dtype at all: the caller says what is allowed)
+        return None
+
+
+def _either(names):
+    return " or ".join(names) if len(names) < 3 else "%s or %s" % (", ".join(names[:-1]), names[-1])
+
+
+def dtype_code(dtype, what="dtype"):
+    """The bpt_dtype value of a dtype ("f32", "i32", np.float32, ...); `what` names the call for errors."""
+    return DTYPES[dtype_name(dtype, what)]
 
 
 def numpy_dtype(dtype):
     """The NumPy type that holds one element of `dtype` (narrow floats as their bit patterns)."""
     numpy = require_numpy()
-    dtype_code(dtype)
+    dtype = dtype_name(dtype, "dtype")
     return {"f32": numpy.float32, "f16": numpy.uint16, "bf16": numpy.uint16, "fp8_e4m3": numpy.uint8,
             "fp8_e5m2": numpy.uint8, "i32": numpy.int32, "u8": numpy.uint8}[dtype]
 
@@ -46,7 +102,7 @@ def thread_message():
 def check_without_context(status):
     """Raises the Error for `status` with this thread's message (calls that take no context)."""
     if status:
-        raise error(status, thread_message())
+        raise error(status, python_message(thread_message()))
 
 
 def version():
@@ -110,12 +166,12 @@ def choose_backend(preferred=("cuda", "cpu")):
 
 def dtype_size(dtype):
     """Bytes of one element of `dtype`."""
-    return lib.bpt_dtype_size(dtype_code(dtype))
+    return lib.bpt_dtype_size(dtype_code(dtype, "bptrain.dtype_size"))
 
 
 def dtype_max_finite(dtype):
     """The largest finite value of a floating-point dtype (65504 for "f16", 448 for "fp8_e4m3")."""
-    return lib.bpt_dtype_max_finite(dtype_code(dtype))
+    return lib.bpt_dtype_max_finite(dtype_code(dtype, "bptrain.dtype_max_finite"))
 
 
 @serialised
@@ -140,16 +196,15 @@ class Context:
         options.seed = _arguments.integer(seed, "Context", "seed", minimum=0, maximum=_arguments.UINT64_MAX)
         options.cpu_fallback = int(bool(cpu_fallback))
         handle = _native.handle()
-        status = lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle))
-        if status:
-            raise error(status, thread_message())
+        check_without_context(lib.bpt_context_create(ctypes.byref(options), ctypes.byref(handle)))
         self._native = _Native(handle.value, lib.bpt_context_destroy, None, "context")
         self.seed = seed
 
     def check(self, status):
-        """Raises the Error subclass of `status` with the failed call's message when it is not BPT_OK."""
+        """Raises the Error subclass of `status` with the failed call's message, worded for the Python call
+        that made it (_messages.py), when it is not BPT_OK."""
         if status:
-            raise error(status, self.last_message())
+            raise error(status, python_message(self.last_message()))
 
     def last_message(self):
         """The message of the call that just failed on this context; calls without a usable context (a NULL
@@ -201,6 +256,8 @@ class Context:
         patterns: uint16 or uint8 arrays) and returns a new array of the same shape."""
         numpy = require_numpy()
         _arguments.choice(rounding, _ROUNDING, "Context.convert", "rounding")
+        source = dtype_name(source, "Context.convert", "source")
+        destination = dtype_name(destination, "Context.convert", "destination")
         kind = numpy.dtype(numpy_dtype(source))
         if kind.kind in "ui":  # narrow formats go in as bit patterns: 1.5 must not become the pattern 1
             values = _arguments.exact_array(numpy, values, kind, "convert: %s values are %s bit patterns" %
@@ -221,7 +278,7 @@ class Context:
         numpy = require_numpy()
         values = _arguments.real_array(numpy, values, numpy.float32, "Context.fp8_scale")
         scale = ctypes.c_float()
-        self.check(lib.bpt_fp8_scale(self.handle, dtype_code(dtype), values.ctypes.data_as(_native.float_p),
+        self.check(lib.bpt_fp8_scale(self.handle, dtype_code(dtype, "Context.fp8_scale"), values.ctypes.data_as(_native.float_p),
                                      values.size, ctypes.byref(scale)))
         return scale.value
 

@@ -9,12 +9,12 @@ place, without a conversion copy.
 import ctypes
 
 from . import _arguments, _native, _ops
-from ._errors import DTYPE, INVALID_ARGUMENT, OUT_OF_MEMORY, SHAPE, STATE, UNSUPPORTED, Error, error
+from ._errors import INVALID_ARGUMENT, OUT_OF_MEMORY, SHAPE, STATE, UNSUPPORTED, Error, error
 from ._handles import Closing, _Native, serialised
 from ._native import lib
 from .checkpoint import LoadReport, load_checkpoint, save_checkpoint
 from ._tensor import _Tensor
-from .context import DTYPES, numpy_dtype, require_numpy
+from .context import DTYPES, dtype_name, numpy_dtype, require_numpy
 from .loop import TrainingLoop
 
 _LOSS_SCALING = {"auto": 0, "none": 1, "dynamic": 2}
@@ -90,7 +90,9 @@ def _builder(op):
         elif op.method == "mse_loss":
             self.prediction = args[0] if args else kwargs["prediction"]
         return node
-    build.__name__ = op.method
+    build.__name__, build.__qualname__ = op.method, "Model." + op.method
+    # Tracebacks and the binding's error messages (_messages.user_call) name the method called, not "build".
+    build.__code__ = build.__code__.replace(co_name=op.method)
     build.__doc__ = op.doc()
     if op.method == "softmax_cross_entropy":
         build.__doc__ += (" With ignore_index= or label_smoothing= (PyTorch's keywords) it calls "
@@ -145,9 +147,9 @@ class Model(TrainingLoop, Closing):
 
     # --- declaring the graph ---------------------------------------------------------------------------
     def input(self, name, shape, dtype="f32"):
-        """Declares an input fed per batch; `shape` is per sample (() for one class label per sample)."""
-        if dtype not in ("f32", "i32"):
-            raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
+        """Declares an input fed per batch; `shape` is per sample (() for one class label per sample); `dtype`
+        is "f32" or "i32" (or NumPy's float32 or int32)."""
+        dtype = dtype_name(dtype, "Model.input %r" % (name,), allowed=("f32", "i32"))
         rank, dims = _ops._dims(shape, "Model.input")
         node = self._add(lib.bpt_graph_input, _arguments.name(name, "Model.input"), DTYPES[dtype], rank, dims,
                          dtype=dtype, sample_shape=tuple(dims[:rank]))
@@ -157,8 +159,7 @@ class Model(TrainingLoop, Closing):
     def input_sequence(self, name, length, shape=(), dtype="f32"):
         """Declares a sequence input: each sample is `length` tokens of per-token `shape` (() for one token id or
         label per token), so batches are (batch, length, *shape). Per-token ops such as `linear` act on `shape`."""
-        if dtype not in ("f32", "i32"):
-            raise error(6, "bptrain: input %r: dtype must be \"f32\" or \"i32\", not %r" % (name, dtype))
+        dtype = dtype_name(dtype, "Model.input_sequence %r" % (name,), allowed=("f32", "i32"))
         length = _arguments.integer(length, "Model.input_sequence", "length")
         rank, dims = _ops._dims(shape, "Model.input_sequence")
         node = self._add(lib.bpt_graph_input_sequence, _arguments.name(name, "Model.input_sequence"), DTYPES[dtype],
@@ -215,9 +216,8 @@ class Model(TrainingLoop, Closing):
         "auto", "none" or "dynamic", how saved activations are stored ("compute", "f16", "bf16", "fp8")."""
         options = lib.bpt_precision_options_default()
         what = "Model.set_precision"
-        if not isinstance(compute_dtype, str) or compute_dtype not in DTYPES:
-            raise error(DTYPE, "bptrain: %s: compute_dtype must be one of %s, not %r" % (what, list(DTYPES),
-                                                                                      compute_dtype))
+        # Only these three: precision.h's compute dtypes (the storage of saved activations is its own argument).
+        compute_dtype = dtype_name(compute_dtype, what, "compute_dtype", allowed=("f32", "f16", "bf16"))
         options.compute_dtype = DTYPES[compute_dtype]
         options.loss_scaling = _ops._enum(_LOSS_SCALING, "loss_scaling")(loss_scaling, "Model.set_precision")[0]
         options.saved_activation_storage = _ops._enum(_ACTIVATION_STORAGE, "saved_activation_storage")(

@@ -980,9 +980,16 @@ class Errors(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.fit, optimizer, features, labels, batch_size=0)  # was max_batch
         self.assertEqual(len(model.fit(optimizer, features, labels, epochs=np.int32(2), batch_size=3)), 2)
         # Labels that are not 32-bit integers: NumPy's cast made 0.5 a 0 and 2**32 + 1 a 1, silently.
-        for bad in (np.full(6, 0.5), np.full(6, 2 ** 32 + 1, np.int64), np.full(6, np.nan), [0, 1, 2, 3.5, 0, 1]):
+        # The message says which: "does not fit int32" read as an overflow for 1.5 and NaN too (issue 29).
+        for bad, why in ((np.full(6, 0.5), "value 0.5 (index 0) is not an integer"),
+                         (np.full(6, 2 ** 32 + 1, np.int64),
+                          "value 4294967297 (index 0) is outside int32's range [-2147483648, 2147483647]"),
+                         (np.full(6, 1e10), "value 10000000000.0 (index 0) is outside int32's range"),
+                         (np.full(6, np.nan), "value nan (index 0) is not a number"),
+                         ([0, 1, np.inf, 2, 0, 1], "value inf (index 2) is infinite, not an integer"),
+                         ([0, 1, 2, 1.5, 0, 1], "input 'y' is i32: value 1.5 (index 3) is not an integer")):
             error = expect(bptrain.InvalidArgumentError, model.evaluate, features, bad)
-            self.assertIn("does not fit int32", error.message)
+            self.assertIn(why, error.message)
         self.assertEqual(model.evaluate(features, labels.astype(np.float64))["samples"], 6)  # 1.0 is an integer
         self.assertEqual(model.evaluate(features, list(labels))["samples"], 6)
         with tempfile.TemporaryDirectory() as directory:

@@ -184,6 +184,33 @@ def check_errors():
     context.close()
 
 
+def check_closed_messages(directory):
+    """A closed object says what was closed: after context.close() the model's error said only "the model is
+    closed", sending the user to look for a model.close() they never made (issue 29)."""
+    objects, nodes = build(directory)
+    objects["context"].close()
+    for kind, function in (("model", lambda: objects["model"].training),
+                           ("optimizer", objects["optimizer"].step), ("node", lambda: nodes[0].name)):
+        message = _closed_message(function)
+        what = "model" if kind == "node" else kind
+        assert message == "bptrain: the %s is closed (its context was closed)" % what, (kind, message)
+    objects, nodes = build(directory)
+    objects["model"].close()
+    assert _closed_message(objects["optimizer"].step) == "bptrain: the optimizer is closed (its model was closed)"
+    assert _closed_message(lambda: objects["model"].training) == "bptrain: the model is closed"
+    objects["context"].close()  # the model was closed first: its message still says so
+    assert _closed_message(lambda: objects["model"].training) == "bptrain: the model is closed"
+
+
+def _closed_message(function):
+    try:
+        function()
+    except bptrain.Error as error:
+        assert error.status_name == "STATE", error
+        return error.message
+    raise AssertionError("%s on a closed object did not raise bptrain.Error" % function)
+
+
 EXIT_SCRIPT = r"""
 import bptrain, sys
 sys.path.insert(0, %r)
@@ -210,7 +237,7 @@ def check_interpreter_exit(directory):
 def main(selected):
     """Runs every check, or those named on the command line."""
     checks = [check_close_orders, check_with_block, check_drop_orders, check_cycles, check_errors,
-              check_interpreter_exit]
+              check_closed_messages, check_interpreter_exit]
     with tempfile.TemporaryDirectory() as directory:
         write_idx(directory)
         for check in checks:

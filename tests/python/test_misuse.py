@@ -336,6 +336,108 @@ class PathsAndNames(unittest.TestCase):
         expect(bptrain.InvalidArgumentError, model.relu, x, name=7)
 
 
+class Messages(unittest.TestCase):
+    """The library's messages name the Python call the user made and Python's spellings (issue 29): a Python
+    traceback said "bpt_optimizer_create: ..." and "a load with strict = 0"."""
+
+    def assertMessage(self, error, start, *parts):
+        self.assertTrue(error.message.startswith(start), error.message)
+        self.assertNotIn("bpt_", error.message)
+        for part in parts:
+            self.assertIn(part, error.message)
+
+    def test_the_c_function_becomes_the_python_call(self):
+        model, optimizer = classifier()
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.Optimizer, model, learning_rate=-1),
+                           "bptrain: Optimizer: learning_rate -1 must be finite")
+        self.assertMessage(expect(bptrain.InvalidArgumentError, model.node, "nope"), "bptrain: Model.node: ")
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.Context, "nope"), "bptrain: Context: ")
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.Schedule("cosine").learning_rate, 1),
+                           "bptrain: Schedule.learning_rate: ")
+        self.assertMessage(expect(bptrain.DtypeError, model.context.fp8_scale, FEATURES, "f32"),
+                           "bptrain: Context.fp8_scale: ")
+        fresh = bptrain.Model(model.context)
+        self.assertMessage(expect(bptrain.ShapeError, fresh.conv2d, fresh.input("x", (4,)), 3, 3),
+                           "bptrain: Model.conv2d 'conv1': ")  # a builder names its method and its node
+
+    def test_a_call_from_a_callback_names_itself_not_fit(self):
+        model, optimizer = classifier()
+
+        def callback(*arguments, **keywords):
+            bptrain.Optimizer(model, learning_rate=-2)
+        error = expect(bptrain.InvalidArgumentError, model.fit, optimizer, FEATURES, LABELS, callback=callback)
+        self.assertMessage(error, "bptrain: Optimizer: learning_rate -2")
+
+    def test_c_spellings_in_messages_read_as_python(self):
+        model, _ = classifier()
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.Context, threads=-1),
+                           "bptrain: Context: threads is -1")
+        self.assertMessage(expect(bptrain.StateError, model.context.write_profile_trace, os.devnull),
+                           "bptrain: Context.write_profile_trace: ", "call context.profile() first")
+        other = bptrain.Model(model.context)
+        x, y = other.input("x", (4,)), other.input("y", (), "i32")
+        other.compile(other.softmax_cross_entropy(other.linear(x, 5), y), 8)
+        with tempfile.TemporaryDirectory() as directory:
+            other.save(os.path.join(directory, "other.ckpt"))
+            error = expect(bptrain.ShapeError, model.load, os.path.join(directory, "other.ckpt"))
+        self.assertIn("a load with strict=False loads what matches", error.message)
+        self.assertNotIn("strict = 0", error.message)
+        sequence = bptrain.Model(model.context)
+        self.assertMessage(expect(bptrain.ShapeError, sequence.transformer_block, sequence.input("x", (4,))),
+                           "bptrain: Model.transformer_block ", "declare it with model.input_sequence()")
+        normalised = bptrain.Model(model.context)
+        x, y = normalised.input("x", (4,)), normalised.input("y", (), "i32")
+        statistics = [normalised.parameter(name, (4,)) for name in ("g", "b", "mean", "variance")]
+        self.assertIn("made with model.buffer()", expect(bptrain.ShapeError, normalised.batch_norm_op, x,
+                                                         *statistics).message)
+        normalised.compile(normalised.softmax_cross_entropy(normalised.batch_norm(x), y), 8)
+        normalised.eval()
+        normalised.set_input(x, FEATURES)
+        normalised.set_input(y, LABELS)
+        normalised.forward()
+        self.assertIn("call model.train() first", expect(bptrain.StateError, normalised.backward).message)
+
+
+class Dtypes(unittest.TestCase):
+    """dtype arguments take NumPy's spellings too (issue 29): input("x", (4,), dtype=np.float32) was refused
+    with 'dtype must be "f32" or "i32", not <class 'numpy.float32'>'."""
+
+    def test_numpy_dtypes_are_accepted_where_they_map_to_a_valid_dtype(self):
+        model = bptrain.Model(context())
+        for index, dtype in enumerate((np.float32, "float32", np.dtype("float32"), "f4")):
+            self.assertEqual(model.input("x%d" % index, (4,), dtype=dtype).dtype, "f32")
+        y = model.input("y", (), dtype=np.int32)
+        self.assertEqual((y.dtype, model.input_sequence("tokens", 3, dtype="int32").dtype), ("i32", "i32"))
+        self.assertEqual(bptrain.dtype_size(np.float16), 2)
+        halves = model.context.convert(FEATURES, np.float32, "f16")
+        np.testing.assert_array_equal(halves, model.context.convert(FEATURES, "f32", "f16"))
+
+    def test_other_dtypes_are_refused_naming_the_valid_ones(self):
+        model = bptrain.Model(context())
+        for dtype in (np.float64, "float64", np.uint8, None, "f16"):
+            error = expect(bptrain.DtypeError, model.input, "x", (4,), dtype=dtype)
+            self.assertIn("bptrain: Model.input 'x': dtype must be \"f32\" or \"i32\" (or NumPy's float32 or "
+                          "int32), not ", error.message)
+        self.assertIn("not NumPy's float64", expect(bptrain.DtypeError, model.input_sequence, "t", 3,
+                                                    dtype=np.float64).message)
+
+    def test_set_precision_lists_the_compute_dtypes_and_suggests_the_near_one(self):
+        """set_precision("fp16") listed all seven dtypes, fp8_e4m3, i32 and u8 too, and no hint (issue 29)."""
+        valid = 'compute_dtype must be "f32", "f16" or "bf16" (or NumPy\'s float32 or float16), not '
+        for dtype, hint in (("fp16", " (did you mean 'f16'?)"), ("bfloat16", " (did you mean 'bf16'?)"),
+                            ("FP32", " (did you mean 'f32'?)"), ("i32", ""), ("fp8_e4m3", "")):
+            error = expect(bptrain.DtypeError, bptrain.Model(context()).set_precision, dtype)
+            self.assertEqual(error.message, "bptrain: Model.set_precision: %s%r%s" % (valid, dtype, hint))
+        bptrain.Model(context()).set_precision(np.float16)  # NumPy's name of f16
+
+    def test_a_dtype_name_needs_no_numpy(self):
+        script = ("import sys, bptrain\n"
+                  "model = bptrain.Model(bptrain.Context(threads=1))\n"
+                  "print(model.input('x', (4,), dtype='float32').dtype, 'numpy' in sys.modules)\n")
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual((run.returncode, run.stdout, run.stderr), (0, "f32 False\n", ""))
+
+
 class Ownership(unittest.TestCase):
     """Objects of another model, or of the wrong kind, are refused before they reach C."""
 
