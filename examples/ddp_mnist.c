@@ -97,6 +97,18 @@ int main(int argc, char **argv) {
   EXAMPLE_CHECK(context, bpt_dataset_load_idx_directory(context, data, "t10k", &test));
   int64_t features = bpt_dataset_sample_size(train);
   int64_t classes = example_class_count(argc, argv, context, train, test, 0);
+  /* Only whole global batches train, so a batch larger than the set would finish every epoch without a step. */
+  if (bpt_dataset_size(train) < batch) {
+    if (rank == 0)
+      fprintf(stderr, "error: --batch %ld is larger than the %lld training samples: no optimiser step would run\n",
+              batch, (long long)bpt_dataset_size(train));
+    example_metrics_close(metrics);
+    bpt_dataset_destroy(train);
+    bpt_dataset_destroy(test);
+    bpt_comm_destroy(comm);
+    bpt_context_destroy(context);
+    return 2;
+  }
   if (rank == 0) {
     printf("libbptrain %s: %d ranks over %s, %d threads each; global batch %ld = %d x %ld x %ld micro-batch\n",
            bpt_version(), ranks, bpt_comm_engine(comm), bpt_context_num_threads(context), batch, ranks, accumulate,

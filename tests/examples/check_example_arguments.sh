@@ -188,6 +188,19 @@ for example in ddp_mnist speculative_mnist; do
   check_whole_batch "$example: --batch 4 of 12 samples does not warn" 0 \
     "$bin/$example" --data "$work/tiny" --epochs 2 --batch 4 "${extra[@]}"
 done
+# Only whole global batches train, so a larger batch than the set would have run epochs without a step.
+if [ -x "$bin/ddp_mnist" ]; then
+  output=$(timeout 120 "$bin/ddp_mnist" --data "$work/tiny" --batch 24 --threads 1 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 2 ] && grep -qi "mpi" <<< "$output"; then
+    echo "note: ddp_mnist cannot run one MPI rank here: $(tail -1 <<< "$output")"
+  elif [ $rc -ne 2 ] || ! grep -qF -- "--batch 24 is larger than the 12 training samples" <<< "$output"; then
+    echo "FAIL: ddp_mnist: --batch beyond the training set: exit $rc: $(tail -2 <<< "$output")"
+    failures=$((failures + 1))
+  else
+    echo "ok: ddp_mnist: --batch beyond the training set"
+  fi
+fi
 
 # A path that can be created passes the check and leaves nothing behind (the run then fails on the data).
 output=$(timeout 60 "$bin/mnist_mlp" --save "$work/out/model.ckpt" --data "$missing" 2>&1)
