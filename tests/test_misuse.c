@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -626,6 +627,83 @@ static void second_thread_inside_a_graph_is_refused(void **state) {
   small_destroy(&s);
 }
 
+/* A layer helper that fails part-way leaves the graph as it found it: no parameter from before the failing op
+ * stays behind to reach compile, a checkpoint or a load report ('linear1.weight' used to stay after
+ * model.linear on an i32 input raised). Each helper is built once to learn the name of the last node it makes;
+ * in a second graph a node already holds that name, so the helper fails at its very last node. */
+enum { HELPER_LINEAR, HELPER_CONV2D, HELPER_BATCH_NORM, HELPER_BATCH_NORM_RELU, HELPER_LAYER_NORM,
+       HELPER_RMS_NORM, HELPER_EMBEDDING, HELPER_RESNET_BLOCK, HELPER_SEQUENTIAL, HELPER_TRANSFORMER_BLOCK,
+       HELPER_COUNT };
+
+typedef struct {
+  bpt_graph *graph;
+  bpt_node *vector, *image, *ids, *tokens;
+} helper_inputs;
+
+static void helper_inputs_create(bpt_context *c, helper_inputs *in) {
+  const int64_t vector = 8, image[3] = {2, 8, 8}, ids = 4, tokens[2] = {4, 8};
+  assert_ok(c, bpt_graph_create(c, &in->graph));
+  assert_ok(c, bpt_graph_input(in->graph, "vector", BPT_DTYPE_F32, 1, &vector, &in->vector));
+  assert_ok(c, bpt_graph_input(in->graph, "image", BPT_DTYPE_F32, 3, image, &in->image));
+  assert_ok(c, bpt_graph_input(in->graph, "ids", BPT_DTYPE_I32, 1, &ids, &in->ids));
+  assert_ok(c, bpt_graph_input_sequence(in->graph, "tokens", BPT_DTYPE_F32, 4, 1, &tokens[1], &in->tokens));
+}
+
+static bpt_status build_helper(const helper_inputs *in, int helper, bpt_node **out) {
+  bpt_graph *g = in->graph;
+  switch (helper) {
+  case HELPER_LINEAR: return bpt_layer_linear(g, "h", in->vector, 3, BPT_INIT_HE_UNIFORM, out);
+  case HELPER_CONV2D: return bpt_layer_conv2d(g, "h", in->image, 4, 3, 1, 1, 1, out);
+  case HELPER_BATCH_NORM: return bpt_layer_batch_norm(g, "h", in->image, out);
+  case HELPER_BATCH_NORM_RELU: return bpt_layer_batch_norm_relu(g, "h", in->image, out);
+  case HELPER_LAYER_NORM: return bpt_layer_layer_norm(g, "h", in->vector, 1e-5f, out);
+  case HELPER_RMS_NORM: return bpt_layer_rms_norm(g, "h", in->vector, 1e-5f, out);
+  case HELPER_EMBEDDING: return bpt_layer_embedding(g, "h", in->ids, 10, 4, out);
+  case HELPER_RESNET_BLOCK: return bpt_layer_resnet_basic_block(g, "h", in->image, 4, 2, out);
+  case HELPER_SEQUENTIAL: {
+    const bpt_layer_spec layers[] = {{BPT_LAYER(BPT_LAYER_LINEAR), .units = 6}, {BPT_LAYER(BPT_LAYER_RELU)},
+                                     {BPT_LAYER(BPT_LAYER_LINEAR), .units = 3}};
+    return bpt_layer_sequential(g, "h", in->vector, layers, 3, out);
+  }
+  default: {
+    bpt_transformer_block_options options = bpt_transformer_block_options_default();
+    options.heads = 2;
+    return bpt_layer_transformer_block(g, "h", in->tokens, &options, out);
+  }
+  }
+}
+
+static void failed_layers_leave_the_graph_as_it_was(void **state) {
+  (void)state;
+  bpt_context *c = NULL;
+  assert_ok(NULL, bpt_context_create(NULL, &c));
+  for (int helper = 0; helper < HELPER_COUNT; helper++) {
+    helper_inputs built, refused;
+    bpt_node *out = NULL, *taken = NULL;
+    helper_inputs_create(c, &built);
+    const int before = bpt_graph_node_count(built.graph);
+    assert_ok(c, build_helper(&built, helper, &out));
+    const int made = bpt_graph_node_count(built.graph) - before;
+    assert_true(made >= 2); /* a parameter and an op at least, so there is something to leave behind */
+    char last[BPT_NAME_SIZE];
+    snprintf(last, sizeof last, "%s", bpt_graph_node(built.graph, bpt_graph_node_count(built.graph) - 1)->name);
+
+    helper_inputs_create(c, &refused);
+    const int64_t one = 1;
+    assert_ok(c, bpt_graph_input(refused.graph, last, BPT_DTYPE_F32, 1, &one, &taken));
+    const int count = bpt_graph_node_count(refused.graph);
+    out = taken;
+    FAILS(c, BPT_ERR_INVALID_ARGUMENT, "already exists", build_helper(&refused, helper, &out));
+    if (bpt_graph_node_count(refused.graph) != count)
+      fail_msg("helper %d: %d nodes left behind after it failed at '%s'", helper,
+               bpt_graph_node_count(refused.graph) - count, last);
+    assert_null(out);
+    bpt_graph_destroy(refused.graph);
+    bpt_graph_destroy(built.graph);
+  }
+  bpt_context_destroy(c);
+}
+
 static void report(void **state) {
   (void)state;
   print_message("%d misuse cases returned the expected status and message\n", cases);
@@ -645,6 +723,7 @@ int main(void) {
       cmocka_unit_test(checkpoints_and_anomaly_mode),
       cmocka_unit_test(null_graph_everywhere),
       cmocka_unit_test(second_thread_inside_a_graph_is_refused),
+      cmocka_unit_test(failed_layers_leave_the_graph_as_it_was),
       cmocka_unit_test(report),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

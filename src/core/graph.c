@@ -38,6 +38,17 @@ void bpt_graph_destroy(bpt_graph *graph) {
   free(graph);
 }
 
+void bpt_graph_discard_nodes(bpt_graph *graph, int mark) {
+  if (!graph || mark < 0 || mark >= graph->node_count) return;
+  int kept = 0;
+  for (int i = 0; i < graph->buffer_count; i++)
+    if (!graph->buffers[i].owner || graph->buffers[i].owner->index < mark) graph->buffers[kept++] = graph->buffers[i];
+  graph->buffer_count = kept;
+  for (int i = graph->node_count - 1; i >= mark; i--)
+    free(graph->nodes[i]);
+  graph->node_count = mark;
+}
+
 static bool name_taken(const bpt_graph *graph, const char *name) {
   for (int i = 0; i < graph->node_count; i++)
     if (strcmp(graph->nodes[i]->name, name) == 0) return true;
@@ -286,8 +297,8 @@ bpt_status bpt_graph_parameter(bpt_graph *graph, const char *name, int rank, con
   return BPT_OK;
 }
 
-bpt_status bpt_layer_linear(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_features,
-                            bpt_initializer initializer, bpt_node **out) {
+static bpt_status build_linear(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_features,
+                               bpt_initializer initializer, bpt_node **out) {
   if (out) *out = NULL; /* a failed layer leaves NULL, which the next builder reports with this error */
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_linear: graph is NULL");
   if (!x || !name || !out)
@@ -304,6 +315,12 @@ bpt_status bpt_layer_linear(bpt_graph *graph, const char *name, bpt_node *x, int
   snprintf(parameter_name, sizeof parameter_name, "%s.bias", name);
   BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 1, &out_features, BPT_INIT_ZEROS, &bias));
   return bpt_linear(graph, name, x, weight, bias, out);
+}
+
+bpt_status bpt_layer_linear(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_features,
+                            bpt_initializer initializer, bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, build_linear(graph, name, x, out_features, initializer, out), out);
 }
 
 int64_t bpt_node_inner_count(const bpt_node *node) {

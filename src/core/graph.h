@@ -192,6 +192,17 @@ bool bpt_node_broadcasts(const bpt_node *node, const bpt_node *input);
 /* BPT_OK when every dimension of node's inferred shape is in [1, BPT_MAX_DIM] and its per-sample element count
  * at most BPT_MAX_ELEMENTS (core/checked.h); run after every shape rule, so no later size arithmetic wraps. */
 bpt_status bpt_node_check_shape(const bpt_node *node);
+/* A layer helper that fails leaves the graph as it found it: it marks graph->node_count on entry and, on failure,
+ * discards every node added since (the parameters made before the op that refused, and the checkpoint buffers
+ * those nodes own), so the caller can retry under the same names and no orphan parameter reaches compile, a
+ * checkpoint or a load report. Only nodes made during the call are past the mark, so none is anyone's input. */
+void bpt_graph_discard_nodes(bpt_graph *graph, int mark);
+static inline int bpt_graph_mark(const bpt_graph *graph) { return graph ? graph->node_count : 0; }
+static inline bpt_status bpt_graph_keep_if_ok(bpt_graph *graph, int mark, bpt_status status, bpt_node **out) {
+  if (status != BPT_OK && graph) bpt_graph_discard_nodes(graph, mark);
+  if (status != BPT_OK && out) *out = NULL; /* never a discarded node */
+  return status;
+}
 /* Adds a node of op with the given inputs; ops then fill attributes. */
 bpt_status bpt_graph_add_node(bpt_graph *graph, bpt_op_id op, const char *name, bpt_node *const *inputs,
                               int input_count, bpt_node **out);

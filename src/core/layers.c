@@ -22,8 +22,8 @@ static bpt_status check(bpt_graph *graph, const char *where, const void *x, cons
   return BPT_OK;
 }
 
-bpt_status bpt_layer_conv2d(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels, int64_t kernel,
-                            int64_t stride, int64_t padding, int with_bias, bpt_node **out) {
+static bpt_status build_conv2d(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels, int64_t kernel,
+                               int64_t stride, int64_t padding, int with_bias, bpt_node **out) {
   BPT_CHECK(check(graph, "bpt_layer_conv2d", x, name, out));
   if (x->rank != 4 || !x->batched)
     return bpt_error(graph->context, BPT_ERR_SHAPE, "bpt_layer_conv2d '%s': input '%s' is not (N, C, H, W)", name,
@@ -43,8 +43,15 @@ bpt_status bpt_layer_conv2d(bpt_graph *graph, const char *name, bpt_node *x, int
   return bpt_conv2d(graph, name, x, weight, bias, &options, out);
 }
 
-bpt_status bpt_layer_embedding(bpt_graph *graph, const char *name, bpt_node *ids, int64_t vocabulary, int64_t dim,
-                               bpt_node **out) {
+bpt_status bpt_layer_conv2d(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels, int64_t kernel,
+                            int64_t stride, int64_t padding, int with_bias, bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark,
+                              build_conv2d(graph, name, x, out_channels, kernel, stride, padding, with_bias, out), out);
+}
+
+static bpt_status build_embedding(bpt_graph *graph, const char *name, bpt_node *ids, int64_t vocabulary, int64_t dim,
+                                  bpt_node **out) {
   BPT_CHECK(check(graph, "bpt_layer_embedding", ids, name, out));
   char parameter_name[NAME_SIZE];
   bpt_node *table;
@@ -52,6 +59,12 @@ bpt_status bpt_layer_embedding(bpt_graph *graph, const char *name, bpt_node *ids
   snprintf(parameter_name, sizeof parameter_name, "%s.weight", name);
   BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 2, table_dims, BPT_INIT_NORMAL_SMALL, &table));
   return bpt_embedding(graph, name, ids, table, out);
+}
+
+bpt_status bpt_layer_embedding(bpt_graph *graph, const char *name, bpt_node *ids, int64_t vocabulary, int64_t dim,
+                               bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, build_embedding(graph, name, ids, vocabulary, dim, out), out);
 }
 
 /* bpt_layer_batch_norm and bpt_layer_batch_norm_relu: the same parameters, then the plain or the fused op. */
@@ -76,15 +89,18 @@ static bpt_status batch_norm_layer(bpt_graph *graph, const char *where, const ch
 }
 
 bpt_status bpt_layer_batch_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
-  return batch_norm_layer(graph, "bpt_layer_batch_norm", name, x, false, out);
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, batch_norm_layer(graph, "bpt_layer_batch_norm", name, x, false, out), out);
 }
 
 bpt_status bpt_layer_batch_norm_relu(bpt_graph *graph, const char *name, bpt_node *x, bpt_node **out) {
-  return batch_norm_layer(graph, "bpt_layer_batch_norm_relu", name, x, true, out);
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, batch_norm_layer(graph, "bpt_layer_batch_norm_relu", name, x, true, out),
+                              out);
 }
 
-bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
-                                        int64_t stride, bpt_node **out) {
+static bpt_status build_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
+                                           int64_t stride, bpt_node **out) {
   BPT_CHECK(check(graph, "bpt_layer_resnet_basic_block", x, name, out));
   if (x->rank != 4 || !x->batched)
     return bpt_error(graph->context, BPT_ERR_SHAPE, "bpt_layer_resnet_basic_block '%s': input '%s' is not (N, C, H, W)",
@@ -108,6 +124,12 @@ bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_
   }
   snprintf(layer, sizeof layer, "%s.add", name);
   return bpt_add_relu(graph, layer, y, shortcut, out);
+}
+
+bpt_status bpt_layer_resnet_basic_block(bpt_graph *graph, const char *name, bpt_node *x, int64_t out_channels,
+                                        int64_t stride, bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, build_resnet_basic_block(graph, name, x, out_channels, stride, out), out);
 }
 
 static const char *kind_name(bpt_layer_kind kind) {
@@ -186,8 +208,8 @@ static bpt_status build_sequential(bpt_graph *graph, const char *prefix, bpt_nod
 
 /* The caller's entries are sizeof(bpt_layer_spec) of the headers it was compiled with apart; each is copied
  * into today's layout (fields it does not know stay 0) before anything is built. */
-bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *x, const bpt_layer_spec *layers,
-                                int count, bpt_node **out) {
+static bpt_status copy_and_build_sequential(bpt_graph *graph, const char *prefix, bpt_node *x,
+                                            const bpt_layer_spec *layers, int count, bpt_node **out) {
   const char *where = "bpt_layer_sequential";
   BPT_CHECK(check(graph, where, x, prefix, out));
   if (count < 1 || !layers)
@@ -211,4 +233,10 @@ bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *
   if (status == BPT_OK) status = build_sequential(graph, prefix, x, specs, count, out);
   free(specs);
   return status;
+}
+
+bpt_status bpt_layer_sequential(bpt_graph *graph, const char *prefix, bpt_node *x, const bpt_layer_spec *layers,
+                                int count, bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, copy_and_build_sequential(graph, prefix, x, layers, count, out), out);
 }

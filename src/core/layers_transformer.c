@@ -96,8 +96,8 @@ static bpt_status mlp_half(bpt_graph *graph, const char *block, bpt_node *x, con
   return bpt_add(graph, part(name, block, "mlp.residual"), x, h, out);
 }
 
-bpt_status bpt_layer_transformer_block(bpt_graph *graph, const char *name, bpt_node *x,
-                                       const bpt_transformer_block_options *options, bpt_node **out) {
+static bpt_status build_transformer_block(bpt_graph *graph, const char *name, bpt_node *x,
+                                          const bpt_transformer_block_options *options, bpt_node **out) {
   const bpt_transformer_block_options defaults = bpt_transformer_block_options_default();
   const bpt_transformer_block_options *o = options ? options : &defaults;
   BPT_CHECK(check_block(graph, name, x, o, out));
@@ -109,9 +109,15 @@ bpt_status bpt_layer_transformer_block(bpt_graph *graph, const char *name, bpt_n
   return bpt_graph_recompute_segment(graph, graph->nodes[first], *out);
 }
 
-bpt_status bpt_layer_transformer_block_cached(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *positions,
-                                              int64_t capacity, const bpt_transformer_block_options *options,
-                                              bpt_node **out) {
+bpt_status bpt_layer_transformer_block(bpt_graph *graph, const char *name, bpt_node *x,
+                                       const bpt_transformer_block_options *options, bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, build_transformer_block(graph, name, x, options, out), out);
+}
+
+static bpt_status build_transformer_block_cached(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *positions,
+                                                 int64_t capacity, const bpt_transformer_block_options *options,
+                                                 bpt_node **out) {
   bpt_transformer_block_options o = options ? *options : bpt_transformer_block_options_default();
   BPT_CHECK(check_block(graph, name, x, &o, out));
   if (!o.causal)
@@ -121,4 +127,12 @@ bpt_status bpt_layer_transformer_block_cached(bpt_graph *graph, const char *name
   bpt_node *y;
   BPT_CHECK(attention_half(graph, name, x, &o, positions, capacity, &y));
   return mlp_half(graph, name, y, &o, out);
+}
+
+bpt_status bpt_layer_transformer_block_cached(bpt_graph *graph, const char *name, bpt_node *x, bpt_node *positions,
+                                              int64_t capacity, const bpt_transformer_block_options *options,
+                                              bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark,
+                              build_transformer_block_cached(graph, name, x, positions, capacity, options, out), out);
 }

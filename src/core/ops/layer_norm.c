@@ -61,7 +61,7 @@ bpt_status bpt_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_n
                                             out);
 }
 
-bpt_status bpt_layer_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out) {
+static bpt_status build_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out) {
   if (out) *out = NULL;
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_layer_norm: graph is NULL");
   if (!x || !name || !out)
@@ -78,4 +78,9 @@ bpt_status bpt_layer_layer_norm(bpt_graph *graph, const char *name, bpt_node *x,
   snprintf(parameter_name, sizeof parameter_name, "%s.bias", name);
   BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 1, &features, BPT_INIT_ZEROS, &beta));
   return bpt_layer_norm(graph, name, x, gamma, beta, epsilon, out);
+}
+
+bpt_status bpt_layer_layer_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, build_layer_norm(graph, name, x, epsilon, out), out);
 }

@@ -50,7 +50,7 @@ bpt_status bpt_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, bpt_nod
   return bpt_graph_add_node_with_attributes(graph, BPT_OP_RMS_NORM, name, inputs, 2, NULL, 0, &epsilon, 1, out);
 }
 
-bpt_status bpt_layer_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out) {
+static bpt_status build_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out) {
   if (out) *out = NULL;
   if (!graph) return bpt_error(NULL, BPT_ERR_INVALID_ARGUMENT, "bpt_layer_rms_norm: graph is NULL");
   if (!x || !name || !out)
@@ -64,4 +64,9 @@ bpt_status bpt_layer_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, f
   snprintf(parameter_name, sizeof parameter_name, "%s.weight", name);
   BPT_CHECK(bpt_graph_parameter(graph, parameter_name, 1, &features, BPT_INIT_ONES, &gamma));
   return bpt_rms_norm(graph, name, x, gamma, epsilon, out);
+}
+
+bpt_status bpt_layer_rms_norm(bpt_graph *graph, const char *name, bpt_node *x, float epsilon, bpt_node **out) {
+  const int mark = bpt_graph_mark(graph);
+  return bpt_graph_keep_if_ok(graph, mark, build_rms_norm(graph, name, x, epsilon, out), out);
 }
