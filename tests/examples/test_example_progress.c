@@ -11,17 +11,35 @@
 
 static int failures = 0;
 
-/* Feeds one report to the bar with stderr sent to a file and checks that the drawn line holds @p expected. */
-static void expect_line(int64_t batch, int64_t batches, int64_t samples, double seconds, const char *expected) {
+/* Sends stderr to a temporary file until read_stderr(); NULL (and a failure counted) when none can be made. */
+static FILE *capture_stderr(int *saved) {
   FILE *file = tmpfile();
   if (!file) {
     printf("cannot make a temporary file\n");
     failures++;
-    return;
+    return NULL;
   }
   fflush(stderr);
-  int saved = dup(fileno(stderr));
+  *saved = dup(fileno(stderr));
   dup2(fileno(file), fileno(stderr));
+  return file;
+}
+
+/* Puts stderr back and reads what was written to it into line. */
+static void read_stderr(FILE *file, int saved, char *line, size_t size) {
+  fflush(stderr);
+  dup2(saved, fileno(stderr));
+  close(saved);
+  rewind(file);
+  line[fread(line, 1, size - 1, file)] = 0;
+  fclose(file);
+}
+
+/* Feeds one report to the bar with stderr sent to a file and checks that the drawn line holds @p expected. */
+static void expect_line(int64_t batch, int64_t batches, int64_t samples, double seconds, const char *expected) {
+  int saved;
+  FILE *file = capture_stderr(&saved);
+  if (!file) return;
   example_progress bar = {.total = (long)samples}; /* as batch 1 of the epoch set it */
   bpt_train_progress report = {.size = sizeof report,
                                .epoch = 1,
@@ -33,14 +51,8 @@ static void expect_line(int64_t batch, int64_t batches, int64_t samples, double 
                                .seconds = seconds,
                                .running_loss = 0.5};
   example_progress_callback(&bar, &report);
-  fflush(stderr);
-  dup2(saved, fileno(stderr));
-  close(saved);
-  char line[512] = {0};
-  rewind(file);
-  size_t got = fread(line, 1, sizeof line - 1, file);
-  line[got] = 0;
-  fclose(file);
+  char line[512];
+  read_stderr(file, saved, line, sizeof line);
   if (!strstr(line, expected) || (batches > 1 && strstr(line, "warning"))) {
     printf("FAIL: expected \"%s\" in \"%s\"\n", expected, line);
     failures++;
@@ -50,28 +62,17 @@ static void expect_line(int64_t batch, int64_t batches, int64_t samples, double 
 /* A bar the example's own loop starts (ddp_mnist, speculative_mnist) times itself, whatever its memory held:
  * they start it on an uninitialised stack struct, where a stale library_clock read as "-" samples/s. */
 static void expect_own_clock(void) {
-  FILE *file = tmpfile();
-  if (!file) {
-    printf("cannot make a temporary file\n");
-    failures++;
-    return;
-  }
-  fflush(stderr);
-  int saved = dup(fileno(stderr));
-  dup2(fileno(file), fileno(stderr));
+  int saved;
+  FILE *file = capture_stderr(&saved);
+  if (!file) return;
   example_progress bar = {.library_clock = true, .library_seconds = 0.0}; /* what the stack may hold */
   example_progress_start(&bar, "epoch 1/1", 100);
   struct timespec pause = {.tv_nsec = 20 * 1000 * 1000};
   nanosleep(&pause, NULL);
   bar.done = 100;
   example_progress_finish(&bar, 0.5);
-  fflush(stderr);
-  dup2(saved, fileno(stderr));
-  close(saved);
-  char line[512] = {0};
-  rewind(file);
-  line[fread(line, 1, sizeof line - 1, file)] = 0;
-  fclose(file);
+  char line[512];
+  read_stderr(file, saved, line, sizeof line);
   if (strstr(line, "- samples/s")) {
     printf("FAIL: the example's own bar printed no rate: \"%s\"\n", line);
     failures++;
