@@ -8,6 +8,7 @@
 #                              set, ONNX export, gnuplot for --plot, Python with NumPy and venv
 #                              (what scripts/run-example.sh uses)
 #   --print                    lists the packages instead of installing them (no root needed)
+#   --verbose                  shows apt-get's output (otherwise kept in a log, shown when apt-get fails)
 set -euo pipefail
 
 minimal=(
@@ -39,12 +40,13 @@ developing=(
   verilator yosys iverilog
 )
 packages=("${minimal[@]}" "${developing[@]}")
-print=0
+print=0 verbose=0
 for argument in "$@"; do
   case $argument in
     --minimal) packages=("${minimal[@]}") ;;
     --print) print=1 ;;
-    *) echo "install-deps: unknown argument '$argument' (--minimal, --print)" >&2; exit 2 ;;
+    --verbose) verbose=1 ;;
+    *) echo "install-deps: unknown argument '$argument' (--minimal, --print, --verbose)" >&2; exit 2 ;;
   esac
 done
 if [ "$print" -eq 1 ]; then
@@ -61,8 +63,20 @@ for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "install-deps: installing ${missing[*]}"
+  # apt-get prints about a thousand lines on a fresh machine, which buried the one line a newcomer needs: they
+  # go to a log, shown only when apt-get fails (or with --verbose).
+  echo "install-deps: installing ${#missing[@]} packages with apt-get (a few minutes on a fresh machine): ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${missing[@]}"
+  if [ "$verbose" -eq 1 ]; then
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}"
+  else
+    log=$(mktemp "${TMPDIR:-/tmp}/install-deps.XXXXXX.log")
+    if ! { apt-get update -qq && apt-get install -y -qq "${missing[@]}"; } > "$log" 2>&1; then
+      echo "install-deps: apt-get failed; the last lines of its output ($log):" >&2
+      tail -n 20 "$log" >&2
+      exit 1
+    fi
+    echo "install-deps: done (apt-get's output: $log)"
+  fi
 fi

@@ -39,8 +39,26 @@ if [ "$(id -u)" -eq 0 ]; then
   (cd "$work/repo" && PATH="$work/bin:$PATH" bash scripts/run-example.sh > /dev/null 2>&1) || fail "run-example.sh failed"
   [ "$(cat "$work/install-deps.args" 2>/dev/null)" = --minimal ] ||
     fail "run-example.sh ran install-deps.sh with '$(cat "$work/install-deps.args" 2>/dev/null)', not --minimal"
+  # apt-get's thousand lines stay in a log: one line before and one after, or its last lines when it fails.
+  mkdir -p "$work/apt/bin"
+  printf '#!/bin/sh\nexit 1\n' > "$work/apt/bin/dpkg-query"
+  printf '#!/bin/sh\nseq 1000 | sed "s/^/apt line /"\n[ -z "$APT_FAILS" ] || { echo "E: Unable to locate package"; exit 100; }\n' \
+    > "$work/apt/bin/apt-get"
+  chmod +x "$work/apt/bin/dpkg-query" "$work/apt/bin/apt-get"
+  set +e
+  output=$(PATH="$work/apt/bin:$PATH" TMPDIR="$work/apt" bash "$source_dir/scripts/install-deps.sh" --minimal 2>&1)
+  rc=$?
+  set -e
+  [ "$rc" -eq 0 ] && [ "$(wc -l <<< "$output")" -le 2 ] && ! grep -q "apt line" <<< "$output" ||
+    fail "install-deps.sh showed apt-get's output: exit $rc, $(wc -l <<< "$output") lines"
+  set +e
+  output=$(PATH="$work/apt/bin:$PATH" TMPDIR="$work/apt" APT_FAILS=1 bash "$source_dir/scripts/install-deps.sh" 2>&1)
+  rc=$?
+  set -e
+  [ "$rc" -ne 0 ] && grep -q "E: Unable to locate package" <<< "$output" && [ "$(wc -l <<< "$output")" -le 25 ] ||
+    fail "a failing apt-get: exit $rc, without its last lines: $(tail -3 <<< "$output")"
 else
-  echo "note: not root, so run-example.sh's own call is not run"
+  echo "note: not root, so run-example.sh's own call and apt-get's log are not run"
 fi
 [ "$failures" -eq 0 ] || { echo "$failures failures"; exit 1; }
 echo "install-deps: minimal set of $(wc -l <<< "$minimal"), full set of $(wc -l <<< "$full") packages"
