@@ -168,3 +168,9 @@ def instance(value, kind, what, name):
         raise error(INVALID_ARGUMENT, "bptrain: %s: %s must be a bptrain.%s, got %s" %
                     (what, name, kind.__name__, type(value).__name__))
     return value
+
+
+def model_call(what):
+    """How the user wrote a call that checks a Model: its own methods as "Model.fit", the classes that take a
+    model (Optimizer, SpeculativeTrainer) by their own name ("Model.Optimizer" read as a method that is not)."""
+    return what if what[:1].isupper() else "Model." + what

@@ -218,9 +218,11 @@ class TrainingLoop:
         """An optimiser of another model would step that model's parameters with its stale gradients."""
         from .training import Optimizer
         if not isinstance(optimizer, Optimizer):
-            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the first argument must be a bptrain.Optimizer" % what)
+            raise error(INVALID_ARGUMENT, "bptrain: %s: the first argument must be a bptrain.Optimizer" %
+                        _arguments.model_call(what))
         if optimizer.model is not self:
-            raise error(INVALID_ARGUMENT, "bptrain: Model.%s: the optimizer was made for another model" % what)
+            raise error(INVALID_ARGUMENT, "bptrain: %s: the optimizer was made for another model" %
+                        _arguments.model_call(what))
 
     def _batch_size(self, batch_size, what):
         """batch_size, or the compiled max_batch for None; an int in 1..max_batch."""

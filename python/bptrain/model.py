@@ -260,8 +260,8 @@ class Model(TrainingLoop, Closing):
 
     def _require_compiled(self, what):
         if not self.compiled:
-            raise error(STATE, "bptrain: Model.%s: the model is not compiled; call model.compile(loss, "
-                               "max_batch) first" % what)
+            raise error(STATE, "bptrain: %s: the model is not compiled; call model.compile(loss, "
+                               "max_batch) first" % _arguments.model_call(what))
 
     # --- modes and switches --------------------------------------------------------------------------
     def train(self):

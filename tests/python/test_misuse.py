@@ -360,6 +360,18 @@ class Messages(unittest.TestCase):
         self.assertMessage(expect(bptrain.ShapeError, fresh.conv2d, fresh.input("x", (4,)), 3, 3),
                            "bptrain: Model.conv2d 'conv1': ")  # a builder names its method and its node
 
+    def test_classes_that_take_a_model_are_named_as_written(self):
+        # "bptrain: Model.Optimizer: the model is not compiled" named a method that does not exist
+        fresh = bptrain.Model(context())
+        fresh.input("x", (4,))
+        self.assertMessage(expect(bptrain.StateError, bptrain.Optimizer, fresh),
+                           "bptrain: Optimizer: the model is not compiled")
+        model, optimizer = classifier()
+        other, _ = classifier()
+        self.assertMessage(expect(bptrain.InvalidArgumentError, bptrain.SpeculativeTrainer, model,
+                                  bptrain.Optimizer(other)),
+                           "bptrain: SpeculativeTrainer: the optimizer was made for another model")
+
     def test_a_call_from_a_callback_names_itself_not_fit(self):
         model, optimizer = classifier()
 
