@@ -67,12 +67,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   # go to a log, shown only when apt-get fails (or with --verbose).
   echo "install-deps: installing ${#missing[@]} packages with apt-get (a few minutes on a fresh machine): ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  install_missing() { apt-get update -qq && apt-get install -y -qq "${missing[@]}"; }
   if [ "$verbose" -eq 1 ]; then
-    apt-get update -qq
-    apt-get install -y -qq "${missing[@]}"
+    install_missing
   else
     log=$(mktemp "${TMPDIR:-/tmp}/install-deps.XXXXXX.log")
-    if ! { apt-get update -qq && apt-get install -y -qq "${missing[@]}"; } > "$log" 2>&1; then
+    if ! install_missing > "$log" 2>&1; then
       echo "install-deps: apt-get failed; the last lines of its output ($log):" >&2
       tail -n 20 "$log" >&2
       exit 1

@@ -32,7 +32,7 @@ _NUMPY_NAMES = {"float32": "f32", "float16": "f16", "int32": "i32", "uint8": "u8
 # its place: set_precision("fp16") listed every dtype, the invalid ones too, and left the user to find "f16".
 _ALIASES = {"fp32": "f32", "float": "f32", "float64": "f32", "single": "f32", "fp16": "f16", "half": "f16",
             "bfloat16": "bf16", "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
-            "e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2", "int": "i32", "int64": "i32", "uint8": "u8"}
+            "e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2", "int": "i32", "int64": "i32"}
 
 
 def dtype_name(dtype, what, argument="dtype", allowed=tuple(DTYPES)):
