@@ -14,6 +14,9 @@ set -euo pipefail
 minimal=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev zlib1g-dev
+  # oneDNN 2.6 (issue 26.1): the bf16 policy's products run on its matmul where the CPU has AVX512_BF16 or
+  # AMX; opened at run time like OpenBLAS, its headers needed at build time (the library builds without it)
+  libdnnl-dev
   libcmocka-dev
   dataset-fashion-mnist
   # examples/char_gpt's default text (issue 25): /usr/share/games/fortunes

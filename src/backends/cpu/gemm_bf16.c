@@ -10,6 +10,7 @@
 #include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm_bf16.h"
+#include "backends/cpu/onednn.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -289,6 +290,8 @@ const char *bpt_cpu_bf16_gemm_mode(void) {
 #if defined(BPT_AVX512_EMULATION)
   if (bpt_cpu_has_avx512_bf16()) return "emulated AVX512_BF16 in plain C (a test build of the library, not for use)";
 #endif
+  const char *onednn = bpt_cpu_onednn_mode();
+  if (onednn) return onednn;
   return bpt_cpu_has_avx512_bf16() ? "native AVX512_BF16 (vdpbf16ps)"
                                    : "emulated: bf16 storage, f32 arithmetic (no AVX512_BF16)";
 }
