@@ -8,6 +8,7 @@
  * by itself; a plain loop covers the rest. NaN counts as not positive on every path. */
 #include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/gemm_bf16.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -186,21 +187,115 @@ static bool relu_storage_bf16(const bpt_kernel_node *node) {
   return bpt_tensor_is_bf16(&node->inputs[0]) || bpt_tensor_is_bf16(&node->output);
 }
 
-static void relu_forward_bf16(const bpt_kernel_node *node) {
+/* ---- bf16 in and out, AVX-512 BW: 32 values at a time on the bit patterns; values [first, end), first a
+ * multiple of 32; the scalar loops above finish the tail ---- */
+#if RELU_AVX512 && !defined(BPT_AVX512_EMULATION)
+#define RELU_BF16_VECTOR 1
+#define RELU_BF16_TARGET __attribute__((target("avx512f,avx512bw")))
+
+/* A bf16 value is positive exactly when its bits, as int16, lie in (0, 0x7f80]: negatives and -0 have the
+ * sign bit, NaNs lie above +inf. So ReLU needs no widening, and y is x's bits or 0, as the scalar loop stores. */
+RELU_BF16_TARGET static int64_t forward_bf16_vector(const uint16_t *x, uint16_t *y, uint8_t *mask, int64_t first,
+                                                    int64_t end) {
+  const __m512i zero = _mm512_setzero_si512(), infinity = _mm512_set1_epi16(0x7f80);
+  int64_t i = first;
+  for (; i + 32 <= end; i += 32) {
+    const __m512i v = _mm512_loadu_si512((const void *)(x + i));
+    const __mmask32 positive = _mm512_cmpgt_epi16_mask(v, zero) & _mm512_cmple_epi16_mask(v, infinity);
+    _mm512_storeu_si512((void *)(y + i), _mm512_maskz_mov_epi16(positive, v));
+    if (mask) { /* bit j of the compare is element i + j: four mask bytes, lowest first */
+      const uint32_t bits = (uint32_t)positive;
+      for (int b = 0; b < 4; b++) mask[i / 8 + b] = (uint8_t)(bits >> (8 * b));
+    }
+  }
+  return i;
+}
+
+/* 16 bf16 values widened to f32 (exact). */
+RELU_BF16_TARGET static inline __m512 widen16(const uint16_t *values) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)values)), 16));
+}
+
+/* 16 f32 to bf16 as bpt_bf16_narrow rounds: to nearest even, NaN kept and made quiet. */
+RELU_BF16_TARGET static inline __m256i narrow16(__m512 values) {
+  const __m512i bits = _mm512_castps_si512(values);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), odd), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x0040));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
+/* dx (+)= dy where the mask is set, all bf16. Assigning copies dy's bits (NaNs made quiet, as narrowing their
+ * widened value would); accumulating adds in f32 and rounds once, as the scalar loop does. */
+RELU_BF16_TARGET static int64_t backward_bf16_vector(const uint8_t *mask, const uint16_t *dy, uint16_t *dx,
+                                                     bool assign, int64_t first, int64_t end) {
+  int64_t i = first;
+  if (assign) {
+    const __m512i magnitude = _mm512_set1_epi16(0x7fff), infinity = _mm512_set1_epi16(0x7f80);
+    const __m512i quiet = _mm512_set1_epi16(0x0040);
+    for (; i + 32 <= end; i += 32) {
+      uint32_t bits = 0;
+      for (int b = 0; b < 4; b++) bits |= (uint32_t)mask[i / 8 + b] << (8 * b);
+      const __m512i v = _mm512_loadu_si512((const void *)(dy + i));
+      const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, magnitude), infinity);
+      const __m512i kept = _mm512_mask_mov_epi16(v, nan, _mm512_or_si512(v, quiet));
+      _mm512_storeu_si512((void *)(dx + i), _mm512_maskz_mov_epi16((__mmask32)bits, kept));
+    }
+    return i;
+  }
+  for (; i + 16 <= end; i += 16) {
+    const __mmask16 bits = (__mmask16)(mask[i / 8] | (unsigned)mask[i / 8 + 1] << 8);
+    const __m512 sum = _mm512_add_ps(widen16(dx + i), _mm512_maskz_mov_ps(bits, widen16(dy + i)));
+    _mm256_storeu_si256((void *)(dx + i), narrow16(sum));
+  }
+  return i;
+}
+#else
+#define RELU_BF16_VECTOR 0
+#endif
+
+/* Whether the 16-bit vector loops may run: bf16 x and y (value and gradient), AVX-512 BW on this CPU (every
+ * AVX512_BF16 CPU has it) and the backend's loops not limited below AVX-512. */
+static bool bf16_vector(bpt_backend *backend, const bpt_kernel_node *node) {
+  return RELU_BF16_VECTOR && bpt_tensor_is_bf16(&node->inputs[0]) && bpt_tensor_is_bf16(&node->output) &&
+         bpt_cpu_vector_loops(backend) == BPT_CPU_LOOPS_AVX512 && bpt_cpu_has_avx512_bf16();
+}
+
+static void relu_forward_bf16(bpt_backend *backend, const bpt_kernel_node *node) {
   const int64_t count = node->output.count, pieces = (count + PIECE - 1) / PIECE;
+  const bool vector = bf16_vector(backend, node);
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t piece = 0; piece < pieces; piece++) {
-    const int64_t first = piece * PIECE, end = first + PIECE < count ? first + PIECE : count;
+    int64_t first = piece * PIECE;
+    const int64_t end = first + PIECE < count ? first + PIECE : count;
+#if RELU_BF16_VECTOR
+    if (vector)
+      first = forward_bf16_vector((const uint16_t *)node->inputs[0].value, (uint16_t *)node->output.value, node->saved,
+                                  first, end);
+#else
+    (void)vector;
+#endif
     forward_storage(&node->inputs[0], &node->output, node->saved, first, end);
   }
 }
 
-static void relu_backward_bf16(const bpt_kernel_node *node) {
+static void relu_backward_bf16(bpt_backend *backend, const bpt_kernel_node *node) {
   const int64_t count = node->output.count, pieces = (count + PIECE - 1) / PIECE;
   const uint8_t *mask = node->int_attributes[BPT_RELU_USES_MASK] ? node->saved : NULL;
+  const bool vector = mask && bf16_vector(backend, node);
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t piece = 0; piece < pieces; piece++) {
-    const int64_t first = piece * PIECE, end = first + PIECE < count ? first + PIECE : count;
+    int64_t first = piece * PIECE;
+    const int64_t end = first + PIECE < count ? first + PIECE : count;
+#if RELU_BF16_VECTOR
+    if (vector)
+      first = backward_bf16_vector(mask, (const uint16_t *)node->output.grad, (uint16_t *)node->inputs[0].grad,
+                                   node->inputs[0].beta == 0.0f, first, end);
+#else
+    (void)vector;
+#endif
     backward_storage(mask, &node->inputs[0], &node->output, first, end);
   }
 }
@@ -209,7 +304,7 @@ static void relu_backward_bf16(const bpt_kernel_node *node) {
  * maskless loops are branch-free: a data-dependent branch per element mispredicts half the time on ReLU inputs. */
 static bpt_status relu_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   if (relu_storage_bf16(node)) {
-    relu_forward_bf16(node);
+    relu_forward_bf16(backend, node);
     return BPT_OK;
   }
   const int64_t count = node->output.count;
@@ -230,7 +325,7 @@ static bpt_status relu_forward(bpt_backend *backend, const bpt_kernel_node *node
 static bpt_status relu_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
   if (relu_storage_bf16(node)) {
-    relu_backward_bf16(node);
+    relu_backward_bf16(backend, node);
     return BPT_OK;
   }
   if (node->int_attributes[BPT_RELU_USES_MASK]) {
