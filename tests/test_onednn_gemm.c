@@ -1,6 +1,6 @@
 /* The bf16 policy's products on oneDNN's matmul (issue 26.1, src/backends/cpu/onednn.c) against the bf16
  * reference: both operand layouts, padded leading dimensions, f32 operands (narrowed first) and bf16 ones,
- * alpha and beta, shapes with edges and the training shapes. Where oneDNN is not used (not installed, no
+ * alpha and beta, f32 and bf16 C, shapes with edges and the training shapes. Where oneDNN is not used (not installed, no
  * AVX512_BF16, BPT_BF16_GEMM=own) it prints why and exits 77, which CTest reports as skipped; the own kernel
  * has test_bf16_gemm_native. */
 #include <math.h>
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/onednn.h"
 #include "core/context.h"
@@ -124,6 +125,60 @@ static void backend_gemm_is_onednn_and_repeatable(void **state) {
   bpt_context_destroy(context);
 }
 
+/* A bf16-stored C (bf16 storage's input gradients): alpha sum + beta C rounded once to bf16, within one bf16
+ * rounding of the reference's f32 result (plus the summation bound), and the padding untouched. */
+static void bf16_c_is_rounded_once(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  bpt_backend *backend = &context->backend;
+  test_random random;
+  test_random_seed(&random, 269);
+  static const int64_t sizes[][3] = {{7, 47, 3}, {128, 256, 512}, {33, 65, 129}};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+    for (int accumulate = 0; accumulate < 2; accumulate++) {
+      const int64_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2], ldc = n + 1;
+      float *a = malloc(sizeof(float) * (size_t)(m * k)), *b = malloc(sizeof(float) * (size_t)(n * k));
+      float *wide = malloc(sizeof(float) * (size_t)(m * ldc)), *magnitude = malloc(sizeof(float) * (size_t)(m * ldc));
+      uint16_t *c16 = malloc(sizeof(uint16_t) * (size_t)(m * ldc)), *before = malloc(sizeof(uint16_t) * (size_t)(m * ldc));
+      float *a_abs = malloc(sizeof(float) * (size_t)(m * k)), *b_abs = malloc(sizeof(float) * (size_t)(n * k));
+      assert_true(a && b && wide && magnitude && c16 && before && a_abs && b_abs);
+      test_random_fill(&random, a, m * k, -1.0f, 1.0f);
+      test_random_fill(&random, b, n * k, -1.0f, 1.0f);
+      test_random_fill(&random, wide, m * ldc, -1.0f, 1.0f);
+      for (int64_t i = 0; i < m * k; i++) a_abs[i] = fabsf(a[i]);
+      for (int64_t i = 0; i < n * k; i++) b_abs[i] = fabsf(b[i]);
+      for (int64_t i = 0; i < m * ldc; i++) {
+        c16[i] = before[i] = bpt_bf16_narrow(wide[i]);
+        wide[i] = bpt_bf16_widen(c16[i]);
+        magnitude[i] = fabsf(wide[i]);
+      }
+      const float beta = accumulate ? 1.0f : 0.0f;
+      bpt_gemm_args args = {.transpose_b = true, .m = m, .n = n, .k = k, .alpha = 1.0f, .a = a, .lda = k, .b = b,
+                            .ldb = k, .beta = beta, .c = wide, .ldc = ldc, .bf16_products = true};
+      bpt_bf16_gemm_reference(&args);
+      args.c = (float *)(void *)c16, args.c_dtype = BPT_DTYPE_BF16;
+      bool handled = false;
+      assert_int_equal(bpt_cpu_onednn_gemm(backend, &args, &handled), BPT_OK);
+      assert_true(handled);
+      bpt_gemm_args bound = {.transpose_b = true, .m = m, .n = n, .k = k, .alpha = 1.0f, .a = a_abs, .lda = k,
+                             .b = b_abs, .ldb = k, .beta = beta, .c = magnitude, .ldc = ldc};
+      bpt_bf16_gemm_reference(&bound);
+      for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+          const int64_t at = i * ldc + j;
+          const double got = bpt_bf16_widen(c16[at]), expected = wide[at];
+          const double tolerance = 0x1p-8 * fabs(expected) + 0x1p-24 * (double)(k + 4) * (double)magnitude[at];
+          if (!(fabs(got - expected) <= tolerance))
+            fail_msg("bf16 C %lldx%lldx%lld beta %g: C[%lld][%lld] = %.9g, reference %.9g", (long long)m,
+                     (long long)n, (long long)k, (double)beta, (long long)i, (long long)j, got, expected);
+        }
+        if (c16[i * ldc + n] != before[i * ldc + n]) fail_msg("oneDNN wrote bf16 C's padding in row %lld", (long long)i);
+      }
+      free(a), free(b), free(wide), free(magnitude), free(c16), free(before), free(a_abs), free(b_abs);
+    }
+  bpt_context_destroy(context);
+}
+
 int main(void) {
   const char *why = bpt_cpu_onednn_absent_reason();
   if (why) {
@@ -131,6 +186,7 @@ int main(void) {
     return 77;
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(onednn_matches_reference),
+                                     cmocka_unit_test(bf16_c_is_rounded_once),
                                      cmocka_unit_test(backend_gemm_is_onednn_and_repeatable)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

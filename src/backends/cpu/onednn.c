@@ -2,7 +2,9 @@
  * product shape and kept for the process (oneDNN's primitives are immutable and may run from several threads
  * at once); memory objects and the stream are made per call, which costs microseconds beside products of tens
  * of microseconds and more. f32 operands (buffers holding bf16 values under the rounding path) are converted
- * to bf16 first, rounded as gemm_bf16.c rounds them, so both routes multiply the same values. */
+ * to bf16 first, rounded as gemm_bf16.c rounds them, so both routes multiply the same values. A bf16 C (bf16
+ * storage) gets alpha sum + beta C rounded once to nearest even, as the own kernel stores it, except that
+ * oneDNN's conversion flushes subnormal results to zero where bpt_bf16_narrow keeps them. */
 #include "backends/cpu/onednn.h"
 
 #include <dlfcn.h>
@@ -70,7 +72,7 @@ typedef struct onednn_api {
 /* A product shape with its primitive. Operands are as the primitive reads them (bf16, leading dimensions
  * after any conversion). */
 typedef struct onednn_entry {
-  bool transpose_a, transpose_b;
+  bool transpose_a, transpose_b, c_bf16;
   int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
   dnnl_primitive_t primitive;
@@ -133,7 +135,7 @@ static dnnl_primitive_desc_t describe(onednn_entry *e) {
   dnnl_matmul_desc_t desc;
   if (api->memory_desc_init_by_strides(&e->a, 2, a_dims, dnnl_bf16, a_strides) != dnnl_success ||
       api->memory_desc_init_by_strides(&e->b, 2, b_dims, dnnl_bf16, b_strides) != dnnl_success ||
-      api->memory_desc_init_by_strides(&e->c, 2, c_dims, dnnl_f32, c_strides) != dnnl_success ||
+      api->memory_desc_init_by_strides(&e->c, 2, c_dims, e->c_bf16 ? dnnl_bf16 : dnnl_f32, c_strides) != dnnl_success ||
       api->matmul_desc_init(&desc, &e->a, &e->b, NULL, &e->c) != dnnl_success)
     return NULL;
   dnnl_primitive_attr_t attr = NULL;
@@ -208,7 +210,8 @@ const char *bpt_cpu_onednn_mode(void) { return usable() ? onednn.mode : NULL; }
 const char *bpt_cpu_onednn_absent_reason(void) { return usable() ? NULL : onednn.reason; }
 
 static bool same_shape(const onednn_entry *a, const onednn_entry *b) {
-  return a->transpose_a == b->transpose_a && a->transpose_b == b->transpose_b && a->m == b->m && a->n == b->n &&
+  return a->transpose_a == b->transpose_a && a->transpose_b == b->transpose_b && a->c_bf16 == b->c_bf16 &&
+         a->m == b->m && a->n == b->n &&
          a->k == b->k && a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc && a->alpha == b->alpha &&
          a->beta == b->beta;
 }
@@ -276,7 +279,9 @@ static uint16_t *narrowed(const float *values, int64_t rows, int64_t cols, int64
 
 bpt_status bpt_cpu_onednn_gemm(bpt_backend *backend, const bpt_gemm_args *args, bool *handled) {
   *handled = false;
-  if (!args->bf16_products || args->c_dtype != BPT_DTYPE_F32 || args->k == 0 || !usable()) return BPT_OK;
+  if (!args->bf16_products || (args->c_dtype != BPT_DTYPE_F32 && args->c_dtype != BPT_DTYPE_BF16) || args->k == 0 ||
+      !usable())
+    return BPT_OK;
   if ((args->a_dtype != BPT_DTYPE_F32 && args->a_dtype != BPT_DTYPE_BF16) ||
       (args->b_dtype != BPT_DTYPE_F32 && args->b_dtype != BPT_DTYPE_BF16))
     return BPT_OK;
@@ -294,7 +299,8 @@ bpt_status bpt_cpu_onednn_gemm(bpt_backend *backend, const bpt_gemm_args *args, 
     if (!(b16 = narrowed(args->b, b_rows, b_cols, args->ldb))) goto out_of_memory;
     b = b16, ldb = b_cols;
   }
-  onednn_entry key = {.transpose_a = args->transpose_a, .transpose_b = args->transpose_b, .m = args->m,
+  onednn_entry key = {.transpose_a = args->transpose_a, .transpose_b = args->transpose_b,
+                      .c_bf16 = args->c_dtype == BPT_DTYPE_BF16, .m = args->m,
                       .n = args->n, .k = args->k, .lda = lda, .ldb = ldb, .ldc = args->ldc, .alpha = args->alpha,
                       .beta = args->beta};
   bool owned = false;

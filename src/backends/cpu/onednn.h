@@ -10,7 +10,7 @@
 
 #include "backends/backend.h"
 
-/* Runs args (bf16_products, f32 or bf16 operands, f32 C) on oneDNN when it is loaded and the CPU has a bf16
+/* Runs args (bf16_products, f32 or bf16 operands, f32 or bf16 C) on oneDNN when it is loaded and the CPU has a bf16
  * unit it uses; *handled false otherwise (nothing written), or when oneDNN refused the shape (then the
  * caller's own kernel runs: oneDNN is an accelerator here, never a new way to fail). A status other than
  * BPT_OK is an allocation failure. */
