@@ -4,7 +4,7 @@
 #   install-deps.sh            everything for developing: the minimal set plus the test, sanitizer, ABI, MPI,
 #                              network and FPGA tools (what scripts/test.sh and CI use)
 #   install-deps.sh --minimal  what the README's first commands need to build, train and export: compiler,
-#                              CMake, OpenBLAS, zlib, CMocka (run-example.sh builds the tests too), the data
+#                              CMake, OpenBLAS, oneDNN, zlib, CMocka (run-example.sh builds the tests too), the data
 #                              set, ONNX export, gnuplot for --plot, Python with NumPy and venv
 #                              (what scripts/run-example.sh uses)
 #   --print                    lists the packages instead of installing them (no root needed)
