@@ -74,6 +74,42 @@ static void cast_kernel_matches_scalar_reference(void **state) {
   bpt_context_destroy(context);
 }
 
+/* The bf16 casts have their own loops on the bits (the bf16 policy casts every weight each step): every bf16 code
+ * widens to the reference's f32 bit for bit, signalling NaNs made quiet; f32 patterns spread over the whole
+ * range, with every rounding position's ties and the NaN payloads, narrow to the reference's code. */
+static void bf16_casts_match_reference_bit_for_bit(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  bpt_backend *backend = backend_of(context);
+  const bpt_number_format *format = bpt_number_format_of(BPT_DTYPE_BF16);
+  enum { CODES = 65536, PATTERNS = 3 * 65536 };
+  uint16_t *codes = malloc(PATTERNS * sizeof *codes);
+  float *wide = malloc(PATTERNS * sizeof *wide);
+  assert_non_null(codes);
+  assert_non_null(wide);
+  for (int i = 0; i < CODES; i++)
+    codes[i] = (uint16_t)i;
+  assert_int_equal(backend->vtable->cast(backend, CODES, BPT_DTYPE_BF16, codes, BPT_DTYPE_F32, wide, 1.0f), BPT_OK);
+  for (int i = 0; i < CODES; i++) {
+    const float expected = bpt_number_format_decode(format, (uint32_t)i);
+    if (memcmp(&expected, &wide[i], sizeof expected) != 0) fail_msg("bf16 code 0x%04x widens to the wrong bits", i);
+  }
+  /* Upper halves from every code; lower halves: a tie (0x8000), just below and above it, and a varied one. */
+  const uint32_t lows[] = {0x8000u, 0x7fffu, 0x8001u};
+  for (int i = 0; i < PATTERNS; i++) {
+    const uint32_t bits = ((uint32_t)(i % CODES) << 16) | (i < CODES ? lows[0] : i < 2 * CODES ? lows[1] : lows[2]);
+    memcpy(&wide[i], &bits, sizeof bits);
+  }
+  assert_int_equal(backend->vtable->cast(backend, PATTERNS, BPT_DTYPE_F32, wide, BPT_DTYPE_BF16, codes, 1.0f), BPT_OK);
+  for (int i = 0; i < PATTERNS; i++) {
+    const uint32_t expected = bpt_number_format_encode(format, wide[i], false, false, 0);
+    if (codes[i] != expected) fail_msg("f32 pattern %d narrows to 0x%04x, expected 0x%04x", i, codes[i], expected);
+  }
+  free(codes);
+  free(wide);
+  bpt_context_destroy(context);
+}
+
 static void unscale_check_finite_kernel(void **state) {
   (void)state;
   bpt_context *context = test_context(2);
@@ -369,6 +405,7 @@ static void precision_options_are_validated(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cast_kernel_matches_scalar_reference),
+      cmocka_unit_test(bf16_casts_match_reference_bit_for_bit),
       cmocka_unit_test(unscale_check_finite_kernel),
       cmocka_unit_test(narrow_gemm_matches_reference),
       cmocka_unit_test(loss_scaler_defaults),

@@ -50,11 +50,45 @@ static void store(bpt_dtype dtype, const bpt_number_format *format, void *values
 
 static bool is_float(bpt_dtype dtype) { return dtype == BPT_DTYPE_F32 || bpt_number_format_of(dtype) != NULL; }
 
+/* f32 to bf16 and back as the reference encodes and decodes (nearest even, subnormals kept, overflow to inf, NaN
+ * payload kept and made quiet), on the bits so that the compiler vectorises it: the bf16 policy casts every
+ * weight each step (precision.c), and the generic loop below costs a call per element. */
+static void narrow_to_bf16(int64_t count, const float *source, uint16_t *destination) {
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++)
+    for (int64_t i = count * chunk / BPT_CPU_REDUCTION_CHUNKS; i < count * (chunk + 1) / BPT_CPU_REDUCTION_CHUNKS;
+         i++) {
+      uint32_t bits;
+      memcpy(&bits, &source[i], sizeof bits);
+      const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+      destination[i] = (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x0040u : rounded);
+    }
+}
+
+static void widen_from_bf16(int64_t count, const uint16_t *source, float *destination) {
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++)
+    for (int64_t i = count * chunk / BPT_CPU_REDUCTION_CHUNKS; i < count * (chunk + 1) / BPT_CPU_REDUCTION_CHUNKS;
+         i++) {
+      uint32_t bits = (uint32_t)source[i] << 16;
+      bits |= (bits & 0x7fffffffu) > 0x7f800000u ? 0x400000u : 0u;
+      memcpy(&destination[i], &bits, sizeof bits);
+    }
+}
+
 bpt_status bpt_cpu_cast(bpt_backend *backend, int64_t count, bpt_dtype source_dtype, const void *source,
                         bpt_dtype destination_dtype, void *destination, float scale) {
   if (!is_float(source_dtype) || !is_float(destination_dtype))
     return bpt_backend_fail(backend, BPT_ERR_DTYPE, "cast from %s to %s is not supported", bpt_dtype_name(source_dtype),
                             bpt_dtype_name(destination_dtype));
+  if (scale == 1.0f && source_dtype == BPT_DTYPE_F32 && destination_dtype == BPT_DTYPE_BF16) {
+    narrow_to_bf16(count, source, destination);
+    return BPT_OK;
+  }
+  if (scale == 1.0f && source_dtype == BPT_DTYPE_BF16 && destination_dtype == BPT_DTYPE_F32) {
+    widen_from_bf16(count, source, destination);
+    return BPT_OK;
+  }
   const bpt_number_format *in = bpt_number_format_of(source_dtype), *out = bpt_number_format_of(destination_dtype);
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++)
