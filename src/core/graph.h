@@ -48,6 +48,9 @@ struct bpt_node {
 
   /* Device memory, valid after compile. Parameters point into the flat blocks. */
   void *value;
+  /* Trainable parameters under the bf16 policy, where some linear takes it: the value as bf16, written with the
+   * f32 copies before each forward (precision.c), so products read 2-byte weights narrowed once per update. */
+  const void *value_bf16;
   float *grad;
   void *saved;          /* op-private buffer kept from forward to backward (size from op->saved_bytes) */
   int64_t param_offset; /* parameters: element offset in the flat block */

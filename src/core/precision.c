@@ -158,12 +158,26 @@ bpt_status bpt_precision_compile(bpt_graph *graph) {
   size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
   if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)&state->weight_copies) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating weight copies");
+  /* bf16 copies as well where a linear reads them: its products then take 2-byte weights without a conversion of
+   * their own, twice a step. The f32 copies stay for every other reader (biases, norms, embeddings). */
+  bool linear_reads_bf16 = false;
+  for (int i = 0; i < graph->node_count; i++)
+    linear_reads_bf16 |= graph->nodes[i]->op == BPT_OP_LINEAR && bpt_node_kernels_take_bf16(graph->nodes[i]);
+  if (o->compute_dtype == BPT_DTYPE_BF16 && backend->vtable->cast && linear_reads_bf16) {
+    size_t narrow_bytes = (size_t)graph->parameter_elements * sizeof(uint16_t);
+    if (backend->vtable->alloc(backend, narrow_bytes ? narrow_bytes : 64, (void **)&state->weight_bf16) != BPT_OK)
+      return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY,
+                               "bpt_graph_compile: allocating bf16 weight copies");
+  }
   /* Weights read the rounded copies. Non-trainable parameters (batch norm's running statistics) keep the f32
    * master block: forward updates them there, checkpoints save them from there, and a copy would be refreshed
    * over each step's update by the next forward. */
   for (int p = 0; p < graph->parameter_count; p++)
-    if (graph->parameters[p]->requires_grad)
-      graph->parameters[p]->value = state->weight_copies + graph->parameters[p]->param_offset;
+    if (graph->parameters[p]->requires_grad) {
+      bpt_node *parameter = graph->parameters[p];
+      parameter->value = state->weight_copies + parameter->param_offset;
+      parameter->value_bf16 = state->weight_bf16 ? state->weight_bf16 + parameter->param_offset : NULL;
+    }
   return bpt_precision_before_forward(graph);
 }
 
@@ -172,8 +186,12 @@ void bpt_precision_release(bpt_graph *graph) {
   if (!state) return;
   bpt_backend *backend = graph->backend;
   if (state->weight_copies) backend->vtable->free(backend, state->weight_copies);
+  if (state->weight_bf16) backend->vtable->free(backend, state->weight_bf16);
   if (state->found_nonfinite) backend->vtable->free(backend, state->found_nonfinite);
+  for (int p = 0; p < graph->parameter_count; p++)
+    graph->parameters[p]->value_bf16 = NULL;
   state->weight_copies = NULL;
+  state->weight_bf16 = NULL;
   state->found_nonfinite = NULL;
 }
 
@@ -195,10 +213,26 @@ bpt_status bpt_precision_before_forward(bpt_graph *graph) {
   bpt_precision_state *state = graph->precision;
   if (!state || !state->weight_copies) return BPT_OK;
   bpt_backend *backend = graph->backend;
+  if (state->weight_bf16) {
+    /* Narrowed once, then widened: the f32 copies get the bits round_to_dtype would give them (both casts are
+     * the reference's encode and decode), in fewer passes than a copy and a rounding. */
+    backend->error_message[0] = 0;
+    if (backend->vtable->cast(backend, graph->parameter_elements, BPT_DTYPE_F32, graph->parameter_block, BPT_DTYPE_BF16,
+                              state->weight_bf16, 1.0f) != BPT_OK ||
+        backend->vtable->cast(backend, graph->parameter_elements, BPT_DTYPE_BF16, state->weight_bf16, BPT_DTYPE_F32,
+                              state->weight_copies, 1.0f) != BPT_OK)
+      return bpt_error(graph->context, BPT_ERR_DEVICE, "forward: casting the weights to bf16: %s",
+                       backend->error_message);
+    return BPT_OK;
+  }
   size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
   if (backend->vtable->copy(backend, state->weight_copies, graph->parameter_block, bytes) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_DEVICE, "forward: copying weights");
   return round_buffer(graph, state->weight_copies, graph->parameter_elements, "weight copies", "all");
+}
+
+const void *bpt_precision_weight_bf16(const bpt_node *consumer, const bpt_node *weight) {
+  return weight->value_bf16 && bpt_node_kernels_take_bf16(consumer) ? weight->value_bf16 : NULL;
 }
 
 /* Values and gradients of batched f32 nodes other than parameters are activations; unbatched results

@@ -14,6 +14,7 @@ typedef struct bpt_precision_state {
   int64_t clean_steps;      /* since the last change of the scale */
   int64_t skipped_steps;
   float *weight_copies;     /* device: parameters rounded to the compute dtype (NULL for f32) */
+  uint16_t *weight_bf16;    /* device: the same copies as bf16 codes, where a linear reads them (else NULL) */
   int32_t *found_nonfinite; /* device: one flag for unscale_check_finite */
 } bpt_precision_state;
 
@@ -24,6 +25,12 @@ bpt_status bpt_precision_compile(bpt_graph *graph);
 void bpt_precision_release(bpt_graph *graph);
 /* Frees the state itself, with the graph. */
 void bpt_precision_destroy(bpt_graph *graph);
+
+/* The bf16 copy of weight for consumer's products, or NULL where there is none or consumer's kernels (which
+ * the copy is handed to) do not take bf16 storage. */
+const void *bpt_precision_weight_bf16(const bpt_node *consumer, const bpt_node *weight);
+/* Whether node's kernels take bf16 storage where they run (storage.c). */
+bool bpt_node_kernels_take_bf16(const bpt_node *node);
 
 /* Forward: refresh the weight copies from the f32 masters, then round every op's output. */
 bpt_status bpt_precision_before_forward(bpt_graph *graph);
@@ -42,9 +49,9 @@ bpt_status bpt_node_download_f32(const bpt_node *node, const void *device, int64
 bpt_status bpt_precision_before_backward_node(bpt_node *node);
 /* Rounds the parameter gradients to the compute dtype (called by bpt_precision_before_step). */
 bpt_status bpt_precision_round_gradients(bpt_graph *graph);
-/* Before an optimiser update of a graph with a policy (never called without one): unscale and check the gradients (one kernel pass), update the loss scale,
- * and set *skip when the update must be skipped. Fails with BPT_ERR_NUMERIC, naming the first op whose
- * output went non-finite, when the loss or (without scaling) a gradient is not finite. */
+/* Before an optimiser update of a graph with a policy (never called without one): unscale and check the gradients (one
+ * kernel pass), update the loss scale, and set *skip when the update must be skipped. Fails with BPT_ERR_NUMERIC,
+ * naming the first op whose output went non-finite, when the loss or (without scaling) a gradient is not finite. */
 bpt_status bpt_precision_before_step(bpt_graph *graph, bool *skip);
 /* The one rule for a dynamic loss scaler's state, used by bpt_graph_set_precision (the initial scale) and by the
  * checkpoint loader (a saved scaler), so whatever the scaler can hold is saved and loaded alike. */

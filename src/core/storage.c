@@ -11,7 +11,7 @@
 
 /* Whether node's kernels take bf16 storage where they run: on the graph's own backend (the CPU fallback's
  * transfers would work too, but a node that needs the fallback is rare enough to keep f32). */
-static bool kernels_take_bf16(const bpt_node *node) {
+bool bpt_node_kernels_take_bf16(const bpt_node *node) {
   return node->kernels && node->kernels->bf16_storage && node->kernel_backend == node->graph->backend;
 }
 
@@ -37,14 +37,15 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
     free(capable);
     return BPT_ERR_OUT_OF_MEMORY;
   }
-  for (int i = 0; i < n; i++) capable[i] = kernels_take_bf16(graph->nodes[i]) || graph->nodes[i]->op == BPT_OP_INPUT;
+  for (int i = 0; i < n; i++)
+    capable[i] = bpt_node_kernels_take_bf16(graph->nodes[i]) || graph->nodes[i]->op == BPT_OP_INPUT;
   bool *eligible = capable; /* reused: eligible[i] = producer and all consumers capable */
   for (int j = 0; j < n; j++) {
     const bpt_node *consumer = graph->nodes[j];
     for (int k = 0; k < consumer->input_count; k++) {
       const int i = consumer->inputs[k]->index;
       uses[i]++;
-      if (!kernels_take_bf16(consumer)) eligible[i] = false;
+      if (!bpt_node_kernels_take_bf16(consumer)) eligible[i] = false;
     }
   }
   /* One use only: with fan-out each consumer's backward would add into a bf16 gradient and round every time,

@@ -10,7 +10,8 @@
  * rows the samples or a sequence's tokens. x, y and dy may be stored as bf16 (bf16_storage.h); the backward
  * products' gemm reads and writes that storage too (gemm_bf16.c, gemm_mixed.c). */
 /* A bf16-stored y: this kernel runs the whole forward (linear.c leaves it the product too), the product into
- * f32 scratch and the bias added there, so y is rounded once, as the rounding path rounds x W^T + b. */
+ * f32 scratch and the bias added there, so y is rounded once, as the rounding path rounds x W^T + b. W may come
+ * as the bf16 policy's bf16 copy of the weights (precision.c), which the gemm reads directly. */
 static bpt_status linear_forward_bf16(bpt_backend *backend, const bpt_kernel_node *node, int64_t rows, int64_t cols) {
   const bpt_kernel_tensor *x = &node->inputs[0], *weight = &node->inputs[1];
   const int64_t in = weight->dims[1];
@@ -19,8 +20,9 @@ static bpt_status linear_forward_bf16(bpt_backend *backend, const bpt_kernel_nod
   float *product = bpt_cpu_scratch(backend, 0);
   /* (rows, out) = x (rows, in) . W^T (in, out) */
   const bpt_gemm_args args = {.transpose_a = false, .transpose_b = true, .m = rows, .n = cols, .k = in, .alpha = 1.0f,
-                              .a = x->value, .lda = in, .a_dtype = x->dtype, .b = weight->value, .ldb = in,
-                              .beta = 0.0f, .c = product, .ldc = cols, .bf16_products = node->bf16_products};
+                              .a = x->value, .lda = in, .a_dtype = x->dtype, .b = weight->value,
+                              .b_dtype = weight->dtype, .ldb = in, .beta = 0.0f, .c = product, .ldc = cols,
+                              .bf16_products = node->bf16_products};
   status = backend->vtable->gemm(backend, &args); /* through the table, as the op file would call it */
   if (status != BPT_OK) return status;
   const float *bias = node->inputs[2].value;

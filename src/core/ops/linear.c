@@ -1,6 +1,7 @@
 /* linear: y = x W^T + b, with x (N, in), W (out, in), b (out), y (N, out); a sequence x (N, T, in) is a
- * product per token, y (N, T, out), the rows of every product then being the N T tokens. All three products run as one GEMM each through the backend's shared gemm; the bias terms are the op's
- * kernels. x, y and their gradients are passed in their storage dtype (f32, or bf16 under the bf16 policy). */
+ * product per token, y (N, T, out), the rows of every product then being the N T tokens. All three products run as one
+ * GEMM each through the backend's shared gemm; the bias terms are the op's kernels. x, y and their gradients are passed
+ * in their storage dtype (f32, or bf16 under the bf16 policy). */
 #include "core/checked.h"
 #include "core/graph.h"
 #include "core/precision.h"
@@ -87,15 +88,24 @@ static int64_t linear_rows(const bpt_node *node) { return bpt_node_count(node) /
 static bpt_status linear_forward(bpt_node *node) {
   bpt_node *x = node->inputs[0], *weight = node->inputs[1], *bias = node->input_count > 2 ? node->inputs[2] : NULL;
   int64_t batch = linear_rows(node), in = weight->dims[1], out = weight->dims[0];
+  const void *weight_bf16 = bpt_precision_weight_bf16(node, weight);
   /* y (N, out) = x (N, in) . W^T (in, out) */
   bpt_gemm_args product = {.transpose_a = false, .transpose_b = true, .m = batch, .n = out, .k = in, .alpha = 1.0f,
-                           .a = x->value, .lda = in, .b = weight->value, .ldb = in, .beta = 0.0f,
-                           .c = node->value, .ldc = out, .a_dtype = x->storage, .c_dtype = node->storage,
+                           .a = x->value, .lda = in, .b = weight_bf16 ? weight_bf16 : weight->value, .ldb = in,
+                           .beta = 0.0f, .c = node->value, .ldc = out, .a_dtype = x->storage,
+                           .b_dtype = weight_bf16 ? BPT_DTYPE_BF16 : BPT_DTYPE_F32, .c_dtype = node->storage,
                            .bf16_products = bpt_graph_bf16_products(node->graph)};
   /* With y stored as bf16 (only where the backend's linear kernels take bf16 storage) the kernels compute the
    * product too, so that x W^T + b is rounded once, not the product and then the sum. */
   if (bias && node->storage != BPT_DTYPE_F32) {
-    BPT_CHECK(bpt_node_forward_kernels(node)); /* y = x W^T + b */
+    bpt_kernel_node description;
+    bpt_node_describe(node, &description);
+    if (weight_bf16) { /* the kernels' product reads the bf16 copy too; they never touch W's gradient */
+      description.inputs[1].dtype = BPT_DTYPE_BF16;
+      description.inputs[1].value = (void *)weight_bf16;
+      description.inputs[1].grad = NULL;
+    }
+    BPT_CHECK(bpt_node_run_forward_kernels(node, &description)); /* y = x W^T + b */
   } else {
     BPT_CHECK(BPT_KERNEL(node, gemm, &product));
     if (bias) BPT_CHECK(bpt_node_forward_kernels(node)); /* y += b */
@@ -124,9 +134,11 @@ static bpt_status linear_backward(bpt_node *node) {
   if (bias && bias->requires_grad) BPT_CHECK(bpt_node_backward_kernels(node)); /* db += column sums of dy */
   if (x->requires_grad) {
     /* dx (N, in) += dy (N, out) . W (out, in); skipped for inputs, which saves a third of the first layer. */
+    const void *weight_bf16 = bpt_precision_weight_bf16(node, weight);
     bpt_gemm_args product = {.transpose_a = false, .transpose_b = false, .m = batch, .n = in, .k = out, .alpha = 1.0f,
-                             .a = node->grad, .lda = out, .b = weight->value, .ldb = in, .beta = 1.0f,
-                             .c = x->grad, .ldc = in, .a_dtype = node->storage, .c_dtype = x->storage,
+                             .a = node->grad, .lda = out, .b = weight_bf16 ? weight_bf16 : weight->value, .ldb = in,
+                             .beta = 1.0f, .c = x->grad, .ldc = in, .a_dtype = node->storage,
+                             .b_dtype = weight_bf16 ? BPT_DTYPE_BF16 : BPT_DTYPE_F32, .c_dtype = x->storage,
                              .bf16_products = bpt_graph_bf16_products(node->graph)};
     BPT_CHECK(BPT_KERNEL(node, gemm, &product));
   }
