@@ -74,6 +74,72 @@ static void cast_kernel_matches_scalar_reference(void **state) {
   bpt_context_destroy(context);
 }
 
+/* y = x W^T + b on one sample x = (1, 1), after writing parameters (W0, W1, b); also reads W and b back. */
+static void one_linear(const bpt_precision_options *options, const float parameters[2][3], float y[2], float w[2],
+                       float b[1]) {
+  bpt_context *context = test_context(1);
+  bpt_graph *graph;
+  bpt_node *x, *t, *weight, *bias, *out, *loss;
+  const int64_t features = 2, weight_dims[2] = {1, 2}, bias_dims[1] = {1}, one = 1;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  if (options) assert_ok(context, bpt_graph_set_precision(graph, options));
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 1, &features, &x));
+  assert_ok(context, bpt_graph_input(graph, "t", BPT_DTYPE_F32, 1, &one, &t));
+  assert_ok(context, bpt_graph_parameter(graph, "w", 2, weight_dims, BPT_INIT_ZEROS, &weight));
+  assert_ok(context, bpt_graph_parameter(graph, "b", 1, bias_dims, BPT_INIT_ZEROS, &bias));
+  assert_ok(context, bpt_linear(graph, "y", x, weight, bias, &out));
+  assert_ok(context, bpt_mse_loss(graph, "loss", out, t, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, 1));
+  const int64_t dims[2] = {1, 2}, out_dims[2] = {1, 1};
+  bpt_tensor *x_values, *t_values, *y_values, *w_values, *b_values;
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, dims, &x_values));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, out_dims, &t_values));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, out_dims, &y_values));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, weight_dims, &w_values));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 1, bias_dims, &b_values));
+  float *xs = bpt_tensor_data(x_values);
+  xs[0] = xs[1] = 1.0f;
+  ((float *)bpt_tensor_data(t_values))[0] = 0.0f;
+  assert_ok(context, bpt_graph_set_input(graph, x, x_values));
+  assert_ok(context, bpt_graph_set_input(graph, t, t_values));
+  for (int run = 0; run < 2; run++) { /* the second run checks that forward refreshes the copies */
+    assert_ok(context, bpt_graph_write_parameters(graph, parameters[run], 3));
+    assert_ok(context, bpt_graph_forward(graph));
+    assert_ok(context, bpt_graph_read(graph, out, y_values));
+    y[run] = ((float *)bpt_tensor_data(y_values))[0];
+  }
+  assert_ok(context, bpt_graph_read(graph, weight, w_values));
+  assert_ok(context, bpt_graph_read(graph, bias, b_values));
+  memcpy(w, bpt_tensor_data(w_values), 2 * sizeof *w);
+  b[0] = ((float *)bpt_tensor_data(b_values))[0];
+  bpt_tensor_destroy(x_values);
+  bpt_tensor_destroy(t_values);
+  bpt_tensor_destroy(y_values);
+  bpt_tensor_destroy(w_values);
+  bpt_tensor_destroy(b_values);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
+/* Under the bf16 policy forward reads every trainable parameter rounded to bf16, refreshed from the masters
+ * each forward, whether through the bf16 copy (a weight only linears read, which has no f32 copy) or the f32
+ * copy (the bias); bpt_graph_read gives what forward read. fine = 1 + 2^-9 rounds to 1 (a tie, to even), and
+ * y is stored or rounded as bf16 too: the first run's y is 0 (f32: 2^-9); the second's is 2^-8 + 1, a tie that
+ * rounds to 1, where an unrounded bias would give 2^-8 + fine, which rounds up to 1 + 2^-7. */
+static void bf16_policy_forward_reads_rounded_parameters(void **state) {
+  (void)state;
+  const float fine = 1.0f + 0x1p-9f;
+  const float parameters[2][3] = {{fine, -1.0f, 0.0f}, {0x1p-8f * fine, 0.0f, fine}};
+  float y[2], w[2], b[1];
+  one_linear(NULL, parameters, y, w, b);
+  if (y[0] != 0x1p-9f || y[1] != 0x1p-8f * fine + fine) fail_msg("f32: y = %a then %a", y[0], y[1]);
+  bpt_precision_options options = bpt_precision_options_default();
+  options.compute_dtype = BPT_DTYPE_BF16;
+  one_linear(&options, parameters, y, w, b);
+  if (y[0] != 0.0f || y[1] != 1.0f) fail_msg("bf16 policy: y = %a then %a, expected 0 then 1", y[0], y[1]);
+  if (w[0] != 0x1p-8f || w[1] != 0.0f || b[0] != 1.0f) fail_msg("bf16 policy: read W = (%a, %a), b = %a", w[0], w[1], b[0]);
+}
+
 /* The bf16 casts have their own loops on the bits (the bf16 policy casts every weight each step): every bf16 code
  * widens to the reference's f32 bit for bit, signalling NaNs made quiet; f32 patterns spread over the whole
  * range, with every rounding position's ties and the NaN payloads, narrow to the reference's code. */
@@ -406,6 +472,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cast_kernel_matches_scalar_reference),
       cmocka_unit_test(bf16_casts_match_reference_bit_for_bit),
+      cmocka_unit_test(bf16_policy_forward_reads_rounded_parameters),
       cmocka_unit_test(unscale_check_finite_kernel),
       cmocka_unit_test(narrow_gemm_matches_reference),
       cmocka_unit_test(loss_scaler_defaults),

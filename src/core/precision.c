@@ -139,6 +139,58 @@ bpt_status bpt_precision_restore_scaler(bpt_graph *graph, float loss_scale, int6
   return upload_loss_scale(graph);
 }
 
+/* Whether every reader of each node is a linear that takes it as its weight through its bf16 copy
+ * (bpt_precision_weight_bf16): such a weight needs no rounded f32 copy. Indexed by node index; caller frees. */
+static bool *read_only_as_bf16_weight(bpt_graph *graph) {
+  bool *only = bpt_calloc(graph->context, (size_t)graph->node_count, sizeof *only, "weight readers");
+  if (!only) return NULL;
+  for (int i = 0; i < graph->node_count; i++)
+    only[i] = true;
+  for (int j = 0; j < graph->node_count; j++) {
+    const bpt_node *consumer = graph->nodes[j];
+    const bool bf16_weight_reader = consumer->op == BPT_OP_LINEAR && bpt_node_kernels_take_bf16(consumer);
+    for (int k = 0; k < consumer->input_count; k++)
+      if (!bf16_weight_reader || k != 1) only[consumer->inputs[k]->index] = false;
+  }
+  return only;
+}
+
+/* The bf16 policy with linears reading bf16: every trainable parameter gets a bf16 copy (weight_bf16, at its
+ * master offset). Only those some other op reads (biases, norms, embeddings, a weight shared with another op)
+ * get a rounded f32 copy too, packed into weight_copies; the rest point at their f32 master, which then only
+ * whole-tensor readers (bpt_graph_read, statistics) see. That saves a pass and four bytes per weight. */
+static bpt_status compile_bf16_copies(bpt_graph *graph) {
+  bpt_precision_state *state = graph->precision;
+  bpt_backend *backend = graph->backend;
+  size_t narrow_bytes = (size_t)graph->parameter_elements * sizeof(uint16_t);
+  if (backend->vtable->alloc(backend, narrow_bytes ? narrow_bytes : 64, (void **)&state->weight_bf16) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating bf16 weight copies");
+  bool *only = read_only_as_bf16_weight(graph);
+  if (!only) return BPT_ERR_OUT_OF_MEMORY;
+  int64_t copy_elements = 0;
+  for (int p = 0; p < graph->parameter_count; p++) {
+    bpt_node *parameter = graph->parameters[p];
+    if (parameter->requires_grad && !only[parameter->index]) /* 64-byte aligned, as in the master block */
+      copy_elements += (bpt_node_inner_count(parameter) + 15) / 16 * 16;
+  }
+  const size_t bytes = (size_t)copy_elements * sizeof(float);
+  if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)&state->weight_copies) != BPT_OK) {
+    free(only);
+    return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating weight copies");
+  }
+  int64_t at = 0;
+  for (int p = 0; p < graph->parameter_count; p++) {
+    bpt_node *parameter = graph->parameters[p];
+    if (!parameter->requires_grad) continue; /* keeps the master block, as above */
+    parameter->value_bf16 = state->weight_bf16 + parameter->param_offset;
+    if (only[parameter->index]) continue; /* value stays the master */
+    parameter->value = state->weight_copies + at;
+    at += (bpt_node_inner_count(parameter) + 15) / 16 * 16;
+  }
+  free(only);
+  return bpt_precision_before_forward(graph);
+}
+
 bpt_status bpt_precision_compile(bpt_graph *graph) {
   bpt_precision_state *state = graph->precision;
   if (!state) return BPT_OK;
@@ -155,29 +207,22 @@ bpt_status bpt_precision_compile(bpt_graph *graph) {
   if (!backend->vtable->round_to_dtype)
     return bpt_error(graph->context, BPT_ERR_UNSUPPORTED, "bpt_graph_compile: backend '%s' cannot compute in %s",
                      backend->vtable->name, bpt_dtype_name(o->compute_dtype));
-  size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
-  if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)&state->weight_copies) != BPT_OK)
-    return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating weight copies");
-  /* bf16 copies as well where a linear reads them: its products then take 2-byte weights without a conversion of
-   * their own, twice a step. The f32 copies stay for every other reader (biases, norms, embeddings). */
+  /* bf16 copies where a linear reads them: its products then take 2-byte weights without a conversion of their
+   * own, twice a step. */
   bool linear_reads_bf16 = false;
   for (int i = 0; i < graph->node_count; i++)
     linear_reads_bf16 |= graph->nodes[i]->op == BPT_OP_LINEAR && bpt_node_kernels_take_bf16(graph->nodes[i]);
-  if (o->compute_dtype == BPT_DTYPE_BF16 && backend->vtable->cast && linear_reads_bf16) {
-    size_t narrow_bytes = (size_t)graph->parameter_elements * sizeof(uint16_t);
-    if (backend->vtable->alloc(backend, narrow_bytes ? narrow_bytes : 64, (void **)&state->weight_bf16) != BPT_OK)
-      return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY,
-                               "bpt_graph_compile: allocating bf16 weight copies");
-  }
+  if (o->compute_dtype == BPT_DTYPE_BF16 && backend->vtable->cast && linear_reads_bf16)
+    return compile_bf16_copies(graph);
+  size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
+  if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)&state->weight_copies) != BPT_OK)
+    return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating weight copies");
   /* Weights read the rounded copies. Non-trainable parameters (batch norm's running statistics) keep the f32
    * master block: forward updates them there, checkpoints save them from there, and a copy would be refreshed
    * over each step's update by the next forward. */
   for (int p = 0; p < graph->parameter_count; p++)
-    if (graph->parameters[p]->requires_grad) {
-      bpt_node *parameter = graph->parameters[p];
-      parameter->value = state->weight_copies + parameter->param_offset;
-      parameter->value_bf16 = state->weight_bf16 ? state->weight_bf16 + parameter->param_offset : NULL;
-    }
+    if (graph->parameters[p]->requires_grad)
+      graph->parameters[p]->value = state->weight_copies + graph->parameters[p]->param_offset;
   return bpt_precision_before_forward(graph);
 }
 
@@ -214,15 +259,21 @@ bpt_status bpt_precision_before_forward(bpt_graph *graph) {
   if (!state || !state->weight_copies) return BPT_OK;
   bpt_backend *backend = graph->backend;
   if (state->weight_bf16) {
-    /* Narrowed once, then widened: the f32 copies get the bits round_to_dtype would give them (both casts are
-     * the reference's encode and decode), in fewer passes than a copy and a rounding. */
+    /* Narrowed once; the f32 copies widened from it get the bits round_to_dtype would give them (the two casts
+     * are the reference's encode and decode), in fewer passes than a copy and a rounding. */
     backend->error_message[0] = 0;
     if (backend->vtable->cast(backend, graph->parameter_elements, BPT_DTYPE_F32, graph->parameter_block, BPT_DTYPE_BF16,
-                              state->weight_bf16, 1.0f) != BPT_OK ||
-        backend->vtable->cast(backend, graph->parameter_elements, BPT_DTYPE_BF16, state->weight_bf16, BPT_DTYPE_F32,
-                              state->weight_copies, 1.0f) != BPT_OK)
+                              state->weight_bf16, 1.0f) != BPT_OK)
       return bpt_error(graph->context, BPT_ERR_DEVICE, "forward: casting the weights to bf16: %s",
                        backend->error_message);
+    for (int p = 0; p < graph->parameter_count; p++) {
+      bpt_node *parameter = graph->parameters[p];
+      if (!parameter->value_bf16 || parameter->value == graph->parameter_block + parameter->param_offset) continue;
+      if (backend->vtable->cast(backend, bpt_node_inner_count(parameter), BPT_DTYPE_BF16, parameter->value_bf16,
+                                BPT_DTYPE_F32, parameter->value, 1.0f) != BPT_OK)
+        return bpt_error(graph->context, BPT_ERR_DEVICE, "forward: widening the bf16 copy of '%s': %s",
+                         parameter->name, backend->error_message);
+    }
     return BPT_OK;
   }
   size_t bytes = (size_t)graph->parameter_elements * sizeof(float);

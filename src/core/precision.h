@@ -45,6 +45,12 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32);
  * nearest even, as the rounding pass would round them on the device). */
 bpt_status bpt_node_upload_f32(const bpt_node *node, const float *host, int64_t count);
 bpt_status bpt_node_download_f32(const bpt_node *node, const void *device, int64_t count, float *host);
+/* Whether forward read node's values from its bf16 copy alone: a weight that only linears read under the bf16
+ * policy has no rounded f32 copy, and its value is the f32 master (precision.c). */
+bool bpt_node_forward_read_bf16_copy(const bpt_node *node);
+/* The count values forward read of node, as f32 on the host: its storage widened, or its bf16 copy where
+ * bpt_node_forward_read_bf16_copy. */
+bpt_status bpt_node_read_forward_f32(const bpt_node *node, int64_t count, float *host);
 /* Backward: round each activation gradient once complete. */
 bpt_status bpt_precision_before_backward_node(bpt_node *node);
 /* Rounds the parameter gradients to the compute dtype (called by bpt_precision_before_step). */

@@ -273,8 +273,10 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
     return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_read: node '%s' has %lld values, tensor holds %lld", node->name,
                      (long long)count, (long long)tensor->capacity);
   if (node->batched) BPT_CHECK(bpt_tensor_set_batch(tensor, graph->batch));
-  /* A bf16-stored activation is widened: the caller sees the node's dtype whatever its storage. */
-  if (node->storage != node->dtype) return bpt_node_download_f32(node, node->value, count, tensor->data);
+  /* A bf16-stored activation is widened: the caller sees the node's dtype whatever its storage; so is the bf16
+   * copy of a weight that has no f32 copy, since that is what forward read. */
+  if (node->storage != node->dtype || bpt_node_forward_read_bf16_copy(node))
+    return bpt_node_read_forward_f32(node, count, tensor->data);
   bpt_backend *backend = graph->backend;
   if (backend->vtable->download(backend, tensor->data, node->value, (size_t)count * bpt_dtype_size(node->dtype)) !=
       BPT_OK)

@@ -79,11 +79,12 @@ bpt_status bpt_graph_gradient_norm(bpt_graph *graph, const bpt_node *parameter, 
   return BPT_OK;
 }
 
-/* A bf16-stored value (storage.c), widened on the host: the backend's reduction reads f32. */
+/* A bf16-stored value (storage.c) or a weight's bf16 copy, widened on the host: the backend's reduction reads
+ * f32. */
 static bpt_status host_statistics(const bpt_node *node, int64_t count, double *sum, double *squares, int64_t *zeros) {
   float *host = bpt_calloc(node->graph->context, (size_t)(count ? count : 1), sizeof *host, "value statistics");
   if (!host) return BPT_ERR_OUT_OF_MEMORY;
-  const bpt_status status = bpt_node_download_f32(node, node->value, count, host);
+  const bpt_status status = bpt_node_read_forward_f32(node, count, host);
   *sum = *squares = 0.0;
   *zeros = 0;
   for (int64_t i = 0; status == BPT_OK && i < count; i++) {
@@ -106,7 +107,7 @@ bpt_status bpt_graph_value_statistics(bpt_graph *graph, const bpt_node *node, bp
   const int64_t count = bpt_node_count(node);
   double sum = 0.0, squares = 0.0;
   int64_t zeros = 0;
-  if (node->storage == node->dtype) {
+  if (node->storage == node->dtype && !bpt_node_forward_read_bf16_copy(node)) {
     BPT_CHECK(statistics_of(graph, count, node->value, &sum, &squares, &zeros, where));
   } else {
     BPT_CHECK(host_statistics(node, count, &sum, &squares, &zeros));

@@ -62,26 +62,40 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
   return BPT_OK;
 }
 
-bpt_status bpt_node_download_f32(const bpt_node *node, const void *device, int64_t count, float *host) {
+/* count bf16 codes at device, widened into host. */
+static bpt_status download_bf16_as_f32(const bpt_node *node, const void *device, int64_t count, float *host) {
   bpt_backend *backend = node->graph->backend;
-  const size_t element = bpt_dtype_size(node->storage);
-  if (node->storage == BPT_DTYPE_F32) {
-    if (backend->vtable->download(backend, host, device, (size_t)count * element) != BPT_OK)
-      return bpt_node_error(node, BPT_ERR_DEVICE, "reading its values: %s", backend->error_message);
-    return BPT_OK;
-  }
-  if (node->storage != BPT_DTYPE_BF16)
-    return bpt_node_error(node, BPT_ERR_INTERNAL, "storage %s cannot be read as f32", bpt_dtype_name(node->storage));
   /* Downloaded into the back half of host, then widened front to back in place: element i's f32 ends at byte
    * 4 i + 4 <= 2 count + 2 (i + 1), where the bf16 elements still to be read begin. */
   uint16_t *narrow = (uint16_t *)(host + count) - count;
-  if (backend->vtable->download(backend, narrow, device, (size_t)count * element) != BPT_OK)
+  if (backend->vtable->download(backend, narrow, device, (size_t)count * sizeof *narrow) != BPT_OK)
     return bpt_node_error(node, BPT_ERR_DEVICE, "reading its values: %s", backend->error_message);
   for (int64_t i = 0; i < count; i++) {
     const uint32_t bits = (uint32_t)narrow[i] << 16;
     memcpy(host + i, &bits, sizeof bits);
   }
   return BPT_OK;
+}
+
+bpt_status bpt_node_download_f32(const bpt_node *node, const void *device, int64_t count, float *host) {
+  bpt_backend *backend = node->graph->backend;
+  if (node->storage == BPT_DTYPE_F32) {
+    if (backend->vtable->download(backend, host, device, (size_t)count * sizeof *host) != BPT_OK)
+      return bpt_node_error(node, BPT_ERR_DEVICE, "reading its values: %s", backend->error_message);
+    return BPT_OK;
+  }
+  if (node->storage != BPT_DTYPE_BF16)
+    return bpt_node_error(node, BPT_ERR_INTERNAL, "storage %s cannot be read as f32", bpt_dtype_name(node->storage));
+  return download_bf16_as_f32(node, device, count, host);
+}
+
+bool bpt_node_forward_read_bf16_copy(const bpt_node *node) {
+  return node->value_bf16 && node->value == node->graph->parameter_block + node->param_offset;
+}
+
+bpt_status bpt_node_read_forward_f32(const bpt_node *node, int64_t count, float *host) {
+  if (bpt_node_forward_read_bf16_copy(node)) return download_bf16_as_f32(node, node->value_bf16, count, host);
+  return bpt_node_download_f32(node, node->value, count, host);
 }
 
 /* f32 to bf16 as bpt_cpu_round_to_dtype rounds in place: nearest even on the upper 16 bits, subnormals kept,
