@@ -1,8 +1,8 @@
 /* Storage dtype (issue 24.5): under the bf16 policy the MLP's activations are planned, allocated and passed to
  * kernels as bf16, and the results match the rounding path (every activation f32, rounded in place after each
- * op) that the same graph takes with f32 storage forced; a graph mixing an op whose kernels take bf16 storage
- * with one whose kernels do not keeps the latter's activations f32 and still matches; bpt_graph_read gives f32;
- * the planned activation memory is about half. */
+ * op) that the same graph takes with f32 storage forced; so do they where an op's kernels take f32 only and the
+ * kernel call widens around them (tanh), and where an op works without kernels (reshape), whose activations
+ * stay f32; bpt_graph_read gives f32; the planned activation memory is about half. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +17,20 @@ enum { BATCH = 24, FEATURES = 300, HIDDEN1 = 64, HIDDEN2 = 48, CLASSES = 10 };
 typedef struct net {
   bpt_context *context;
   bpt_graph *graph;
-  bpt_node *x, *labels, *hidden1, *act1, *logits, *loss;
+  bpt_node *x, *labels, *hidden1, *act1, *reshaped, *logits, *loss;
   float loss_value;
   float logits_values[BATCH * CLASSES];
   float *gradients;
   int64_t parameter_count;
 } net;
 
-/* x -> linear -> relu (or tanh: kernels without bf16 storage) -> linear -> relu -> linear -> cross-entropy,
- * one forward and backward on fixed inputs and parameters. */
-static void net_run(net *n, bool f32_storage, bool tanh_layer) {
+/* The first layer's activation: relu (kernels that take bf16), tanh (f32-only kernels, widened around), or relu
+ * and then a reshape to the same shape (an op without kernels). */
+typedef enum middle { MIDDLE_RELU, MIDDLE_TANH, MIDDLE_RESHAPE } middle;
+
+/* x -> linear -> relu (or the middle above) -> linear -> relu -> linear -> cross-entropy, one forward and
+ * backward on fixed inputs and parameters. */
+static void net_run(net *n, bool f32_storage, middle first) {
   memset(n, 0, sizeof *n);
   n->context = test_context(11);
   bpt_context *context = n->context;
@@ -53,11 +57,16 @@ static void net_run(net *n, bool f32_storage, bool tanh_layer) {
     if (layer == 0) n->hidden1 = h;
     if (layer == 2) break;
     snprintf(name, sizeof name, "act%d", layer);
-    if (layer == 0 && tanh_layer)
+    if (layer == 0 && first == MIDDLE_TANH)
       assert_ok(context, bpt_tanh(n->graph, name, h, &h));
     else
       assert_ok(context, bpt_relu(n->graph, name, h, &h));
     if (layer == 0) n->act1 = h;
+    if (layer == 0 && first == MIDDLE_RESHAPE) {
+      const int64_t same = HIDDEN1;
+      assert_ok(context, bpt_reshape(n->graph, "same_shape", h, 1, &same, &h));
+      n->reshaped = h;
+    }
   }
   n->logits = h;
   assert_ok(context, bpt_softmax_cross_entropy(n->graph, "loss", n->logits, n->labels, &n->loss));
@@ -123,8 +132,8 @@ static void compare(const net *storage, const net *rounding) {
 static void mlp_storage_matches_rounding_path(void **state) {
   (void)state;
   net storage, rounding;
-  net_run(&storage, false, false);
-  net_run(&rounding, true, false);
+  net_run(&storage, false, MIDDLE_RELU);
+  net_run(&rounding, true, MIDDLE_RELU);
   /* The activations are stored as bf16 on one path only. */
   assert_int_equal(storage.x->storage, BPT_DTYPE_BF16);
   assert_int_equal(storage.hidden1->storage, BPT_DTYPE_BF16);
@@ -141,14 +150,30 @@ static void mlp_storage_matches_rounding_path(void **state) {
   net_destroy(&rounding);
 }
 
+static void widened_storage_matches_rounding_path(void **state) {
+  (void)state;
+  net widened, rounding;
+  net_run(&widened, false, MIDDLE_TANH);
+  net_run(&rounding, true, MIDDLE_TANH);
+  /* tanh's kernels take f32 only: the kernel call widens its bf16 input and output around them. */
+  assert_int_equal(widened.hidden1->storage, BPT_DTYPE_BF16);
+  assert_int_equal(widened.act1->storage, BPT_DTYPE_BF16);
+  assert_int_equal(widened.logits->storage, BPT_DTYPE_BF16);
+  assert_true(all_bf16(widened.logits_values, BATCH * CLASSES));
+  compare(&widened, &rounding);
+  net_destroy(&widened);
+  net_destroy(&rounding);
+}
+
 static void mixed_storage_matches_rounding_path(void **state) {
   (void)state;
   net mixed, rounding;
-  net_run(&mixed, false, true);
-  net_run(&rounding, true, true);
-  /* tanh's kernels take f32 only: its input and output stay f32 (rounded in place), the rest is bf16. */
-  assert_int_equal(mixed.hidden1->storage, BPT_DTYPE_F32);
+  net_run(&mixed, false, MIDDLE_RESHAPE);
+  net_run(&rounding, true, MIDDLE_RESHAPE);
+  /* reshape copies through shared primitives, not kernels: its input and output stay f32 (rounded in place). */
+  assert_int_equal(mixed.hidden1->storage, BPT_DTYPE_BF16);
   assert_int_equal(mixed.act1->storage, BPT_DTYPE_F32);
+  assert_int_equal(mixed.reshaped->storage, BPT_DTYPE_F32);
   assert_int_equal(mixed.x->storage, BPT_DTYPE_BF16);
   assert_int_equal(mixed.logits->storage, BPT_DTYPE_BF16);
   assert_true(all_bf16(mixed.logits_values, BATCH * CLASSES));
@@ -160,8 +185,8 @@ static void mixed_storage_matches_rounding_path(void **state) {
 static void planned_activation_bytes_are_about_half(void **state) {
   (void)state;
   net storage, rounding;
-  net_run(&storage, false, false);
-  net_run(&rounding, true, false);
+  net_run(&storage, false, MIDDLE_RELU);
+  net_run(&rounding, true, MIDDLE_RELU);
   bpt_graph_memory_stats narrow = {.size = sizeof narrow}, wide = {.size = sizeof wide};
   assert_ok(storage.context, bpt_graph_memory(storage.graph, &narrow));
   assert_ok(rounding.context, bpt_graph_memory(rounding.graph, &wide));
@@ -177,6 +202,7 @@ static void planned_activation_bytes_are_about_half(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(mlp_storage_matches_rounding_path),
+      cmocka_unit_test(widened_storage_matches_rounding_path),
       cmocka_unit_test(mixed_storage_matches_rounding_path),
       cmocka_unit_test(planned_activation_bytes_are_about_half),
   };

@@ -17,18 +17,21 @@ static int consumers(const bpt_graph *graph, const bpt_node *node) {
   return count;
 }
 
+/* Parameters are read and written in the f32 master block: under a precision policy a trainable one's value is
+ * a rounded copy that the next forward refreshes from the master (precision.c). */
 static bpt_status transfer(bpt_graph *graph, bpt_node *node, double *values, bool to_device) {
   bpt_backend *backend = graph->backend;
   const int64_t count = bpt_node_inner_count(node);
+  float *device = graph->parameter_block + node->param_offset;
   float *host = malloc((size_t)count * sizeof *host);
   if (!host) return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_fold_batch_norm: out of memory");
   bpt_status status = BPT_OK;
   if (to_device) {
     for (int64_t i = 0; i < count; i++)
       host[i] = (float)values[i];
-    status = backend->vtable->upload(backend, node->value, host, (size_t)count * sizeof *host);
+    status = backend->vtable->upload(backend, device, host, (size_t)count * sizeof *host);
   } else {
-    status = backend->vtable->download(backend, host, node->value, (size_t)count * sizeof *host);
+    status = backend->vtable->download(backend, host, device, (size_t)count * sizeof *host);
     for (int64_t i = 0; status == BPT_OK && i < count; i++)
       values[i] = host[i];
   }
@@ -91,6 +94,12 @@ bpt_status bpt_graph_fold_batch_norm(bpt_graph *graph, int *folded_count) {
       continue;
     bpt_node *conv = norm->inputs[0];
     if (conv->op != BPT_OP_CONV2D || consumers(graph, conv) != 1) continue;
+    /* The folded norm shares the convolution's buffer, so both must hold the same storage dtype (storage.c). */
+    if (conv->storage != norm->storage) continue;
+    bool statistics_are_parameters = true; /* gamma, beta and the running statistics are rewritten in place */
+    for (int k = 1; k < 5; k++)
+      statistics_are_parameters &= norm->inputs[k]->op == BPT_OP_PARAMETER;
+    if (!statistics_are_parameters) continue;
     bpt_node *weight = conv->inputs[1], *bias = conv->input_count > 2 ? conv->inputs[2] : NULL;
     /* Shared parameters would change another layer too; a borrowed beta must belong to this norm alone. */
     if (weight->op != BPT_OP_PARAMETER || consumers(graph, weight) != 1) continue;

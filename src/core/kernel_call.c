@@ -138,12 +138,110 @@ static bpt_status run_on_cpu(bpt_node *node, const bpt_kernel_node *description,
   return status;
 }
 
+/* The bf16-stored tensors of a node whose kernels take f32 only (bpt_node_kernels_widen_bf16): each distinct
+ * device buffer gets an f32 copy in the policy's scratch, widened first where the kernels read it and narrowed
+ * back where they wrote it, so the values are those the rounding path gives (f32 compute, one rounding of each
+ * result). A buffer named twice (a folded batch_norm_relu works in place) has one copy. */
+typedef struct widened_buffers {
+  void *device[2 * BPT_KERNEL_MAX_INPUTS + 2];
+  float *f32[2 * BPT_KERNEL_MAX_INPUTS + 2];
+  int64_t count[2 * BPT_KERNEL_MAX_INPUTS + 2];
+  bool read[2 * BPT_KERNEL_MAX_INPUTS + 2], written[2 * BPT_KERNEL_MAX_INPUTS + 2];
+  int n;
+} widened_buffers;
+
+static void add_buffer(widened_buffers *buffers, const bpt_kernel_tensor *tensor, void *device, bool read,
+                       bool written) {
+  if (!device || tensor->dtype != BPT_DTYPE_BF16) return;
+  for (int i = 0; i < buffers->n; i++)
+    if (buffers->device[i] == device) {
+      buffers->read[i] |= read;
+      buffers->written[i] |= written;
+      return;
+    }
+  const int i = buffers->n++;
+  buffers->device[i] = device;
+  buffers->count[i] = tensor->count;
+  buffers->read[i] = read;
+  buffers->written[i] = written;
+}
+
+static void *f32_copy(const widened_buffers *buffers, void *device) {
+  for (int i = 0; i < buffers->n; i++)
+    if (buffers->device[i] == device) return buffers->f32[i];
+  return device;
+}
+
+static void widen_tensor(const widened_buffers *buffers, bpt_kernel_tensor *tensor) {
+  if (tensor->dtype != BPT_DTYPE_BF16) return;
+  tensor->value = f32_copy(buffers, tensor->value);
+  tensor->grad = f32_copy(buffers, tensor->grad);
+  tensor->dtype = BPT_DTYPE_F32;
+}
+
+static bpt_status cast_buffers(bpt_node *node, const widened_buffers *buffers, bool narrow) {
+  bpt_backend *backend = node->graph->backend;
+  for (int i = 0; i < buffers->n; i++) {
+    if (!(narrow ? buffers->written[i] : buffers->read[i])) continue;
+    backend->error_message[0] = 0;
+    const bpt_status status =
+        narrow ? backend->vtable->cast(backend, buffers->count[i], BPT_DTYPE_F32, buffers->f32[i], BPT_DTYPE_BF16,
+                                       buffers->device[i], 1.0f)
+               : backend->vtable->cast(backend, buffers->count[i], BPT_DTYPE_BF16, buffers->device[i], BPT_DTYPE_F32,
+                                       buffers->f32[i], 1.0f);
+    if (status != BPT_OK)
+      return bpt_node_error(node, status, "%s its bf16 storage for f32 kernels: %s", narrow ? "narrowing" : "widening",
+                            backend->error_message);
+  }
+  return BPT_OK;
+}
+
+/* Forward reads the inputs and writes the output; backward reads the inputs, the output and its gradient and
+ * writes the input gradients (reading them first where it adds to them, beta 1). */
+static bpt_status run_widened(bpt_node *node, const bpt_kernel_node *description, bool backward) {
+  widened_buffers buffers = {.n = 0};
+  for (int i = 0; i < description->input_count; i++) {
+    const bpt_kernel_tensor *input = &description->inputs[i];
+    add_buffer(&buffers, input, input->value, true, false);
+    if (backward) add_buffer(&buffers, input, input->grad, input->beta != 0.0f, true);
+  }
+  add_buffer(&buffers, &description->output, description->output.value, backward, !backward);
+  if (backward) add_buffer(&buffers, &description->output, description->output.grad, true, false);
+  size_t bytes = 0, offsets[2 * BPT_KERNEL_MAX_INPUTS + 2];
+  for (int i = 0; i < buffers.n; i++) { /* 64-byte aligned copies, as the memory plan aligns buffers */
+    offsets[i] = bytes;
+    bytes += ((size_t)buffers.count[i] * sizeof(float) + 63) / 64 * 64;
+  }
+  float *scratch;
+  BPT_CHECK(bpt_precision_widen_scratch(node->graph, bytes ? bytes : 64, &scratch));
+  for (int i = 0; i < buffers.n; i++)
+    buffers.f32[i] = scratch + offsets[i] / sizeof(float);
+  BPT_CHECK(cast_buffers(node, &buffers, false));
+  bpt_kernel_node f32 = *description;
+  for (int i = 0; i < f32.input_count; i++)
+    widen_tensor(&buffers, &f32.inputs[i]);
+  widen_tensor(&buffers, &f32.output);
+  bpt_backend *backend = node->kernel_backend;
+  backend->error_message[0] = 0;
+  const bpt_status status = (backward ? node->kernels->backward : node->kernels->forward)(backend, &f32);
+  if (status != BPT_OK) return kernel_failed(node, status, backward ? "backward" : "forward");
+  return cast_buffers(node, &buffers, true);
+}
+
+static bool names_bf16(const bpt_kernel_node *description) {
+  bool any = description->output.dtype == BPT_DTYPE_BF16;
+  for (int i = 0; i < description->input_count; i++)
+    any |= description->inputs[i].dtype == BPT_DTYPE_BF16;
+  return any;
+}
+
 static bpt_status run(bpt_node *node, const bpt_kernel_node *description, bool backward) {
   const bpt_op_kernels *kernels = node->kernels;
   if (!kernels)
     return bpt_node_error(node, BPT_ERR_UNSUPPORTED, "no kernels on backend '%s' (compile the graph first)",
                           node->graph->backend->vtable->name);
   if (node->kernel_backend != node->graph->backend) return run_on_cpu(node, description, backward);
+  if (bpt_node_kernels_widen_bf16(node) && names_bf16(description)) return run_widened(node, description, backward);
   bpt_backend *backend = node->kernel_backend;
   bpt_status status = (backward ? kernels->backward : kernels->forward)(backend, description);
   return status == BPT_OK ? BPT_OK : kernel_failed(node, status, backward ? "backward" : "forward");

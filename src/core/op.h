@@ -105,6 +105,11 @@ typedef struct bpt_op_definition {
    * start of node->saved that a backward of sample 0 alone reads (NULL: none). */
   bpt_speculative_role speculative;
   size_t (*speculative_saved_bytes)(const bpt_node *node);
+  /* Whether forward and backward touch the node's tensors only through the op's registered kernels (no shared
+   * primitive or host access on them, no aliasing): then the storage plan may store its activations as bf16
+   * even where the kernels take f32 only, and the kernel call widens them into f32 scratch around the kernels
+   * (kernel_call.c, storage.c). */
+  bool kernels_only;
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;

@@ -233,11 +233,32 @@ void bpt_precision_release(bpt_graph *graph) {
   if (state->weight_copies) backend->vtable->free(backend, state->weight_copies);
   if (state->weight_bf16) backend->vtable->free(backend, state->weight_bf16);
   if (state->found_nonfinite) backend->vtable->free(backend, state->found_nonfinite);
+  if (state->widen_scratch) backend->vtable->free(backend, state->widen_scratch);
   for (int p = 0; p < graph->parameter_count; p++)
     graph->parameters[p]->value_bf16 = NULL;
   state->weight_copies = NULL;
   state->weight_bf16 = NULL;
   state->found_nonfinite = NULL;
+  state->widen_scratch = NULL;
+  state->widen_scratch_bytes = 0;
+}
+
+bpt_status bpt_precision_widen_scratch(bpt_graph *graph, size_t bytes, float **scratch) {
+  bpt_precision_state *state = graph->precision;
+  bpt_backend *backend = graph->backend;
+  if (!state) return bpt_error(graph->context, BPT_ERR_INTERNAL, "widening bf16 storage without a precision policy");
+  if (bytes > state->widen_scratch_bytes) {
+    if (state->widen_scratch) backend->vtable->free(backend, state->widen_scratch);
+    state->widen_scratch = NULL;
+    state->widen_scratch_bytes = 0;
+    backend->error_message[0] = 0;
+    if (backend->vtable->alloc(backend, bytes, (void **)&state->widen_scratch) != BPT_OK)
+      return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "allocating %zu bytes of f32 scratch for bf16 storage: %s",
+                       bytes, backend->error_message);
+    state->widen_scratch_bytes = bytes;
+  }
+  *scratch = state->widen_scratch;
+  return BPT_OK;
 }
 
 void bpt_precision_destroy(bpt_graph *graph) {

@@ -16,6 +16,8 @@ typedef struct bpt_precision_state {
   float *weight_copies;     /* device: parameters rounded to the compute dtype (NULL for f32) */
   uint16_t *weight_bf16;    /* device: the same copies as bf16 codes, where a linear reads them (else NULL) */
   int32_t *found_nonfinite; /* device: one flag for unscale_check_finite */
+  float *widen_scratch;     /* device: f32 copies of bf16-stored tensors around f32-only kernels (kernel_call.c) */
+  size_t widen_scratch_bytes;
 } bpt_precision_state;
 
 /* After the memory plan: allocates weight copies and the flag, points parameters at the copies, seeds the
@@ -31,6 +33,12 @@ void bpt_precision_destroy(bpt_graph *graph);
 const void *bpt_precision_weight_bf16(const bpt_node *consumer, const bpt_node *weight);
 /* Whether node's kernels take bf16 storage where they run (storage.c). */
 bool bpt_node_kernels_take_bf16(const bpt_node *node);
+/* Whether node's kernels take f32 only but may be handed bf16-stored tensors widened into f32 scratch around
+ * the call (its op is kernels_only, on the graph's backend, which casts; storage.c). */
+bool bpt_node_kernels_widen_bf16(const bpt_node *node);
+/* At least bytes of f32 scratch on the graph's backend for those widened calls, grown as needed and kept until
+ * bpt_precision_release. */
+bpt_status bpt_precision_widen_scratch(bpt_graph *graph, size_t bytes, float **scratch);
 
 /* Forward: refresh the weight copies from the f32 masters, then round every op's output. */
 bpt_status bpt_precision_before_forward(bpt_graph *graph);

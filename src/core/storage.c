@@ -1,6 +1,7 @@
 /* Storage dtype (issue 24.5): under the bf16 policy an activation whose producer and every consumer run kernels
- * that take bf16 storage (BPT_REGISTER_KERNELS_16BIT) is planned, allocated and handed to kernels as 2-byte
- * values, value and gradient alike; the others stay f32 and are rounded in place after each op (precision.c),
+ * that take bf16 storage (BPT_REGISTER_KERNELS_16BIT), or f32-only kernels of a kernels_only op that the kernel
+ * call widens around (kernel_call.c), is planned, allocated and handed to kernels as 2-byte values, value and
+ * gradient alike; the others stay f32 and are rounded in place after each op (precision.c),
  * which gives the same values. Host reads of a bf16-stored buffer are widened to f32 here. */
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,16 @@
  * transfers would work too, but a node that needs the fallback is rare enough to keep f32). */
 bool bpt_node_kernels_take_bf16(const bpt_node *node) {
   return node->kernels && node->kernels->bf16_storage && node->kernel_backend == node->graph->backend;
+}
+
+bool bpt_node_kernels_widen_bf16(const bpt_node *node) {
+  return node->kernels && !node->kernels->bf16_storage && node->kernel_backend == node->graph->backend &&
+         bpt_op_get(node->op)->kernels_only && node->graph->backend->vtable->cast;
+}
+
+/* Either way the node can be handed bf16 storage. */
+static bool takes_bf16_storage(const bpt_node *node) {
+  return bpt_node_kernels_take_bf16(node) || bpt_node_kernels_widen_bf16(node);
 }
 
 /* The activations of precision.c: batched f32 values other than parameters. Inputs count (the rounding path
@@ -38,14 +49,14 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
     return BPT_ERR_OUT_OF_MEMORY;
   }
   for (int i = 0; i < n; i++)
-    capable[i] = bpt_node_kernels_take_bf16(graph->nodes[i]) || graph->nodes[i]->op == BPT_OP_INPUT;
+    capable[i] = takes_bf16_storage(graph->nodes[i]) || graph->nodes[i]->op == BPT_OP_INPUT;
   bool *eligible = capable; /* reused: eligible[i] = producer and all consumers capable */
   for (int j = 0; j < n; j++) {
     const bpt_node *consumer = graph->nodes[j];
     for (int k = 0; k < consumer->input_count; k++) {
       const int i = consumer->inputs[k]->index;
       uses[i]++;
-      if (!bpt_node_kernels_take_bf16(consumer)) eligible[i] = false;
+      if (!takes_bf16_storage(consumer)) eligible[i] = false;
     }
   }
   /* One use only: with fan-out each consumer's backward would add into a bf16 gradient and round every time,

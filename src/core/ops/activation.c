@@ -30,6 +30,7 @@ static const bpt_param_decl leaky_relu_parameters[] = {{.name = "slope",
                                               .forward = activation_forward,                                           \
                                               .backward = activation_backward,                                         \
                                               .speculative = BPT_SPECULATIVE_ELEMENTWISE,                              \
+                                              .kernels_only = true,                                                    \
                                               __VA_ARGS__};
 BPT_ACTIVATION_OP(leaky_relu, BPT_OP_PARAMETERS(leaky_relu_parameters))
 BPT_ACTIVATION_OP(sigmoid, .parameters = NULL)

@@ -88,6 +88,7 @@ static bpt_status add_relu_backward(bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_add_relu = {.name = "add_relu",
+                                           .kernels_only = true,
                                            .infer_shape = add_relu_infer_shape,
                                            .saved_bytes = add_relu_saved_bytes,
                                            .forward = add_relu_forward,

@@ -101,6 +101,7 @@ static size_t batch_norm_relu_sample_saved_bytes(const bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_batch_norm = {.name = "batch_norm",
+                                             .kernels_only = true,
                                              BPT_OP_PARAMETERS(batch_norm_parameters),
                                              .infer_shape = batch_norm_infer_shape,
                                              .saved_bytes = batch_norm_saved_bytes,
@@ -113,6 +114,7 @@ const bpt_op_definition bpt_op_batch_norm = {.name = "batch_norm",
                                              .speculative_saved_bytes = batch_norm_sample_saved_bytes};
 
 const bpt_op_definition bpt_op_batch_norm_relu = {.name = "batch_norm_relu",
+                                                  .kernels_only = true,
                                                   BPT_OP_PARAMETERS(batch_norm_parameters),
                                                   .infer_shape = batch_norm_infer_shape,
                                                   .saved_bytes = batch_norm_saved_bytes,

@@ -51,6 +51,7 @@ static const bpt_param_decl concat_parameters[] = {
     {.name = "axis", .type = BPT_OP_VALUE_INT, .slot = 0, .minimum = -BPT_OP_ANY_INT, .maximum = BPT_OP_ANY_INT}};
 
 const bpt_op_definition bpt_op_concat = {.name = "concat",
+                                         .kernels_only = true,
                                          BPT_OP_PARAMETERS(concat_parameters),
                                          .infer_shape = concat_infer_shape,
                                          .forward = concat_forward,

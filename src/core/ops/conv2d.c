@@ -146,6 +146,7 @@ static void conv2d_cost(const bpt_node *node, int backward, double *flops, doubl
 }
 
 const bpt_op_definition bpt_op_conv2d = {.name = "conv2d",
+                                         .kernels_only = true,
                                          BPT_OP_PARAMETERS(conv2d_parameters),
                                          .infer_shape = conv2d_infer_shape,
                                          .forward = conv2d_forward,

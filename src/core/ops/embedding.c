@@ -44,6 +44,7 @@ static void embedding_cost(const bpt_node *node, int backward, double *flops, do
 }
 
 const bpt_op_definition bpt_op_embedding = {.name = "embedding",
+                                            .kernels_only = true,
                                             .infer_shape = embedding_infer_shape,
                                             .forward = embedding_forward,
                                             .backward = embedding_backward,

@@ -13,6 +13,7 @@ static bpt_status gelu_backward(bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_gelu = {.name = "gelu",
+                                       .kernels_only = true,
                                        .infer_shape = gelu_infer_shape,
                                        .forward = gelu_forward,
                                        .backward = gelu_backward,

@@ -14,6 +14,7 @@ static bpt_status gelu_tanh_backward(bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_gelu_tanh = {.name = "gelu_tanh",
+                                            .kernels_only = true,
                                             .infer_shape = gelu_tanh_infer_shape,
                                             .forward = gelu_tanh_forward,
                                             .backward = gelu_tanh_backward,

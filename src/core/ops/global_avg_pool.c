@@ -30,6 +30,7 @@ static bpt_status global_avg_pool_backward(bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_global_avg_pool = {.name = "global_avg_pool",
+                                                  .kernels_only = true,
                                                   .infer_shape = global_avg_pool_infer_shape,
                                                   .forward = global_avg_pool_forward,
                                                   .backward = global_avg_pool_backward,

@@ -44,6 +44,7 @@ static void layer_norm_cost(const bpt_node *node, int backward, double *flops, d
 }
 
 const bpt_op_definition bpt_op_layer_norm = {.name = "layer_norm",
+                                             .kernels_only = true,
                                              BPT_OP_PARAMETERS(bpt_norm_parameters),
                                              .infer_shape = layer_norm_infer_shape,
                                              .saved_bytes = layer_norm_saved_bytes,

@@ -19,6 +19,7 @@ static void mul_cost(const bpt_node *node, int backward, double *flops, double *
 }
 
 const bpt_op_definition bpt_op_mul = {.name = "mul",
+                                      .kernels_only = true,
                                       .infer_shape = bpt_node_infer_broadcast_shape,
                                       .forward = mul_forward,
                                       .backward = mul_backward,

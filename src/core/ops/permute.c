@@ -47,6 +47,7 @@ static const bpt_param_decl permute_parameters[] = {
      .maximum = BPT_OP_ANY_INT}};
 
 const bpt_op_definition bpt_op_permute = {.name = "permute",
+                                          .kernels_only = true,
                                           BPT_OP_PARAMETERS(permute_parameters),
                                           .infer_shape = permute_infer_shape,
                                           .forward = permute_forward,

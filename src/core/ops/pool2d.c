@@ -81,6 +81,7 @@ static size_t max_pool2d_sample_saved_bytes(const bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",
+                                             .kernels_only = true,
                                              BPT_OP_PARAMETERS(pool2d_parameters),
                                              .infer_shape = pool2d_infer_shape,
                                              .saved_bytes = max_pool2d_saved_bytes,
@@ -91,6 +92,7 @@ const bpt_op_definition bpt_op_max_pool2d = {.name = "max_pool2d",
                                              .speculative = BPT_SPECULATIVE_KERNELS,
                                              .speculative_saved_bytes = max_pool2d_sample_saved_bytes};
 const bpt_op_definition bpt_op_avg_pool2d = {.name = "avg_pool2d",
+                                             .kernels_only = true,
                                              BPT_OP_PARAMETERS(pool2d_parameters),
                                              .infer_shape = pool2d_infer_shape,
                                              .forward = pool2d_forward,

@@ -35,6 +35,7 @@ static void rms_norm_cost(const bpt_node *node, int backward, double *flops, dou
 }
 
 const bpt_op_definition bpt_op_rms_norm = {.name = "rms_norm",
+                                           .kernels_only = true,
                                            BPT_OP_PARAMETERS(bpt_norm_parameters),
                                            .infer_shape = rms_norm_infer_shape,
                                            .saved_bytes = rms_norm_saved_bytes,

@@ -104,6 +104,7 @@ static const bpt_param_decl attention_parameters[] = {
      .maximum_open = true}};
 
 const bpt_op_definition bpt_op_scaled_dot_product_attention = {.name = "scaled_dot_product_attention",
+                                                               .kernels_only = true,
                                                                BPT_OP_PARAMETERS(attention_parameters),
                                                                .infer_shape = attention_infer_shape,
                                                                .saved_bytes = attention_saved_bytes,

@@ -14,6 +14,7 @@ static bpt_status silu_backward(bpt_node *node) {
 }
 
 const bpt_op_definition bpt_op_silu = {.name = "silu",
+                                       .kernels_only = true,
                                        .infer_shape = silu_infer_shape,
                                        .forward = silu_forward,
                                        .backward = silu_backward,

@@ -58,6 +58,7 @@ static const bpt_param_decl slice_parameters[] = {{.name = "axis",
                                                    .maximum = BPT_OP_ANY_INT}};
 
 const bpt_op_definition bpt_op_slice = {.name = "slice",
+                                        .kernels_only = true,
                                         BPT_OP_PARAMETERS(slice_parameters),
                                         .infer_shape = slice_infer_shape,
                                         .forward = slice_forward,

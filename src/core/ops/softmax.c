@@ -42,6 +42,7 @@ static const bpt_param_decl softmax_parameters[] = {
     {.name = "causal", .type = BPT_OP_VALUE_BOOL, .slot = SOFTMAX_CAUSAL, .maximum = 1}};
 
 const bpt_op_definition bpt_op_softmax = {.name = "softmax",
+                                          .kernels_only = true,
                                           BPT_OP_PARAMETERS(softmax_parameters),
                                           .infer_shape = softmax_infer_shape,
                                           .forward = softmax_forward,
