@@ -196,16 +196,21 @@ static bpt_status cast_buffers(bpt_node *node, const widened_buffers *buffers, b
   return BPT_OK;
 }
 
-/* Forward reads the inputs and writes the output; backward reads the inputs, the output and its gradient and
- * writes the input gradients (reading them first where it adds to them, beta 1). */
+/* Forward reads the inputs and writes the output; backward reads the inputs and the output that the op says it
+ * reads (the memory plan may have reused the others, so the kernels do not touch them), the output's gradient,
+ * and writes the input gradients (reading them first where it adds to them, beta 1). */
 static bpt_status run_widened(bpt_node *node, const bpt_kernel_node *description, bool backward) {
+  const bpt_op_definition *definition = bpt_op_get(node->op);
   widened_buffers buffers = {.n = 0};
   for (int i = 0; i < description->input_count; i++) {
     const bpt_kernel_tensor *input = &description->inputs[i];
-    add_buffer(&buffers, input, input->value, true, false);
+    const bool read = !backward || !definition->backward_reads_input || definition->backward_reads_input(node, i);
+    if (read) add_buffer(&buffers, input, input->value, true, false);
     if (backward) add_buffer(&buffers, input, input->grad, input->beta != 0.0f, true);
   }
-  add_buffer(&buffers, &description->output, description->output.value, backward, !backward);
+  const bool output_read = backward && (!definition->backward_reads_output || definition->backward_reads_output(node));
+  if (!backward || output_read)
+    add_buffer(&buffers, &description->output, description->output.value, backward, !backward);
   if (backward) add_buffer(&buffers, &description->output, description->output.grad, true, false);
   size_t bytes = 0, offsets[2 * BPT_KERNEL_MAX_INPUTS + 2];
   for (int i = 0; i < buffers.n; i++) { /* 64-byte aligned copies, as the memory plan aligns buffers */

@@ -253,8 +253,8 @@ bpt_status bpt_precision_widen_scratch(bpt_graph *graph, size_t bytes, float **s
     state->widen_scratch_bytes = 0;
     backend->error_message[0] = 0;
     if (backend->vtable->alloc(backend, bytes, (void **)&state->widen_scratch) != BPT_OK)
-      return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "allocating %zu bytes of f32 scratch for bf16 storage: %s",
-                       bytes, backend->error_message);
+      return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY,
+                       "allocating %zu bytes of f32 scratch for bf16 storage: %s", bytes, backend->error_message);
     state->widen_scratch_bytes = bytes;
   }
   *scratch = state->widen_scratch;
