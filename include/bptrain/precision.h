@@ -47,10 +47,11 @@ typedef struct bpt_precision_options {
    * reusing the memory of values that backward does not need. Default 0. */
   int keep_all_values;
   /** Non-zero: under the bf16 policy, activations and their gradients are stored as 2-byte values wherever
-   * every kernel that touches them takes that storage (CPU: linear, relu, softmax_cross_entropy), about half
-   * their memory (bpt_graph_memory()'s activation_bytes); the rest keep f32 buffers rounded in place. Values
-   * are the same either way. Default 0: every activation in f32 buffers rounded in place, the faster of the
-   * two today (the 16-bit element loops are not vectorised yet; docs/precision.md). */
+   * their producer and single consumer take that storage (CPU: linear, relu and softmax_cross_entropy read it
+   * directly; convolution, normalisation, pooling, attention and the other ops that work only through their
+   * kernels get it widened into f32 scratch around each call), up to half their memory (bpt_graph_memory()'s
+   * activation_bytes); the rest keep f32 buffers rounded in place. Values are the same either way. Default 0:
+   * every activation in f32 buffers rounded in place, the faster of the two today (docs/precision.md). */
   int store_activations_16bit;
 } bpt_precision_options;
 
