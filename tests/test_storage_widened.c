@@ -56,8 +56,9 @@ static void build_cnn(bpt_context *context, bpt_graph *graph, model *m) {
   assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", m->logits, m->inputs[1], &m->loss));
 }
 
-/* Token and position embeddings, one pre-LN transformer block, a final layer norm and a linear head. */
-static void build_transformer(bpt_context *context, bpt_graph *graph, model *m) {
+/* Token and position embeddings, one pre-LN transformer block (a recompute segment or not), a final layer norm
+ * and a linear head. */
+static void build_transformer(bpt_context *context, bpt_graph *graph, bool recompute, model *m) {
   bpt_node *x, *position;
   assert_ok(context, bpt_graph_input_sequence(graph, "tokens", BPT_DTYPE_I32, TOKENS, 0, NULL, &m->inputs[0]));
   assert_ok(context, bpt_graph_input_sequence(graph, "positions", BPT_DTYPE_I32, TOKENS, 0, NULL, &m->inputs[1]));
@@ -68,6 +69,7 @@ static void build_transformer(bpt_context *context, bpt_graph *graph, model *m) 
   assert_ok(context, bpt_add(graph, "embed", x, position, &x));
   bpt_transformer_block_options block = bpt_transformer_block_options_default();
   block.heads = 2;
+  block.recompute = recompute;
   assert_ok(context, bpt_layer_transformer_block(graph, "block", x, &block, &x));
   assert_ok(context, bpt_graph_find_node(graph, "block.ln1", &m->watched[0]));
   assert_ok(context, bpt_graph_find_node(graph, "block.attn", &m->watched[1]));
@@ -102,7 +104,7 @@ static void fill_inputs(bpt_context *context, bpt_graph *graph, const model *m, 
   }
 }
 
-static void train(bool cnn, bool store_16bit, outcome *out) {
+static void train(bool cnn, bool recompute, bool store_16bit, outcome *out) {
   memset(out, 0, sizeof *out);
   bpt_context *context = test_context(21);
   bpt_graph *graph;
@@ -115,7 +117,7 @@ static void train(bool cnn, bool store_16bit, outcome *out) {
   if (cnn)
     build_cnn(context, graph, &m);
   else
-    build_transformer(context, graph, &m);
+    build_transformer(context, graph, recompute, &m);
   for (int i = 0; i < 4; i++)
     assert_non_null(m.watched[i]);
   assert_ok(context, bpt_graph_compile(graph, m.loss, IMAGES));
@@ -144,10 +146,10 @@ static void train(bool cnn, bool store_16bit, outcome *out) {
   bpt_context_destroy(context);
 }
 
-static void check_agreement(bool cnn) {
+static void check_agreement(bool cnn, bool recompute) {
   outcome stored, rounded;
-  train(cnn, true, &stored);
-  train(cnn, false, &rounded);
+  train(cnn, recompute, true, &stored);
+  train(cnn, recompute, false, &rounded);
   for (int i = 0; i < 4; i++) {
     if (stored.storage[i] != BPT_DTYPE_BF16)
       fail_msg("watched node %d is stored as %s", i, bpt_dtype_name(stored.storage[i]));
@@ -166,12 +168,18 @@ static void check_agreement(bool cnn) {
 
 static void cnn_widened_storage_matches_rounding_path(void **state) {
   (void)state;
-  check_agreement(true);
+  check_agreement(true, false);
 }
 
 static void transformer_widened_storage_matches_rounding_path(void **state) {
   (void)state;
-  check_agreement(false);
+  check_agreement(false, false);
+}
+
+/* The block's forward runs again in backward: the widened calls write the same bf16 values the second time. */
+static void recomputed_transformer_widened_storage_matches_rounding_path(void **state) {
+  (void)state;
+  check_agreement(false, true);
 }
 
 /* Folding batch norms into the convolutions under the bf16 policy (with and without 16-bit storage) keeps the
@@ -219,6 +227,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cnn_widened_storage_matches_rounding_path),
       cmocka_unit_test(transformer_widened_storage_matches_rounding_path),
+      cmocka_unit_test(recomputed_transformer_widened_storage_matches_rounding_path),
       cmocka_unit_test(folding_under_the_bf16_policy_keeps_the_logits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
