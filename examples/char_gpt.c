@@ -9,6 +9,7 @@
  *
  *   char_gpt [--data FILE|DIR] [--layers 4] [--dim 128] [--heads 4] [--context 128] [--batch 32] [--steps 2000]
  *            [--lr 1e-3] [--warmup 100] [--threads N] [--backend cpu] [--dtype f32|bf16|f16] [--seed 42] [--recompute]
+ *            [--store-16bit]
  *            [--val-batches 20] [--sample N] [--prompt TEXT] [--temperature 0] [--top-k 0] [--save FILE]
  *            [--eval FILE] [--checkpoint FILE [--resume] [--stop-after N] [--save-every N]] [--onnx FILE]
  *            [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
@@ -27,7 +28,7 @@
 static const char usage[] =
     "usage: char_gpt [--data FILE|DIR] [--layers N] [--dim N] [--heads N] [--context N] [--batch N] [--steps N]\n"
     "                [--lr X] [--warmup N] [--threads N] [--backend cpu|cuda|fpga-sim] [--dtype f32|bf16|f16]\n"
-    "                [--recompute] [--no-kv-cache]\n"
+    "                [--recompute] [--no-kv-cache] [--store-16bit]\n"
     "                [--seed N] [--val-batches N] [--sample N] [--prompt TEXT] [--temperature X] [--top-k N]\n"
     "                [--save FILE] [--eval FILE] [--checkpoint FILE [--resume] [--stop-after N] [--save-every N]]\n"
     "                [--onnx FILE]\n"
@@ -37,6 +38,7 @@ static const char usage[] =
     "  --batch --steps --lr --warmup      32 windows a step, 2000 steps, peak rate 1e-3 after 100 warm-up steps\n"
     "  --dtype        f32 (default), or the bf16 / f16 precision policy\n"
     "  --recompute    recompute each block's activations in backward instead of keeping them (less memory)\n"
+    "  --store-16bit  with --dtype bf16: store activations and their gradients as bf16 wherever the plan can\n"
     "  --val-batches  validation batches (of --batch windows, evenly spaced) for the final val loss (default 20)\n"
     "  --sample N     generate N bytes after --prompt (default \"\\n\"): greedy, or drawn at --temperature X,\n"
     "                 from the --top-k K likeliest bytes when K > 0; a key/value cache makes each byte one\n"
@@ -346,7 +348,7 @@ int main(int argc, char **argv) {
       "--lr",      "--warmup",      "--threads", "--backend", "--dtype",    "--seed",       "--val-batches",
       "--sample",  "--prompt",      "--temperature", "--top-k", "--save",   "--eval",       "--checkpoint",
       "--stop-after", "--save-every", "--onnx", "--dump-parameters", EXAMPLE_OPTIONS, NULL};
-  static const char *const flags[] = {"--resume", "--no-kv-cache", "--recompute", NULL};
+  static const char *const flags[] = {"--resume", "--no-kv-cache", "--recompute", "--store-16bit", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const gpt_config c = {.layers = example_option_long(argc, argv, "--layers", 4),
                         .dim = example_option_long(argc, argv, "--dim", 128),
@@ -366,6 +368,11 @@ int main(int argc, char **argv) {
   const bpt_dtype dtype = parse_dtype(example_option(argc, argv, "--dtype"));
   const char *checkpoint = example_option(argc, argv, "--checkpoint");
   const bool resume = example_flag(argc, argv, "--resume");
+  const bool store_16bit = example_flag(argc, argv, "--store-16bit");
+  if (store_16bit && dtype != BPT_DTYPE_BF16) {
+    fprintf(stderr, "error: --store-16bit works with --dtype bf16\n%s", usage);
+    return 2;
+  }
   if (c.layers < 1 || c.dim < 1 || c.heads < 1 || c.context < 2 || c.batch < 1 || steps < 1 || warmup < 0 ||
       val_batches < 1 || sample < 0 || stop_after < 0 || save_every < 0 || top_k < 0 || !(learning_rate > 0.0) ||
       !(temperature >= 0.0) || c.dim % c.heads != 0 || c.context > 1 << 20 || c.dim > 1 << 16 || c.layers > 1024) {
@@ -427,6 +434,7 @@ int main(int argc, char **argv) {
   if (dtype != BPT_DTYPE_F32) {
     bpt_precision_options precision = bpt_precision_options_default();
     precision.compute_dtype = dtype;
+    precision.store_activations_16bit = store_16bit;
     EXAMPLE_CHECK(context, bpt_graph_set_precision(graph, &precision));
   }
   EXAMPLE_CHECK(context, bpt_graph_compile(graph, m.loss, c.batch));
@@ -440,6 +448,9 @@ int main(int argc, char **argv) {
          (double)memory.activation_bytes_held / tokens, c.recompute ? "blocks recomputed" : "no recomputation",
          (double)memory.transient_bytes / tokens,
          dtype == BPT_DTYPE_F32 ? "f32" : dtype == BPT_DTYPE_BF16 ? "bf16" : "f16");
+  printf("activation memory: %.0f bytes per token in all (%.0f with every activation stored in f32: %.0f%%)\n",
+         (double)memory.activation_bytes / tokens, (double)memory.activation_bytes_f32 / tokens,
+         100.0 * (double)memory.activation_bytes / (double)memory.activation_bytes_f32);
   fflush(stdout);
   }
 
