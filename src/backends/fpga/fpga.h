@@ -52,6 +52,8 @@ typedef enum bpt_fpga_kernel {
   BPT_FPGA_KERNEL_ADAM_UPDATE,
   BPT_FPGA_KERNEL_ADD_SCALED,
   BPT_FPGA_KERNEL_MEMORY, /* copies, zeroing and host transfers */
+  BPT_FPGA_KERNEL_IM2COL, /* conv2d's receptive fields streamed into columns, and back */
+  BPT_FPGA_KERNEL_POOL,
   BPT_FPGA_KERNEL_COUNT
 } bpt_fpga_kernel;
 
