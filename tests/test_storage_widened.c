@@ -104,16 +104,22 @@ static void fill_inputs(bpt_context *context, bpt_graph *graph, const model *m, 
   }
 }
 
-static void train(bool cnn, bool recompute, bool store_16bit, outcome *out) {
-  memset(out, 0, sizeof *out);
-  bpt_context *context = test_context(21);
+/* A graph under the bf16 policy, with 16-bit storage or the rounding path. */
+static bpt_graph *bf16_graph(bpt_context *context, bool store_16bit) {
   bpt_graph *graph;
-  model m = {.input_count = 0};
   assert_ok(context, bpt_graph_create(context, &graph));
   bpt_precision_options options = bpt_precision_options_default();
   options.compute_dtype = BPT_DTYPE_BF16;
   options.store_activations_16bit = store_16bit;
   assert_ok(context, bpt_graph_set_precision(graph, &options));
+  return graph;
+}
+
+static void train(bool cnn, bool recompute, bool store_16bit, outcome *out) {
+  memset(out, 0, sizeof *out);
+  bpt_context *context = test_context(21);
+  bpt_graph *graph = bf16_graph(context, store_16bit);
+  model m = {.input_count = 0};
   if (cnn)
     build_cnn(context, graph, &m);
   else
@@ -190,13 +196,8 @@ static void folding_under_the_bf16_policy_keeps_the_logits(void **state) {
   (void)state;
   for (int store = 0; store < 2; store++) {
     bpt_context *context = test_context(21);
-    bpt_graph *graph;
+    bpt_graph *graph = bf16_graph(context, store);
     model m = {.input_count = 0};
-    assert_ok(context, bpt_graph_create(context, &graph));
-    bpt_precision_options options = bpt_precision_options_default();
-    options.compute_dtype = BPT_DTYPE_BF16;
-    options.store_activations_16bit = store;
-    assert_ok(context, bpt_graph_set_precision(graph, &options));
     build_cnn(context, graph, &m);
     assert_ok(context, bpt_graph_compile(graph, m.loss, IMAGES));
     fill_inputs(context, graph, &m, true);
