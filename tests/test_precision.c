@@ -76,7 +76,7 @@ static void cast_kernel_matches_scalar_reference(void **state) {
 
 /* y = x W^T + b on one sample x = (1, 1), after writing parameters (W0, W1, b); also reads W and b back. */
 static void one_linear(const bpt_precision_options *options, const float parameters[2][3], float y[2], float w[2],
-                       float b[1]) {
+                       float b[1], size_t *parameter_bytes) {
   bpt_context *context = test_context(1);
   bpt_graph *graph;
   bpt_node *x, *t, *weight, *bias, *out, *loss;
@@ -90,6 +90,9 @@ static void one_linear(const bpt_precision_options *options, const float paramet
   assert_ok(context, bpt_linear(graph, "y", x, weight, bias, &out));
   assert_ok(context, bpt_mse_loss(graph, "loss", out, t, &loss));
   assert_ok(context, bpt_graph_compile(graph, loss, 1));
+  bpt_graph_memory_stats memory = {.size = sizeof memory};
+  assert_ok(context, bpt_graph_memory(graph, &memory));
+  *parameter_bytes = memory.parameter_bytes;
   const int64_t dims[2] = {1, 2}, out_dims[2] = {1, 1};
   bpt_tensor *x_values, *t_values, *y_values, *w_values, *b_values;
   assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 2, dims, &x_values));
@@ -123,7 +126,7 @@ static void one_linear(const bpt_precision_options *options, const float paramet
 
 /* Under the bf16 policy forward reads every trainable parameter rounded to bf16, refreshed from the masters
  * each forward, whether through the bf16 copy (a weight only linears read, which has no f32 copy) or the f32
- * copy (the bias); bpt_graph_read gives what forward read. fine = 1 + 2^-9 rounds to 1 (a tie, to even), and
+ * copy (the bias); bpt_graph_read gives what forward read, and bpt_graph_memory counts the copies there are. fine = 1 + 2^-9 rounds to 1 (a tie, to even), and
  * y is stored or rounded as bf16 too: the first run's y is 0 (f32: 2^-9); the second's is 2^-8 + 1, a tie that
  * rounds to 1, where an unrounded bias would give 2^-8 + fine, which rounds up to 1 + 2^-7. */
 static void bf16_policy_forward_reads_rounded_parameters(void **state) {
@@ -131,11 +134,16 @@ static void bf16_policy_forward_reads_rounded_parameters(void **state) {
   const float fine = 1.0f + 0x1p-9f;
   const float parameters[2][3] = {{fine, -1.0f, 0.0f}, {0x1p-8f * fine, 0.0f, fine}};
   float y[2], w[2], b[1];
-  one_linear(NULL, parameters, y, w, b);
+  size_t bytes;
+  one_linear(NULL, parameters, y, w, b, &bytes);
+  /* Two parameters of 16 aligned values each: masters and gradients. */
+  assert_int_equal(bytes, 2 * 32 * sizeof(float));
   if (y[0] != 0x1p-9f || y[1] != 0x1p-8f * fine + fine) fail_msg("f32: y = %a then %a", y[0], y[1]);
   bpt_precision_options options = bpt_precision_options_default();
   options.compute_dtype = BPT_DTYPE_BF16;
-  one_linear(&options, parameters, y, w, b);
+  one_linear(&options, parameters, y, w, b, &bytes);
+  /* Then 2-byte copies of both, and an f32 copy of the bias alone. */
+  assert_int_equal(bytes, 2 * 32 * sizeof(float) + 32 * sizeof(uint16_t) + 16 * sizeof(float));
   if (y[0] != 0.0f || y[1] != 1.0f) fail_msg("bf16 policy: y = %a then %a, expected 0 then 1", y[0], y[1]);
   if (w[0] != 0x1p-8f || w[1] != 0.0f || b[0] != 1.0f) fail_msg("bf16 policy: read W = (%a, %a), b = %a", w[0], w[1], b[0]);
 }

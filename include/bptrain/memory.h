@@ -17,7 +17,8 @@ typedef struct bpt_graph_memory_stats {
   size_t transient_bytes;       /**< memory reused by values that only forward needs */
   size_t gradient_bytes;        /**< activation gradients, shared by backward lifetime; the same bytes as the
                                      transient values, so the two overlap rather than add */
-  size_t parameter_bytes;       /**< master parameters, their gradients and compute-dtype weight copies */
+  size_t parameter_bytes;       /**< master parameters, their gradients and compute-dtype weight copies (under
+                                     bf16: 2-byte copies, plus f32 ones of the parameters not only linears read) */
   size_t input_bytes;           /**< the part of activation_bytes_held that is graph inputs */
   size_t recompute_bytes;       /**< the part of activation_bytes_held that recompute segments share */
   size_t activation_bytes;      /**< all activation memory: held values, op buffers and the transient/gradient

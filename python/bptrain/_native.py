@@ -105,7 +105,8 @@ ScheduleOptions = _struct("ScheduleOptions", [
 PrecisionOptions = _struct("PrecisionOptions", [
     ("compute_dtype", c_int), ("loss_scaling", c_int), ("initial_loss_scale", c_float),
     ("growth_interval", c_int64), ("growth_factor", c_float), ("backoff_factor", c_float),
-    ("saved_activation_storage", c_int), ("keep_all_values", c_int)], "bpt_precision_options")
+    ("saved_activation_storage", c_int), ("keep_all_values", c_int), ("store_activations_16bit", c_int)],
+    "bpt_precision_options")
 ConvertOptions = _struct("ConvertOptions", [("rounding", c_int), ("saturate", c_int), ("scale", c_float),
                                             ("seed", c_uint64)], "bpt_convert_options")
 ValueStatistics = _struct("ValueStatistics", [("mean", c_double), ("standard_deviation", c_double),
@@ -113,7 +114,8 @@ ValueStatistics = _struct("ValueStatistics", [("mean", c_double), ("standard_dev
                           "bpt_value_statistics")
 GraphMemoryStats = _struct("GraphMemoryStats", [
     ("max_batch", c_int64), ("activation_bytes_held", size_t), ("transient_bytes", size_t),
-    ("gradient_bytes", size_t), ("parameter_bytes", size_t), ("input_bytes", size_t)], "bpt_graph_memory_stats")
+    ("gradient_bytes", size_t), ("parameter_bytes", size_t), ("input_bytes", size_t), ("recompute_bytes", size_t),
+    ("activation_bytes", size_t), ("activation_bytes_f32", size_t)], "bpt_graph_memory_stats")
 CheckpointContents = _struct("CheckpointContents", [("optimizer", handle), ("dataset", handle), ("epoch", c_int64),
                                                     ("step", c_int64)], "bpt_checkpoint_contents")
 OnnxExportOptions = _struct("OnnxExportOptions", [("opset", c_int64), ("input_mean", c_float), ("input_std", c_float),

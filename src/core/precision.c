@@ -72,14 +72,14 @@ bpt_status bpt_graph_memory(const bpt_graph *graph, bpt_graph_memory_stats *stat
   bpt_context *context = graph->context;
   if (!stats) return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_memory: stats is NULL");
   if (!graph->compiled) return bpt_error(context, BPT_ERR_STATE, "bpt_graph_memory: compile the graph first");
-  size_t parameter_bytes = (size_t)graph->parameter_elements * sizeof(float);
-  bool copies = graph->precision && graph->precision->weight_copies;
+  const size_t parameter_bytes = (size_t)graph->parameter_elements * sizeof(float);
+  const size_t copy_bytes = graph->precision && graph->precision->weight_copies ? graph->precision->copy_bytes : 0;
   bpt_graph_memory_stats full = {.size = sizeof full,
                                  .max_batch = graph->max_batch,
                                  .activation_bytes_held = graph->held_bytes,
                                  .transient_bytes = graph->transient_bytes,
                                  .gradient_bytes = graph->gradient_bytes,
-                                 .parameter_bytes = parameter_bytes * (copies ? 3 : 2),
+                                 .parameter_bytes = 2 * parameter_bytes + copy_bytes,
                                  .input_bytes = graph->input_bytes,
                                  .recompute_bytes = graph->recompute_bytes,
                                  .activation_bytes = graph->activation_bytes,
@@ -174,6 +174,7 @@ static bpt_status compile_bf16_copies(bpt_graph *graph) {
       copy_elements += (bpt_node_inner_count(parameter) + 15) / 16 * 16;
   }
   const size_t bytes = (size_t)copy_elements * sizeof(float);
+  state->copy_bytes = narrow_bytes + bytes;
   if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)&state->weight_copies) != BPT_OK) {
     free(only);
     return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating weight copies");
@@ -215,6 +216,7 @@ bpt_status bpt_precision_compile(bpt_graph *graph) {
   if (o->compute_dtype == BPT_DTYPE_BF16 && backend->vtable->cast && linear_reads_bf16)
     return compile_bf16_copies(graph);
   size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
+  state->copy_bytes = bytes;
   if (backend->vtable->alloc(backend, bytes ? bytes : 64, (void **)&state->weight_copies) != BPT_OK)
     return bpt_backend_error(graph->context, BPT_ERR_OUT_OF_MEMORY, "bpt_graph_compile: allocating weight copies");
   /* Weights read the rounded copies. Non-trainable parameters (batch norm's running statistics) keep the f32

@@ -15,6 +15,7 @@ typedef struct bpt_precision_state {
   int64_t skipped_steps;
   float *weight_copies;     /* device: parameters rounded to the compute dtype (NULL for f32) */
   uint16_t *weight_bf16;    /* device: the same copies as bf16 codes, where a linear reads them (else NULL) */
+  size_t copy_bytes;        /* the two blocks above together, for bpt_graph_memory */
   int32_t *found_nonfinite; /* device: one flag for unscale_check_finite */
   float *widen_scratch;     /* device: f32 copies of bf16-stored tensors around f32-only kernels (kernel_call.c) */
   size_t widen_scratch_bytes;

@@ -561,6 +561,37 @@ class Precision(unittest.TestCase):
             self.assertEqual(model.skipped_steps, 0)
         expect(bptrain.DtypeError, bptrain.Model(context()).set_precision, "f64")
 
+    def test_16bit_storage(self):
+        """store_activations_16bit reaches the library: about half the activation bytes, the same losses."""
+        losses, memory = {}, {}
+        for store in (False, True):
+            model = bptrain.Model(context())
+            x, y = model.input("x", (4,)), model.input("y", (), "i32")
+            model.set_precision("bf16", store_activations_16bit=store)
+            model.compile(model.softmax_cross_entropy(model.linear(model.relu(model.linear(x, 16)), 3), y), 8)
+            optimizer = bptrain.Optimizer(model, "sgd", learning_rate=0.1)
+            losses[store] = [model.train_step(optimizer, *batch()) for _ in range(3)]
+            memory[store] = model.memory()
+        self.assertEqual(losses[True], losses[False])
+        self.assertLess(memory[True]["activation_bytes"], 0.6 * memory[False]["activation_bytes"])
+
+    def test_option_structs_are_the_library_s(self):
+        """Every option struct the binding mirrors is as long as the library's: each default sets its size
+        field to the C sizeof, and a shorter mirror let the library write past it (bpt_precision_options lost
+        store_activations_16bit that way)."""
+        import ctypes
+        from bptrain import _native
+        checked = 0
+        for table in (_native._PROTOTYPES, _native._OPTIONAL_PROTOTYPES):
+            for name, (result, arguments) in table.items():
+                fields = getattr(result, "_fields_", None)
+                if not name.endswith("_default") or not fields or fields[0][0] != "size" or not _native.has(name):
+                    continue
+                value = getattr(_native.lib, name)(*[0] * len(arguments))
+                self.assertEqual(value.size, ctypes.sizeof(result), name)
+                checked += 1
+        self.assertGreater(checked, 10)
+
     def test_number_formats(self):
         ctx = context()
         values = np.array([1.0, -2.0, 0.5, 65504.0, 1e6], np.float32)
