@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "base/number_format.h"
 
@@ -55,25 +56,18 @@ static bool is_float(bpt_dtype dtype) { return dtype == BPT_DTYPE_F32 || bpt_num
  * weight each step (precision.c), and the generic loop below costs a call per element. */
 static void narrow_to_bf16(int64_t count, const float *source, uint16_t *destination) {
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++)
-    for (int64_t i = count * chunk / BPT_CPU_REDUCTION_CHUNKS; i < count * (chunk + 1) / BPT_CPU_REDUCTION_CHUNKS;
-         i++) {
-      uint32_t bits;
-      memcpy(&bits, &source[i], sizeof bits);
-      const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-      destination[i] = (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? (bits >> 16) | 0x0040u : rounded);
-    }
+  for (int64_t i = 0; i < count; i++)
+    destination[i] = bpt_bf16_narrow(source[i]);
 }
 
+/* bpt_bf16_widen, with a signalling NaN made quiet as the reference decodes it. */
 static void widen_from_bf16(int64_t count, const uint16_t *source, float *destination) {
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int chunk = 0; chunk < BPT_CPU_REDUCTION_CHUNKS; chunk++)
-    for (int64_t i = count * chunk / BPT_CPU_REDUCTION_CHUNKS; i < count * (chunk + 1) / BPT_CPU_REDUCTION_CHUNKS;
-         i++) {
-      uint32_t bits = (uint32_t)source[i] << 16;
-      bits |= (bits & 0x7fffffffu) > 0x7f800000u ? 0x400000u : 0u;
-      memcpy(&destination[i], &bits, sizeof bits);
-    }
+  for (int64_t i = 0; i < count; i++) {
+    uint32_t bits = (uint32_t)source[i] << 16;
+    bits |= (bits & 0x7fffffffu) > 0x7f800000u ? 0x400000u : 0u;
+    memcpy(&destination[i], &bits, sizeof bits);
+  }
 }
 
 bpt_status bpt_cpu_cast(bpt_backend *backend, int64_t count, bpt_dtype source_dtype, const void *source,

@@ -107,13 +107,10 @@ static void fpga_free(bpt_backend *backend, void *pointer) {
 
 /* Copies inside the device move one word per lane per cycle on chip, plus off-chip traffic at both ends. */
 static void charge_copy(bpt_fpga_model *model, const void *dst, const void *src, size_t bytes) {
-  uint64_t count = bytes / 4, lanes = bpt_fpga_lanes(model);
+  uint64_t count = bytes / 4;
   uint64_t offchip = (dst ? bpt_fpga_offchip_bytes(model, dst, (int64_t)count) : 0) +
                      (src ? bpt_fpga_offchip_bytes(model, src, (int64_t)count) : 0);
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_MEMORY,
-                  bpt_fpga_pipelined_cycles((count + lanes - 1) / lanes, (uint64_t)model->options.initiation_interval,
-                                            (uint64_t)model->options.pipeline_depth),
-                  offchip, count);
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_MEMORY, bpt_fpga_loop_cycles(model, count), offchip, count);
 }
 
 /* Host transfers always cross the off-chip link. */

@@ -9,12 +9,6 @@
 
 #include "backends/fpga/fpga.h"
 
-static uint64_t loop_cycles(const bpt_fpga_model *model, uint64_t count) {
-  const uint64_t lanes = bpt_fpga_lanes(model);
-  return bpt_fpga_pipelined_cycles((count + lanes - 1) / lanes, (uint64_t)model->options.initiation_interval,
-                                   (uint64_t)model->options.pipeline_depth);
-}
-
 /* Input position of column (oh, ow) for kernel tap (kh, kw), or -1 in the zero padding. */
 static int64_t source_index(const bpt_conv2d_args *a, int64_t kh, int64_t kw, int64_t oh, int64_t ow) {
   const int64_t h = oh * a->stride_height - a->padding_height + kh * a->dilation_height;
@@ -69,7 +63,7 @@ static float *columns_for(bpt_backend *backend, const bpt_conv2d_args *a) {
 static void charge_streaming(bpt_fpga_model *model, const bpt_conv2d_args *a, uint64_t offchip_bytes) {
   const uint64_t count =
       (uint64_t)(a->in_channels * a->kernel_height * a->kernel_width * a->out_height * a->out_width);
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_IM2COL, loop_cycles(model, count), offchip_bytes, count);
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_IM2COL, bpt_fpga_loop_cycles(model, count), offchip_bytes, count);
 }
 
 /* y (N, O, OH, OW) = W (O, C kh kw) . columns, plus the bias per output channel. */
@@ -93,7 +87,7 @@ static bpt_status conv2d_forward(bpt_backend *backend, const bpt_kernel_node *no
                                    .ldc = outputs};
     status = bpt_fpga_gemm(backend, &product);
     if (status != BPT_OK || !bias) continue;
-    bpt_fpga_charge(model, BPT_FPGA_KERNEL_BIAS_ADD, loop_cycles(model, (uint64_t)out_count),
+    bpt_fpga_charge(model, BPT_FPGA_KERNEL_BIAS_ADD, bpt_fpga_loop_cycles(model, (uint64_t)out_count),
                     bpt_fpga_offchip_bytes(model, bias, a->out_channels) +
                         2 * bpt_fpga_offchip_bytes(model, y + n * out_count, out_count),
                     (uint64_t)out_count);
@@ -113,7 +107,7 @@ static bpt_status conv2d_forward(bpt_backend *backend, const bpt_kernel_node *no
 static void bias_gradient(bpt_fpga_model *model, const bpt_fpga_format *format, const bpt_conv2d_args *a,
                           const float *dy, float beta, float *dbias) {
   const int64_t outputs = a->out_height * a->out_width, count = a->batch * a->out_channels * outputs;
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_BIAS_BACKWARD, loop_cycles(model, (uint64_t)count),
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_BIAS_BACKWARD, bpt_fpga_loop_cycles(model, (uint64_t)count),
                   bpt_fpga_offchip_bytes(model, dy, count) + 2 * bpt_fpga_offchip_bytes(model, dbias, a->out_channels),
                   (uint64_t)count);
   for (int64_t o = 0; o < a->out_channels; o++) {

@@ -16,6 +16,12 @@ uint64_t bpt_fpga_lanes(const bpt_fpga_model *model) {
   return (uint64_t)model->options.dsp_slices * (uint64_t)model->options.lanes_per_slice;
 }
 
+uint64_t bpt_fpga_loop_cycles(const bpt_fpga_model *model, uint64_t count) {
+  const uint64_t lanes = bpt_fpga_lanes(model);
+  return bpt_fpga_pipelined_cycles((count + lanes - 1) / lanes, (uint64_t)model->options.initiation_interval,
+                                   (uint64_t)model->options.pipeline_depth);
+}
+
 /* ceil() as a count of bytes or cycles; the options take any positive bandwidth, so a tiny one saturates one
  * charge at UINT64_MAX instead of converting a double past 2^64 (undefined). The sums of such charges wrap
  * (unsigned, defined): at that bandwidth the report means nothing anyway. */

@@ -5,12 +5,6 @@
 
 #include "backends/fpga/fpga.h"
 
-static uint64_t loop_cycles(const bpt_fpga_model *model, uint64_t count) {
-  uint64_t lanes = bpt_fpga_lanes(model);
-  return bpt_fpga_pipelined_cycles((count + lanes - 1) / lanes, (uint64_t)model->options.initiation_interval,
-                                   (uint64_t)model->options.pipeline_depth);
-}
-
 static void bias_add_kernel(const bpt_fpga_format *format, int64_t rows, int64_t cols, const float *bias, float *y) {
   for (int64_t r = 0; r < rows; r++) {
 #pragma HLS LOOP_TRIPCOUNT min=1 max=1024
@@ -30,7 +24,7 @@ static bpt_status linear_forward(bpt_backend *backend, const bpt_kernel_node *no
   float *y = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  uint64_t cycles = (uint64_t)rows * loop_cycles(model, (uint64_t)cols);
+  uint64_t cycles = (uint64_t)rows * bpt_fpga_loop_cycles(model, (uint64_t)cols);
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_BIAS_ADD, cycles,
                   bpt_fpga_offchip_bytes(model, bias, cols) + 2 * bpt_fpga_offchip_bytes(model, y, rows * cols),
                   (uint64_t)(rows * cols));
@@ -69,7 +63,7 @@ static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *n
   float *bias_gradient = node->inputs[2].grad;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  uint64_t cycles = (uint64_t)rows * loop_cycles(model, (uint64_t)cols);
+  uint64_t cycles = (uint64_t)rows * bpt_fpga_loop_cycles(model, (uint64_t)cols);
   bpt_fpga_charge(model, BPT_FPGA_KERNEL_BIAS_BACKWARD, cycles,
                   bpt_fpga_offchip_bytes(model, dy, rows * cols) +
                       2 * bpt_fpga_offchip_bytes(model, bias_gradient, cols),
@@ -129,7 +123,7 @@ static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node
   float *y = node->output.value;
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_FORWARD, loop_cycles(model, (uint64_t)a.count),
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_FORWARD, bpt_fpga_loop_cycles(model, (uint64_t)a.count),
                   bpt_fpga_offchip_bytes(model, a.x, a.count) + bpt_fpga_offchip_bytes(model, y, a.count),
                   (uint64_t)a.count);
   activation_forward_kernel(&state->format, a.kind, a.parameter, a.count, a.x, y);
@@ -140,7 +134,7 @@ static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_nod
   const bpt_activation_args a = bpt_activation_args_of(node);
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_BACKWARD, loop_cycles(model, (uint64_t)a.count),
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ACTIVATION_BACKWARD, bpt_fpga_loop_cycles(model, (uint64_t)a.count),
                   bpt_fpga_offchip_bytes(model, a.x, a.count) + bpt_fpga_offchip_bytes(model, a.y, a.count) +
                       bpt_fpga_offchip_bytes(model, a.dy, a.count) + 2 * bpt_fpga_offchip_bytes(model, a.dx, a.count),
                   (uint64_t)a.count);
@@ -162,7 +156,7 @@ static void add_scaled_kernel(const bpt_fpga_format *format, int64_t count, floa
 bpt_status bpt_fpga_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y) {
   bpt_fpga_state *state = bpt_fpga_state_of(backend);
   bpt_fpga_model *model = &state->model;
-  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ADD_SCALED, loop_cycles(model, (uint64_t)count),
+  bpt_fpga_charge(model, BPT_FPGA_KERNEL_ADD_SCALED, bpt_fpga_loop_cycles(model, (uint64_t)count),
                   bpt_fpga_offchip_bytes(model, x, count) + 2 * bpt_fpga_offchip_bytes(model, y, count),
                   (uint64_t)count);
   add_scaled_kernel(&state->format, count, alpha, x, y);

@@ -84,6 +84,8 @@ typedef struct bpt_fpga_model {
 uint64_t bpt_fpga_pipelined_cycles(uint64_t trip_count, uint64_t initiation_interval, uint64_t depth);
 /* Lanes of one engine: dsp_slices * lanes_per_slice. */
 uint64_t bpt_fpga_lanes(const bpt_fpga_model *model);
+/* Cycles of one pipelined pass over count elements, lanes at a time (the element-wise kernels' loop). */
+uint64_t bpt_fpga_loop_cycles(const bpt_fpga_model *model, uint64_t count);
 /* Charges a kernel call to the current engine: its loop cycles plus the transfer of off-chip bytes. */
 void bpt_fpga_charge(bpt_fpga_model *model, bpt_fpga_kernel kernel, uint64_t compute_cycles, uint64_t offchip_bytes,
                      uint64_t operations);

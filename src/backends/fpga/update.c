@@ -5,15 +5,12 @@
 #include "backends/fpga/fpga.h"
 
 static void charge_update(bpt_fpga_model *model, bpt_fpga_kernel kernel, const bpt_update_args *args) {
-  uint64_t lanes = bpt_fpga_lanes(model), count = (uint64_t)args->count;
+  uint64_t count = (uint64_t)args->count;
   uint64_t bytes = 2 * bpt_fpga_offchip_bytes(model, args->parameters, args->count) +
                    bpt_fpga_offchip_bytes(model, args->gradients, args->count) +
                    (args->state0 ? 2 * bpt_fpga_offchip_bytes(model, args->state0, args->count) : 0) +
                    (args->state1 ? 2 * bpt_fpga_offchip_bytes(model, args->state1, args->count) : 0);
-  bpt_fpga_charge(model, kernel,
-                  bpt_fpga_pipelined_cycles((count + lanes - 1) / lanes, (uint64_t)model->options.initiation_interval,
-                                            (uint64_t)model->options.pipeline_depth),
-                  bytes, count);
+  bpt_fpga_charge(model, kernel, bpt_fpga_loop_cycles(model, count), bytes, count);
 }
 
 static void sgd_kernel(const bpt_fpga_format *format, int64_t count, float *w, const float *g, float *velocity,
