@@ -139,8 +139,14 @@ bpt_status bpt_precision_restore_scaler(bpt_graph *graph, float loss_scale, int6
   return upload_loss_scale(graph);
 }
 
-/* Whether every reader of each node is a linear that takes it as its weight through its bf16 copy
- * (bpt_precision_weight_bf16): such a weight needs no rounded f32 copy. Indexed by node index; caller frees. */
+/* Whether node is a linear whose products read its weight (input 1) through the weight's bf16 copy
+ * (bpt_precision_weight_bf16). */
+static bool reads_bf16_weight(const bpt_node *node) {
+  return node->op == BPT_OP_LINEAR && bpt_node_kernels_take_bf16(node);
+}
+
+/* Whether every reader of each node takes it as its bf16 weight: such a weight needs no rounded f32 copy.
+ * Indexed by node index; caller frees. */
 static bool *read_only_as_bf16_weight(bpt_graph *graph) {
   bool *only = bpt_calloc(graph->context, (size_t)graph->node_count, sizeof *only, "weight readers");
   if (!only) return NULL;
@@ -148,9 +154,8 @@ static bool *read_only_as_bf16_weight(bpt_graph *graph) {
     only[i] = true;
   for (int j = 0; j < graph->node_count; j++) {
     const bpt_node *consumer = graph->nodes[j];
-    const bool bf16_weight_reader = consumer->op == BPT_OP_LINEAR && bpt_node_kernels_take_bf16(consumer);
     for (int k = 0; k < consumer->input_count; k++)
-      if (!bf16_weight_reader || k != 1) only[consumer->inputs[k]->index] = false;
+      if (!reads_bf16_weight(consumer) || k != 1) only[consumer->inputs[k]->index] = false;
   }
   return only;
 }
@@ -212,7 +217,7 @@ bpt_status bpt_precision_compile(bpt_graph *graph) {
    * own, twice a step. */
   bool linear_reads_bf16 = false;
   for (int i = 0; i < graph->node_count; i++)
-    linear_reads_bf16 |= graph->nodes[i]->op == BPT_OP_LINEAR && bpt_node_kernels_take_bf16(graph->nodes[i]);
+    linear_reads_bf16 |= reads_bf16_weight(graph->nodes[i]);
   if (o->compute_dtype == BPT_DTYPE_BF16 && backend->vtable->cast && linear_reads_bf16)
     return compile_bf16_copies(graph);
   size_t bytes = (size_t)graph->parameter_elements * sizeof(float);
@@ -291,7 +296,7 @@ bpt_status bpt_precision_before_forward(bpt_graph *graph) {
                        backend->error_message);
     for (int p = 0; p < graph->parameter_count; p++) {
       bpt_node *parameter = graph->parameters[p];
-      if (!parameter->value_bf16 || parameter->value == graph->parameter_block + parameter->param_offset) continue;
+      if (!parameter->value_bf16 || bpt_node_forward_read_bf16_copy(parameter)) continue; /* no f32 copy */
       if (backend->vtable->cast(backend, bpt_node_inner_count(parameter), BPT_DTYPE_BF16, parameter->value_bf16,
                                 BPT_DTYPE_F32, parameter->value, 1.0f) != BPT_OK)
         return bpt_error(graph->context, BPT_ERR_DEVICE, "forward: widening the bf16 copy of '%s': %s",
