@@ -32,7 +32,7 @@ static const char usage[] =
     "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n"
     "  --store-16bit  with --dtype bf16: store activations and their gradients as bf16 wherever the plan can\n"
-    "                 (about half the activation memory, the same values)\n"
+    "                 (about half the activation memory, the same forward values)\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE EXAMPLE_ONNX_USAGE;
 
 static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bpt_activation_storage storage,

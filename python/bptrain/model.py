@@ -215,7 +215,8 @@ class Model(TrainingLoop, Closing):
         """Sets the precision policy (before compile): compute dtype "f32", "f16" or "bf16", loss scaling
         "auto", "none" or "dynamic", how saved activations are stored ("compute", "f16", "bf16", "fp8"), and
         under bf16 whether activations and their gradients are stored as 2-byte values where the plan can
-        (store_activations_16bit; the same values, about half their memory)."""
+        (store_activations_16bit; the same forward values, about half their memory; the gradient of a value with
+        several readers is summed in bf16))."""
         options = lib.bpt_precision_options_default()
         what = "Model.set_precision"
         # Only these three: precision.h's compute dtypes (the storage of saved activations is its own argument).

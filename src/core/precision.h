@@ -19,6 +19,9 @@ typedef struct bpt_precision_state {
   int32_t *found_nonfinite; /* device: one flag for unscale_check_finite */
   float *widen_scratch;     /* device: f32 copies of bf16-stored tensors around f32-only kernels (kernel_call.c) */
   size_t widen_scratch_bytes;
+  /* Tests only: with 16-bit storage, keep values read by more than one node in f32 (storage.c), so that
+   * storage and the rounding path give the same gradients, not only the same forward values. */
+  bool single_reader_storage;
 } bpt_precision_state;
 
 /* After the memory plan: allocates weight copies and the flag, points parameters at the copies, seeds the
@@ -45,7 +48,7 @@ bpt_status bpt_precision_widen_scratch(bpt_graph *graph, size_t bytes, float **s
 bpt_status bpt_precision_before_forward(bpt_graph *graph);
 bpt_status bpt_precision_after_forward_node(bpt_node *node);
 /* Sets every node's storage dtype (storage.c): its dtype, or bf16 for the bf16 policy's activations whose
- * producer and single consumer take bf16 storage; all_f32 plans f32 everywhere (for the f32 figure of
+ * producer and consumers take bf16 storage; all_f32 plans f32 everywhere (for the f32 figure of
  * bpt_graph_memory). Run after kernel selection and before the memory plan. */
 bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32);
 /* Downloads count elements of one of node's buffers (its value or gradient, stored in node->storage) into host

@@ -1,8 +1,8 @@
 /* Storage dtype (issue 24.5): under the bf16 policy an activation whose producer and every consumer run kernels
  * that take bf16 storage (BPT_REGISTER_KERNELS_16BIT), or f32-only kernels of a kernels_only op that the kernel
  * call widens around (kernel_call.c), is planned, allocated and handed to kernels as 2-byte values, value and
- * gradient alike; the others stay f32 and are rounded in place after each op (precision.c),
- * which gives the same values. Host reads of a bf16-stored buffer are widened to f32 here. */
+ * gradient alike; the others stay f32 and are rounded in place after each op (precision.c), which gives the same
+ * forward values. Host reads of a bf16-stored buffer are widened to f32 here. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,13 +59,16 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
       if (!takes_bf16_storage(consumer)) eligible[i] = false;
     }
   }
-  /* One use only: with fan-out each consumer's backward would add into a bf16 gradient and round every time,
-   * where the f32 path rounds the sum once; a single writer keeps the two paths' values the same. */
+  /* A value with several readers is stored bf16 too: each reader's backward adds its part into the bf16
+   * gradient and rounds, as PyTorch's bf16 autograd sums the parts, where the rounding path rounds the f32 sum
+   * once. Forward values are the same either way. state->single_reader_storage (tests) keeps such values f32,
+   * which makes the two paths agree to f32 round-off. */
   for (int i = 0; i < n; i++) {
     bpt_node *node = graph->nodes[i];
     /* An input read by nothing stays f32: bf16 would save nothing the user's upload did not already cost. */
     const bool unread_input = node->op == BPT_OP_INPUT && uses[i] == 0;
-    if (eligible[i] && is_activation(node) && uses[i] <= 1 && node != graph->loss && !unread_input)
+    const bool readers_allowed = uses[i] <= 1 || !state->single_reader_storage;
+    if (eligible[i] && is_activation(node) && readers_allowed && node != graph->loss && !unread_input)
       node->storage = BPT_DTYPE_BF16;
   }
   free(uses);
