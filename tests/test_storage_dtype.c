@@ -1,8 +1,9 @@
 /* Storage dtype (issue 24.5): under the bf16 policy the MLP's activations are planned, allocated and passed to
  * kernels as bf16, and the results match the rounding path (every activation f32, rounded in place after each
  * op) that the same graph takes with f32 storage forced; so do they where an op's kernels take f32 only and the
- * kernel call widens around them (tanh), and where an op works without kernels (reshape), whose activations
- * stay f32; bpt_graph_read gives f32; the planned activation memory is about half. */
+ * kernel call widens around them (tanh), where an op works without kernels (a same-shape add), whose
+ * activations stay f32, and through a view (reshape), which takes its source's storage and buffers;
+ * bpt_graph_read gives f32; the planned activation memory is about half. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@ enum { BATCH = 24, FEATURES = 300, HIDDEN1 = 64, HIDDEN2 = 48, CLASSES = 10 };
 typedef struct net {
   bpt_context *context;
   bpt_graph *graph;
-  bpt_node *x, *labels, *hidden1, *act1, *reshaped, *logits, *loss;
+  bpt_node *x, *labels, *hidden1, *act1, *middle, *logits, *loss;
   float loss_value;
   float logits_values[BATCH * CLASSES];
   float *gradients;
@@ -25,8 +26,9 @@ typedef struct net {
 } net;
 
 /* The first layer's activation: relu (kernels that take bf16), tanh (f32-only kernels, widened around), or relu
- * and then a reshape to the same shape (an op without kernels). */
-typedef enum middle { MIDDLE_RELU, MIDDLE_TANH, MIDDLE_RESHAPE } middle;
+ * and then a same-shape add of it to itself (shared primitives, no kernels) or a reshape to the same shape (a
+ * view). */
+typedef enum middle { MIDDLE_RELU, MIDDLE_TANH, MIDDLE_ADD, MIDDLE_RESHAPE } middle;
 
 /* x -> linear -> relu (or the middle above) -> linear -> relu -> linear -> cross-entropy, one forward and
  * backward on fixed inputs and parameters. */
@@ -65,7 +67,11 @@ static void net_run(net *n, bool f32_storage, middle first) {
     if (layer == 0 && first == MIDDLE_RESHAPE) {
       const int64_t same = HIDDEN1;
       assert_ok(context, bpt_reshape(n->graph, "same_shape", h, 1, &same, &h));
-      n->reshaped = h;
+      n->middle = h;
+    }
+    if (layer == 0 && first == MIDDLE_ADD) {
+      assert_ok(context, bpt_add(n->graph, "twice", h, h, &h));
+      n->middle = h;
     }
   }
   n->logits = h;
@@ -168,17 +174,35 @@ static void widened_storage_matches_rounding_path(void **state) {
 static void mixed_storage_matches_rounding_path(void **state) {
   (void)state;
   net mixed, rounding;
-  net_run(&mixed, false, MIDDLE_RESHAPE);
-  net_run(&rounding, true, MIDDLE_RESHAPE);
-  /* reshape copies through shared primitives, not kernels: its input and output stay f32 (rounded in place). */
+  net_run(&mixed, false, MIDDLE_ADD);
+  net_run(&rounding, true, MIDDLE_ADD);
+  /* A same-shape add runs on shared primitives, not kernels: its input and output stay f32 (rounded in place). */
   assert_int_equal(mixed.hidden1->storage, BPT_DTYPE_BF16);
   assert_int_equal(mixed.act1->storage, BPT_DTYPE_F32);
-  assert_int_equal(mixed.reshaped->storage, BPT_DTYPE_F32);
+  assert_int_equal(mixed.middle->storage, BPT_DTYPE_F32);
   assert_int_equal(mixed.x->storage, BPT_DTYPE_BF16);
   assert_int_equal(mixed.logits->storage, BPT_DTYPE_BF16);
   assert_true(all_bf16(mixed.logits_values, BATCH * CLASSES));
   compare(&mixed, &rounding);
   net_destroy(&mixed);
+  net_destroy(&rounding);
+}
+
+/* A reshape is a view of the relu's output: its readers' storage (bf16: the next linear) is the relu's, it has
+ * no buffer of its own, and the values match the rounding path, where it is the same view of an f32 buffer. */
+static void view_takes_its_source_storage(void **state) {
+  (void)state;
+  net viewed, rounding;
+  net_run(&viewed, false, MIDDLE_RESHAPE);
+  net_run(&rounding, true, MIDDLE_RESHAPE);
+  assert_int_equal(viewed.act1->storage, BPT_DTYPE_BF16);
+  assert_int_equal(viewed.middle->storage, BPT_DTYPE_BF16);
+  assert_ptr_equal(viewed.middle->value, viewed.act1->value);
+  assert_ptr_equal(viewed.middle->grad, viewed.act1->grad);
+  assert_int_equal(rounding.middle->storage, BPT_DTYPE_F32);
+  assert_ptr_equal(rounding.middle->value, rounding.act1->value);
+  compare(&viewed, &rounding);
+  net_destroy(&viewed);
   net_destroy(&rounding);
 }
 
@@ -204,6 +228,7 @@ int main(void) {
       cmocka_unit_test(mlp_storage_matches_rounding_path),
       cmocka_unit_test(widened_storage_matches_rounding_path),
       cmocka_unit_test(mixed_storage_matches_rounding_path),
+      cmocka_unit_test(view_takes_its_source_storage),
       cmocka_unit_test(planned_activation_bytes_are_about_half),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

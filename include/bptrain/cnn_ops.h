@@ -86,7 +86,8 @@ BPT_API bpt_status bpt_add(bpt_graph *graph, const char *name, bpt_node *a, bpt_
 /** Element-wise max(a + b, 0) in one node: the join of a ResNet basic block and its ReLU. */
 BPT_API bpt_status bpt_add_relu(bpt_graph *graph, const char *name, bpt_node *a, bpt_node *b, bpt_node **out);
 
-/** Same values, new per-sample shape (@p rank dims, batch implied) with the same number of elements. */
+/** Same values, new per-sample shape (@p rank dims, batch implied) with the same number of elements. A view:
+ * the result shares @p x's memory (value and gradient), so it costs no copy and no activation bytes. */
 BPT_API bpt_status bpt_reshape(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *dims,
                                bpt_node **out);
 

@@ -204,7 +204,8 @@ typedef struct bpt_layer_summary {
   int64_t dims[BPT_MAX_RANK];   /**< output shape at the compiled batch (batch 1 before compile) */
   int64_t trainable_parameters; /**< elements of the trainable parameters it reads first */
   int64_t buffer_parameters;    /**< elements of the non-trainable ones (batch-norm running statistics) */
-  size_t activation_bytes;      /**< bytes of its output at the compiled batch */
+  size_t activation_bytes;      /**< bytes of its output at the compiled batch (0 for a reshape, a view of its
+                                     input's bytes) */
 } bpt_layer_summary;
 
 /** Totals of a model summary. */

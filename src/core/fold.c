@@ -76,7 +76,11 @@ static bpt_status fold(bpt_graph *graph, bpt_node *norm, bpt_node *conv) {
     status = transfer(graph, bias, c, true);
   }
   if (status == BPT_OK) status = bpt_node_set_parameter(norm, "folded", 1);
-  if (status == BPT_OK) norm->value = conv->value;
+  if (status == BPT_OK) {
+    norm->value = conv->value;
+    for (int i = norm->index + 1; i < graph->node_count; i++) /* views of the norm read where it now writes */
+      if (graph->nodes[i]->view_source == norm) graph->nodes[i]->value = conv->value;
+  }
   free(w);
   free(p);
   return status;

@@ -151,6 +151,7 @@ bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, co
       return status;
     }
   }
+  if (definition->view_of_input) node->view_source = bpt_node_buffer_owner(node->inputs[0]);
   graph->nodes[graph->node_count++] = node;
   *out = node;
   return BPT_OK;

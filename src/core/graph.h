@@ -46,6 +46,11 @@ struct bpt_node {
    * or BPT_DTYPE_BF16 for an activation of the bf16 policy whose kernels all take bf16 storage. */
   bpt_dtype storage;
 
+  /* A view (its op's view_of_input): the node whose value and gradient buffers it shares, never itself a view
+   * (a view of a view shares the first one's source); NULL for a node with buffers of its own. The memory plan
+   * places only the source, for the lifetimes and readers of the source and all its views together. */
+  bpt_node *view_source;
+
   /* Device memory, valid after compile. Parameters point into the flat blocks. */
   void *value;
   /* Trainable parameters under the bf16 policy, where some linear takes it: the value as bf16, written with the
@@ -244,9 +249,15 @@ bpt_status bpt_node_error(const bpt_node *node, bpt_status status, const char *f
 /* Writes "2x3x4" into buffer. */
 const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size);
 
+/* The node whose buffers hold node's value and gradient: its view source, or node itself. */
+static inline bpt_node *bpt_node_buffer_owner(bpt_node *node) {
+  return node->view_source ? node->view_source : node;
+}
+
 /* For an op's backward about to write input's gradient: true (once) when the gradient was left unset for it to
- * overwrite, false when it must add into it. */
+ * overwrite, false when it must add into it. A view's gradient is its source's, and so is the flag. */
 static inline bool bpt_node_take_unset_gradient(bpt_node *input) {
+  input = bpt_node_buffer_owner(input);
   const bool unset = input->gradient_unset;
   input->gradient_unset = false;
   return unset;

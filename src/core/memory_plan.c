@@ -12,7 +12,11 @@
  * A recompute segment's values that only the segment itself reads go to one more region instead, shared by all
  * segments: forward writes each segment's there in turn, and backward computes a segment's again just before
  * its backward (run.c). A segment value read outside the segment is held, so recomputing never touches the
- * transient or gradient bytes, and the region costs one segment's values rather than one per segment. */
+ * transient or gradient bytes, and the region costs one segment's values rather than one per segment.
+ *
+ * A view (reshape) has no bytes of its own: it is placed where its source is, and the source is planned for
+ * both: held when either is, live until the last reader of either, its gradient born at the first writer into
+ * either. */
 #include <stdlib.h>
 
 #include "core/checked.h"
@@ -127,17 +131,28 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
         consumer->inputs[k]->gradient_first_writer = j;
     }
   }
+  /* Views hand what their readers need to their source (a view read by nothing is an output: held). */
+  for (int i = 0; i < n; i++) {
+    bpt_node *node = graph->nodes[i], *source = node->view_source;
+    if (!source) continue;
+    if (last_use[i] == i) held[i] = true;
+    held[source->index] |= held[i];
+    if (last_use[i] > last_use[source->index]) last_use[source->index] = last_use[i];
+    if (node->gradient_first_writer > source->gradient_first_writer)
+      source->gradient_first_writer = node->gradient_first_writer;
+  }
   /* Recompute segments: a value only its own segment reads is recomputed; one read outside is held. */
   for (int i = 0; i < n; i++) {
     bpt_node *node = graph->nodes[i];
     node->recomputed = false;
     if (!node->recompute_segment || keep_all || !graph->loss || node->op == BPT_OP_INPUT ||
-        node->op == BPT_OP_PARAMETER || last_use[i] == i)
+        node->op == BPT_OP_PARAMETER || node->view_source || last_use[i] == i)
       continue;
     bool inside = true;
     for (int j = i + 1; j < n && inside; j++)
       for (int k = 0; k < graph->nodes[j]->input_count; k++)
-        if (graph->nodes[j]->inputs[k] == node && graph->nodes[j]->recompute_segment != node->recompute_segment)
+        if (bpt_node_buffer_owner(graph->nodes[j]->inputs[k]) == node &&
+            graph->nodes[j]->recompute_segment != node->recompute_segment)
           inside = false;
     if (inside)
       node->recomputed = true;
@@ -150,7 +165,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     bpt_node *node = graph->nodes[i];
     plan->value_offset[i] = plan->grad_offset[i] = plan->saved_offset[i] = BPT_NO_OFFSET;
     node->value_reused_by = NULL;
-    if (node->op == BPT_OP_PARAMETER) continue;
+    if (node->op == BPT_OP_PARAMETER || node->view_source) continue;
     if (last_use[i] == i) held[i] = true; /* a graph output: the caller reads it */
     if (held[i] && !node->recomputed) {
       plan->value_offset[i] = cursor;
@@ -169,7 +184,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
   /* The gradient region, first fit by backward lifetime. */
   int gradient_count = 0;
   for (int i = 0; i < n; i++)
-    if (graph->nodes[i]->requires_grad && graph->nodes[i]->op != BPT_OP_PARAMETER)
+    if (graph->nodes[i]->requires_grad && graph->nodes[i]->op != BPT_OP_PARAMETER && !graph->nodes[i]->view_source)
       by_gradient_start[gradient_count++] = graph->nodes[i];
   qsort(by_gradient_start, (size_t)gradient_count, sizeof *by_gradient_start, by_first_step);
   size_t gradient_region = 0;
@@ -188,7 +203,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
   active_count = 0;
   for (int i = 0; i < n; i++) {
     bpt_node *node = graph->nodes[i];
-    node->value_transient = node->op != BPT_OP_PARAMETER && !held[i] && !node->recomputed;
+    node->value_transient = node->op != BPT_OP_PARAMETER && !node->view_source && !held[i] && !node->recomputed;
     if (!node->value_transient) continue;
     plan->value_offset[i] =
         cursor + first_fit(active, &active_count, align_up(value_bytes(node)), i, last_use[i], &region);
@@ -210,10 +225,10 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
   if (!bpt_checked_add_bytes(cursor, plan->recompute_bytes, &plan->arena_bytes)) goto too_big;
   /* A transient value is overwritten once a later node (created after its last consumer) shares its bytes. */
   for (int i = 0; i < n; i++) {
-    if (held[i] || graph->nodes[i]->op == BPT_OP_PARAMETER) continue;
+    if (held[i] || graph->nodes[i]->op == BPT_OP_PARAMETER || graph->nodes[i]->view_source) continue;
     size_t start = plan->value_offset[i], end = start + align_up(value_bytes(graph->nodes[i]));
     for (int j = last_use[i] + 1; j < n && !graph->nodes[i]->value_reused_by; j++) {
-      if (held[j] || graph->nodes[j]->op == BPT_OP_PARAMETER) continue;
+      if (held[j] || graph->nodes[j]->op == BPT_OP_PARAMETER || graph->nodes[j]->view_source) continue;
       size_t other = plan->value_offset[j], other_end = other + align_up(value_bytes(graph->nodes[j]));
       if (other < end && start < other_end) graph->nodes[i]->value_reused_by = graph->nodes[j];
     }
@@ -225,6 +240,15 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     for (int j = i + 1; j < n && !graph->nodes[i]->value_reused_by; j++)
       if (graph->nodes[j]->recomputed && graph->nodes[j]->recompute_segment != graph->nodes[i]->recompute_segment)
         graph->nodes[i]->value_reused_by = graph->nodes[j];
+  }
+  /* A view lives where its source does, and is overwritten when it is. */
+  for (int i = 0; i < n; i++) {
+    bpt_node *node = graph->nodes[i], *source = node->view_source;
+    if (!source) continue;
+    plan->value_offset[i] = plan->value_offset[source->index];
+    plan->grad_offset[i] = plan->grad_offset[source->index];
+    node->value_transient = source->value_transient;
+    node->value_reused_by = source->value_reused_by;
   }
   goto done;
 too_big:

@@ -110,6 +110,10 @@ typedef struct bpt_op_definition {
    * even where the kernels take f32 only, and the kernel call widens them into f32 scratch around the kernels
    * (kernel_call.c, storage.c). */
   bool kernels_only;
+  /* Whether the output is input 0's values under another shape, the same elements in the same order (reshape):
+   * the node is then a view, sharing its input's value and gradient buffers (graph.h's view_source), so forward
+   * and backward have nothing to move and the memory plan gives it no bytes of its own. */
+  bool view_of_input;
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;

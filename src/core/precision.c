@@ -320,16 +320,19 @@ static bool is_activation(const bpt_node *node) {
   return node->batched && node->dtype == BPT_DTYPE_F32 && node->op != BPT_OP_PARAMETER;
 }
 
-/* A value stored in bf16 was written rounded by its kernels: only f32-stored activations need the pass. */
+/* A value stored in bf16 was written rounded by its kernels: only f32-stored activations need the pass. A view's
+ * buffers are its source's, rounded there: its value after the source's forward, its gradient (summed over the
+ * readers of both) before the source's backward. */
 bpt_status bpt_precision_after_forward_node(bpt_node *node) {
-  if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node) || node->storage != BPT_DTYPE_F32)
+  if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node) || node->storage != BPT_DTYPE_F32 ||
+      node->view_source)
     return BPT_OK;
   return round_buffer(node->graph, node->value, bpt_node_count(node), "value", node->name);
 }
 
 bpt_status bpt_precision_before_backward_node(bpt_node *node) {
   if (compute_dtype(node->graph) == BPT_DTYPE_F32 || !is_activation(node) || !node->grad ||
-      node->storage != BPT_DTYPE_F32)
+      node->storage != BPT_DTYPE_F32 || node->view_source)
     return BPT_OK;
   return round_buffer(node->graph, node->grad, bpt_node_count(node), "gradient", node->name);
 }

@@ -127,12 +127,13 @@ static double value_bytes(const bpt_node *node) {
 }
 
 /* Without an op cost function: forward reads the inputs and writes the output; backward reads the inputs
- * and the output gradient and writes the input gradients. FLOPs stay unknown. */
+ * and the output gradient and writes the input gradients. FLOPs stay unknown. A view moves nothing. */
 static void estimate_cost(const bpt_node *node, bool backward, double *flops, double *bytes) {
+  *flops = *bytes = 0.0;
+  if (node->view_source) return;
   double inputs = 0.0;
   for (int i = 0; i < node->input_count; i++)
     if (node->inputs[i]) inputs += value_bytes(node->inputs[i]);
-  *flops = 0.0;
   *bytes = backward ? 2.0 * inputs + value_bytes(node) : inputs + value_bytes(node);
 }
 

@@ -51,10 +51,12 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
   for (int i = 0; i < n; i++)
     capable[i] = takes_bf16_storage(graph->nodes[i]) || graph->nodes[i]->op == BPT_OP_INPUT;
   bool *eligible = capable; /* reused: eligible[i] = producer and all consumers capable */
+  /* A view is no reader of its own: its readers read its source's buffer, so they count for the source. */
   for (int j = 0; j < n; j++) {
     const bpt_node *consumer = graph->nodes[j];
+    if (consumer->view_source) continue;
     for (int k = 0; k < consumer->input_count; k++) {
-      const int i = consumer->inputs[k]->index;
+      const int i = bpt_node_buffer_owner(consumer->inputs[k])->index;
       uses[i]++;
       if (!takes_bf16_storage(consumer)) eligible[i] = false;
     }
@@ -68,6 +70,10 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
     /* An input read by nothing stays f32: bf16 would save nothing the user's upload did not already cost. */
     const bool unread_input = node->op == BPT_OP_INPUT && uses[i] == 0;
     const bool readers_allowed = uses[i] <= 1 || !state->single_reader_storage;
+    if (node->view_source) {
+      node->storage = node->view_source->storage; /* decided already: a source comes before its views */
+      continue;
+    }
     if (eligible[i] && is_activation(node) && readers_allowed && node != graph->loss && !unread_input)
       node->storage = BPT_DTYPE_BF16;
   }

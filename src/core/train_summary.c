@@ -47,7 +47,8 @@ static void fill_row(const bpt_graph *graph, const bpt_node *node, bpt_layer_sum
     else
       row->buffer_parameters += elements_at(input, 1);
   }
-  row->activation_bytes = (size_t)elements_at(node, batch) * bpt_dtype_size(node->dtype);
+  /* A view (reshape) holds its input's bytes, counted there. */
+  row->activation_bytes = node->view_source ? 0 : (size_t)elements_at(node, batch) * bpt_dtype_size(node->dtype);
 }
 
 bpt_status bpt_graph_summary(const bpt_graph *graph, bpt_model_summary *summary) {

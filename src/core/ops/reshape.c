@@ -1,5 +1,6 @@
 /* reshape and flatten: the same values under a new per-sample shape. Integer attribute 0 is the new
- * per-sample rank, 1.. the dims. Values are copied (the memory plan gives every node its own buffer). */
+ * per-sample rank, 1.. the dims. A view (view_of_input): the node shares its input's value and gradient
+ * buffers, so forward and backward move nothing. */
 #include "bptrain/cnn.h"
 #include "core/checked.h"
 #include "core/graph.h"
@@ -33,18 +34,15 @@ static bpt_status reshape_infer_shape(bpt_node *node) {
   return BPT_OK;
 }
 
+/* The values and, in backward, the gradient are already in place: the node's buffers are its input's. */
 static bpt_status reshape_forward(bpt_node *node) {
-  bpt_backend *backend = node->graph->backend;
-  size_t bytes = (size_t)bpt_node_count(node) * sizeof(float);
-  if (backend->vtable->copy(backend, node->value, node->inputs[0]->value, bytes) != BPT_OK)
-    return bpt_kernel_result(node, BPT_ERR_DEVICE, "copy");
+  (void)node;
   return BPT_OK;
 }
 
 static bpt_status reshape_backward(bpt_node *node) {
-  bpt_node *x = node->inputs[0];
-  if (!x->requires_grad) return BPT_OK;
-  return BPT_KERNEL(node, add_scaled, bpt_node_count(node), 1.0f, node->grad, x->grad);
+  (void)node;
+  return BPT_OK;
 }
 
 /* rank per-sample dims in slots 1 .. rank, the rest 0; the shape rule checks them (BPT_ERR_SHAPE). */
@@ -65,7 +63,8 @@ const bpt_op_definition bpt_op_reshape = {.name = "reshape",
                                           .backward_reads_input = bpt_op_reads_no_input,
                                           .backward_reads_output = bpt_op_reads_no_output,
                                           .uses_kernels = bpt_op_uses_no_kernels,
-                                          .speculative = BPT_SPECULATIVE_VIEW};
+                                          .speculative = BPT_SPECULATIVE_VIEW,
+                                          .view_of_input = true};
 
 bpt_status bpt_reshape(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *dims, bpt_node **out) {
   int64_t attributes[BPT_MAX_RANK] = {rank};
