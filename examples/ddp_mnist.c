@@ -3,12 +3,13 @@
  *
  *   mpirun -np 2 ddp_mnist [--data DIR] [--epochs 2] [--batch 128] [--lr 0.05] [--momentum 0.9]
  *          [--threads N] [--seed 42] [--bucket-kb 25600] [--accumulate 1] [--compression none|f16|int8|topk]
- *          [--average-every 1] [--timeout 300] [--no-overlap] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
+ *          [--average-every 1] [--max-staleness 0] [--timeout 300] [--no-overlap] [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
  *          [--classes N] [--backend cpu]
  *
  * --batch is the global batch; each rank takes batch / (ranks * accumulate) samples per micro-batch. Rank 0
  * prints progress and the test accuracy. With --average-every H > 1 (local SGD) the ranks average their
- * parameters every H steps and at each epoch's end, before the evaluation. No mpi.h needed: MPI_COMM_WORLD is BPT_COMM_MPI_WORLD.
+ * parameters every H steps and at each epoch's end, before the evaluation; --max-staleness S lets each averaging
+ * run in the background for S steps (bounded staleness). No mpi.h needed: MPI_COMM_WORLD is BPT_COMM_MPI_WORLD.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -22,9 +23,11 @@
 static const char usage[] =
     "usage: mpirun -np N ddp_mnist [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--threads N]\n"
     "                 [--seed N] [--bucket-kb N] [--accumulate K] [--compression none|f16|int8|topk]\n"
-    "                 [--average-every H] [--timeout SECONDS] [--no-overlap] [--backend cpu|cuda]\n"
+    "                 [--average-every H] [--max-staleness S] [--timeout SECONDS] [--no-overlap] [--backend cpu|cuda]\n"
     "  --average-every H  local SGD: each rank steps alone, parameters averaged every H steps (default 1:\n"
     "                     gradients averaged every step)\n"
+    "  --max-staleness S  with --average-every H: each averaging runs while the ranks train on and is folded in\n"
+    "                     S steps later (1 <= S <= H), so no rank is more than S steps ahead (default 0: it blocks)\n"
     "  --batch N    global batch over all ranks and micro-batches (default 128)\n"
     "  --threads N  CPU threads per rank (default: the cores divided among the ranks on this node)\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE;
@@ -49,7 +52,7 @@ static int default_threads(void) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",       "--epochs",      "--batch",   "--lr",
                                        "--momentum",   "--threads",     "--seed",    "--bucket-kb",
-                                       "--accumulate", "--compression", "--timeout", "--classes", "--backend", "--average-every",
+                                       "--accumulate", "--compression", "--timeout", "--classes", "--backend", "--average-every", "--max-staleness",
                                        EXAMPLE_OPTIONS, NULL};
   static const char *const flags[] = {"--no-overlap", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
@@ -138,6 +141,7 @@ int main(int argc, char **argv) {
   const char *compression = example_option(argc, argv, "--compression");
   parallel_options.compression = parse_compression(compression ? compression : "none");
   parallel_options.average_every = (int)example_option_long(argc, argv, "--average-every", 1);
+  parallel_options.max_staleness = (int)example_option_long(argc, argv, "--max-staleness", 0);
   bpt_data_parallel *parallel = NULL;
   EXAMPLE_CHECK(context, bpt_data_parallel_create(graph, comm, &parallel_options, &parallel));
   if (rank == 0) printf("%d gradient buckets\n", bpt_data_parallel_bucket_count(parallel));

@@ -87,10 +87,13 @@ else()
   add_test(NAME check_installed_docs COMMAND sh -c "echo 'python3 not found: install python3'; exit 77")
 endif()
 
-# The cluster scaling model's arithmetic against hand-worked cases (bench/cluster_model.py, issue 31).
+# The cluster scaling and local SGD models' arithmetic against hand-worked cases (bench/cluster_model.py,
+# bench/local_sgd_model.py; issue 31).
 if(Python3_FOUND)
   add_test(NAME check_cluster_model
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/cluster_model.py --self-test)
+  add_test(NAME check_local_sgd_model
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/bench/local_sgd_model.py --self-test)
 endif()
 
 get_property(BPT_CHECK_TESTS DIRECTORY PROPERTY TESTS)

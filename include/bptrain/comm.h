@@ -157,6 +157,12 @@ typedef struct bpt_data_parallel_options {
                                     gradients and the parameters are averaged over the ranks after every H-th
                                     bpt_optimizer_step(); optimiser state and batch-norm statistics stay per
                                     rank. Needs accumulation_steps 1 and no compression. */
+  int max_staleness;           /**< local SGD only. 0 (default): each averaging blocks its step until every
+                                    rank has joined it. S in [1, average_every]: bounded staleness: the
+                                    averaging of the parameters after an H-th step runs while the rank trains
+                                    on, and is folded in after S more steps as parameters += average - (this
+                                    rank's parameters when it started), so a rank is never more than S steps
+                                    ahead of the slowest; costs two more parameter-sized buffers. */
 } bpt_data_parallel_options;
 
 /** @return 25 MiB buckets, a 1 MiB first bucket, overlap on, no accumulation or compression, gradients
@@ -183,7 +189,8 @@ BPT_API bpt_status bpt_data_parallel_wait(bpt_data_parallel *data_parallel);
 /**
  * Local SGD (average_every > 1): averages the parameters over the ranks now, as every H-th step does, and
  * starts a new count of H steps; call it on every rank (collective), e.g. once after training so that each
- * rank evaluates and saves the same model. BPT_ERR_STATE for synchronous data parallel.
+ * rank evaluates and saves the same model. With max_staleness, an averaging still in flight is folded in
+ * first. BPT_ERR_STATE for synchronous data parallel.
  */
 BPT_API bpt_status bpt_data_parallel_average_parameters(bpt_data_parallel *data_parallel);
 

@@ -246,8 +246,8 @@ void bpt_range_reducer_reset(bpt_range_reducer *reducer) {
     reducer->ranges[i].phase = RANGE_IDLE;
 }
 
-void bpt_range_reducer_destroy(bpt_range_reducer *reducer) {
-  if (!reducer) return;
+bool bpt_range_reducer_destroy(bpt_range_reducer *reducer) {
+  if (!reducer) return false;
   if (reducer->requests && !reducer->comm->failed) bpt_range_reducer_wait(reducer);
   /* Buffers of in-flight ranges are still referenced by the engine after a failure: leave them. */
   bool in_flight = false;
@@ -255,7 +255,7 @@ void bpt_range_reducer_destroy(bpt_range_reducer *reducer) {
     in_flight |= reducer->requests[i] != NULL;
   if (in_flight) {
     free(reducer);
-    return;
+    return true;
   }
   for (int i = 0; reducer->ranges && i < reducer->count; i++) {
     range_state *r = &reducer->ranges[i];
@@ -268,6 +268,7 @@ void bpt_range_reducer_destroy(bpt_range_reducer *reducer) {
   free(reducer->ranges);
   free(reducer->requests);
   free(reducer);
+  return false;
 }
 
 bool bpt_comm_reads_device_memory(const bpt_comm *comm) { return comm->engine->device_memory; }

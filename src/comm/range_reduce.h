@@ -50,8 +50,9 @@ bpt_status bpt_range_reducer_wait(bpt_range_reducer *reducer);
 /* A new cycle: every range idle again, none started. Only after a wait. */
 void bpt_range_reducer_reset(bpt_range_reducer *reducer);
 /* Frees the reducer; waits for in-flight ranges unless the communicator failed, in which case the buffers
- * the engine still references are left allocated. */
-void bpt_range_reducer_destroy(bpt_range_reducer *reducer);
+ * the engine still references are left allocated. Returns whether it left any: then the reduced buffer itself
+ * may still be read or written by the engine. */
+bool bpt_range_reducer_destroy(bpt_range_reducer *reducer);
 
 /* True when the engine sums device memory (NCCL) rather than host memory (MPI). */
 bool bpt_comm_reads_device_memory(const bpt_comm *comm);

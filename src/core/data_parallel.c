@@ -4,7 +4,10 @@
  * between nodes (MPI progresses only inside MPI calls), and waits for all of them before the optimiser
  * step. The comm layer only sums buffers; micro-batch accounting and profiling live here.
  * Local SGD (average_every > 1) reduces the parameter block instead, over the same ranges (parameters and
- * gradients share one layout), after every H-th step. */
+ * gradients share one layout), after every H-th step. With bounded staleness (max_staleness S) it reduces a
+ * snapshot of the parameters in the background while the rank trains on, and folds the average in S steps
+ * later as a correction (average - the snapshot's own values): a rank waits there for the slowest to have
+ * reached the launch, which is what bounds how far ahead it runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,13 @@ struct bpt_data_parallel {
   bool zero_copy;    /* the engine can read the backend's gradient memory directly */
   bool local;        /* local SGD: the reducer sums parameters every average_every steps, not gradients */
   int local_steps;   /* local SGD: steps since the last averaging */
+  /* Bounded staleness: the reducer's buffer (the parameters at the launch, then their average over the ranks)
+   * and this rank's parameters at the launch, backend memory; whether an averaging is in flight, and the steps
+   * taken since it started. */
+  float *snapshot, *launched;
+  bool in_flight;
+  int since_launch;
+  bool abandoned; /* the reducer left ranges to the engine after a failure (bpt_range_reducer_destroy) */
   float average;     /* 1 / (ranks * micro-batches) */
 };
 
@@ -107,13 +117,62 @@ bpt_status bpt_data_parallel_wait(bpt_data_parallel *dp) {
   return wait_all(dp);
 }
 
-/* Local SGD: the parameter block summed over the ranks, each rank's values times 1 / ranks. */
-static bpt_status average_parameters(bpt_data_parallel *dp) {
-  BPT_CHECK(wait_all(dp));
+static bpt_status backend_result(bpt_data_parallel *dp, bpt_status status, const char *what) {
+  if (status == BPT_OK) return BPT_OK;
+  return bpt_error(context_of(dp), status, "data parallel (bounded staleness): %s failed on backend '%s': %s", what,
+                   dp->graph->backend->vtable->name, dp->graph->backend->error_message);
+}
+
+static size_t parameter_bytes(const bpt_data_parallel *dp) {
+  return (size_t)dp->graph->parameter_elements * sizeof(float);
+}
+
+/* Bounded staleness: starts averaging a copy of the parameters, and keeps this rank's own copy. */
+static bpt_status launch_average(bpt_data_parallel *dp) {
+  bpt_backend *backend = dp->graph->backend;
+  BPT_CHECK(backend_result(dp, backend->vtable->copy(backend, dp->snapshot, dp->graph->parameter_block, parameter_bytes(dp)),
+                           "copying the parameters"));
+  BPT_CHECK(backend_result(dp, backend->vtable->copy(backend, dp->launched, dp->graph->parameter_block, parameter_bytes(dp)),
+                           "copying the parameters"));
   dp->local_steps = 0;
   bpt_range_reducer_reset(dp->reducer);
   BPT_CHECK(launch_ready(dp, -1));
-  return wait_all(dp);
+  dp->in_flight = true;
+  dp->since_launch = 0;
+  return poll(dp);
+}
+
+/* Waits for the averaging in flight (bounded by the communicator's timeout) and adds what it changes:
+ * parameters += average - launched, so the steps taken since the launch are kept. */
+static bpt_status fold_in_average(bpt_data_parallel *dp) {
+  if (!dp->in_flight) return BPT_OK;
+  BPT_CHECK(wait_all(dp));
+  dp->in_flight = false;
+  bpt_backend *backend = dp->graph->backend;
+  const int64_t count = dp->graph->parameter_elements;
+  BPT_CHECK(backend_result(dp, backend->vtable->add_scaled(backend, count, -1.0f, dp->launched, dp->snapshot),
+                           "subtracting the launched parameters"));
+  return backend_result(dp, backend->vtable->add_scaled(backend, count, 1.0f, dp->snapshot, dp->graph->parameter_block),
+                        "adding the average's correction");
+}
+
+/* Local SGD: the parameter block summed over the ranks, each rank's values times 1 / ranks, now. Under bounded
+ * staleness the reducer's buffer is the snapshot: the parameters go there and back. */
+static bpt_status average_parameters(bpt_data_parallel *dp) {
+  BPT_CHECK(fold_in_average(dp));
+  BPT_CHECK(wait_all(dp));
+  dp->local_steps = 0;
+  bpt_backend *backend = dp->graph->backend;
+  if (dp->snapshot)
+    BPT_CHECK(backend_result(dp, backend->vtable->copy(backend, dp->snapshot, dp->graph->parameter_block, parameter_bytes(dp)),
+                             "copying the parameters"));
+  bpt_range_reducer_reset(dp->reducer);
+  BPT_CHECK(launch_ready(dp, -1));
+  BPT_CHECK(wait_all(dp));
+  if (dp->snapshot)
+    BPT_CHECK(backend_result(dp, backend->vtable->copy(backend, dp->graph->parameter_block, dp->snapshot, parameter_bytes(dp)),
+                             "copying the average back"));
+  return BPT_OK;
 }
 
 static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, int position) {
@@ -122,8 +181,9 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
   switch (event) {
   case BPT_GRAPH_EVENT_BACKWARD_BEGIN:
     BPT_CHECK(check_attached(dp, "bpt_graph_backward"));
-    /* A previous pass's ranges may still be reading the gradients that are about to be cleared. */
-    BPT_CHECK(wait_all(dp));
+    /* A previous pass's ranges may still be reading the gradients that are about to be cleared. Local SGD's
+     * reducer reads parameters (or their snapshot, which may be in flight past this backward). */
+    if (!dp->local) BPT_CHECK(wait_all(dp));
     BPT_CHECK(relay(dp, bpt_comm_usable(dp->comm, "data parallel backward")));
     /* A pass that does not accumulate starts a new cycle; one that does continues it (after a step, a new one). */
     if (position && dp->micro_batch >= steps)
@@ -134,10 +194,10 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
     dp->micro_batch = position ? dp->micro_batch + 1 : 1;
     dp->reduced = false;
     dp->communicate = !dp->local && dp->micro_batch == steps;
-    bpt_range_reducer_reset(dp->reducer);
+    if (!dp->local) bpt_range_reducer_reset(dp->reducer);
     return BPT_OK;
   case BPT_GRAPH_EVENT_NODE_BACKWARD:
-    if (!dp->communicate) return BPT_OK;
+    if (!dp->communicate) return dp->in_flight ? poll(dp) : BPT_OK; /* MPI progresses inside MPI calls */
     if (dp->options.overlap) BPT_CHECK(launch_ready(dp, position));
     return poll(dp);
   case BPT_GRAPH_EVENT_BACKWARD_END:
@@ -156,10 +216,17 @@ static bpt_status on_event(void *data, bpt_graph *graph, bpt_graph_event event, 
     dp->reduced = true;
     return BPT_OK;
   case BPT_GRAPH_EVENT_AFTER_UPDATE:
-    if (!dp->local || ++dp->local_steps < dp->options.average_every) return BPT_OK;
-    /* Every rank reaches its H-th step, then the average: the same collectives in the same order. */
+    if (!dp->local) return BPT_OK;
     BPT_CHECK(check_attached(dp, "bpt_optimizer_step"));
-    return average_parameters(dp);
+    if (dp->in_flight) {
+      if (++dp->since_launch >= dp->options.max_staleness)
+        BPT_CHECK(fold_in_average(dp));
+      else
+        BPT_CHECK(poll(dp));
+    }
+    if (++dp->local_steps < dp->options.average_every) return BPT_OK;
+    /* Every rank reaches its H-th step, then the average: the same collectives in the same order. */
+    return dp->options.max_staleness ? launch_average(dp) : average_parameters(dp);
   }
   return BPT_OK;
 }
@@ -197,6 +264,10 @@ static bpt_status validate(bpt_context *context, const bpt_data_parallel_options
                      "%s: local SGD (average_every %d) averages f32 parameters, so it takes accumulation_steps 1 "
                      "(%d) and BPT_COMPRESSION_NONE (%d)",
                      where, o->average_every, o->accumulation_steps, (int)o->compression);
+  if (o->max_staleness < 0 || o->max_staleness > o->average_every || (o->max_staleness && o->average_every == 1))
+    return bpt_error(context, BPT_ERR_INVALID_ARGUMENT,
+                     "%s: max_staleness %d must be 0, or in [1, average_every] with local SGD (average_every %d)", where,
+                     o->max_staleness, o->average_every);
   if (o->compression != BPT_COMPRESSION_NONE && bpt_comm_reads_device_memory(comm))
     return bpt_error(context, BPT_ERR_UNSUPPORTED,
                      "%s: compression runs on the host; the %s engine supports BPT_COMPRESSION_NONE only", where,
@@ -241,7 +312,18 @@ static bpt_status create_reducer(bpt_data_parallel *dp) {
                                        .zero_copy = dp->zero_copy,
                                        .reduced = profile,
                                        .data = dp};
-  float *buffer = dp->local ? graph->parameter_block : graph->gradient_block;
+  if (dp->options.max_staleness) {
+    bpt_backend *backend = graph->backend;
+    if (backend->vtable->alloc(backend, (size_t)graph->parameter_elements * sizeof(float), (void **)&dp->snapshot) !=
+            BPT_OK ||
+        backend->vtable->alloc(backend, (size_t)graph->parameter_elements * sizeof(float), (void **)&dp->launched) !=
+            BPT_OK)
+      return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY,
+                       "bpt_data_parallel_create: two copies of the %lld parameters for bounded staleness on backend "
+                       "'%s': %s",
+                       (long long)graph->parameter_elements, backend->vtable->name, backend->error_message);
+  }
+  float *buffer = dp->snapshot ? dp->snapshot : dp->local ? graph->parameter_block : graph->gradient_block;
   bpt_status status = relay(
       dp, bpt_range_reducer_create(dp->comm, graph->backend, buffer, ranges, dp->range_count, &options, &dp->reducer));
   free(ranges);
@@ -251,8 +333,14 @@ static bpt_status create_reducer(bpt_data_parallel *dp) {
 /* The graph is going: finish (or, after a failure, abandon) the all-reduces that read its gradient block. */
 static void detach_from_graph(void *owner) {
   bpt_data_parallel *dp = owner;
-  bpt_range_reducer_destroy(dp->reducer);
+  dp->abandoned |= bpt_range_reducer_destroy(dp->reducer);
   dp->reducer = NULL;
+  /* The snapshot of an averaging the engine still holds after a failure is left to it, like the reducer's own
+   * buffers. */
+  bpt_backend *backend = dp->graph->backend;
+  if (dp->snapshot && !dp->abandoned) backend->vtable->free(backend, dp->snapshot);
+  if (dp->launched) backend->vtable->free(backend, dp->launched);
+  dp->snapshot = dp->launched = NULL;
   if (dp->graph->hook_data == dp) {
     dp->graph->hook = NULL;
     dp->graph->hook_data = NULL;
@@ -265,7 +353,7 @@ static void detach_from_graph(void *owner) {
  * Never while the graph is inside backward or a step on another thread (handles are not thread-safe). */
 static void detach_from_comm(void *owner) {
   bpt_data_parallel *dp = owner;
-  bpt_range_reducer_destroy(dp->reducer);
+  dp->abandoned |= bpt_range_reducer_destroy(dp->reducer);
   dp->reducer = NULL;
   dp->comm = NULL;
 }

@@ -292,6 +292,97 @@ static void local_sgd(bpt_context *context, bpt_comm *comm) {
     destroy(&reference[r]);
 }
 
+/* Bounded staleness (average_every H, max_staleness S): the averaging started after each H-th step is folded
+ * in S steps later as parameters += average - (the rank's parameters at the launch). The reference runs every
+ * rank's model in this process and applies the same correction by hand; steps run on the polling communicator
+ * too (MPI progresses only inside its calls there). Ranks differ between foldings, since each keeps its own
+ * steps since the launch. */
+static void bounded_staleness(bpt_context *context, bpt_comm *comm, int every, int staleness) {
+  enum { total_steps = 9 };
+  int rank = bpt_comm_rank(comm), size = bpt_comm_size(comm), share = global_batch / size;
+  model reference[8];
+  MPI_CHECK(size <= 8, "at most 8 ranks");
+  for (int r = 0; r < size; r++)
+    build(context, share, &reference[r]);
+  int64_t count = bpt_graph_parameter_count(reference[0].graph);
+  float *average = malloc((size_t)count * sizeof *average), *launched[8];
+  MPI_CHECK(average != NULL, "out of memory");
+  model m;
+  build(context, share, &m);
+  bpt_data_parallel_options options = bpt_data_parallel_options_default();
+  options.bucket_bytes = 4096;
+  options.first_bucket_bytes = 1024;
+  options.average_every = every;
+  options.max_staleness = staleness;
+  bpt_data_parallel *dp = NULL;
+  MPI_CHECK_OK(context, bpt_data_parallel_create(m.graph, comm, &options, &dp));
+  int launch = -1; /* the step whose averaging is in flight in the reference, -1 for none */
+  for (int s = 0; s < total_steps; s++) {
+    forward_backward(context, &m, s % steps, rank * share, share, 0);
+    MPI_CHECK_OK(context, bpt_optimizer_step(m.optimizer));
+    for (int r = 0; r < size; r++) {
+      forward_backward(context, &reference[r], s % steps, r * share, share, 0);
+      MPI_CHECK_OK(context, bpt_optimizer_step(reference[r].optimizer));
+    }
+    if (launch >= 0 && s - launch >= staleness) { /* fold in: parameters += average - launched */
+      for (int r = 0; r < size; r++) {
+        float *values = parameters_of(context, &reference[r], count);
+        for (int64_t i = 0; i < count; i++)
+          values[i] += average[i] - launched[r][i];
+        MPI_CHECK_OK(context, bpt_graph_write_parameters(reference[r].graph, values, count));
+        free(values);
+        free(launched[r]);
+      }
+      launch = -1;
+    }
+    if ((s + 1) % every == 0) { /* launch: the average of the parameters now, each rank's own copy */
+      memset(average, 0, (size_t)count * sizeof *average);
+      for (int r = 0; r < size; r++) {
+        launched[r] = parameters_of(context, &reference[r], count);
+        for (int64_t i = 0; i < count; i++)
+          average[i] += launched[r][i] * (1.0f / (float)size);
+      }
+      launch = s;
+    }
+    float *ours = parameters_of(context, &m, count), *expected = parameters_of(context, &reference[rank], count);
+    double difference = largest_difference(ours, expected, count);
+    MPI_CHECK(difference <= 1e-5, "H %d, S %d, step %d: parameters differ from the reference by %g", every, staleness,
+              s + 1, difference);
+    free(ours);
+    free(expected);
+  }
+  /* The explicit average folds in what is in flight, then averages: every rank holds the same model. */
+  MPI_CHECK_OK(context, bpt_data_parallel_average_parameters(dp));
+  float *ours = parameters_of(context, &m, count), *first = malloc((size_t)count * sizeof *first);
+  MPI_CHECK(first != NULL, "out of memory");
+  memcpy(first, ours, (size_t)count * sizeof *first);
+  MPI_Bcast(first, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  int agrees = memcmp(first, ours, (size_t)count * sizeof *first) == 0, all_agree = 0;
+  MPI_Allreduce(&agrees, &all_agree, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  MPI_CHECK(all_agree, "bounded staleness: ranks differ after bpt_data_parallel_average_parameters");
+  if (launch >= 0)
+    for (int r = 0; r < size; r++)
+      free(launched[r]);
+  if (rank == 0)
+    printf("bounded staleness (average every %d steps, folded in %d later): matches %d single-process models\n", every,
+           staleness, size);
+  bpt_data_parallel_destroy(dp);
+  options.max_staleness = every + 1;
+  MPI_CHECK(bpt_data_parallel_create(m.graph, comm, &options, &dp) == BPT_ERR_INVALID_ARGUMENT &&
+                strstr(bpt_context_last_error(context), "max_staleness"),
+            "max_staleness above average_every: %s", bpt_context_last_error(context));
+  options.average_every = 1;
+  options.max_staleness = 1;
+  MPI_CHECK(bpt_data_parallel_create(m.graph, comm, &options, &dp) == BPT_ERR_INVALID_ARGUMENT,
+            "max_staleness with synchronous data parallel: %s", bpt_context_last_error(context));
+  free(ours);
+  free(first);
+  free(average);
+  destroy(&m);
+  for (int r = 0; r < size; r++)
+    destroy(&reference[r]);
+}
+
 static void accumulation_errors(bpt_context *context, bpt_comm *comm) {
   model m;
   build(context, 2, &m);
@@ -471,6 +562,8 @@ int main(int argc, char **argv) {
   }
   accumulation_errors(context, comm);
   local_sgd(context, comm);
+  bounded_staleness(context, comm, 3, 2);
+  bounded_staleness(context, polling, 2, 2);
   non_finite_gradient_with_int8(context, comm);
   graph_destroyed_before_data_parallel(context, comm);
   comm_destroyed_before_data_parallel(context);
