@@ -1,8 +1,9 @@
 /* Storage dtype (issue 24.5): under the bf16 policy the MLP's activations are planned, allocated and passed to
  * kernels as bf16, and the results match the rounding path (every activation f32, rounded in place after each
  * op) that the same graph takes with f32 storage forced; so do they where an op's kernels take f32 only and the
- * kernel call widens around them (tanh), where an op works without kernels (a same-shape add), whose
- * activations stay f32, and through a view (reshape), which takes its source's storage and buffers;
+ * kernel call widens around them (tanh), where an op is not kernels-only (dropout), whose activations stay
+ * f32, where a same-shape add takes the backend's add kernels under 16-bit storage, and through a view
+ * (reshape), which takes its source's storage and buffers;
  * bpt_graph_read gives f32; the planned activation memory is about half. */
 #include <math.h>
 #include <stdlib.h>
@@ -26,9 +27,9 @@ typedef struct net {
 } net;
 
 /* The first layer's activation: relu (kernels that take bf16), tanh (f32-only kernels, widened around), or relu
- * and then a same-shape add of it to itself (shared primitives, no kernels) or a reshape to the same shape (a
- * view). */
-typedef enum middle { MIDDLE_RELU, MIDDLE_TANH, MIDDLE_ADD, MIDDLE_RESHAPE } middle;
+ * and then dropout (a shared primitive in evaluation, so not kernels-only), a same-shape add of it to itself
+ * (its kernels under 16-bit storage) or a reshape to the same shape (a view). */
+typedef enum middle { MIDDLE_RELU, MIDDLE_TANH, MIDDLE_DROPOUT, MIDDLE_ADD, MIDDLE_RESHAPE } middle;
 
 /* x -> linear -> relu (or the middle above) -> linear -> relu -> linear -> cross-entropy, one forward and
  * backward on fixed inputs and parameters. */
@@ -67,6 +68,10 @@ static void net_run(net *n, bool f32_storage, middle first) {
     if (layer == 0 && first == MIDDLE_RESHAPE) {
       const int64_t same = HIDDEN1;
       assert_ok(context, bpt_reshape(n->graph, "same_shape", h, 1, &same, &h));
+      n->middle = h;
+    }
+    if (layer == 0 && first == MIDDLE_DROPOUT) {
+      assert_ok(context, bpt_dropout(n->graph, "dropped", h, 0.25f, &h));
       n->middle = h;
     }
     if (layer == 0 && first == MIDDLE_ADD) {
@@ -174,9 +179,10 @@ static void widened_storage_matches_rounding_path(void **state) {
 static void mixed_storage_matches_rounding_path(void **state) {
   (void)state;
   net mixed, rounding;
-  net_run(&mixed, false, MIDDLE_ADD);
-  net_run(&rounding, true, MIDDLE_ADD);
-  /* A same-shape add runs on shared primitives, not kernels: its input and output stay f32 (rounded in place). */
+  net_run(&mixed, false, MIDDLE_DROPOUT);
+  net_run(&rounding, true, MIDDLE_DROPOUT);
+  /* Dropout is not kernels-only (evaluation copies through a shared primitive): its input and output stay f32
+   * (rounded in place). */
   assert_int_equal(mixed.hidden1->storage, BPT_DTYPE_BF16);
   assert_int_equal(mixed.act1->storage, BPT_DTYPE_F32);
   assert_int_equal(mixed.middle->storage, BPT_DTYPE_F32);
@@ -185,6 +191,22 @@ static void mixed_storage_matches_rounding_path(void **state) {
   assert_true(all_bf16(mixed.logits_values, BATCH * CLASSES));
   compare(&mixed, &rounding);
   net_destroy(&mixed);
+  net_destroy(&rounding);
+}
+
+/* Under 16-bit storage a same-shape add runs on the CPU's add kernels, widened: the relu's output (read twice by
+ * it) and the sum are stored as bf16; both parts of the relu's gradient are written by one call, into one f32
+ * copy, so it is rounded once, as on the rounding path. */
+static void same_shape_add_takes_bf16_storage(void **state) {
+  (void)state;
+  net added, rounding;
+  net_run(&added, false, MIDDLE_ADD);
+  net_run(&rounding, true, MIDDLE_ADD);
+  assert_int_equal(added.act1->storage, BPT_DTYPE_BF16);
+  assert_int_equal(added.middle->storage, BPT_DTYPE_BF16);
+  assert_int_equal(rounding.middle->storage, BPT_DTYPE_F32);
+  compare(&added, &rounding);
+  net_destroy(&added);
   net_destroy(&rounding);
 }
 
@@ -228,6 +250,7 @@ int main(void) {
       cmocka_unit_test(mlp_storage_matches_rounding_path),
       cmocka_unit_test(widened_storage_matches_rounding_path),
       cmocka_unit_test(mixed_storage_matches_rounding_path),
+      cmocka_unit_test(same_shape_add_takes_bf16_storage),
       cmocka_unit_test(view_takes_its_source_storage),
       cmocka_unit_test(planned_activation_bytes_are_about_half),
   };

@@ -21,7 +21,7 @@ typedef struct model {
   bpt_node *inputs[3]; /* images and labels, or tokens, positions and targets */
   int input_count;
   bpt_node *watched[4]; /* nodes whose storage the test checks */
-  bpt_node *fan_out; /* a value read by two nodes (CNN only) */
+  bpt_node *fan_out; /* a value read by two nodes */
   bpt_node *logits, *loss;
 } model;
 
@@ -70,6 +70,7 @@ static void build_transformer(bpt_context *context, bpt_graph *graph, bool recom
   assert_ok(context, bpt_layer_embedding(graph, "tok", m->inputs[0], VOCABULARY, DIM, &x));
   assert_ok(context, bpt_layer_embedding(graph, "pos", m->inputs[1], TOKENS, DIM, &position));
   assert_ok(context, bpt_add(graph, "embed", x, position, &x));
+  m->fan_out = x; /* the residual stream: read by the first layer norm and the residual add */
   bpt_transformer_block_options block = bpt_transformer_block_options_default();
   block.heads = 2;
   block.recompute = recompute;
@@ -179,15 +180,16 @@ static void check_agreement(bool cnn, bool recompute) {
   free(rounded.gradients);
 }
 
-/* A value with two readers (bn2's output, read by the sigmoid and the gate) is stored as bf16 by default, and
- * each reader's backward rounds its part of the gradient into it: forward is the rounding path's to f32
- * round-off, the gradients to a few bf16 units (one reader's part lost, or added twice, is tens of percent). */
-static void cnn_value_with_two_readers_is_stored_bf16(void **state) {
-  (void)state;
+/* A value with two readers (the CNN's bn2 output, read by the sigmoid and the gate; the transformer's residual
+ * stream, read by a layer norm and a same-shape add, which takes its kernels under 16-bit storage) is stored as
+ * bf16 by default, and each reader's backward rounds its part of the gradient into it: forward is the rounding
+ * path's to f32 round-off, the gradients to a few bf16 units (one reader's part lost, or added twice, is tens
+ * of percent). */
+static void value_with_two_readers_is_stored_bf16(bool cnn) {
   outcome shared, single, rounded;
-  train(true, false, true, false, &shared);
-  train(true, false, true, true, &single);
-  train(true, false, false, false, &rounded);
+  train(cnn, false, true, false, &shared);
+  train(cnn, false, true, true, &single);
+  train(cnn, false, false, false, &rounded);
   assert_int_equal(shared.fan_out_storage, BPT_DTYPE_BF16);
   assert_true(shared.activation_bytes < single.activation_bytes);
   if (fabsf(shared.losses[0] - rounded.losses[0]) > 1e-6f * fabsf(rounded.losses[0]))
@@ -198,6 +200,16 @@ static void cnn_value_with_two_readers_is_stored_bf16(void **state) {
   free(shared.gradients);
   free(single.gradients);
   free(rounded.gradients);
+}
+
+static void cnn_value_with_two_readers_is_stored_bf16(void **state) {
+  (void)state;
+  value_with_two_readers_is_stored_bf16(true);
+}
+
+static void transformer_residual_stream_is_stored_bf16(void **state) {
+  (void)state;
+  value_with_two_readers_is_stored_bf16(false);
 }
 
 static void cnn_widened_storage_matches_rounding_path(void **state) {
@@ -257,6 +269,7 @@ int main(void) {
       cmocka_unit_test(transformer_widened_storage_matches_rounding_path),
       cmocka_unit_test(recomputed_transformer_widened_storage_matches_rounding_path),
       cmocka_unit_test(cnn_value_with_two_readers_is_stored_bf16),
+      cmocka_unit_test(transformer_residual_stream_is_stored_bf16),
       cmocka_unit_test(folding_under_the_bf16_policy_keeps_the_logits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -51,6 +51,9 @@ bpt_status bpt_precision_after_forward_node(bpt_node *node);
  * producer and consumers take bf16 storage; all_f32 plans f32 everywhere (for the f32 figure of
  * bpt_graph_memory). Run after kernel selection and before the memory plan. */
 bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32);
+/* Whether the graph's policy asks for 16-bit storage (bf16 compute, store_activations_16bit, saved activations
+ * in the compute dtype): what the storage plan then applies. */
+bool bpt_precision_stores_16bit(const bpt_graph *graph);
 /* Downloads count elements of one of node's buffers (its value or gradient, stored in node->storage) into host
  * as f32; host holds count floats. */
 /* Uploads count f32 values from host into node's value, narrowed to its storage dtype on the way (rounded to

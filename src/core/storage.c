@@ -32,15 +32,19 @@ static bool is_activation(const bpt_node *node) {
   return node->batched && node->dtype == BPT_DTYPE_F32 && node->op != BPT_OP_PARAMETER;
 }
 
+bool bpt_precision_stores_16bit(const bpt_graph *graph) {
+  const bpt_precision_state *state = graph->precision;
+  /* Compressed saved activations (saved_activation_storage, linear.c) read their source as f32: the two are
+   * alternatives, and that one keeps today's f32 storage. */
+  return state && state->options.store_activations_16bit && state->options.compute_dtype == BPT_DTYPE_BF16 &&
+         state->options.saved_activation_storage == BPT_ACTIVATION_STORAGE_COMPUTE;
+}
+
 bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
   const int n = graph->node_count;
   for (int i = 0; i < n; i++) graph->nodes[i]->storage = graph->nodes[i]->dtype;
   const bpt_precision_state *state = graph->precision;
-  /* Compressed saved activations (saved_activation_storage, linear.c) read their source as f32: the two are
-   * alternatives, and that one keeps today's f32 storage. */
-  if (all_f32 || !state || !state->options.store_activations_16bit || state->options.compute_dtype != BPT_DTYPE_BF16 ||
-      state->options.saved_activation_storage != BPT_ACTIVATION_STORAGE_COMPUTE)
-    return BPT_OK;
+  if (all_f32 || !bpt_precision_stores_16bit(graph)) return BPT_OK;
   int *uses = bpt_calloc(graph->context, (size_t)n, sizeof *uses, "storage plan");
   bool *capable = bpt_calloc(graph->context, (size_t)n, sizeof *capable, "storage plan");
   if (!uses || !capable) {

@@ -2,7 +2,8 @@
  * added to every sample). Backward passes dy to both inputs unchanged, summed over the axes an input was
  * repeated along; a node that also feeds another consumer sums both gradients because every backward after
  * the first writer accumulates. Inputs of one shape run on shared primitives (every backend has them);
- * broadcasting runs on the op's kernels.
+ * broadcasting runs on the op's kernels, and so does one shape under 16-bit storage where the backend has
+ * them, so that a residual stream can be stored as bf16 (storage.c).
  *
  * add_relu: y = max(a + b, 0), the join of a ResNet basic block, in one node: the forward keeps one bit per
  * element (y > 0, the relu mask's layout) in node->saved, and backward passes dy through it to both inputs,
@@ -10,6 +11,7 @@
  * kernels. */
 #include "bptrain/cnn.h"
 #include "core/graph.h"
+#include "core/precision.h"
 
 /* add_relu's rule: one shape (its mask kernels know no broadcasting). */
 static bpt_status add_relu_infer_shape(bpt_node *node) {
@@ -36,10 +38,16 @@ static bool add_broadcasts(const bpt_node *node) {
   return bpt_node_broadcasts(node, node->inputs[0]) || bpt_node_broadcasts(node, node->inputs[1]);
 }
 
-static bool add_uses_kernels(const bpt_node *node) { return add_broadcasts(node); }
+static bool add_uses_kernels(const bpt_node *node) {
+  if (add_broadcasts(node)) return true;
+  const bpt_backend *backend = node->graph->backend;
+  return bpt_precision_stores_16bit(node->graph) && backend->vtable->kernels &&
+         backend->vtable->kernels(backend, BPT_OP_ADD) && bpt_node_supported_on(node, backend);
+}
 
+/* node->kernels: chosen at compile where add_uses_kernels said so. */
 static bpt_status add_forward(bpt_node *node) {
-  if (add_broadcasts(node)) return bpt_node_forward_kernels(node);
+  if (node->kernels) return bpt_node_forward_kernels(node);
   bpt_backend *backend = node->graph->backend;
   int64_t count = bpt_node_count(node);
   if (backend->vtable->copy(backend, node->value, node->inputs[0]->value, (size_t)count * sizeof(float)) != BPT_OK)
@@ -49,7 +57,7 @@ static bpt_status add_forward(bpt_node *node) {
 
 /* An input gradient left unset for this node (see op.h) gets a copy of dy; otherwise dy is added. */
 static bpt_status add_backward(bpt_node *node) {
-  if (add_broadcasts(node)) {
+  if (node->kernels) {
     if (!node->inputs[0]->requires_grad && !node->inputs[1]->requires_grad) return BPT_OK;
     return bpt_node_backward_kernels(node);
   }
@@ -67,7 +75,9 @@ static bpt_status add_backward(bpt_node *node) {
   return BPT_OK;
 }
 
+/* kernels_only: where it has kernels, it touches its tensors through them alone. */
 const bpt_op_definition bpt_op_add = {.name = "add",
+                                      .kernels_only = true,
                                       .infer_shape = bpt_node_infer_broadcast_shape,
                                       .forward = add_forward,
                                       .backward = add_backward,
