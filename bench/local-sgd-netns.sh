@@ -44,12 +44,18 @@ echo "$fit"
 alpha_us=$(echo "$fit" | sed -E 's/.*alpha = *([0-9.e+-]+) us.*/\1/')
 beta=$(echo "$fit" | sed -E 's/.*beta = ([0-9.e+-]+) s\/byte.*/\1/')
 echo "link $rate alpha $(python3 -c "print($alpha_us * 1e-6)") beta $beta" | tee -a "$out"
+# The measured all-reduce itself (ours, fastest round), for the model's second prediction.
+awk -v rate="$rate" '/^ +[0-9]+ +[0-9.]+ \/ +[0-9.]+ +[0-9.]+ \// && !done {print "allreduce " rate " bytes " $1 " ms " $5}
+                     /^data-parallel step/ {done = 1}' "$table" | tee -a "$out"
 
-# The last epoch's samples/s of ddp_mnist; a step is a global batch of 128.
+# The last epoch's samples/s of ddp_mnist (its progress line, on stderr); a step is a global batch of 128.
 step_ms() {
-  "${bench_env[@]}" bash scripts/netns-mpi.sh --ranks 2 --rate "$rate" --timeout 900 \
-    "$build/ddp_mnist" --epochs "$epochs" --threads 1 --average-every "$1" --max-staleness "${2:-0}" | tee /dev/stderr |
-    awk '/samples\/s/ {for (i = 1; i <= NF; i++) if ($i == "samples/s") rate = $(i - 1)} END {if (rate) printf "%.3f\n", 128e3 / rate}'
+  local output
+  output=$("${bench_env[@]}" bash scripts/netns-mpi.sh --ranks 2 --rate "$rate" --timeout 900 \
+    "$build/ddp_mnist" --epochs "$epochs" --threads 1 --average-every "$1" --max-staleness "${2:-0}" 2>&1 | tr '\r' '\n')
+  echo "$output" | grep -v "samples/s" >&2
+  echo "$output" | awk '/samples\/s/ {for (i = 1; i <= NF; i++) if ($i == "samples/s") rate = $(i - 1)}
+                        END {if (rate) printf "%.3f\n", 128e3 / rate}'
 }
 parameter_bytes=$((4 * (784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10)))
 echo "== compute: no averaging inside the run"
