@@ -236,7 +236,8 @@ static bool any_in_flight(const bpt_range_reducer *reducer) {
 bpt_status bpt_range_reducer_wait(bpt_range_reducer *reducer) {
   if (!any_in_flight(reducer)) return finish_completed(reducer);
   BPT_CHECK(bpt_comm_check_usable(reducer->comm, "bpt_data_parallel_wait"));
-  BPT_CHECK(bpt_comm_wait_all(reducer->comm, reducer->requests, reducer->next, "gradient all-reduce"));
+  BPT_CHECK(bpt_comm_wait_all(reducer->comm, reducer->requests, reducer->next,
+                              reducer->options.what ? reducer->options.what : "gradient all-reduce"));
   return finish_completed(reducer);
 }
 

@@ -28,6 +28,8 @@ typedef struct bpt_range_reducer_options {
   int error_feedback; /* lossy compression: carry what was left out into the next reduction */
   float average;      /* every rank's values are multiplied by this before the sum (1 / (ranks * micro-batches)) */
   bool zero_copy;     /* the backend's memory is host memory the engine reads in place */
+  /* What the sum is, for messages ("gradient all-reduce" when NULL). */
+  const char *what;
   /* Called when range index is reduced and back in the buffer (the profiler's record), or NULL. */
   void (*reduced)(void *data, int index);
   void *data;

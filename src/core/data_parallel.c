@@ -310,6 +310,7 @@ static bpt_status create_reducer(bpt_data_parallel *dp) {
                                        .error_feedback = dp->options.error_feedback,
                                        .average = dp->average,
                                        .zero_copy = dp->zero_copy,
+                                       .what = dp->local ? "parameter average" : "gradient all-reduce",
                                        .reduced = profile,
                                        .data = dp};
   if (dp->options.max_staleness) {
