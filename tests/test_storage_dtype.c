@@ -29,7 +29,7 @@ typedef struct net {
 /* The first layer's activation: relu (kernels that take bf16), tanh (f32-only kernels, widened around), or relu
  * and then dropout (a shared primitive in evaluation, so not kernels-only), a same-shape add of it to itself
  * (its kernels under 16-bit storage) or a reshape to the same shape (a view). */
-typedef enum middle { MIDDLE_RELU, MIDDLE_TANH, MIDDLE_DROPOUT, MIDDLE_ADD, MIDDLE_RESHAPE } middle;
+typedef enum middle { MIDDLE_RELU, MIDDLE_TANH, MIDDLE_DROPOUT, MIDDLE_ADD, MIDDLE_RESHAPE, MIDDLE_BRANCH } middle;
 
 /* x -> linear -> relu (or the middle above) -> linear -> relu -> linear -> cross-entropy, one forward and
  * backward on fixed inputs and parameters. */
@@ -68,6 +68,12 @@ static void net_run(net *n, bool f32_storage, middle first) {
     if (layer == 0 && first == MIDDLE_RESHAPE) {
       const int64_t same = HIDDEN1;
       assert_ok(context, bpt_reshape(n->graph, "same_shape", h, 1, &same, &h));
+      n->middle = h;
+    }
+    if (layer == 0 && first == MIDDLE_BRANCH) { /* hidden1 read by the relu and by a side linear, both bf16-native */
+      bpt_node *side;
+      assert_ok(context, bpt_layer_linear(n->graph, "side", n->hidden1, HIDDEN1, BPT_INIT_ZEROS, &side));
+      assert_ok(context, bpt_add(n->graph, "join", h, side, &h));
       n->middle = h;
     }
     if (layer == 0 && first == MIDDLE_DROPOUT) {
@@ -210,6 +216,24 @@ static void same_shape_add_takes_bf16_storage(void **state) {
   net_destroy(&rounding);
 }
 
+/* A value with two readers whose kernels take bf16 natively (relu, linear): each backward adds its part into
+ * the bf16 gradient and rounds (the accumulating paths of both kernels), where the rounding path sums in f32
+ * and rounds once: forward agrees to f32 round-off, gradients to a few bf16 units. */
+static void native_readers_share_a_bf16_value(void **state) {
+  (void)state;
+  net shared, rounding;
+  net_run(&shared, false, MIDDLE_BRANCH);
+  net_run(&rounding, true, MIDDLE_BRANCH);
+  assert_int_equal(shared.hidden1->storage, BPT_DTYPE_BF16);
+  assert_int_equal(rounding.hidden1->storage, BPT_DTYPE_F32);
+  assert_true(fabsf(shared.loss_value - rounding.loss_value) <= 1e-6f * fabsf(rounding.loss_value));
+  const double error = test_relative_error(shared.gradients, rounding.gradients, shared.parameter_count);
+  print_message("gradients differ by %g (relative) from the rounding path\n", error);
+  assert_true(error < 2e-2);
+  net_destroy(&shared);
+  net_destroy(&rounding);
+}
+
 /* A reshape is a view of the relu's output: its readers' storage (bf16: the next linear) is the relu's, it has
  * no buffer of its own, and the values match the rounding path, where it is the same view of an f32 buffer. */
 static void view_takes_its_source_storage(void **state) {
@@ -251,6 +275,7 @@ int main(void) {
       cmocka_unit_test(widened_storage_matches_rounding_path),
       cmocka_unit_test(mixed_storage_matches_rounding_path),
       cmocka_unit_test(same_shape_add_takes_bf16_storage),
+      cmocka_unit_test(native_readers_share_a_bf16_value),
       cmocka_unit_test(view_takes_its_source_storage),
       cmocka_unit_test(planned_activation_bytes_are_about_half),
   };
