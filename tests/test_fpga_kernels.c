@@ -308,14 +308,15 @@ static void updates_fixed(void **state) {
   updates_match(true);
 }
 
-/* The kernels the MLP and LeNet need are registered; ops fpga-sim does not implement have none ("unsupported"), and
+/* The kernels the MLP, LeNet and a batch-normalised CNN need are registered; ops fpga-sim does not implement have none ("unsupported"), and
  * shared primitives it lacks stay NULL. */
 static void unsupported_members_are_null(void **state) {
   (void)state;
   pair p = make_pair(false);
   assert_non_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_CONV2D));
   assert_non_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_MAX_POOL2D));
-  assert_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_BATCH_NORM));
+  assert_non_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_BATCH_NORM));
+  assert_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_GLOBAL_AVG_POOL));
   assert_non_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_LINEAR));
   assert_non_null(p.fpga->vtable->kernels(p.fpga, BPT_OP_SOFTMAX_CROSS_ENTROPY));
   assert_null(p.fpga->vtable->cast);

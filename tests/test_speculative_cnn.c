@@ -136,11 +136,14 @@ static void ordinary_gradient(model *m, const data *d, int64_t n, float *gradien
   free_data(&one);
 }
 
+/* On the CPU and on fpga-sim, which runs every op of the chain (convolutions, batch norm, pooling) itself. */
 static void threshold_zero_is_ordinary_backprop_bit_for_bit(void **state) {
   (void)state;
   const int32_t labels[20] = {0, 1, 2, 0, 0, 1, 2, 2, 1, 0, 1, 1, 0, 2, 0, 1, 2, 0, 1, 2};
-  for (int threads = 1; threads <= 2; threads++) {
-    model speculative = make_model("cpu", 0.1f, 0.9f), ordinary = make_model("cpu", 0.1f, 0.9f);
+  for (int run = 0; run < 4; run++) {
+    const char *backend = run < 2 ? "cpu" : "fpga-sim";
+    const int threads = 1 + run % 2;
+    model speculative = make_model(backend, 0.1f, 0.9f), ordinary = make_model(backend, 0.1f, 0.9f);
     data d = make_data(speculative.context, 20, labels, 1);
     bpt_speculative_trainer *trainer = make_trainer(&speculative, 0.0f, threads);
     const int64_t batches[3][2] = {{0, 7}, {7, 7}, {14, 6}};
@@ -265,12 +268,33 @@ static void unsupported_nodes_are_refused(void **state) {
   bpt_graph_destroy(graph);
   bpt_context_destroy(context);
 
-  model m = make_model("fpga-sim", 0.0f, 0.0f);
-  bpt_speculative_options options = bpt_speculative_options_default();
-  assert_fails(m.context, BPT_ERR_UNSUPPORTED, "node 'cnn8.bn' (batch_norm) has no kernels on backend 'fpga-sim'",
-               bpt_speculative_create(m.graph, m.x, m.labels, m.optimizer, &options, &trainer));
+  /* A grouped convolution has no fpga-sim kernels: with cpu_fallback it runs on the CPU, which the speculative
+   * backward (calling the kernels of the graph's backend) cannot use. */
+  bpt_context_options context_options = bpt_context_options_default();
+  context_options.backend = "fpga-sim";
+  context_options.cpu_fallback = 1;
+  assert_ok(NULL, bpt_context_create(&context_options, &context));
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_set_precision(graph, &precision));
+  const int64_t pair[3] = {2, SIDE, SIDE}, weight_dims[4] = {4, 1, 3, 3};
+  bpt_node *weight;
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 3, pair, &x));
+  assert_ok(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+  assert_ok(context, bpt_graph_parameter(graph, "grouped.weight", 4, weight_dims, BPT_INIT_HE_NORMAL, &weight));
+  bpt_conv2d_options grouped = bpt_conv2d_options_default();
+  grouped.groups = 2;
+  assert_ok(context, bpt_conv2d(graph, "grouped", x, weight, NULL, &grouped, &hidden));
+  assert_ok(context, bpt_flatten(graph, "flat", hidden, &hidden));
+  assert_ok(context, bpt_layer_linear(graph, "fc", hidden, CLASSES, BPT_INIT_HE_NORMAL, &logits));
+  assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", logits, labels, &loss));
+  assert_ok(context, bpt_graph_compile(graph, loss, 2));
+  assert_ok(context, bpt_optimizer_create(graph, NULL, &optimizer));
+  assert_fails(context, BPT_ERR_UNSUPPORTED, "node 'grouped' (conv2d) has no kernels on backend 'fpga-sim'",
+               bpt_speculative_create(graph, x, labels, optimizer, NULL, &trainer));
   assert_null(trainer);
-  free_model(&m);
+  bpt_optimizer_destroy(optimizer);
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
 }
 
 int main(void) {

@@ -92,6 +92,7 @@ const char *bpt_fpga_kernel_name(bpt_fpga_kernel kernel) {
   static const char *const names[BPT_FPGA_KERNEL_COUNT] = {
       "gemm",           "bias_add",       "bias_backward", "activation_forward", "activation_backward",
       "softmax_ce_fwd", "softmax_ce_bwd", "mse_forward",   "mse_backward",       "sgd_update",
-      "adam_update",    "add_scaled",     "memory",        "im2col",             "pool"};
+      "adam_update",    "add_scaled",     "memory",        "im2col",             "pool",
+      "norm"};
   return (unsigned)kernel < BPT_FPGA_KERNEL_COUNT ? names[kernel] : "unknown";
 }

@@ -54,6 +54,7 @@ typedef enum bpt_fpga_kernel {
   BPT_FPGA_KERNEL_MEMORY, /* copies, zeroing and host transfers */
   BPT_FPGA_KERNEL_IM2COL, /* conv2d's receptive fields streamed into columns, and back */
   BPT_FPGA_KERNEL_POOL,
+  BPT_FPGA_KERNEL_NORM, /* batch normalisation's statistics, normalising and gradient passes */
   BPT_FPGA_KERNEL_COUNT
 } bpt_fpga_kernel;
 
