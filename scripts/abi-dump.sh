@@ -13,6 +13,13 @@ for tool in abidw cmake readelf; do
   command -v "$tool" > /dev/null || { echo "abi-dump: $tool not found (scripts/install-deps.sh installs it)" >&2; exit 2; }
 done
 
+# The reference is configured as its own build (Debug, no tests, examples, MPI or CUDA): refuse a directory
+# that holds another build, which that would silently turn into this one.
+if [ -f "$reference/CMakeCache.txt" ] && [ ! -f "$reference/abi-configure.log" ]; then
+  echo "abi-dump: $reference holds another build; give a directory of its own (default: build-abi-reference)," \
+    "since the ABI reference is reconfigured as a Debug build without tests, examples, MPI or CUDA" >&2
+  exit 2
+fi
 mkdir -p "$reference"
 cmake -S "$source_dir" -B "$reference" -DCMAKE_BUILD_TYPE=Debug -DBPT_BUILD_TESTS=OFF -DBPT_BUILD_EXAMPLES=OFF \
   -DBPT_WITH_CUDA=OFF -DBPT_WITH_MPI=OFF -DBPT_WITH_NCCL=OFF -DBPT_SANITIZE=OFF > "$reference/abi-configure.log" 2>&1 ||
