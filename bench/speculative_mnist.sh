@@ -1,7 +1,8 @@
 #!/bin/sh
 # Speculative backprop benchmark (issue 6): thresholds 0, 0.10, 0.175, 0.25 on the CPU (wall time, two trainer
 # threads) and on fpga-sim (simulated cycles), one table. Threshold 0 is ordinary backprop, the reference.
-# --model lenet runs LeNet-5 instead of the MLP (issue 28; CPU only: fpga-sim refuses the convolutional chain).
+# --model lenet runs LeNet-5 instead of the MLP (issue 28), on the CPU and on fpga-sim, which runs its
+# convolutions and pooling itself.
 # Usage: bench/speculative_mnist.sh [BUILD_DIR] [extra speculative_mnist options]
 # OpenBLAS tuning variables are unset for this command only, as docs/benchmarks.md asks of benchmarks.
 set -e

@@ -73,7 +73,8 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   context_options.backend = backend;
   context_options.num_threads = 1; /* BLAS on one thread: the trainer's second thread is the other core */
   context_options.seed = s->seed;
-  /* LeNet on fpga-sim compiles with its convolutions on the CPU, so that the trainer's refusal is what is seen. */
+  /* LeNet on fpga-sim: every op of it runs there; the fallback lets a chain holding an op fpga-sim lacks
+   * compile, so that the trainer's refusal, naming that op, is what is seen. */
   context_options.cpu_fallback = fpga && s->lenet;
   bpt_context *context = NULL;
   EXAMPLE_CHECK(NULL, bpt_context_create(&context_options, &context));
@@ -133,7 +134,7 @@ static void train(const settings *s, bpt_dataset *train_set, bpt_dataset *test_s
   speculative_options.gradient_clip = 5.0f;
   bpt_speculative_trainer *trainer = NULL;
   if (fpga && s->lenet) {
-    /* Expected to fail (see the file comment): say why, and leave result->done false. */
+    /* A chain with an op on the CPU fallback is refused: say why, and leave result->done false. */
     if (bpt_speculative_create(graph, images, labels, optimizer, &speculative_options, &trainer) != BPT_OK) {
       printf("fpga-sim: no simulated runs for LeNet: %s\n", bpt_context_last_error(context));
       bpt_optimizer_destroy(optimizer);
