@@ -121,6 +121,16 @@ def fit_spread(cluster, work, p, target):
     return (low + high) / 2
 
 
+def report_checks(program, checks, tolerance=1e-9):
+    """Prints each (name, got, want) check off by more than tolerance (relative, at least absolute) and a count;
+    returns the exit status, 1 when any failed."""
+    failed = [(name, got, want) for name, got, want in checks if abs(got - want) > tolerance * max(1.0, abs(want))]
+    for name, got, want in failed:
+        print("%s self-test: %s: got %.9g, want %.9g" % (program, name, got, want))
+    print("%s self-test: %d of %d checks passed" % (program, len(checks) - len(failed), len(checks)))
+    return 1 if failed else 0
+
+
 def self_test():
     """The arithmetic against cases worked by hand; exits non-zero on the first that is off."""
     cluster = dict(per_node=8, nvlink=100e9, network=10e9, alpha=0.0)
@@ -142,11 +152,7 @@ def self_test():
     tree_cluster = dict(per_node=8, nvlink=100e9, network=10e9, alpha=1e-3)
     checks.append(("tree when latency dominates", all_reduce_time(tree_cluster, 1024, 1.0),
                    2 * math.log2(1024) * 1e-3 + 2 / 10e9))
-    failed = [(name, got, want) for name, got, want in checks if abs(got - want) > 1e-9 * max(1.0, abs(want))]
-    for name, got, want in failed:
-        print("cluster_model self-test: %s: got %.6g, want %.6g" % (name, got, want))
-    print("cluster_model self-test: %d of %d checks passed" % (len(checks) - len(failed), len(checks)))
-    return 1 if failed else 0
+    return report_checks("cluster_model", checks)
 
 
 def main():

@@ -161,11 +161,7 @@ def self_test():
         ("measured buckets: 1 MiB, then the rest", measured_all_reduce([(1 << 20, 1.0), (4 << 20, 4.0)], 3 << 20),
          3.0),
     ]
-    failed = [(name, got, want) for name, got, want in checks if abs(got - want) > 1e-12 * max(1.0, abs(want))]
-    for name, got, want in failed:
-        print("local_sgd_model self-test: %s: got %.9g, want %.9g" % (name, got, want))
-    print("local_sgd_model self-test: %d of %d checks passed" % (len(checks) - len(failed), len(checks)))
-    return 1 if failed else 0
+    return cluster_model.report_checks("local_sgd_model", checks, 1e-12)
 
 
 def predictions():

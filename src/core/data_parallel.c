@@ -127,13 +127,16 @@ static size_t parameter_bytes(const bpt_data_parallel *dp) {
   return (size_t)dp->graph->parameter_elements * sizeof(float);
 }
 
+/* One parameter-sized block of backend memory copied into another. */
+static bpt_status copy_parameters(bpt_data_parallel *dp, float *to, const float *from, const char *what) {
+  bpt_backend *backend = dp->graph->backend;
+  return backend_result(dp, backend->vtable->copy(backend, to, from, parameter_bytes(dp)), what);
+}
+
 /* Bounded staleness: starts averaging a copy of the parameters, and keeps this rank's own copy. */
 static bpt_status launch_average(bpt_data_parallel *dp) {
-  bpt_backend *backend = dp->graph->backend;
-  BPT_CHECK(backend_result(dp, backend->vtable->copy(backend, dp->snapshot, dp->graph->parameter_block, parameter_bytes(dp)),
-                           "copying the parameters"));
-  BPT_CHECK(backend_result(dp, backend->vtable->copy(backend, dp->launched, dp->graph->parameter_block, parameter_bytes(dp)),
-                           "copying the parameters"));
+  BPT_CHECK(copy_parameters(dp, dp->snapshot, dp->graph->parameter_block, "copying the parameters"));
+  BPT_CHECK(copy_parameters(dp, dp->launched, dp->graph->parameter_block, "copying the parameters"));
   dp->local_steps = 0;
   bpt_range_reducer_reset(dp->reducer);
   BPT_CHECK(launch_ready(dp, -1));
@@ -162,16 +165,11 @@ static bpt_status average_parameters(bpt_data_parallel *dp) {
   BPT_CHECK(fold_in_average(dp));
   BPT_CHECK(wait_all(dp));
   dp->local_steps = 0;
-  bpt_backend *backend = dp->graph->backend;
-  if (dp->snapshot)
-    BPT_CHECK(backend_result(dp, backend->vtable->copy(backend, dp->snapshot, dp->graph->parameter_block, parameter_bytes(dp)),
-                             "copying the parameters"));
+  if (dp->snapshot) BPT_CHECK(copy_parameters(dp, dp->snapshot, dp->graph->parameter_block, "copying the parameters"));
   bpt_range_reducer_reset(dp->reducer);
   BPT_CHECK(launch_ready(dp, -1));
   BPT_CHECK(wait_all(dp));
-  if (dp->snapshot)
-    BPT_CHECK(backend_result(dp, backend->vtable->copy(backend, dp->graph->parameter_block, dp->snapshot, parameter_bytes(dp)),
-                             "copying the average back"));
+  if (dp->snapshot) BPT_CHECK(copy_parameters(dp, dp->graph->parameter_block, dp->snapshot, "copying the average back"));
   return BPT_OK;
 }
 
@@ -315,10 +313,8 @@ static bpt_status create_reducer(bpt_data_parallel *dp) {
                                        .data = dp};
   if (dp->options.max_staleness) {
     bpt_backend *backend = graph->backend;
-    if (backend->vtable->alloc(backend, (size_t)graph->parameter_elements * sizeof(float), (void **)&dp->snapshot) !=
-            BPT_OK ||
-        backend->vtable->alloc(backend, (size_t)graph->parameter_elements * sizeof(float), (void **)&dp->launched) !=
-            BPT_OK)
+    if (backend->vtable->alloc(backend, parameter_bytes(dp), (void **)&dp->snapshot) != BPT_OK ||
+        backend->vtable->alloc(backend, parameter_bytes(dp), (void **)&dp->launched) != BPT_OK)
       return bpt_error(graph->context, BPT_ERR_OUT_OF_MEMORY,
                        "bpt_data_parallel_create: two copies of the %lld parameters for bounded staleness on backend "
                        "'%s': %s",

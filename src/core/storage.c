@@ -71,13 +71,13 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
    * which makes the two paths agree to f32 round-off. */
   for (int i = 0; i < n; i++) {
     bpt_node *node = graph->nodes[i];
-    /* An input read by nothing stays f32: bf16 would save nothing the user's upload did not already cost. */
-    const bool unread_input = node->op == BPT_OP_INPUT && uses[i] == 0;
-    const bool readers_allowed = uses[i] <= 1 || !state->single_reader_storage;
     if (node->view_source) {
       node->storage = node->view_source->storage; /* decided already: a source comes before its views */
       continue;
     }
+    /* An input read by nothing stays f32: bf16 would save nothing the user's upload did not already cost. */
+    const bool unread_input = node->op == BPT_OP_INPUT && uses[i] == 0;
+    const bool readers_allowed = uses[i] <= 1 || !state->single_reader_storage;
     if (eligible[i] && is_activation(node) && readers_allowed && node != graph->loss && !unread_input)
       node->storage = BPT_DTYPE_BF16;
   }

@@ -40,9 +40,8 @@ static bool add_broadcasts(const bpt_node *node) {
 
 static bool add_uses_kernels(const bpt_node *node) {
   if (add_broadcasts(node)) return true;
-  const bpt_backend *backend = node->graph->backend;
-  return bpt_precision_stores_16bit(node->graph) && backend->vtable->kernels &&
-         backend->vtable->kernels(backend, BPT_OP_ADD) && bpt_node_supported_on(node, backend);
+  /* Where the backend has none (CUDA today), the shared primitives and f32 storage stay. */
+  return bpt_precision_stores_16bit(node->graph) && bpt_node_supported_on(node, node->graph->backend);
 }
 
 /* node->kernels: chosen at compile where add_uses_kernels said so. */
