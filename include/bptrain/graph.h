@@ -105,8 +105,9 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
 /**
  * The axes of @p x in a new order: y.dims[i] = x.dims[axes[i]] over the whole shape, the batch included as
  * axis 0, which must stay axis 0. @p rank is x's full rank. (N, T, H, D) with axes {0, 2, 1, 3} gives
- * (N, H, T, D), attention's heads split from a (N, T, H D) value reshaped to (N, T, H, D). Values are copied
- * (CPU kernels; other backends use the CPU fallback when allowed).
+ * (N, H, T, D), attention's heads split from a (N, T, H D) value reshaped to (N, T, H, D). A view of x (no copy)
+ * when every reader takes strided input (bpt_matmul(), a slice that is itself a view); otherwise the values are
+ * copied (CPU kernels; other backends use the CPU fallback when allowed). Either way the values are the same.
  */
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
@@ -152,10 +153,12 @@ BPT_API bpt_status bpt_scaled_dot_product_attention(bpt_graph *graph, const char
                                                     bpt_node *v, int64_t heads, int causal, float dropout,
                                                     bpt_node **out);
 /**
- * A copy of [@p start, @p start + @p length) along @p axis of @p x (the batch counted as axis 0, which cannot
- * be sliced); every other axis is kept, and so are the batch and sequence marks (slicing the sequence axis
- * gives a shorter sequence). Three slices of the last axis split a fused (N, T, 3C) qkv projection into q, k
- * and v. Backward writes dy into the matching part of dx (the rest of dx gets nothing from this node).
+ * [@p start, @p start + @p length) along @p axis of @p x (the batch counted as axis 0, which cannot be
+ * sliced); every other axis is kept, and so are the batch and sequence marks (slicing the sequence axis gives a
+ * shorter sequence). Three slices of the last axis split a fused (N, T, 3C) qkv projection into q, k and v. A
+ * view of x (no copy) when every reader takes strided input (bpt_matmul(), the CPU's
+ * bpt_scaled_dot_product_attention()), otherwise a copy. Backward gives dy to the matching part of dx (the
+ * rest of dx gets nothing from this node).
  */
 BPT_API bpt_status bpt_slice(bpt_graph *graph, const char *name, bpt_node *x, int axis, int64_t start, int64_t length,
                              bpt_node **out);

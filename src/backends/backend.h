@@ -112,6 +112,10 @@ typedef struct bpt_kernel_tensor {
   int64_t count; /* elements: the product of dims */
   void *value;   /* device; NULL for an absent optional input (a bias) */
   float *grad;   /* device; NULL when no gradient is wanted (inputs) or before backward */
+  /* Elements (of dtype) between neighbours along each axis; value and grad share them. Contiguous (row-major)
+   * unless the tensor is an input that a strided view feeds (issue 24.2): only kernels registered with
+   * BPT_REGISTER_KERNELS_STRIDED are handed other strides, and their supports says which ones they take. */
+  int64_t strides[BPT_MAX_RANK];
   /* Backward, for an input gradient: grad = beta * grad + this node's contribution, BLAS-style. 0: overwrite
    * (the kernel writes every element, the gradient may hold garbage), 1: accumulate. */
   float beta;
@@ -147,6 +151,10 @@ typedef struct bpt_op_kernels {
   /* The kernels (and the shared primitives the op's file calls with them) take any of the node's batched f32
    * tensors stored as bf16 (bpt_kernel_tensor.dtype), each independently; false (the default): f32 only. */
   bool bf16_storage;
+  /* The kernels read their inputs, and write the inputs' gradients, through bpt_kernel_tensor.strides, for the
+   * layouts their supports accepts; false (the default): inputs are contiguous. The compile then lets a permute
+   * or slice feeding them be a view instead of a copy (strided_views.c). */
+  bool strided_inputs;
 } bpt_op_kernels;
 
 /* Registers kernels of op OP (the ops.def id, e.g. CONV2D) for backend BACKEND (cpu, cuda, fpga). At build
@@ -160,11 +168,18 @@ typedef struct bpt_op_kernels {
 #endif
 #define BPT_REGISTER_KERNELS(BACKEND, OP, forward, backward, supports)                                                 \
   BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP;                                               \
-  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports, false}
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports, false, \
+                                                                           false}
 /* The same for kernels that also take bf16 storage (bpt_op_kernels.bf16_storage). */
 #define BPT_REGISTER_KERNELS_16BIT(BACKEND, OP, forward, backward, supports)                                           \
   BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP;                                               \
-  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports, true}
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports, true,  \
+                                                                           false}
+/* The same for kernels that take strided inputs (bpt_op_kernels.strided_inputs). */
+#define BPT_REGISTER_KERNELS_STRIDED(BACKEND, OP, forward, backward, supports)                                         \
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP;                                               \
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports,   \
+                                                                           false, true}
 
 /* For supports functions of kernels that only accumulate into gradients: whether every input has beta 1. */
 static inline bool bpt_kernel_node_accumulates(const bpt_kernel_node *node, const char **reason) {

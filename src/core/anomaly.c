@@ -47,7 +47,8 @@ static bpt_status scan(const bpt_node *node, const void *values, int64_t count, 
 }
 
 static bpt_status scan_value(bpt_node *node, int64_t *bad, int64_t *first, const char **kind) {
-  const float *values = node->dtype == BPT_DTYPE_F32 ? node->value : NULL;
+  /* A strided view's elements are its source's, scanned when the source was written. */
+  const float *values = node->dtype == BPT_DTYPE_F32 && bpt_node_contiguous(node) ? node->value : NULL;
   return scan(node, values, bpt_node_count(node), bad, first, kind);
 }
 
@@ -94,6 +95,8 @@ bpt_status bpt_anomaly_check_backward(bpt_node *node) {
   for (int i = 0; i < node->input_count; i++) {
     bpt_node *input = node->inputs[i];
     if (!input->requires_grad || !input->grad) continue;
+    /* Through a strided view the gradient written is spread over the source's: scan all of that. */
+    if (!bpt_node_contiguous(input)) input = input->view_source;
     int64_t bad, first;
     const char *kind;
     BPT_CHECK(scan(input, input->grad, bpt_node_count(input), &bad, &first, &kind));

@@ -133,6 +133,11 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
     node->value = arena + plan.value_offset[i];
     node->grad = plan.grad_offset[i] != BPT_NO_OFFSET ? (float *)(arena + plan.grad_offset[i]) : NULL;
     node->saved = plan.saved_offset[i] != BPT_NO_OFFSET ? arena + plan.saved_offset[i] : NULL;
+    if (node->view_source && node->view_offset) { /* a slice: its first element inside the source's buffers */
+      const size_t skip = (size_t)node->view_offset * bpt_dtype_size(node->view_source->storage);
+      node->value = (char *)node->value + skip;
+      if (node->grad) node->grad = (float *)((char *)node->grad + skip);
+    }
   }
   bpt_memory_plan_free(&plan);
   bpt_backend *backend = graph->backend;
@@ -185,8 +190,10 @@ bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t max_batch
   }
   graph->loss = loss;
   graph->max_batch = max_batch;
-  /* Kernels first: the choice of variant (relu's mask) decides saved buffers and what backward reads. */
-  bpt_status status = bpt_graph_select_kernels(graph);
+  /* Views first, since a view needs no kernels; then kernels: the choice of variant (relu's mask) decides saved
+   * buffers and what backward reads. */
+  bpt_status status = bpt_graph_plan_strided_views(graph);
+  if (status == BPT_OK) status = bpt_graph_select_kernels(graph);
   if (status == BPT_OK) status = plan_and_allocate(graph);
   /* Precision policy (issue 4): weight copies and the loss scale. */
   if (status == BPT_OK) status = bpt_precision_compile(graph);

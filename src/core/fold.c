@@ -79,7 +79,8 @@ static bpt_status fold(bpt_graph *graph, bpt_node *norm, bpt_node *conv) {
   if (status == BPT_OK) {
     norm->value = conv->value;
     for (int i = norm->index + 1; i < graph->node_count; i++) /* views of the norm read where it now writes */
-      if (graph->nodes[i]->view_source == norm) graph->nodes[i]->value = conv->value;
+      if (graph->nodes[i]->view_source == norm)
+        graph->nodes[i]->value = (char *)conv->value + graph->nodes[i]->view_offset * bpt_dtype_size(norm->storage);
   }
   free(w);
   free(p);

@@ -50,6 +50,12 @@ struct bpt_node {
    * (a view of a view shares the first one's source); NULL for a node with buffers of its own. The memory plan
    * places only the source, for the lifetimes and readers of the source and all its views together. */
   bpt_node *view_source;
+  /* Layout, set at compile (strided_views.c): elements between neighbours along each axis and the element
+   * offset into the buffer owner's storage. Contiguous with offset 0 for every node but a strided view: a
+   * permute or slice whose every reader takes strided input becomes a view of its input with that input's
+   * strides reordered or offset, so it moves nothing; otherwise it stays a copy. */
+  int64_t strides[BPT_MAX_RANK];
+  int64_t view_offset;
 
   /* Device memory, valid after compile. Parameters point into the flat blocks. */
   void *value;
@@ -176,6 +182,8 @@ struct bpt_graph {
 
   /* A CPU backend for the nodes the graph's backend does not support (kernel_select.c), NULL when none. */
   bpt_backend *fallback_backend;
+  /* Tests: every permute and slice stays a copy (strided_views.c), the arithmetic the views must reproduce. */
+  bool strided_views_off;
 };
 
 /* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */
@@ -253,6 +261,17 @@ const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size);
 static inline bpt_node *bpt_node_buffer_owner(bpt_node *node) {
   return node->view_source ? node->view_source : node;
 }
+
+/* Strided views (strided_views.c). At compile, before the kernels are chosen: every node's strides, and which
+ * permutes and slices are views. */
+bpt_status bpt_graph_plan_strided_views(bpt_graph *graph);
+/* Whether node's elements lie in row-major order over its dims (from its view offset on). */
+bool bpt_node_contiguous(const bpt_node *node);
+/* Whether node is a view that covers only part of its source (a slice): a writer of its gradient then adds
+ * into a cleared source gradient, never overwrites it. */
+bool bpt_node_partial_view(const bpt_node *node);
+/* Host copy of a strided view's values (f32, row-major over its dims at the current batch) for reads. */
+bpt_status bpt_node_download_strided(const bpt_node *node, float *host, const char *where);
 
 /* For an op's backward about to write input's gradient: true (once) when the gradient was left unset for it to
  * overwrite, false when it must add into it. A view's gradient is its source's, and so is the flag. */

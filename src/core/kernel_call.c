@@ -20,6 +20,7 @@ static void describe_tensor(const bpt_node *node, bool with_gradient, bpt_kernel
     tensor->dims[i] = i == 0 && node->batched ? node->graph->batch : node->dims[i];
     tensor->count *= tensor->dims[i];
   }
+  memcpy(tensor->strides, node->strides, sizeof tensor->strides);
   tensor->value = node->value;
   tensor->grad = with_gradient ? node->grad : NULL;
   tensor->beta = 1.0f;

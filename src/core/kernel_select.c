@@ -63,6 +63,7 @@ static bpt_status select_node(bpt_graph *graph, bpt_node *node) {
   node->kernel_backend = graph->backend;
   node->overwrites_gradients = definition->overwrites_unset_gradients;
   if (definition->configure) definition->configure(node);
+  if (node->view_source) node->overwrites_gradients = false; /* a view's backward writes nothing */
   if (!uses_kernels(node)) return BPT_OK;
   bpt_kernel_node query;
   describe_for_query(node, &query);

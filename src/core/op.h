@@ -114,6 +114,15 @@ typedef struct bpt_op_definition {
    * the node is then a view, sharing its input's value and gradient buffers (graph.h's view_source), so forward
    * and backward have nothing to move and the memory plan gives it no bytes of its own. */
   bool view_of_input;
+  /* Strided views (issue 24.2; permute, slice): the output as a view of input 0, given input 0's strides
+   * (elements), as strides for the output's axes and an element offset from input 0's first element. The
+   * compile makes the node such a view when every reader takes it (reads_strided_input or kernels registered
+   * strided), and a copy through the op's kernels otherwise. */
+  void (*strided_view)(const bpt_node *node, const int64_t *input_strides, int64_t *strides, int64_t *offset);
+  /* For ops on shared primitives (matmul): whether forward and backward can take input through its strides
+   * (node->inputs[input]->strides, its value and gradient alike). NULL: every input must be contiguous. Ops with
+   * kernels say so by registering them strided instead. */
+  bool (*reads_strided_input)(const bpt_node *node, int input);
 } bpt_op_definition;
 
 #define BPT_OP(id, name, inputs) extern const bpt_op_definition bpt_op_##name;

@@ -404,7 +404,7 @@ static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
     const bpt_op_definition *definition = bpt_op_get(node->op);
     if (definition->forward) BPT_CHECK(definition->forward(node));
     BPT_CHECK(bpt_precision_after_forward_node(node));
-    if (node->dtype != BPT_DTYPE_F32) continue;
+    if (node->dtype != BPT_DTYPE_F32 || !bpt_node_contiguous(node)) continue; /* a strided view: its source's */
     bool found = false;
     if (node->storage == BPT_DTYPE_F32)
       BPT_CHECK(check_finite(graph, node->value, bpt_node_count(node), 1.0f, &found));

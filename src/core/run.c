@@ -141,8 +141,9 @@ static bpt_status clear_gradient(bpt_graph *graph, bpt_node *node, int writer, b
 static bpt_status clear_gradients_first_written_by(bpt_graph *graph, bpt_node *node, int position) {
   const bool overwritten = node->requires_grad && node->overwrites_gradients;
   BPT_CHECK(clear_gradient(graph, node, position, false)); /* a node no backward writes into (not the loss) */
+  /* A writer through a slice covers only part of the source's gradient: the rest must read as zero. */
   for (int k = 0; k < node->input_count; k++)
-    BPT_CHECK(clear_gradient(graph, node->inputs[k], position, overwritten));
+    BPT_CHECK(clear_gradient(graph, node->inputs[k], position, overwritten && !bpt_node_partial_view(node->inputs[k])));
   return BPT_OK;
 }
 
@@ -277,6 +278,7 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
   if (node->batched) BPT_CHECK(bpt_tensor_set_batch(tensor, graph->batch));
   /* A bf16-stored activation is widened: the caller sees the node's dtype whatever its storage; so is the bf16
    * copy of a weight that has no f32 copy, since that is what forward read. */
+  if (node->view_source && !bpt_node_contiguous(node)) return bpt_node_download_strided(node, (float *)tensor->data, "bpt_graph_read");
   if (node->storage != node->dtype || bpt_node_forward_read_bf16_copy(node))
     return bpt_node_read_forward_f32(node, count, tensor->data);
   bpt_backend *backend = graph->backend;

@@ -62,7 +62,10 @@ bpt_status bpt_precision_plan_storage(bpt_graph *graph, bool all_f32) {
     for (int k = 0; k < consumer->input_count; k++) {
       const int i = bpt_node_buffer_owner(consumer->inputs[k])->index;
       uses[i]++;
-      if (!takes_bf16_storage(consumer)) eligible[i] = false;
+      /* Through strides only kernels that take bf16 themselves could read it: widening copies contiguous bytes. */
+      if (!takes_bf16_storage(consumer) ||
+          (!bpt_node_contiguous(consumer->inputs[k]) && !bpt_node_kernels_take_bf16(consumer)))
+        eligible[i] = false;
     }
   }
   /* A value with several readers is stored bf16 too: each reader's backward adds its part into the bf16

@@ -1,6 +1,7 @@
 /* Fused attention on the CPU (src/core/ops/scaled_dot_product_attention.c has the method). Blocks of
  * ATTENTION_QUERIES queries by ATTENTION_KEYS keys: the block products (Q K^T, P V and backward's four) go to
- * the library's SGEMM straight from the tokens' rows (leading dimension C, no gather), the row work (online
+ * the library's SGEMM straight from the tokens' rows (leading dimension C, or a strided view's row step: q, k
+ * and v may be slices of one fused projection, read in place; no gather), the row work (online
  * softmax, P = exp(S - L), dS = P (dP - D)) runs in vectorisable loops on the thread's scratch block. Forward
  * runs tasks of (n, h, query block); backward runs one task per (n, h), which alone writes that head's columns
  * of dq, dk and dv, so nothing needs atomics and the sums' order does not depend on the thread count. */
@@ -27,6 +28,8 @@ enum { ATTENTION_QUERIES = 64, ATTENTION_KEYS = 64 };
 typedef struct attention_shape {
   int64_t batch, queries, keys, channels, heads, width; /* N, Tq, Tk, C, H, D = C / H */
   int64_t offset;                                       /* Tk - Tq: query i sees keys j <= i + offset */
+  /* Elements between samples and between tokens of q, k and v (and their gradients); the output's are Tq C, C. */
+  int64_t q_sample, q_row, k_sample, k_row, v_sample, v_row;
   bool causal;
   float scale;               /* 1 / sqrt(D) */
   float dropout, keep_scale; /* p and 1 / (1 - p) */
@@ -40,6 +43,9 @@ static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *nod
   attention_shape s = {.batch = q->dims[0], .queries = q->dims[1], .keys = k->dims[1], .channels = q->dims[2]};
   s.heads = node->int_attributes[0];
   s.width = s.channels / s.heads;
+  s.q_sample = q->strides[0], s.q_row = q->strides[1];
+  s.k_sample = k->strides[0], s.k_row = k->strides[1];
+  s.v_sample = node->inputs[2].strides[0], s.v_row = node->inputs[2].strides[1];
   s.causal = node->int_attributes[1] != 0;
   s.offset = s.keys - s.queries;
   s.scale = (float)(1.0 / sqrt((double)s.width));
@@ -96,15 +102,16 @@ static void forward_block(const attention_shape *s, int64_t task, int64_t i0, co
   const int64_t rows = s->queries - i0 < ATTENTION_QUERIES ? s->queries - i0 : ATTENTION_QUERIES;
   float *scores = scratch, *acc = scores + ATTENTION_QUERIES * ATTENTION_KEYS, *top = acc + ATTENTION_QUERIES * D,
         *sum = top + ATTENTION_QUERIES;
-  const float *Q = q + (n * s->queries + i0) * C + h * D; /* (rows, D), row stride C */
-  const float *K = k + n * s->keys * C + h * D, *V = v + n * s->keys * C + h * D;
+  const int64_t qr = s->q_row, kr = s->k_row, vr = s->v_row;
+  const float *Q = q + n * s->q_sample + i0 * qr + h * D; /* (rows, D), row stride qr */
+  const float *K = k + n * s->k_sample + h * D, *V = v + n * s->v_sample + h * D;
   for (int64_t r = 0; r < rows; r++)
     top[r] = -HUGE_VALF, sum[r] = 0.0f;
   memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
   const int64_t key_end = visible_keys(s, i0 + rows - 1); /* the block's last query sees the most */
   for (int64_t j0 = 0; j0 < key_end; j0 += ATTENTION_KEYS) {
     const int64_t cols = key_end - j0 < ATTENTION_KEYS ? key_end - j0 : ATTENTION_KEYS;
-    product(false, true, rows, cols, D, s->scale, Q, C, K + j0 * C, C, 0.0f, scores, ATTENTION_KEYS);
+    product(false, true, rows, cols, D, s->scale, Q, qr, K + j0 * kr, kr, 0.0f, scores, ATTENTION_KEYS);
     for (int64_t r = 0; r < rows; r++) {
       float *row = scores + r * ATTENTION_KEYS;
       const int64_t visible = visible_in_block(s, i0 + r, j0, cols);
@@ -128,7 +135,7 @@ static void forward_block(const attention_shape *s, int64_t task, int64_t i0, co
           acc[r * D + d] *= correction;
       if (s->dropout > 0.0f) apply_dropout(s, task, i0 + r, j0, cols, row);
     }
-    product(false, false, rows, D, cols, 1.0f, scores, ATTENTION_KEYS, V + j0 * C, C, 1.0f, acc, D);
+    product(false, false, rows, D, cols, 1.0f, scores, ATTENTION_KEYS, V + j0 * vr, vr, 1.0f, acc, D);
   }
   float *O = out + (n * s->queries + i0) * C + h * D;
   for (int64_t r = 0; r < rows; r++) {
@@ -177,10 +184,10 @@ typedef struct attention_tensors {
   bool zero_dq, zero_dk, zero_dv; /* beta 0: the task clears its head's columns first */
 } attention_tensors;
 
-/* rows x D block at row stride C set to 0. */
-static void clear_columns(float *x, int64_t rows, int64_t D, int64_t C) {
+/* rows x D block at row stride ld set to 0. */
+static void clear_columns(float *x, int64_t rows, int64_t D, int64_t ld) {
   for (int64_t r = 0; r < rows; r++)
-    memset(x + r * C, 0, (size_t)D * sizeof *x);
+    memset(x + r * ld, 0, (size_t)D * sizeof *x);
 }
 
 /* Head task = n H + h over all its queries and keys. Scratch: P, dP and P~ blocks, then D_i for every query. */
@@ -188,14 +195,16 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
   const int64_t n = task / s->heads, h = task % s->heads, C = s->channels, D = s->width;
   const int64_t block = ATTENTION_QUERIES * ATTENTION_KEYS;
   float *probabilities = scratch, *dp = scratch + block, *dropped = scratch + 2 * block, *delta = scratch + 3 * block;
-  const int64_t q_offset = n * s->queries * C + h * D, k_offset = n * s->keys * C + h * D;
-  const float *Q = t->q + q_offset, *O = t->out + q_offset, *dO = t->dout + q_offset;
-  const float *K = t->k + k_offset, *V = t->v + k_offset, *L = t->lse + task * s->queries;
+  const int64_t qr = s->q_row, kr = s->k_row, vr = s->v_row;
+  const int64_t q_offset = n * s->q_sample + h * D, k_offset = n * s->k_sample + h * D,
+                v_offset = n * s->v_sample + h * D, out_offset = n * s->queries * C + h * D;
+  const float *Q = t->q + q_offset, *O = t->out + out_offset, *dO = t->dout + out_offset;
+  const float *K = t->k + k_offset, *V = t->v + v_offset, *L = t->lse + task * s->queries;
   float *dQ = t->dq ? t->dq + q_offset : NULL, *dK = t->dk ? t->dk + k_offset : NULL,
-        *dV = t->dv ? t->dv + k_offset : NULL;
-  if (t->zero_dq) clear_columns(dQ, s->queries, D, C);
-  if (t->zero_dk) clear_columns(dK, s->keys, D, C);
-  if (t->zero_dv) clear_columns(dV, s->keys, D, C);
+        *dV = t->dv ? t->dv + v_offset : NULL;
+  if (t->zero_dq) clear_columns(dQ, s->queries, D, qr);
+  if (t->zero_dk) clear_columns(dK, s->keys, D, kr);
+  if (t->zero_dv) clear_columns(dV, s->keys, D, vr);
   for (int64_t i = 0; i < s->queries; i++) {
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -209,8 +218,9 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
     const int64_t first = s->causal && j0 - s->offset > 0 ? j0 - s->offset : 0;
     for (int64_t i0 = first; i0 < s->queries; i0 += ATTENTION_QUERIES) {
       const int64_t rows = s->queries - i0 < ATTENTION_QUERIES ? s->queries - i0 : ATTENTION_QUERIES;
-      product(false, true, rows, cols, D, s->scale, Q + i0 * C, C, K + j0 * C, C, 0.0f, probabilities, ATTENTION_KEYS);
-      product(false, true, rows, cols, D, 1.0f, dO + i0 * C, C, V + j0 * C, C, 0.0f, dp, ATTENTION_KEYS);
+      product(false, true, rows, cols, D, s->scale, Q + i0 * qr, qr, K + j0 * kr, kr, 0.0f, probabilities,
+              ATTENTION_KEYS);
+      product(false, true, rows, cols, D, 1.0f, dO + i0 * C, C, V + j0 * vr, vr, 0.0f, dp, ATTENTION_KEYS);
       for (int64_t r = 0; r < rows; r++) {
         const int64_t i = i0 + r, visible = visible_in_block(s, i, j0, cols);
         float *p = probabilities + r * ATTENTION_KEYS, *g = dp + r * ATTENTION_KEYS;
@@ -234,9 +244,11 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
           g[c] = p[c] * (g[c] - di); /* dS */
       }
       const float *pv = s->dropout > 0.0f ? dropped : probabilities;
-      if (dV) product(true, false, cols, D, rows, 1.0f, pv, ATTENTION_KEYS, dO + i0 * C, C, 1.0f, dV + j0 * C, C);
-      if (dQ) product(false, false, rows, D, cols, s->scale, dp, ATTENTION_KEYS, K + j0 * C, C, 1.0f, dQ + i0 * C, C);
-      if (dK) product(true, false, cols, D, rows, s->scale, dp, ATTENTION_KEYS, Q + i0 * C, C, 1.0f, dK + j0 * C, C);
+      if (dV) product(true, false, cols, D, rows, 1.0f, pv, ATTENTION_KEYS, dO + i0 * C, C, 1.0f, dV + j0 * vr, vr);
+      if (dQ)
+        product(false, false, rows, D, cols, s->scale, dp, ATTENTION_KEYS, K + j0 * kr, kr, 1.0f, dQ + i0 * qr, qr);
+      if (dK)
+        product(true, false, cols, D, rows, s->scale, dp, ATTENTION_KEYS, Q + i0 * qr, qr, 1.0f, dK + j0 * kr, kr);
     }
   }
 }
@@ -272,4 +284,17 @@ static bpt_status attention_backward(bpt_backend *backend, const bpt_kernel_node
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, SCALED_DOT_PRODUCT_ATTENTION, attention_forward, attention_backward, NULL);
+/* Strided q, k and v (views of a fused projection): any steps between samples and tokens, the channels
+ * contiguous, as the block products read whole rows of D channels. */
+static bool attention_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  for (int i = 0; i < 3; i++)
+    if (node->inputs[i].strides[2] != 1 || node->inputs[i].strides[1] < node->inputs[i].dims[2]) {
+      if (reason) *reason = "q, k and v need contiguous channels and rows at least C apart";
+      return false;
+    }
+  return true;
+}
+
+BPT_REGISTER_KERNELS_STRIDED(cpu, SCALED_DOT_PRODUCT_ATTENTION, attention_forward, attention_backward,
+                             attention_supports);

@@ -1,8 +1,9 @@
 /* permute: the axes of x in a new order, y.dims[i] = x.dims[axes[i]] over the whole shape, the batch staying
- * axis 0: (N, T, H, D) -> (N, H, T, D) splits attention heads, the inverse order merges them. Values are copied
- * (values carry no strides yet), so the copy shows in the profile as this node. Backward routes dy back through
- * the inverse order; every dx element has exactly one source, so nothing is summed. Integer attribute 0 is the
- * rank, 1.. the axes. */
+ * axis 0: (N, T, H, D) -> (N, H, T, D) splits attention heads, the inverse order merges them. A strided view
+ * (the input's strides in the new order) where every reader takes strides, such as matmul; otherwise a copy,
+ * shown in the profile as this node (strided_views.c). The copy's backward routes dy back through the inverse
+ * order; every dx element has exactly one source, so nothing is summed. Integer attribute 0 is the rank, 1.. the
+ * axes. */
 #include "core/graph.h"
 
 static bpt_status permute_infer_shape(bpt_node *node) {
@@ -29,10 +30,21 @@ static bpt_status permute_infer_shape(bpt_node *node) {
   return BPT_OK;
 }
 
-static bpt_status permute_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
+static void permute_strided_view(const bpt_node *node, const int64_t *input_strides, int64_t *strides,
+                                 int64_t *offset) {
+  for (int i = 0; i < node->rank; i++) strides[i] = input_strides[node->int_attributes[1 + i]];
+  *offset = 0;
+}
+
+/* A view moves nothing; a copy runs the kernels. */
+static bool permute_uses_kernels(const bpt_node *node) { return !node->view_source; }
+
+static bpt_status permute_forward(bpt_node *node) {
+  return node->view_source ? BPT_OK : bpt_node_forward_kernels(node);
+}
 
 static bpt_status permute_backward(bpt_node *node) {
-  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  if (!node->inputs[0]->requires_grad || node->view_source) return BPT_OK;
   return bpt_node_backward_kernels(node);
 }
 
@@ -54,7 +66,9 @@ const bpt_op_definition bpt_op_permute = {.name = "permute",
                                           .backward = permute_backward,
                                           .backward_reads_input = bpt_op_reads_no_input,
                                           .backward_reads_output = bpt_op_reads_no_output,
-                                          .overwrites_unset_gradients = true};
+                                          .uses_kernels = permute_uses_kernels,
+                                          .overwrites_unset_gradients = true,
+                                          .strided_view = permute_strided_view};
 
 bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes, bpt_node **out) {
   int64_t attributes[BPT_MAX_RANK + 1] = {rank};

@@ -1,6 +1,7 @@
 /* slice: y = x[..., start:start + length, ...] along one axis, counted with the batch as axis 0 (which cannot be
- * sliced); a copy (values carry no strides yet), so it shows in the profile as this node. The attention block
- * splits a fused qkv projection (N, T, 3C) into q, k and v with three of them. y keeps x's batch and sequence
+ * sliced). A strided view (the input's strides, start steps further on) where every reader takes strides, such as
+ * matmul and the CPU's attention kernels; otherwise a copy, shown in the profile as this node (strided_views.c).
+ * The attention block splits a fused qkv projection (N, T, 3C) into q, k and v with three of them. y keeps x's batch and sequence
  * marks (slicing the sequence axis gives a shorter sequence). Backward writes dy into the matching part of dx;
  * with beta 0 (dx unset) the rows outside the slice get 0. Integer attributes: axis, start, length. */
 #include "core/graph.h"
@@ -33,10 +34,21 @@ static bpt_status slice_infer_shape(bpt_node *node) {
   return BPT_OK;
 }
 
-static bpt_status slice_forward(bpt_node *node) { return bpt_node_forward_kernels(node); }
+static void slice_strided_view(const bpt_node *node, const int64_t *input_strides, int64_t *strides,
+                               int64_t *offset) {
+  for (int i = 0; i < node->rank; i++) strides[i] = input_strides[i];
+  *offset = node->int_attributes[SLICE_START] * input_strides[node->int_attributes[SLICE_AXIS]];
+}
+
+/* A view moves nothing; a copy runs the kernels. */
+static bool slice_uses_kernels(const bpt_node *node) { return !node->view_source; }
+
+static bpt_status slice_forward(bpt_node *node) {
+  return node->view_source ? BPT_OK : bpt_node_forward_kernels(node);
+}
 
 static bpt_status slice_backward(bpt_node *node) {
-  if (!node->inputs[0]->requires_grad) return BPT_OK;
+  if (!node->inputs[0]->requires_grad || node->view_source) return BPT_OK;
   return bpt_node_backward_kernels(node);
 }
 
@@ -65,7 +77,9 @@ const bpt_op_definition bpt_op_slice = {.name = "slice",
                                         .backward = slice_backward,
                                         .backward_reads_input = bpt_op_reads_no_input,
                                         .backward_reads_output = bpt_op_reads_no_output,
-                                        .overwrites_unset_gradients = true};
+                                        .uses_kernels = slice_uses_kernels,
+                                        .overwrites_unset_gradients = true,
+                                        .strided_view = slice_strided_view};
 
 bpt_status bpt_slice(bpt_graph *graph, const char *name, bpt_node *x, int axis, int64_t start, int64_t length,
                      bpt_node **out) {
