@@ -589,6 +589,37 @@ static bpt_status build_binary(case_graph *g, const op_case *c, bpt_node **out) 
   }
 }
 
+/* matmul reading permuted views: a (T, H, D) and b (Tk, H, D) per sample, both permuted to (H, T, D) for
+ * Q K^T (transpose_b) or with b to (H, D, Tk), whose rows are the unit step; the permutes are views on every
+ * backend, which matmul reads through their strides (strided_views.c). */
+static bpt_status build_matmul_of_views(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *a, *b;
+  const int64_t heads[4] = {0, 2, 1, 3}, keys_transposed[4] = {0, 2, 3, 1};
+  BPT_CHECK(add_input(g, "a", c->rank, c->shape, -1.0f, 1.0f, true, &a));
+  BPT_CHECK(add_input(g, "b", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &b));
+  BPT_CHECK(bpt_permute(g->graph, "a_heads", a, 4, heads, &a));
+  BPT_CHECK(bpt_permute(g->graph, "b_heads", b, 4, c->transpose_b ? heads : keys_transposed, &b));
+  return bpt_matmul(g->graph, "op", a, b, 0, c->transpose_b, out);
+}
+
+/* Both matmul-of-views cases are Q K^T per head: out[n, h, t, s] = sum_d a[n, t, h, d] b[n, s, h, d], in the
+ * leaves' own (T, H, D) layout, so a view read with the wrong strides (or its rows as columns) fails here even
+ * where backward agrees with its forward. */
+static void matmul_views_reference(const case_graph *g, double *expected) {
+  const op_case *c = g->c;
+  const int64_t T = c->shape[0], H = c->shape[1], D = c->shape[2], S = c->other_shape[0];
+  const float *a = g->leaves[0].values, *b = g->leaves[1].values;
+  for (int64_t n = 0; n < c->batch; n++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < S; j++) {
+          double sum = 0.0;
+          for (int64_t d = 0; d < D; d++)
+            sum += (double)a[((n * T + t) * H + h) * D + d] * b[((n * S + j) * H + h) * D + d];
+          expected[((n * H + h) * T + t) * S + j] = sum;
+        }
+}
+
 /* permute over the main input's whole shape (the batch is axis 0), order in to_shape. */
 static bpt_status build_permute(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
@@ -635,6 +666,18 @@ static bpt_status build_attention(case_graph *g, const op_case *c, bpt_node **ou
     BPT_CHECK(add_input(g, "k", c->other_rank, c->other_shape, -1.5f, 1.5f, true, &k));
     BPT_CHECK(add_input(g, "v", c->other_rank, c->other_shape, -1.0f, 1.0f, true, &v));
   }
+  return bpt_scaled_dot_product_attention(g->graph, "op", q, k, v, c->heads, c->causal, c->probability, out);
+}
+
+/* attention on q, k and v sliced from one fused (T, 3C) input: views where the kernels take strided rows (the
+ * CPU's), copies elsewhere; the backward of the views adds into the one cleared input gradient. */
+static bpt_status build_attention_of_slices(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *qkv, *q, *k, *v;
+  const int64_t width = c->shape[1] / 3;
+  BPT_CHECK(add_input(g, "qkv", c->rank, c->shape, -1.5f, 1.5f, true, &qkv));
+  BPT_CHECK(bpt_slice(g->graph, "q", qkv, 2, 0, width, &q));
+  BPT_CHECK(bpt_slice(g->graph, "k", qkv, 2, width, width, &k));
+  BPT_CHECK(bpt_slice(g->graph, "v", qkv, 2, 2 * width, width, &v));
   return bpt_scaled_dot_product_attention(g->graph, "op", q, k, v, c->heads, c->causal, c->probability, out);
 }
 
@@ -698,6 +741,20 @@ static void attention_reference(const case_graph *g, double *expected) {
   const float *q = g->leaves[0].values, *k = c->twice ? q : g->leaves[1].values, *v = c->twice ? q : g->leaves[2].values;
   const int64_t keys = c->twice ? c->shape[0] : c->other_shape[0];
   attention_forward_reference(q, k, v, c->batch, c->shape[0], keys, c->shape[1], c->heads, c->causal, expected, NULL);
+}
+
+/* The attention of the q, k and v thirds of the fused leaf, unpacked into contiguous copies. */
+static void attention_slices_reference(const case_graph *g, double *expected) {
+  const op_case *c = g->c;
+  const int64_t T = c->shape[0], C = c->shape[1] / 3, rows = c->batch * T;
+  float *parts = malloc((size_t)(3 * rows * C) * sizeof *parts);
+  if (!parts) return; /* the comparison then fails on the zeros left in expected */
+  for (int64_t r = 0; r < rows; r++)
+    for (int part = 0; part < 3; part++)
+      memcpy(parts + (part * rows + r) * C, g->leaves[0].values + r * 3 * C + part * C, (size_t)C * sizeof *parts);
+  attention_forward_reference(parts, parts + rows * C, parts + 2 * rows * C, c->batch, T, T, C, c->heads, c->causal,
+                              expected, NULL);
+  free(parts);
 }
 
 /* embedding: ids (N) or a sequence's (N, T) from add_labels, drawn in [0, units), and a table (units, C) with C
@@ -836,6 +893,8 @@ static const op_case op_cases[] = {
     {"matmul 2x3x5x6 . 2x3x6x4 (P V)", BPT_OP_MATMUL, build_binary, .batch = 2, .rank = 3, SHAPE(3, 5, 6), .other_batched = true, .other_rank = 3, .other_shape = {3, 6, 4}},
     {"matmul shared weight: 3x4x5 . (5, 7)", BPT_OP_MATMUL, build_binary, .batch = 3, .rank = 2, SHAPE(4, 5), .other_rank = 2, .other_shape = {5, 7}},
     {"matmul transposed both: (3x5x4)^T . ((6, 5))^T", BPT_OP_MATMUL, build_binary, .batch = 3, .rank = 2, SHAPE(5, 4), .other_rank = 2, .other_shape = {6, 5}, .transpose_a = true, .transpose_b = true},
+    {"matmul of permuted views 2x(5x3x4 -> 3x5x4) . (6x3x4 -> 3x6x4)^T", BPT_OP_MATMUL, build_matmul_of_views, .batch = 2, .rank = 3, SHAPE(5, 3, 4), .other_rank = 3, .other_shape = {6, 3, 4}, .transpose_b = true, .reference = matmul_views_reference},
+    {"matmul of permuted views 2x(5x3x4 -> 3x5x4) . (6x3x4 -> 3x4x6, rows unit-step)", BPT_OP_MATMUL, build_matmul_of_views, .batch = 2, .rank = 3, SHAPE(5, 3, 4), .other_rank = 3, .other_shape = {6, 3, 4}, .reference = matmul_views_reference},
     {"matmul batch rows: 5x9 . (9, 3)", BPT_OP_MATMUL, build_binary, .batch = 5, .rank = 1, SHAPE(9), .other_rank = 2, .other_shape = {9, 3}},
     {"linear per token: sequence 3x4x5 -> 6", BPT_OP_LINEAR, build_linear, .batch = 3, .rank = 2, SHAPE(4, 5), .sequence = true, .units = 6},
     {"linear per token, no bias: sequence 2x3x2x3 -> 4", BPT_OP_LINEAR, build_linear, .batch = 2, .rank = 3, SHAPE(3, 2, 3), .sequence = true, .units = 4, .no_bias = true},
@@ -861,6 +920,7 @@ static const op_case op_cases[] = {
     {"dropout evaluation 3x11", BPT_OP_DROPOUT, build_dropout, .batch = 3, .rank = 1, SHAPE(11), .probability = 0.4f, .evaluation = true},
     {"kv_cache_attention 2x6x8 from position 0, 2 heads", BPT_OP_KV_CACHE_ATTENTION, build_kv_cache_attention, .batch = 2, .rank = 2, SHAPE(6, 8), .sequence = true, .other_rank = 2, .other_shape = {6, 8}, .heads = 2, .causal = true, .reference = attention_reference, .check = CHECK_FORWARD_ONLY},
     {"attention 2x5x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .reference = attention_reference},
+    {"attention causal on slices of a fused 2x6x24 qkv, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention_of_slices, .batch = 2, .rank = 2, SHAPE(6, 24), .sequence = true, .heads = 2, .causal = true, .reference = attention_slices_reference},
     {"attention causal 2x6x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(6, 8), .sequence = true, .other_rank = 2, .other_shape = {6, 8}, .heads = 2, .causal = true, .reference = attention_reference},
     {"attention causal Tq 5 < Tk 7, 1 head of 4", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 4), .sequence = true, .other_rank = 2, .other_shape = {7, 4}, .heads = 1, .causal = true, .reference = attention_reference},
     {"attention causal Tq 6 > Tk 4 (queries 0, 1 see no key), 3 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(6, 9), .sequence = true, .other_rank = 2, .other_shape = {4, 9}, .heads = 3, .causal = true, .reference = attention_reference},
