@@ -156,8 +156,8 @@ BPT_API bpt_status bpt_scaled_dot_product_attention(bpt_graph *graph, const char
  * [@p start, @p start + @p length) along @p axis of @p x (the batch counted as axis 0, which cannot be
  * sliced); every other axis is kept, and so are the batch and sequence marks (slicing the sequence axis gives a
  * shorter sequence). Three slices of the last axis split a fused (N, T, 3C) qkv projection into q, k and v. A
- * view of x (no copy) when every reader takes strided input (bpt_matmul(), the CPU's
- * bpt_scaled_dot_product_attention()), otherwise a copy. Backward gives dy to the matching part of dx (the
+ * view of x (no copy) when every reader takes strided input (bpt_matmul(), and
+ * bpt_scaled_dot_product_attention() on the CPU and CUDA), otherwise a copy. Backward gives dy to the matching part of dx (the
  * rest of dx gets nothing from this node).
  */
 BPT_API bpt_status bpt_slice(bpt_graph *graph, const char *name, bpt_node *x, int axis, int64_t start, int64_t length,

@@ -2,7 +2,9 @@
 // than fast: one thread block per (n, h, query) row in forward and for dq, one per (n, h, key) for dk and dv, so
 // every gradient element has one writer and needs no atomics. A row's scores live in shared memory (Tk floats
 // forward and for dq, 2 Tq for dk and dv), which bounds the lengths supports() accepts. The dropout mask is
-// dropout.cu's hash of the element's index (n H + h, i, j), so it equals the CPU's.
+// dropout.cu's hash of the element's index (n H + h, i, j), so it equals the CPU's. q, k and v (and their
+// gradients) may be strided views (slices of a fused qkv projection): any steps between samples and tokens,
+// contiguous channels; the output is the node's own, (N, Tq, C).
 #include <math.h>
 
 #include "backends/cuda/cuda.h"
@@ -11,6 +13,7 @@ enum { ATTENTION_THREADS = 128, ATTENTION_SHARED_LIMIT = 48 * 1024 };
 
 struct attention_shape {
   int64_t batch, queries, keys, channels, heads, width, offset;
+  int64_t q_sample, q_row, k_sample, k_row, v_sample, v_row; // elements between samples and between tokens
   int causal;
   float scale, dropout, keep_scale;
   uint32_t threshold;
@@ -24,6 +27,9 @@ static attention_shape shape_of(const bpt_kernel_node *node) {
   s.queries = q->dims[1];
   s.keys = k->dims[1];
   s.channels = q->dims[2];
+  s.q_sample = q->strides[0], s.q_row = q->strides[1];
+  s.k_sample = k->strides[0], s.k_row = k->strides[1];
+  s.v_sample = node->inputs[2].strides[0], s.v_row = node->inputs[2].strides[1];
   s.heads = node->int_attributes[0];
   s.width = s.channels / s.heads;
   s.offset = s.keys - s.queries;
@@ -34,6 +40,17 @@ static attention_shape shape_of(const bpt_kernel_node *node) {
   s.threshold = (uint32_t)((double)s.dropout * 16777216.0);
   s.seed = node->seed;
   return s;
+}
+
+// Where token t of sample n, head h starts in q, k or v.
+__device__ static int64_t q_at(const attention_shape &s, int64_t n, int64_t t, int64_t h) {
+  return n * s.q_sample + t * s.q_row + h * s.width;
+}
+__device__ static int64_t k_at(const attention_shape &s, int64_t n, int64_t t, int64_t h) {
+  return n * s.k_sample + t * s.k_row + h * s.width;
+}
+__device__ static int64_t v_at(const attention_shape &s, int64_t n, int64_t t, int64_t h) {
+  return n * s.v_sample + t * s.v_row + h * s.width;
 }
 
 __device__ static int64_t visible_keys(const attention_shape &s, int64_t i) {
@@ -85,10 +102,10 @@ __global__ void attention_forward_kernel(attention_shape s, const float *q, cons
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t task = row / s.queries, i = row % s.queries, n = task / s.heads, h = task % s.heads;
     const int64_t visible = visible_keys(s, i);
-    const float *qi = q + (n * s.queries + i) * C + h * D;
+    const float *qi = q + q_at(s, n, i, h);
     float top = -INFINITY;
     for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
-      p[j] = dot(qi, k + (n * s.keys + j) * C + h * D, D) * s.scale;
+      p[j] = dot(qi, k + k_at(s, n, j, h), D) * s.scale;
       top = fmaxf(top, p[j]);
     }
     top = block_reduce(top, true, reduce);
@@ -104,7 +121,7 @@ __global__ void attention_forward_kernel(attention_shape s, const float *q, cons
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       float acc = 0.0f;
       for (int64_t j = 0; j < visible && sum > 0.0f; j++)
-        acc += p[j] * v[(n * s.keys + j) * C + h * D + d];
+        acc += p[j] * v[v_at(s, n, j, h) + d];
       oi[d] = acc * inverse;
     }
     if (threadIdx.x == 0) lse[row] = sum > 0.0f ? top + logf(sum) : INFINITY;
@@ -120,21 +137,21 @@ __global__ void attention_dq_kernel(attention_shape s, const float *q, const flo
   const int64_t C = s.channels, D = s.width, rows = s.batch * s.heads * s.queries;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int64_t task = row / s.queries, i = row % s.queries, n = task / s.heads, h = task % s.heads;
-    const int64_t visible = visible_keys(s, i), qi = (n * s.queries + i) * C + h * D;
+    const int64_t visible = visible_keys(s, i), oi = (n * s.queries + i) * C + h * D, qi = q_at(s, n, i, h);
     float partial = 0.0f;
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-      partial += dout[qi + d] * out[qi + d];
+      partial += dout[oi + d] * out[oi + d];
     const float delta = block_reduce(partial, false, reduce), L = lse[row];
     for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
-      const float *kj = k + (n * s.keys + j) * C + h * D, *vj = v + (n * s.keys + j) * C + h * D;
+      const float *kj = k + k_at(s, n, j, h), *vj = v + v_at(s, n, j, h);
       const float p = expf(dot(q + qi, kj, D) * s.scale - L);
-      ds[j] = p * (dot(dout + qi, vj, D) * keep(s, task, i, j) - delta);
+      ds[j] = p * (dot(dout + oi, vj, D) * keep(s, task, i, j) - delta);
     }
     __syncthreads();
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       float acc = 0.0f;
       for (int64_t j = 0; j < visible; j++)
-        acc += ds[j] * k[(n * s.keys + j) * C + h * D + d];
+        acc += ds[j] * k[k_at(s, n, j, h) + d];
       acc *= s.scale;
       dq[qi + d] = beta == 0.0f ? acc : dq[qi + d] + acc;
     }
@@ -152,25 +169,24 @@ __global__ void attention_dkv_kernel(attention_shape s, const float *q, const fl
   const int64_t C = s.channels, D = s.width, columns = s.batch * s.heads * s.keys;
   for (int64_t column = blockIdx.x; column < columns; column += gridDim.x) {
     const int64_t task = column / s.keys, j = column % s.keys, n = task / s.heads, h = task % s.heads;
-    const int64_t kj = (n * s.keys + j) * C + h * D;
+    const int64_t kj = k_at(s, n, j, h), vj = v_at(s, n, j, h);
     for (int64_t i = threadIdx.x; i < s.queries; i += blockDim.x) {
       pd[i] = ds[i] = 0.0f;
       if (j >= visible_keys(s, i)) continue;
-      const int64_t qi = (n * s.queries + i) * C + h * D;
+      const int64_t qi = q_at(s, n, i, h), oi = (n * s.queries + i) * C + h * D;
       const float p = expf(dot(q + qi, k + kj, D) * s.scale - lse[task * s.queries + i]), m = keep(s, task, i, j);
       pd[i] = p * m;
-      ds[i] = p * (dot(dout + qi, v + kj, D) * m - dot(dout + qi, out + qi, D));
+      ds[i] = p * (dot(dout + oi, v + vj, D) * m - dot(dout + oi, out + oi, D));
     }
     __syncthreads();
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
       float dk_acc = 0.0f, dv_acc = 0.0f;
       for (int64_t i = 0; i < s.queries; i++) {
-        const int64_t qi = (n * s.queries + i) * C + h * D;
-        dk_acc += ds[i] * q[qi + d];
-        dv_acc += pd[i] * dout[qi + d];
+        dk_acc += ds[i] * q[q_at(s, n, i, h) + d];
+        dv_acc += pd[i] * dout[(n * s.queries + i) * C + h * D + d];
       }
       if (dk) dk[kj + d] = beta_k == 0.0f ? dk_acc * s.scale : dk[kj + d] + dk_acc * s.scale;
-      if (dv) dv[kj + d] = beta_v == 0.0f ? dv_acc : dv[kj + d] + dv_acc;
+      if (dv) dv[vj + d] = beta_v == 0.0f ? dv_acc : dv[vj + d] + dv_acc;
     }
     __syncthreads();
   }
@@ -189,6 +205,11 @@ static bool attention_supports(const bpt_backend *backend, const bpt_kernel_node
     *reason = "its kernels keep a row of scores in shared memory: at most 12256 keys and 6144 queries";
     return false;
   }
+  for (int i = 0; i < 3; i++)
+    if (node->inputs[i].strides[2] != 1 || node->inputs[i].strides[1] < node->inputs[i].dims[2]) {
+      *reason = "q, k and v need contiguous channels and rows at least C apart";
+      return false;
+    }
   return true;
 }
 
@@ -228,4 +249,5 @@ static bpt_status attention_backward(bpt_backend *backend, const bpt_kernel_node
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cuda, SCALED_DOT_PRODUCT_ATTENTION, attention_forward, attention_backward, attention_supports);
+BPT_REGISTER_KERNELS_STRIDED(cuda, SCALED_DOT_PRODUCT_ATTENTION, attention_forward, attention_backward,
+                             attention_supports);
