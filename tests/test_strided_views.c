@@ -8,7 +8,9 @@
  *   - fused: one (N, T, 3C) projection reshaped to (N, T, 3, H, D), permuted to (N, 3, H, T, D) and sliced on
  *     axis 1 into q, k, v (views of a view, offsets into one buffer, read by rank-5 matmuls);
  *   - attention: q, k, v as slices of a fused projection read in place by the attention kernels (views on the
- *     CPU, whose kernels take strided rows), whose backward adds into the one cleared qkv gradient.
+ *     CPU, whose kernels take strided rows), whose backward adds into the one cleared qkv gradient;
+ *   - split: nanoGPT's way, a fused projection sliced into q, k, v, each reshaped to (N, T, H, D) (a reshape of a
+ *     strided view, which splits the last axis in strides) and permuted for matmul: views all the way.
  * Reading a view gives the copy's values. */
 #include <math.h>
 #include <stdlib.h>
@@ -20,7 +22,7 @@
 #include "test_support.h"
 
 enum { BATCH = 2, TOKENS = 5, CHANNELS = 8, HEADS = 2, WIDTH = 4 };
-typedef enum { HEADS_GRAPH, FUSED_GRAPH, ATTENTION_GRAPH } graph_kind;
+typedef enum { HEADS_GRAPH, FUSED_GRAPH, ATTENTION_GRAPH, SPLIT_GRAPH } graph_kind;
 
 typedef struct net {
   bpt_context *context;
@@ -95,6 +97,25 @@ static void build_attention(net *n) {
   assert_ok(n->context, bpt_mse_loss(g, "loss", o, n->target, &n->loss));
 }
 
+static void build_split(net *n) {
+  bpt_graph *g = n->graph;
+  bpt_node *qkv, *q, *k, *v, *s, *o;
+  const int64_t to_heads[4] = {0, 2, 1, 3}, merged[2] = {TOKENS, CHANNELS};
+  assert_ok(n->context, bpt_layer_linear(g, "wqkv", n->x, 3 * CHANNELS, BPT_INIT_XAVIER_UNIFORM, &qkv));
+  assert_ok(n->context, bpt_slice(g, "q_part", qkv, 2, 0, CHANNELS, &q));
+  assert_ok(n->context, bpt_slice(g, "k_part", qkv, 2, CHANNELS, CHANNELS, &k));
+  assert_ok(n->context, bpt_slice(g, "v_part", qkv, 2, 2 * CHANNELS, CHANNELS, &v));
+  q = heads_of(n, "q", q, to_heads);
+  k = heads_of(n, "k", k, to_heads);
+  v = heads_of(n, "v", v, to_heads);
+  assert_ok(n->context, bpt_matmul(g, "scores", q, k, 0, 1, &s));
+  assert_ok(n->context, bpt_softmax(g, "p", s, 1, &s));
+  assert_ok(n->context, bpt_matmul(g, "o", s, v, 0, 0, &o));
+  assert_ok(n->context, bpt_permute(g, "merge", o, 4, to_heads, &o));
+  assert_ok(n->context, bpt_reshape(g, "merged", o, 2, merged, &o));
+  assert_ok(n->context, bpt_mse_loss(g, "loss", o, n->target, &n->loss));
+}
+
 static void net_build(net *n, graph_kind kind, bool views, bool storage16) {
   memset(n, 0, sizeof *n);
   n->context = test_context(11);
@@ -111,8 +132,9 @@ static void net_build(net *n, graph_kind kind, bool views, bool storage16) {
   if (kind == HEADS_GRAPH) build_heads(n);
   if (kind == FUSED_GRAPH) build_fused(n);
   if (kind == ATTENTION_GRAPH) build_attention(n);
+  if (kind == SPLIT_GRAPH) build_split(n);
   n->view = find(n, kind == HEADS_GRAPH ? "kt" : "k");
-  n->copied = kind == HEADS_GRAPH ? find(n, "merge") : NULL;
+  n->copied = kind == HEADS_GRAPH || kind == SPLIT_GRAPH ? find(n, "merge") : NULL;
   n->graph->strided_views_off = !views;
   assert_ok(n->context, bpt_graph_compile(n->graph, n->loss, BATCH));
   const int64_t dims[3] = {BATCH, TOKENS, CHANNELS};
@@ -215,6 +237,17 @@ static void fused_slices_train_as_with_copies(void **state) {
   trains_as_with_copies(FUSED_GRAPH, false);
 }
 
+static void split_reshaped_slices_train_as_with_copies(void **state) {
+  (void)state;
+  trains_as_with_copies(SPLIT_GRAPH, false);
+  net n;
+  net_build(&n, SPLIT_GRAPH, true, false);
+  /* The slice under the reshape is a view too, and the reshape a strided one. */
+  assert_non_null(find(&n, "k_part")->view_source);
+  assert_false(bpt_node_contiguous(find(&n, "k_split")));
+  net_destroy(&n);
+}
+
 static void attention_slices_train_as_with_copies(void **state) {
   (void)state;
   trains_as_with_copies(ATTENTION_GRAPH, false);
@@ -224,13 +257,13 @@ static void attention_slices_train_as_with_copies(void **state) {
  * copies' storage would hold; the attention's slices stay copies, in bf16. */
 static void views_under_16bit_storage_train_as_with_copies(void **state) {
   (void)state;
-  for (graph_kind kind = HEADS_GRAPH; kind <= ATTENTION_GRAPH; kind++)
+  for (graph_kind kind = HEADS_GRAPH; kind <= SPLIT_GRAPH; kind++)
     trains_as_with_copies(kind, true);
 }
 
 static void view_gradients_match_finite_differences(void **state) {
   (void)state;
-  for (graph_kind kind = HEADS_GRAPH; kind <= ATTENTION_GRAPH; kind++) {
+  for (graph_kind kind = HEADS_GRAPH; kind <= SPLIT_GRAPH; kind++) {
     net n;
     net_build(&n, kind, true, false);
     test_check_gradients(n.context, n.graph, 1e-2, 2e-4, 2e-2, 64);
@@ -243,6 +276,7 @@ int main(void) {
       cmocka_unit_test(heads_train_as_with_copies),
       cmocka_unit_test(fused_slices_train_as_with_copies),
       cmocka_unit_test(attention_slices_train_as_with_copies),
+      cmocka_unit_test(split_reshaped_slices_train_as_with_copies),
       cmocka_unit_test(views_under_16bit_storage_train_as_with_copies),
       cmocka_unit_test(view_gradients_match_finite_differences),
   };

@@ -46,6 +46,30 @@ static bool may_be_view(const bpt_node *node) {
   return source->op != BPT_OP_PARAMETER && source->dtype == BPT_DTYPE_F32;
 }
 
+/* A reshape of a strided input is a view too when the new shape can be read through strides: each run of input
+ * axes that steps evenly (axis i's step is axis i+1's step times its extent) can be split or merged into new axes
+ * of the same element count, as PyTorch's view() allows; a split of a slice's last axis into heads is one. Axis 0,
+ * the batch, keeps its step (reshape never touches it). False when some new axis would straddle two runs. */
+static bool reshape_strides(const bpt_node *node, int64_t *strides) {
+  const bpt_node *x = node->inputs[0];
+  strides[0] = x->strides[0];
+  int out = node->rank - 1;
+  int64_t run_elements = 1, out_elements = 1, base = x->strides[x->rank - 1];
+  for (int in = x->rank - 1; in >= 1; in--) {
+    run_elements *= x->dims[in];
+    const bool run_ends = in == 1 || (x->dims[in - 1] != 1 && x->strides[in - 1] != run_elements * base);
+    if (!run_ends) continue;
+    while (out >= 1 && (out_elements < run_elements || node->dims[out] == 1)) {
+      strides[out] = out_elements * base;
+      out_elements *= node->dims[out];
+      out--;
+    }
+    if (out_elements != run_elements) return false;
+    if (in > 1) base = x->strides[in - 1], run_elements = out_elements = 1;
+  }
+  return out == 0;
+}
+
 /* Strides, offsets and view sources for the views chosen so far, in creation order (a source comes first). */
 static void lay_out(bpt_graph *graph, const bool *view) {
   for (int i = 0; i < graph->node_count; i++) {
@@ -61,19 +85,29 @@ static void lay_out(bpt_graph *graph, const bool *view) {
       continue;
     }
     if (definition->strided_view) node->view_source = NULL;
-    /* reshape: a contiguous view, of whatever its input shares (its input is contiguous, or it is a copy). */
+    contiguous_strides(node, node->strides);
+    /* reshape: a view of whatever its input shares, strided when its input is (readers_take refuses those it
+     * cannot express, so its input becomes a copy). */
     if (definition->view_of_input) {
       node->view_source = bpt_node_buffer_owner(node->inputs[0]);
       node->view_offset = node->inputs[0]->view_offset;
+      if (!bpt_node_contiguous(node->inputs[0]) && !reshape_strides(node, node->strides))
+        contiguous_strides(node, node->strides);
     }
-    contiguous_strides(node, node->strides);
   }
 }
+
+static bool readers_take(const bpt_graph *graph, const bpt_node *node, const bool *view);
 
 /* Whether reader takes its input slot as laid out now. */
 static bool reader_takes(const bpt_node *reader, int slot, const bool *view) {
   const bpt_op_definition *definition = bpt_op_get(reader->op);
   if (definition->strided_view && slot == 0 && view[reader->index]) return true; /* a view of a view */
+  /* A reshape is always a view: of a strided input when it can say it in strides and its readers take that. */
+  if (definition->view_of_input) {
+    int64_t strides[BPT_MAX_RANK];
+    return reshape_strides(reader, strides) && readers_take(reader->graph, reader, view);
+  }
   if (definition->reads_strided_input) return definition->reads_strided_input(reader, slot);
   const bpt_backend *backend = reader->graph->backend;
   const bpt_op_kernels *kernels = backend->vtable->kernels ? backend->vtable->kernels(backend, reader->op) : NULL;
@@ -84,7 +118,7 @@ static bool reader_takes(const bpt_node *reader, int slot, const bool *view) {
   return bpt_node_supported_on(reader, backend);
 }
 
-/* Whether every reader of node takes it; a node nothing reads is an output the caller reads: a copy. */
+/* Whether every reader of node takes it; a node nothing reads is an output the caller reads: contiguous. */
 static bool readers_take(const bpt_graph *graph, const bpt_node *node, const bool *view) {
   bool read = false;
   for (int j = node->index + 1; j < graph->node_count; j++) {
