@@ -1,6 +1,7 @@
 /* reshape and flatten: the same values under a new per-sample shape. Integer attribute 0 is the new
  * per-sample rank, 1.. the dims. A view (view_of_input): the node shares its input's value and gradient
- * buffers, so forward and backward move nothing. */
+ * buffers, so forward and backward move nothing; of a strided view too where strides can express the new
+ * shape (strided_views.c), else that input is a copy. */
 #include "bptrain/cnn.h"
 #include "core/checked.h"
 #include "core/graph.h"
