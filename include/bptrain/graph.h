@@ -105,9 +105,10 @@ BPT_API bpt_status bpt_matmul(bpt_graph *graph, const char *name, bpt_node *a, b
 /**
  * The axes of @p x in a new order: y.dims[i] = x.dims[axes[i]] over the whole shape, the batch included as
  * axis 0, which must stay axis 0. @p rank is x's full rank. (N, T, H, D) with axes {0, 2, 1, 3} gives
- * (N, H, T, D), attention's heads split from a (N, T, H D) value reshaped to (N, T, H, D). A view of x (no copy)
- * when every reader takes strided input (bpt_matmul(), a slice that is itself a view); otherwise the values are
- * copied (CPU kernels; other backends use the CPU fallback when allowed). Either way the values are the same.
+ * (N, H, T, D), attention's heads split from a (N, T, H D) value reshaped to (N, T, H, D). A view of x (no
+ * copy) when every reader takes strided input (bpt_matmul(), a slice or reshape that is itself a view);
+ * otherwise the values are copied (CPU kernels; other backends use the CPU fallback when allowed). Either way
+ * the values are the same.
  */
 BPT_API bpt_status bpt_permute(bpt_graph *graph, const char *name, bpt_node *x, int rank, const int64_t *axes,
                                bpt_node **out);
