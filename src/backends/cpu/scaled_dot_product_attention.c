@@ -7,12 +7,15 @@
  * of dq, dk and dv, so nothing needs atomics and the sums' order does not depend on the thread count. */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/blas_library.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/exp_rows.h"
 #include "backends/cpu/fast_exp.h"
+#include "backends/cpu/attention_bf16.h"
+#include "backends/cpu/gemm_bf16.h"
 
 /* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
  * would turn that note into an error under -Werror. */
@@ -36,6 +39,10 @@ typedef struct attention_shape {
   uint32_t threshold;        /* an element is dropped when its 24-bit draw is below this */
   uint64_t seed;
   bpt_cpu_loops loops; /* which exp loop runs (exp_rows.c) */
+  /* The bf16 policy on a CPU with AVX512_BF16: the block products take bf16 operands (attention_bf16.h), as
+   * PyTorch's bf16 flash attention rounds its q, k, v, probability and dS tiles; accumulation stays f32. */
+  bool bf16;
+  int64_t pairs_d, keys_ld, width_ld; /* bf16: pairs of D, keys and D rounded up to whole vectors */
 } attention_shape;
 
 static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *node) {
@@ -54,6 +61,12 @@ static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *nod
   s.threshold = (uint32_t)((double)s.dropout * 16777216.0);
   s.seed = node->seed;
   s.loops = bpt_cpu_vector_loops(backend);
+  s.bf16 = node->bf16_products && bpt_cpu_has_avx512_bf16();
+  s.pairs_d = (s.width + 1) / 2;
+  /* One vector more than the keys need: rows of K^T a multiple of 4 KiB apart (1024 keys) would all fall into
+   * the same L1 sets as a block's products walk down the pairs. */
+  s.keys_ld = bpt_attention_vectors(s.keys) + 16;
+  s.width_ld = bpt_attention_vectors(s.width);
   return s;
 }
 
@@ -97,21 +110,30 @@ static void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
 /* One block of queries [i0, i0 + rows) of head task = n H + h: online softmax over key blocks (Milakov and
  * Gimelshein 2018), O = acc / l and L = m + log l. Scratch: S (rows x ATTENTION_KEYS), acc (rows x D), m, l. */
 static void forward_block(const attention_shape *s, int64_t task, int64_t i0, const float *q, const float *k,
-                          const float *v, float *out, float *lse, float *scratch) {
+                          const float *v, float *out, float *lse, const uint32_t *packed, float *scratch) {
   const int64_t n = task / s->heads, h = task % s->heads, C = s->channels, D = s->width;
   const int64_t rows = s->queries - i0 < ATTENTION_QUERIES ? s->queries - i0 : ATTENTION_QUERIES;
   float *scores = scratch, *acc = scores + ATTENTION_QUERIES * ATTENTION_KEYS, *top = acc + ATTENTION_QUERIES * D,
         *sum = top + ATTENTION_QUERIES;
+  /* bf16: the head's K^T and V packed by attention_forward; this block's Q and P packed here. */
+  const uint32_t *kt = packed ? packed + task * (s->pairs_d * s->keys_ld + (s->keys + 1) / 2 * s->width_ld) : NULL;
+  const uint32_t *vp = kt ? kt + s->pairs_d * s->keys_ld : NULL;
+  uint32_t *q_words = (uint32_t *)(sum + ATTENTION_QUERIES), *p_words = q_words + ATTENTION_QUERIES * s->pairs_d;
   const int64_t qr = s->q_row, kr = s->k_row, vr = s->v_row;
   const float *Q = q + n * s->q_sample + i0 * qr + h * D; /* (rows, D), row stride qr */
   const float *K = k + n * s->k_sample + h * D, *V = v + n * s->v_sample + h * D;
   for (int64_t r = 0; r < rows; r++)
     top[r] = -HUGE_VALF, sum[r] = 0.0f;
   memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
+  if (kt) bpt_attention_pack_rows(Q, qr, rows, D, q_words, s->pairs_d);
   const int64_t key_end = visible_keys(s, i0 + rows - 1); /* the block's last query sees the most */
   for (int64_t j0 = 0; j0 < key_end; j0 += ATTENTION_KEYS) {
     const int64_t cols = key_end - j0 < ATTENTION_KEYS ? key_end - j0 : ATTENTION_KEYS;
-    product(false, true, rows, cols, D, s->scale, Q, qr, K + j0 * kr, kr, 0.0f, scores, ATTENTION_KEYS);
+    if (kt)
+      bpt_attention_bf16_product(rows, cols, s->pairs_d, s->scale, q_words, s->pairs_d, 1, kt + j0, s->keys_ld, 0.0f,
+                                 scores, ATTENTION_KEYS);
+    else
+      product(false, true, rows, cols, D, s->scale, Q, qr, K + j0 * kr, kr, 0.0f, scores, ATTENTION_KEYS);
     for (int64_t r = 0; r < rows; r++) {
       float *row = scores + r * ATTENTION_KEYS;
       const int64_t visible = visible_in_block(s, i0 + r, j0, cols);
@@ -135,7 +157,13 @@ static void forward_block(const attention_shape *s, int64_t task, int64_t i0, co
           acc[r * D + d] *= correction;
       if (s->dropout > 0.0f) apply_dropout(s, task, i0 + r, j0, cols, row);
     }
-    product(false, false, rows, D, cols, 1.0f, scores, ATTENTION_KEYS, V + j0 * vr, vr, 1.0f, acc, D);
+    if (kt) {
+      bpt_attention_pack_rows(scores, ATTENTION_KEYS, rows, cols, p_words, ATTENTION_KEYS / 2);
+      bpt_attention_bf16_product(rows, D, (cols + 1) / 2, 1.0f, p_words, ATTENTION_KEYS / 2, 1,
+                                 vp + j0 / 2 * s->width_ld, s->width_ld, 1.0f, acc, D);
+    } else {
+      product(false, false, rows, D, cols, 1.0f, scores, ATTENTION_KEYS, V + j0 * vr, vr, 1.0f, acc, D);
+    }
   }
   float *O = out + (n * s->queries + i0) * C + h * D;
   for (int64_t r = 0; r < rows; r++) {
@@ -155,24 +183,45 @@ static int task_threads(bpt_backend *backend, int64_t tasks) {
   return tasks >= 2 && threads > 1 ? threads : 1;
 }
 
+/* bf16: head task's K^T (pairs of D by keys) and V (pairs of keys by D), packed once for all its query blocks. */
+static void pack_head(const attention_shape *s, int64_t task, const float *k, const float *v, uint32_t *words) {
+  const int64_t n = task / s->heads, h = task % s->heads, D = s->width;
+  uint32_t *kt = words + task * (s->pairs_d * s->keys_ld + (s->keys + 1) / 2 * s->width_ld);
+  bpt_attention_pack_column_pairs(k + n * s->k_sample + h * D, s->k_row, s->keys, D, kt, s->keys_ld);
+  bpt_attention_pack_row_pairs(v + n * s->v_sample + h * D, s->v_row, s->keys, D, kt + s->pairs_d * s->keys_ld,
+                               s->width_ld);
+}
+
 static bpt_status attention_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const attention_shape s = shape_of(backend, node);
   const float *q = node->inputs[0].value, *k = node->inputs[1].value, *v = node->inputs[2].value;
   float *out = node->output.value, *lse = node->saved;
-  const int64_t blocks = (s.queries + ATTENTION_QUERIES - 1) / ATTENTION_QUERIES, tasks = s.batch * s.heads * blocks;
+  const int64_t blocks = (s.queries + ATTENTION_QUERIES - 1) / ATTENTION_QUERIES, heads = s.batch * s.heads,
+                tasks = heads * blocks;
   const int threads = task_threads(backend, tasks);
-  const bpt_status reserved =
-      bpt_cpu_scratch_reserve(backend, threads, (size_t)ATTENTION_QUERIES * (size_t)(ATTENTION_KEYS + s.width + 2));
+  const size_t words = s.bf16 ? (size_t)(ATTENTION_QUERIES * (s.pairs_d + ATTENTION_KEYS / 2)) : 0;
+  const bpt_status reserved = bpt_cpu_scratch_reserve(
+      backend, threads, (size_t)ATTENTION_QUERIES * (size_t)(ATTENTION_KEYS + s.width + 2) + words);
   if (reserved != BPT_OK) return reserved;
+  uint32_t *packed = NULL;
+  if (s.bf16) {
+    packed = malloc((size_t)heads * (size_t)(s.pairs_d * s.keys_ld + (s.keys + 1) / 2 * s.width_ld) * sizeof *packed);
+    if (!packed) return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "attention: no memory for bf16 keys");
+#pragma omp parallel for num_threads(task_threads(backend, heads)) schedule(static) if (threads > 1)
+    for (int64_t t = 0; t < heads; t++)
+      pack_head(&s, t, k, v, packed);
+  }
   if (threads > 1) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
     for (int64_t t = 0; t < tasks; t++)
-      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse,
+      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed,
                     bpt_cpu_scratch(backend, omp_get_thread_num()));
   } else {
     for (int64_t t = 0; t < tasks; t++)
-      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, bpt_cpu_scratch(backend, 0));
+      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed,
+                    bpt_cpu_scratch(backend, 0));
   }
+  free(packed);
   return BPT_OK;
 }
 
@@ -205,6 +254,23 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
   if (t->zero_dq) clear_columns(dQ, s->queries, D, qr);
   if (t->zero_dk) clear_columns(dK, s->keys, D, kr);
   if (t->zero_dv) clear_columns(dV, s->keys, D, vr);
+  /* bf16: the head's Q and dO (pairs of D per query, and pairs of queries by D), K^T and V^T (pairs of D by
+   * keys) and K (pairs of keys by D) packed once; per block P^T, dS and dS^T. */
+  const int64_t Dw = s->pairs_d, KW = ATTENTION_KEYS / 2, QW = ATTENTION_QUERIES / 2;
+  const int64_t query_pairs_words = (s->queries + 1) / 2 * s->width_ld;
+  uint32_t *q_rows = (uint32_t *)(delta + s->queries), *do_rows = q_rows + s->queries * Dw;
+  uint32_t *kt = do_rows + s->queries * Dw, *vt = kt + Dw * s->keys_ld, *kb = vt + Dw * s->keys_ld;
+  uint32_t *qb = kb + (s->keys + 1) / 2 * s->width_ld, *dob = qb + query_pairs_words;
+  uint32_t *pb = dob + query_pairs_words, *dsr = pb + QW * ATTENTION_KEYS, *dsb = dsr + ATTENTION_QUERIES * KW;
+  if (s->bf16) {
+    bpt_attention_pack_rows(Q, qr, s->queries, D, q_rows, Dw);
+    bpt_attention_pack_rows(dO, C, s->queries, D, do_rows, Dw);
+    bpt_attention_pack_column_pairs(K, kr, s->keys, D, kt, s->keys_ld);
+    bpt_attention_pack_column_pairs(V, vr, s->keys, D, vt, s->keys_ld);
+    bpt_attention_pack_row_pairs(K, kr, s->keys, D, kb, s->width_ld);
+    bpt_attention_pack_row_pairs(Q, qr, s->queries, D, qb, s->width_ld);
+    bpt_attention_pack_row_pairs(dO, C, s->queries, D, dob, s->width_ld);
+  }
   for (int64_t i = 0; i < s->queries; i++) {
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -215,12 +281,22 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
   for (int64_t j0 = 0; j0 < s->keys; j0 += ATTENTION_KEYS) {
     const int64_t cols = s->keys - j0 < ATTENTION_KEYS ? s->keys - j0 : ATTENTION_KEYS;
     /* The first query that sees key j0: i + offset >= j0. */
-    const int64_t first = s->causal && j0 - s->offset > 0 ? j0 - s->offset : 0;
+    int64_t first = s->causal && j0 - s->offset > 0 ? j0 - s->offset : 0;
+    /* bf16: blocks start at an even query, so that they start a pair of the head's packed Q and dO; the query
+     * before the first that sees key j0 sees none of this block, so its P and dS rows are 0. */
+    if (s->bf16) first -= first % 2;
     for (int64_t i0 = first; i0 < s->queries; i0 += ATTENTION_QUERIES) {
       const int64_t rows = s->queries - i0 < ATTENTION_QUERIES ? s->queries - i0 : ATTENTION_QUERIES;
-      product(false, true, rows, cols, D, s->scale, Q + i0 * qr, qr, K + j0 * kr, kr, 0.0f, probabilities,
-              ATTENTION_KEYS);
-      product(false, true, rows, cols, D, 1.0f, dO + i0 * C, C, V + j0 * vr, vr, 0.0f, dp, ATTENTION_KEYS);
+      if (s->bf16) {
+        bpt_attention_bf16_product(rows, cols, Dw, s->scale, q_rows + i0 * Dw, Dw, 1, kt + j0, s->keys_ld, 0.0f,
+                                   probabilities, ATTENTION_KEYS);
+        bpt_attention_bf16_product(rows, cols, Dw, 1.0f, do_rows + i0 * Dw, Dw, 1, vt + j0, s->keys_ld, 0.0f, dp,
+                                   ATTENTION_KEYS);
+      } else {
+        product(false, true, rows, cols, D, s->scale, Q + i0 * qr, qr, K + j0 * kr, kr, 0.0f, probabilities,
+                ATTENTION_KEYS);
+        product(false, true, rows, cols, D, 1.0f, dO + i0 * C, C, V + j0 * vr, vr, 0.0f, dp, ATTENTION_KEYS);
+      }
       for (int64_t r = 0; r < rows; r++) {
         const int64_t i = i0 + r, visible = visible_in_block(s, i, j0, cols);
         float *p = probabilities + r * ATTENTION_KEYS, *g = dp + r * ATTENTION_KEYS;
@@ -244,6 +320,26 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
           g[c] = p[c] * (g[c] - di); /* dS */
       }
       const float *pv = s->dropout > 0.0f ? dropped : probabilities;
+      if (s->bf16) {
+        /* dV += P~^T dO, dQ += dS K / sqrt(D), dK += dS^T Q / sqrt(D), reductions in pairs of queries or keys. */
+        const int64_t query_pairs = (rows + 1) / 2, key_pairs = (cols + 1) / 2;
+        if (dV) {
+          bpt_attention_pack_row_pairs(pv, ATTENTION_KEYS, rows, cols, pb, ATTENTION_KEYS);
+          bpt_attention_bf16_product(cols, D, query_pairs, 1.0f, pb, 1, ATTENTION_KEYS, dob + i0 / 2 * s->width_ld,
+                                     s->width_ld, 1.0f, dV + j0 * vr, vr);
+        }
+        if (dQ) {
+          bpt_attention_pack_rows(dp, ATTENTION_KEYS, rows, cols, dsr, KW);
+          bpt_attention_bf16_product(rows, D, key_pairs, s->scale, dsr, KW, 1, kb + j0 / 2 * s->width_ld,
+                                     s->width_ld, 1.0f, dQ + i0 * qr, qr);
+        }
+        if (dK) {
+          bpt_attention_pack_row_pairs(dp, ATTENTION_KEYS, rows, cols, dsb, ATTENTION_KEYS);
+          bpt_attention_bf16_product(cols, D, query_pairs, s->scale, dsb, 1, ATTENTION_KEYS,
+                                     qb + i0 / 2 * s->width_ld, s->width_ld, 1.0f, dK + j0 * kr, kr);
+        }
+        continue;
+      }
       if (dV) product(true, false, cols, D, rows, 1.0f, pv, ATTENTION_KEYS, dO + i0 * C, C, 1.0f, dV + j0 * vr, vr);
       if (dQ)
         product(false, false, rows, D, cols, s->scale, dp, ATTENTION_KEYS, K + j0 * kr, kr, 1.0f, dQ + i0 * qr, qr);
@@ -270,8 +366,13 @@ static bpt_status attention_backward(bpt_backend *backend, const bpt_kernel_node
                                .zero_dv = in[2].grad && in[2].beta == 0.0f};
   const int64_t tasks = s.batch * s.heads;
   const int threads = task_threads(backend, tasks);
-  const bpt_status reserved =
-      bpt_cpu_scratch_reserve(backend, threads, (size_t)(3 * ATTENTION_QUERIES * ATTENTION_KEYS) + (size_t)s.queries);
+  /* bf16: the packed words backward_head lays out after its f32 blocks. */
+  const int64_t query_words = 2 * s.queries * s.pairs_d, key_words = 2 * s.pairs_d * s.keys_ld + (s.keys + 1) / 2 * s.width_ld;
+  const int64_t block_words = 2 * (ATTENTION_QUERIES / 2) * ATTENTION_KEYS + ATTENTION_QUERIES * (ATTENTION_KEYS / 2) +
+                              2 * (s.queries + 1) / 2 * s.width_ld;
+  const size_t words = s.bf16 ? (size_t)(query_words + key_words + block_words) : 0;
+  const bpt_status reserved = bpt_cpu_scratch_reserve(
+      backend, threads, (size_t)(3 * ATTENTION_QUERIES * ATTENTION_KEYS) + (size_t)s.queries + words);
   if (reserved != BPT_OK) return reserved;
   if (threads > 1) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
