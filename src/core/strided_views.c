@@ -7,8 +7,8 @@
  * names the first source, whose buffers it shares, as reshape's contiguous views do (graph.h's view_source).
  *
  * The choice is a fixed point: start with every permute and slice a view, compute the strides that gives, and
- * turn into copies the ones a reader refuses (last to first, since a copy's strides are contiguous again and a
- * reader may take those), until nothing changes. Each round only turns views into copies, so it ends. */
+ * turn into copies the ones a reader refuses (last to first: a copy's reader that was a view becomes a copy in
+ * the same round), until nothing changes. Each round only turns views into copies, so it ends. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,16 +140,15 @@ bpt_status bpt_graph_plan_strided_views(bpt_graph *graph) {
     graph->nodes[i]->storage = graph->nodes[i]->dtype; /* what the readers' supports are shown */
     view[i] = may_be_view(graph->nodes[i]);
   }
+  /* A copy changes only the strides of what comes after it, which this round has checked already: the next
+   * round, laid out afresh, checks them again. */
   for (bool changed = true; changed;) {
     changed = false;
     lay_out(graph, view);
     for (int i = n - 1; i >= 0; i--)
-      if (view[i] && !readers_take(graph, graph->nodes[i], view)) {
-        view[i] = false;
-        changed = true;
-        lay_out(graph, view); /* the readers before it now see its copy's strides */
-      }
+      if (view[i] && !readers_take(graph, graph->nodes[i], view)) view[i] = false, changed = true;
   }
+  lay_out(graph, view);
   free(view);
   return BPT_OK;
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/gemm_bf16.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(BPT_AVX512_EMULATION)
@@ -222,13 +223,6 @@ void bpt_attention_pack_row_pairs(const float *x, int64_t ld, int64_t rows, int6
 
 /* Without AVX512_BF16 intrinsics the attention never takes this path (it asks bpt_cpu_has_avx512_bf16);
  * this plain loop keeps the symbol defined and computes what the native one does. */
-static float bf16_low(uint32_t word) {
-  const uint32_t bits = word << 16;
-  float value;
-  memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
 void bpt_attention_bf16_product(int64_t m, int64_t n, int64_t pairs, float alpha, const uint32_t *a, int64_t a_row,
                                 int64_t a_pair, const uint32_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
   for (int64_t r = 0; r < m; r++)
@@ -236,7 +230,8 @@ void bpt_attention_bf16_product(int64_t m, int64_t n, int64_t pairs, float alpha
       float sum = 0.0f;
       for (int64_t p = 0; p < pairs; p++) {
         const uint32_t x = a[r * a_row + p * a_pair], y = b[p * ldb + j];
-        sum += bf16_low(x) * bf16_low(y) + bf16_low(x >> 16) * bf16_low(y >> 16);
+        sum += bpt_bf16_widen((uint16_t)x) * bpt_bf16_widen((uint16_t)y) +
+               bpt_bf16_widen((uint16_t)(x >> 16)) * bpt_bf16_widen((uint16_t)(y >> 16));
       }
       c[r * ldc + j] = alpha * sum + (beta != 0.0f ? beta * c[r * ldc + j] : 0.0f);
     }

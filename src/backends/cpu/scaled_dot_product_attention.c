@@ -7,7 +7,6 @@
  * of dq, dk and dv, so nothing needs atomics and the sums' order does not depend on the thread count. */
 #include <math.h>
 #include <omp.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/blas_library.h"
@@ -43,6 +42,7 @@ typedef struct attention_shape {
    * PyTorch's bf16 flash attention rounds its q, k, v, probability and dS tiles; accumulation stays f32. */
   bool bf16;
   int64_t pairs_d, keys_ld, width_ld; /* bf16: pairs of D, keys and D rounded up to whole vectors */
+  int64_t head_words;                 /* bf16: one head's packed K^T and V (forward) */
 } attention_shape;
 
 static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *node) {
@@ -67,6 +67,7 @@ static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *nod
    * the same L1 sets as a block's products walk down the pairs. */
   s.keys_ld = bpt_attention_vectors(s.keys) + 16;
   s.width_ld = bpt_attention_vectors(s.width);
+  s.head_words = s.pairs_d * s.keys_ld + (s.keys + 1) / 2 * s.width_ld;
   return s;
 }
 
@@ -116,7 +117,7 @@ static void forward_block(const attention_shape *s, int64_t task, int64_t i0, co
   float *scores = scratch, *acc = scores + ATTENTION_QUERIES * ATTENTION_KEYS, *top = acc + ATTENTION_QUERIES * D,
         *sum = top + ATTENTION_QUERIES;
   /* bf16: the head's K^T and V packed by attention_forward; this block's Q and P packed here. */
-  const uint32_t *kt = packed ? packed + task * (s->pairs_d * s->keys_ld + (s->keys + 1) / 2 * s->width_ld) : NULL;
+  const uint32_t *kt = packed ? packed + task * s->head_words : NULL;
   const uint32_t *vp = kt ? kt + s->pairs_d * s->keys_ld : NULL;
   uint32_t *q_words = (uint32_t *)(sum + ATTENTION_QUERIES), *p_words = q_words + ATTENTION_QUERIES * s->pairs_d;
   const int64_t qr = s->q_row, kr = s->k_row, vr = s->v_row;
@@ -186,7 +187,7 @@ static int task_threads(bpt_backend *backend, int64_t tasks) {
 /* bf16: head task's K^T (pairs of D by keys) and V (pairs of keys by D), packed once for all its query blocks. */
 static void pack_head(const attention_shape *s, int64_t task, const float *k, const float *v, uint32_t *words) {
   const int64_t n = task / s->heads, h = task % s->heads, D = s->width;
-  uint32_t *kt = words + task * (s->pairs_d * s->keys_ld + (s->keys + 1) / 2 * s->width_ld);
+  uint32_t *kt = words + task * s->head_words;
   bpt_attention_pack_column_pairs(k + n * s->k_sample + h * D, s->k_row, s->keys, D, kt, s->keys_ld);
   bpt_attention_pack_row_pairs(v + n * s->v_sample + h * D, s->v_row, s->keys, D, kt + s->pairs_d * s->keys_ld,
                                s->width_ld);
@@ -200,13 +201,16 @@ static bpt_status attention_forward(bpt_backend *backend, const bpt_kernel_node 
                 tasks = heads * blocks;
   const int threads = task_threads(backend, tasks);
   const size_t words = s.bf16 ? (size_t)(ATTENTION_QUERIES * (s.pairs_d + ATTENTION_KEYS / 2)) : 0;
-  const bpt_status reserved = bpt_cpu_scratch_reserve(
-      backend, threads, (size_t)ATTENTION_QUERIES * (size_t)(ATTENTION_KEYS + s.width + 2) + words);
+  const size_t per_thread = (size_t)ATTENTION_QUERIES * (size_t)(ATTENTION_KEYS + s.width + 2) + words;
+  bpt_status reserved = bpt_cpu_scratch_reserve(backend, threads, per_thread);
   if (reserved != BPT_OK) return reserved;
   uint32_t *packed = NULL;
   if (s.bf16) {
-    packed = malloc((size_t)heads * (size_t)(s.pairs_d * s.keys_ld + (s.keys + 1) / 2 * s.width_ld) * sizeof *packed);
-    if (!packed) return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "attention: no memory for bf16 keys");
+    /* Every head's K^T and V after slot 0's own block, so that, like the blocks, they are allocated once and
+     * reused by every later step; all threads read them, none writes them while the blocks run. */
+    reserved = bpt_cpu_scratch_reserve(backend, 1, per_thread + (size_t)(heads * s.head_words));
+    if (reserved != BPT_OK) return reserved;
+    packed = (uint32_t *)(bpt_cpu_scratch(backend, 0) + per_thread);
 #pragma omp parallel for num_threads(task_threads(backend, heads)) schedule(static) if (threads > 1)
     for (int64_t t = 0; t < heads; t++)
       pack_head(&s, t, k, v, packed);
@@ -221,7 +225,6 @@ static bpt_status attention_forward(bpt_backend *backend, const bpt_kernel_node 
       forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed,
                     bpt_cpu_scratch(backend, 0));
   }
-  free(packed);
   return BPT_OK;
 }
 
