@@ -54,7 +54,10 @@ BPT_API bpt_status bpt_graph_input(bpt_graph *graph, const char *name, bpt_dtype
  * Declares a sequence input fed per batch: each sample is @p length tokens of shape @p dims, so the node's
  * shape is (batch, length, dims...). The sequence axis is a leading axis like the batch: per-token ops
  * (bpt_linear()) map over both and act on the per-token dims, and element-wise ops, add and mul keep it.
- * @param length tokens per sample, fixed at declaration; bpt_graph_set_input() takes (batch, length, dims...)
+ * A run may feed fewer tokens, as it may feed a smaller batch: the graph then computes exactly what a graph
+ * declared that long would (see bpt_graph_set_input()).
+ * @param length the most tokens per sample: memory and kernels are planned for it; bpt_graph_set_input() takes
+ *        (batch, length, dims...) or (batch, t, dims...) for any t in [1, length]
  * @param rank per-token rank, 0 for one value per token such as a token id or a label
  * @param dtype ::BPT_DTYPE_F32 for data, ::BPT_DTYPE_I32 for ids and labels
  */
@@ -221,6 +224,11 @@ BPT_API bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t m
 /**
  * Copies one batch into input @p node. Dimension 0 of @p tensor is the batch size (1..max_batch); the
  * other dimensions and the dtype must match the input's declaration. All inputs of one run must agree.
+ * A sequence input (bpt_graph_input_sequence()) also takes (batch, t, per-token dims...) for a t shorter than
+ * its declared length; sequence inputs declared equally long must be fed equally long. The next forward then
+ * runs every node at that length (each op's shape rule applied again); a node whose shape cannot follow it (a
+ * parameter as long as the declared sequence, a reshape that merges the sequence axis with others) makes that
+ * forward fail with BPT_ERR_SHAPE naming the node and the lengths.
  */
 BPT_API bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tensor *tensor);
 
@@ -241,7 +249,7 @@ BPT_API bpt_status bpt_graph_loss(bpt_graph *graph, float *loss);
 
 /**
  * Copies @p node's value from the last forward pass into @p tensor, whose dimension 0 is set to the batch
- * size. The tensor must have the node's dtype and enough capacity. Values that only forward needs share
+ * size (and, for a sequence of the node's rank, dimension 1 to the run's sequence length). The tensor must have the node's dtype and enough capacity. Values that only forward needs share
  * memory (see docs/precision.md): reading one fails with BPT_ERR_STATE once a later node or backward has
  * reused its bytes, unless the graph keeps every value (keep_all_values in bpt_precision_options).
  */
@@ -268,7 +276,10 @@ BPT_API const char *bpt_node_name(const bpt_node *node);
 /** @return the node's rank including the batch dimension where it has one. Valid after compile. */
 BPT_API int bpt_node_rank(const bpt_node *node);
 
-/** @return the node's dimension @p axis (dimension 0 is the compiled batch size for batched nodes). */
+/**
+ * @return the node's dimension @p axis as declared (dimension 0 is the compiled batch size for batched nodes;
+ * a sequence axis is its declared length, whatever length the last run fed).
+ */
 BPT_API int64_t bpt_node_dim(const bpt_node *node, int axis);
 
 BPT_EXTERN_C_END

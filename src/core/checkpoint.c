@@ -157,7 +157,7 @@ static void write_graph(bpt_writer *writer, const bpt_graph *graph) {
     bpt_put_u32(writer, (uint32_t)node->rank);
     /* The batch dimension is the compiled maximum, which may differ between runs; store 0 for it. */
     for (int d = 0; d < node->rank; d++)
-      bpt_put_i64(writer, node->batched && d == 0 ? 0 : node->dims[d]);
+      bpt_put_i64(writer, node->batched && d == 0 ? 0 : node->declared_dims[d]);
     bpt_put_u32(writer, (uint32_t)node->input_count);
     for (int k = 0; k < node->input_count; k++)
       bpt_put_u32(writer, (uint32_t)node->inputs[k]->index);

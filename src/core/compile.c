@@ -79,7 +79,7 @@ static bpt_status plan_and_allocate(bpt_graph *graph) {
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->nodes[i];
     graph->order[i] = node;
-    if (node->batched) node->dims[0] = graph->max_batch;
+    if (node->batched) node->dims[0] = node->declared_dims[0] = graph->max_batch;
     if (node->op == BPT_OP_PARAMETER) {
       graph->parameters[graph->parameter_count++] = node;
       node->param_offset = parameter_elements;

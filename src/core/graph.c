@@ -144,7 +144,7 @@ bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, co
     return checked;
   }
   if (definition->infer_shape) {
-    bpt_status status = definition->infer_shape(node);
+    bpt_status status = bpt_node_infer_shape(node);
     if (status == BPT_OK) status = bpt_node_check_shape(node);
     if (status != BPT_OK) {
       free(node);
@@ -152,6 +152,7 @@ bpt_status bpt_graph_add_node_with_attributes(bpt_graph *graph, bpt_op_id op, co
     }
   }
   if (definition->view_of_input) node->view_source = bpt_node_buffer_owner(node->inputs[0]);
+  memcpy(node->declared_dims, node->dims, sizeof node->dims);
   graph->nodes[graph->node_count++] = node;
   *out = node;
   return BPT_OK;
@@ -175,11 +176,19 @@ static bpt_status check_dims(bpt_graph *graph, const char *what, const char *nam
   return BPT_OK;
 }
 
+bpt_status bpt_node_infer_shape(bpt_node *node) {
+  node->sequence_axis = 0;
+  BPT_CHECK(bpt_op_get(node->op)->infer_shape(node));
+  if (node->sequence) node->sequence_axis = 1;
+  return BPT_OK;
+}
+
 bpt_status bpt_node_infer_elementwise_shape(bpt_node *node) {
   const bpt_node *x = node->inputs[0];
   if (x->dtype != BPT_DTYPE_F32) return bpt_node_error(node, BPT_ERR_DTYPE, "input '%s' must be f32", x->name);
   node->batched = x->batched;
   node->sequence = x->sequence;
+  node->sequence_axis = x->sequence_axis;
   node->rank = x->rank;
   for (int i = 0; i < x->rank; i++)
     node->dims[i] = x->dims[i];
@@ -222,6 +231,8 @@ bpt_status bpt_node_infer_broadcast_shape(bpt_node *node) {
   node->rank = wide->rank;
   node->batched = wide->batched;
   node->sequence = a->sequence || b->sequence;
+  const bpt_node *along = a->sequence_axis ? a : b;
+  node->sequence_axis = along->sequence_axis ? along->sequence_axis + node->rank - along->rank : 0;
   return BPT_OK;
 }
 
@@ -260,6 +271,7 @@ bpt_status bpt_graph_input(bpt_graph *graph, const char *name, bpt_dtype dtype, 
   node->rank = rank + 1;
   node->dims[0] = 1;
   for (int i = 0; i < rank; i++) node->dims[i + 1] = dims[i];
+  memcpy(node->declared_dims, node->dims, sizeof node->dims);
   return BPT_OK;
 }
 
@@ -293,6 +305,7 @@ bpt_status bpt_graph_parameter(bpt_graph *graph, const char *name, int rank, con
   bpt_node *node = *out;
   node->rank = rank;
   for (int i = 0; i < rank; i++) node->dims[i] = dims[i];
+  memcpy(node->declared_dims, node->dims, sizeof node->dims);
   node->requires_grad = true;
   node->initializer = initializer;
   return BPT_OK;
@@ -355,18 +368,26 @@ bpt_status bpt_kernel_result(const bpt_node *node, bpt_status status, const char
                         node->graph->backend->vtable->name, node->graph->backend->error_message);
 }
 
-const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size) {
+static const char *shape_string(const bpt_node *node, const int64_t *dims, char *buffer, size_t size) {
   size_t used = 0;
   buffer[0] = 0;
   /* The batch axis is written N: its size is the run's, not the shape's. */
   for (int i = 0; i < node->rank && used < size; i++) {
     const int written = i == 0 && node->batched ? snprintf(buffer + used, size - used, "N")
                                                 : snprintf(buffer + used, size - used, i ? "x%lld" : "%lld",
-                                                           (long long)node->dims[i]);
+                                                           (long long)dims[i]);
     used += written > 0 ? (size_t)written : 0;
   }
   if (node->rank == 0) snprintf(buffer, size, "scalar");
   return buffer;
+}
+
+const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size) {
+  return shape_string(node, node->dims, buffer, size);
+}
+
+const char *bpt_declared_shape_string(const bpt_node *node, char *buffer, size_t size) {
+  return shape_string(node, node->declared_dims, buffer, size);
 }
 
 bpt_status bpt_graph_find_node(bpt_graph *graph, const char *name, bpt_node **out) {
@@ -384,5 +405,5 @@ bpt_status bpt_graph_find_node(bpt_graph *graph, const char *name, bpt_node **ou
 const char *bpt_node_name(const bpt_node *node) { return node ? node->name : ""; }
 int bpt_node_rank(const bpt_node *node) { return node ? node->rank : 0; }
 int64_t bpt_node_dim(const bpt_node *node, int axis) {
-  return node && axis >= 0 && axis < node->rank ? node->dims[axis] : 0;
+  return node && axis >= 0 && axis < node->rank ? node->declared_dims[axis] : 0;
 }

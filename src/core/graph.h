@@ -33,13 +33,23 @@ struct bpt_node {
 
   /* Shape: dims[0] is the batch (compiled maximum) when batched. Filled at creation for inputs and
    * parameters, by the op's infer_shape for the rest. With sequence (only when batched), dims[1] is a sequence
-   * axis of fixed length: per-token ops (linear) map over dims[0] and dims[1] together, the leading axes, and
-   * act on the rest, the features (bpt_node_features); without it the features are every per-sample axis. */
+   * axis, its length at most the declared one (declared_dims): per-token ops (linear) map over dims[0] and
+   * dims[1] together, the leading axes, and act on the rest, the features (bpt_node_features); without it the
+   * features are every per-sample axis. */
   bpt_dtype dtype;
   int rank;
   int64_t dims[BPT_MAX_RANK];
+  /* The shape as declared (the longest sequences; dims[0] the compiled batch as above), set at creation. dims
+   * is that shape, or the shape at a run's shorter sequences while the graph is fitted to them
+   * (sequence_length.c); memory, views and kernels are planned for declared_dims. */
+  int64_t declared_dims[BPT_MAX_RANK];
   bool batched;
   bool sequence;
+  /* The axis that runs along the sequence (sequence_length.c): 1 with sequence, another where a permute moved it
+   * (the heads' (N, H, T, D) have 2), 0 for none. A permute back to axis 1 makes the node a sequence again (the
+   * heads merged to (N, T, H, D)). Set by the shape rules that move it; every other rule leaves 0, and a
+   * sequence gets 1. */
+  int sequence_axis;
   bool requires_grad;
   bpt_initializer initializer;
   /* How value and grad are stored, set at compile before the memory plan (bpt_precision_plan_storage): dtype,
@@ -66,6 +76,8 @@ struct bpt_node {
   void *saved;          /* op-private buffer kept from forward to backward (size from op->saved_bytes) */
   int64_t param_offset; /* parameters: element offset in the flat block */
   int64_t input_batch;  /* inputs: batch set by the last bpt_graph_set_input, 0 if none */
+  int64_t input_length; /* sequence inputs: length set by the last bpt_graph_set_input, 0 if none */
+  size_t saved_capacity; /* bytes the memory plan gave node->saved, for the declared shape */
 
   /* Activation memory: the value shares memory with later nodes once forward is past it. */
   const bpt_node *value_reused_by;
@@ -184,6 +196,8 @@ struct bpt_graph {
   bpt_backend *fallback_backend;
   /* Tests: every permute and slice stays a copy (strided_views.c), the arithmetic the views must reproduce. */
   bool strided_views_off;
+  /* Whether some node's dims are a run's shorter sequences rather than the declared ones (sequence_length.c). */
+  bool lengths_fitted;
 };
 
 /* Elements per sample (batched) or in total (unbatched) for the node's compiled shape. */
@@ -198,6 +212,9 @@ int64_t bpt_node_features(const bpt_node *node);
 int64_t bpt_node_count(const bpt_node *node);
 /* Element-wise ops' shape rule: the output takes input 0's shape (sequence axis included); input 0 must be f32. */
 bpt_status bpt_node_infer_elementwise_shape(bpt_node *node);
+/* Runs node's shape rule (at creation, and again for a run's sequence lengths), then gives a sequence its
+ * sequence_axis of 1. */
+bpt_status bpt_node_infer_shape(bpt_node *node);
 /* Binary element-wise ops' shape rule (add, mul): NumPy broadcasting of inputs 0 and 1, both f32, their shapes
  * aligned at the last axis, each pair of axes equal or one of them 1. The batch stays axis 0: an unbatched
  * operand spans at most the per-sample axes (or has a 1 against the batch), two batched ones have one rank.
@@ -256,6 +273,8 @@ bpt_status bpt_node_error(const bpt_node *node, bpt_status status, const char *f
     __attribute__((format(printf, 3, 4)));
 /* Writes "2x3x4" into buffer. */
 const char *bpt_shape_string(const bpt_node *node, char *buffer, size_t size);
+/* The same for the declared shape (the longest sequences). */
+const char *bpt_declared_shape_string(const bpt_node *node, char *buffer, size_t size);
 
 /* The node whose buffers hold node's value and gradient: its view source, or node itself. */
 static inline bpt_node *bpt_node_buffer_owner(bpt_node *node) {
@@ -270,6 +289,19 @@ bool bpt_node_contiguous(const bpt_node *node);
 /* Whether node is a view that covers only part of its source (a slice): a writer of its gradient then adds
  * into a cleared source gradient, never overwrites it. */
 bool bpt_node_partial_view(const bpt_node *node);
+/* Lays the strides out again for the current dims with the views chosen at compile, and checks that every
+ * reader still takes its view; for a run's sequence lengths (sequence_length.c). */
+bpt_status bpt_graph_lay_out_views(bpt_graph *graph, const char *where);
+
+/* Sequence lengths per run (sequence_length.c). bpt_graph_fit_run_lengths fits every node's dims to the lengths
+ * the sequence inputs were last fed (shape rules, strides and kernel supports again; no work when they already
+ * are); bpt_graph_fit_declared_lengths goes back to the declared shape, for calls that describe the graph
+ * (checkpoints, signatures, export). On failure the graph is left at its declared lengths. */
+bpt_status bpt_graph_fit_run_lengths(bpt_graph *graph, const char *where);
+bpt_status bpt_graph_fit_declared_lengths(bpt_graph *graph, const char *where);
+/* The length a sequence input accepts at most: its declared one. */
+static inline int64_t bpt_node_declared_length(const bpt_node *node) { return node->declared_dims[1]; }
+
 /* Host copy of a strided view's values (f32, row-major over its dims at the current batch) for reads. */
 bpt_status bpt_node_download_strided(const bpt_node *node, float *host, const char *where);
 

@@ -52,9 +52,9 @@ static void append_shape(text *t, const bpt_node *node) {
     if (axis == 0 && node->batched)
       append(t, "batch");
     else if (axis == 1 && node->sequence)
-      append(t, ", sequence %lld", (long long)node->dims[axis]);
+      append(t, ", sequence %lld", (long long)node->declared_dims[axis]);
     else
-      append(t, "%s%lld", axis ? ", " : "", (long long)node->dims[axis]);
+      append(t, "%s%lld", axis ? ", " : "", (long long)node->declared_dims[axis]);
   }
   append(t, ")");
 }

@@ -175,6 +175,7 @@ bpt_status bpt_memory_plan_build(bpt_graph *graph, bool keep_all, bpt_memory_pla
     }
     const bpt_op_definition *definition = bpt_op_get(node->op);
     size_t saved = definition->saved_bytes ? definition->saved_bytes(node) : 0;
+    node->saved_capacity = saved;
     if (saved) {
       plan->saved_offset[i] = cursor;
       if (saved > BPT_MAX_BYTES || !bpt_checked_add_bytes(cursor, align_up(saved), &cursor)) goto too_big;

@@ -30,18 +30,37 @@ bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tenso
   if (tensor->dtype != node->dtype)
     return bpt_error(context, BPT_ERR_DTYPE, "bpt_graph_set_input: input '%s' is %s, tensor is %s", node->name,
                      bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));
-  /* Only the per-sample element count must match: a (N, 28, 28) batch feeds a (N, 784) input as is. */
+  /* Only the per-sample element count must match: a (N, 28, 28) batch feeds a (N, 784) input as is. A sequence
+   * input also takes (N, t, ...) for a shorter t (sequence_length.c). */
   int64_t batch = tensor->dims[0];
-  int64_t inner = 1;
+  int64_t inner = 1, declared_inner = 1;
   for (int i = 1; i < tensor->rank; i++)
     inner *= tensor->dims[i];
-  if (inner != bpt_node_inner_count(node)) {
+  for (int i = 1; i < node->rank; i++)
+    declared_inner *= node->declared_dims[i];
+  int64_t length = 0;
+  if (node->sequence) {
+    const int64_t declared = bpt_node_declared_length(node);
+    if (inner == declared_inner) {
+      length = declared;
+    } else if (tensor->rank >= 2 && tensor->dims[1] >= 1 && tensor->dims[1] < declared &&
+               inner == tensor->dims[1] * (declared_inner / declared)) {
+      length = tensor->dims[1];
+    } else {
+      char expected[96];
+      return bpt_error(context, BPT_ERR_SHAPE,
+                       "bpt_graph_set_input: sequence input '%s' has shape %s (batch first): up to %lld tokens of "
+                       "%lld values each, fed as (N, tokens, ...); the tensor has %lld values per sample",
+                       node->name, bpt_declared_shape_string(node, expected, sizeof expected), (long long)declared,
+                       (long long)(declared_inner / declared), (long long)inner);
+    }
+  } else if (inner != declared_inner) {
     char expected[96];
     return bpt_error(context, BPT_ERR_SHAPE,
                      "bpt_graph_set_input: input '%s' has shape %s (batch first) so %lld values per sample; the "
                      "tensor has %lld",
-                     node->name, bpt_shape_string(node, expected, sizeof expected),
-                     (long long)bpt_node_inner_count(node), (long long)inner);
+                     node->name, bpt_shape_string(node, expected, sizeof expected), (long long)declared_inner,
+                     (long long)inner);
   }
   if (batch < 1 || batch > graph->max_batch)
     return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_set_input: input '%s': batch %lld is outside [1, %lld]",
@@ -54,6 +73,7 @@ bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tenso
     return bpt_backend_error(context, BPT_ERR_DEVICE, "bpt_graph_set_input");
   }
   node->input_batch = batch;
+  node->input_length = length;
   graph->forward_done = false;
   graph->backward_done = false;
   return BPT_OK;
@@ -82,6 +102,7 @@ static bpt_status forward(bpt_graph *graph) {
   }
   graph->batch = batch ? batch : 1;
   graph->forward_done = false;
+  BPT_CHECK(bpt_graph_fit_run_lengths(graph, "bpt_graph_forward"));
   graph->loss_on_host = false;
   graph->forward_seed = bpt_rng_next(&graph->rng); /* stochastic ops (issue 4) */
   BPT_CHECK(bpt_precision_before_forward(graph));
@@ -172,6 +193,7 @@ static bpt_status recompute_segment(bpt_graph *graph, int position) {
 
 static bpt_status backward_pass(bpt_graph *graph, bool accumulate, const char *where) {
   BPT_CHECK(require_forward(graph, where, "forward pass to differentiate"));
+  BPT_CHECK(bpt_graph_fit_run_lengths(graph, where)); /* the forward's, should a call since have gone back */
   BPT_CHECK(bpt_thread_guard_enter(graph->context, where));
   if (graph->hook) BPT_CHECK(graph->hook(graph->hook_data, graph, BPT_GRAPH_EVENT_BACKWARD_BEGIN, accumulate));
   if (!accumulate) BPT_CHECK(bpt_graph_zero_gradients(graph));
@@ -268,6 +290,7 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_read: node '%s' belongs to another graph",
                      node->name);
   BPT_CHECK(bpt_node_check_value_readable(node, "bpt_graph_read"));
+  BPT_CHECK(bpt_graph_fit_run_lengths(graph, "bpt_graph_read"));
   if (tensor->dtype != node->dtype)
     return bpt_error(context, BPT_ERR_DTYPE, "bpt_graph_read: node '%s' is %s, tensor is %s", node->name,
                      bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));
@@ -275,7 +298,13 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
   if (count > tensor->capacity)
     return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_read: node '%s' has %lld values, tensor holds %lld", node->name,
                      (long long)count, (long long)tensor->capacity);
-  if (node->batched) BPT_CHECK(bpt_tensor_set_batch(tensor, graph->batch));
+  if (node->batched) {
+    /* A sequence read after a run at a shorter length is (N, t, ...) as it was fed. */
+    if (node->sequence && tensor->rank == node->rank &&
+        memcmp(tensor->dims + 2, node->dims + 2, (size_t)(node->rank - 2) * sizeof *node->dims) == 0)
+      tensor->dims[1] = node->dims[1];
+    BPT_CHECK(bpt_tensor_set_batch(tensor, graph->batch));
+  }
   /* A bf16-stored activation is widened: the caller sees the node's dtype whatever its storage; so is the bf16
    * copy of a weight that has no f32 copy, since that is what forward read. */
   if (node->view_source && !bpt_node_contiguous(node)) return bpt_node_download_strided(node, (float *)tensor->data, "bpt_graph_read");

@@ -153,6 +153,21 @@ bpt_status bpt_graph_plan_strided_views(bpt_graph *graph) {
   return BPT_OK;
 }
 
+bpt_status bpt_graph_lay_out_views(bpt_graph *graph, const char *where) {
+  const int n = graph->node_count;
+  bool *view = bpt_calloc(graph->context, (size_t)n, sizeof *view, "strided view layout");
+  if (!view) return BPT_ERR_OUT_OF_MEMORY;
+  for (int i = 0; i < n; i++) view[i] = bpt_op_get(graph->nodes[i]->op)->strided_view && graph->nodes[i]->view_source;
+  lay_out(graph, view);
+  bpt_status status = BPT_OK;
+  for (int i = 0; i < n && status == BPT_OK; i++)
+    if (view[i] && !readers_take(graph, graph->nodes[i], view))
+      status = bpt_node_error(graph->nodes[i], BPT_ERR_UNSUPPORTED,
+                              "%s: a reader of this view does not take its strides at this run's shapes", where);
+  free(view);
+  return status;
+}
+
 bpt_status bpt_node_download_strided(const bpt_node *node, float *host, const char *where) {
   const bpt_node *source = node->view_source;
   const int64_t source_count = bpt_node_count(source), count = bpt_node_count(node);

@@ -11,11 +11,12 @@ static bool is_layer(const bpt_node *node) { return node->op != BPT_OP_INPUT && 
 
 static int64_t summary_batch(const bpt_graph *graph) { return graph->compiled ? graph->max_batch : 1; }
 
-/* Elements of node at batch (dims[0] holds the batch for batched nodes only once compiled). */
+/* Elements of node at batch and its declared (longest) sequence (dims[0] holds the batch for batched nodes only
+ * once compiled). */
 static int64_t elements_at(const bpt_node *node, int64_t batch) {
   int64_t count = node->batched ? batch : 1;
   for (int axis = node->batched ? 1 : 0; axis < node->rank; axis++)
-    count *= node->dims[axis];
+    count *= node->declared_dims[axis];
   return count;
 }
 
@@ -34,7 +35,7 @@ static void fill_row(const bpt_graph *graph, const bpt_node *node, bpt_layer_sum
   const int64_t batch = summary_batch(graph);
   *row = (bpt_layer_summary){.size = sizeof *row, .name = node->name, .op = bpt_node_op_name(node), .rank = node->rank};
   for (int axis = 0; axis < node->rank; axis++)
-    row->dims[axis] = node->dims[axis];
+    row->dims[axis] = node->declared_dims[axis];
   if (node->batched && node->rank > 0) row->dims[0] = batch;
   for (int k = 0; k < node->input_count; k++) {
     const bpt_node *input = node->inputs[k];

@@ -480,6 +480,7 @@ bpt_status bpt_graph_export_onnx(bpt_graph *graph, const char *path, const bpt_o
   if (!graph->compiled)
     return bpt_error(context, BPT_ERR_STATE,
                      WHERE ": compile the graph first (its shapes and parameters are exported)");
+  BPT_CHECK(bpt_graph_fit_declared_lengths(graph, WHERE)); /* the declared shapes, not a run's shorter ones */
 
   onnx_builder b = {.context = context, .graph = graph, .opset = o.opset};
   Onnx__ModelProto model;

@@ -12,6 +12,7 @@ static bpt_status dropout_infer_shape(bpt_node *node) {
   if (!x->batched) return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has no batch dimension", x->name);
   node->batched = true;
   node->sequence = x->sequence;
+  node->sequence_axis = x->sequence_axis;
   node->rank = x->rank;
   for (int i = 0; i < x->rank; i++)
     node->dims[i] = x->dims[i];

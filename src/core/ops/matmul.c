@@ -150,6 +150,11 @@ static bpt_status matmul_infer_shape(bpt_node *node) {
   node->dims[node->rank - 1] = transpose_b ? b->dims[b->rank - 2] : b->dims[b->rank - 1];
   node->batched = a->batched || b->batched;
   node->sequence = batch->sequence && node->rank > 2;
+  /* The rows follow a sequence along a's rows (the heads' scores (N, H, T, T)), the leading axes batch's. */
+  if (a->sequence_axis && a->sequence_axis == (transpose_a ? a->rank - 1 : a->rank - 2))
+    node->sequence_axis = node->rank - 2;
+  else if (batch->sequence_axis && batch->sequence_axis < batch->rank - 2)
+    node->sequence_axis = batch->sequence_axis;
   return BPT_OK;
 }
 

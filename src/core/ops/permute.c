@@ -26,7 +26,9 @@ static bpt_status permute_infer_shape(bpt_node *node) {
     return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' is batched: its batch (axis 0) must stay axis 0", x->name);
   node->rank = x->rank;
   node->batched = x->batched;
-  node->sequence = x->sequence && axes[1] == 1;
+  for (int i = 1; i < x->rank; i++)
+    if (x->sequence_axis && axes[i] == x->sequence_axis) node->sequence_axis = i;
+  node->sequence = node->sequence_axis == 1;
   return BPT_OK;
 }
 

@@ -6,6 +6,17 @@
 #include "core/checked.h"
 #include "core/graph.h"
 
+/* The new per-sample axis (index into dims) that is x's sequence axis, whole and after the same element count, as
+ * declared; -1 when there is none (the sequence merged with other axes or split). */
+static int axis_along_sequence(const bpt_node *x, const int64_t *dims, int rank) {
+  if (!x->sequence_axis) return -1;
+  int64_t before = 1, new_before = 1;
+  for (int i = 1; i < x->sequence_axis; i++) before *= x->declared_dims[i];
+  for (int k = 0; k < rank && new_before <= before; new_before *= dims[k], k++)
+    if (new_before == before && dims[k] == x->declared_dims[x->sequence_axis]) return k;
+  return -1;
+}
+
 static bpt_status reshape_infer_shape(bpt_node *node) {
   bpt_node *x = node->inputs[0];
   const int64_t rank = node->int_attributes[0];
@@ -17,21 +28,26 @@ static bpt_status reshape_infer_shape(bpt_node *node) {
     if (node->int_attributes[1 + i] < 1 || node->int_attributes[1 + i] > BPT_MAX_DIM)
       return bpt_node_error(node, BPT_ERR_SHAPE, "dimension %lld is %lld, must be in [1, 2^31 - 1]", (long long)i,
                             (long long)node->int_attributes[1 + i]);
+  /* (N, T, C) -> (N, T, H, D) keeps T a sequence axis: per-token ops still map over it, and a run's shorter
+   * sequence (sequence_length.c) is reshaped at its own length. */
+  int64_t dims[BPT_MAX_RANK];
+  for (int64_t i = 0; i < rank; i++) dims[i] = node->int_attributes[1 + i];
+  const int along = axis_along_sequence(x, dims, (int)rank);
+  if (along >= 0) dims[along] = x->dims[x->sequence_axis];
+  node->sequence = x->sequence && along == 0;
+  node->sequence_axis = along >= 0 ? along + 1 : 0;
   /* A product that wraps could equal the input's count: bound it instead. */
   int64_t count;
-  if (!bpt_checked_product(node->int_attributes + 1, (int)rank, BPT_MAX_ELEMENTS, &count))
+  if (!bpt_checked_product(dims, (int)rank, BPT_MAX_ELEMENTS, &count))
     return bpt_node_error(node, BPT_ERR_SHAPE, "the new shape has more than 2^40 values per sample; input '%s' has %lld",
                           x->name, (long long)bpt_node_inner_count(x));
   if (count != bpt_node_inner_count(x))
     return bpt_node_error(node, BPT_ERR_SHAPE, "input '%s' has %lld values per sample, the new shape %lld", x->name,
                           (long long)bpt_node_inner_count(x), (long long)count);
   node->batched = true;
-  /* (N, T, C) -> (N, T, H, D) keeps T a sequence axis: per-token ops still map over it. */
-  node->sequence = x->sequence && node->int_attributes[1] == x->dims[1];
   node->rank = (int)rank + 1;
   node->dims[0] = x->dims[0];
-  for (int64_t i = 0; i < rank; i++)
-    node->dims[1 + i] = node->int_attributes[1 + i];
+  for (int64_t i = 0; i < rank; i++) node->dims[1 + i] = dims[i];
   return BPT_OK;
 }
 

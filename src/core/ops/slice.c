@@ -31,6 +31,7 @@ static bpt_status slice_infer_shape(bpt_node *node) {
   node->dims[axis] = length;
   node->batched = x->batched;
   node->sequence = x->sequence;
+  node->sequence_axis = x->sequence_axis;
   return BPT_OK;
 }
 
