@@ -36,6 +36,18 @@ class _Tensor:
         buffer = (element * count).from_address(lib.bpt_tensor_data(self.handle))
         return numpy.frombuffer(buffer, dtype=numpy_dtype(self.dtype)).reshape((self.capacity,) + self.sample_shape)
 
+    def current(self):
+        """A NumPy view of the values at the tensor's current dims (a read sets the batch, and a sequence's
+        length after a run at a shorter one)."""
+        numpy = require_numpy()
+        dims = tuple(lib.bpt_tensor_dim(self.handle, i) for i in range(lib.bpt_tensor_rank(self.handle)))
+        count = 1
+        for d in dims:
+            count *= d
+        element = ctypes.c_float if self.dtype == "f32" else ctypes.c_int32
+        buffer = (element * count).from_address(lib.bpt_tensor_data(self.handle))
+        return numpy.frombuffer(buffer, dtype=numpy_dtype(self.dtype)).reshape(dims)
+
     def rows(self):
         """How many rows the tensor holds now (dimension 0)."""
         return lib.bpt_tensor_dim(self.handle, 0)

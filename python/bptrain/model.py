@@ -31,6 +31,7 @@ class Node:
         self._address = handle.value if isinstance(handle, ctypes.c_void_p) else handle
         self.dtype = dtype
         self.sample_shape = sample_shape  # inputs: the declared per-sample shape
+        self.sequence = False  # sequence inputs: a run may feed fewer tokens than sample_shape[0]
 
     @property
     def handle(self):
@@ -164,6 +165,7 @@ class Model(TrainingLoop, Closing):
         rank, dims = _ops._dims(shape, "Model.input_sequence")
         node = self._add(lib.bpt_graph_input_sequence, _arguments.name(name, "Model.input_sequence"), DTYPES[dtype],
                          length, rank, dims, dtype=dtype, sample_shape=(length,) + tuple(dims[:rank]))
+        node.sequence = True
         self.inputs.append(node)
         return node
 
@@ -309,8 +311,9 @@ class Model(TrainingLoop, Closing):
         return count.value
 
     # --- feeding and running -------------------------------------------------------------------------
-    def _array(self, data, node):
-        """`data` as a C-contiguous array of the node's dtype, shaped (samples,) + the node's sample shape."""
+    def _array(self, data, node, shorter=False):
+        """`data` as a C-contiguous array of the node's dtype, shaped (samples,) + the node's sample shape; with
+        `shorter`, a sequence input's (samples, t) + per-token shape for a t below its declared length too."""
         numpy = require_numpy()
         what = "input %r" % node.name
         if node.dtype == "i32":
@@ -335,6 +338,10 @@ class Model(TrainingLoop, Closing):
         values = 1  # from the shape, so that an empty array of the wrong shape is refused too
         for d in array.shape[1:]:
             values *= d
+        length = node.sample_shape[0] if node.sequence else 0
+        if shorter and node.sequence and values != per_sample and array.ndim >= 2 and 1 <= array.shape[1] < length \
+                and values == array.shape[1] * (per_sample // length):
+            return array.reshape((array.shape[0], array.shape[1]) + node.sample_shape[1:])
         if values != per_sample:
             raise error(SHAPE, "bptrain: input %r: samples have %d values (shape %s), the input expects %d (shape %s)"
                         % (node.name, values, array.shape[1:], per_sample, node.sample_shape))
@@ -380,11 +387,13 @@ class Model(TrainingLoop, Closing):
         if not inputs:  # (the same input found again by Model.node(name) is the declared one)
             raise error(INVALID_ARGUMENT, "bptrain: Model.set_input: %r is not an input of this model" % (node,))
         node = inputs[0]
-        source = self._array(data, node)
+        source = self._array(data, node, shorter=True)
         tensor = self._tensors[node._address]
         if len(source) > tensor.capacity:
             raise error(SHAPE, "bptrain: input %r: a batch of %d samples exceeds the compiled max_batch %d" %
                         (node.name, len(source), tensor.capacity))
+        if source.shape[1:] != node.sample_shape:  # a shorter sequence: a tensor of its own shape
+            tensor = _Tensor(self, node.dtype, source.shape)
         tensor.view()[:len(source)] = source
         tensor.set_batch(len(source))
         self.context.check(lib.bpt_graph_set_input(self.handle, node.handle, tensor.handle))
@@ -418,7 +427,7 @@ class Model(TrainingLoop, Closing):
         if tensor is None:
             tensor = self._tensors[node._address] = _Tensor(self, node.dtype, node.shape or (1,))
         self.context.check(lib.bpt_graph_read(self.handle, node.handle, tensor.handle))
-        return tensor.view()[:tensor.rows()].copy()
+        return tensor.current().copy()
 
     def clip_gradient_norm(self, max_norm):
         """Scales the gradients to a global L2 norm of at most `max_norm`; returns the norm before."""

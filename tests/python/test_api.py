@@ -334,6 +334,32 @@ class Ops(unittest.TestCase):
             flat = model_bad.input("flat", (8,))
             model_bad.transformer_block(flat, heads=2)
 
+    def test_shorter_sequences(self):
+        """A model declared for 6 tokens runs 3: causal, so each position's logits equal the full run's over the
+        same prefix; they read back (batch, 3, vocabulary); a length past the declared one is refused."""
+        model = bptrain.Model(context())
+        tokens = model.input_sequence("tokens", 6, (), dtype="i32")
+        positions = model.input_sequence("positions", 6, (), dtype="i32")
+        x = model.add(model.embedding(tokens, 7, 8, name="tok"), model.embedding(positions, 6, 8, name="pos"))
+        x = model.transformer_block(x, heads=2, name="block0")
+        logits = model.linear(x, 7, name="head")
+        model.compile(None, 4)
+        ids = RNG.randint(0, 7, size=(4, 6)).astype(np.int32)
+        where = np.tile(np.arange(6, dtype=np.int32), (4, 1))
+        model.set_input(tokens, ids)
+        model.set_input(positions, where)
+        model.forward()
+        full = model.read(logits)
+        self.assertEqual(full.shape, (4, 6, 7))
+        model.set_input(tokens, ids[:, :3])
+        model.set_input(positions, where[:, :3])
+        model.forward()
+        short = model.read(logits)
+        self.assertEqual(short.shape, (4, 3, 7))
+        np.testing.assert_allclose(short, full[:, :3], rtol=1e-5, atol=1e-6)
+        with self.assertRaises(bptrain.Error):
+            model.set_input(tokens, np.zeros((4, 7), np.int32))
+
     def test_batch_norm(self):
         x = (RNG.randn(8, 3, 4, 4) * 2 + 1).astype(np.float32)
         mean, var = x.mean(axis=(0, 2, 3), keepdims=True), x.var(axis=(0, 2, 3), keepdims=True)
