@@ -65,11 +65,13 @@ typedef struct gpt_model {
 
 /* The model, the same for training, validation and generation, so that parameters are declared in one order and
  * checkpoints of one load into the others. Positions are an input rather than a constant so that a window can
- * start anywhere. decode: the generation form, one token per pass through key/value-cached attention. */
+ * start anywhere. decode: the generation form, key/value-cached attention, whose passes feed any number of
+ * tokens up to the context (a whole prompt at once, then one token a pass): a run may feed a shorter sequence
+ * than the one declared. */
 static void build_gpt(bpt_context *context, bpt_graph *graph, const gpt_config *c, bool with_loss, bool decode,
                       gpt_model *m) {
   bpt_node *x, *position;
-  const int64_t length = decode ? 1 : c->context;
+  const int64_t length = c->context;
   EXAMPLE_CHECK(context, bpt_graph_input_sequence(graph, "tokens", BPT_DTYPE_I32, length, 0, NULL, &m->tokens));
   EXAMPLE_CHECK(context, bpt_graph_input_sequence(graph, "positions", BPT_DTYPE_I32, length, 0, NULL, &m->positions));
   EXAMPLE_CHECK(context, bpt_layer_embedding(graph, "tok", m->tokens, VOCABULARY, c->dim, &x));
@@ -204,17 +206,17 @@ static void print_byte(int byte) {
     printf("\\x%02x", byte);
 }
 
-/* A batch-1 generation graph (decode: the key/value-cached form, one token per pass; otherwise the training
- * form, a whole window per token) holding the trained weights, and its tensors. */
+/* A batch-1 generation graph (decode: the key/value-cached form; otherwise the training form, a whole window per
+ * byte) holding the trained weights, and its logits. */
 typedef struct generator {
   bpt_graph *graph;
   gpt_model m;
-  bpt_tensor *tokens, *positions, *logits;
-  long length; /* positions per pass */
+  bpt_tensor *logits;
+  long length; /* the most positions a pass feeds */
 } generator;
 
 static void generator_open(generator *g, bpt_context *context, bpt_graph *trained, const gpt_config *c, bool decode) {
-  g->length = decode ? 1 : c->context;
+  g->length = c->context;
   EXAMPLE_CHECK(context, bpt_graph_create(context, &g->graph));
   build_gpt(context, g->graph, c, false, decode, &g->m);
   EXAMPLE_CHECK(context, bpt_graph_compile(g->graph, NULL, 1));
@@ -222,37 +224,41 @@ static void generator_open(generator *g, bpt_context *context, bpt_graph *traine
   float *weights = example_read_parameters(context, trained, &parameters);
   EXAMPLE_CHECK(context, bpt_graph_write_parameters(g->graph, weights, parameters));
   free(weights);
-  const int64_t dims[2] = {1, g->length}, logit_dims[3] = {1, g->length, VOCABULARY};
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &g->tokens));
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &g->positions));
+  const int64_t logit_dims[3] = {1, g->length, VOCABULARY};
   EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, logit_dims, &g->logits));
 }
 
 static void generator_close(generator *g) {
-  bpt_tensor_destroy(g->tokens);
-  bpt_tensor_destroy(g->positions);
   bpt_tensor_destroy(g->logits);
   bpt_graph_destroy(g->graph);
 }
 
-/* One pass: the logits row for the next byte after tokens[0 .. count) at positions first .. first + count - 1. */
+/* One pass of count (<= g->length) tokens, a sequence that long: the logits row for the next byte after
+ * tokens[0 .. count) at positions first .. first + count - 1. */
 static const float *generator_run(bpt_context *context, generator *g, const unsigned char *tokens, long count,
                                   long first) {
-  int32_t *ids = bpt_tensor_data(g->tokens), *where = bpt_tensor_data(g->positions);
-  for (long t = 0; t < g->length; t++) {
-    ids[t] = t < count ? tokens[t] : 0;
-    where[t] = (int32_t)(first + t);
+  const int64_t dims[2] = {1, count};
+  bpt_tensor *ids, *where;
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &ids));
+  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &where));
+  int32_t *id = bpt_tensor_data(ids), *position = bpt_tensor_data(where);
+  for (long t = 0; t < count; t++) {
+    id[t] = tokens[t];
+    position[t] = (int32_t)(first + t);
   }
-  EXAMPLE_CHECK(context, bpt_graph_set_input(g->graph, g->m.tokens, g->tokens));
-  EXAMPLE_CHECK(context, bpt_graph_set_input(g->graph, g->m.positions, g->positions));
+  EXAMPLE_CHECK(context, bpt_graph_set_input(g->graph, g->m.tokens, ids));
+  EXAMPLE_CHECK(context, bpt_graph_set_input(g->graph, g->m.positions, where));
+  bpt_tensor_destroy(ids);
+  bpt_tensor_destroy(where);
   EXAMPLE_CHECK(context, bpt_graph_forward(g->graph));
   EXAMPLE_CHECK(context, bpt_graph_read(g->graph, g->m.logits, g->logits));
   return (const float *)bpt_tensor_data(g->logits) + (count - 1) * VOCABULARY;
 }
 
-/* Generates count bytes after prompt. With the cache each byte is one single-token pass; once the context is
- * full, the last half of it is fed again from position 0 (learned positions stop at the context) and generation
- * goes on. Without it, each byte runs the last `context` bytes as a window. */
+/* Generates count bytes after prompt. With the cache the prompt is one pass and each byte after it one
+ * single-token pass; once the context is full, the last half of it is fed again from position 0 in one pass
+ * (learned positions stop at the context) and generation goes on. Without it, each byte runs the last (up to
+ * `context`) bytes as a window. */
 static void generate(bpt_context *context, bpt_graph *trained, const gpt_config *c, const char *prompt, long count,
                      double temperature, int top_k, uint64_t seed, bool cached) {
   generator g;
@@ -277,9 +283,10 @@ static void generate(bpt_context *context, bpt_graph *trained, const gpt_config 
   const double start = example_seconds();
   const float *row = NULL;
   long position = 0; /* cached: tokens in the cache */
-  if (cached)
-    for (; position < length; position++)
-      row = generator_run(context, &g, text + position, 1, position);
+  if (cached) {
+    row = generator_run(context, &g, text, length, 0);
+    position = length;
+  }
   for (long i = 0; i < count; i++) {
     if (!cached) {
       const long window = length < c->context ? length : c->context;
@@ -287,8 +294,8 @@ static void generate(bpt_context *context, bpt_graph *trained, const gpt_config 
     } else if (i > 0) {
       if (position == c->context) { /* full: start afresh from the last half */
         const long keep = c->context / 2;
-        for (position = 0; position < keep - 1; position++)
-          generator_run(context, &g, text + length - keep + position, 1, position);
+        if (keep > 1) generator_run(context, &g, text + length - keep, keep - 1, 0);
+        position = keep - 1;
       }
       row = generator_run(context, &g, text + length - 1, 1, position++);
     }

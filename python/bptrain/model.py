@@ -380,7 +380,8 @@ class Model(TrainingLoop, Closing):
             self.context.check(lib.bpt_graph_set_input(self.handle, node.handle, tensor.handle))
 
     def set_input(self, node, data):
-        """Feeds one batch (an array of samples) into input `node`."""
+        """Feeds one batch (an array of samples) into input `node`; a sequence input also takes (samples, t, ...)
+        for t below its declared length, and the next forward runs the model at that length."""
         self._require_compiled("set_input")
         node = self._own_node(node, "set_input")
         inputs = [declared for declared in self.inputs if declared._address == node._address]
