@@ -2,10 +2,10 @@
  * any shorter length fed to it, exactly as a graph declared that long: the same loss, logits and parameter
  * gradients bit for bit (the same products on the same shapes), in f32 and under the bf16 policy with 16-bit
  * storage, through a two-block GPT (embeddings of tokens and positions, attention on strided slices, MLP, head,
- * cross-entropy) and through nanoGPT's head split (slices reshaped to heads and permuted for matmul, views whose
- * strides follow the length). Lengths alternate so each run refits the graph; the signature (what checkpoints
- * and data parallelism compare) stays the declared one. What cannot take a shorter sequence is refused with a
- * message naming node and lengths, and the graph then still runs at its declared length. */
+ * cross-entropy; its blocks kept or recomputed in backward) and through nanoGPT's head split (slices reshaped to heads
+ * and permuted for matmul, views whose strides follow the length). Lengths alternate so each run refits the graph; the
+ * signature (what checkpoints and data parallelism compare) stays the declared one. What cannot take a shorter sequence
+ * is refused with a message naming node and lengths, and the graph then still runs at its declared length. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +15,7 @@
 #include "test_support.h"
 
 enum { BATCH = 2, LENGTH = 8, VOCABULARY = 16, WIDTH = 8, HEADS = 2 };
-typedef enum { GPT_GRAPH, SPLIT_GRAPH } graph_kind;
+typedef enum { GPT_GRAPH, RECOMPUTED_GPT_GRAPH, SPLIT_GRAPH } graph_kind;
 
 typedef struct model {
   bpt_context *context;
@@ -67,9 +67,10 @@ static void model_build(model *m, graph_kind kind, int64_t length, bool storage1
   assert_ok(m->context, bpt_layer_embedding(g, "tok", m->tokens, VOCABULARY, WIDTH, &x));
   assert_ok(m->context, bpt_layer_embedding(g, "pos", m->positions, LENGTH, WIDTH, &p));
   assert_ok(m->context, bpt_add(g, "embed", x, p, &x));
-  if (kind == GPT_GRAPH) {
+  if (kind != SPLIT_GRAPH) {
     bpt_transformer_block_options o = bpt_transformer_block_options_default();
     o.heads = HEADS;
+    o.recompute = kind == RECOMPUTED_GPT_GRAPH; /* backward runs each block's forward again, at the run's length */
     assert_ok(m->context, bpt_layer_transformer_block(g, "block0", x, &o, &x));
     assert_ok(m->context, bpt_layer_transformer_block(g, "block1", x, &o, &x));
   } else {
@@ -194,6 +195,11 @@ static void gpt_runs_shorter_sequences_in_16_bits(void **state) {
   check_lengths(GPT_GRAPH, true);
 }
 
+static void recomputed_blocks_run_shorter_sequences(void **state) {
+  (void)state;
+  check_lengths(RECOMPUTED_GPT_GRAPH, false);
+}
+
 static void head_split_views_follow_the_length(void **state) {
   (void)state;
   check_lengths(SPLIT_GRAPH, false);
@@ -249,6 +255,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(gpt_runs_shorter_sequences),
       cmocka_unit_test(gpt_runs_shorter_sequences_in_16_bits),
+      cmocka_unit_test(recomputed_blocks_run_shorter_sequences),
       cmocka_unit_test(head_split_views_follow_the_length),
       cmocka_unit_test(refusals_name_node_and_lengths),
   };
