@@ -11,8 +11,9 @@
  * already knows how its output follows its inputs. A node that cannot take a shorter sequence (a parameter sized
  * by it, a reshape that folds it into features, a slice past its end) fails the run with its rule's message.
  *
- * Calls that describe the graph rather than run it (checkpoints, the signature, ONNX export, the summary) fit it
- * back to the declared lengths first; the next run fits it to its own again. */
+ * Calls that describe the graph rather than run it read the declared shape (node->declared_dims: checkpoints, the
+ * signature, the summary, bpt_node_dim) or, reading every op's own shapes as ONNX export does, fit the graph back
+ * to the declared lengths first; backward and reads fit it to the forward's lengths again. */
 #include <stdio.h>
 #include <string.h>
 
