@@ -1,5 +1,6 @@
 /* The transformer layer helpers from the public API: the block's parameter names, GPT-style decay groups, and
- * generation with a key/value cache equal to the training form's causal attention over the whole window. Per-op
+ * generation with a key/value cache (passes of one token or several) equal to the training form's causal
+ * attention over the whole window. Per-op
  * values and gradients on every backend are test_backend_ops.c's. */
 #include <math.h>
 #include <stdbool.h>
@@ -10,14 +11,15 @@
 
 enum { BATCH = 2, LENGTH = 6, WIDTH = 8, HEADS = 2 };
 
-/* A one-block model on (BATCH, LENGTH) token ids; decode: the cached form, one token per pass. */
+/* A one-block model on (BATCH, LENGTH) token ids; decode: the cached form, declared LENGTH long like the window
+ * so that a pass may feed any number of tokens up to it (sequence_length.c). */
 typedef struct tiny_gpt {
   bpt_graph *graph;
   bpt_node *tokens, *positions, *logits;
 } tiny_gpt;
 
 static void build(bpt_context *context, tiny_gpt *m, bool decode, int64_t batch) {
-  const int64_t length = decode ? 1 : LENGTH;
+  const int64_t length = LENGTH;
   bpt_node *x, *p;
   assert_ok(context, bpt_graph_create(context, &m->graph));
   assert_ok(context, bpt_graph_input_sequence(m->graph, "tokens", BPT_DTYPE_I32, length, 0, NULL, &m->tokens));
@@ -68,31 +70,38 @@ static void kv_cache_matches_the_window(void **state) {
   set_ids(context, window.graph, window.tokens, ids, BATCH, LENGTH);
   set_ids(context, window.graph, window.positions, positions, BATCH, LENGTH);
   assert_ok(context, bpt_graph_forward(window.graph));
-  const int64_t all_dims[3] = {BATCH, LENGTH, 16}, one_dims[3] = {BATCH, 1, 16};
-  bpt_tensor *all, *one;
+  const int64_t all_dims[3] = {BATCH, LENGTH, 16};
+  bpt_tensor *all, *some;
   assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, all_dims, &all));
-  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, one_dims, &one));
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, all_dims, &some));
   assert_ok(context, bpt_graph_read(window.graph, window.logits, all));
   const float *expected = bpt_tensor_data(all);
-  /* Twice: position 0 starts afresh, so a second sequence through the same cache gives the same values. */
-  for (int round = 0; round < 2; round++)
-    for (int t = 0; t < LENGTH; t++) {
-      int32_t step_ids[BATCH], step_positions[BATCH];
-      for (int n = 0; n < BATCH; n++) {
-        step_ids[n] = ids[n * LENGTH + t];
-        step_positions[n] = t;
-      }
-      set_ids(context, decoder.graph, decoder.tokens, step_ids, BATCH, 1);
-      set_ids(context, decoder.graph, decoder.positions, step_positions, BATCH, 1);
-      assert_ok(context, bpt_graph_forward(decoder.graph));
-      assert_ok(context, bpt_graph_read(decoder.graph, decoder.logits, one));
-      const float *got = bpt_tensor_data(one);
+  /* Three times: position 0 starts afresh, so a second sequence through the same cache gives the same values.
+   * Round 0 feeds one token a pass; round 1 a 4-token prompt in one pass, then one token a pass; round 2 passes
+   * of 2, 3 and 1 tokens. */
+  const int passes[3][LENGTH] = {{1, 1, 1, 1, 1, 1}, {4, 1, 1}, {2, 3, 1}};
+  for (int round = 0; round < 3; round++)
+    for (int t = 0, pass = 0; t < LENGTH; t += passes[round][pass++]) {
+      const int count = passes[round][pass];
+      int32_t step_ids[BATCH * LENGTH], step_positions[BATCH * LENGTH];
       for (int n = 0; n < BATCH; n++)
-        for (int v = 0; v < 16; v++)
-          assert_float_equal(got[n * 16 + v], expected[(n * LENGTH + t) * 16 + v], 1e-5);
+        for (int i = 0; i < count; i++) {
+          step_ids[n * count + i] = ids[n * LENGTH + t + i];
+          step_positions[n * count + i] = t + i;
+        }
+      set_ids(context, decoder.graph, decoder.tokens, step_ids, BATCH, count);
+      set_ids(context, decoder.graph, decoder.positions, step_positions, BATCH, count);
+      assert_ok(context, bpt_graph_forward(decoder.graph));
+      assert_ok(context, bpt_graph_read(decoder.graph, decoder.logits, some));
+      assert_int_equal(bpt_tensor_dim(some, 1), count);
+      const float *got = bpt_tensor_data(some);
+      for (int n = 0; n < BATCH; n++)
+        for (int i = 0; i < count; i++)
+          for (int v = 0; v < 16; v++)
+            assert_float_equal(got[(n * count + i) * 16 + v], expected[(n * LENGTH + t + i) * 16 + v], 1e-5);
     }
   bpt_tensor_destroy(all);
-  bpt_tensor_destroy(one);
+  bpt_tensor_destroy(some);
   free(weights);
   bpt_graph_destroy(window.graph);
   bpt_graph_destroy(decoder.graph);
