@@ -121,6 +121,9 @@ class Model(TrainingLoop, Closing):
         self.prediction = None  # the prediction of an mse_loss
         self.max_batch = 0
         self._tensors = {}
+        # Model.read's own tensors: a read sets a sequence's length in the tensor's shape, which must not reach
+        # the tensors that feed the inputs.
+        self._read_tensors = {}
         self._names = {}
 
     @property
@@ -424,9 +427,9 @@ class Model(TrainingLoop, Closing):
         """The node's values from the last forward pass as a new array (batch first where it has one)."""
         self._require_compiled("read")
         node = self._own_node(node, "read")
-        tensor = self._tensors.get(node._address)
+        tensor = self._read_tensors.get(node._address)
         if tensor is None:
-            tensor = self._tensors[node._address] = _Tensor(self, node.dtype, node.shape or (1,))
+            tensor = self._read_tensors[node._address] = _Tensor(self, node.dtype, node.shape or (1,))
         self.context.check(lib.bpt_graph_read(self.handle, node.handle, tensor.handle))
         return tensor.current().copy()
 
@@ -574,6 +577,7 @@ class Model(TrainingLoop, Closing):
         nodes) afterwards raises StateError."""
         self._native.close()
         self._tensors = {}
+        self._read_tensors = {}
 
 
 for _method, _op in _ops.TABLE.items():

@@ -357,6 +357,11 @@ class Ops(unittest.TestCase):
         short = model.read(logits)
         self.assertEqual(short.shape, (4, 3, 7))
         np.testing.assert_allclose(short, full[:, :3], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(model.read(tokens), ids[:, :3])
+        model.set_input(tokens, ids)  # full length again, after a read of the input at 3
+        model.set_input(positions, where)
+        model.forward()
+        np.testing.assert_array_equal(model.read(logits), full)
         with self.assertRaises(bptrain.Error):
             model.set_input(tokens, np.zeros((4, 7), np.int32))
 
