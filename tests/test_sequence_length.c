@@ -113,7 +113,25 @@ typedef struct result {
   float loss;
   float *logits, *gradients;
   int64_t logits_dims[3];
+  int64_t scores_dims[4]; /* the split graph's attention probabilities (N, H, t, t), as read */
+  float *scores;
 } result;
+
+/* The split graph's probabilities "p", read into a tensor of their declared shape. */
+static void read_scores(model *m, int64_t length, result *r) {
+  bpt_node *p;
+  if (bpt_graph_find_node(m->graph, "p", &p) != BPT_OK) return; /* not the split graph */
+  const int64_t dims[4] = {BATCH, HEADS, LENGTH, LENGTH};
+  bpt_tensor *scores;
+  assert_ok(m->context, bpt_tensor_create(m->context, BPT_DTYPE_F32, 4, dims, &scores));
+  assert_ok(m->context, bpt_graph_read(m->graph, p, scores));
+  for (int i = 0; i < 4; i++)
+    r->scores_dims[i] = bpt_tensor_dim(scores, i);
+  const size_t bytes = (size_t)(BATCH * HEADS * length * length) * sizeof *r->scores;
+  r->scores = malloc(bytes);
+  memcpy(r->scores, bpt_tensor_data(scores), bytes);
+  bpt_tensor_destroy(scores);
+}
 
 static result step(model *m, int64_t length, int round) {
   result r = {0};
@@ -129,6 +147,7 @@ static result step(model *m, int64_t length, int round) {
   r.logits = malloc((size_t)(BATCH * LENGTH * VOCABULARY) * sizeof *r.logits);
   memcpy(r.logits, bpt_tensor_data(logits), (size_t)(BATCH * length * VOCABULARY) * sizeof *r.logits);
   bpt_tensor_destroy(logits);
+  read_scores(m, length, &r);
   assert_ok(m->context, bpt_graph_backward(m->graph));
   const int64_t count = bpt_graph_parameter_count(m->graph);
   r.gradients = malloc((size_t)count * sizeof *r.gradients);
@@ -139,6 +158,7 @@ static result step(model *m, int64_t length, int round) {
 static void result_free(result *r) {
   free(r->logits);
   free(r->gradients);
+  free(r->scores);
 }
 
 static char *signature(model *m) {
@@ -173,6 +193,11 @@ static void check_lengths(graph_kind kind, bool storage16) {
     assert_int_equal(got.logits_dims[2], VOCABULARY);
     assert_memory_equal(got.logits, want.logits, (size_t)(BATCH * length * VOCABULARY) * sizeof *got.logits);
     assert_memory_equal(got.gradients, want.gradients, (size_t)count * sizeof *got.gradients);
+    if (kind == SPLIT_GRAPH) { /* (N, H, t, t): the length shows at two axes, neither of them axis 1 */
+      const int64_t scores_dims[4] = {BATCH, HEADS, length, length};
+      assert_memory_equal(got.scores_dims, scores_dims, sizeof scores_dims);
+      assert_memory_equal(got.scores, want.scores, (size_t)(BATCH * HEADS * length * length) * sizeof *got.scores);
+    }
     char *now = signature(&full);
     assert_string_equal(now, declared);
     free(now);
@@ -204,6 +229,60 @@ static void head_split_views_follow_the_length(void **state) {
   (void)state;
   check_lengths(SPLIT_GRAPH, false);
   check_lengths(SPLIT_GRAPH, true);
+}
+
+/* Reshape and permute straight off an f32 sequence input: (N, T, 6) -> (N, T, 2, 3) -> (N, T, 3, 2) -> (N, T, 6),
+ * per token (linear), at a shorter length equal to a graph declared that long. */
+static bpt_node *input_reshaped(bpt_context *context, bpt_graph *graph, int64_t length) {
+  bpt_node *x, *y;
+  const int64_t width = 6, split[3] = {length, 2, 3}, swap[4] = {0, 1, 3, 2}, merged[2] = {length, 6};
+  assert_ok(context, bpt_graph_input_sequence(graph, "x", BPT_DTYPE_F32, length, 1, &width, &x));
+  assert_ok(context, bpt_reshape(graph, "split", x, 3, split, &y));
+  assert_ok(context, bpt_permute(graph, "swap", y, 4, swap, &y));
+  assert_ok(context, bpt_reshape(graph, "merged", y, 2, merged, &y));
+  assert_ok(context, bpt_layer_linear(graph, "per_token", y, 5, BPT_INIT_XAVIER_UNIFORM, &y));
+  return y;
+}
+
+static void reshaped_inputs_follow_the_length(void **state) {
+  (void)state;
+  const int64_t short_length = 3;
+  bpt_context *context = test_context(7);
+  bpt_graph *graphs[2];
+  bpt_node *outputs[2];
+  for (int g = 0; g < 2; g++) {
+    assert_ok(context, bpt_graph_create(context, &graphs[g]));
+    outputs[g] = input_reshaped(context, graphs[g], g == 0 ? LENGTH : short_length);
+    assert_true(bpt_node_dim(outputs[g], 2) == 5); /* per token: (N, T, 5), not (N, 5) */
+    assert_ok(context, bpt_graph_compile(graphs[g], NULL, BATCH));
+  }
+  const int64_t count = bpt_graph_parameter_count(graphs[0]);
+  float weights[6 * 5 + 5];
+  assert_int_equal(count, 6 * 5 + 5);
+  test_random random;
+  test_random_seed(&random, 9);
+  test_random_fill(&random, weights, count, -1.0f, 1.0f);
+  const int64_t dims[3] = {BATCH, short_length, 6}, out_dims[3] = {BATCH, LENGTH, 5};
+  bpt_tensor *x, *y[2];
+  assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, dims, &x));
+  test_random_fill(&random, bpt_tensor_data(x), BATCH * short_length * 6, -1.0f, 1.0f);
+  for (int g = 0; g < 2; g++) {
+    bpt_node *input;
+    assert_ok(context, bpt_graph_find_node(graphs[g], "x", &input));
+    assert_ok(context, bpt_graph_write_parameters(graphs[g], weights, count));
+    assert_ok(context, bpt_graph_set_input(graphs[g], input, x));
+    assert_ok(context, bpt_graph_forward(graphs[g]));
+    assert_ok(context, bpt_tensor_create(context, BPT_DTYPE_F32, 3, out_dims, &y[g]));
+    assert_ok(context, bpt_graph_read(graphs[g], outputs[g], y[g]));
+    assert_int_equal(bpt_tensor_dim(y[g], 1), short_length);
+  }
+  assert_memory_equal(bpt_tensor_data(y[0]), bpt_tensor_data(y[1]), (size_t)(BATCH * short_length * 5) * sizeof(float));
+  for (int g = 0; g < 2; g++) {
+    bpt_tensor_destroy(y[g]);
+    bpt_graph_destroy(graphs[g]);
+  }
+  bpt_tensor_destroy(x);
+  bpt_context_destroy(context);
 }
 
 /* Too long, lengths that disagree, and a node whose shape is fixed by the declared length: refused with a
@@ -257,6 +336,7 @@ int main(void) {
       cmocka_unit_test(gpt_runs_shorter_sequences_in_16_bits),
       cmocka_unit_test(recomputed_blocks_run_shorter_sequences),
       cmocka_unit_test(head_split_views_follow_the_length),
+      cmocka_unit_test(reshaped_inputs_follow_the_length),
       cmocka_unit_test(refusals_name_node_and_lengths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -228,7 +228,8 @@ BPT_API bpt_status bpt_graph_compile(bpt_graph *graph, bpt_node *loss, int64_t m
  * its declared length; sequence inputs declared equally long must be fed equally long. The next forward then
  * runs every node at that length (each op's shape rule applied again); a node whose shape cannot follow it (a
  * parameter as long as the declared sequence, a reshape that merges the sequence axis with others) makes that
- * forward fail with BPT_ERR_SHAPE naming the node and the lengths.
+ * forward fail with BPT_ERR_SHAPE naming the node and the lengths (BPT_ERR_UNSUPPORTED where a node's kernels
+ * do not take the shorter shapes).
  */
 BPT_API bpt_status bpt_graph_set_input(bpt_graph *graph, bpt_node *node, const bpt_tensor *tensor);
 
@@ -249,7 +250,8 @@ BPT_API bpt_status bpt_graph_loss(bpt_graph *graph, float *loss);
 
 /**
  * Copies @p node's value from the last forward pass into @p tensor, whose dimension 0 is set to the batch
- * size (and, for a sequence of the node's rank, dimension 1 to the run's sequence length). The tensor must have the node's dtype and enough capacity. Values that only forward needs share
+ * size; after a run at a shorter sequence, a tensor of the node's rank takes the node's shape at that length
+ * ((N, t, ...), and wherever else the length shows, as the heads' (N, H, t, D)). The tensor must have the node's dtype and enough capacity. Values that only forward needs share
  * memory (see docs/precision.md): reading one fails with BPT_ERR_STATE once a later node or backward has
  * reused its bytes, unless the graph keeps every value (keep_all_values in bpt_precision_options).
  */

@@ -291,6 +291,7 @@ bpt_status bpt_graph_input_sequence(bpt_graph *graph, const char *name, bpt_dtyp
   for (int i = 0; i < rank; i++) sample[i + 1] = dims[i];
   BPT_CHECK(bpt_graph_input(graph, name, dtype, rank + 1, sample, out));
   (*out)->sequence = true;
+  (*out)->sequence_axis = 1;
   return BPT_OK;
 }
 

@@ -295,8 +295,10 @@ bpt_status bpt_graph_lay_out_views(bpt_graph *graph, const char *where);
 
 /* Sequence lengths per run (sequence_length.c). bpt_graph_fit_run_lengths fits every node's dims to the lengths
  * the sequence inputs were last fed (shape rules, strides and kernel supports again; no work when they already
- * are); bpt_graph_fit_declared_lengths goes back to the declared shape, for calls that describe the graph
- * (checkpoints, signatures, export). On failure the graph is left at its declared lengths. */
+ * are); bpt_graph_fit_declared_lengths goes back to the declared shape, for calls that read every op's own
+ * shapes to describe the graph (ONNX export; checkpoints, signatures and the summary read declared_dims). A fit
+ * that fails leaves the graph at its declared lengths; lengths refused before any fit (two equally declared
+ * inputs fed different lengths) leave it as it was. */
 bpt_status bpt_graph_fit_run_lengths(bpt_graph *graph, const char *where);
 bpt_status bpt_graph_fit_declared_lengths(bpt_graph *graph, const char *where);
 /* The length a sequence input accepts at most: its declared one. */

@@ -398,6 +398,7 @@ static bpt_status report_nonfinite(bpt_graph *graph, const char *what) {
   if (!graph->backend->vtable->unscale_check_finite)
     return bpt_error(graph->context, BPT_ERR_NUMERIC, "%s: %s (backend '%s' cannot check which op went non-finite)",
                      where, what, graph->backend->vtable->name);
+  BPT_CHECK(bpt_graph_fit_run_lengths(graph, where)); /* the forward's, should a call since have gone back */
   BPT_CHECK(bpt_precision_before_forward(graph));
   for (int i = 0; i < graph->node_count; i++) {
     bpt_node *node = graph->order[i];

@@ -290,7 +290,7 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
     return bpt_error(context, BPT_ERR_INVALID_ARGUMENT, "bpt_graph_read: node '%s' belongs to another graph",
                      node->name);
   BPT_CHECK(bpt_node_check_value_readable(node, "bpt_graph_read"));
-  BPT_CHECK(bpt_graph_fit_run_lengths(graph, "bpt_graph_read"));
+  if (node->op != BPT_OP_PARAMETER) BPT_CHECK(bpt_graph_fit_run_lengths(graph, "bpt_graph_read"));
   if (tensor->dtype != node->dtype)
     return bpt_error(context, BPT_ERR_DTYPE, "bpt_graph_read: node '%s' is %s, tensor is %s", node->name,
                      bpt_dtype_name(node->dtype), bpt_dtype_name(tensor->dtype));
@@ -299,10 +299,23 @@ bpt_status bpt_graph_read(bpt_graph *graph, const bpt_node *node, bpt_tensor *te
     return bpt_error(context, BPT_ERR_SHAPE, "bpt_graph_read: node '%s' has %lld values, tensor holds %lld", node->name,
                      (long long)count, (long long)tensor->capacity);
   if (node->batched) {
-    /* A sequence read after a run at a shorter length is (N, t, ...) as it was fed. */
-    if (node->sequence && tensor->rank == node->rank &&
-        memcmp(tensor->dims + 2, node->dims + 2, (size_t)(node->rank - 2) * sizeof *node->dims) == 0)
-      tensor->dims[1] = node->dims[1];
+    /* After a run at a shorter sequence the node's per-sample shape is the run's ((N, t, ...), the heads'
+     * (N, H, t, D)): a tensor of its rank takes that shape, one of another rank must hold as many values a
+     * sample, so that its shape never claims a layout the values do not have. */
+    int64_t tensor_inner = 1;
+    for (int i = 1; i < tensor->rank; i++) tensor_inner *= tensor->dims[i];
+    if (tensor_inner != bpt_node_inner_count(node)) {
+      if (tensor->rank == node->rank) {
+        memcpy(tensor->dims + 1, node->dims + 1, (size_t)(node->rank - 1) * sizeof *node->dims);
+      } else if (graph->lengths_fitted) {
+        char shape[96];
+        return bpt_error(context, BPT_ERR_SHAPE,
+                         "bpt_graph_read: node '%s' is %s at this run's sequence length (%lld values a sample); the "
+                         "tensor, of rank %d, has %lld a sample: pass a tensor of rank %d",
+                         node->name, bpt_shape_string(node, shape, sizeof shape),
+                         (long long)bpt_node_inner_count(node), tensor->rank, (long long)tensor_inner, node->rank);
+      }
+    }
     BPT_CHECK(bpt_tensor_set_batch(tensor, graph->batch));
   }
   /* A bf16-stored activation is widened: the caller sees the node's dtype whatever its storage; so is the bf16

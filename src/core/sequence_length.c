@@ -85,7 +85,8 @@ static bpt_status fit_lengths(bpt_graph *graph, bool declared, const char *where
   char message[BPT_ERROR_MESSAGE_SIZE], lengths[256];
   snprintf(message, sizeof message, "%s", bpt_context_last_error(graph->context));
   describe_lengths(graph, lengths, sizeof lengths);
-  /* The declared shapes held at compile, so going back to them cannot fail. */
+  /* The declared shapes held at compile, so going back to them fails only for want of memory for the view
+   * layout, which the next fit redoes. */
   (void)fit(graph, true, where);
   return bpt_error(graph->context, status, "%s (sequence lengths fed: %s; the graph was compiled for longer ones)",
                    message, lengths);

@@ -102,7 +102,7 @@ bpt_status bpt_graph_value_statistics(bpt_graph *graph, const bpt_node *node, bp
   if (!node || !statistics || node->graph != graph)
     return bpt_error(graph->context, BPT_ERR_INVALID_ARGUMENT, "%s: needs a node of this graph and a result", where);
   BPT_CHECK(bpt_node_check_value_readable(node, where));
-  BPT_CHECK(bpt_graph_fit_run_lengths(graph, where));
+  if (node->op != BPT_OP_PARAMETER) BPT_CHECK(bpt_graph_fit_run_lengths(graph, where));
   if (node->dtype != BPT_DTYPE_F32)
     return bpt_error(graph->context, BPT_ERR_DTYPE, "%s: node '%s' is not f32", where, node->name);
   const int64_t count = bpt_node_count(node);

@@ -34,7 +34,7 @@ static bpt_status reshape_infer_shape(bpt_node *node) {
   for (int64_t i = 0; i < rank; i++) dims[i] = node->int_attributes[1 + i];
   const int along = axis_along_sequence(x, dims, (int)rank);
   if (along >= 0) dims[along] = x->dims[x->sequence_axis];
-  node->sequence = x->sequence && along == 0;
+  node->sequence = along == 0;
   node->sequence_axis = along >= 0 ? along + 1 : 0;
   /* A product that wraps could equal the input's count: bound it instead. */
   int64_t count;
