@@ -78,23 +78,9 @@ static void describe_lengths(const bpt_graph *graph, char *text, size_t size) {
   }
 }
 
-static bpt_status fit_lengths(bpt_graph *graph, bool declared, const char *where) {
-  if (fitted(graph, declared)) return BPT_OK;
-  bpt_status status = fit(graph, declared, where);
-  if (status == BPT_OK || declared) return status;
-  char message[BPT_ERROR_MESSAGE_SIZE], lengths[256];
-  snprintf(message, sizeof message, "%s", bpt_context_last_error(graph->context));
-  describe_lengths(graph, lengths, sizeof lengths);
-  /* The declared shapes held at compile, so going back to them fails only for want of memory for the view
-   * layout, which the next fit redoes. */
-  (void)fit(graph, true, where);
-  return bpt_error(graph->context, status, "%s (sequence lengths fed: %s; the graph was compiled for longer ones)",
-                   message, lengths);
-}
-
-bpt_status bpt_graph_fit_run_lengths(bpt_graph *graph, const char *where) {
-  /* Same declared length, same run length: two such inputs (tokens and targets) are one sequence. The first fed
-   * input of each declared length is kept (a graph has few); beyond that the shape rules still catch a mismatch. */
+/* Same declared length, same run length: two such inputs (tokens and targets) are one sequence. The first fed input
+ * of each declared length is kept (a graph has few); beyond that the shape rules still catch a mismatch. */
+static bpt_status check_fed_lengths(const bpt_graph *graph, const char *where) {
   const bpt_node *first[16];
   int firsts = 0;
   for (int i = 0; i < graph->node_count; i++) {
@@ -112,8 +98,27 @@ bpt_status bpt_graph_fit_run_lengths(bpt_graph *graph, const char *where) {
                        (long long)first[f]->input_length, (long long)node->input_length);
     }
   }
-  return fit_lengths(graph, false, where);
+  return BPT_OK;
 }
+
+/* Nothing to do, the common case on every forward, backward and read, costs one pass over the nodes; the fed
+ * lengths are checked only when they ask for a fit (lengths that disagree always do). */
+static bpt_status fit_lengths(bpt_graph *graph, bool declared, const char *where) {
+  if (fitted(graph, declared)) return BPT_OK;
+  if (!declared) BPT_CHECK(check_fed_lengths(graph, where));
+  bpt_status status = fit(graph, declared, where);
+  if (status == BPT_OK || declared) return status;
+  char message[BPT_ERROR_MESSAGE_SIZE], lengths[256];
+  snprintf(message, sizeof message, "%s", bpt_context_last_error(graph->context));
+  describe_lengths(graph, lengths, sizeof lengths);
+  /* The declared shapes held at compile, so going back to them fails only for want of memory for the view
+   * layout, which the next fit redoes. */
+  (void)fit(graph, true, where);
+  return bpt_error(graph->context, status, "%s (sequence lengths fed: %s; the graph was compiled for longer ones)",
+                   message, lengths);
+}
+
+bpt_status bpt_graph_fit_run_lengths(bpt_graph *graph, const char *where) { return fit_lengths(graph, false, where); }
 
 bpt_status bpt_graph_fit_declared_lengths(bpt_graph *graph, const char *where) {
   return graph->lengths_fitted ? fit_lengths(graph, true, where) : BPT_OK;
