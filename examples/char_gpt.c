@@ -213,10 +213,14 @@ typedef struct generator {
   gpt_model m;
   bpt_tensor *logits;
   long length; /* the most positions a pass feeds */
+  /* The ids and positions of the last pass, fed_length tokens each, kept for the next pass of that length (every
+   * byte after the prompt is a one-token pass with the cache). */
+  bpt_tensor *ids, *positions;
+  long fed_length;
 } generator;
 
 static void generator_open(generator *g, bpt_context *context, bpt_graph *trained, const gpt_config *c, bool decode) {
-  g->length = c->context;
+  *g = (generator){.length = c->context};
   EXAMPLE_CHECK(context, bpt_graph_create(context, &g->graph));
   build_gpt(context, g->graph, c, false, decode, &g->m);
   EXAMPLE_CHECK(context, bpt_graph_compile(g->graph, NULL, 1));
@@ -229,6 +233,8 @@ static void generator_open(generator *g, bpt_context *context, bpt_graph *traine
 }
 
 static void generator_close(generator *g) {
+  bpt_tensor_destroy(g->ids);
+  bpt_tensor_destroy(g->positions);
   bpt_tensor_destroy(g->logits);
   bpt_graph_destroy(g->graph);
 }
@@ -237,19 +243,21 @@ static void generator_close(generator *g) {
  * tokens[0 .. count) at positions first .. first + count - 1. */
 static const float *generator_run(bpt_context *context, generator *g, const unsigned char *tokens, long count,
                                   long first) {
-  const int64_t dims[2] = {1, count};
-  bpt_tensor *ids, *where;
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &ids));
-  EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &where));
-  int32_t *id = bpt_tensor_data(ids), *position = bpt_tensor_data(where);
+  if (count != g->fed_length) {
+    const int64_t dims[2] = {1, count};
+    bpt_tensor_destroy(g->ids);
+    bpt_tensor_destroy(g->positions);
+    EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &g->ids));
+    EXAMPLE_CHECK(context, bpt_tensor_create(context, BPT_DTYPE_I32, 2, dims, &g->positions));
+    g->fed_length = count;
+  }
+  int32_t *id = bpt_tensor_data(g->ids), *position = bpt_tensor_data(g->positions);
   for (long t = 0; t < count; t++) {
     id[t] = tokens[t];
     position[t] = (int32_t)(first + t);
   }
-  EXAMPLE_CHECK(context, bpt_graph_set_input(g->graph, g->m.tokens, ids));
-  EXAMPLE_CHECK(context, bpt_graph_set_input(g->graph, g->m.positions, where));
-  bpt_tensor_destroy(ids);
-  bpt_tensor_destroy(where);
+  EXAMPLE_CHECK(context, bpt_graph_set_input(g->graph, g->m.tokens, g->ids));
+  EXAMPLE_CHECK(context, bpt_graph_set_input(g->graph, g->m.positions, g->positions));
   EXAMPLE_CHECK(context, bpt_graph_forward(g->graph));
   EXAMPLE_CHECK(context, bpt_graph_read(g->graph, g->m.logits, g->logits));
   return (const float *)bpt_tensor_data(g->logits) + (count - 1) * VOCABULARY;
