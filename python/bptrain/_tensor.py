@@ -26,27 +26,24 @@ class _Tensor:
     def handle(self):
         return self._native.get()
 
-    def view(self):
-        """A NumPy view of the whole buffer (capacity rows); valid while the tensor lives, never returned."""
+    def _shaped(self, dims):
+        """A NumPy view of the buffer's first values as an array of shape `dims`."""
         numpy = require_numpy()
-        count = self.capacity
-        for d in self.sample_shape:
-            count *= d
-        element = ctypes.c_float if self.dtype == "f32" else ctypes.c_int32
-        buffer = (element * count).from_address(lib.bpt_tensor_data(self.handle))
-        return numpy.frombuffer(buffer, dtype=numpy_dtype(self.dtype)).reshape((self.capacity,) + self.sample_shape)
-
-    def current(self):
-        """A NumPy view of the values at the tensor's current dims (a read sets the batch, and a sequence's
-        length after a run at a shorter one)."""
-        numpy = require_numpy()
-        dims = tuple(lib.bpt_tensor_dim(self.handle, i) for i in range(lib.bpt_tensor_rank(self.handle)))
         count = 1
         for d in dims:
             count *= d
         element = ctypes.c_float if self.dtype == "f32" else ctypes.c_int32
         buffer = (element * count).from_address(lib.bpt_tensor_data(self.handle))
         return numpy.frombuffer(buffer, dtype=numpy_dtype(self.dtype)).reshape(dims)
+
+    def view(self):
+        """A NumPy view of the whole buffer (capacity rows); valid while the tensor lives, never returned."""
+        return self._shaped((self.capacity,) + self.sample_shape)
+
+    def current(self):
+        """A NumPy view of the values at the tensor's current dims (a read sets the batch, and a sequence's
+        length after a run at a shorter one)."""
+        return self._shaped(tuple(lib.bpt_tensor_dim(self.handle, i) for i in range(lib.bpt_tensor_rank(self.handle))))
 
     def rows(self):
         """How many rows the tensor holds now (dimension 0)."""
