@@ -6,8 +6,11 @@
 # in each round; and Debian's PyTorch 1.13, the better of NCHW and channels-last. Throughput is reported per
 # wall second and per CPU second (process CPU time, which a shared machine's load disturbs far less).
 # OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for every side; PyTorch runs with OMP_WAIT_POLICY=passive.
+# DTYPE=bf16: libbptrain under the bf16 precision policy against PyTorch under torch.autocast(bfloat16); each
+# side's line names the units it ran on.
 #
-#   [MODELS="lenet resnet8"] [TORCH=pypi,debian] bench/cnn.sh [BUILD_DIR] [THREADS] [BATCH] [ROUNDS] [STEPS]
+#   [MODELS="lenet resnet8"] [TORCH=pypi,debian] [DTYPE=f32|bf16] bench/cnn.sh [BUILD_DIR] [THREADS] [BATCH] \
+#     [ROUNDS] [STEPS]
 #   (defaults: build 1 128 3 20; TORCH=debian skips the PyPI column)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +20,12 @@ batch=${3:-128}
 rounds=${4:-3}
 steps=${5:-20}
 torch_sides=${TORCH:-pypi,debian}
+dtype=${DTYPE:-f32}
+case "$dtype" in
+  f32) torch_dtype="" ;;
+  bf16) torch_dtype="--bf16" ;;
+  *) echo "cnn.sh: DTYPE is f32 or bf16, not '$dtype'" >&2; exit 2 ;;
+esac
 pypi="" debian=""
 case ",$torch_sides," in *,pypi,*) pypi=$(bash "$here/torch_env.sh" pypi) ;; esac
 case ",$torch_sides," in *,debian,*) debian=$(bash "$here/torch_env.sh" debian) ;; esac
@@ -30,20 +39,21 @@ torch_best() {
   local python=$1 model=$2 best="" best_rate=0 line options
   while read -r options; do
     line=$(OPENBLAS_NUM_THREADS="$threads" run OMP_WAIT_POLICY=passive "$python" "$here/cnn_torch.py" "$model" \
-           --threads "$threads" --batch "$batch" --steps "$steps" $options 2>/dev/null) || continue
+           --threads "$threads" --batch "$batch" --steps "$steps" $options $torch_dtype 2>/dev/null) || continue
     echo "  $line" >&2
     if awk -v a="$(rate "$line")" -v b="$best_rate" 'BEGIN { exit !(a > b) }'; then best=$line best_rate=$(rate "$line"); fi
   done
   echo "$best"
 }
 
-echo "cnn benchmark: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), threads $threads, batch $batch," \
+echo "cnn benchmark: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), threads $threads, batch $batch, $dtype," \
   "$rounds alternating rounds of $steps timed steps; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "libbptrain BLAS: OpenBLAS core $(run /usr/bin/python3 -c 'import ctypes; l = ctypes.CDLL("libopenblas.so.0"); l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())')"
 for model in ${MODELS:-lenet resnet8}; do
   ours=() our_cpu=() our_rss=() new=() new_cpu=() new_rss=() old=() old_rss=() new_kind=""
   for ((round = 0; round < rounds; round++)); do
-    line=$(run "$build/bench/cnn_bench" "$model" --threads "$threads" --batch "$batch" --steps "$steps")
+    line=$(run "$build/bench/cnn_bench" "$model" --threads "$threads" --batch "$batch" --steps "$steps" \
+      --dtype "$dtype")
     echo "  $line"
     ours+=("$(rate "$line")") our_cpu+=("$(cpu_rate "$line")") our_rss+=("$(rss "$line")")
     if [ -n "$pypi" ]; then

@@ -3,6 +3,7 @@
  * side with the same models in PyTorch (bench/cnn_torch.py).
  *
  *   cnn_bench lenet|resnet8|resnet14|resnet20 [--batch 128] [--threads 2] [--steps 30] [--fold-eval]
+ *             [--dtype f32|bf16]     (bf16: the bf16 precision policy; the line names the bf16 GEMM mode)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -78,11 +79,12 @@ static bpt_node *build(bpt_context *context, bpt_graph *graph, const char *model
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr,
-            "usage: cnn_bench lenet|resnet8|resnet14|resnet20 [--batch N] [--threads N] [--steps N] [--fold-eval]\n");
+            "usage: cnn_bench lenet|resnet8|resnet14|resnet20 [--batch N] [--threads N] [--steps N] [--fold-eval] "
+            "[--dtype f32|bf16]\n");
     return 2;
   }
   const char *model = argv[1];
-  int batch = 128, threads = 2, steps = 30, fold_eval = 0;
+  int batch = 128, threads = 2, steps = 30, fold_eval = 0, bf16 = 0;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
       batch = atoi(argv[++i]);
@@ -92,6 +94,8 @@ int main(int argc, char **argv) {
       steps = atoi(argv[++i]);
     else if (strcmp(argv[i], "--fold-eval") == 0)
       fold_eval = 1;
+    else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc && (strcmp(argv[i + 1], "f32") == 0 || strcmp(argv[i + 1], "bf16") == 0))
+      bf16 = strcmp(argv[++i], "bf16") == 0;
     else {
       fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -109,6 +113,11 @@ int main(int argc, char **argv) {
   CHECK(bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
   logits = build(context, graph, model, x);
   CHECK(bpt_softmax_cross_entropy(graph, "loss", logits, labels, &loss));
+  if (bf16) {
+    bpt_precision_options precision = bpt_precision_options_default();
+    precision.compute_dtype = BPT_DTYPE_BF16;
+    CHECK(bpt_graph_set_precision(graph, &precision));
+  }
   CHECK(bpt_graph_compile(graph, loss, batch));
   bpt_graph_memory_stats memory = {.size = sizeof memory};
   CHECK(bpt_graph_memory(graph, &memory));
@@ -149,9 +158,12 @@ int main(int argc, char **argv) {
   const double elapsed = seconds() - start, cpu_elapsed = cpu_seconds() - cpu_start;
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
-  printf("libbptrain %s batch %d threads %d: %.0f samples/s training, %.0f samples per CPU-second, peak RSS %.1f MB\n",
+  bpt_compute_info info = {.size = sizeof info};
+  CHECK(bpt_cpu_compute_info(&info));
+  printf("libbptrain %s batch %d threads %d: %.0f samples/s training, %.0f samples per CPU-second, peak RSS %.1f MB, "
+         "dtype %s (%s)\n",
          model, batch, threads, (double)steps * batch / elapsed, (double)steps * batch / cpu_elapsed,
-         usage.ru_maxrss / 1024.0);
+         usage.ru_maxrss / 1024.0, bf16 ? "bf16" : "f32", bf16 ? info.bf16_gemm : info.gemm);
   if (fold_eval) {
     /* Inference throughput in eval mode, then again after folding batch norms into the convolutions. */
     double rates[2], cpu_rates[2];

@@ -47,4 +47,4 @@ cmake --build "$sanitize" -j "$jobs"
 source scripts/forget_dead_omp_registrations.sh
 forget_dead_omp_registrations
 (cd "$sanitize" && ctest --output-on-failure -j "$jobs" \
-  -R '^(test_backend_ops|test_cnn_kernels|test_fused_relu|test_activation_memory|test_bf16_gemm|test_bf16_gemm_native)$')
+  -R '^(test_backend_ops|test_cnn_kernels|test_fused_relu|test_activation_memory|test_bf16_gemm|test_bf16_gemm_native|test_bf16_unit)$')

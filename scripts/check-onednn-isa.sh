@@ -22,7 +22,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 unset DNNL_MAX_CPU_ISA BPT_BF16_GEMM
 build=${BPT_BUILD_DIR:-build-test}
 jobs=$(nproc 2>/dev/null || echo 2)
-pattern=${BPT_ONEDNN_ISA_TESTS:-'^(test_onednn_gemm|test_bf16_gemm|test_bf16_gemm_native|test_precision|test_precision_training|test_relu_bf16|test_storage_dtype|test_storage_widened)$'}
+pattern=${BPT_ONEDNN_ISA_TESTS:-'^(test_onednn_gemm|test_bf16_unit|test_bf16_gemm|test_bf16_gemm_native|test_precision|test_precision_training|test_relu_bf16|test_storage_dtype|test_storage_widened)$'}
 if [ ! -x "$build/tests/test_onednn_gemm" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBPT_BUILD_TESTS=ON
   cmake --build "$build" -j "$jobs"

@@ -22,8 +22,9 @@ typedef struct bpt_compute_info {
                                      naming the product and element, or "not run ..." */
   const char *gemm;             /**< what runs f32 matrix products: "OpenBLAS cblas_sgemm" or libbptrain's plain
                                      GEMM and why */
-  const char *bf16_gemm;        /**< how the bf16 policy's matrix products run: "native AVX512_BF16 (vdpbf16ps)" or
-                                     "emulated: bf16 storage, f32 arithmetic (no AVX512_BF16)" */
+  const char *bf16_gemm;        /**< how the bf16 policy's matrix products run: oneDNN's matmul and its kernel,
+                                     "native AVX512_BF16 (vdpbf16ps)", "f32 units (...)" and why (a bf16 unit slower
+                                     than the f32 FMAs), or "emulated: bf16 storage, f32 arithmetic (no AVX512_BF16)" */
   const char *cpu_vendor;       /**< CPUID's vendor ("GenuineIntel", "AuthenticAMD"), "" off x86 */
   const char *cpu_model;        /**< the CPU's brand string, "" where it has none */
   int cpu_family;               /**< family and model as /proc/cpuinfo shows them */

@@ -7,6 +7,7 @@
 
 #include "backends/cpu/conv2d_plan.h"
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/bf16_unit.h"
 #include "backends/cpu/gemm_bf16.h"
 
 /* The data gradient passes strided_phases = false: see input_gradient in conv2d.c. */
@@ -16,7 +17,7 @@ bpt_status bpt_cpu_conv_plan(bpt_backend *backend, const bpt_conv2d_args *a, boo
                             "conv2d: %lld groups do not divide %lld input and %lld output "
                             "channels",
                             (long long)a->groups, (long long)a->in_channels, (long long)a->out_channels);
-  p->bf16_products = a->bf16_products && bpt_cpu_has_avx512_bf16();
+  p->bf16_products = a->bf16_products && bpt_cpu_bf16_products_native();
   p->group_in = a->in_channels / a->groups;
   p->group_out = a->out_channels / a->groups;
   p->kernel_area = a->kernel_height * a->kernel_width;

@@ -1,7 +1,9 @@
 /* Matrix products on the CPU: every f32 one goes to bpt_cpu_sgemm (row-major), OpenBLAS's cblas_sgemm unless
  * blas_library.c replaced it; the bf16 policy's go to oneDNN's matmul where it loads (onednn.c), else to the
- * vdpbf16ps kernels of gemm_bf16*.c, where the CPU has AVX512_BF16. A strided-batched call is a loop of single
- * products: each is large enough for OpenBLAS's own threads (attention's products are the fused op's business, not this loop's). */
+ * vdpbf16ps kernels of gemm_bf16*.c, where the CPU's bf16 unit outruns its f32 FMAs (bf16_unit.h). A
+ * strided-batched call is a loop of single products: each is large enough for OpenBLAS's own threads
+ * (attention's products are the fused op's business, not this loop's). */
+#include "backends/cpu/bf16_unit.h"
 #include "backends/cpu/blas_library.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm_bf16.h"
@@ -12,9 +14,9 @@ static bpt_status gemm_one(bpt_backend *backend, const bpt_gemm_args *args) {
     return bpt_backend_fail(backend, BPT_ERR_SHAPE, "gemm dimensions %lld x %lld x %lld are out of range",
                             (long long)args->m, (long long)args->n, (long long)args->k);
   if (args->m == 0 || args->n == 0) return BPT_OK;
-  /* The bf16 policy on a CPU with AVX512_BF16 (issue 16.2): oneDNN's matmul where it loads (issue 26.1, the
-   * faster by measurement), else the own vdpbf16ps kernel; elsewhere the emulation below, unchanged. */
-  if (args->bf16_products) {
+  /* The bf16 policy where a bf16 unit outruns the f32 ones (bf16_unit.h): oneDNN's matmul where it loads
+   * (issue 26.1, the faster by measurement), else the own vdpbf16ps kernel; elsewhere f32 arithmetic below. */
+  if (args->bf16_products && bpt_cpu_bf16_products_native()) {
     bool handled = false;
     bpt_status status = bpt_cpu_onednn_gemm(backend, args, &handled);
     if (handled || status != BPT_OK) return status;

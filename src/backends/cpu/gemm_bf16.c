@@ -2,12 +2,15 @@
  * that the scalar micro-kernel runs the very same code on any CPU, and the dispatch that picks the native
  * vdpbf16ps micro-kernel (gemm_bf16_avx512.c) for the bf16 policy on CPUs with AVX512_BF16. */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <omp.h>
 
 #include "backends/cpu/bf16_storage.h"
+#include "backends/cpu/bf16_unit.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/onednn.h"
@@ -286,12 +289,26 @@ bpt_status bpt_cpu_gemm_bf16(bpt_backend *backend, const bpt_gemm_args *args, bo
   return *handled ? bpt_bf16_gemm_run(backend, args, bpt_bf16_micro_kernel_avx512) : BPT_OK;
 }
 
+/* The mode where AVX512_BF16 is present but the f32 units take the products (bf16_unit.c), with the reason. */
+static struct {
+  pthread_once_t once;
+  char mode[256];
+} f32_units = {.once = PTHREAD_ONCE_INIT};
+
+static void describe_f32_units(void) {
+  snprintf(f32_units.mode, sizeof f32_units.mode, "f32 units (cblas_sgemm on bf16 values), not AVX512_BF16: %s",
+           bpt_cpu_bf16_unit_choice());
+}
+
 const char *bpt_cpu_bf16_gemm_mode(void) {
 #if defined(BPT_AVX512_EMULATION)
   if (bpt_cpu_has_avx512_bf16()) return "emulated AVX512_BF16 in plain C (a test build of the library, not for use)";
 #endif
+  if (!bpt_cpu_has_avx512_bf16()) return "emulated: bf16 storage, f32 arithmetic (no AVX512_BF16)";
+  if (!bpt_cpu_bf16_products_native()) {
+    pthread_once(&f32_units.once, describe_f32_units);
+    return f32_units.mode;
+  }
   const char *onednn = bpt_cpu_onednn_mode();
-  if (onednn) return onednn;
-  return bpt_cpu_has_avx512_bf16() ? "native AVX512_BF16 (vdpbf16ps)"
-                                   : "emulated: bf16 storage, f32 arithmetic (no AVX512_BF16)";
+  return onednn ? onednn : "native AVX512_BF16 (vdpbf16ps)";
 }

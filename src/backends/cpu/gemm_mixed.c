@@ -5,17 +5,29 @@
 
 #include "backends/cpu/cpu.h"
 
-/* Widens a rows x cols block with leading dimension ld into packed f32 (leading dimension cols). */
-static bpt_status widen(bpt_backend *backend, bpt_dtype dtype, const void *source, int64_t rows, int64_t cols,
-                        int64_t ld, float **out) {
-  *out = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
-  if (!*out) return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "gemm: no memory for %lld x %lld scratch",
-                                     (long long)rows, (long long)cols);
-  size_t element = bpt_dtype_size(dtype);
+/* A rows x cols block with leading dimension ld as f32: f32 blocks are used where they lie (*scratch stays
+ * NULL); narrow ones are widened into packed scratch (leading dimension cols), in one cast where the block is
+ * contiguous. skip_values: scratch only, nothing read (a C that beta 0 overwrites). */
+static bpt_status as_f32(bpt_backend *backend, bpt_dtype dtype, const void *source, int64_t rows, int64_t cols,
+                         int64_t ld, bool skip_values, const float **values, int64_t *values_ld, float **scratch) {
+  *scratch = NULL;
+  if (dtype == BPT_DTYPE_F32) {
+    *values = source;
+    *values_ld = ld;
+    return BPT_OK;
+  }
+  *scratch = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof(float));
+  if (!*scratch) return bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "gemm: no memory for %lld x %lld scratch",
+                                         (long long)rows, (long long)cols);
+  *values = *scratch;
+  *values_ld = cols;
+  if (skip_values) return BPT_OK;
+  const size_t element = bpt_dtype_size(dtype);
+  if (ld == cols || rows == 1) return bpt_cpu_cast(backend, rows * cols, dtype, source, BPT_DTYPE_F32, *scratch, 1.0f);
   bpt_status status = BPT_OK;
   for (int64_t r = 0; status == BPT_OK && r < rows; r++)
     status = bpt_cpu_cast(backend, cols, dtype, (const char *)source + (size_t)(r * ld) * element, BPT_DTYPE_F32,
-                          *out + r * cols, 1.0f);
+                          *scratch + r * cols, 1.0f);
   return status;
 }
 
@@ -23,27 +35,35 @@ bpt_status bpt_cpu_gemm_mixed(bpt_backend *backend, const bpt_gemm_args *args) {
   /* Stored shapes: A is (m, k) or, transposed, (k, m); B is (k, n) or (n, k); C is (m, n). */
   int64_t a_rows = args->transpose_a ? args->k : args->m, a_cols = args->transpose_a ? args->m : args->k;
   int64_t b_rows = args->transpose_b ? args->n : args->k, b_cols = args->transpose_b ? args->k : args->n;
-  float *a = NULL, *b = NULL, *c = NULL;
-  bpt_status status = widen(backend, args->a_dtype, args->a, a_rows, a_cols, args->lda, &a);
-  if (status == BPT_OK) status = widen(backend, args->b_dtype, args->b, b_rows, b_cols, args->ldb, &b);
-  if (status == BPT_OK) status = widen(backend, args->c_dtype, args->c, args->m, args->n, args->ldc, &c);
+  const float *a = NULL, *b = NULL, *c = NULL;
+  float *a_scratch = NULL, *b_scratch = NULL, *c_scratch = NULL;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  bpt_status status = as_f32(backend, args->a_dtype, args->a, a_rows, a_cols, args->lda, false, &a, &lda, &a_scratch);
+  if (status == BPT_OK)
+    status = as_f32(backend, args->b_dtype, args->b, b_rows, b_cols, args->ldb, false, &b, &ldb, &b_scratch);
+  if (status == BPT_OK)
+    status = as_f32(backend, args->c_dtype, args->c, args->m, args->n, args->ldc, args->beta == 0.0f, &c, &ldc,
+                    &c_scratch);
   if (status == BPT_OK) {
     bpt_gemm_args wide = *args;
     wide.a_dtype = wide.b_dtype = wide.c_dtype = BPT_DTYPE_F32;
     wide.a = a;
-    wide.lda = a_cols;
+    wide.lda = lda;
     wide.b = b;
-    wide.ldb = b_cols;
-    wide.c = c;
-    wide.ldc = args->n;
+    wide.ldb = ldb;
+    wide.c = (float *)c; /* args->c itself, or scratch */
+    wide.ldc = ldc;
     status = bpt_cpu_gemm(backend, &wide);
   }
-  size_t element = bpt_dtype_size(args->c_dtype);
-  for (int64_t r = 0; status == BPT_OK && r < args->m; r++)
-    status = bpt_cpu_cast(backend, args->n, BPT_DTYPE_F32, c + r * args->n, args->c_dtype,
-                          (char *)args->c + (size_t)(r * args->ldc) * element, 1.0f);
-  free(a);
-  free(b);
-  free(c);
+  const size_t element = bpt_dtype_size(args->c_dtype);
+  if (c_scratch && status == BPT_OK && (args->ldc == args->n || args->m == 1))
+    status = bpt_cpu_cast(backend, args->m * args->n, BPT_DTYPE_F32, c_scratch, args->c_dtype, args->c, 1.0f);
+  else
+    for (int64_t r = 0; c_scratch && status == BPT_OK && r < args->m; r++)
+      status = bpt_cpu_cast(backend, args->n, BPT_DTYPE_F32, c_scratch + r * args->n, args->c_dtype,
+                            (char *)args->c + (size_t)(r * args->ldc) * element, 1.0f);
+  free(a_scratch);
+  free(b_scratch);
+  free(c_scratch);
   return status;
 }

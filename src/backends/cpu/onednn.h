@@ -1,8 +1,9 @@
 /* The bf16 policy's products through oneDNN's matmul (issue 26.1), chosen by measurement over this backend's
  * own vdpbf16ps kernel (docs/benchmarks.md, "oneDNN's matmul beside our bf16 kernel"). oneDNN is opened at
  * run time like OpenBLAS: without libdnnl.so.2 (Debian's libdnnl2), or built without its headers, these calls
- * answer "not handled" and gemm_bf16.c's kernel runs instead. BPT_BF16_GEMM=own in the environment keeps the
- * own kernel even when oneDNN is there (for comparisons and tests). */
+ * answer "not handled" and gemm_bf16.c's kernel runs instead. gemm.c asks only where bf16_unit.c chose a bf16
+ * unit. BPT_BF16_GEMM=own in the environment keeps the own kernel even when oneDNN is there (for comparisons and
+ * tests). */
 #ifndef BPT_CPU_ONEDNN_H
 #define BPT_CPU_ONEDNN_H
 

@@ -14,6 +14,7 @@
 #include "backends/cpu/exp_rows.h"
 #include "backends/cpu/fast_exp.h"
 #include "backends/cpu/attention_bf16.h"
+#include "backends/cpu/bf16_unit.h"
 #include "backends/cpu/gemm_bf16.h"
 
 /* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
@@ -61,7 +62,7 @@ static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *nod
   s.threshold = (uint32_t)((double)s.dropout * 16777216.0);
   s.seed = node->seed;
   s.loops = bpt_cpu_vector_loops(backend);
-  s.bf16 = node->bf16_products && bpt_cpu_has_avx512_bf16();
+  s.bf16 = node->bf16_products && bpt_cpu_bf16_products_native();
   s.pairs_d = (s.width + 1) / 2;
   /* One vector more than the keys need: rows of K^T a multiple of 4 KiB apart (1024 keys) would all fall into
    * the same L1 sets as a block's products walk down the pairs. */
