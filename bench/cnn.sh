@@ -48,7 +48,12 @@ torch_best() {
 
 echo "cnn benchmark: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), threads $threads, batch $batch, $dtype," \
   "$rounds alternating rounds of $steps timed steps; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "libbptrain BLAS: OpenBLAS core $(run /usr/bin/python3 -c 'import ctypes; l = ctypes.CDLL("libopenblas.so.0"); l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())')"
+# The library's own banner: the core it chose (which can differ from OpenBLAS's own pick) and its bf16 units.
+if [ -x "$build/gemm_shapes_bench" ]; then
+  run "$build/gemm_shapes_bench" --info
+else
+  echo "libbptrain BLAS: OpenBLAS's own pick $(run /usr/bin/python3 -c 'import ctypes; l = ctypes.CDLL("libopenblas.so.0"); l.openblas_get_corename.restype = ctypes.c_char_p; print(l.openblas_get_corename().decode())') (build $build has no gemm_shapes_bench for the library's banner)"
+fi
 for model in ${MODELS:-lenet resnet8}; do
   ours=() our_cpu=() our_rss=() new=() new_cpu=() new_rss=() old=() old_rss=() new_kind=""
   for ((round = 0; round < rounds; round++)); do
