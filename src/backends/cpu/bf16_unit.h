@@ -1,8 +1,8 @@
 /* Which units run the bf16 policy's products on this CPU (issue 26.1): a bf16 unit (oneDNN's matmul, AMX tiles
  * where oneDNN has them, or the own vdpbf16ps kernel) or the f32 FMA units (cblas_sgemm on the bf16 values).
- * AVX512_BF16 alone does not decide it: vdpbf16ps does twice the f32 FMA's work per second on AMD Zen 4 and 5
- * but half of it on the Intel Xeon measured (family 6 model 207, without AMX), where the same products run
- * faster as f32 arithmetic. So the choice is measured once per process: bf16_unit.c times the two
+ * AVX512_BF16 alone does not decide it: on AMD Zen 4 bf16 products ran 2.0-3.1x OpenBLAS's f32 ones, but on the
+ * Intel Xeon measured (family 6 model 207, without AMX) vdpbf16ps does half the f32 FMA's work per second and
+ * the same products run faster as f32 arithmetic. So the choice is measured once per process: bf16_unit.c times the two
  * instructions' throughput in registers. BPT_BF16_GEMM=bf16|own|f32 overrides it (docs/precision.md). */
 #ifndef BPT_CPU_BF16_UNIT_H
 #define BPT_CPU_BF16_UNIT_H
