@@ -22,8 +22,8 @@ steps=${5:-20}
 torch_sides=${TORCH:-pypi,debian}
 dtype=${DTYPE:-f32}
 case "$dtype" in
-  f32) torch_dtype="" ;;
-  bf16) torch_dtype="--bf16" ;;
+  f32) torch_dtype="" ours_dtype="" ;; # no --dtype: a build older than the flag runs f32 too
+  bf16) torch_dtype="--bf16" ours_dtype="--dtype bf16" ;;
   *) echo "cnn.sh: DTYPE is f32 or bf16, not '$dtype'" >&2; exit 2 ;;
 esac
 pypi="" debian=""
@@ -58,7 +58,7 @@ for model in ${MODELS:-lenet resnet8}; do
   ours=() our_cpu=() our_rss=() new=() new_cpu=() new_rss=() old=() old_rss=() new_kind=""
   for ((round = 0; round < rounds; round++)); do
     line=$(run "$build/bench/cnn_bench" "$model" --threads "$threads" --batch "$batch" --steps "$steps" \
-      --dtype "$dtype")
+      ${ours_dtype:+$ours_dtype})
     echo "  $line"
     ours+=("$(rate "$line")") our_cpu+=("$(cpu_rate "$line")") our_rss+=("$(rss "$line")")
     if [ -n "$pypi" ]; then

@@ -10,6 +10,7 @@
  *   apt-get install -y libblis4 && sgemm_libraries_bench libblis.so.4
  *
  * Threads are the library's own setting (OPENBLAS_NUM_THREADS, BLIS_NUM_THREADS, OMP_NUM_THREADS). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

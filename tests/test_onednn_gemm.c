@@ -3,12 +3,14 @@
  * alpha and beta, f32 and bf16 C, shapes with edges and the training shapes. Where oneDNN is not used (not installed, no
  * AVX512_BF16, BPT_BF16_GEMM=own) it prints why and exits 77, which CTest reports as skipped; the own kernel
  * has test_bf16_gemm_native. */
+#define _DEFAULT_SOURCE /* setenv */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/bf16_storage.h"
+#include "backends/cpu/bf16_unit.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/cpu/onednn.h"
 #include "core/context.h"
@@ -180,9 +182,17 @@ static void bf16_c_is_rounded_once(void **state) {
 }
 
 int main(void) {
+  /* The bf16 unit's kernels are this test's subject, also on CPUs whose f32 units take the bf16 policy's
+   * products by default (bf16_unit.h); a setting already there (BPT_BF16_GEMM=own) stays. */
+  const char *setting = getenv("BPT_BF16_GEMM");
+  if (!setting || !*setting) setenv("BPT_BF16_GEMM", "bf16", 1);
   const char *why = bpt_cpu_onednn_absent_reason();
   if (why) {
     printf("skipped: oneDNN's matmul is not used here: %s\n", why);
+    return 77;
+  }
+  if (!bpt_cpu_bf16_products_native()) {
+    printf("skipped: the bf16 policy's products run on the f32 units here (%s)\n", bpt_cpu_bf16_unit_choice());
     return 77;
   }
   const struct CMUnitTest tests[] = {cmocka_unit_test(onednn_matches_reference),

@@ -9,16 +9,21 @@
 
 #include <stdbool.h>
 
-/* True where the bf16 policy's products (linear, conv2d's lowerings, the attention's blocks) run on a bf16
- * unit; false where they run on the f32 units, as on CPUs without AVX512_BF16. Decided once per process. */
+/* True where the bf16 policy's matrix products (linear's, matmul's) go to a bf16 unit: oneDNN's matmul, AMX
+ * tiles included, or the own kernel where bpt_cpu_bf16_dot_pays(); false where they run on the f32 units, as
+ * on CPUs without AVX512_BF16. Decided once per process. */
 bool bpt_cpu_bf16_products_native(void);
+
+/* True where the own vdpbf16ps kernels pay (the probe, or BPT_BF16_GEMM=bf16|own): conv2d's bf16 lowering, the
+ * attention's bf16 blocks and gemm's own kernel. AMX makes oneDNN's products native but not these. */
+bool bpt_cpu_bf16_dot_pays(void);
 
 /* Why, in words, for bpt_cpu_bf16_gemm_mode(): the override, AMX, or the probe's ratio. NULL where the CPU
  * has no AVX512_BF16 (nothing to choose). */
 const char *bpt_cpu_bf16_unit_choice(void);
 
 /* The probe's result: vdpbf16ps's multiply-adds per second over the f32 FMA's (fastest of three alternating
- * rounds each). 0 where it did not run (no AVX512_BF16, an override, AMX, or the AVX-512 emulation build). */
+ * rounds each). 0 where it did not run (no AVX512_BF16, an override, or the AVX-512 emulation build). */
 double bpt_cpu_bf16_unit_ratio(void);
 
 /* The ratio at and above which the bf16 unit takes the products: below it the narrowing and packing the unit

@@ -17,7 +17,7 @@ bpt_status bpt_cpu_conv_plan(bpt_backend *backend, const bpt_conv2d_args *a, boo
                             "conv2d: %lld groups do not divide %lld input and %lld output "
                             "channels",
                             (long long)a->groups, (long long)a->in_channels, (long long)a->out_channels);
-  p->bf16_products = a->bf16_products && bpt_cpu_bf16_products_native();
+  p->bf16_products = a->bf16_products && bpt_cpu_bf16_dot_pays();
   p->group_in = a->in_channels / a->groups;
   p->group_out = a->out_channels / a->groups;
   p->kernel_area = a->kernel_height * a->kernel_width;

@@ -34,7 +34,7 @@ typedef struct conv_plan {
   bool pointwise, padded, by_tap;                        /* by_tap: padded, one GEMM per tap, no columns */
   bool small;                                            /* padded, conv2d_small.c's loops, no columns */
   bool small_blocks;                                     /* cut GEMMs for OpenBLAS's small-matrix path */
-  bool bf16_products; /* bf16 policy on a CPU with AVX512_BF16: the GEMMs run gemm_bf16.c's kernel */
+  bool bf16_products; /* bf16 policy where vdpbf16ps pays (bf16_unit.h): the GEMMs run gemm_bf16.c's kernel */
 } conv_plan;
 
 /* Plans a pass of the convolution a describes; strided_phases: whether strided convolutions may use the

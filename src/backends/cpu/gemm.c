@@ -20,8 +20,10 @@ static bpt_status gemm_one(bpt_backend *backend, const bpt_gemm_args *args) {
     bool handled = false;
     bpt_status status = bpt_cpu_onednn_gemm(backend, args, &handled);
     if (handled || status != BPT_OK) return status;
-    status = bpt_cpu_gemm_bf16(backend, args, &handled);
-    if (handled || status != BPT_OK) return status;
+    if (bpt_cpu_bf16_dot_pays()) { /* not where only oneDNN's AMX tiles made the products native */
+      status = bpt_cpu_gemm_bf16(backend, args, &handled);
+      if (handled || status != BPT_OK) return status;
+    }
   }
   /* Narrow operands (issue 4): widened to f32 scratch in gemm_mixed.c. */
   if (args->a_dtype != BPT_DTYPE_F32 || args->b_dtype != BPT_DTYPE_F32 || args->c_dtype != BPT_DTYPE_F32)

@@ -1,6 +1,7 @@
 /* bf16 matrix products on the CPU (issue 16.2): the blocking, packing, edge tiles and threads, in plain C so
  * that the scalar micro-kernel runs the very same code on any CPU, and the dispatch that picks the native
- * vdpbf16ps micro-kernel (gemm_bf16_avx512.c) for the bf16 policy on CPUs with AVX512_BF16. */
+ * vdpbf16ps micro-kernel (gemm_bf16_avx512.c) for the bf16 policy on CPUs with AVX512_BF16 (where bf16_unit.c
+ * found it faster than the f32 units). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -301,14 +302,15 @@ static void describe_f32_units(void) {
 }
 
 const char *bpt_cpu_bf16_gemm_mode(void) {
-#if defined(BPT_AVX512_EMULATION)
-  if (bpt_cpu_has_avx512_bf16()) return "emulated AVX512_BF16 in plain C (a test build of the library, not for use)";
-#endif
   if (!bpt_cpu_has_avx512_bf16()) return "emulated: bf16 storage, f32 arithmetic (no AVX512_BF16)";
   if (!bpt_cpu_bf16_products_native()) {
     pthread_once(&f32_units.once, describe_f32_units);
     return f32_units.mode;
   }
+#if defined(BPT_AVX512_EMULATION)
+  return "emulated AVX512_BF16 in plain C (a test build of the library, not for use)";
+#else
   const char *onednn = bpt_cpu_onednn_mode();
   return onednn ? onednn : "native AVX512_BF16 (vdpbf16ps)";
+#endif
 }

@@ -39,8 +39,9 @@ typedef struct attention_shape {
   uint32_t threshold;        /* an element is dropped when its 24-bit draw is below this */
   uint64_t seed;
   bpt_cpu_loops loops; /* which exp loop runs (exp_rows.c) */
-  /* The bf16 policy on a CPU with AVX512_BF16: the block products take bf16 operands (attention_bf16.h), as
-   * PyTorch's bf16 flash attention rounds its q, k, v, probability and dS tiles; accumulation stays f32. */
+  /* The bf16 policy where vdpbf16ps pays (bf16_unit.h): the block products take bf16 operands
+   * (attention_bf16.h), as PyTorch's bf16 flash attention rounds its q, k, v, probability and dS tiles;
+   * accumulation stays f32. */
   bool bf16;
   int64_t pairs_d, keys_ld, width_ld; /* bf16: pairs of D, keys and D rounded up to whole vectors */
   int64_t head_words;                 /* bf16: one head's packed K^T and V (forward) */
@@ -62,7 +63,7 @@ static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *nod
   s.threshold = (uint32_t)((double)s.dropout * 16777216.0);
   s.seed = node->seed;
   s.loops = bpt_cpu_vector_loops(backend);
-  s.bf16 = node->bf16_products && bpt_cpu_bf16_products_native();
+  s.bf16 = node->bf16_products && bpt_cpu_bf16_dot_pays();
   s.pairs_d = (s.width + 1) / 2;
   /* One vector more than the keys need: rows of K^T a multiple of 4 KiB apart (1024 keys) would all fall into
    * the same L1 sets as a block's products walk down the pairs. */
