@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/bf16_unit.h"
 #include "backends/cpu/blas_library.h"
 #include "backends/cpu/gemm_bf16.h"
@@ -81,26 +82,13 @@ static void probe_is_plausible(void **state) {
 #endif
 }
 
-static float widened(uint16_t bits) {
-  const uint32_t word = (uint32_t)bits << 16;
-  float value;
-  memcpy(&value, &word, sizeof value);
-  return value;
-}
-
-static uint16_t narrowed(float value) {
-  uint32_t bits;
-  memcpy(&bits, &value, sizeof bits);
-  return bpt_bf16_from_f32_bits(bits);
-}
-
 /* A rows x cols block of ld as packed f32, read from f32 or bf16 storage. */
 static float *packed_f32(const void *source, bool bf16, int64_t rows, int64_t cols, int64_t ld) {
   float *out = malloc((size_t)(rows * cols) * sizeof *out);
   assert_non_null(out);
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < cols; c++)
-      out[r * cols + c] = bf16 ? widened(((const uint16_t *)source)[r * ld + c]) : ((const float *)source)[r * ld + c];
+      out[r * cols + c] = bpt_storage_load(source, bf16, r * ld + c);
   return out;
 }
 
@@ -119,16 +107,13 @@ static void product_on_the_chosen_units(bpt_backend *backend, bpt_dtype c_dtype)
   assert_true(a && scratch && b && c && c0);
   test_random_fill(&random, a, M * lda, -1.0f, 1.0f);
   for (int64_t i = 0; i < M * lda; i++)
-    a[i] = widened(narrowed(a[i])); /* the policy's operands hold bf16 values */
+    a[i] = bpt_bf16_widen(bpt_bf16_narrow(a[i])); /* the policy's operands hold bf16 values */
   test_random_fill(&random, scratch, N * ldb, -1.0f, 1.0f);
   for (int64_t i = 0; i < N * ldb; i++)
-    b[i] = narrowed(scratch[i]);
+    b[i] = bpt_bf16_narrow(scratch[i]);
   test_random_fill(&random, scratch, M * ldc, -1.0f, 1.0f);
   for (int64_t i = 0; i < M * ldc; i++)
-    if (c_bf16)
-      ((uint16_t *)c0)[i] = narrowed(scratch[i]);
-    else
-      ((float *)c0)[i] = scratch[i];
+    bpt_storage_store(c0, c_bf16, i, scratch[i]);
   memcpy(c, c0, c_size * M * ldc);
   bpt_gemm_args args = {.transpose_b = true,
                         .a_dtype = BPT_DTYPE_F32,
@@ -148,13 +133,13 @@ static void product_on_the_chosen_units(bpt_backend *backend, bpt_dtype c_dtype)
                         .bf16_products = true};
   assert_int_equal(backend->vtable->gemm(backend, &args), BPT_OK);
   float *wide_b = packed_f32(b, true, N, K, ldb), *wide_c = packed_f32(c0, c_bf16, M, N, ldc);
-#define C_AT(i, j) (c_bf16 ? widened(((uint16_t *)c)[(i)*ldc + (j)]) : ((float *)c)[(i)*ldc + (j)])
+#define C_AT(i, j) bpt_storage_load(c, c_bf16, (i)*ldc + (j))
   if (!bpt_cpu_bf16_products_native()) {
     /* The f32 units: what gemm_mixed.c hands cblas_sgemm, so the same bits. */
     bpt_cpu_sgemm(false, true, M, N, K, args.alpha, a, lda, wide_b, K, args.beta, wide_c, N);
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) {
-        const float expected = c_bf16 ? widened(narrowed(wide_c[i * N + j])) : wide_c[i * N + j];
+        const float expected = c_bf16 ? bpt_bf16_widen(bpt_bf16_narrow(wide_c[i * N + j])) : wide_c[i * N + j];
         if (memcmp(&(float){C_AT(i, j)}, &expected, sizeof expected) != 0)
           fail_msg("%s C[%lld][%lld] = %a, cblas_sgemm's %a", bpt_dtype_name(c_dtype), (long long)i, (long long)j,
                    (double)C_AT(i, j), (double)expected);

@@ -5,9 +5,22 @@
 
 #include "backends/cpu/cpu.h"
 
+/* rows x cols values from source (leading dimension source_ld, in from's dtype) to destination (destination_ld,
+ * in to's): one cast where both are contiguous, else one per row. */
+static bpt_status cast_block(bpt_backend *backend, int64_t rows, int64_t cols, bpt_dtype from, const void *source,
+                             int64_t source_ld, bpt_dtype to, void *destination, int64_t destination_ld) {
+  if (rows == 1 || (source_ld == cols && destination_ld == cols))
+    return bpt_cpu_cast(backend, rows * cols, from, source, to, destination, 1.0f);
+  const size_t from_size = bpt_dtype_size(from), to_size = bpt_dtype_size(to);
+  bpt_status status = BPT_OK;
+  for (int64_t r = 0; status == BPT_OK && r < rows; r++)
+    status = bpt_cpu_cast(backend, cols, from, (const char *)source + (size_t)(r * source_ld) * from_size, to,
+                          (char *)destination + (size_t)(r * destination_ld) * to_size, 1.0f);
+  return status;
+}
+
 /* A rows x cols block with leading dimension ld as f32: f32 blocks are used where they lie (*scratch stays
- * NULL); narrow ones are widened into packed scratch (leading dimension cols), in one cast where the block is
- * contiguous. skip_values: scratch only, nothing read (a C that beta 0 overwrites). */
+ * NULL); narrow ones are widened into packed scratch (leading dimension cols). skip_values: scratch only, nothing read (a C that beta 0 overwrites). */
 static bpt_status as_f32(bpt_backend *backend, bpt_dtype dtype, const void *source, int64_t rows, int64_t cols,
                          int64_t ld, bool skip_values, const float **values, int64_t *values_ld, float **scratch) {
   *scratch = NULL;
@@ -21,14 +34,7 @@ static bpt_status as_f32(bpt_backend *backend, bpt_dtype dtype, const void *sour
                                          (long long)rows, (long long)cols);
   *values = *scratch;
   *values_ld = cols;
-  if (skip_values) return BPT_OK;
-  const size_t element = bpt_dtype_size(dtype);
-  if (ld == cols || rows == 1) return bpt_cpu_cast(backend, rows * cols, dtype, source, BPT_DTYPE_F32, *scratch, 1.0f);
-  bpt_status status = BPT_OK;
-  for (int64_t r = 0; status == BPT_OK && r < rows; r++)
-    status = bpt_cpu_cast(backend, cols, dtype, (const char *)source + (size_t)(r * ld) * element, BPT_DTYPE_F32,
-                          *scratch + r * cols, 1.0f);
-  return status;
+  return skip_values ? BPT_OK : cast_block(backend, rows, cols, dtype, source, ld, BPT_DTYPE_F32, *scratch, cols);
 }
 
 bpt_status bpt_cpu_gemm_mixed(bpt_backend *backend, const bpt_gemm_args *args) {
@@ -55,13 +61,9 @@ bpt_status bpt_cpu_gemm_mixed(bpt_backend *backend, const bpt_gemm_args *args) {
     wide.ldc = ldc;
     status = bpt_cpu_gemm(backend, &wide);
   }
-  const size_t element = bpt_dtype_size(args->c_dtype);
-  if (c_scratch && status == BPT_OK && (args->ldc == args->n || args->m == 1))
-    status = bpt_cpu_cast(backend, args->m * args->n, BPT_DTYPE_F32, c_scratch, args->c_dtype, args->c, 1.0f);
-  else
-    for (int64_t r = 0; c_scratch && status == BPT_OK && r < args->m; r++)
-      status = bpt_cpu_cast(backend, args->n, BPT_DTYPE_F32, c_scratch + r * args->n, args->c_dtype,
-                            (char *)args->c + (size_t)(r * args->ldc) * element, 1.0f);
+  if (c_scratch && status == BPT_OK) /* a narrow C: rounded back */
+    status = cast_block(backend, args->m, args->n, BPT_DTYPE_F32, c_scratch, args->n, args->c_dtype, args->c,
+                        args->ldc);
   free(a_scratch);
   free(b_scratch);
   free(c_scratch);
