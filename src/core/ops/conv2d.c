@@ -128,8 +128,8 @@ static bool conv2d_reads_input(const bpt_node *node, int input) {
 static void conv2d_cost(const bpt_node *node, int backward, double *flops, double *bytes) {
   const bpt_node *x = node->inputs[0], *weight = node->inputs[1];
   const bool has_bias = node->input_count > 2 && node->inputs[2];
-  const double outputs = (double)bpt_node_inner_count(node) * (double)node->dims[0];
-  const double inputs = (double)bpt_node_inner_count(x) * (double)x->dims[0];
+  /* The run's batch, not the compiled one (dims[0] is the largest batch the plan holds). */
+  const double outputs = (double)bpt_node_count(node), inputs = (double)bpt_node_count(x);
   const double weights = (double)bpt_node_inner_count(weight);
   const double product = 2.0 * outputs * (double)(weight->dims[1] * weight->dims[2] * weight->dims[3]);
   const double product_bytes = 4.0 * (inputs + weights + outputs);
