@@ -15,7 +15,7 @@ static bpt_status binary_stochastic_forward(bpt_backend *backend, const bpt_kern
   const uint64_t seed = node->seed;
   if (node->deterministic) {
     /* sigmoid(z) > 0.5 exactly when z > 0. */
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) a[i] = z[i] > 0.0f ? 1.0f : 0.0f;
     return BPT_OK;
   }
@@ -37,7 +37,7 @@ static bpt_status binary_stochastic_backward(bpt_backend *backend, const bpt_ker
   const float *z = node->inputs[0].value, *da = node->output.grad;
   float *dz = node->inputs[0].grad;
   if (!sigmoid_adjusted) {
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dz[i] += da[i];
     return BPT_OK;
   }

@@ -43,7 +43,7 @@ static bpt_status dropout_backward(bpt_backend *backend, const bpt_kernel_node *
   const int64_t count = node->output.count;
   const float *mask = node->saved, *dy = node->output.grad;
   float *dx = node->inputs[0].grad;
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++)
     dx[i] += dy[i] * mask[i];
   return BPT_OK;

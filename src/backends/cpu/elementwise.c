@@ -77,7 +77,7 @@ static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node
   float *y = node->output.value;
   switch (a.kind) {
   case BPT_ACTIVATION_LEAKY_RELU:
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) {
       float value = x[i];
       y[i] = value > 0.0f ? value : parameter * value;
@@ -103,15 +103,15 @@ static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_nod
   float *dx = a.dx;
   switch (a.kind) {
   case BPT_ACTIVATION_LEAKY_RELU:
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dx[i] += (x[i] > 0.0f ? 1.0f : parameter) * dy[i];
     return BPT_OK;
   case BPT_ACTIVATION_SIGMOID:
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * y[i] * (1.0f - y[i]);
     return BPT_OK;
   case BPT_ACTIVATION_TANH:
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
     return BPT_OK;
   case BPT_ACTIVATION_RELU: break;

@@ -314,7 +314,7 @@ static bpt_status relu_forward(bpt_backend *backend, const bpt_kernel_node *node
     forward(backend, count, x, NULL, y, node->saved);
     return BPT_OK;
   }
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++) {
     float value = x[i];
     y[i] = value > 0.0f ? value : 0.0f;
@@ -337,7 +337,7 @@ static bpt_status relu_backward(bpt_backend *backend, const bpt_kernel_node *nod
   float *dx = x->grad;
   /* The select loads dy unconditionally so it vectorises (a branch compiled to a scalar one that mispredicts on
    * every other value). */
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++) {
     float gradient = dy[i];
     dx[i] += input[i] > 0.0f ? gradient : 0.0f;

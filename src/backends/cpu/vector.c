@@ -12,11 +12,11 @@
 bpt_status bpt_cpu_add_scaled(bpt_backend *backend, int64_t count, float alpha, const float *x, float *y) {
   (void)backend;
   if (alpha == 1.0f) {
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++)
       y[i] += x[i];
   } else {
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t i = 0; i < count; i++)
       y[i] += alpha * x[i];
   }
@@ -64,7 +64,7 @@ bpt_status bpt_cpu_reduce_statistics(bpt_backend *backend, int64_t count, const 
 
 bpt_status bpt_cpu_scale_clamp(bpt_backend *backend, int64_t count, float scale, float low, float high, float *x) {
   (void)backend;
-#pragma omp parallel for simd if (count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t i = 0; i < count; i++) {
     const float value = x[i] * scale;
     x[i] = value < low ? low : (value > high ? high : value);
