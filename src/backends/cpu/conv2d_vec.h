@@ -6,14 +6,17 @@
  * (name_avx512, name_avx2) and uses only what is defined here (vec_t, vec_*, VEC_*), so each target gets the
  * same arithmetic with its own register width and tile sizes.
  *
- * The AVX2 versions of the masked loads and stores go through a small stack buffer instead of vmaskmovps:
- * valgrind (which runs these kernels since it emulates AVX2) can flag vmaskmovps reading past an allocation
- * even where the lanes are masked, and tails are rare enough that the copy costs nothing measurable.
+ * The AVX2 versions of vec_load_first and vec_store_first go through a small stack buffer instead of
+ * vmaskmovps: valgrind (which runs these kernels since it emulates AVX2) can flag vmaskmovps reading past an
+ * allocation even where the lanes are masked, and tails are rare enough that the copy costs nothing
+ * measurable. vec_maskload and vec_maskstore are the instructions themselves, for conv2d_small_tiles.h, whose
+ * rows end inside their buffers and whose tails come once per row.
  * Private to the CPU backend. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "backends/cpu/avx2_lanes.h"
 #include "backends/cpu/avx512_target.h"
 
 #if defined(CONV_VEC_AVX512)
@@ -33,6 +36,20 @@
 /* The first n (0..16) lanes from p, the rest zero; and the first n lanes of v stored at p. */
 #define vec_load_first(p, n) _mm512_maskz_loadu_ps(direct_lanes(n), (p))
 #define vec_store_first(p, v, n) _mm512_mask_storeu_ps((p), direct_lanes(n), (v))
+/* A lane mask for the hardware's masked loads and stores (lanes off read as zero, are not written), and the
+ * sum of a vector's lanes. Masked-off lanes are never touched, so a row's last partial vector may end at an
+ * allocation's end. */
+#define vec_mask_t __mmask16
+#define vec_first_mask(n) direct_lanes(n)
+#define vec_maskload(p, mask) _mm512_maskz_loadu_ps((mask), (p))
+#define vec_maskstore(p, mask, v) _mm512_mask_storeu_ps((p), (mask), (v))
+#define vec_sum_lanes(v) _mm512_reduce_add_ps(v)
+/* conv2d_small_tiles.h: vectors of columns by 6 result rows per product tile (24 accumulators, 4 loads and 6
+ * broadcasts per 24 FMAs), and output channels per weight-gradient tile of 5 taps: 2 (10 accumulators), since
+ * GCC 12 kept 4 x 5 in memory and stored every accumulator on every step (0.80-0.86x of AVX2 on LeNet's conv2;
+ * bench/conv_small.c). */
+#define VEC_CONV_SMALL_VECTORS 4
+#define VEC_CONV_SMALL_OUTPUTS 2
 /* Output channels by vectors of tiles per register tile of the Winograd products (conv2d_winograd_tiles.h): 16
  * accumulators of 16 tiles, one load per 16 FMAs. Where the outputs do not come in 16s, half the block. */
 #define VEC_WINOGRAD_BLOCK 16
@@ -129,6 +146,14 @@ static inline __attribute__((always_inline)) BPT_AVX512_TARGET void vec_transpos
 #define vec_store_first(p, v, n) vec_store_first_avx2((p), (v), (n))
 #define vec_store_interleaved vec_store_interleaved_avx2
 #define vec_store_lanes vec_store_lanes_avx2
+#define vec_mask_t __m256i
+#define vec_first_mask(n) bpt_avx2_first_lanes(n)
+#define vec_maskload(p, mask) _mm256_maskload_ps((p), (mask))
+#define vec_maskstore(p, mask, v) _mm256_maskstore_ps((p), (mask), (v))
+#define vec_sum_lanes(v) bpt_avx2_sum_lanes(v)
+/* 2 x 6 (12 accumulators, 2 loads and 6 broadcasts per 12 FMAs) and 2 x 5 (10): the 16 ymm registers. */
+#define VEC_CONV_SMALL_VECTORS 2
+#define VEC_CONV_SMALL_OUTPUTS 2
 /* 16 ymm registers: 4 output channels by 3 vectors of 8 tiles, 12 accumulators (enough for Zen 2's 2 FMA pipes
  * x 5 cycles), 3 loads and 4 broadcasts per 12 FMAs, the 3 input vectors and a broadcast. Measured
  * (bench/conv_kernels.c, 1 thread, shared machine) against 8 x 1: 16 -> 16 on 28x28 forward 5.3-5.9 against

@@ -19,6 +19,13 @@
 #undef vec_store_interleaved
 #undef vec_transpose
 #undef vec_store_lanes
+#undef vec_mask_t
+#undef vec_first_mask
+#undef vec_maskload
+#undef vec_maskstore
+#undef vec_sum_lanes
+#undef VEC_CONV_SMALL_VECTORS
+#undef VEC_CONV_SMALL_OUTPUTS
 #undef VEC_WINOGRAD_BLOCK
 #undef VEC_WINOGRAD_VECTORS
 #undef VEC_FILTER_OUTPUTS
