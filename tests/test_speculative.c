@@ -2,11 +2,15 @@
  * cache behave as documented (first sample of a label falls back, the cache follows the last sample, a hit
  * gives exactly the cached state's gradient, a miss gives the ordinary one); options and graphs are checked;
  * on fpga-sim the speculative backward overlaps the forward in the cycle model. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/graph.h"
+#include "core/speculative.h"
 #include "test_support.h"
 
 enum { FEATURES = 12, CLASSES = 3 };
@@ -270,6 +274,41 @@ static void two_threads_mix_hits_and_misses(void **state) {
   free_model(&reference);
 }
 
+/* A worker left without jobs for longer than its spin (between mini-batches here, evaluation or data loading in a
+ * program) sleeps instead of polling, and the next job wakes it: training goes on bit for bit as without the
+ * pause. */
+static void an_idle_worker_sleeps_and_wakes(void **state) {
+  (void)state;
+  const int32_t labels[8] = {0, 1, 2, 0, 1, 2, 0, 1};
+  float *after[2];
+  int64_t count = 0;
+  for (int pause = 0; pause < 2; pause++) {
+    model m = make_model("cpu", 0.1f, 0.9f);
+    data d = make_data(m.context, 8, labels, 9);
+    bpt_speculative_trainer *trainer = make_trainer(&m, 1.0f, 2, 0.0f); /* every gate passes: all hits */
+    for (int b = 0; b < 3; b++) {
+      assert_ok(m.context, bpt_speculative_train_batch(trainer, d.images, d.labels, NULL));
+      if (!pause) continue;
+      for (int waited = 0; waited < 2000 && !atomic_load(&trainer->sleeping); waited++) {
+        struct timespec millisecond = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&millisecond, NULL);
+      }
+      assert_true(atomic_load(&trainer->sleeping));
+    }
+    count = bpt_graph_parameter_count(m.graph);
+    after[pause] = malloc((size_t)count * sizeof(float));
+    assert_ok(m.context, bpt_graph_read_parameters(m.graph, after[pause], count));
+    bpt_speculative_counters counters = {.size = sizeof counters};
+    assert_ok(m.context, bpt_speculative_get_counters(trainer, &counters));
+    assert_true(counters.hits >= 20);
+    bpt_speculative_destroy(trainer); /* wakes a sleeping worker to stop it */
+    free_data(&d);
+    free_model(&m);
+  }
+  assert_memory_equal(after[0], after[1], (size_t)count * sizeof(float));
+  free(after[0]), free(after[1]);
+}
+
 static void gate_distance_and_schedule(void **state) {
   (void)state;
   model m = make_model("cpu", 0.0f, 0.0f);
@@ -459,6 +498,7 @@ int main(void) {
       cmocka_unit_test(hits_use_the_last_sample_of_the_label),
       cmocka_unit_test(misses_fall_back_to_the_ordinary_gradient),
       cmocka_unit_test(two_threads_mix_hits_and_misses),
+      cmocka_unit_test(an_idle_worker_sleeps_and_wakes),
       cmocka_unit_test(gate_distance_and_schedule),
       cmocka_unit_test(graphs_outside_the_chain_are_refused),
       cmocka_unit_test(fpga_sim_overlaps_speculative_backward),

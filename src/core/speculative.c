@@ -81,6 +81,37 @@ static void wait_until(atomic_long *value, long target, atomic_bool *stop) {
   }
 }
 
+/* The worker's wait for job `job`: spinning as wait_until does for the first millisecond (jobs of a mini-batch
+ * come tens of microseconds apart), then asleep until the main thread posts a job or the stop. Sequentially
+ * consistent stores and loads of job_posted and sleeping on both sides: either the worker sees the job before
+ * it sleeps, or the poster sees it asleep and signals under the lock. */
+static void wait_for_work(bpt_speculative_trainer *trainer, long job) {
+  double start = 0.0;
+  for (long turns = 0; atomic_load(&trainer->job_posted) < job && !atomic_load(&trainer->stop); turns++) {
+    if (turns < 64) continue;
+    if (turns == 64) start = now_seconds();
+    if (now_seconds() - start < 1e-3) {
+      sched_yield();
+      continue;
+    }
+    pthread_mutex_lock(&trainer->idle_lock);
+    atomic_store(&trainer->sleeping, true);
+    while (atomic_load(&trainer->job_posted) < job && !atomic_load(&trainer->stop))
+      pthread_cond_wait(&trainer->wake, &trainer->idle_lock);
+    atomic_store(&trainer->sleeping, false);
+    pthread_mutex_unlock(&trainer->idle_lock);
+    return;
+  }
+}
+
+/* Called after storing job_posted or stop: wakes the worker if it sleeps. */
+static void wake_worker(bpt_speculative_trainer *trainer) {
+  if (!atomic_load(&trainer->sleeping)) return;
+  pthread_mutex_lock(&trainer->idle_lock);
+  pthread_cond_signal(&trainer->wake);
+  pthread_mutex_unlock(&trainer->idle_lock);
+}
+
 static void *worker_main(void *argument) {
   bpt_speculative_trainer *trainer = argument;
 #ifdef _OPENMP
@@ -88,7 +119,7 @@ static void *worker_main(void *argument) {
   omp_set_num_threads(1);
 #endif
   for (long job = 1;; job++) {
-    wait_until(&trainer->job_posted, job, &trainer->stop);
+    wait_for_work(trainer, job);
     if (atomic_load_explicit(&trainer->stop, memory_order_acquire)) return NULL;
     const bpt_speculative_job *work = &trainer->jobs[(job - 1) % trainer->max_rows];
     double start = thread_seconds();
@@ -104,7 +135,8 @@ static bpt_node *find_loss(bpt_graph *graph) { return graph ? graph->loss : NULL
 /* Stops the worker and frees the device buffers, while the graph and its backend are still there. */
 static void let_go_of_graph(bpt_speculative_trainer *trainer) {
   if (trainer->threaded) {
-    atomic_store_explicit(&trainer->stop, true, memory_order_release);
+    atomic_store(&trainer->stop, true);
+    wake_worker(trainer);
     pthread_join(trainer->worker, NULL);
     trainer->threaded = false;
   }
@@ -182,6 +214,16 @@ bpt_status bpt_speculative_create(bpt_graph *graph, bpt_node *images, bpt_node *
     if (!trainer->host_probabilities) status = BPT_ERR_OUT_OF_MEMORY;
   }
   if (status == BPT_OK && threaded) {
+    if (pthread_mutex_init(&trainer->idle_lock, NULL) != 0) {
+      status = bpt_error(context, BPT_ERR_INTERNAL, "%s: cannot create the speculative worker's lock", where);
+    } else if (pthread_cond_init(&trainer->wake, NULL) != 0) {
+      pthread_mutex_destroy(&trainer->idle_lock);
+      status = bpt_error(context, BPT_ERR_INTERNAL, "%s: cannot create the speculative worker's condition", where);
+    } else {
+      trainer->idle_sync = true;
+    }
+  }
+  if (status == BPT_OK && threaded) {
     if (pthread_create(&trainer->worker, NULL, worker_main, trainer) != 0)
       status = bpt_error(context, BPT_ERR_INTERNAL, "%s: cannot start the speculative worker thread", where);
     else
@@ -207,6 +249,10 @@ void bpt_speculative_destroy(bpt_speculative_trainer *trainer) {
   free(trainer->host_probabilities);
   free(trainer->host_gradients);
   free(trainer->layers);
+  if (trainer->idle_sync) { /* the worker was joined when the trainer let go of its graph */
+    pthread_cond_destroy(&trainer->wake);
+    pthread_mutex_destroy(&trainer->idle_lock);
+  }
   free(trainer);
 }
 
@@ -276,7 +322,8 @@ static bpt_status forward_with_speculation(bpt_speculative_trainer *trainer, int
     long job = atomic_load_explicit(&trainer->job_posted, memory_order_relaxed) + 1;
     trainer->jobs[(job - 1) % trainer->max_rows] = (bpt_speculative_job){.label = label, .state = state, .row = row};
     state->reader_job = job;
-    atomic_store_explicit(&trainer->job_posted, job, memory_order_release);
+    atomic_store(&trainer->job_posted, job);
+    wake_worker(trainer);
     return bpt_graph_forward(trainer->graph);
   }
   if (state) {
@@ -293,12 +340,18 @@ static bpt_status clip_gradients(bpt_speculative_trainer *trainer) {
   bpt_graph *graph = trainer->graph;
   bpt_backend *backend = trainer->backend;
   size_t count = (size_t)graph->parameter_elements;
+  const float clip = trainer->options.gradient_clip;
+  /* On the backend where it can (no round trip through the host); the same clamp either way, NaN kept. */
+  if (backend->vtable->scale_clamp) {
+    if (backend->vtable->scale_clamp(backend, (int64_t)count, 1.0f, -clip, clip, graph->gradient_block) != BPT_OK)
+      return bpt_backend_error(trainer->context, BPT_ERR_DEVICE, "bpt_speculative: clipping gradients");
+    return BPT_OK;
+  }
   if (!trainer->host_gradients) {
     trainer->host_gradients = bpt_calloc(trainer->context, count, sizeof(float), "clipping buffer");
     if (!trainer->host_gradients) return BPT_ERR_OUT_OF_MEMORY;
   }
   float *values = trainer->host_gradients;
-  const float clip = trainer->options.gradient_clip;
   if (backend->vtable->download(backend, values, graph->gradient_block, count * sizeof(float)) != BPT_OK)
     return bpt_backend_error(trainer->context, BPT_ERR_DEVICE, "bpt_speculative: clipping gradients");
   for (size_t i = 0; i < count; i++)

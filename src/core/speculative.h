@@ -96,6 +96,12 @@ struct bpt_speculative_trainer {
   pthread_t worker;
   atomic_long job_posted, job_done;
   atomic_bool stop;
+  /* An idle worker (no job for a millisecond: threshold 0, evaluation, data loading) sleeps on `wake` until a
+   * job or the stop is posted, instead of polling; `sleeping` tells the poster to signal. */
+  pthread_mutex_t idle_lock;
+  pthread_cond_t wake;
+  atomic_bool sleeping;
+  bool idle_sync; /* idle_lock and wake are initialised */
   bpt_speculative_job *jobs; /* max_rows entries, job number j at jobs[(j - 1) % max_rows] */
   bpt_status job_status;     /* the first failure of the worker, read after a drain */
 };

@@ -52,19 +52,9 @@ bpt_status bpt_speculative_compact_rows(bpt_speculative_trainer *trainer, const 
 bpt_status bpt_speculative_merge(bpt_speculative_trainer *trainer) {
   bpt_backend *backend = trainer->backend;
   int64_t count = trainer->graph->parameter_elements;
-  /* gradients (1, count) += ones (1, 1) . speculative (1, count): an axpy through the one kernel every backend has */
-  bpt_gemm_args product = {.m = 1,
-                           .n = count,
-                           .k = 1,
-                           .alpha = 1.0f,
-                           .a = trainer->ones,
-                           .lda = 1,
-                           .b = trainer->speculative_gradients,
-                           .ldb = count,
-                           .beta = 1.0f,
-                           .c = trainer->graph->gradient_block,
-                           .ldc = count};
-  bpt_status status = backend->vtable->gemm(backend, &product);
+  /* gradients += speculative: add_scaled with alpha 1 adds exactly, as the product with a one would */
+  bpt_status status =
+      backend->vtable->add_scaled(backend, count, 1.0f, trainer->speculative_gradients, trainer->graph->gradient_block);
   if (status == BPT_OK)
     status = backend->vtable->memset_zero(backend, trainer->speculative_gradients, (size_t)count * sizeof(float));
   return status == BPT_OK ? BPT_OK : bpt_backend_error(trainer->context, status, "bpt_speculative: merging gradients");
