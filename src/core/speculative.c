@@ -49,10 +49,6 @@ static bpt_status validate(bpt_context *context, const bpt_speculative_options *
   return BPT_OK;
 }
 
-/* Waits for *value to reach target. A sample takes tens of microseconds, so both threads spin, yielding
- * the core on every turn (cheap when nothing else wants it; on a shared machine it lets our other thread
- * run); after a millisecond without news the waiter sleeps, so an idle worker does not hold a core while the
- * caller evaluates or loads data. */
 static double now_seconds(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -66,34 +62,33 @@ static double thread_seconds(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void wait_until(atomic_long *value, long target, atomic_bool *stop) {
-  double start = 0.0;
-  for (long turns = 0; atomic_load_explicit(value, memory_order_acquire) < target; turns++) {
-    if (stop && atomic_load_explicit(stop, memory_order_acquire)) return;
-    if (turns < 64) continue;
-    if (turns == 64) start = now_seconds();
-    if (now_seconds() - start < 1e-3) {
-      sched_yield();
-      continue;
-    }
-    struct timespec pause = {.tv_sec = 0, .tv_nsec = 50000};
-    nanosleep(&pause, NULL);
-  }
+/* One turn of a wait for news from the other thread. A sample takes tens of microseconds, so for the first
+ * millisecond the waiter spins, yielding the core on every turn (cheap when nothing else wants it; on a shared
+ * machine it lets our other thread run); false once that millisecond is over. */
+static bool spin_turn(long turns, double *start) {
+  if (turns < 64) return true;
+  if (turns == 64) *start = now_seconds();
+  if (now_seconds() - *start >= 1e-3) return false;
+  sched_yield();
+  return true;
 }
 
-/* The worker's wait for job `job`: spinning as wait_until does for the first millisecond (jobs of a mini-batch
- * come tens of microseconds apart), then asleep until the main thread posts a job or the stop. Sequentially
- * consistent stores and loads of job_posted and sleeping on both sides: either the worker sees the job before
- * it sleeps, or the poster sees it asleep and signals under the lock. */
+/* The main thread's wait for the worker's job counter: spinning, then 50 us naps (what is queued ends soon). */
+static void wait_until(atomic_long *value, long target) {
+  double start = 0.0;
+  for (long turns = 0; atomic_load_explicit(value, memory_order_acquire) < target; turns++)
+    if (!spin_turn(turns, &start)) nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 50000}, NULL);
+}
+
+/* The worker's wait for job `job`: spinning for the first millisecond (jobs of a mini-batch come tens of
+ * microseconds apart), then asleep until the main thread posts a job or the stop, so that an idle worker holds
+ * no core while the caller evaluates or loads data. Sequentially consistent stores and loads of job_posted and
+ * sleeping on both sides: either the worker sees the job before it sleeps, or the poster sees it asleep and
+ * signals under the lock. */
 static void wait_for_work(bpt_speculative_trainer *trainer, long job) {
   double start = 0.0;
   for (long turns = 0; atomic_load(&trainer->job_posted) < job && !atomic_load(&trainer->stop); turns++) {
-    if (turns < 64) continue;
-    if (turns == 64) start = now_seconds();
-    if (now_seconds() - start < 1e-3) {
-      sched_yield();
-      continue;
-    }
+    if (spin_turn(turns, &start)) continue;
     pthread_mutex_lock(&trainer->idle_lock);
     atomic_store(&trainer->sleeping, true);
     while (atomic_load(&trainer->job_posted) < job && !atomic_load(&trainer->stop))
@@ -298,7 +293,7 @@ static bpt_status speculative_failed(bpt_speculative_trainer *trainer, bpt_statu
 static void wait_for_job(bpt_speculative_trainer *trainer, long job) {
   if (atomic_load_explicit(&trainer->job_done, memory_order_acquire) >= job) return;
   double start = thread_seconds();
-  wait_until(&trainer->job_done, job, NULL);
+  wait_until(&trainer->job_done, job);
   trainer->main_wait_seconds += thread_seconds() - start;
 }
 
