@@ -548,6 +548,42 @@ static bpt_status build_norm(case_graph *g, const op_case *c, bpt_node **out) {
   return bpt_add(g->graph, "sum", first, second, out);
 }
 
+/* Row-wise ops reading a strided view in place (issue 24.2): x (.., 2W) sliced to its second half, the rows W
+ * apart in a buffer twice as wide; on backends whose kernels are not strided the slice is a copy. */
+static bpt_status build_of_slice(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x, *half;
+  const int last = c->rank - 1;
+  const int64_t width = c->shape[last] / 2;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 3.0f, true, &x));
+  BPT_CHECK(bpt_slice(g->graph, "half", x, c->rank, width, width, &half));
+  if (c->op == BPT_OP_SOFTMAX) return bpt_softmax(g->graph, "op", half, c->causal, out);
+  if (c->op != BPT_OP_LAYER_NORM && c->op != BPT_OP_RMS_NORM) return c->unary(g->graph, "op", half, out);
+  bpt_node *gamma, *beta = NULL;
+  BPT_CHECK(add_parameter(g, "gamma", 1, &width, 0.5f, 1.5f, true, &gamma));
+  if (c->op == BPT_OP_LAYER_NORM) BPT_CHECK(add_parameter(g, "beta", 1, &width, -0.5f, 0.5f, true, &beta));
+  return norm_node(g, c, "op", half, gamma, beta, 1e-5f, out);
+}
+
+/* SwiGLU's product: a fused (.., 2W) projection's halves multiplied, both read in place where mul is strided. */
+static bpt_status build_mul_of_halves(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x, *gate, *value;
+  const int64_t width = c->shape[c->rank - 1] / 2;
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 2.0f, true, &x));
+  BPT_CHECK(bpt_slice(g->graph, "gate", x, c->rank, 0, width, &gate));
+  BPT_CHECK(bpt_slice(g->graph, "value", x, c->rank, width, width, &value));
+  BPT_CHECK(bpt_silu(g->graph, "act", gate, &gate));
+  return bpt_mul(g->graph, "op", gate, value, out);
+}
+
+/* softmax over D of (N, T, H, D) permuted to (N, H, T, D): rows D long, T H D apart in a permuted view. */
+static bpt_status build_softmax_of_permute(case_graph *g, const op_case *c, bpt_node **out) {
+  bpt_node *x;
+  const int64_t axes[4] = {0, 2, 1, 3};
+  BPT_CHECK(add_input(g, "x", c->rank, c->shape, -3.0f, 3.0f, true, &x));
+  BPT_CHECK(bpt_permute(g->graph, "heads", x, 4, axes, &x));
+  return bpt_softmax(g->graph, "op", x, 0, out);
+}
+
 static bpt_status build_pool2d(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x;
   BPT_CHECK(add_input(g, "x", 3, c->shape, -1.0f, 1.0f, true, &x));
@@ -935,6 +971,14 @@ static const op_case op_cases[] = {
     {"softmax causal bottom-right 2x3x6x4 (rows 0 and 1 fully masked)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 3, SHAPE(3, 6, 4), .causal = true, .reference = softmax_reference},
     {"softmax causal 2x3x9 (more columns than rows)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(3, 9), .causal = true, .reference = softmax_reference},
     {"softmax 2x20011 (parity, threads)", BPT_OP_SOFTMAX, build_softmax, .batch = 2, .rank = 2, SHAPE(7, 2859), .reference = softmax_reference},
+    {"softmax of a slice 2x3x2x6 (rows read in place)", BPT_OP_SOFTMAX, build_of_slice, .batch = 2, .rank = 3, SHAPE(3, 2, 12)},
+    {"softmax causal of a slice 2x5x10", BPT_OP_SOFTMAX, build_of_slice, .batch = 2, .rank = 2, SHAPE(5, 20), .causal = true},
+    {"softmax of a permute (N, T, H, D) -> (N, H, T, D), 2x5x3x4", BPT_OP_SOFTMAX, build_softmax_of_permute, .batch = 2, .rank = 3, SHAPE(5, 3, 4)},
+    {"layer_norm of a slice 2x4x9", BPT_OP_LAYER_NORM, build_of_slice, .batch = 2, .rank = 2, SHAPE(4, 18)},
+    {"rms_norm of a slice 2x4x9", BPT_OP_RMS_NORM, build_of_slice, .batch = 2, .rank = 2, SHAPE(4, 18)},
+    {"silu of a slice 3x2x11", BPT_OP_SILU, build_of_slice, .unary = bpt_silu, .batch = 3, .rank = 2, SHAPE(2, 22)},
+    {"gelu_tanh of a slice 3x2x11", BPT_OP_GELU_TANH, build_of_slice, .unary = bpt_gelu_tanh, .batch = 3, .rank = 2, SHAPE(2, 22)},
+    {"mul of a fused projection's halves (SwiGLU) 2x5x7", BPT_OP_MUL, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
 };
 // clang-format on
 #undef SHAPE

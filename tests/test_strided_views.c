@@ -10,7 +10,11 @@
  *   - attention: q, k, v as slices of a fused projection read in place by the attention kernels (views on the
  *     CPU, whose kernels take strided rows), whose backward adds into the one cleared qkv gradient;
  *   - split: nanoGPT's way, a fused projection sliced into q, k, v, each reshaped to (N, T, H, D) (a reshape of a
- *     strided view, which splits the last axis in strides) and permuted for matmul: views all the way.
+ *     strided view, which splits the last axis in strides) and permuted for matmul: views all the way;
+ *   - swiglu: a fused (N, T, 2C) gate-and-value projection sliced in two, silu(gate) * value (LLaMA's MLP), both
+ *     halves read in place by the CPU's silu and mul kernels;
+ *   - rows: slices of one projection read in place by layer_norm, rms_norm and gelu_tanh, and their sum split
+ *     into heads and permuted to (N, H, T, D) for softmax over D (rows D apart in a permuted view).
  * Reading a view gives the copy's values. */
 #include <math.h>
 #include <stdlib.h>
@@ -22,7 +26,7 @@
 #include "test_support.h"
 
 enum { BATCH = 2, TOKENS = 5, CHANNELS = 8, HEADS = 2, WIDTH = 4 };
-typedef enum { HEADS_GRAPH, FUSED_GRAPH, ATTENTION_GRAPH, SPLIT_GRAPH } graph_kind;
+typedef enum { HEADS_GRAPH, FUSED_GRAPH, ATTENTION_GRAPH, SPLIT_GRAPH, SWIGLU_GRAPH, ROWS_GRAPH } graph_kind;
 
 typedef struct net {
   bpt_context *context;
@@ -116,6 +120,37 @@ static void build_split(net *n) {
   assert_ok(n->context, bpt_mse_loss(g, "loss", o, n->target, &n->loss));
 }
 
+static void build_swiglu(net *n) {
+  bpt_graph *g = n->graph;
+  bpt_node *h, *gate, *value, *y;
+  assert_ok(n->context, bpt_layer_linear(g, "w12", n->x, 2 * CHANNELS, BPT_INIT_XAVIER_UNIFORM, &h));
+  assert_ok(n->context, bpt_slice(g, "gate", h, 2, 0, CHANNELS, &gate));
+  assert_ok(n->context, bpt_slice(g, "k", h, 2, CHANNELS, CHANNELS, &value)); /* "k": the view the checks read */
+  assert_ok(n->context, bpt_silu(g, "act", gate, &gate));
+  assert_ok(n->context, bpt_mul(g, "gated", gate, value, &y));
+  assert_ok(n->context, bpt_mse_loss(g, "loss", y, n->target, &n->loss));
+}
+
+static void build_rows(net *n) {
+  bpt_graph *g = n->graph;
+  bpt_node *h, *a, *b, *c, *y;
+  const int64_t split[3] = {TOKENS, HEADS, WIDTH}, to_heads[4] = {0, 2, 1, 3}, merged[2] = {TOKENS, CHANNELS};
+  assert_ok(n->context, bpt_layer_linear(g, "w", n->x, 3 * CHANNELS, BPT_INIT_XAVIER_UNIFORM, &h));
+  assert_ok(n->context, bpt_slice(g, "a", h, 2, 0, CHANNELS, &a));
+  assert_ok(n->context, bpt_slice(g, "b", h, 2, CHANNELS, CHANNELS, &b));
+  assert_ok(n->context, bpt_slice(g, "c", h, 2, 2 * CHANNELS, CHANNELS, &c));
+  assert_ok(n->context, bpt_layer_layer_norm(g, "ln", a, 1e-5f, &a));
+  assert_ok(n->context, bpt_layer_rms_norm(g, "rms", b, 1e-5f, &b));
+  assert_ok(n->context, bpt_gelu_tanh(g, "gelu", c, &c));
+  assert_ok(n->context, bpt_add(g, "ab", a, b, &y));
+  assert_ok(n->context, bpt_add(g, "abc", y, c, &y));
+  assert_ok(n->context, bpt_reshape(g, "split", y, 3, split, &y));
+  assert_ok(n->context, bpt_permute(g, "k", y, 4, to_heads, &y)); /* (N, H, T, D) */
+  assert_ok(n->context, bpt_softmax(g, "p", y, 0, &y));
+  assert_ok(n->context, bpt_reshape(g, "merged", y, 2, merged, &y));
+  assert_ok(n->context, bpt_mse_loss(g, "loss", y, n->target, &n->loss));
+}
+
 static void net_build(net *n, graph_kind kind, bool views, bool storage16) {
   memset(n, 0, sizeof *n);
   n->context = test_context(11);
@@ -133,6 +168,8 @@ static void net_build(net *n, graph_kind kind, bool views, bool storage16) {
   if (kind == FUSED_GRAPH) build_fused(n);
   if (kind == ATTENTION_GRAPH) build_attention(n);
   if (kind == SPLIT_GRAPH) build_split(n);
+  if (kind == SWIGLU_GRAPH) build_swiglu(n);
+  if (kind == ROWS_GRAPH) build_rows(n);
   n->view = find(n, kind == HEADS_GRAPH ? "kt" : "k");
   n->copied = kind == HEADS_GRAPH || kind == SPLIT_GRAPH ? find(n, "merge") : NULL;
   n->graph->strided_views_off = !views;
@@ -194,8 +231,9 @@ static void trains_as_with_copies(graph_kind kind, bool storage16) {
   net_build(&without, kind, false, storage16);
   assert_null(without.view->view_source);
   if (with.copied) assert_null(with.copied->view_source); /* read by a reshape */
-  if (kind == ATTENTION_GRAPH && storage16) {
-    /* The attention kernels take f32 only, widened from 16-bit storage: its q, k, v stay copies, stored in bf16. */
+  const bool kernel_readers = kind == ATTENTION_GRAPH || kind == SWIGLU_GRAPH || kind == ROWS_GRAPH;
+  if (kernel_readers && storage16) {
+    /* The readers' kernels take f32 only, widened from 16-bit storage: their inputs stay copies, stored in bf16. */
     assert_null(with.view->view_source);
     assert_int_equal(with.view->storage, BPT_DTYPE_BF16);
   } else {
@@ -255,15 +293,38 @@ static void attention_slices_train_as_with_copies(void **state) {
 
 /* Under the bf16 policy with 16-bit storage, the rounding path gives the views' f32 sources the values the
  * copies' storage would hold; the attention's slices stay copies, in bf16. */
+/* silu and mul read a slice's rows in place (SwiGLU), as do layer_norm, rms_norm, gelu_tanh and softmax: every
+ * slice and the permute are views, and no copy pass runs. SwiGLU's gate and value copies were held for
+ * backward, so its views save their bytes; in the rows graph a view keeps its source alive where the copies
+ * let it go, and the arena packs differently (a few hundred bytes either way), so its bytes are not compared. */
+static void row_kernels_read_views_in_place(void **state) {
+  (void)state;
+  trains_as_with_copies(SWIGLU_GRAPH, false);
+  trains_as_with_copies(ROWS_GRAPH, false);
+  const char *views[2][4] = {{"gate", "k", NULL, NULL}, {"a", "b", "c", "k"}};
+  for (int g = 0; g < 2; g++) {
+    net with, without;
+    net_build(&with, g ? ROWS_GRAPH : SWIGLU_GRAPH, true, false);
+    net_build(&without, g ? ROWS_GRAPH : SWIGLU_GRAPH, false, false);
+    for (int i = 0; i < 4 && views[g][i]; i++) {
+      assert_non_null(find(&with, views[g][i])->view_source);
+      assert_null(find(&without, views[g][i])->view_source);
+    }
+    if (!g) assert_true(activation_bytes(&with) < activation_bytes(&without));
+    net_destroy(&with);
+    net_destroy(&without);
+  }
+}
+
 static void views_under_16bit_storage_train_as_with_copies(void **state) {
   (void)state;
-  for (graph_kind kind = HEADS_GRAPH; kind <= SPLIT_GRAPH; kind++)
+  for (graph_kind kind = HEADS_GRAPH; kind <= ROWS_GRAPH; kind++)
     trains_as_with_copies(kind, true);
 }
 
 static void view_gradients_match_finite_differences(void **state) {
   (void)state;
-  for (graph_kind kind = HEADS_GRAPH; kind <= SPLIT_GRAPH; kind++) {
+  for (graph_kind kind = HEADS_GRAPH; kind <= ROWS_GRAPH; kind++) {
     net n;
     net_build(&n, kind, true, false);
     test_check_gradients(n.context, n.graph, 1e-2, 2e-4, 2e-2, 64);
@@ -277,6 +338,7 @@ int main(void) {
       cmocka_unit_test(fused_slices_train_as_with_copies),
       cmocka_unit_test(attention_slices_train_as_with_copies),
       cmocka_unit_test(split_reshaped_slices_train_as_with_copies),
+      cmocka_unit_test(row_kernels_read_views_in_place),
       cmocka_unit_test(views_under_16bit_storage_train_as_with_copies),
       cmocka_unit_test(view_gradients_match_finite_differences),
   };

@@ -2,7 +2,8 @@
  * element strides along the output's axes, 0 where it is repeated; the output is walked as rows of its last
  * axis, with the inner loop specialised on whether each operand steps or repeats along it, so the common
  * cases (same shape, a bias row, a per-row scalar) vectorise. A repeated operand's gradient is the sum of
- * dy over the repeats: those rows are summed serially, in row order, so results do not depend on threads. */
+ * dy over the repeats: those rows are summed serially, in row order, so results do not depend on threads.
+ * Operands are read through their strides, so a strided view of the output's shape is read in place. */
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
@@ -13,17 +14,12 @@ typedef struct aligned_operand {
   int64_t strides[BPT_MAX_RANK]; /* per output axis, in elements; 0 along repeated axes */
 } aligned_operand;
 
+/* The input's own strides (contiguous, or a strided view's) along the output's axes, 0 where it repeats. */
 static void align(const bpt_kernel_tensor *output, const bpt_kernel_tensor *input, int64_t *strides) {
   const int offset = output->rank - input->rank;
-  int64_t stride = 1;
   for (int i = output->rank - 1; i >= 0; i--) {
     const int j = i - offset;
-    if (j < 0) {
-      strides[i] = 0;
-      continue;
-    }
-    strides[i] = input->dims[j] == 1 && output->dims[i] != 1 ? 0 : stride;
-    stride *= input->dims[j];
+    strides[i] = j < 0 || (input->dims[j] == 1 && output->dims[i] != 1) ? 0 : input->strides[j];
   }
 }
 
@@ -80,12 +76,13 @@ static void broadcast_gradient(const bpt_kernel_node *node, int which, bool mult
   const float *dy = y->grad, *o = other->value;
   float *g = input->grad;
   if (input->count == y->count) {
-    /* Not repeated: one term per element, rows in parallel. */
+    /* Not repeated: one term per element, rows in parallel (a strided view's rows through its strides). */
     const float beta = input->beta;
+    const bool contiguous = bpt_cpu_contiguous(input);
 #pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t r = 0; r < rows; r++) {
       const float *dy_row = dy + r * length, *o_row = o + bpt_cpu_row_offset(y, s_other, r);
-      float *g_row = g + r * length;
+      float *g_row = g + (contiguous ? r * length : bpt_cpu_row_offset(y, s_in, r));
       const int64_t so = s_other[last];
       for (int64_t j = 0; j < length; j++) {
         const float term = multiply ? dy_row[j] * o_row[j * so] : dy_row[j];
@@ -134,5 +131,26 @@ static bpt_status mul_backward(bpt_backend *backend, const bpt_kernel_node *node
   return broadcast_backward(node, true);
 }
 
+/* mul's operand may be a strided view (a slice of a fused projection, as SwiGLU's value half) when it is not
+ * broadcast and its rows are contiguous: the rows are read, and its gradient's written, in place. */
+static bool broadcast_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  const bpt_kernel_tensor *y = &node->output;
+  for (int i = 0; i < 2; i++) {
+    const bpt_kernel_tensor *input = &node->inputs[i];
+    if (bpt_cpu_contiguous(input)) continue;
+    bool same_shape = input->rank == y->rank && bpt_cpu_rows_in_place(input);
+    for (int d = 0; same_shape && d < y->rank; d++)
+      same_shape = input->dims[d] == y->dims[d];
+    if (!same_shape) {
+      if (reason) *reason = "a strided operand must have the output's shape and contiguous rows";
+      return false;
+    }
+  }
+  return true;
+}
+
+/* add is not registered strided: add of one shape runs on shared primitives (core/ops/add.c), which read
+ * contiguous values, so a view feeding it stays a copy. */
 BPT_REGISTER_KERNELS(cpu, ADD, add_forward, add_backward, NULL);
-BPT_REGISTER_KERNELS(cpu, MUL, mul_forward, mul_backward, NULL);
+BPT_REGISTER_KERNELS_STRIDED(cpu, MUL, mul_forward, mul_backward, broadcast_supports);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/strided_rows.h"
 
 /* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
  * would turn that note into an error under -Werror. */
@@ -157,9 +158,17 @@ static bpt_status gated_forward(bpt_backend *backend, const bpt_kernel_node *nod
   (void)backend;
 #endif
   const gate g = gate_of(node);
+  const bpt_kernel_tensor *in = &node->inputs[0];
   const int64_t count = node->output.count, blocks = (count + GATED_BLOCK - 1) / GATED_BLOCK;
-  const float *x = node->inputs[0].value; /* (count) */
-  float *y = node->output.value;          /* (count) */
+  const float *x = in->value; /* (count), or a strided view's rows */
+  float *y = node->output.value; /* (count) */
+  if (!bpt_cpu_contiguous(in)) {
+    const int64_t length = in->dims[in->rank - 1], rows = length ? count / length : 0;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++)
+      run(g, length, x + bpt_cpu_tensor_row(in, false, r), y + r * length);
+    return BPT_OK;
+  }
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < blocks; k++) {
     const int64_t begin = k * GATED_BLOCK, n = count - begin < GATED_BLOCK ? count - begin : GATED_BLOCK;
@@ -177,10 +186,20 @@ static bpt_status gated_backward(bpt_backend *backend, const bpt_kernel_node *no
   (void)backend;
 #endif
   const gate g = gate_of(node);
+  const bpt_kernel_tensor *in = &node->inputs[0];
   const int64_t count = node->output.count, blocks = (count + GATED_BLOCK - 1) / GATED_BLOCK;
-  const float *x = node->inputs[0].value, *dy = node->output.grad;
-  float *dx = node->inputs[0].grad;
-  const bool assign = node->inputs[0].beta == 0.0f;
+  const float *x = in->value, *dy = node->output.grad;
+  float *dx = in->grad; /* x's layout */
+  const bool assign = in->beta == 0.0f;
+  if (!bpt_cpu_contiguous(in)) {
+    const int64_t length = in->dims[in->rank - 1], rows = length ? count / length : 0;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+    for (int64_t r = 0; r < rows; r++) {
+      const int64_t at = bpt_cpu_tensor_row(in, false, r);
+      run(g, length, x + at, dy + r * length, assign, dx + at);
+    }
+    return BPT_OK;
+  }
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < blocks; k++) {
     const int64_t begin = k * GATED_BLOCK, n = count - begin < GATED_BLOCK ? count - begin : GATED_BLOCK;
@@ -189,5 +208,13 @@ static bpt_status gated_backward(bpt_backend *backend, const bpt_kernel_node *no
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, GELU_TANH, gated_forward, gated_backward, NULL);
-BPT_REGISTER_KERNELS(cpu, SILU, gated_forward, gated_backward, NULL);
+/* A strided x (a slice of a fused projection, as in SwiGLU) is read row by row in place. */
+static bool gated_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
+  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
+  return false;
+}
+
+BPT_REGISTER_KERNELS_STRIDED(cpu, GELU_TANH, gated_forward, gated_backward, gated_supports);
+BPT_REGISTER_KERNELS_STRIDED(cpu, SILU, gated_forward, gated_backward, gated_supports);

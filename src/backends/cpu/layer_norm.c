@@ -2,8 +2,11 @@
  * direction. Forward: mean, then the biased variance about it (two passes over a row in cache: stable where
  * E[x^2] - mean^2 would cancel), saving (mean, rstd) per row. Backward: dx row by row, and the dgamma, dbeta
  * sums accumulated per fixed chunk of rows in the same pass, then added in chunk order, so results do not
- * depend on the thread count. Loops are written for the compiler to vectorise (omp simd). */
+ * depend on the thread count. Loops are written for the compiler to vectorise (omp simd). x may be a strided
+ * view whose rows are contiguous (a permute or slice): its rows, and its gradient's, are found through its
+ * strides. */
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/strided_rows.h"
 
 #include <math.h>
 
@@ -46,9 +49,11 @@ static bpt_status layer_norm_forward(bpt_backend *backend, const bpt_kernel_node
   const float *beta = node->input_count > 2 ? node->inputs[2].value : NULL;
   const float epsilon = node->float_attributes[0];
   float *y = out->value, *statistics = node->saved; /* (rows, C), (rows, 2) */
+  const bool contiguous = bpt_cpu_contiguous(&node->inputs[0]);
 #pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++)
-    normalise_row(x + r * C, C, gamma, beta, epsilon, y + r * C, statistics + 2 * r);
+    normalise_row(x + bpt_cpu_tensor_row(&node->inputs[0], contiguous, r), C, gamma, beta, epsilon, y + r * C,
+                  statistics + 2 * r);
   return BPT_OK;
 }
 
@@ -110,7 +115,7 @@ static bpt_status layer_norm_backward(bpt_backend *backend, const bpt_kernel_nod
   const float *statistics = node->saved;
   float *dx = node->inputs[0].grad, *dgamma = node->inputs[1].grad;
   float *dbeta = node->input_count > 2 ? node->inputs[2].grad : NULL;
-  const bool assign = node->inputs[0].beta == 0.0f;
+  const bool assign = node->inputs[0].beta == 0.0f, contiguous = bpt_cpu_contiguous(&node->inputs[0]);
   /* A fixed number of row chunks (not one per thread), each with its own partial sums of dgamma and dbeta. */
   const int64_t chunks = rows < 1 ? 1 : rows < BPT_CPU_REDUCTION_CHUNKS ? rows : BPT_CPU_REDUCTION_CHUNKS;
   float *gamma_partials = NULL, *beta_partials = NULL;
@@ -125,13 +130,21 @@ static bpt_status layer_norm_backward(bpt_backend *backend, const bpt_kernel_nod
   }
 #pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < chunks; k++)
-    for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++)
-      backward_row(x + r * C, dy + r * C, C, gamma, statistics[2 * r], statistics[2 * r + 1], assign,
-                   dx ? dx + r * C : NULL, dgamma ? gamma_partials + k * C : NULL,
-                   dbeta ? beta_partials + k * C : NULL);
+    for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++) {
+      const int64_t at = bpt_cpu_tensor_row(&node->inputs[0], contiguous, r);
+      backward_row(x + at, dy + r * C, C, gamma, statistics[2 * r], statistics[2 * r + 1], assign, dx ? dx + at : NULL,
+                   dgamma ? gamma_partials + k * C : NULL, dbeta ? beta_partials + k * C : NULL);
+    }
   if (dgamma) add_partials(gamma_partials, chunks, C, node->inputs[1].beta, dgamma);
   if (dbeta) add_partials(beta_partials, chunks, C, node->inputs[2].beta, dbeta);
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, LAYER_NORM, layer_norm_forward, layer_norm_backward, NULL);
+static bool layer_norm_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
+  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
+  return false;
+}
+
+BPT_REGISTER_KERNELS_STRIDED(cpu, LAYER_NORM, layer_norm_forward, layer_norm_backward, layer_norm_supports);

@@ -1,8 +1,10 @@
 /* The CPU's RMS-norm kernels (see src/core/ops/rms_norm.c): rows of C values. Forward: the mean square of a row,
  * then the scaled row, saving rstd per row. Backward: dx row by row, and dgamma accumulated per fixed chunk of
  * rows in the same pass, then added in chunk order, so results do not depend on the thread count. Loops are
- * written for the compiler to vectorise (omp simd). */
+ * written for the compiler to vectorise (omp simd). x may be a strided view whose rows are contiguous (a permute
+ * or slice): its rows, and its gradient's, are found through its strides. */
 #include "backends/cpu/cpu.h"
+#include "backends/cpu/strided_rows.h"
 
 #include <math.h>
 
@@ -19,9 +21,10 @@ static bpt_status rms_norm_forward(bpt_backend *backend, const bpt_kernel_node *
   const float *x = node->inputs[0].value, *gamma = node->inputs[1].value; /* (rows, C), (C) */
   const float epsilon = node->float_attributes[0];
   float *y = out->value, *rstd = node->saved; /* (rows, C), (rows) */
+  const bool contiguous = bpt_cpu_contiguous(&node->inputs[0]);
 #pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * C;
+    const float *xr = x + bpt_cpu_tensor_row(&node->inputs[0], contiguous, r);
     float *yr = y + r * C;
     float squares = 0.0f;
 #pragma omp simd reduction(+ : squares)
@@ -67,7 +70,7 @@ static bpt_status rms_norm_backward(bpt_backend *backend, const bpt_kernel_node 
   const float *x = node->inputs[0].value, *gamma = node->inputs[1].value, *dy = out->grad;
   const float *rstd = node->saved;
   float *dx = node->inputs[0].grad, *dgamma = node->inputs[1].grad;
-  const bool assign = node->inputs[0].beta == 0.0f;
+  const bool assign = node->inputs[0].beta == 0.0f, contiguous = bpt_cpu_contiguous(&node->inputs[0]);
   /* A fixed number of row chunks (not one per thread), each with its own partial sums of dgamma. */
   const int64_t chunks = rows < 1 ? 1 : rows < BPT_CPU_REDUCTION_CHUNKS ? rows : BPT_CPU_REDUCTION_CHUNKS;
   float *partials = NULL;
@@ -81,9 +84,11 @@ static bpt_status rms_norm_backward(bpt_backend *backend, const bpt_kernel_node 
   }
 #pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < chunks; k++)
-    for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++)
-      backward_row(x + r * C, dy + r * C, C, gamma, rstd[r], assign, dx ? dx + r * C : NULL,
+    for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++) {
+      const int64_t at = bpt_cpu_tensor_row(&node->inputs[0], contiguous, r);
+      backward_row(x + at, dy + r * C, C, gamma, rstd[r], assign, dx ? dx + at : NULL,
                    dgamma ? partials + k * C : NULL);
+    }
   if (!dgamma) return BPT_OK;
   /* The chunks' sums in chunk order, into the first chunk's row, then into dgamma. */
   for (int64_t k = 1; k < chunks; k++) {
@@ -98,4 +103,11 @@ static bpt_status rms_norm_backward(bpt_backend *backend, const bpt_kernel_node 
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, RMS_NORM, rms_norm_forward, rms_norm_backward, NULL);
+static bool rms_norm_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
+  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
+  return false;
+}
+
+BPT_REGISTER_KERNELS_STRIDED(cpu, RMS_NORM, rms_norm_forward, rms_norm_backward, rms_norm_supports);

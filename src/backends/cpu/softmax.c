@@ -1,10 +1,13 @@
 /* The CPU's softmax kernels (src/core/ops/softmax.c): rows of the last axis, OpenMP over rows above the usual
  * threshold, exp through exp_rows.c so each row's loop vectorises. Causal rows stop at their last visible
- * column and write zeros after it; a row with nothing visible (or only -inf) is zeros. */
+ * column and write zeros after it; a row with nothing visible (or only -inf) is zeros. x may be a strided view
+ * whose rows are contiguous (a permute or slice of the scores): its rows, and its gradient's, are found through
+ * its strides. */
 #include <math.h>
 
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/exp_rows.h"
+#include "backends/cpu/strided_rows.h"
 
 /* The row's visible columns: all of them, or with the causal mask j <= i + (Tk - Tq) for row i of Tq. */
 static int64_t visible_columns(const bpt_kernel_tensor *x, bool causal, int64_t row) {
@@ -36,11 +39,13 @@ static bpt_status softmax_forward(bpt_backend *backend, const bpt_kernel_node *n
   const bpt_kernel_tensor *x = &node->inputs[0];
   const bool causal = node->int_attributes[0] != 0;
   const int64_t columns = x->dims[x->rank - 1], rows = columns ? x->count / columns : 0;
-  const float *in = x->value; /* (rows, columns) */
+  const bool contiguous = bpt_cpu_contiguous(x);
+  const float *in = x->value; /* rows of columns, through x's strides */
   float *out = node->output.value;
 #pragma omp parallel for if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++)
-    softmax_row(loops, in + r * columns, out + r * columns, visible_columns(x, causal, r), columns);
+    softmax_row(loops, in + bpt_cpu_tensor_row(x, contiguous, r), out + r * columns, visible_columns(x, causal, r),
+                columns);
   return BPT_OK;
 }
 
@@ -51,11 +56,11 @@ static bpt_status softmax_backward(bpt_backend *backend, const bpt_kernel_node *
   const int64_t columns = x->dims[x->rank - 1], rows = columns ? x->count / columns : 0;
   const float *y = node->output.value, *dy = node->output.grad; /* (rows, columns) */
   float *dx = x->grad;
-  const bool assign = x->beta == 0.0f;
+  const bool assign = x->beta == 0.0f, contiguous = bpt_cpu_contiguous(x);
 #pragma omp parallel for if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
     const float *yr = y + r * columns, *dyr = dy + r * columns;
-    float *dxr = dx + r * columns;
+    float *dxr = dx + bpt_cpu_tensor_row(x, contiguous, r);
     float dot = 0.0f;
     for (int64_t j = 0; j < columns; j++)
       dot += yr[j] * dyr[j];
@@ -69,4 +74,11 @@ static bpt_status softmax_backward(bpt_backend *backend, const bpt_kernel_node *
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, SOFTMAX, softmax_forward, softmax_backward, NULL);
+static bool softmax_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
+  (void)backend;
+  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
+  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
+  return false;
+}
+
+BPT_REGISTER_KERNELS_STRIDED(cpu, SOFTMAX, softmax_forward, softmax_backward, softmax_supports);
