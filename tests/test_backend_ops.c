@@ -564,13 +564,15 @@ static bpt_status build_of_slice(case_graph *g, const op_case *c, bpt_node **out
   return norm_node(g, c, "op", half, gamma, beta, 1e-5f, out);
 }
 
-/* SwiGLU's product: a fused (.., 2W) projection's halves multiplied, both read in place where mul is strided. */
+/* SwiGLU's product: a fused (.., 2W) projection's halves multiplied (or, for add, summed), both read in place
+ * where the op's kernels are strided. */
 static bpt_status build_mul_of_halves(case_graph *g, const op_case *c, bpt_node **out) {
   bpt_node *x, *gate, *value;
   const int64_t width = c->shape[c->rank - 1] / 2;
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 2.0f, true, &x));
   BPT_CHECK(bpt_slice(g->graph, "gate", x, c->rank, 0, width, &gate));
   BPT_CHECK(bpt_slice(g->graph, "value", x, c->rank, width, width, &value));
+  if (c->op == BPT_OP_ADD) return bpt_add(g->graph, "op", gate, value, out);
   BPT_CHECK(bpt_silu(g->graph, "act", gate, &gate));
   return bpt_mul(g->graph, "op", gate, value, out);
 }
@@ -979,6 +981,7 @@ static const op_case op_cases[] = {
     {"silu of a slice 3x2x11", BPT_OP_SILU, build_of_slice, .unary = bpt_silu, .batch = 3, .rank = 2, SHAPE(2, 22)},
     {"gelu_tanh of a slice 3x2x11", BPT_OP_GELU_TANH, build_of_slice, .unary = bpt_gelu_tanh, .batch = 3, .rank = 2, SHAPE(2, 22)},
     {"mul of a fused projection's halves (SwiGLU) 2x5x7", BPT_OP_MUL, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
+    {"add of a fused projection's halves 2x5x7 (one shape, strided: on the kernels)", BPT_OP_ADD, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
 };
 // clang-format on
 #undef SHAPE

@@ -11,8 +11,8 @@
  *     CPU, whose kernels take strided rows), whose backward adds into the one cleared qkv gradient;
  *   - split: nanoGPT's way, a fused projection sliced into q, k, v, each reshaped to (N, T, H, D) (a reshape of a
  *     strided view, which splits the last axis in strides) and permuted for matmul: views all the way;
- *   - swiglu: a fused (N, T, 2C) gate-and-value projection sliced in two, silu(gate) * value (LLaMA's MLP), both
- *     halves read in place by the CPU's silu and mul kernels;
+ *   - swiglu: a fused (N, T, 3C) projection sliced in three, silu(gate) * value + skip (LLaMA's MLP and a
+ *     residual), every slice read in place by the CPU's silu, mul and add kernels;
  *   - rows: slices of one projection read in place by layer_norm, rms_norm and gelu_tanh, and their sum split
  *     into heads and permuted to (N, H, T, D) for softmax over D (rows D apart in a permuted view).
  * Reading a view gives the copy's values. */
@@ -122,12 +122,14 @@ static void build_split(net *n) {
 
 static void build_swiglu(net *n) {
   bpt_graph *g = n->graph;
-  bpt_node *h, *gate, *value, *y;
-  assert_ok(n->context, bpt_layer_linear(g, "w12", n->x, 2 * CHANNELS, BPT_INIT_XAVIER_UNIFORM, &h));
+  bpt_node *h, *gate, *value, *skip, *y;
+  assert_ok(n->context, bpt_layer_linear(g, "w12", n->x, 3 * CHANNELS, BPT_INIT_XAVIER_UNIFORM, &h));
   assert_ok(n->context, bpt_slice(g, "gate", h, 2, 0, CHANNELS, &gate));
   assert_ok(n->context, bpt_slice(g, "k", h, 2, CHANNELS, CHANNELS, &value)); /* "k": the view the checks read */
+  assert_ok(n->context, bpt_slice(g, "skip", h, 2, 2 * CHANNELS, CHANNELS, &skip));
   assert_ok(n->context, bpt_silu(g, "act", gate, &gate));
   assert_ok(n->context, bpt_mul(g, "gated", gate, value, &y));
+  assert_ok(n->context, bpt_add(g, "joined", y, skip, &y)); /* add of one shape with a view: on its kernels */
   assert_ok(n->context, bpt_mse_loss(g, "loss", y, n->target, &n->loss));
 }
 
@@ -293,7 +295,7 @@ static void attention_slices_train_as_with_copies(void **state) {
 
 /* Under the bf16 policy with 16-bit storage, the rounding path gives the views' f32 sources the values the
  * copies' storage would hold; the attention's slices stay copies, in bf16. */
-/* silu and mul read a slice's rows in place (SwiGLU), as do layer_norm, rms_norm, gelu_tanh and softmax: every
+/* silu, mul and add read a slice's rows in place (SwiGLU), as do layer_norm, rms_norm, gelu_tanh and softmax: every
  * slice and the permute are views, and no copy pass runs. SwiGLU's gate and value copies were held for
  * backward, so its views save their bytes; in the rows graph a view keeps its source alive where the copies
  * let it go, and the arena packs differently (a few hundred bytes either way), so its bytes are not compared. */
@@ -301,7 +303,7 @@ static void row_kernels_read_views_in_place(void **state) {
   (void)state;
   trains_as_with_copies(SWIGLU_GRAPH, false);
   trains_as_with_copies(ROWS_GRAPH, false);
-  const char *views[2][4] = {{"gate", "k", NULL, NULL}, {"a", "b", "c", "k"}};
+  const char *views[2][4] = {{"gate", "k", "skip", NULL}, {"a", "b", "c", "k"}};
   for (int g = 0; g < 2; g++) {
     net with, without;
     net_build(&with, g ? ROWS_GRAPH : SWIGLU_GRAPH, true, false);

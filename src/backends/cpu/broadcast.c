@@ -131,8 +131,9 @@ static bpt_status mul_backward(bpt_backend *backend, const bpt_kernel_node *node
   return broadcast_backward(node, true);
 }
 
-/* mul's operand may be a strided view (a slice of a fused projection, as SwiGLU's value half) when it is not
- * broadcast and its rows are contiguous: the rows are read, and its gradient's written, in place. */
+/* An operand may be a strided view (a slice of a fused projection, as SwiGLU's value half) when it is not
+ * broadcast and its rows are contiguous: the rows are read, and its gradient's written, in place. add of one
+ * shape runs on these kernels then, not on the shared primitives (core/ops/add.c). */
 static bool broadcast_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
   (void)backend;
   const bpt_kernel_tensor *y = &node->output;
@@ -150,7 +151,5 @@ static bool broadcast_supports(const bpt_backend *backend, const bpt_kernel_node
   return true;
 }
 
-/* add is not registered strided: add of one shape runs on shared primitives (core/ops/add.c), which read
- * contiguous values, so a view feeding it stays a copy. */
-BPT_REGISTER_KERNELS(cpu, ADD, add_forward, add_backward, NULL);
+BPT_REGISTER_KERNELS_STRIDED(cpu, ADD, add_forward, add_backward, broadcast_supports);
 BPT_REGISTER_KERNELS_STRIDED(cpu, MUL, mul_forward, mul_backward, broadcast_supports);

@@ -3,7 +3,8 @@
  * repeated along; a node that also feeds another consumer sums both gradients because every backward after
  * the first writer accumulates. Inputs of one shape run on shared primitives (every backend has them);
  * broadcasting runs on the op's kernels, and so does one shape under 16-bit storage where the backend has
- * them, so that a residual stream can be stored as bf16 (storage.c).
+ * them, so that a residual stream can be stored as bf16 (storage.c), or with a strided view for an input
+ * (the CPU's kernels read a slice's rows in place).
  *
  * add_relu: y = max(a + b, 0), the join of a ResNet basic block, in one node: the forward keeps one bit per
  * element (y > 0, the relu mask's layout) in node->saved, and backward passes dy through it to both inputs,
@@ -40,6 +41,8 @@ static bool add_broadcasts(const bpt_node *node) {
 
 static bool add_uses_kernels(const bpt_node *node) {
   if (add_broadcasts(node)) return true;
+  /* A strided view read in place (strided_views.c let it be one because the kernels take it). */
+  if (!bpt_node_contiguous(node->inputs[0]) || !bpt_node_contiguous(node->inputs[1])) return true;
   /* Where the backend has none (CUDA today), the shared primitives and f32 storage stay. */
   return bpt_precision_stores_16bit(node->graph) && bpt_node_supported_on(node, node->graph->backend);
 }
