@@ -80,9 +80,13 @@ int main(int argc, char **argv) {
   bpt_backend *backend = &context->backend;
   bpt_cpu_state *state = backend->state;
   /* The library's own choice (bpt_cpu_loops_supported) is not exported; the compiler's CPUID reading agrees. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   const bpt_cpu_loops widest = __builtin_cpu_supports("avx512f")                                    ? BPT_CPU_LOOPS_AVX512
                                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? BPT_CPU_LOOPS_AVX2
                                                                                                   : BPT_CPU_LOOPS_PORTABLE;
+#else
+  const bpt_cpu_loops widest = BPT_CPU_LOOPS_PORTABLE;
+#endif
   if (widest < BPT_CPU_LOOPS_AVX2) {
     printf("conv_small_bench: this CPU runs the portable loops only; nothing to compare\n");
     bpt_context_destroy(context);

@@ -293,8 +293,6 @@ static void attention_slices_train_as_with_copies(void **state) {
   trains_as_with_copies(ATTENTION_GRAPH, false);
 }
 
-/* Under the bf16 policy with 16-bit storage, the rounding path gives the views' f32 sources the values the
- * copies' storage would hold; the attention's slices stay copies, in bf16. */
 /* silu, mul and add read a slice's rows in place (SwiGLU), as do layer_norm, rms_norm, gelu_tanh and softmax: every
  * slice and the permute are views, and no copy pass runs. SwiGLU's gate and value copies were held for
  * backward, so its views save their bytes; in the rows graph a view keeps its source alive where the copies
@@ -318,6 +316,27 @@ static void row_kernels_read_views_in_place(void **state) {
   }
 }
 
+/* The row-wise kernels' supports ask for rows only of a strided input: a scalar (rank 0, say silu of a loss) is
+ * contiguous and runs as before. */
+static void scalars_need_no_rows(void **state) {
+  (void)state;
+  bpt_context *context = test_context(1);
+  bpt_graph *graph;
+  bpt_node *x, *target, *loss, *y;
+  const int64_t features = CHANNELS;
+  assert_ok(context, bpt_graph_create(context, &graph));
+  assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 1, &features, &x));
+  assert_ok(context, bpt_graph_input(graph, "target", BPT_DTYPE_F32, 1, &features, &target));
+  assert_ok(context, bpt_mse_loss(graph, "mse", x, target, &loss));
+  assert_ok(context, bpt_silu(graph, "silu", loss, &y));
+  assert_ok(context, bpt_gelu_tanh(graph, "gelu", y, &y));
+  assert_ok(context, bpt_graph_compile(graph, y, BATCH));
+  bpt_graph_destroy(graph);
+  bpt_context_destroy(context);
+}
+
+/* Under the bf16 policy with 16-bit storage, the rounding path gives the views' f32 sources the values the
+ * copies' storage would hold; the slices read by kernels stay copies, in bf16. */
 static void views_under_16bit_storage_train_as_with_copies(void **state) {
   (void)state;
   for (graph_kind kind = HEADS_GRAPH; kind <= ROWS_GRAPH; kind++)
@@ -341,6 +360,7 @@ int main(void) {
       cmocka_unit_test(attention_slices_train_as_with_copies),
       cmocka_unit_test(split_reshaped_slices_train_as_with_copies),
       cmocka_unit_test(row_kernels_read_views_in_place),
+      cmocka_unit_test(scalars_need_no_rows),
       cmocka_unit_test(views_under_16bit_storage_train_as_with_copies),
       cmocka_unit_test(view_gradients_match_finite_differences),
   };

@@ -1,7 +1,9 @@
 /* conv2d_small.c's register tiles (see there), written once on conv2d_vec.h and included once per target (after
- * CONV_VEC_AVX512 or CONV_VEC_AVX2 is defined). The products sum each output over its reductions in order, so
- * both targets give the same bits; the weight gradient's dot products are split over the lanes, so each target
- * rounds them its own way. */
+ * CONV_VEC_AVX512 or CONV_VEC_AVX2 is defined). The forward product sums each output over its reductions in
+ * order, so both targets give the same bits. The data gradient adds a tile's rows into the planes one after
+ * another, and where a block of rows holds taps of one channel a column apart (C/g not a multiple of 6) their
+ * order at a tile's edge depends on the tile's width; the weight gradient's dot products are split over the
+ * lanes. Those two round their sums each target its own way. */
 
 #include "backends/cpu/conv2d_vec.h"
 

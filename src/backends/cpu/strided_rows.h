@@ -27,10 +27,11 @@ static inline bool bpt_cpu_contiguous(const bpt_kernel_tensor *t) {
   return true;
 }
 
-/* Whether t can be read (and its gradient written) row by row in place: its last axis steps by one. What the
- * row-wise kernels registered strided (softmax, the norms, the gated and erf activations, add and mul) take. */
+/* Whether t can be read (and its gradient written) row by row in place: its last axis steps by one, or it is
+ * a scalar (contiguous, one value). What the row-wise kernels registered strided (softmax, the norms, silu and
+ * gelu_tanh, add and mul) take. */
 static inline bool bpt_cpu_rows_in_place(const bpt_kernel_tensor *t) {
-  return t->rank > 0 && (t->strides[t->rank - 1] == 1 || t->dims[t->rank - 1] == 1);
+  return t->rank == 0 || t->strides[t->rank - 1] == 1 || t->dims[t->rank - 1] == 1;
 }
 
 /* The element offset of row `row` of t (an index over every axis but the last): row times the row length when
