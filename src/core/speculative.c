@@ -438,6 +438,7 @@ bpt_status bpt_speculative_train_batch(bpt_speculative_trainer *trainer, const b
                      (long long)batch, (long long)inner, (long long)labels->dims[0], trainer->images->name,
                      (long long)trainer->features);
   BPT_CHECK(bpt_speculative_reserve(trainer, batch, trainer->threaded)); /* the worker is idle between batches */
+  bpt_speculative_describe(trainer);
   double start = thread_seconds();
   trainer->main_wait_seconds = 0.0;
   float threshold = bpt_speculative_current_threshold(trainer);

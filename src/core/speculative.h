@@ -31,6 +31,9 @@ typedef struct bpt_speculative_layer {
   /* The main thread's gradient of this layer's output (out floats): not node->grad, whose bytes the graph's
    * memory plan shares with other nodes' gradients once backward is past them. */
   float *main_gradient;
+  /* The node described for one sample (bpt_speculative_describe), so that the worker reads no graph state the
+   * main thread's forward writes (the run's batch, per-node state). */
+  bpt_kernel_node sample_description;
 } bpt_speculative_layer;
 
 /* A cached forward state: every chain value and the softmax output of one sample. */
@@ -67,6 +70,7 @@ struct bpt_speculative_trainer {
 
   bpt_speculative_layer *layers;
   int layer_count;
+  bpt_kernel_node loss_description; /* the loss for one sample, as each layer's sample_description */
   int64_t slot_elements, classes, features;
   size_t saved_bytes; /* of a state's saved buffer; 0 (no buffer) for linear/activation chains */
   bool has_kernel_layers;
@@ -118,6 +122,9 @@ void bpt_speculative_release(bpt_speculative_trainer *trainer);
 /* Copies the graph's current (batch 1) forward state into the inactive state of label's slot and makes it the
  * active one. The caller makes sure no worker job still reads the inactive state. */
 bpt_status bpt_speculative_refresh(bpt_speculative_trainer *trainer, int label);
+/* Describes each chain node and the loss for one sample, for the speculative backward's kernel calls. On the
+ * main thread while the worker is idle (each mini-batch's start). */
+void bpt_speculative_describe(bpt_speculative_trainer *trainer);
 /* The speculative backward: adds the gradient of a cached state of label to the parameter gradients. Uses only
  * the state, the parameters and gradient buffers, so it may run beside a forward. With worker_buffers the
  * gradients go to the worker's own buffers (else the graph's); with row >= 0 each linear layer's dy and input

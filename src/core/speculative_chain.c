@@ -352,6 +352,12 @@ static bpt_kernel_node one_sample(const bpt_node *node) {
   return description;
 }
 
+void bpt_speculative_describe(bpt_speculative_trainer *trainer) {
+  for (int i = 0; i < trainer->layer_count; i++)
+    trainer->layers[i].sample_description = one_sample(trainer->layers[i].node);
+  trainer->loss_description = one_sample(trainer->graph->loss);
+}
+
 #define SPECULATIVE_OP_BACKWARD(node, description)                                                                     \
   do {                                                                                                                 \
     if (!(node)->kernels || (node)->kernel_backend != backend) return BPT_ERR_UNSUPPORTED;                             \
@@ -371,7 +377,7 @@ static bpt_status kernel_layer_backward(bpt_speculative_trainer *trainer, const 
   bpt_node *node = layer->node;
   float *parameters = worker_buffers ? layer->worker_parameters : layer->main_parameters;
   if (layer->parameter_row) SPECULATIVE_KERNEL(memset_zero, parameters, (size_t)layer->parameter_row * sizeof(float));
-  bpt_kernel_node description = one_sample(node);
+  bpt_kernel_node description = layer->sample_description;
   description.inputs[0].value = (float *)(state->values + layer->input_offset);
   description.inputs[0].grad = layer->input->requires_grad ? dx : NULL;
   description.output.value = (float *)(state->values + layer->output_offset);
@@ -407,7 +413,7 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
   }
   const bpt_speculative_layer *last = &trainer->layers[trainer->layer_count - 1];
   bpt_node *loss = trainer->graph->loss;
-  bpt_kernel_node loss_description = one_sample(loss);
+  bpt_kernel_node loss_description = trainer->loss_description;
   loss_description.saved = state->probabilities;
   loss_description.inputs[1].value = trainer->label_values + label;
   loss_description.inputs[0].grad = worker_buffers ? last->worker_gradient : last->main_gradient;
@@ -432,7 +438,7 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
     }
     if (!layer->weight) {
       if (input->requires_grad) {
-        bpt_kernel_node description = one_sample(node);
+        bpt_kernel_node description = layer->sample_description;
         description.inputs[0].value = (float *)x;
         description.inputs[0].grad = dx;
         description.output.value = (float *)y;
@@ -460,7 +466,7 @@ bpt_status bpt_speculative_backward(bpt_speculative_trainer *trainer, const bpt_
     }
     if (layer->bias && layer->bias->requires_grad) {
       /* linear's kernels are its bias terms: db += dy */
-      bpt_kernel_node description = one_sample(node);
+      bpt_kernel_node description = layer->sample_description;
       description.output.grad = dy;
       description.inputs[2].grad = parameter_gradients + layer->bias->param_offset;
       SPECULATIVE_OP_BACKWARD(node, &description);
