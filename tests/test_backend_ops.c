@@ -980,6 +980,7 @@ static const op_case op_cases[] = {
     {"rms_norm of a slice 2x4x9", BPT_OP_RMS_NORM, build_of_slice, .batch = 2, .rank = 2, SHAPE(4, 18)},
     {"silu of a slice 3x2x11", BPT_OP_SILU, build_of_slice, .unary = bpt_silu, .batch = 3, .rank = 2, SHAPE(2, 22)},
     {"gelu_tanh of a slice 3x2x11", BPT_OP_GELU_TANH, build_of_slice, .unary = bpt_gelu_tanh, .batch = 3, .rank = 2, SHAPE(2, 22)},
+    {"gelu of a slice 3x2x11", BPT_OP_GELU, build_of_slice, .unary = bpt_gelu, .batch = 3, .rank = 2, SHAPE(2, 22)},
     {"mul of a fused projection's halves (SwiGLU) 2x5x7", BPT_OP_MUL, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
     {"add of a fused projection's halves 2x5x7 (one shape, strided: on the kernels)", BPT_OP_ADD, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
 };

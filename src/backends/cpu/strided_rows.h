@@ -28,8 +28,8 @@ static inline bool bpt_cpu_contiguous(const bpt_kernel_tensor *t) {
 }
 
 /* Whether t can be read (and its gradient written) row by row in place: its last axis steps by one, or it is
- * a scalar (contiguous, one value). What the row-wise kernels registered strided (softmax, the norms, silu and
- * gelu_tanh, add and mul) take. */
+ * a scalar (contiguous, one value). What the row-wise kernels registered strided (softmax, the norms, silu,
+ * both gelus, add and mul) take. */
 static inline bool bpt_cpu_rows_in_place(const bpt_kernel_tensor *t) {
   return t->rank == 0 || t->strides[t->rank - 1] == 1 || t->dims[t->rank - 1] == 1;
 }
