@@ -159,20 +159,16 @@ static bpt_status gated_forward(bpt_backend *backend, const bpt_kernel_node *nod
 #endif
   const gate g = gate_of(node);
   const bpt_kernel_tensor *in = &node->inputs[0];
-  const int64_t count = node->output.count, blocks = (count + GATED_BLOCK - 1) / GATED_BLOCK;
-  const float *x = in->value; /* (count), or a strided view's rows */
+  /* Blocks of GATED_BLOCK values, or a strided view's rows (found through its strides). */
+  const bool contiguous = bpt_cpu_contiguous(in);
+  const int64_t count = node->output.count, length = contiguous ? GATED_BLOCK : in->dims[in->rank - 1];
+  const int64_t blocks = length ? (count + length - 1) / length : 0;
+  const float *x = in->value;
   float *y = node->output.value; /* (count) */
-  if (!bpt_cpu_contiguous(in)) {
-    const int64_t length = in->dims[in->rank - 1], rows = length ? count / length : 0;
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++)
-      run(g, length, x + bpt_cpu_tensor_row(in, false, r), y + r * length);
-    return BPT_OK;
-  }
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < blocks; k++) {
-    const int64_t begin = k * GATED_BLOCK, n = count - begin < GATED_BLOCK ? count - begin : GATED_BLOCK;
-    run(g, n, x + begin, y + begin);
+    const int64_t begin = k * length, n = count - begin < length ? count - begin : length;
+    run(g, n, x + (contiguous ? begin : bpt_cpu_tensor_row(in, false, k)), y + begin);
   }
   return BPT_OK;
 }
@@ -187,34 +183,20 @@ static bpt_status gated_backward(bpt_backend *backend, const bpt_kernel_node *no
 #endif
   const gate g = gate_of(node);
   const bpt_kernel_tensor *in = &node->inputs[0];
-  const int64_t count = node->output.count, blocks = (count + GATED_BLOCK - 1) / GATED_BLOCK;
+  const bool contiguous = bpt_cpu_contiguous(in), assign = in->beta == 0.0f;
+  const int64_t count = node->output.count, length = contiguous ? GATED_BLOCK : in->dims[in->rank - 1];
+  const int64_t blocks = length ? (count + length - 1) / length : 0;
   const float *x = in->value, *dy = node->output.grad;
   float *dx = in->grad; /* x's layout */
-  const bool assign = in->beta == 0.0f;
-  if (!bpt_cpu_contiguous(in)) {
-    const int64_t length = in->dims[in->rank - 1], rows = length ? count / length : 0;
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t r = 0; r < rows; r++) {
-      const int64_t at = bpt_cpu_tensor_row(in, false, r);
-      run(g, length, x + at, dy + r * length, assign, dx + at);
-    }
-    return BPT_OK;
-  }
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < blocks; k++) {
-    const int64_t begin = k * GATED_BLOCK, n = count - begin < GATED_BLOCK ? count - begin : GATED_BLOCK;
-    run(g, n, x + begin, dy + begin, assign, dx + begin);
+    const int64_t begin = k * length, n = count - begin < length ? count - begin : length;
+    const int64_t at = contiguous ? begin : bpt_cpu_tensor_row(in, false, k);
+    run(g, n, x + at, dy + begin, assign, dx + at);
   }
   return BPT_OK;
 }
 
 /* A strided x (a slice of a fused projection, as in SwiGLU) is read row by row in place. */
-static bool gated_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
-  (void)backend;
-  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
-  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
-  return false;
-}
-
-BPT_REGISTER_KERNELS_STRIDED(cpu, GELU_TANH, gated_forward, gated_backward, gated_supports);
-BPT_REGISTER_KERNELS_STRIDED(cpu, SILU, gated_forward, gated_backward, gated_supports);
+BPT_REGISTER_KERNELS_STRIDED(cpu, GELU_TANH, gated_forward, gated_backward, bpt_cpu_supports_rows_of_x);
+BPT_REGISTER_KERNELS_STRIDED(cpu, SILU, gated_forward, gated_backward, bpt_cpu_supports_rows_of_x);

@@ -58,11 +58,4 @@ static bpt_status gelu_backward(bpt_backend *backend, const bpt_kernel_node *nod
   return BPT_OK;
 }
 
-static bool gelu_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
-  (void)backend;
-  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
-  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
-  return false;
-}
-
-BPT_REGISTER_KERNELS_STRIDED(cpu, GELU, gelu_forward, gelu_backward, gelu_supports);
+BPT_REGISTER_KERNELS_STRIDED(cpu, GELU, gelu_forward, gelu_backward, bpt_cpu_supports_rows_of_x);

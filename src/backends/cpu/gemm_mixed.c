@@ -20,7 +20,8 @@ static bpt_status cast_block(bpt_backend *backend, int64_t rows, int64_t cols, b
 }
 
 /* A rows x cols block with leading dimension ld as f32: f32 blocks are used where they lie (*scratch stays
- * NULL); narrow ones are widened into packed scratch (leading dimension cols). skip_values: scratch only, nothing read (a C that beta 0 overwrites). */
+ * NULL); narrow ones are widened into packed scratch (leading dimension cols). skip_values: scratch only,
+ * nothing read (a C that beta 0 overwrites). */
 static bpt_status as_f32(bpt_backend *backend, bpt_dtype dtype, const void *source, int64_t rows, int64_t cols,
                          int64_t ld, bool skip_values, const float **values, int64_t *values_ld, float **scratch) {
   *scratch = NULL;

@@ -140,11 +140,5 @@ static bpt_status layer_norm_backward(bpt_backend *backend, const bpt_kernel_nod
   return BPT_OK;
 }
 
-static bool layer_norm_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
-  (void)backend;
-  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
-  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
-  return false;
-}
-
-BPT_REGISTER_KERNELS_STRIDED(cpu, LAYER_NORM, layer_norm_forward, layer_norm_backward, layer_norm_supports);
+BPT_REGISTER_KERNELS_STRIDED(cpu, LAYER_NORM, layer_norm_forward, layer_norm_backward,
+                             bpt_cpu_supports_rows_of_x);

@@ -103,11 +103,5 @@ static bpt_status rms_norm_backward(bpt_backend *backend, const bpt_kernel_node 
   return BPT_OK;
 }
 
-static bool rms_norm_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
-  (void)backend;
-  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
-  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
-  return false;
-}
-
-BPT_REGISTER_KERNELS_STRIDED(cpu, RMS_NORM, rms_norm_forward, rms_norm_backward, rms_norm_supports);
+BPT_REGISTER_KERNELS_STRIDED(cpu, RMS_NORM, rms_norm_forward, rms_norm_backward,
+                             bpt_cpu_supports_rows_of_x);

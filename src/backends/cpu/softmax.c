@@ -74,11 +74,5 @@ static bpt_status softmax_backward(bpt_backend *backend, const bpt_kernel_node *
   return BPT_OK;
 }
 
-static bool softmax_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
-  (void)backend;
-  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
-  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
-  return false;
-}
-
-BPT_REGISTER_KERNELS_STRIDED(cpu, SOFTMAX, softmax_forward, softmax_backward, softmax_supports);
+BPT_REGISTER_KERNELS_STRIDED(cpu, SOFTMAX, softmax_forward, softmax_backward,
+                             bpt_cpu_supports_rows_of_x);

@@ -34,6 +34,15 @@ static inline bool bpt_cpu_rows_in_place(const bpt_kernel_tensor *t) {
   return t->rank == 0 || t->strides[t->rank - 1] == 1 || t->dims[t->rank - 1] == 1;
 }
 
+/* The supports of those kernels: x (input 0) can be read row by row in place. */
+static inline bool bpt_cpu_supports_rows_of_x(const bpt_backend *backend, const bpt_kernel_node *node,
+                                              const char **reason) {
+  (void)backend;
+  if (bpt_cpu_rows_in_place(&node->inputs[0])) return true;
+  if (reason) *reason = "x needs contiguous rows (its last axis one step apart)";
+  return false;
+}
+
 /* The element offset of row `row` of t (an index over every axis but the last): row times the row length when
  * t is contiguous (the caller asks bpt_cpu_contiguous once), else through its strides. */
 static inline int64_t bpt_cpu_tensor_row(const bpt_kernel_tensor *t, bool contiguous, int64_t row) {
