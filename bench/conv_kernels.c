@@ -15,11 +15,7 @@
 #include "bptrain/compute_info.h"
 #include "core/context.h"
 
-static double seconds(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-}
+#include "conv_pass.h"
 
 typedef struct layer {
   const char *name;
@@ -29,40 +25,6 @@ typedef struct layer {
 /* Routes: the direct (or Winograd) kernels; the SGEMM lowering; the same lowering with the bf16 policy's
  * bf16_products (vdpbf16ps where the CPU has AVX512_BF16, else the SGEMM again). */
 enum { PASSES = 3, ROUTES = 3 };
-
-static bpt_kernel_tensor tensor(int64_t n, int64_t c, int64_t h, int64_t w, const float *value, float *grad) {
-  return (bpt_kernel_tensor){.dtype = BPT_DTYPE_F32,
-                             .rank = 4,
-                             .dims = {n, c, h, w},
-                             .count = n * c * h * w,
-                             .value = (float *)value,
-                             .grad = grad,
-                             .beta = 1.0f};
-}
-
-/* Seconds of one pass on the backend's current route, through the conv2d kernels it registered. */
-static double run_pass(bpt_backend *backend, int pass, const bpt_conv2d_args *a, bool bf16, const float *x,
-                       const float *w, float *y, float *dx, float *dw) {
-  bpt_kernel_node node = {.op = BPT_OP_CONV2D,
-                          .name = "bench",
-                          .input_count = 2,
-                          .bf16_products = bf16,
-                          .int_attributes = {a->stride_height, a->stride_width, a->padding_height, a->padding_width,
-                                             a->dilation_height, a->dilation_width, a->groups}};
-  node.inputs[0] = tensor(a->batch, a->in_channels, a->in_height, a->in_width, x, pass == 1 ? dx : NULL);
-  node.inputs[0].beta = a->assign_input_gradient ? 0.0f : 1.0f;
-  node.inputs[1] =
-      tensor(a->out_channels, a->in_channels / a->groups, a->kernel_height, a->kernel_width, w, pass == 2 ? dw : NULL);
-  node.output = tensor(a->batch, a->out_channels, a->out_height, a->out_width, y, y);
-  const bpt_op_kernels *kernels = backend->vtable->kernels(backend, BPT_OP_CONV2D);
-  const double start = seconds();
-  bpt_status status = pass == 0 ? kernels->forward(backend, &node) : kernels->backward(backend, &node);
-  if (status != BPT_OK) {
-    fprintf(stderr, "conv2d pass %d failed: %s\n", pass, backend->error_message);
-    exit(1);
-  }
-  return seconds() - start;
-}
 
 int main(int argc, char **argv) {
   int threads = 1, rounds = 7;
@@ -132,7 +94,7 @@ int main(int argc, char **argv) {
       for (int round = 0; round < rounds; round++)
         for (int route = 0; route < ROUTES; route++) {
           state->gemm_convolutions_only = route >= 1;
-          const double t = run_pass(backend, pass, &a, route == 2, x, w, y, dx, dw);
+          const double t = conv_pass(backend, pass, &a, route == 2, 1, x, w, y, dx, dw);
           if (t < best[route]) best[route] = t;
         }
       printf("  %-8s direct %6.2f ms %5.1f GFLOP/s   SGEMM %6.2f ms %5.1f GFLOP/s (%.2fx)   bf16 GEMM %6.2f ms %5.1f "

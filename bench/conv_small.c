@@ -15,11 +15,7 @@
 #include "backends/cpu/cpu.h"
 #include "core/context.h"
 
-static double seconds(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
-}
+#include "conv_pass.h"
 
 typedef struct layer {
   const char *name;
@@ -28,38 +24,6 @@ typedef struct layer {
 } layer;
 
 enum { PASSES = 3, LEVELS = 3 };
-
-static bpt_kernel_tensor tensor(int64_t n, int64_t c, int64_t h, int64_t w, const float *value, float *grad) {
-  return (bpt_kernel_tensor){.dtype = BPT_DTYPE_F32,
-                             .rank = 4,
-                             .dims = {n, c, h, w},
-                             .count = n * c * h * w,
-                             .value = (float *)value,
-                             .grad = grad,
-                             .beta = 1.0f};
-}
-
-/* Seconds of `repeat` runs of one pass through the conv2d kernels the backend registered. */
-static double run_pass(bpt_backend *backend, int pass, const bpt_conv2d_args *a, int repeat, const float *x,
-                       const float *w, float *y, float *dx, float *dw) {
-  bpt_kernel_node node = {.op = BPT_OP_CONV2D,
-                          .name = "bench",
-                          .input_count = 2,
-                          .int_attributes = {1, 1, a->padding_height, a->padding_width, 1, 1, 1}};
-  node.inputs[0] = tensor(a->batch, a->in_channels, a->in_height, a->in_width, x, pass == 1 ? dx : NULL);
-  node.inputs[1] = tensor(a->out_channels, a->in_channels, a->kernel_height, a->kernel_width, w, pass == 2 ? dw : NULL);
-  node.output = tensor(a->batch, a->out_channels, a->out_height, a->out_width, y, y);
-  const bpt_op_kernels *kernels = backend->vtable->kernels(backend, BPT_OP_CONV2D);
-  const double start = seconds();
-  for (int r = 0; r < repeat; r++) {
-    bpt_status status = pass == 0 ? kernels->forward(backend, &node) : kernels->backward(backend, &node);
-    if (status != BPT_OK) {
-      fprintf(stderr, "conv2d pass %d failed: %s\n", pass, backend->error_message);
-      exit(1);
-    }
-  }
-  return (seconds() - start) / repeat;
-}
 
 int main(int argc, char **argv) {
   int threads = 1, rounds = 9;
@@ -112,8 +76,13 @@ int main(int argc, char **argv) {
                            .out_width = out,
                            .kernel_height = 5,
                            .kernel_width = 5,
+                           .stride_height = 1,
+                           .stride_width = 1,
                            .padding_height = p->padding,
-                           .padding_width = p->padding};
+                           .padding_width = p->padding,
+                           .dilation_height = 1,
+                           .dilation_width = 1,
+                           .groups = 1};
       const size_t x_count = (size_t)(a.batch * a.in_channels * p->size * p->size);
       const size_t y_count = (size_t)(a.batch * a.out_channels * out * out);
       const size_t w_count = (size_t)(a.out_channels * a.in_channels * 25);
@@ -135,7 +104,7 @@ int main(int argc, char **argv) {
         for (int round = 0; round < rounds; round++)
           for (bpt_cpu_loops level = BPT_CPU_LOOPS_AVX2; level <= widest; level++) {
             state->loop_limit = level;
-            const double t = run_pass(backend, pass, &a, repeat, x, w, y, dx, dw);
+            const double t = conv_pass(backend, pass, &a, false, repeat, x, w, y, dx, dw);
             if (t < best[level]) best[level] = t;
           }
         printf("  %-8s", pass_names[pass]);
