@@ -16,6 +16,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/cpu.h"
 #include "core/graph.h"
+#include "core/precision.h"
 #include "test_support.h"
 
 enum {
@@ -331,6 +332,11 @@ typedef struct leaf {
   float *values;         /* host values (labels as int32) */
   bpt_tensor *tensor;
 } leaf;
+
+/* How a case's graph stores its activations: f32 (the default policy), or under the bf16 policy with 16-bit
+ * storage (values with several readers f32, or bf16 too: SHARED) or with every activation f32 and rounded in
+ * place after each op (the rounding path). */
+typedef enum case_storage { STORAGE_F32, STORAGE_BF16, STORAGE_BF16_SHARED, STORAGE_ROUNDING } case_storage;
 
 struct case_graph {
   bpt_context *context;
@@ -922,6 +928,7 @@ static const op_case op_cases[] = {
     {"add broadcast: sequence 2x3x5 + bias (5)", BPT_OP_ADD, build_binary, .batch = 2, .rank = 2, SHAPE(3, 5), .sequence = true, .other_rank = 1, .other_shape = {5}},
     {"add broadcast: 3x4x6 + position table (4, 6)", BPT_OP_ADD, build_binary, .batch = 3, .rank = 2, SHAPE(4, 6), .other_rank = 2, .other_shape = {4, 6}},
     {"add broadcast: 2x3x1x7 + 2x3x5x1 (both repeated)", BPT_OP_ADD, build_binary, .batch = 2, .rank = 3, SHAPE(3, 1, 7), .other_batched = true, .other_rank = 3, .other_shape = {3, 5, 1}},
+    {"add broadcast fan-out: 2x3x1x7 + 2x3x5x1, a's repeated gradient added twice", BPT_OP_ADD, build_binary, .batch = 2, .rank = 3, SHAPE(3, 1, 7), .other_batched = true, .other_rank = 3, .other_shape = {3, 5, 1}, .fan_out = true},
     {"add broadcast: 3x2x37 + (1, 1, 37) against the batch", BPT_OP_ADD, build_binary, .batch = 3, .rank = 2, SHAPE(2, 37), .other_rank = 3, .other_shape = {1, 1, 37}},
     {"mul same shape 3x2x7", BPT_OP_MUL, build_binary, .batch = 3, .rank = 2, SHAPE(2, 7), .other_batched = true, .other_rank = 2, .other_shape = {2, 7}},
     {"mul broadcast: 2x4x5 * per-row scale 2x4x1", BPT_OP_MUL, build_binary, .batch = 2, .rank = 2, SHAPE(4, 5), .other_batched = true, .other_rank = 2, .other_shape = {4, 1}},
@@ -1012,7 +1019,8 @@ static bpt_status write_parameters(case_graph *g) {
 }
 
 /* Builds, compiles and feeds the case's graph. Returns the first failing status (with the context's message). */
-static bpt_status case_graph_create(case_graph *g, bpt_context *context, const op_case *c, int case_index) {
+static bpt_status case_graph_create(case_graph *g, bpt_context *context, const op_case *c, int case_index,
+                                    case_storage storage) {
   memset(g, 0, sizeof *g);
   g->context = context;
   g->c = c;
@@ -1025,13 +1033,29 @@ static bpt_status case_graph_create(case_graph *g, bpt_context *context, const o
   } else {
     g->prediction = g->op_output;
     if (c->fan_out) BPT_CHECK(bpt_add(g->graph, "fan_out", g->op_output, g->leaves[0].node, &g->prediction));
+    if (storage != STORAGE_F32 && g->prediction->rank > 0) {
+      /* A reader that takes bf16 storage (linear, over the last axis), so that the op's output can be stored as
+       * bf16 too: the MSE reads f32. */
+      bpt_node *weight, *bias;
+      const int64_t dims[2] = {3, bpt_node_features(g->prediction)};
+      BPT_CHECK(add_parameter(g, "reader", 2, dims, -1.0f, 1.0f, true, &weight));
+      BPT_CHECK(add_parameter(g, "reader_bias", 1, dims, -1.0f, 1.0f, true, &bias));
+      BPT_CHECK(bpt_linear(g->graph, "read", g->prediction, weight, bias, &g->prediction));
+    }
     BPT_CHECK(add_input(g, "target", g->prediction->rank - 1, g->prediction->dims + 1, -1.0f, 1.0f, false, &g->target));
     g->target_leaf = &g->leaves[g->leaf_count - 1];
     BPT_CHECK(bpt_mse_loss(g->graph, "loss", g->prediction, g->target, &g->loss));
   }
   bpt_precision_options precision = bpt_precision_options_default();
   precision.keep_all_values = 1; /* the op's output stays readable after forward, for kink detection */
+  if (storage != STORAGE_F32) {
+    precision.compute_dtype = BPT_DTYPE_BF16;
+    precision.store_activations_16bit = storage == STORAGE_BF16 || storage == STORAGE_BF16_SHARED;
+  }
   BPT_CHECK(bpt_graph_set_precision(g->graph, &precision));
+  /* Values with several readers stay f32 (storage.c), unless SHARED: each reader then rounds its part of the
+   * gradient on neither path, and the two agree to f32 round-off. */
+  if (storage != STORAGE_F32) g->graph->precision->single_reader_storage = storage != STORAGE_BF16_SHARED;
   BPT_CHECK(bpt_graph_compile(g->graph, g->loss, c->batch));
   if (c->evaluation) BPT_CHECK(bpt_graph_set_training(g->graph, 0));
   if (c->deterministic) BPT_CHECK(bpt_graph_set_deterministic(g->graph, 1));
@@ -1073,14 +1097,24 @@ static bpt_status download_floats(bpt_graph *graph, const void *device, int64_t 
   return backend->vtable->download(backend, host, device, (size_t)count * sizeof(float));
 }
 
-/* NaN in every f32 buffer the run must write, so an element a kernel leaves unwritten shows. */
-static bpt_status poison(bpt_graph *graph, void *device, int64_t count) {
-  float *nan = malloc((size_t)count * sizeof(float));
+/* A node's value or gradient as f32, whatever its storage. */
+static bpt_status download_node(const bpt_node *node, const void *device, int64_t count, float *host) {
+  return bpt_node_download_f32(node, device, count, host);
+}
+
+/* NaN in every buffer the run must write (f32, or a node's bf16 storage), so an element a kernel leaves
+ * unwritten shows. */
+static bpt_status poison(const bpt_node *node, void *device, int64_t count) {
+  const bool bf16 = node->storage == BPT_DTYPE_BF16;
+  float *nan = malloc((size_t)(count > 0 ? count : 1) * sizeof(float));
   if (!nan) return BPT_ERR_OUT_OF_MEMORY;
   for (int64_t i = 0; i < count; i++)
     nan[i] = NAN;
-  bpt_backend *backend = graph->backend;
-  bpt_status status = backend->vtable->upload(backend, device, nan, (size_t)count * sizeof(float));
+  uint16_t *halves = (uint16_t *)nan; /* bf16 NaNs in the front half */
+  for (int64_t i = 0; bf16 && i < count; i++)
+    halves[i] = 0x7fc0;
+  bpt_backend *backend = node->graph->backend;
+  bpt_status status = backend->vtable->upload(backend, device, nan, (size_t)count * (bf16 ? 2 : sizeof(float)));
   free(nan);
   return status;
 }
@@ -1096,15 +1130,15 @@ static bool aliases_an_input(const bpt_node *node) {
 static bpt_status run_forward_backward(case_graph *g, case_result *r) {
   bpt_node *out = g->op_output;
   const int64_t out_count = node_elements(g, out);
-  if (out->op != BPT_OP_INPUT && !aliases_an_input(out)) BPT_CHECK(poison(g->graph, out->value, out_count));
+  if (out->op != BPT_OP_INPUT && !aliases_an_input(out)) BPT_CHECK(poison(out, out->value, out_count));
   const bool forward_only = g->c->check == CHECK_EVALUATION_FORMULA || g->c->check == CHECK_FORWARD_ONLY;
   for (int i = 0; i < g->leaf_count && !forward_only; i++)
-    if (g->leaves[i].differentiable) BPT_CHECK(poison(g->graph, g->leaves[i].node->grad, g->leaves[i].count));
+    if (g->leaves[i].differentiable) BPT_CHECK(poison(g->leaves[i].node, g->leaves[i].node->grad, g->leaves[i].count));
   BPT_CHECK(bpt_graph_forward(g->graph));
   float *values = result_add(r, "output", BPT_DTYPE_F32, out_count);
   float *loss = result_add(r, "loss", BPT_DTYPE_F32, 1);
   if (!values || !loss) return BPT_ERR_OUT_OF_MEMORY;
-  BPT_CHECK(download_floats(g->graph, out->value, out_count, values));
+  BPT_CHECK(download_node(out, out->value, out_count, values));
   BPT_CHECK(bpt_graph_loss(g->graph, loss));
   if (g->parameter_count) {
     float *parameters = result_add(r, "parameters after forward", BPT_DTYPE_F32, g->parameter_count);
@@ -1120,7 +1154,7 @@ static bpt_status run_forward_backward(case_graph *g, case_result *r) {
     if (snprintf(name, sizeof name, "d%s", l->name) >= (int)sizeof name) return BPT_ERR_INVALID_ARGUMENT;
     float *gradient = result_add(r, name, BPT_DTYPE_F32, l->count);
     if (!gradient) return BPT_ERR_OUT_OF_MEMORY;
-    BPT_CHECK(download_floats(g->graph, l->node->grad, l->count, gradient));
+    BPT_CHECK(download_node(l->node, l->node->grad, l->count, gradient));
   }
   return BPT_OK;
 }
@@ -1138,7 +1172,7 @@ static bpt_status evaluate(case_graph *g, double *loss, unsigned char *signs, fl
   BPT_CHECK(bpt_graph_forward(g->graph));
   if (signs) {
     const int64_t count = node_elements(g, g->op_output);
-    BPT_CHECK(download_floats(g->graph, g->op_output->value, count, scratch));
+    BPT_CHECK(download_node(g->op_output, g->op_output->value, count, scratch));
     for (int64_t i = 0; i < count; i++)
       signs[i] = scratch[i] > 0.0f;
   }
@@ -1149,7 +1183,7 @@ static bpt_status evaluate(case_graph *g, double *loss, unsigned char *signs, fl
     return BPT_OK;
   }
   const int64_t count = node_elements(g, g->prediction);
-  BPT_CHECK(download_floats(g->graph, g->prediction->value, count, scratch));
+  BPT_CHECK(download_node(g->prediction, g->prediction->value, count, scratch));
   double sum = 0.0;
   for (int64_t i = 0; i < count; i++) {
     double d = (double)scratch[i] - (double)g->target_leaf->values[i];
@@ -1421,7 +1455,7 @@ static void run_op_case(int index) {
     case_graph g;
     case_result r = {0};
     const char *stage = "build and compile";
-    bpt_status status = case_graph_create(&g, t->context, c, index);
+    bpt_status status = case_graph_create(&g, t->context, c, index, STORAGE_F32);
     if (status == BPT_OK && b == 0 && !graph_has_op(g.graph, c->op))
       record_failure(c->name, t->label, "the graph has no %s node", bpt_op_get(c->op)->name);
     if (status == BPT_OK) {
@@ -1459,6 +1493,75 @@ static void run_op_case(int index) {
     case_graph_destroy(&g);
   }
   result_free(&reference);
+}
+
+/* f32 to bf16 and back, nearest even (the cases hold no NaN). */
+static float round_to_bf16(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+/* The gradient of a leaf that 16-bit storage keeps as bf16 (an input read by bf16 kernels) holds the f32
+ * gradient rounded; the rounding path rounds an activation's gradient before the backward that reads it, and an
+ * input has none, so its f32 gradient is rounded here for the comparison. */
+static void round_stored_leaf_gradients(const case_graph *stored, case_result *rounded) {
+  for (int i = 0; i < stored->leaf_count; i++) {
+    const leaf *l = &stored->leaves[i];
+    if (!l->differentiable || l->node->storage != BPT_DTYPE_BF16) continue;
+    char name[NAME_SIZE];
+    snprintf(name, sizeof name, "d%s", l->name);
+    float *gradient = (float *)result_tensor_named(rounded, name);
+    for (int64_t k = 0; gradient && k < l->count; k++)
+      gradient[k] = round_to_bf16(gradient[k]);
+  }
+}
+
+/* Under the bf16 policy on the CPU, a case whose op has kernels that take bf16 storage (BPT_REGISTER_KERNELS_16BIT)
+ * runs with 16-bit storage, its output and its inputs stored as bf16 (values with several readers f32), and
+ * must give what the rounding path gives: the same bf16 values go into the same f32 arithmetic, and what is
+ * stored is rounded where the rounding path rounds, so only f32 round-off may part them (tolerance 1e-6). A
+ * kernel that reads bf16 as f32 or writes at the wrong place parts them by far more. With SHARED storage a
+ * value read twice (fan-out, twice) is bf16 too and each reader rounds its part of the gradient into it, which
+ * moves the sum by about a bf16 unit (tolerance 1e-2); a part lost or added twice moves it by tens of percent.
+ * Returns whether it ran. */
+static bool compare_storage(int index, case_storage storage, double tolerance) {
+  const op_case *c = &op_cases[index];
+  backend_under_test *t = &backends[0];
+  const char *label = storage == STORAGE_BF16 ? "cpu 16-bit storage" : "cpu 16-bit storage, shared values";
+  case_graph stored, rounded;
+  memset(&rounded, 0, sizeof rounded);
+  case_result r_stored = {0}, r_rounded = {0};
+  bpt_status status = case_graph_create(&stored, t->context, c, index, storage);
+  const bool takes = status == BPT_OK && bpt_node_kernels_take_bf16(stored.op_output);
+  if (status == BPT_OK && takes) status = case_graph_create(&rounded, t->context, c, index, STORAGE_ROUNDING);
+  if (status == BPT_OK && takes) {
+    /* The op's output is read by the linear alone; a loss is f32. */
+    if (stored.op_output->storage != BPT_DTYPE_BF16 && stored.op_output != stored.loss)
+      record_failure(c->name, label, "the op's output is stored as %s", bpt_dtype_name(stored.op_output->storage));
+    status = run_forward_backward(&stored, &r_stored);
+    if (status == BPT_OK) status = run_forward_backward(&rounded, &r_rounded);
+    if (status == BPT_OK) round_stored_leaf_gradients(&stored, &r_rounded);
+    if (status == BPT_OK) {
+      check_finite(c, &r_stored, label);
+      compare_results(c->name, label, &r_rounded, &r_stored, tolerance);
+    }
+  }
+  if (status != BPT_OK)
+    record_failure(c->name, label, "failed with %s: %s", bpt_status_string(status), bpt_context_last_error(t->context));
+  result_free(&r_stored);
+  result_free(&r_rounded);
+  case_graph_destroy(&stored);
+  case_graph_destroy(&rounded);
+  return takes;
+}
+
+static bool run_storage_case(int index) {
+  const bool ran = compare_storage(index, STORAGE_BF16, 1e-6);
+  if (ran) compare_storage(index, STORAGE_BF16_SHARED, 1e-2);
+  return ran;
 }
 
 /* Every op in ops.def has at least one line in the table: a newly appended op without one fails here. */
@@ -2085,6 +2188,10 @@ static void every_op_and_primitive_matches_the_cpu(void **state) {
   check_every_op_has_a_case();
   for (int k = 0; k < OP_CASE_COUNT; k++)
     run_op_case(k);
+  int storage_cases = 0;
+  for (int k = 0; k < OP_CASE_COUNT; k++)
+    storage_cases += run_storage_case(k);
+  print_message("%d op cases also ran with 16-bit storage against the rounding path\n", storage_cases);
   for (int k = 0; k < PRIMITIVE_CASE_COUNT; k++)
     run_primitive_case(k);
   run_long_attentions();

@@ -237,20 +237,15 @@ static void trains_as_with_copies(graph_kind kind, bool storage16) {
   assert_null(without.view->view_source);
   if (with.copied) assert_null(with.copied->view_source); /* read by a reshape */
   const bool kernel_readers = kind == ATTENTION_GRAPH || kind == SWIGLU_GRAPH || kind == ROWS_GRAPH;
-  if (kernel_readers && storage16) {
-    /* The readers' kernels take f32 only, widened from 16-bit storage: their inputs stay copies, stored in bf16. */
-    assert_null(with.view->view_source);
-    assert_int_equal(with.view->storage, BPT_DTYPE_BF16);
-  } else {
-    assert_non_null(with.view->view_source);
-    assert_false(bpt_node_contiguous(with.view));
-    assert_null(with.view->kernels);
-    /* matmul reads f32 storage, so its views' source is f32 either way. */
-    assert_int_equal(with.view->view_source->storage, BPT_DTYPE_F32);
-  }
+  assert_non_null(with.view->view_source);
+  assert_false(bpt_node_contiguous(with.view));
+  assert_null(with.view->kernels);
+  /* The row-wise and attention kernels read bf16 storage through strides, so under 16-bit storage their views'
+   * source is bf16; matmul reads f32 storage, so its views' source is f32 either way. */
+  assert_int_equal(with.view->view_source->storage, kernel_readers && storage16 ? BPT_DTYPE_BF16 : BPT_DTYPE_F32);
   /* The attention's q, k and v copies were three of its values; views of qkv share its bytes. Elsewhere the
    * copies were transient and a view may keep its source instead, so the bytes are not compared. */
-  if (kind == ATTENTION_GRAPH && !storage16) assert_true(activation_bytes(&with) < activation_bytes(&without));
+  if (kind == ATTENTION_GRAPH) assert_true(activation_bytes(&with) < activation_bytes(&without));
   const int64_t count = bpt_graph_parameter_count(with.graph), viewed = BATCH * bpt_node_inner_count(with.view);
   float *g_with = calloc((size_t)count, sizeof(float)), *g_without = calloc((size_t)count, sizeof(float));
   float *v_with = calloc((size_t)viewed, sizeof(float)), *v_without = calloc((size_t)viewed, sizeof(float));
@@ -338,8 +333,9 @@ static void scalars_need_no_rows(void **state) {
   bpt_context_destroy(context);
 }
 
-/* Under the bf16 policy with 16-bit storage, the rounding path gives the views' f32 sources the values the
- * copies' storage would hold; the slices read by kernels stay copies, in bf16. */
+/* Under the bf16 policy with 16-bit storage, views train as copies do: matmul's views read f32 sources, which
+ * the rounding path gives the values the copies' storage would hold; the row-wise kernels and attention read
+ * their slices of a bf16 source in place. */
 static void views_under_16bit_storage_train_as_with_copies(void **state) {
   (void)state;
   for (graph_kind kind = HEADS_GRAPH; kind <= ROWS_GRAPH; kind++)

@@ -181,6 +181,12 @@ typedef struct bpt_op_kernels {
   BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports,   \
                                                                            false, true}
 
+/* The same for kernels that take both strided inputs and bf16 storage. */
+#define BPT_REGISTER_KERNELS_STRIDED_16BIT(BACKEND, OP, forward, backward, supports)                                   \
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP;                                               \
+  BPT_KERNELS_LINKAGE const bpt_op_kernels bpt_##BACKEND##_kernels_##OP = {BPT_OP_##OP, forward, backward, supports,   \
+                                                                           true, true}
+
 /* For supports functions of kernels that only accumulate into gradients: whether every input has beta 1. */
 static inline bool bpt_kernel_node_accumulates(const bpt_kernel_node *node, const char **reason) {
   for (int i = 0; i < node->input_count; i++)

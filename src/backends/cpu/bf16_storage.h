@@ -41,4 +41,37 @@ static inline void bpt_storage_store(void *values, bool bf16, int64_t i, float v
 
 static inline bool bpt_tensor_is_bf16(const bpt_kernel_tensor *tensor) { return tensor->dtype == BPT_DTYPE_BF16; }
 
+/* Rows staged through f32: kernels written for f32 rows (the vectorised loops of the row-wise ops) run on a
+ * bf16-stored row widened into a small staging buffer and write their results into another, which is rounded
+ * back; f32 rows are used where they lie. The staging stays in L1, so the 16-bit path costs no extra pass over
+ * memory, where widening whole tensors around the kernel (kernel_call.c) costs two. Element-wise kernels stage
+ * chunks of at most BPT_STORAGE_STAGE values, on the stack. */
+#define BPT_STORAGE_STAGE 1024
+
+/* n bf16 values widened into f32, and n f32 values rounded to bf16 as bpt_bf16_narrow does: vector loops for the
+ * CPU's widest level (bf16_rows.c). */
+void bpt_cpu_bf16_widen_row(const uint16_t *source, int64_t n, float *destination);
+void bpt_cpu_bf16_narrow_row(const float *source, int64_t n, uint16_t *destination);
+
+/* The n values at element `at` of values (bf16 when bf16 is set) as f32: in place, or widened into staging. */
+static inline const float *bpt_storage_read_row(const void *values, bool bf16, int64_t at, int64_t n,
+                                                float *staging) {
+  if (!bf16) return (const float *)values + at;
+  bpt_cpu_bf16_widen_row((const uint16_t *)values + at, n, staging);
+  return staging;
+}
+
+/* Where a kernel writes n f32 results for element `at` of values: in place, or staging (bpt_storage_commit_row
+ * rounds it back), holding the stored values first when the kernel adds into them (accumulate). */
+static inline float *bpt_storage_write_row(void *values, bool bf16, int64_t at, int64_t n, bool accumulate,
+                                           float *staging) {
+  if (!bf16) return (float *)values + at;
+  if (accumulate) bpt_storage_read_row(values, true, at, n, staging);
+  return staging;
+}
+
+static inline void bpt_storage_commit_row(void *values, bool bf16, int64_t at, int64_t n, const float *staging) {
+  if (bf16) bpt_cpu_bf16_narrow_row(staging, n, (uint16_t *)values + at);
+}
+
 #endif

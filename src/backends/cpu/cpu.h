@@ -59,6 +59,11 @@ bpt_cpu_loops bpt_cpu_loops_supported(void);
 /* The loops the backend's kernels run: the CPU's widest, at most the state's loop_limit. */
 bpt_cpu_loops bpt_cpu_vector_loops(bpt_backend *backend);
 float *bpt_cpu_scratch(bpt_backend *backend, int slot);
+/* The threads a kernel's parallel loop runs (num_threads), and so the scratch slots it may index by
+ * omp_get_thread_num(). */
+static inline int bpt_cpu_threads(const bpt_backend *backend) {
+  return backend->num_threads > 0 ? backend->num_threads : 1;
+}
 
 /* Batch norm's loops over one row of S values (one sample's channel), in batch_norm_rows.c: sums of x - shift
  * and its squares; y = (x - mean) scale + shift; sums of dy and dy (x - mean); dx (+)= scale (dy - mean_dy -

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/strided_rows.h"
 
@@ -163,12 +164,21 @@ static bpt_status gated_forward(bpt_backend *backend, const bpt_kernel_node *nod
   const bool contiguous = bpt_cpu_contiguous(in);
   const int64_t count = node->output.count, length = contiguous ? GATED_BLOCK : in->dims[in->rank - 1];
   const int64_t blocks = length ? (count + length - 1) / length : 0;
-  const float *x = in->value;
-  float *y = node->output.value; /* (count) */
+  const bool x16 = bpt_tensor_is_bf16(in), y16 = bpt_tensor_is_bf16(&node->output);
+  const int64_t step = x16 || y16 ? BPT_STORAGE_STAGE : length; /* f32: each block in one call */
+  const void *x = in->value;
+  void *y = node->output.value; /* (count) */
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < blocks; k++) {
     const int64_t begin = k * length, n = count - begin < length ? count - begin : length;
-    run(g, n, x + (contiguous ? begin : bpt_cpu_tensor_row(in, false, k)), y + begin);
+    const int64_t at = contiguous ? begin : bpt_cpu_tensor_row(in, false, k);
+    float x_stage[BPT_STORAGE_STAGE], y_stage[BPT_STORAGE_STAGE];
+    for (int64_t o = 0; o < n; o += step) {
+      const int64_t m = n - o < step ? n - o : step;
+      float *ys = bpt_storage_write_row(y, y16, begin + o, m, false, y_stage);
+      run(g, m, bpt_storage_read_row(x, x16, at + o, m, x_stage), ys);
+      bpt_storage_commit_row(y, y16, begin + o, m, ys);
+    }
   }
   return BPT_OK;
 }
@@ -186,17 +196,27 @@ static bpt_status gated_backward(bpt_backend *backend, const bpt_kernel_node *no
   const bool contiguous = bpt_cpu_contiguous(in), assign = in->beta == 0.0f;
   const int64_t count = node->output.count, length = contiguous ? GATED_BLOCK : in->dims[in->rank - 1];
   const int64_t blocks = length ? (count + length - 1) / length : 0;
-  const float *x = in->value, *dy = node->output.grad;
-  float *dx = in->grad; /* x's layout */
+  const bool x16 = bpt_tensor_is_bf16(in), y16 = bpt_tensor_is_bf16(&node->output);
+  const int64_t step = x16 || y16 ? BPT_STORAGE_STAGE : length;
+  const void *x = in->value, *dy = node->output.grad;
+  void *dx = in->grad; /* x's layout and storage */
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < blocks; k++) {
     const int64_t begin = k * length, n = count - begin < length ? count - begin : length;
     const int64_t at = contiguous ? begin : bpt_cpu_tensor_row(in, false, k);
-    run(g, n, x + at, dy + begin, assign, dx + at);
+    float x_stage[BPT_STORAGE_STAGE], dy_stage[BPT_STORAGE_STAGE], dx_stage[BPT_STORAGE_STAGE];
+    for (int64_t o = 0; o < n; o += step) {
+      const int64_t m = n - o < step ? n - o : step;
+      float *dxs = bpt_storage_write_row(dx, x16, at + o, m, !assign, dx_stage);
+      run(g, m, bpt_storage_read_row(x, x16, at + o, m, x_stage), bpt_storage_read_row(dy, y16, begin + o, m, dy_stage),
+          assign, dxs);
+      bpt_storage_commit_row(dx, x16, at + o, m, dxs);
+    }
   }
   return BPT_OK;
 }
 
-/* A strided x (a slice of a fused projection, as in SwiGLU) is read row by row in place. */
-BPT_REGISTER_KERNELS_STRIDED(cpu, GELU_TANH, gated_forward, gated_backward, bpt_cpu_supports_rows_of_x);
-BPT_REGISTER_KERNELS_STRIDED(cpu, SILU, gated_forward, gated_backward, bpt_cpu_supports_rows_of_x);
+/* A strided x (a slice of a fused projection, as in SwiGLU) is read row by row in place; bf16-stored values
+ * and gradients are staged through f32 chunks (bf16_storage.h). */
+BPT_REGISTER_KERNELS_STRIDED_16BIT(cpu, GELU_TANH, gated_forward, gated_backward, bpt_cpu_supports_rows_of_x);
+BPT_REGISTER_KERNELS_STRIDED_16BIT(cpu, SILU, gated_forward, gated_backward, bpt_cpu_supports_rows_of_x);

@@ -3,12 +3,32 @@
  * which is what a tensor-core GEMM with f32 accumulation produces up to summation order. */
 #include <stdlib.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
+
+/* Rows of bf16 (16-bit storage's activations and the weights' bf16 copies, the common case) widened or rounded
+ * by the vector row loops (bf16_rows.c), rows spread over the threads: a NaN stays a NaN, which is all a product
+ * needs. */
+static void cast_bf16_rows(int64_t rows, int64_t cols, bool widen, const void *source, int64_t source_ld,
+                           void *destination, int64_t destination_ld) {
+#pragma omp parallel for if (rows * cols > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t r = 0; r < rows; r++) {
+    if (widen)
+      bpt_cpu_bf16_widen_row((const uint16_t *)source + r * source_ld, cols, (float *)destination + r * destination_ld);
+    else
+      bpt_cpu_bf16_narrow_row((const float *)source + r * source_ld, cols,
+                              (uint16_t *)destination + r * destination_ld);
+  }
+}
 
 /* rows x cols values from source (leading dimension source_ld, in from's dtype) to destination (destination_ld,
  * in to's): one cast where both are contiguous, else one per row. */
 static bpt_status cast_block(bpt_backend *backend, int64_t rows, int64_t cols, bpt_dtype from, const void *source,
                              int64_t source_ld, bpt_dtype to, void *destination, int64_t destination_ld) {
+  if ((from == BPT_DTYPE_BF16 && to == BPT_DTYPE_F32) || (from == BPT_DTYPE_F32 && to == BPT_DTYPE_BF16)) {
+    cast_bf16_rows(rows, cols, from == BPT_DTYPE_BF16, source, source_ld, destination, destination_ld);
+    return BPT_OK;
+  }
   if (rows == 1 || (source_ld == cols && destination_ld == cols))
     return bpt_cpu_cast(backend, rows * cols, from, source, to, destination, 1.0f);
   const size_t from_size = bpt_dtype_size(from), to_size = bpt_dtype_size(to);

@@ -4,11 +4,14 @@
  * sums accumulated per fixed chunk of rows in the same pass, then added in chunk order, so results do not
  * depend on the thread count. Loops are written for the compiler to vectorise (omp simd). x may be a strided
  * view whose rows are contiguous (a permute or slice): its rows, and its gradient's, are found through its
- * strides. */
+ * strides. bf16-stored x, y and their gradients are staged a row at a time through f32 scratch
+ * (bf16_storage.h). */
+#include <math.h>
+#include <omp.h>
+
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/strided_rows.h"
-
-#include <math.h>
 
 /* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
  * would turn that note into an error under -Werror. */
@@ -42,18 +45,28 @@ static void normalise_row(const float *x, int64_t C, const float *gamma, const f
 }
 
 static bpt_status layer_norm_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  (void)backend;
   const bpt_kernel_tensor *out = &node->output;
   const int64_t C = out->dims[out->rank - 1], rows = out->count / C;
-  const float *x = node->inputs[0].value, *gamma = node->inputs[1].value; /* (rows, C), (C) */
-  const float *beta = node->input_count > 2 ? node->inputs[2].value : NULL;
+  const void *x = node->inputs[0].value; /* (rows, C) */
+  const float *gamma = node->inputs[1].value, *beta = node->input_count > 2 ? node->inputs[2].value : NULL;
   const float epsilon = node->float_attributes[0];
-  float *y = out->value, *statistics = node->saved; /* (rows, C), (rows, 2) */
+  void *y = out->value;
+  float *statistics = node->saved; /* (rows, C), (rows, 2) */
   const bool contiguous = bpt_cpu_contiguous(&node->inputs[0]);
-#pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t r = 0; r < rows; r++)
-    normalise_row(x + bpt_cpu_tensor_row(&node->inputs[0], contiguous, r), C, gamma, beta, epsilon, y + r * C,
-                  statistics + 2 * r);
+  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(out);
+  const int threads = bpt_cpu_threads(backend);
+  if (x16 || y16) { /* per thread: x's row and y's */
+    const bpt_status status = bpt_cpu_scratch_reserve(backend, threads, 2 * (size_t)C);
+    if (status != BPT_OK) return status;
+  }
+#pragma omp parallel for num_threads(threads) if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t r = 0; r < rows; r++) {
+    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    float *yr = bpt_storage_write_row(y, y16, r * C, C, false, stage ? stage + C : NULL);
+    normalise_row(bpt_storage_read_row(x, x16, bpt_cpu_tensor_row(&node->inputs[0], contiguous, r), C, stage), C,
+                  gamma, beta, epsilon, yr, statistics + 2 * r);
+    bpt_storage_commit_row(y, y16, r * C, C, yr);
+  }
   return BPT_OK;
 }
 
@@ -111,34 +124,46 @@ static void add_partials(float *partials, int64_t chunks, int64_t C, float beta,
 static bpt_status layer_norm_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *out = &node->output;
   const int64_t C = out->dims[out->rank - 1], rows = out->count / C;
-  const float *x = node->inputs[0].value, *gamma = node->inputs[1].value, *dy = out->grad;
-  const float *statistics = node->saved;
-  float *dx = node->inputs[0].grad, *dgamma = node->inputs[1].grad;
-  float *dbeta = node->input_count > 2 ? node->inputs[2].grad : NULL;
+  const void *x = node->inputs[0].value, *dy = out->grad;
+  const float *gamma = node->inputs[1].value, *statistics = node->saved;
+  void *dx = node->inputs[0].grad;
+  float *dgamma = node->inputs[1].grad, *dbeta = node->input_count > 2 ? node->inputs[2].grad : NULL;
   const bool assign = node->inputs[0].beta == 0.0f, contiguous = bpt_cpu_contiguous(&node->inputs[0]);
+  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(out);
   /* A fixed number of row chunks (not one per thread), each with its own partial sums of dgamma and dbeta. */
   const int64_t chunks = rows < 1 ? 1 : rows < BPT_CPU_REDUCTION_CHUNKS ? rows : BPT_CPU_REDUCTION_CHUNKS;
+  /* Slot 0 holds the partial sums; every slot then stages bf16-stored rows of x, dy and dx. */
+  const size_t partial_floats = dgamma || dbeta ? 2 * (size_t)chunks * (size_t)C : 0;
+  const int threads = bpt_cpu_threads(backend);
   float *gamma_partials = NULL, *beta_partials = NULL;
-  if (dgamma || dbeta) {
-    const size_t floats = 2 * (size_t)chunks * (size_t)C;
-    const bpt_status status = bpt_cpu_scratch_reserve(backend, 1, floats);
+  if (partial_floats || x16 || y16) {
+    const bpt_status status =
+        bpt_cpu_scratch_reserve(backend, x16 || y16 ? threads : 1, partial_floats + (x16 || y16 ? 3 * (size_t)C : 0));
     if (status != BPT_OK) return status;
-    gamma_partials = ((bpt_cpu_state *)backend->state)->scratch[0];
+  }
+  if (partial_floats) {
+    gamma_partials = bpt_cpu_scratch(backend, 0);
     beta_partials = gamma_partials + chunks * C;
-    for (size_t i = 0; i < floats; i++)
+    for (size_t i = 0; i < partial_floats; i++)
       gamma_partials[i] = 0.0f;
   }
-#pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t k = 0; k < chunks; k++)
+#pragma omp parallel for num_threads(threads) if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t k = 0; k < chunks; k++) {
+    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) + partial_floats : NULL;
     for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++) {
       const int64_t at = bpt_cpu_tensor_row(&node->inputs[0], contiguous, r);
-      backward_row(x + at, dy + r * C, C, gamma, statistics[2 * r], statistics[2 * r + 1], assign, dx ? dx + at : NULL,
-                   dgamma ? gamma_partials + k * C : NULL, dbeta ? beta_partials + k * C : NULL);
+      float *dxr = dx ? bpt_storage_write_row(dx, x16, at, C, !assign, stage ? stage + 2 * C : NULL) : NULL;
+      backward_row(bpt_storage_read_row(x, x16, at, C, stage),
+                   bpt_storage_read_row(dy, y16, r * C, C, stage ? stage + C : NULL), C,
+                   gamma, statistics[2 * r], statistics[2 * r + 1], assign, dxr, dgamma ? gamma_partials + k * C : NULL,
+                   dbeta ? beta_partials + k * C : NULL);
+      if (dx) bpt_storage_commit_row(dx, x16, at, C, dxr);
     }
+  }
   if (dgamma) add_partials(gamma_partials, chunks, C, node->inputs[1].beta, dgamma);
   if (dbeta) add_partials(beta_partials, chunks, C, node->inputs[2].beta, dbeta);
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS_STRIDED(cpu, LAYER_NORM, layer_norm_forward, layer_norm_backward,
-                             bpt_cpu_supports_rows_of_x);
+BPT_REGISTER_KERNELS_STRIDED_16BIT(cpu, LAYER_NORM, layer_norm_forward, layer_norm_backward,
+                                   bpt_cpu_supports_rows_of_x);

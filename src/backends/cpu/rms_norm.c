@@ -2,11 +2,14 @@
  * then the scaled row, saving rstd per row. Backward: dx row by row, and dgamma accumulated per fixed chunk of
  * rows in the same pass, then added in chunk order, so results do not depend on the thread count. Loops are
  * written for the compiler to vectorise (omp simd). x may be a strided view whose rows are contiguous (a permute
- * or slice): its rows, and its gradient's, are found through its strides. */
+ * or slice): its rows, and its gradient's, are found through its strides. bf16-stored x, y and their gradients
+ * are staged a row at a time through f32 scratch (bf16_storage.h). */
+#include <math.h>
+#include <omp.h>
+
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/strided_rows.h"
-
-#include <math.h>
 
 /* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
  * would turn that note into an error under -Werror. */
@@ -15,17 +18,24 @@
 #endif
 
 static bpt_status rms_norm_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  (void)backend;
   const bpt_kernel_tensor *out = &node->output;
   const int64_t C = out->dims[out->rank - 1], rows = out->count / C;
-  const float *x = node->inputs[0].value, *gamma = node->inputs[1].value; /* (rows, C), (C) */
-  const float epsilon = node->float_attributes[0];
-  float *y = out->value, *rstd = node->saved; /* (rows, C), (rows) */
+  const void *x = node->inputs[0].value; /* (rows, C) */
+  const float *gamma = node->inputs[1].value, epsilon = node->float_attributes[0];
+  void *y = out->value;
+  float *rstd = node->saved; /* (rows, C), (rows) */
   const bool contiguous = bpt_cpu_contiguous(&node->inputs[0]);
-#pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(out);
+  const int threads = bpt_cpu_threads(backend);
+  if (x16 || y16) { /* per thread: x's row and y's */
+    const bpt_status status = bpt_cpu_scratch_reserve(backend, threads, 2 * (size_t)C);
+    if (status != BPT_OK) return status;
+  }
+#pragma omp parallel for num_threads(threads) if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + bpt_cpu_tensor_row(&node->inputs[0], contiguous, r);
-    float *yr = y + r * C;
+    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    const float *xr = bpt_storage_read_row(x, x16, bpt_cpu_tensor_row(&node->inputs[0], contiguous, r), C, stage);
+    float *yr = bpt_storage_write_row(y, y16, r * C, C, false, stage ? stage + C : NULL);
     float squares = 0.0f;
 #pragma omp simd reduction(+ : squares)
     for (int64_t c = 0; c < C; c++)
@@ -34,6 +44,7 @@ static bpt_status rms_norm_forward(bpt_backend *backend, const bpt_kernel_node *
 #pragma omp simd
     for (int64_t c = 0; c < C; c++)
       yr[c] = xr[c] * scale * gamma[c];
+    bpt_storage_commit_row(y, y16, r * C, C, yr);
     rstd[r] = scale;
   }
   return BPT_OK;
@@ -67,28 +78,37 @@ static void backward_row(const float *x, const float *dy, int64_t C, const float
 static bpt_status rms_norm_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *out = &node->output;
   const int64_t C = out->dims[out->rank - 1], rows = out->count / C;
-  const float *x = node->inputs[0].value, *gamma = node->inputs[1].value, *dy = out->grad;
-  const float *rstd = node->saved;
-  float *dx = node->inputs[0].grad, *dgamma = node->inputs[1].grad;
+  const void *x = node->inputs[0].value, *dy = out->grad;
+  const float *gamma = node->inputs[1].value, *rstd = node->saved;
+  void *dx = node->inputs[0].grad;
+  float *dgamma = node->inputs[1].grad;
   const bool assign = node->inputs[0].beta == 0.0f, contiguous = bpt_cpu_contiguous(&node->inputs[0]);
+  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(out);
   /* A fixed number of row chunks (not one per thread), each with its own partial sums of dgamma. */
   const int64_t chunks = rows < 1 ? 1 : rows < BPT_CPU_REDUCTION_CHUNKS ? rows : BPT_CPU_REDUCTION_CHUNKS;
-  float *partials = NULL;
-  if (dgamma) {
-    const size_t floats = (size_t)chunks * (size_t)C;
-    const bpt_status status = bpt_cpu_scratch_reserve(backend, 1, floats);
+  /* Slot 0 holds the partial sums; every slot then stages bf16-stored rows of x, dy and dx. */
+  const size_t partial_floats = dgamma ? (size_t)chunks * (size_t)C : 0;
+  const int threads = bpt_cpu_threads(backend);
+  if (partial_floats || x16 || y16) {
+    const bpt_status status =
+        bpt_cpu_scratch_reserve(backend, x16 || y16 ? threads : 1, partial_floats + (x16 || y16 ? 3 * (size_t)C : 0));
     if (status != BPT_OK) return status;
-    partials = ((bpt_cpu_state *)backend->state)->scratch[0];
-    for (size_t i = 0; i < floats; i++)
-      partials[i] = 0.0f;
   }
-#pragma omp parallel for if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t k = 0; k < chunks; k++)
+  float *partials = partial_floats ? bpt_cpu_scratch(backend, 0) : NULL;
+  for (size_t i = 0; i < partial_floats; i++)
+    partials[i] = 0.0f;
+#pragma omp parallel for num_threads(threads) if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t k = 0; k < chunks; k++) {
+    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) + partial_floats : NULL;
     for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++) {
       const int64_t at = bpt_cpu_tensor_row(&node->inputs[0], contiguous, r);
-      backward_row(x + at, dy + r * C, C, gamma, rstd[r], assign, dx ? dx + at : NULL,
+      float *dxr = dx ? bpt_storage_write_row(dx, x16, at, C, !assign, stage ? stage + 2 * C : NULL) : NULL;
+      backward_row(bpt_storage_read_row(x, x16, at, C, stage),
+                   bpt_storage_read_row(dy, y16, r * C, C, stage ? stage + C : NULL), C, gamma, rstd[r], assign, dxr,
                    dgamma ? partials + k * C : NULL);
+      if (dx) bpt_storage_commit_row(dx, x16, at, C, dxr);
     }
+  }
   if (!dgamma) return BPT_OK;
   /* The chunks' sums in chunk order, into the first chunk's row, then into dgamma. */
   for (int64_t k = 1; k < chunks; k++) {
@@ -103,5 +123,5 @@ static bpt_status rms_norm_backward(bpt_backend *backend, const bpt_kernel_node 
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS_STRIDED(cpu, RMS_NORM, rms_norm_forward, rms_norm_backward,
-                             bpt_cpu_supports_rows_of_x);
+BPT_REGISTER_KERNELS_STRIDED_16BIT(cpu, RMS_NORM, rms_norm_forward, rms_norm_backward,
+                                   bpt_cpu_supports_rows_of_x);

@@ -4,7 +4,9 @@
  * and v may be slices of one fused projection, read in place; no gather), the row work (online
  * softmax, P = exp(S - L), dS = P (dP - D)) runs in vectorisable loops on the thread's scratch block. Forward
  * runs tasks of (n, h, query block); backward runs one task per (n, h), which alone writes that head's columns
- * of dq, dk and dv, so nothing needs atomics and the sums' order does not depend on the thread count. */
+ * of dq, dk and dv, so nothing needs atomics and the sums' order does not depend on the thread count.
+ * bf16-stored q, k, v and output (and their gradients) are widened a head's rows at a time into the task's f32
+ * scratch, and the rows it writes rounded back (bf16_storage.h). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "backends/cpu/exp_rows.h"
 #include "backends/cpu/fast_exp.h"
 #include "backends/cpu/attention_bf16.h"
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/bf16_unit.h"
 #include "backends/cpu/gemm_bf16.h"
 
@@ -45,6 +48,9 @@ typedef struct attention_shape {
   bool bf16;
   int64_t pairs_d, keys_ld, width_ld; /* bf16: pairs of D, keys and D rounded up to whole vectors */
   int64_t head_words;                 /* bf16: one head's packed K^T and V (forward) */
+  /* Which of q, k, v and the output (each with its gradient) are stored as bf16: a task widens its head's rows
+   * of them into f32 scratch, D apart, and rounds what it writes back (bf16_storage.h). */
+  bool q16, k16, v16, o16, staged;
 } attention_shape;
 
 static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *node) {
@@ -70,7 +76,40 @@ static attention_shape shape_of(bpt_backend *backend, const bpt_kernel_node *nod
   s.keys_ld = bpt_attention_vectors(s.keys) + 16;
   s.width_ld = bpt_attention_vectors(s.width);
   s.head_words = s.pairs_d * s.keys_ld + (s.keys + 1) / 2 * s.width_ld;
+  s.q16 = bpt_tensor_is_bf16(q), s.k16 = bpt_tensor_is_bf16(k), s.v16 = bpt_tensor_is_bf16(&node->inputs[2]);
+  s.o16 = bpt_tensor_is_bf16(&node->output);
+  s.staged = s.q16 || s.k16 || s.v16 || s.o16;
   return s;
+}
+
+/* rows x D values of a head at element `at` of values (rows `step` apart) as f32 rows: in place (*ld = step),
+ * or widened into stage (*ld = D). */
+static const float *head_rows(const void *values, bool bf16, int64_t at, int64_t step, int64_t rows, int64_t D,
+                              float *stage, int64_t *ld) {
+  *ld = bf16 ? D : step;
+  if (!bf16) return (const float *)values + at;
+  for (int64_t r = 0; r < rows; r++)
+    bpt_storage_read_row(values, true, at + r * step, D, stage + r * D);
+  return stage;
+}
+
+/* The gradient a head task accumulates into (rows x D at element `at`, rows `step` apart): in place, or f32
+ * stage (ld D) holding the stored values, or zeros where the task overwrites (zero); head_gradient_commit
+ * rounds it back. */
+static float *head_gradient(void *gradient, bool bf16, int64_t at, int64_t step, int64_t rows, int64_t D, bool zero,
+                            float *stage) {
+  if (!bf16) return (float *)gradient + at;
+  if (zero)
+    memset(stage, 0, (size_t)(rows * D) * sizeof *stage);
+  else
+    head_rows(gradient, true, at, step, rows, D, stage, &(int64_t){0});
+  return stage;
+}
+
+static void head_gradient_commit(void *gradient, bool bf16, int64_t at, int64_t step, int64_t rows, int64_t D,
+                                 const float *stage) {
+  for (int64_t r = 0; bf16 && r < rows; r++)
+    bpt_storage_commit_row(gradient, true, at + r * step, D, stage + r * D);
 }
 
 /* The keys query i sees: [0, visible). */
@@ -112,8 +151,9 @@ static void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
 
 /* One block of queries [i0, i0 + rows) of head task = n H + h: online softmax over key blocks (Milakov and
  * Gimelshein 2018), O = acc / l and L = m + log l. Scratch: S (rows x ATTENTION_KEYS), acc (rows x D), m, l. */
-static void forward_block(const attention_shape *s, int64_t task, int64_t i0, const float *q, const float *k,
-                          const float *v, float *out, float *lse, const uint32_t *packed, float *scratch) {
+static void forward_block(const attention_shape *s, int64_t task, int64_t i0, const void *q, const void *k,
+                          const void *v, void *out, float *lse, const uint32_t *packed, float *scratch,
+                          float *stage) {
   const int64_t n = task / s->heads, h = task % s->heads, C = s->channels, D = s->width;
   const int64_t rows = s->queries - i0 < ATTENTION_QUERIES ? s->queries - i0 : ATTENTION_QUERIES;
   float *scores = scratch, *acc = scores + ATTENTION_QUERIES * ATTENTION_KEYS, *top = acc + ATTENTION_QUERIES * D,
@@ -122,14 +162,20 @@ static void forward_block(const attention_shape *s, int64_t task, int64_t i0, co
   const uint32_t *kt = packed ? packed + task * s->head_words : NULL;
   const uint32_t *vp = kt ? kt + s->pairs_d * s->keys_ld : NULL;
   uint32_t *q_words = (uint32_t *)(sum + ATTENTION_QUERIES), *p_words = q_words + ATTENTION_QUERIES * s->pairs_d;
-  const int64_t qr = s->q_row, kr = s->k_row, vr = s->v_row;
-  const float *Q = q + n * s->q_sample + i0 * qr + h * D; /* (rows, D), row stride qr */
-  const float *K = k + n * s->k_sample + h * D, *V = v + n * s->v_sample + h * D;
+  const int64_t key_end = visible_keys(s, i0 + rows - 1); /* the block's last query sees the most */
+  int64_t qr, kr = 0, vr = 0;
+  /* (rows, D) and (key_end, D), rows qr, kr and vr apart; K and V are packed instead where kt is. */
+  const float *Q = head_rows(q, s->q16, n * s->q_sample + i0 * s->q_row + h * D, s->q_row, rows, D, stage, &qr);
+  const float *K = kt ? NULL
+                      : head_rows(k, s->k16, n * s->k_sample + h * D, s->k_row, key_end, D,
+                                  stage ? stage + ATTENTION_QUERIES * D : NULL, &kr);
+  const float *V = kt ? NULL
+                      : head_rows(v, s->v16, n * s->v_sample + h * D, s->v_row, key_end, D,
+                                  stage ? stage + (ATTENTION_QUERIES + s->keys) * D : NULL, &vr);
   for (int64_t r = 0; r < rows; r++)
     top[r] = -HUGE_VALF, sum[r] = 0.0f;
   memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
   if (kt) bpt_attention_pack_rows(Q, qr, rows, D, q_words, s->pairs_d);
-  const int64_t key_end = visible_keys(s, i0 + rows - 1); /* the block's last query sees the most */
   for (int64_t j0 = 0; j0 < key_end; j0 += ATTENTION_KEYS) {
     const int64_t cols = key_end - j0 < ATTENTION_KEYS ? key_end - j0 : ATTENTION_KEYS;
     if (kt)
@@ -168,11 +214,13 @@ static void forward_block(const attention_shape *s, int64_t task, int64_t i0, co
       product(false, false, rows, D, cols, 1.0f, scores, ATTENTION_KEYS, V + j0 * vr, vr, 1.0f, acc, D);
     }
   }
-  float *O = out + (n * s->queries + i0) * C + h * D;
+  const int64_t o_at = (n * s->queries + i0) * C + h * D;
   for (int64_t r = 0; r < rows; r++) {
     const float inverse = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+    float *O = bpt_storage_write_row(out, s->o16, o_at + r * C, D, false, acc + r * D);
     for (int64_t d = 0; d < D; d++)
-      O[r * C + d] = acc[r * D + d] * inverse;
+      O[d] = acc[r * D + d] * inverse;
+    bpt_storage_commit_row(out, s->o16, o_at + r * C, D, O);
     /* +inf for a query that sees nothing: backward's exp(S - L) is then 0, not NaN. */
     lse[task * s->queries + i0 + r] = sum[r] > 0.0f ? top[r] + logf(sum[r]) : HUGE_VALF;
   }
@@ -187,23 +235,31 @@ static int task_threads(bpt_backend *backend, int64_t tasks) {
 }
 
 /* bf16: head task's K^T (pairs of D by keys) and V (pairs of keys by D), packed once for all its query blocks. */
-static void pack_head(const attention_shape *s, int64_t task, const float *k, const float *v, uint32_t *words) {
+static void pack_head(const attention_shape *s, int64_t task, const void *k, const void *v, uint32_t *words,
+                      float *stage) {
   const int64_t n = task / s->heads, h = task % s->heads, D = s->width;
   uint32_t *kt = words + task * s->head_words;
-  bpt_attention_pack_column_pairs(k + n * s->k_sample + h * D, s->k_row, s->keys, D, kt, s->keys_ld);
-  bpt_attention_pack_row_pairs(v + n * s->v_sample + h * D, s->v_row, s->keys, D, kt + s->pairs_d * s->keys_ld,
-                               s->width_ld);
+  int64_t kr, vr;
+  const float *K = head_rows(k, s->k16, n * s->k_sample + h * D, s->k_row, s->keys, D, stage, &kr);
+  const float *V =
+      head_rows(v, s->v16, n * s->v_sample + h * D, s->v_row, s->keys, D, stage ? stage + s->keys * D : NULL, &vr);
+  bpt_attention_pack_column_pairs(K, kr, s->keys, D, kt, s->keys_ld);
+  bpt_attention_pack_row_pairs(V, vr, s->keys, D, kt + s->pairs_d * s->keys_ld, s->width_ld);
 }
 
 static bpt_status attention_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const attention_shape s = shape_of(backend, node);
-  const float *q = node->inputs[0].value, *k = node->inputs[1].value, *v = node->inputs[2].value;
-  float *out = node->output.value, *lse = node->saved;
+  const void *q = node->inputs[0].value, *k = node->inputs[1].value, *v = node->inputs[2].value;
+  void *out = node->output.value;
+  float *lse = node->saved;
   const int64_t blocks = (s.queries + ATTENTION_QUERIES - 1) / ATTENTION_QUERIES, heads = s.batch * s.heads,
                 tasks = heads * blocks;
   const int threads = task_threads(backend, tasks);
   const size_t words = s.bf16 ? (size_t)(ATTENTION_QUERIES * (s.pairs_d + ATTENTION_KEYS / 2)) : 0;
-  const size_t per_thread = (size_t)ATTENTION_QUERIES * (size_t)(ATTENTION_KEYS + s.width + 2) + words;
+  const size_t blocks_floats = (size_t)ATTENTION_QUERIES * (size_t)(ATTENTION_KEYS + s.width + 2) + words;
+  /* Staging after the blocks: a block's Q rows and its head's K and V rows (or, packing, K and V). */
+  const size_t stage_floats = s.staged ? (size_t)((ATTENTION_QUERIES + 2 * s.keys) * s.width) : 0;
+  const size_t per_thread = blocks_floats + stage_floats;
   bpt_status reserved = bpt_cpu_scratch_reserve(backend, threads, per_thread);
   if (reserved != BPT_OK) return reserved;
   uint32_t *packed = NULL;
@@ -215,17 +271,20 @@ static bpt_status attention_forward(bpt_backend *backend, const bpt_kernel_node 
     packed = (uint32_t *)(bpt_cpu_scratch(backend, 0) + per_thread);
 #pragma omp parallel for num_threads(task_threads(backend, heads)) schedule(static) if (threads > 1)
     for (int64_t t = 0; t < heads; t++)
-      pack_head(&s, t, k, v, packed);
+      pack_head(&s, t, k, v, packed, s.staged ? bpt_cpu_scratch(backend, omp_get_thread_num()) + blocks_floats : NULL);
   }
   if (threads > 1) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
-    for (int64_t t = 0; t < tasks; t++)
-      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed,
-                    bpt_cpu_scratch(backend, omp_get_thread_num()));
+    for (int64_t t = 0; t < tasks; t++) {
+      float *scratch = bpt_cpu_scratch(backend, omp_get_thread_num());
+      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed, scratch,
+                    s.staged ? scratch + blocks_floats : NULL);
+    }
   } else {
+    float *scratch = bpt_cpu_scratch(backend, 0);
     for (int64_t t = 0; t < tasks; t++)
-      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed,
-                    bpt_cpu_scratch(backend, 0));
+      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed, scratch,
+                    s.staged ? scratch + blocks_floats : NULL);
   }
   return BPT_OK;
 }
@@ -233,8 +292,9 @@ static bpt_status attention_forward(bpt_backend *backend, const bpt_kernel_node 
 /* ---- backward ---- */
 
 typedef struct attention_tensors {
-  const float *q, *k, *v, *out, *dout, *lse;
-  float *dq, *dk, *dv;            /* NULL: not wanted */
+  const void *q, *k, *v, *out, *dout; /* f32, or bf16 where the shape says so */
+  const float *lse;
+  void *dq, *dk, *dv;             /* NULL: not wanted */
   bool zero_dq, zero_dk, zero_dv; /* beta 0: the task clears its head's columns first */
 } attention_tensors;
 
@@ -245,20 +305,43 @@ static void clear_columns(float *x, int64_t rows, int64_t D, int64_t ld) {
 }
 
 /* Head task = n H + h over all its queries and keys. Scratch: P, dP and P~ blocks, then D_i for every query. */
-static void backward_head(const attention_shape *s, const attention_tensors *t, int64_t task, float *scratch) {
+static void backward_head(const attention_shape *s, const attention_tensors *t, int64_t task, float *scratch,
+                          float *stage) {
   const int64_t n = task / s->heads, h = task % s->heads, C = s->channels, D = s->width;
   const int64_t block = ATTENTION_QUERIES * ATTENTION_KEYS;
   float *probabilities = scratch, *dp = scratch + block, *dropped = scratch + 2 * block, *delta = scratch + 3 * block;
-  const int64_t qr = s->q_row, kr = s->k_row, vr = s->v_row;
+  const int64_t Tq = s->queries, Tk = s->keys;
   const int64_t q_offset = n * s->q_sample + h * D, k_offset = n * s->k_sample + h * D,
-                v_offset = n * s->v_sample + h * D, out_offset = n * s->queries * C + h * D;
-  const float *Q = t->q + q_offset, *O = t->out + out_offset, *dO = t->dout + out_offset;
-  const float *K = t->k + k_offset, *V = t->v + v_offset, *L = t->lse + task * s->queries;
-  float *dQ = t->dq ? t->dq + q_offset : NULL, *dK = t->dk ? t->dk + k_offset : NULL,
-        *dV = t->dv ? t->dv + v_offset : NULL;
-  if (t->zero_dq) clear_columns(dQ, s->queries, D, qr);
-  if (t->zero_dk) clear_columns(dK, s->keys, D, kr);
-  if (t->zero_dv) clear_columns(dV, s->keys, D, vr);
+                v_offset = n * s->v_sample + h * D, out_offset = n * Tq * C + h * D;
+  /* Rows qr, kr, vr and orow apart: the tensors' own steps, or D in the f32 stage of bf16-stored ones (the
+   * stage: Q, dQ, O, dO by queries, then K, dK, V, dV by keys). */
+  int64_t qr, kr, vr, orow;
+  float *stage_q = stage, *stage_k = stage ? stage + 4 * Tq * D : NULL;
+  const float *Q = head_rows(t->q, s->q16, q_offset, s->q_row, Tq, D, stage_q, &qr);
+  const float *O = head_rows(t->out, s->o16, out_offset, C, Tq, D, stage_q ? stage_q + 2 * Tq * D : NULL, &orow);
+  const float *dO = head_rows(t->dout, s->o16, out_offset, C, Tq, D, stage_q ? stage_q + 3 * Tq * D : NULL, &orow);
+  const float *K = head_rows(t->k, s->k16, k_offset, s->k_row, Tk, D, stage_k, &kr);
+  const float *V = head_rows(t->v, s->v16, v_offset, s->v_row, Tk, D, stage_k ? stage_k + 2 * Tk * D : NULL, &vr);
+  const float *L = t->lse + task * Tq;
+  /* One node given as two inputs (self-attention on q = k = v) has one gradient: staged once, shared. */
+  const bool k_is_q = t->dk && t->dk == t->dq && k_offset == q_offset && s->k_row == s->q_row;
+  const bool v_is_q = t->dv && t->dv == t->dq && v_offset == q_offset && s->v_row == s->q_row;
+  const bool v_is_k = t->dv && t->dv == t->dk && v_offset == k_offset && s->v_row == s->k_row;
+  float *dQ = t->dq ? head_gradient(t->dq, s->q16, q_offset, s->q_row, Tq, D, t->zero_dq,
+                                    stage_q ? stage_q + Tq * D : NULL)
+                    : NULL;
+  float *dK = k_is_q ? dQ
+              : t->dk ? head_gradient(t->dk, s->k16, k_offset, s->k_row, Tk, D, t->zero_dk,
+                                      stage_k ? stage_k + Tk * D : NULL)
+                      : NULL;
+  float *dV = v_is_q ? dQ
+              : v_is_k ? dK
+              : t->dv  ? head_gradient(t->dv, s->v16, v_offset, s->v_row, Tk, D, t->zero_dv,
+                                       stage_k ? stage_k + 3 * Tk * D : NULL)
+                       : NULL;
+  if (t->zero_dq && !s->q16) clear_columns(dQ, Tq, D, qr);
+  if (t->zero_dk && !s->k16) clear_columns(dK, Tk, D, kr);
+  if (t->zero_dv && !s->v16) clear_columns(dV, Tk, D, vr);
   /* bf16: the head's Q and dO (pairs of D per query, and pairs of queries by D), K^T and V^T (pairs of D by
    * keys) and K (pairs of keys by D) packed once; per block P^T, dS and dS^T. */
   const int64_t Dw = s->pairs_d, KW = ATTENTION_KEYS / 2, QW = ATTENTION_QUERIES / 2;
@@ -269,18 +352,18 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
   uint32_t *pb = dob + query_pairs_words, *dsr = pb + QW * ATTENTION_KEYS, *dsb = dsr + ATTENTION_QUERIES * KW;
   if (s->bf16) {
     bpt_attention_pack_rows(Q, qr, s->queries, D, q_rows, Dw);
-    bpt_attention_pack_rows(dO, C, s->queries, D, do_rows, Dw);
+    bpt_attention_pack_rows(dO, orow, s->queries, D, do_rows, Dw);
     bpt_attention_pack_column_pairs(K, kr, s->keys, D, kt, s->keys_ld);
     bpt_attention_pack_column_pairs(V, vr, s->keys, D, vt, s->keys_ld);
     bpt_attention_pack_row_pairs(K, kr, s->keys, D, kb, s->width_ld);
     bpt_attention_pack_row_pairs(Q, qr, s->queries, D, qb, s->width_ld);
-    bpt_attention_pack_row_pairs(dO, C, s->queries, D, dob, s->width_ld);
+    bpt_attention_pack_row_pairs(dO, orow, s->queries, D, dob, s->width_ld);
   }
   for (int64_t i = 0; i < s->queries; i++) {
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
     for (int64_t d = 0; d < D; d++)
-      dot += dO[i * C + d] * O[i * C + d];
+      dot += dO[i * orow + d] * O[i * orow + d];
     delta[i] = dot;
   }
   for (int64_t j0 = 0; j0 < s->keys; j0 += ATTENTION_KEYS) {
@@ -300,7 +383,7 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
       } else {
         product(false, true, rows, cols, D, s->scale, Q + i0 * qr, qr, K + j0 * kr, kr, 0.0f, probabilities,
                 ATTENTION_KEYS);
-        product(false, true, rows, cols, D, 1.0f, dO + i0 * C, C, V + j0 * vr, vr, 0.0f, dp, ATTENTION_KEYS);
+        product(false, true, rows, cols, D, 1.0f, dO + i0 * orow, orow, V + j0 * vr, vr, 0.0f, dp, ATTENTION_KEYS);
       }
       for (int64_t r = 0; r < rows; r++) {
         const int64_t i = i0 + r, visible = visible_in_block(s, i, j0, cols);
@@ -345,13 +428,17 @@ static void backward_head(const attention_shape *s, const attention_tensors *t, 
         }
         continue;
       }
-      if (dV) product(true, false, cols, D, rows, 1.0f, pv, ATTENTION_KEYS, dO + i0 * C, C, 1.0f, dV + j0 * vr, vr);
+      if (dV)
+        product(true, false, cols, D, rows, 1.0f, pv, ATTENTION_KEYS, dO + i0 * orow, orow, 1.0f, dV + j0 * vr, vr);
       if (dQ)
         product(false, false, rows, D, cols, s->scale, dp, ATTENTION_KEYS, K + j0 * kr, kr, 1.0f, dQ + i0 * qr, qr);
       if (dK)
         product(true, false, cols, D, rows, s->scale, dp, ATTENTION_KEYS, Q + i0 * qr, qr, 1.0f, dK + j0 * kr, kr);
     }
   }
+  if (dQ) head_gradient_commit(t->dq, s->q16, q_offset, s->q_row, Tq, D, dQ);
+  if (dK && !k_is_q) head_gradient_commit(t->dk, s->k16, k_offset, s->k_row, Tk, D, dK);
+  if (dV && !v_is_q && !v_is_k) head_gradient_commit(t->dv, s->v16, v_offset, s->v_row, Tk, D, dV);
 }
 
 static bpt_status attention_backward(bpt_backend *backend, const bpt_kernel_node *node) {
@@ -376,16 +463,20 @@ static bpt_status attention_backward(bpt_backend *backend, const bpt_kernel_node
   const int64_t block_words = 2 * (ATTENTION_QUERIES / 2) * ATTENTION_KEYS + ATTENTION_QUERIES * (ATTENTION_KEYS / 2) +
                               2 * (s.queries + 1) / 2 * s.width_ld;
   const size_t words = s.bf16 ? (size_t)(query_words + key_words + block_words) : 0;
-  const bpt_status reserved = bpt_cpu_scratch_reserve(
-      backend, threads, (size_t)(3 * ATTENTION_QUERIES * ATTENTION_KEYS) + (size_t)s.queries + words);
+  const size_t blocks_floats = (size_t)(3 * ATTENTION_QUERIES * ATTENTION_KEYS) + (size_t)s.queries + words;
+  const size_t stage_floats = s.staged ? (size_t)(4 * (s.queries + s.keys) * s.width) : 0;
+  const bpt_status reserved = bpt_cpu_scratch_reserve(backend, threads, blocks_floats + stage_floats);
   if (reserved != BPT_OK) return reserved;
   if (threads > 1) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
-    for (int64_t task = 0; task < tasks; task++)
-      backward_head(&s, &t, task, bpt_cpu_scratch(backend, omp_get_thread_num()));
+    for (int64_t task = 0; task < tasks; task++) {
+      float *scratch = bpt_cpu_scratch(backend, omp_get_thread_num());
+      backward_head(&s, &t, task, scratch, s.staged ? scratch + blocks_floats : NULL);
+    }
   } else {
+    float *scratch = bpt_cpu_scratch(backend, 0);
     for (int64_t task = 0; task < tasks; task++)
-      backward_head(&s, &t, task, bpt_cpu_scratch(backend, 0));
+      backward_head(&s, &t, task, scratch, s.staged ? scratch + blocks_floats : NULL);
   }
   return BPT_OK;
 }
@@ -402,5 +493,5 @@ static bool attention_supports(const bpt_backend *backend, const bpt_kernel_node
   return true;
 }
 
-BPT_REGISTER_KERNELS_STRIDED(cpu, SCALED_DOT_PRODUCT_ATTENTION, attention_forward, attention_backward,
-                             attention_supports);
+BPT_REGISTER_KERNELS_STRIDED_16BIT(cpu, SCALED_DOT_PRODUCT_ATTENTION, attention_forward, attention_backward,
+                                   attention_supports);

@@ -2,9 +2,12 @@
  * threshold, exp through exp_rows.c so each row's loop vectorises. Causal rows stop at their last visible
  * column and write zeros after it; a row with nothing visible (or only -inf) is zeros. x may be a strided view
  * whose rows are contiguous (a permute or slice of the scores): its rows, and its gradient's, are found through
- * its strides. */
+ * its strides. bf16-stored values and gradients are staged a row at a time through f32 scratch
+ * (bf16_storage.h). */
 #include <math.h>
+#include <omp.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/exp_rows.h"
 #include "backends/cpu/strided_rows.h"
@@ -40,27 +43,45 @@ static bpt_status softmax_forward(bpt_backend *backend, const bpt_kernel_node *n
   const bool causal = node->int_attributes[0] != 0;
   const int64_t columns = x->dims[x->rank - 1], rows = columns ? x->count / columns : 0;
   const bool contiguous = bpt_cpu_contiguous(x);
-  const float *in = x->value; /* rows of columns, through x's strides */
-  float *out = node->output.value;
-#pragma omp parallel for if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t r = 0; r < rows; r++)
-    softmax_row(loops, in + bpt_cpu_tensor_row(x, contiguous, r), out + r * columns, visible_columns(x, causal, r),
-                columns);
+  const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(&node->output);
+  const void *in = x->value; /* rows of columns, through x's strides */
+  void *out = node->output.value;
+  const int threads = bpt_cpu_threads(backend);
+  if (x16 || y16) { /* per thread: x's row and y's */
+    const bpt_status status = bpt_cpu_scratch_reserve(backend, threads, 2 * (size_t)columns);
+    if (status != BPT_OK) return status;
+  }
+#pragma omp parallel for num_threads(threads) if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t r = 0; r < rows; r++) {
+    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    float *yr = bpt_storage_write_row(out, y16, r * columns, columns, false, stage ? stage + columns : NULL);
+    softmax_row(loops, bpt_storage_read_row(in, x16, bpt_cpu_tensor_row(x, contiguous, r), columns, stage), yr,
+                visible_columns(x, causal, r), columns);
+    bpt_storage_commit_row(out, y16, r * columns, columns, yr);
+  }
   return BPT_OK;
 }
 
 /* dx = beta dx + y (dy - sum_j dy_j y_j); masked elements have y = 0, so their gradient is 0 too. */
 static bpt_status softmax_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  (void)backend;
   const bpt_kernel_tensor *x = &node->inputs[0];
   const int64_t columns = x->dims[x->rank - 1], rows = columns ? x->count / columns : 0;
-  const float *y = node->output.value, *dy = node->output.grad; /* (rows, columns) */
-  float *dx = x->grad;
+  const void *y = node->output.value, *dy = node->output.grad; /* (rows, columns) */
+  void *dx = x->grad;
   const bool assign = x->beta == 0.0f, contiguous = bpt_cpu_contiguous(x);
-#pragma omp parallel for if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
+  const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(&node->output);
+  const int threads = bpt_cpu_threads(backend);
+  if (x16 || y16) { /* per thread: rows of y, dy and dx */
+    const bpt_status status = bpt_cpu_scratch_reserve(backend, threads, 3 * (size_t)columns);
+    if (status != BPT_OK) return status;
+  }
+#pragma omp parallel for num_threads(threads) if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    const float *yr = y + r * columns, *dyr = dy + r * columns;
-    float *dxr = dx + bpt_cpu_tensor_row(x, contiguous, r);
+    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    const int64_t at = bpt_cpu_tensor_row(x, contiguous, r);
+    const float *yr = bpt_storage_read_row(y, y16, r * columns, columns, stage);
+    const float *dyr = bpt_storage_read_row(dy, y16, r * columns, columns, stage ? stage + columns : NULL);
+    float *dxr = bpt_storage_write_row(dx, x16, at, columns, !assign, stage ? stage + 2 * columns : NULL);
     float dot = 0.0f;
     for (int64_t j = 0; j < columns; j++)
       dot += yr[j] * dyr[j];
@@ -70,9 +91,10 @@ static bpt_status softmax_backward(bpt_backend *backend, const bpt_kernel_node *
     else
       for (int64_t j = 0; j < columns; j++)
         dxr[j] += yr[j] * (dyr[j] - dot);
+    bpt_storage_commit_row(dx, x16, at, columns, dxr);
   }
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS_STRIDED(cpu, SOFTMAX, softmax_forward, softmax_backward,
-                             bpt_cpu_supports_rows_of_x);
+BPT_REGISTER_KERNELS_STRIDED_16BIT(cpu, SOFTMAX, softmax_forward, softmax_backward,
+                                   bpt_cpu_supports_rows_of_x);
