@@ -4,6 +4,7 @@
  *
  *   cnn_bench lenet|resnet8|resnet14|resnet20 [--batch 128] [--threads 2] [--steps 30] [--fold-eval]
  *             [--dtype f32|bf16]     (bf16: the bf16 precision policy; the line names the bf16 GEMM mode)
+ *             [--store-16bit]        (with bf16: activations stored as bf16, bpt_precision_options)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -80,11 +81,11 @@ int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: cnn_bench lenet|resnet8|resnet14|resnet20 [--batch N] [--threads N] [--steps N] [--fold-eval] "
-            "[--dtype f32|bf16]\n");
+            "[--dtype f32|bf16] [--store-16bit]\n");
     return 2;
   }
   const char *model = argv[1];
-  int batch = 128, threads = 2, steps = 30, fold_eval = 0, bf16 = 0;
+  int batch = 128, threads = 2, steps = 30, fold_eval = 0, bf16 = 0, store_16bit = 0;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
       batch = atoi(argv[++i]);
@@ -94,6 +95,8 @@ int main(int argc, char **argv) {
       steps = atoi(argv[++i]);
     else if (strcmp(argv[i], "--fold-eval") == 0)
       fold_eval = 1;
+    else if (strcmp(argv[i], "--store-16bit") == 0)
+      store_16bit = 1;
     else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc && (strcmp(argv[i + 1], "f32") == 0 || strcmp(argv[i + 1], "bf16") == 0))
       bf16 = strcmp(argv[++i], "bf16") == 0;
     else {
@@ -104,6 +107,10 @@ int main(int argc, char **argv) {
   bpt_context_options options = bpt_context_options_default();
   options.num_threads = threads;
   bpt_context *context = NULL;
+  if (store_16bit && !bf16) {
+    fprintf(stderr, "--store-16bit works with --dtype bf16\n");
+    return 2;
+  }
   if (bpt_context_create(&options, &context) != BPT_OK) return 1;
   bpt_graph *graph;
   bpt_node *x, *labels, *logits, *loss;
@@ -116,6 +123,7 @@ int main(int argc, char **argv) {
   if (bf16) {
     bpt_precision_options precision = bpt_precision_options_default();
     precision.compute_dtype = BPT_DTYPE_BF16;
+    precision.store_activations_16bit = store_16bit;
     CHECK(bpt_graph_set_precision(graph, &precision));
   }
   CHECK(bpt_graph_compile(graph, loss, batch));
@@ -161,9 +169,10 @@ int main(int argc, char **argv) {
   bpt_compute_info info = {.size = sizeof info};
   CHECK(bpt_cpu_compute_info(&info));
   printf("libbptrain %s batch %d threads %d: %.0f samples/s training, %.0f samples per CPU-second, peak RSS %.1f MB, "
-         "dtype %s (%s)\n",
+         "dtype %s%s (%s)\n",
          model, batch, threads, (double)steps * batch / elapsed, (double)steps * batch / cpu_elapsed,
-         usage.ru_maxrss / 1024.0, bf16 ? "bf16" : "f32", bf16 ? info.bf16_gemm : info.gemm);
+         usage.ru_maxrss / 1024.0, bf16 ? "bf16" : "f32", store_16bit ? ", stored as bf16" : "",
+         bf16 ? info.bf16_gemm : info.gemm);
   if (fold_eval) {
     /* Inference throughput in eval mode, then again after folding batch norms into the convolutions. */
     double rates[2], cpu_rates[2];
