@@ -11,13 +11,39 @@
  * first value, so that var = E[(x-k)^2] - E[x-k]^2 does not cancel catastrophically when |mean| >> std
  * (Chan, Golub and LeVeque's shifted-data algorithm). Rows sum in float (short and already centred).
  * With args->relu_mask the normalising pass applies ReLU and records its bits, and the gradient passes read
- * dy through them. The row loops are in batch_norm_rows.c. */
+ * dy through them. The row loops are in batch_norm_rows.c. Under 16-bit storage x, y and their gradients may be
+ * bf16: each row is staged through f32 in the thread's scratch (bf16_storage.h), so the f32 row loops run as
+ * they are. */
 #include <math.h>
+#include <omp.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 
 static bool parallel(const bpt_batch_norm_args *a) {
   return a->batch > 1 && a->batch * a->channels * a->spatial > BPT_CPU_PARALLEL_THRESHOLD;
+}
+
+/* The storage of x and y (each value with its gradient) and where each thread stages bf16 rows: rows floats
+ * per thread, after `offset` floats of its scratch slot (slot 0's first floats are the passes' sums). */
+typedef struct row_staging {
+  bool x16, y16;
+  size_t offset;
+} row_staging;
+
+/* Reserves scratch for slot 0's `shared` floats and, when any tensor is bf16, `rows` staged rows of S floats in
+ * every thread's slot. */
+static bpt_status reserve_staging(bpt_backend *backend, const bpt_batch_norm_args *a, size_t shared, int rows,
+                                  row_staging *staging) {
+  staging->offset = shared;
+  const bool staged = staging->x16 || staging->y16;
+  return bpt_cpu_scratch_reserve(backend, staged ? bpt_cpu_threads(backend) : 1,
+                                 shared + (staged ? (size_t)rows * (size_t)a->spatial : 0));
+}
+
+/* This thread's staging rows (NULL when nothing is bf16). */
+static float *staging_rows(bpt_backend *backend, const row_staging *staging) {
+  return staging->x16 || staging->y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) + staging->offset : NULL;
 }
 
 /* Row (n, c)'s ReLU bits, or NULL without ReLU. */
@@ -27,30 +53,34 @@ static uint8_t *row_bits(const bpt_batch_norm_args *a, int64_t row) {
 
 /* y = gamma (x - mean) / sqrt(var + eps) + beta per channel, with the batch's statistics (saved, and folded into
  * the running ones) in training, the running ones in evaluation; gamma and beta may be NULL (1 and 0). */
-static bpt_status normalise(bpt_backend *backend, const bpt_batch_norm_args *a, const float *x, const float *gamma,
-                            const float *beta, float *running_mean, float *running_variance, float *y,
-                            float *saved_mean, float *saved_inverse_std) {
+static bpt_status normalise(bpt_backend *backend, const bpt_batch_norm_args *a, row_staging staging, const void *x,
+                            const float *gamma, const float *beta, float *running_mean, float *running_variance,
+                            void *y, float *saved_mean, float *saved_inverse_std) {
   const int64_t N = a->batch, C = a->channels, S = a->spatial, count = N * S;
   if (a->training && count < 2)
     return bpt_backend_fail(backend, BPT_ERR_SHAPE,
                             "batch_norm: training needs at least 2 values per channel, got batch %lld x spatial %lld",
                             (long long)N, (long long)S);
   /* Scratch: each row's two sums, then each channel's mean and scale. */
-  bpt_status status = bpt_cpu_scratch_reserve(backend, 1, (size_t)(2 * N * C + 2 * C));
+  bpt_status status = reserve_staging(backend, a, (size_t)(2 * N * C + 2 * C), 2, &staging);
   if (status != BPT_OK) return status;
   float *row_sums = bpt_cpu_scratch(backend, 0), *means = row_sums + 2 * N * C, *scales = means + C;
   const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
+  const int threads = bpt_cpu_threads(backend);
   if (a->training) {
-#pragma omp parallel for schedule(static) if (parallel(a))
-    for (int64_t n = 0; n < N; n++)
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel(a))
+    for (int64_t n = 0; n < N; n++) {
+      float *stage = staging_rows(backend, &staging);
       for (int64_t c = 0; c < C; c++)
-        bpt_cpu_batch_norm_row_sums(loops, x + (n * C + c) * S, S, x[c * S], &row_sums[2 * (n * C + c)],
+        bpt_cpu_batch_norm_row_sums(loops, bpt_storage_read_row(x, staging.x16, (n * C + c) * S, S, stage), S,
+                                    bpt_storage_load(x, staging.x16, c * S), &row_sums[2 * (n * C + c)],
                                     &row_sums[2 * (n * C + c) + 1]);
+    }
   }
   for (int64_t c = 0; c < C; c++) {
     float mean, inverse_std;
     if (a->training) {
-      const float shift = x[c * S];
+      const float shift = bpt_storage_load(x, staging.x16, c * S);
       double sum = 0.0, sum_of_squares = 0.0;
       for (int64_t n = 0; n < N; n++) {
         sum += row_sums[2 * (n * C + c)];
@@ -74,35 +104,47 @@ static bpt_status normalise(bpt_backend *backend, const bpt_batch_norm_args *a, 
     scales[c] = gamma[c] * inverse_std;
   }
   /* y = gamma (x - mean) / std + beta */
-#pragma omp parallel for schedule(static) if (parallel(a))
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++)
-      bpt_cpu_batch_norm_normalise_row(loops, x + (n * C + c) * S, S, means[c], scales[c], beta[c], y + (n * C + c) * S,
-                                       row_bits(a, n * C + c));
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel(a))
+  for (int64_t n = 0; n < N; n++) {
+    float *stage = staging_rows(backend, &staging);
+    for (int64_t c = 0; c < C; c++) {
+      const int64_t at = (n * C + c) * S;
+      float *yr = bpt_storage_write_row(y, staging.y16, at, S, false, stage ? stage + S : NULL);
+      bpt_cpu_batch_norm_normalise_row(loops, bpt_storage_read_row(x, staging.x16, at, S, stage), S, means[c],
+                                       scales[c], beta[c], yr, row_bits(a, n * C + c));
+      bpt_storage_commit_row(y, staging.y16, at, S, yr);
+    }
+  }
   return BPT_OK;
 }
 
 /* The gradients of normalise in training mode, each accumulated (dx assigned under a->assign_input_gradient);
  * a NULL gradient is not computed. */
-static bpt_status normalise_backward(bpt_backend *backend, const bpt_batch_norm_args *a, const float *x,
-                                     const float *dy, const float *gamma, const float *saved_mean,
-                                     const float *saved_inverse_std, float *dx, float *dgamma, float *dbeta) {
+static bpt_status normalise_backward(bpt_backend *backend, const bpt_batch_norm_args *a, row_staging staging,
+                                     const void *x, const void *dy, const float *gamma, const float *saved_mean,
+                                     const float *saved_inverse_std, void *dx, float *dgamma, float *dbeta) {
   const int64_t N = a->batch, C = a->channels, S = a->spatial, count = N * S;
   if (!a->training)
     return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED,
                             "batch_norm: backward needs the batch statistics of a training-mode forward pass");
   /* Scratch: each row's two sums, then each channel's coefficients of dx. */
-  bpt_status status = bpt_cpu_scratch_reserve(backend, 1, (size_t)(2 * N * C + 3 * C));
+  bpt_status status = reserve_staging(backend, a, (size_t)(2 * N * C + 3 * C), 3, &staging);
   if (status != BPT_OK) return status;
   float *row_sums = bpt_cpu_scratch(backend, 0), *scales = row_sums + 2 * N * C, *mean_dys = scales + C,
         *coefficients = mean_dys + C;
   const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
-#pragma omp parallel for schedule(static) if (parallel(a))
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++)
-      bpt_cpu_batch_norm_gradient_row_sums(loops, x + (n * C + c) * S, dy + (n * C + c) * S, S, saved_mean[c],
-                                           row_bits(a, n * C + c), &row_sums[2 * (n * C + c)],
+  const int threads = bpt_cpu_threads(backend);
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel(a))
+  for (int64_t n = 0; n < N; n++) {
+    float *stage = staging_rows(backend, &staging);
+    for (int64_t c = 0; c < C; c++) {
+      const int64_t at = (n * C + c) * S;
+      bpt_cpu_batch_norm_gradient_row_sums(loops, bpt_storage_read_row(x, staging.x16, at, S, stage),
+                                           bpt_storage_read_row(dy, staging.y16, at, S, stage ? stage + S : NULL), S,
+                                           saved_mean[c], row_bits(a, n * C + c), &row_sums[2 * (n * C + c)],
                                            &row_sums[2 * (n * C + c) + 1]);
+    }
+  }
   for (int64_t c = 0; c < C; c++) {
     const float inverse_std = saved_inverse_std[c];
     double sum_dy = 0.0, sum_dy_centred = 0.0;
@@ -119,12 +161,20 @@ static bpt_status normalise_backward(bpt_backend *backend, const bpt_batch_norm_
     coefficients[c] = (float)(sum_dy_centred / (double)count) * inverse_std * inverse_std;
   }
   if (!dx) return BPT_OK;
-#pragma omp parallel for schedule(static) if (parallel(a))
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t c = 0; c < C; c++)
-      bpt_cpu_batch_norm_input_gradient_row(loops, x + (n * C + c) * S, dy + (n * C + c) * S, S, saved_mean[c],
-                                            scales[c], mean_dys[c], coefficients[c], row_bits(a, n * C + c),
-                                            a->assign_input_gradient, dx + (n * C + c) * S);
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel(a))
+  for (int64_t n = 0; n < N; n++) {
+    float *stage = staging_rows(backend, &staging);
+    for (int64_t c = 0; c < C; c++) {
+      const int64_t at = (n * C + c) * S;
+      float *dxr =
+          bpt_storage_write_row(dx, staging.x16, at, S, !a->assign_input_gradient, stage ? stage + 2 * S : NULL);
+      bpt_cpu_batch_norm_input_gradient_row(loops, bpt_storage_read_row(x, staging.x16, at, S, stage),
+                                            bpt_storage_read_row(dy, staging.y16, at, S, stage ? stage + S : NULL), S,
+                                            saved_mean[c], scales[c], mean_dys[c], coefficients[c],
+                                            row_bits(a, n * C + c), a->assign_input_gradient, dxr);
+      bpt_storage_commit_row(dx, staging.x16, at, S, dxr);
+    }
+  }
   return BPT_OK;
 }
 
@@ -138,18 +188,20 @@ static bpt_status batch_norm_forward(bpt_backend *backend, const bpt_kernel_node
     return relu ? bpt_kernel_relu_in_place(backend, node, y, NULL, false) : BPT_OK;
   bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
   if (relu) args.relu_mask = bpt_batch_norm_relu_mask(node);
-  return normalise(backend, &args, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value, y->value,
-                   bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
+  const row_staging staging = {.x16 = bpt_tensor_is_bf16(&in[0]), .y16 = bpt_tensor_is_bf16(y)};
+  return normalise(backend, &args, staging, in[0].value, in[1].value, in[2].value, in[3].value, in[4].value,
+                   y->value, bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node));
 }
 
 static bpt_status batch_norm_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *in = node->inputs;
   bpt_batch_norm_args args = bpt_batch_norm_args_of(node);
   if (node->op == BPT_OP_BATCH_NORM_RELU) args.relu_mask = bpt_batch_norm_relu_mask(node);
-  return normalise_backward(backend, &args, in[0].value, node->output.grad, in[1].value,
+  const row_staging staging = {.x16 = bpt_tensor_is_bf16(&in[0]), .y16 = bpt_tensor_is_bf16(&node->output)};
+  return normalise_backward(backend, &args, staging, in[0].value, node->output.grad, in[1].value,
                             bpt_batch_norm_saved_mean(node), bpt_batch_norm_saved_inverse_std(node), in[0].grad,
                             in[1].grad, in[2].grad);
 }
 
-BPT_REGISTER_KERNELS(cpu, BATCH_NORM, batch_norm_forward, batch_norm_backward, NULL);
-BPT_REGISTER_KERNELS(cpu, BATCH_NORM_RELU, batch_norm_forward, batch_norm_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, BATCH_NORM, batch_norm_forward, batch_norm_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, BATCH_NORM_RELU, batch_norm_forward, batch_norm_backward, NULL);

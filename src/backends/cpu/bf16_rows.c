@@ -18,9 +18,11 @@
 
 #define BF16_ROWS_INLINE static inline __attribute__((always_inline))
 
+/* Exact; a signalling NaN is made quiet, as the reference decodes it (number_format.c). */
 BF16_ROWS_INLINE void widen(const uint16_t *source, int64_t n, float *destination) {
   for (int64_t i = 0; i < n; i++) {
-    const uint32_t bits = (uint32_t)source[i] << 16;
+    uint32_t bits = (uint32_t)source[i] << 16;
+    bits |= (bits & 0x7fffffffu) > 0x7f800000u ? 0x400000u : 0u;
     memcpy(&destination[i], &bits, sizeof bits);
   }
 }

@@ -48,8 +48,8 @@ static inline bool bpt_tensor_is_bf16(const bpt_kernel_tensor *tensor) { return 
  * chunks of at most BPT_STORAGE_STAGE values, on the stack. */
 #define BPT_STORAGE_STAGE 1024
 
-/* n bf16 values widened into f32, and n f32 values rounded to bf16 as bpt_bf16_narrow does: vector loops for the
- * CPU's widest level (bf16_rows.c). */
+/* n bf16 values widened into f32 (a signalling NaN made quiet), and n f32 values rounded to bf16 as
+ * bpt_bf16_narrow does: vector loops for the CPU's widest level (bf16_rows.c). */
 void bpt_cpu_bf16_widen_row(const uint16_t *source, int64_t n, float *destination);
 void bpt_cpu_bf16_narrow_row(const float *source, int64_t n, uint16_t *destination);
 

@@ -52,21 +52,27 @@ static void store(bpt_dtype dtype, const bpt_number_format *format, void *values
 static bool is_float(bpt_dtype dtype) { return dtype == BPT_DTYPE_F32 || bpt_number_format_of(dtype) != NULL; }
 
 /* f32 to bf16 and back as the reference encodes and decodes (nearest even, subnormals kept, overflow to inf, NaN
- * payload kept and made quiet), on the bits so that the compiler vectorises it: the bf16 policy casts every
- * weight each step (precision.c), and the generic loop below costs a call per element. */
+ * payload kept and made quiet), on the bits, by the vector row loops of bf16_rows.c in blocks: the bf16 policy
+ * casts every weight each step (precision.c) and 16-bit storage widens around f32-only kernels, and the generic
+ * loop below costs a call per element. */
 static void narrow_to_bf16(int64_t count, const float *source, uint16_t *destination) {
+  const int64_t blocks = (count + BPT_STORAGE_STAGE - 1) / BPT_STORAGE_STAGE;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t i = 0; i < count; i++)
-    destination[i] = bpt_bf16_narrow(source[i]);
+  for (int64_t b = 0; b < blocks; b++) {
+    const int64_t at = b * BPT_STORAGE_STAGE;
+    bpt_cpu_bf16_narrow_row(source + at, count - at < BPT_STORAGE_STAGE ? count - at : BPT_STORAGE_STAGE,
+                            destination + at);
+  }
 }
 
-/* bpt_bf16_widen, with a signalling NaN made quiet as the reference decodes it. */
+/* Exact, a signalling NaN made quiet as the reference decodes it. */
 static void widen_from_bf16(int64_t count, const uint16_t *source, float *destination) {
+  const int64_t blocks = (count + BPT_STORAGE_STAGE - 1) / BPT_STORAGE_STAGE;
 #pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t i = 0; i < count; i++) {
-    uint32_t bits = (uint32_t)source[i] << 16;
-    bits |= (bits & 0x7fffffffu) > 0x7f800000u ? 0x400000u : 0u;
-    memcpy(&destination[i], &bits, sizeof bits);
+  for (int64_t b = 0; b < blocks; b++) {
+    const int64_t at = b * BPT_STORAGE_STAGE;
+    bpt_cpu_bf16_widen_row(source + at, count - at < BPT_STORAGE_STAGE ? count - at : BPT_STORAGE_STAGE,
+                           destination + at);
   }
 }
 
