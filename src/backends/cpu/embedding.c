@@ -1,8 +1,10 @@
 /* embedding on the CPU (src/core/ops/embedding.c): forward copies one table row per token after checking every
  * id; backward adds dy into the rows of dtable in token order. It is parallel over blocks of columns, never over
- * tokens, so two tokens with one id never race and each element's sum has a fixed order on any thread count. */
+ * tokens, so two tokens with one id never race and each element's sum has a fixed order on any thread count.
+ * The output (and so dy) may be stored as bf16: rows are rounded on the way out and dy widened on the way in. */
 #include <string.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 
 #define EMBEDDING_COLUMN_BLOCK 16
@@ -30,10 +32,15 @@ static bpt_status embedding_forward(bpt_backend *backend, const bpt_kernel_node 
   if (status != BPT_OK) return status;
   const int32_t *id = ids->value;   /* (tokens) */
   const float *rows = table->value; /* (V, C) */
-  float *out = node->output.value;  /* (tokens, C) */
+  void *out = node->output.value;   /* (tokens, C) */
+  const bool out16 = bpt_tensor_is_bf16(&node->output);
 #pragma omp parallel for if (node->output.count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t t = 0; t < tokens; t++)
-    memcpy(out + t * dim, rows + (int64_t)id[t] * dim, (size_t)dim * sizeof(float));
+  for (int64_t t = 0; t < tokens; t++) {
+    if (out16)
+      bpt_cpu_bf16_narrow_row(rows + (int64_t)id[t] * dim, dim, (uint16_t *)out + t * dim);
+    else
+      memcpy((float *)out + t * dim, rows + (int64_t)id[t] * dim, (size_t)dim * sizeof(float));
+  }
   return BPT_OK;
 }
 
@@ -44,8 +51,9 @@ static bpt_status embedding_backward(bpt_backend *backend, const bpt_kernel_node
   const int64_t vocabulary = table->dims[0], dim = table->dims[1], tokens = ids->count;
   const int64_t blocks = (dim + EMBEDDING_COLUMN_BLOCK - 1) / EMBEDDING_COLUMN_BLOCK;
   const int32_t *id = ids->value;      /* (tokens) */
-  const float *dy = node->output.grad; /* (tokens, C) */
-  float *dtable = table->grad;         /* (V, C) */
+  const void *dy = node->output.grad; /* (tokens, C), f32 or bf16 */
+  const bool dy16 = bpt_tensor_is_bf16(&node->output);
+  float *dtable = table->grad; /* (V, C) */
 #pragma omp parallel for if (node->output.count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t block = 0; block < blocks; block++) {
     const int64_t first = block * EMBEDDING_COLUMN_BLOCK,
@@ -53,9 +61,15 @@ static bpt_status embedding_backward(bpt_backend *backend, const bpt_kernel_node
     for (int64_t t = 0; t < tokens; t++) {
       if (id[t] < 0 || id[t] >= vocabulary) continue; /* forward refused it; ids fed since must not write astray */
       float *row = dtable + (int64_t)id[t] * dim;
-      const float *gradient = dy + t * dim;
-      for (int64_t c = first; c < last; c++)
-        row[c] += gradient[c];
+      if (dy16) {
+        const uint16_t *gradient = (const uint16_t *)dy + t * dim;
+        for (int64_t c = first; c < last; c++)
+          row[c] += bpt_bf16_widen(gradient[c]);
+      } else {
+        const float *gradient = (const float *)dy + t * dim;
+        for (int64_t c = first; c < last; c++)
+          row[c] += gradient[c];
+      }
     }
   }
   return BPT_OK;
@@ -71,4 +85,4 @@ static bool embedding_supports(const bpt_backend *backend, const bpt_kernel_node
   return true;
 }
 
-BPT_REGISTER_KERNELS(cpu, EMBEDDING, embedding_forward, embedding_backward, embedding_supports);
+BPT_REGISTER_KERNELS_16BIT(cpu, EMBEDDING, embedding_forward, embedding_backward, embedding_supports);
