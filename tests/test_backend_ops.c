@@ -990,6 +990,13 @@ static const op_case op_cases[] = {
     {"gelu of a slice 3x2x11", BPT_OP_GELU, build_of_slice, .unary = bpt_gelu, .batch = 3, .rank = 2, SHAPE(2, 22)},
     {"mul of a fused projection's halves (SwiGLU) 2x5x7", BPT_OP_MUL, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
     {"add of a fused projection's halves 2x5x7 (one shape, strided: on the kernels)", BPT_OP_ADD, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
+    /* Under 16-bit storage: chunks past the 1024-value stage, gradients added into a stored bf16 value (fan-out),
+     * batch norm's staging on several threads. */
+    {"gelu 2x3000 (16-bit stage chunks)", BPT_OP_GELU, build_unary, .unary = bpt_gelu, .batch = 2, .rank = 1, SHAPE(3000)},
+    {"batch_norm fan-out 4x3x5x5", BPT_OP_BATCH_NORM, build_batch_norm, .batch = 4, .rank = 3, SHAPE(3, 5, 5), .fan_out = true},
+    {"batch_norm_relu fan-out 4x3x5x5", BPT_OP_BATCH_NORM_RELU, build_batch_norm, .batch = 4, .rank = 3, SHAPE(3, 5, 5), .kinks = true, .step = 2e-3, .fan_out = true},
+    {"batch_norm 8x16x17x17 (threads)", BPT_OP_BATCH_NORM, build_batch_norm, .batch = 8, .rank = 3, SHAPE(16, 17, 17)},
+    {"attention fan-out 2x5x8, 2 heads", BPT_OP_SCALED_DOT_PRODUCT_ATTENTION, build_attention, .batch = 2, .rank = 2, SHAPE(5, 8), .sequence = true, .other_rank = 2, .other_shape = {5, 8}, .heads = 2, .fan_out = true, .reference = attention_reference},
 };
 // clang-format on
 #undef SHAPE

@@ -43,8 +43,9 @@ static inline bool bpt_tensor_is_bf16(const bpt_kernel_tensor *tensor) { return 
 
 /* Rows staged through f32: kernels written for f32 rows (the vectorised loops of the row-wise ops) run on a
  * bf16-stored row widened into a small staging buffer and write their results into another, which is rounded
- * back; f32 rows are used where they lie. The staging stays in L1, so the 16-bit path costs no extra pass over
- * memory, where widening whole tensors around the kernel (kernel_call.c) costs two. Element-wise kernels stage
+ * back; f32 rows are used where they lie. The staging is small (in L1 for a chunk, in cache for a row), so the
+ * 16-bit path adds no pass over the tensors in memory, where widening whole tensors around the kernel
+ * (kernel_call.c) costs two. Element-wise kernels stage
  * chunks of at most BPT_STORAGE_STAGE values, on the stack. */
 #define BPT_STORAGE_STAGE 1024
 

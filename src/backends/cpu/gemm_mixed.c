@@ -7,8 +7,8 @@
 #include "backends/cpu/cpu.h"
 
 /* Rows of bf16 (16-bit storage's activations and the weights' bf16 copies, the common case) widened or rounded
- * by the vector row loops (bf16_rows.c), rows spread over the threads: a NaN stays a NaN, which is all a product
- * needs. */
+ * by the vector row loops (bf16_rows.c), rows spread over the threads, as bpt_cpu_cast does it (a signalling
+ * NaN made quiet, as the reference decodes it). */
 static void cast_bf16_rows(int64_t rows, int64_t cols, bool widen, const void *source, int64_t source_ld,
                            void *destination, int64_t destination_ld) {
 #pragma omp parallel for if (rows * cols > BPT_CPU_PARALLEL_THRESHOLD)
@@ -25,11 +25,12 @@ static void cast_bf16_rows(int64_t rows, int64_t cols, bool widen, const void *s
  * in to's): one cast where both are contiguous, else one per row. */
 static bpt_status cast_block(bpt_backend *backend, int64_t rows, int64_t cols, bpt_dtype from, const void *source,
                              int64_t source_ld, bpt_dtype to, void *destination, int64_t destination_ld) {
-  if ((from == BPT_DTYPE_BF16 && to == BPT_DTYPE_F32) || (from == BPT_DTYPE_F32 && to == BPT_DTYPE_BF16)) {
+  const bool contiguous = rows == 1 || (source_ld == cols && destination_ld == cols);
+  if (!contiguous && ((from == BPT_DTYPE_BF16 && to == BPT_DTYPE_F32) || (from == BPT_DTYPE_F32 && to == BPT_DTYPE_BF16))) {
     cast_bf16_rows(rows, cols, from == BPT_DTYPE_BF16, source, source_ld, destination, destination_ld);
     return BPT_OK;
   }
-  if (rows == 1 || (source_ld == cols && destination_ld == cols))
+  if (contiguous) /* one cast, its blocks spread over the threads */
     return bpt_cpu_cast(backend, rows * cols, from, source, to, destination, 1.0f);
   const size_t from_size = bpt_dtype_size(from), to_size = bpt_dtype_size(to);
   bpt_status status = BPT_OK;
