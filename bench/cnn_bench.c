@@ -4,7 +4,8 @@
  *
  *   cnn_bench lenet|resnet8|resnet14|resnet20 [--batch 128] [--threads 2] [--steps 30] [--fold-eval]
  *             [--dtype f32|bf16]     (bf16: the bf16 precision policy; the line names the bf16 GEMM mode)
- *             [--store-16bit]        (with bf16: activations stored as bf16, bpt_precision_options)
+ *             [--store-16bit|--store-f32] (with bf16: activations stored as bf16, or f32 rounded in place;
+ *                                    without either, the library's default: 16-bit on the CPU)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -81,11 +82,11 @@ int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: cnn_bench lenet|resnet8|resnet14|resnet20 [--batch N] [--threads N] [--steps N] [--fold-eval] "
-            "[--dtype f32|bf16] [--store-16bit]\n");
+            "[--dtype f32|bf16] [--store-16bit|--store-f32]\n");
     return 2;
   }
   const char *model = argv[1];
-  int batch = 128, threads = 2, steps = 30, fold_eval = 0, bf16 = 0, store_16bit = 0;
+  int batch = 128, threads = 2, steps = 30, fold_eval = 0, bf16 = 0, store_16bit = -1;
   for (int i = 2; i < argc; i++) {
     if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
       batch = atoi(argv[++i]);
@@ -95,8 +96,8 @@ int main(int argc, char **argv) {
       steps = atoi(argv[++i]);
     else if (strcmp(argv[i], "--fold-eval") == 0)
       fold_eval = 1;
-    else if (strcmp(argv[i], "--store-16bit") == 0)
-      store_16bit = 1;
+    else if (strcmp(argv[i], "--store-16bit") == 0 || strcmp(argv[i], "--store-f32") == 0)
+      store_16bit = strcmp(argv[i], "--store-16bit") == 0;
     else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc && (strcmp(argv[i + 1], "f32") == 0 || strcmp(argv[i + 1], "bf16") == 0))
       bf16 = strcmp(argv[++i], "bf16") == 0;
     else {
@@ -107,8 +108,8 @@ int main(int argc, char **argv) {
   bpt_context_options options = bpt_context_options_default();
   options.num_threads = threads;
   bpt_context *context = NULL;
-  if (store_16bit && !bf16) {
-    fprintf(stderr, "--store-16bit works with --dtype bf16\n");
+  if (store_16bit >= 0 && !bf16) {
+    fprintf(stderr, "--store-16bit and --store-f32 work with --dtype bf16\n");
     return 2;
   }
   if (bpt_context_create(&options, &context) != BPT_OK) return 1;
@@ -171,7 +172,8 @@ int main(int argc, char **argv) {
   printf("libbptrain %s batch %d threads %d: %.0f samples/s training, %.0f samples per CPU-second, peak RSS %.1f MB, "
          "dtype %s%s (%s)\n",
          model, batch, threads, (double)steps * batch / elapsed, (double)steps * batch / cpu_elapsed,
-         usage.ru_maxrss / 1024.0, bf16 ? "bf16" : "f32", store_16bit ? ", stored as bf16" : "",
+         usage.ru_maxrss / 1024.0, bf16 ? "bf16" : "f32",
+         memory.activation_bytes < memory.activation_bytes_f32 ? ", stored as bf16" : "",
          bf16 ? info.bf16_gemm : info.gemm);
   if (fold_eval) {
     /* Inference throughput in eval mode, then again after folding batch norms into the convolutions. */

@@ -7,7 +7,8 @@
  *
  *   mlp_train_bench --batch 128 [--samples 60000] [--seconds S] [--threads 2] [--data DIR] [--dtype f32|bf16]
  * --dtype bf16 trains under the bf16 precision policy (bpt_graph_set_precision with its other defaults);
- * --store-16bit adds store_activations_16bit (activations and gradients kept as bf16 where the kernels allow).
+ * --store-16bit / --store-f32 set store_activations_16bit to 1 / 0 (activations and gradients kept as bf16 where
+ * the kernels allow, or f32 buffers rounded in place); without either, the library's default (16-bit on the CPU).
  * --seconds ends the timed steps early once S seconds have passed (bench/shared_cores.sh, whose slowest runs
  * would otherwise take minutes); the rate counts the steps that ran.
  */
@@ -21,10 +22,10 @@
 
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--batch", "--samples", "--seconds", "--threads", "--data", "--dtype", NULL};
-  static const char *const flags[] = {"--store-16bit", NULL};
+  static const char *const flags[] = {"--store-16bit", "--store-f32", NULL};
   example_check_arguments(argc, argv, valued, flags,
                           "usage: mlp_train_bench --batch N [--samples N] [--seconds S] [--threads N] [--data DIR]"
-                          " [--dtype f32|bf16] [--store-16bit]\n");
+                          " [--dtype f32|bf16] [--store-16bit|--store-f32]\n");
   const char *dtype = example_option(argc, argv, "--dtype");
   if (!dtype) dtype = "f32";
   if (strcmp(dtype, "f32") != 0 && strcmp(dtype, "bf16") != 0) {
@@ -54,7 +55,7 @@ int main(int argc, char **argv) {
   if (bf16) {
     bpt_precision_options precision = bpt_precision_options_default();
     precision.compute_dtype = BPT_DTYPE_BF16;
-    precision.store_activations_16bit = example_flag(argc, argv, "--store-16bit");
+    precision.store_activations_16bit = example_store_16bit(argc, argv);
     EXAMPLE_CHECK(context, bpt_graph_set_precision(graph, &precision));
   }
   EXAMPLE_CHECK(context, bpt_graph_compile(graph, loss, batch));

@@ -9,7 +9,7 @@
  *
  *   char_gpt [--data FILE|DIR] [--layers 4] [--dim 128] [--heads 4] [--context 128] [--batch 32] [--steps 2000]
  *            [--lr 1e-3] [--warmup 100] [--threads N] [--backend cpu] [--dtype f32|bf16|f16] [--seed 42] [--recompute]
- *            [--store-16bit]
+ *            [--store-16bit|--store-f32]
  *            [--val-batches 20] [--sample N] [--prompt TEXT] [--temperature 0] [--top-k 0] [--save FILE]
  *            [--eval FILE] [--checkpoint FILE [--resume] [--stop-after N] [--save-every N]] [--onnx FILE]
  *            [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json]
@@ -28,7 +28,7 @@
 static const char usage[] =
     "usage: char_gpt [--data FILE|DIR] [--layers N] [--dim N] [--heads N] [--context N] [--batch N] [--steps N]\n"
     "                [--lr X] [--warmup N] [--threads N] [--backend cpu|cuda|fpga-sim] [--dtype f32|bf16|f16]\n"
-    "                [--recompute] [--no-kv-cache] [--store-16bit]\n"
+    "                [--recompute] [--no-kv-cache] [--store-16bit|--store-f32]\n"
     "                [--seed N] [--val-batches N] [--sample N] [--prompt TEXT] [--temperature X] [--top-k N]\n"
     "                [--save FILE] [--eval FILE] [--checkpoint FILE [--resume] [--stop-after N] [--save-every N]]\n"
     "                [--onnx FILE]\n"
@@ -39,6 +39,7 @@ static const char usage[] =
     "  --dtype        f32 (default), or the bf16 / f16 precision policy\n"
     "  --recompute    recompute each block's activations in backward instead of keeping them (less memory)\n"
     "  --store-16bit  with --dtype bf16: store activations and their gradients as bf16 wherever the plan can\n"
+    "                 (the default on the CPU); --store-f32: f32 buffers rounded in place instead\n"
     "  --val-batches  validation batches (of --batch windows, evenly spaced) for the final val loss (default 20)\n"
     "  --sample N     generate N bytes after --prompt (default \"\\n\"): greedy, or drawn at --temperature X,\n"
     "                 from the --top-k K likeliest bytes when K > 0; a key/value cache makes each byte one\n"
@@ -363,7 +364,7 @@ int main(int argc, char **argv) {
       "--lr",      "--warmup",      "--threads", "--backend", "--dtype",    "--seed",       "--val-batches",
       "--sample",  "--prompt",      "--temperature", "--top-k", "--save",   "--eval",       "--checkpoint",
       "--stop-after", "--save-every", "--onnx", "--dump-parameters", EXAMPLE_OPTIONS, NULL};
-  static const char *const flags[] = {"--resume", "--no-kv-cache", "--recompute", "--store-16bit", NULL};
+  static const char *const flags[] = {"--resume", "--no-kv-cache", "--recompute", "--store-16bit", "--store-f32", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   const gpt_config c = {.layers = example_option_long(argc, argv, "--layers", 4),
                         .dim = example_option_long(argc, argv, "--dim", 128),
@@ -383,9 +384,9 @@ int main(int argc, char **argv) {
   const bpt_dtype dtype = parse_dtype(example_option(argc, argv, "--dtype"));
   const char *checkpoint = example_option(argc, argv, "--checkpoint");
   const bool resume = example_flag(argc, argv, "--resume");
-  const bool store_16bit = example_flag(argc, argv, "--store-16bit");
-  if (store_16bit && dtype != BPT_DTYPE_BF16) {
-    fprintf(stderr, "error: --store-16bit works with --dtype bf16\n%s", usage);
+  const int store_16bit = example_store_16bit(argc, argv);
+  if (store_16bit >= 0 && dtype != BPT_DTYPE_BF16) {
+    fprintf(stderr, "error: --store-16bit and --store-f32 work with --dtype bf16\n%s", usage);
     return 2;
   }
   if (c.layers < 1 || c.dim < 1 || c.heads < 1 || c.context < 2 || c.batch < 1 || steps < 1 || warmup < 0 ||

@@ -4,7 +4,7 @@
  * one table (the figures in docs/precision.md come from it).
  *
  *   mnist_precision [--data DIR] [--epochs 5] [--batch 128] [--lr 0.05] [--momentum 0.9] [--dtype f32|bf16|f16]
- *                   [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--store-16bit] [--all]
+ *                   [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--store-16bit|--store-f32] [--all]
  *                   [--threads N] [--seed 42] [--backend cpu] [--metrics FILE.csv] [--plot FILE.png]
  *                   [--profile FILE.json] [--classes N]
  */
@@ -15,8 +15,9 @@
 
 static const char usage[] =
     "usage: mnist_precision [--data DIR] [--epochs N] [--batch N] [--lr X] [--momentum X] [--dtype f32|bf16|f16]\n"
-    "                       [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--store-16bit] [--all]\n"
-    "  --store-16bit   bf16: keep activations and their gradients as bf16 where the kernels allow (half memory)\n"
+    "                       [--loss-scaling auto|none|dynamic] [--storage compute|f16|bf16|fp8] [--store-16bit|--store-f32] [--all]\n"
+    "  --store-16bit   bf16: keep activations and their gradients as bf16 where the kernels allow (half memory;\n"
+    "                  the default on the CPU); --store-f32: f32 buffers rounded in place instead\n"
     "                       [--threads N] [--seed N] [--backend cpu|cuda]\n"
     "  --dtype         compute dtype of activations, their gradients and weight copies (default f32)\n"
     "  --storage       format of the activations kept for backward (default: the compute dtype)\n"
@@ -108,7 +109,7 @@ static void print_result(const bpt_precision_options *p, const run_result *r) {
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--data", "--epochs", "--batch", "--lr", "--momentum", "--dtype",
                                        "--loss-scaling", "--storage", "--threads", "--seed", "--backend", "--classes", EXAMPLE_OPTIONS, NULL};
-  static const char *const flags[] = {"--all", "--store-16bit", NULL};
+  static const char *const flags[] = {"--all", "--store-16bit", "--store-f32", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   settings s = {0};
   s.data = example_option(argc, argv, "--data");
@@ -140,7 +141,7 @@ int main(int argc, char **argv) {
   one.compute_dtype = !dtype || strcmp(dtype, "f32") == 0 ? BPT_DTYPE_F32
                       : strcmp(dtype, "bf16") == 0        ? BPT_DTYPE_BF16
                                                           : BPT_DTYPE_F16;
-  one.store_activations_16bit = example_flag(argc, argv, "--store-16bit");
+  one.store_activations_16bit = example_store_16bit(argc, argv);
   if (scaling) {
     if (strcmp(scaling, "auto") == 0) one.loss_scaling = BPT_LOSS_SCALING_AUTO;
     else if (strcmp(scaling, "none") == 0) one.loss_scaling = BPT_LOSS_SCALING_NONE;

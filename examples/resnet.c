@@ -12,7 +12,7 @@
  *
  *   resnet [--depth 8] [--epochs 6] [--batch 128] [--lr 0.1] [--momentum 0.9] [--weight-decay 5e-4]
  *          [--augment] [--clip NORM] [--threads N] [--seed 42] [--data DIR] [--grad-stats] [--summary]
- *          [--save FILE] [--eval FILE] [--fold] [--backend cpu] [--dtype f32] [--storage compute] [--store-16bit]
+ *          [--save FILE] [--eval FILE] [--fold] [--backend cpu] [--dtype f32] [--storage compute] [--store-16bit|--store-f32]
  *          [--onnx FILE]
  *          [--metrics FILE.csv] [--plot FILE.png] [--profile FILE.json] [--classes N]
  */
@@ -22,7 +22,7 @@ static const char usage[] =
     "usage: resnet [--depth 8|14|20] [--epochs N] [--batch N] [--lr X] [--momentum X] [--weight-decay X]\n"
     "              [--augment] [--clip NORM] [--threads N] [--seed N] [--data DIR] [--grad-stats] [--summary]\n"
     "              [--save FILE] [--eval FILE] [--fold] [--backend cpu|cuda] [--dtype f32|bf16|f16]\n"
-    "              [--storage compute|f16|bf16|fp8] [--store-16bit]\n"
+    "              [--storage compute|f16|bf16|fp8] [--store-16bit|--store-f32]\n"
     "  --data DIR     IDX directory with train-* and t10k-* files (default /usr/share/datasets/fashion-mnist)\n"
     "  --grad-stats   print per-parameter gradient norms and per-layer activation statistics each epoch\n"
     "  --summary      print the model summary (per-layer parameters, buffers and activation bytes)\n"
@@ -32,11 +32,12 @@ static const char usage[] =
     "  --eval FILE    skip training: load a checkpoint's parameters (by name) and report the test accuracy\n"
     "  --fold         with --eval: also fold batch norms into the convolutions and compare speed and accuracy\n"
     "  --store-16bit  with --dtype bf16: store activations and their gradients as bf16 wherever the plan can\n"
-    "                 (about half the activation memory, the same forward values)\n"
+    "                 (about half the activation memory, the same forward values; the default on the CPU);\n"
+    "                 --store-f32: f32 buffers rounded in place instead\n"
     EXAMPLE_CLASSES_USAGE EXAMPLE_USAGE EXAMPLE_ONNX_USAGE;
 
 static void build_resnet(cnn_example *e, long depth, bpt_dtype compute_dtype, bpt_activation_storage storage,
-                         bool store_16bit) {
+                         int store_16bit) {
   int64_t image[3] = {1, 28, 28};
   bpt_node *x, *loss;
   EXAMPLE_CHECK(e->context, bpt_graph_create(e->context, &e->graph));
@@ -106,7 +107,7 @@ int main(int argc, char **argv) {
   static const char *const valued[] = {"--data",         "--epochs",  "--batch", "--lr",   "--momentum",
                                        "--weight-decay", "--threads", "--seed",  "--save", "--eval",
                                        "--depth",        "--clip",    "--backend", "--dtype", "--storage", "--classes", "--onnx", EXAMPLE_OPTIONS, NULL};
-  static const char *const flags[] = {"--grad-stats", "--summary", "--augment", "--fold", "--store-16bit", NULL};
+  static const char *const flags[] = {"--grad-stats", "--summary", "--augment", "--fold", "--store-16bit", "--store-f32", NULL};
   example_check_arguments(argc, argv, valued, flags, usage);
   if (example_flag(argc, argv, "--fold") && !example_option(argc, argv, "--eval")) {
     fprintf(stderr, "error: --fold works with --eval FILE (it folds the loaded model's batch norms)\n%s", usage);
@@ -157,9 +158,9 @@ int main(int argc, char **argv) {
   e.classes = example_class_count(argc, argv, e.context, e.train, e.test, 10);
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.train, 0.2860f, 0.3530f));
   EXAMPLE_CHECK(e.context, bpt_dataset_set_normalization(e.test, 0.2860f, 0.3530f));
-  const bool store_16bit = example_flag(argc, argv, "--store-16bit");
-  if (store_16bit && compute_dtype != BPT_DTYPE_BF16) {
-    fprintf(stderr, "error: --store-16bit works with --dtype bf16\n%s", usage);
+  const int store_16bit = example_store_16bit(argc, argv);
+  if (store_16bit >= 0 && compute_dtype != BPT_DTYPE_BF16) {
+    fprintf(stderr, "error: --store-16bit and --store-f32 work with --dtype bf16\n%s", usage);
     return 2;
   }
   build_resnet(&e, depth, compute_dtype, storage, store_16bit);

@@ -37,6 +37,11 @@ bool example_flag(int argc, char **argv, const char *name) {
   return false;
 }
 
+int example_store_16bit(int argc, char **argv) {
+  if (example_flag(argc, argv, "--store-16bit")) return 1;
+  return example_flag(argc, argv, "--store-f32") ? 0 : -1;
+}
+
 long example_option_long(int argc, char **argv, const char *name, long fallback) {
   const char *value = example_option(argc, argv, name);
   if (!value) return fallback;

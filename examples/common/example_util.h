@@ -27,6 +27,9 @@ void example_fail(const bpt_context *context, bpt_status status, const char *exp
 /* Looks for "--name value" in argv; returns the value or NULL. "--name" alone makes example_flag true. */
 const char *example_option(int argc, char **argv, const char *name);
 bool example_flag(int argc, char **argv, const char *name);
+/* bpt_precision_options.store_activations_16bit from --store-16bit (1) or --store-f32 (0), else the library's
+ * default (-1: 16-bit storage on the CPU backend). */
+int example_store_16bit(int argc, char **argv);
 /* The number after name; a value that is not a number, or out of range (of long, or of int for
  * example_option_int), ends the run with a message naming the option. */
 long example_option_long(int argc, char **argv, const char *name, long fallback);

@@ -46,15 +46,17 @@ typedef struct bpt_precision_options {
   /** Non-zero: keep every node's value after forward (bpt_graph_read() works on all of them) instead of
    * reusing the memory of values that backward does not need. Default 0. */
   int keep_all_values;
-  /** Non-zero: under the bf16 policy, activations and their gradients are stored as 2-byte values wherever
+  /** Positive: under the bf16 policy, activations and their gradients are stored as 2-byte values wherever
    * their producer and consumers take that storage (CPU: linear, relu, softmax_cross_entropy, embedding,
    * layer_norm, rms_norm, softmax, the GELUs, silu, add, mul, batch_norm and the fused attention read and write
    * it directly; convolution, pooling and the other ops that work only through their kernels get it widened
    * into f32 scratch around each call), up to half their memory (bpt_graph_memory()'s activation_bytes); the
    * rest keep f32 buffers rounded in place. Forward values are the same either way; the gradient of a value
    * read by several nodes is summed in bf16 (rounded after each reader's part, as PyTorch's bf16 autograd sums
-   * it), so gradients differ by a few bf16 units from the rounding path's single rounding. Default 0:
-   * every activation in f32 buffers rounded in place, the faster of the two today (docs/precision.md). */
+   * it), so gradients differ by a few bf16 units from the rounding path's single rounding. 0: every
+   * activation in f32 buffers rounded in place (the rounding path). Default -1 (any negative value): on where
+   * the graph runs on the CPU backend, whose kernels read and write bf16 directly, off elsewhere (CUDA would
+   * only widen around f32 kernels). docs/precision.md has the measurements. */
   int store_activations_16bit;
 } bpt_precision_options;
 

@@ -216,12 +216,13 @@ class Model(TrainingLoop, Closing):
 
     def set_precision(self, compute_dtype="f32", loss_scaling="auto", initial_loss_scale=None,
                       growth_interval=None, growth_factor=None, backoff_factor=None,
-                      saved_activation_storage="compute", keep_all_values=False, store_activations_16bit=False):
+                      saved_activation_storage="compute", keep_all_values=False, store_activations_16bit=None):
         """Sets the precision policy (before compile): compute dtype "f32", "f16" or "bf16", loss scaling
         "auto", "none" or "dynamic", how saved activations are stored ("compute", "f16", "bf16", "fp8"), and
         under bf16 whether activations and their gradients are stored as 2-byte values where the plan can
         (store_activations_16bit; the same forward values, about half their memory; the gradient of a value with
-        several readers is summed in bf16))."""
+        several readers is summed in bf16; None, the default: the library's, 16-bit on the CPU backend; False:
+        f32 buffers rounded in place))."""
         options = lib.bpt_precision_options_default()
         what = "Model.set_precision"
         # Only these three: precision.h's compute dtypes (the storage of saved activations is its own argument).
@@ -236,7 +237,8 @@ class Model(TrainingLoop, Closing):
                 convert = _arguments.integer if field == "growth_interval" else _arguments.real
                 setattr(options, field, convert(value, what, field))
         options.keep_all_values = int(bool(keep_all_values))
-        options.store_activations_16bit = int(bool(store_activations_16bit))
+        if store_activations_16bit is not None:
+            options.store_activations_16bit = int(bool(store_activations_16bit))
         self.context.check(lib.bpt_graph_set_precision(self.handle, ctypes.byref(options)))
 
     @property

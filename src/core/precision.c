@@ -21,6 +21,7 @@ bpt_precision_options bpt_precision_options_default(void) {
   options.backoff_factor = 0.5f;
   options.saved_activation_storage = BPT_ACTIVATION_STORAGE_COMPUTE;
   options.keep_all_values = 0;
+  options.store_activations_16bit = -1; /* on the CPU backend */
   return options;
 }
 

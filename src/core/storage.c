@@ -34,9 +34,14 @@ static bool is_activation(const bpt_node *node) {
 
 bool bpt_precision_stores_16bit(const bpt_graph *graph) {
   const bpt_precision_state *state = graph->precision;
+  if (!state) return false;
+  /* The default (negative) stores 16-bit where the kernels that read and write it directly exist and have been
+   * measured (the CPU's); the CUDA backend would only widen around f32 kernels, so it keeps the rounding path. */
+  const int wanted = state->options.store_activations_16bit;
+  const bool on = wanted > 0 || (wanted < 0 && strcmp(graph->backend->vtable->name, "cpu") == 0);
   /* Compressed saved activations (saved_activation_storage, linear.c) read their source as f32: the two are
    * alternatives, and that one keeps today's f32 storage. */
-  return state && state->options.store_activations_16bit && state->options.compute_dtype == BPT_DTYPE_BF16 &&
+  return on && state->options.compute_dtype == BPT_DTYPE_BF16 &&
          state->options.saved_activation_storage == BPT_ACTIVATION_STORAGE_COMPUTE;
 }
 
