@@ -269,6 +269,33 @@ static void planned_activation_bytes_are_about_half(void **state) {
   net_destroy(&rounding);
 }
 
+/* The default policy options store 16-bit on the CPU backend (store_activations_16bit -1); 0 keeps the rounding
+ * path. A one-layer graph's linear output is its only activation besides the input. */
+static void default_options_store_16bit_on_the_cpu(void **state) {
+  (void)state;
+  const int choices[2] = {-1, 0};
+  for (int k = 0; k < 2; k++) {
+    bpt_context *context = test_context(3);
+    bpt_graph *graph;
+    assert_ok(context, bpt_graph_create(context, &graph));
+    bpt_precision_options options = bpt_precision_options_default();
+    assert_int_equal(options.store_activations_16bit, -1);
+    options.compute_dtype = BPT_DTYPE_BF16;
+    options.store_activations_16bit = choices[k];
+    assert_ok(context, bpt_graph_set_precision(graph, &options));
+    const int64_t features = 8;
+    bpt_node *x, *labels, *logits, *loss;
+    assert_ok(context, bpt_graph_input(graph, "x", BPT_DTYPE_F32, 1, &features, &x));
+    assert_ok(context, bpt_graph_input(graph, "labels", BPT_DTYPE_I32, 0, NULL, &labels));
+    assert_ok(context, bpt_layer_linear(graph, "fc", x, 4, BPT_INIT_ZEROS, &logits));
+    assert_ok(context, bpt_softmax_cross_entropy(graph, "loss", logits, labels, &loss));
+    assert_ok(context, bpt_graph_compile(graph, loss, 16));
+    assert_int_equal(logits->storage, k == 0 ? BPT_DTYPE_BF16 : BPT_DTYPE_F32);
+    bpt_graph_destroy(graph);
+    bpt_context_destroy(context);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(mlp_storage_matches_rounding_path),
@@ -278,6 +305,7 @@ int main(void) {
       cmocka_unit_test(native_readers_share_a_bf16_value),
       cmocka_unit_test(view_takes_its_source_storage),
       cmocka_unit_test(planned_activation_bytes_are_about_half),
+      cmocka_unit_test(default_options_store_16bit_on_the_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
