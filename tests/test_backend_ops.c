@@ -1519,7 +1519,7 @@ static void round_stored_leaf_gradients(const case_graph *stored, case_result *r
     const leaf *l = &stored->leaves[i];
     if (!l->differentiable || l->node->storage != BPT_DTYPE_BF16) continue;
     char name[NAME_SIZE];
-    snprintf(name, sizeof name, "d%s", l->name);
+    if (snprintf(name, sizeof name, "d%s", l->name) >= (int)sizeof name) continue; /* no result has that name */
     float *gradient = (float *)result_tensor_named(rounded, name);
     for (int64_t k = 0; gradient && k < l->count; k++)
       gradient[k] = round_to_bf16(gradient[k]);
