@@ -15,7 +15,6 @@
  * bf16: each row is staged through f32 in the thread's scratch (bf16_storage.h), so the f32 row loops run as
  * they are. */
 #include <math.h>
-#include <omp.h>
 
 #include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
@@ -24,27 +23,11 @@ static bool parallel(const bpt_batch_norm_args *a) {
   return a->batch > 1 && a->batch * a->channels * a->spatial > BPT_CPU_PARALLEL_THRESHOLD;
 }
 
-/* The storage of x and y (each value with its gradient) and where each thread stages bf16 rows: rows floats
- * per thread, after `offset` floats of its scratch slot (slot 0's first floats are the passes' sums). */
+/* The storage of x and y (each value with its gradient): either bf16 stages the rows through f32 in each thread's
+ * scratch (bpt_cpu_row_staging), after the passes' sums at the front of slot 0. */
 typedef struct row_staging {
   bool x16, y16;
-  size_t offset;
 } row_staging;
-
-/* Reserves scratch for slot 0's `shared` floats and, when any tensor is bf16, `rows` staged rows of S floats in
- * every thread's slot. */
-static bpt_status reserve_staging(bpt_backend *backend, const bpt_batch_norm_args *a, size_t shared, int rows,
-                                  row_staging *staging) {
-  staging->offset = shared;
-  const bool staged = staging->x16 || staging->y16;
-  return bpt_cpu_scratch_reserve(backend, staged ? bpt_cpu_threads(backend) : 1,
-                                 shared + (staged ? (size_t)rows * (size_t)a->spatial : 0));
-}
-
-/* This thread's staging rows (NULL when nothing is bf16). */
-static float *staging_rows(bpt_backend *backend, const row_staging *staging) {
-  return staging->x16 || staging->y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) + staging->offset : NULL;
-}
 
 /* Row (n, c)'s ReLU bits, or NULL without ReLU. */
 static uint8_t *row_bits(const bpt_batch_norm_args *a, int64_t row) {
@@ -62,15 +45,16 @@ static bpt_status normalise(bpt_backend *backend, const bpt_batch_norm_args *a, 
                             "batch_norm: training needs at least 2 values per channel, got batch %lld x spatial %lld",
                             (long long)N, (long long)S);
   /* Scratch: each row's two sums, then each channel's mean and scale. */
-  bpt_status status = reserve_staging(backend, a, (size_t)(2 * N * C + 2 * C), 2, &staging);
+  const size_t shared = (size_t)(2 * N * C + 2 * C);
+  const bool staged = staging.x16 || staging.y16;
+  bpt_status status = bpt_cpu_row_staging_reserve(backend, staged, shared, 2 * (size_t)S); /* x's row, y's */
   if (status != BPT_OK) return status;
   float *row_sums = bpt_cpu_scratch(backend, 0), *means = row_sums + 2 * N * C, *scales = means + C;
   const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
-  const int threads = bpt_cpu_threads(backend);
   if (a->training) {
-#pragma omp parallel for schedule(static) num_threads(threads) if (parallel(a))
+#pragma omp parallel for schedule(static) num_threads(bpt_cpu_threads(backend)) if (parallel(a))
     for (int64_t n = 0; n < N; n++) {
-      float *stage = staging_rows(backend, &staging);
+      float *stage = bpt_cpu_row_staging(backend, staged, shared);
       for (int64_t c = 0; c < C; c++)
         bpt_cpu_batch_norm_row_sums(loops, bpt_storage_read_row(x, staging.x16, (n * C + c) * S, S, stage), S,
                                     bpt_storage_load(x, staging.x16, c * S), &row_sums[2 * (n * C + c)],
@@ -104,9 +88,9 @@ static bpt_status normalise(bpt_backend *backend, const bpt_batch_norm_args *a, 
     scales[c] = gamma[c] * inverse_std;
   }
   /* y = gamma (x - mean) / std + beta */
-#pragma omp parallel for schedule(static) num_threads(threads) if (parallel(a))
+#pragma omp parallel for schedule(static) num_threads(bpt_cpu_threads(backend)) if (parallel(a))
   for (int64_t n = 0; n < N; n++) {
-    float *stage = staging_rows(backend, &staging);
+    float *stage = bpt_cpu_row_staging(backend, staged, shared);
     for (int64_t c = 0; c < C; c++) {
       const int64_t at = (n * C + c) * S;
       float *yr = bpt_storage_write_row(y, staging.y16, at, S, false, stage ? stage + S : NULL);
@@ -128,15 +112,16 @@ static bpt_status normalise_backward(bpt_backend *backend, const bpt_batch_norm_
     return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED,
                             "batch_norm: backward needs the batch statistics of a training-mode forward pass");
   /* Scratch: each row's two sums, then each channel's coefficients of dx. */
-  bpt_status status = reserve_staging(backend, a, (size_t)(2 * N * C + 3 * C), 3, &staging);
+  const size_t shared = (size_t)(2 * N * C + 3 * C);
+  const bool staged = staging.x16 || staging.y16;
+  bpt_status status = bpt_cpu_row_staging_reserve(backend, staged, shared, 3 * (size_t)S); /* x, dy, dx */
   if (status != BPT_OK) return status;
   float *row_sums = bpt_cpu_scratch(backend, 0), *scales = row_sums + 2 * N * C, *mean_dys = scales + C,
         *coefficients = mean_dys + C;
   const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
-  const int threads = bpt_cpu_threads(backend);
-#pragma omp parallel for schedule(static) num_threads(threads) if (parallel(a))
+#pragma omp parallel for schedule(static) num_threads(bpt_cpu_threads(backend)) if (parallel(a))
   for (int64_t n = 0; n < N; n++) {
-    float *stage = staging_rows(backend, &staging);
+    float *stage = bpt_cpu_row_staging(backend, staged, shared);
     for (int64_t c = 0; c < C; c++) {
       const int64_t at = (n * C + c) * S;
       bpt_cpu_batch_norm_gradient_row_sums(loops, bpt_storage_read_row(x, staging.x16, at, S, stage),
@@ -161,9 +146,9 @@ static bpt_status normalise_backward(bpt_backend *backend, const bpt_batch_norm_
     coefficients[c] = (float)(sum_dy_centred / (double)count) * inverse_std * inverse_std;
   }
   if (!dx) return BPT_OK;
-#pragma omp parallel for schedule(static) num_threads(threads) if (parallel(a))
+#pragma omp parallel for schedule(static) num_threads(bpt_cpu_threads(backend)) if (parallel(a))
   for (int64_t n = 0; n < N; n++) {
-    float *stage = staging_rows(backend, &staging);
+    float *stage = bpt_cpu_row_staging(backend, staged, shared);
     for (int64_t c = 0; c < C; c++) {
       const int64_t at = (n * C + c) * S;
       float *dxr =

@@ -64,6 +64,12 @@ float *bpt_cpu_scratch(bpt_backend *backend, int slot);
 static inline int bpt_cpu_threads(const bpt_backend *backend) {
   return backend->num_threads > 0 ? backend->num_threads : 1;
 }
+/* Scratch for the row kernels that stage bf16-stored rows through f32 (bf16_storage.h): `shared` floats at the
+ * front of slot 0 (a kernel's partial sums, contents not kept) and, when staged, `per_thread` floats after the
+ * same offset in each of the bpt_cpu_threads() slots. bpt_cpu_row_staging: the calling thread's (inside the
+ * kernel's num_threads(bpt_cpu_threads()) loop), or NULL when not staged. */
+bpt_status bpt_cpu_row_staging_reserve(bpt_backend *backend, bool staged, size_t shared, size_t per_thread);
+float *bpt_cpu_row_staging(bpt_backend *backend, bool staged, size_t shared);
 
 /* Batch norm's loops over one row of S values (one sample's channel), in batch_norm_rows.c: sums of x - shift
  * and its squares; y = (x - mean) scale + shift; sums of dy and dy (x - mean); dx (+)= scale (dy - mean_dy -

@@ -7,7 +7,6 @@
  * strides. bf16-stored x, y and their gradients are staged a row at a time through f32 scratch
  * (bf16_storage.h). */
 #include <math.h>
-#include <omp.h>
 
 #include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
@@ -54,14 +53,11 @@ static bpt_status layer_norm_forward(bpt_backend *backend, const bpt_kernel_node
   float *statistics = node->saved; /* (rows, C), (rows, 2) */
   const bool contiguous = bpt_cpu_contiguous(&node->inputs[0]);
   const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(out);
-  const int threads = bpt_cpu_threads(backend);
-  if (x16 || y16) { /* per thread: x's row and y's */
-    const bpt_status status = bpt_cpu_scratch_reserve(backend, threads, 2 * (size_t)C);
-    if (status != BPT_OK) return status;
-  }
-#pragma omp parallel for num_threads(threads) if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+  const bpt_status status = bpt_cpu_row_staging_reserve(backend, x16 || y16, 0, 2 * (size_t)C); /* x's row, y's */
+  if (status != BPT_OK) return status;
+#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    float *stage = bpt_cpu_row_staging(backend, x16 || y16, 0);
     float *yr = bpt_storage_write_row(y, y16, r * C, C, false, stage ? stage + C : NULL);
     normalise_row(bpt_storage_read_row(x, x16, bpt_cpu_tensor_row(&node->inputs[0], contiguous, r), C, stage), C,
                   gamma, beta, epsilon, yr, statistics + 2 * r);
@@ -134,22 +130,18 @@ static bpt_status layer_norm_backward(bpt_backend *backend, const bpt_kernel_nod
   const int64_t chunks = rows < 1 ? 1 : rows < BPT_CPU_REDUCTION_CHUNKS ? rows : BPT_CPU_REDUCTION_CHUNKS;
   /* Slot 0 holds the partial sums; every slot then stages bf16-stored rows of x, dy and dx. */
   const size_t partial_floats = dgamma || dbeta ? 2 * (size_t)chunks * (size_t)C : 0;
-  const int threads = bpt_cpu_threads(backend);
   float *gamma_partials = NULL, *beta_partials = NULL;
-  if (partial_floats || x16 || y16) {
-    const bpt_status status =
-        bpt_cpu_scratch_reserve(backend, x16 || y16 ? threads : 1, partial_floats + (x16 || y16 ? 3 * (size_t)C : 0));
-    if (status != BPT_OK) return status;
-  }
+  const bpt_status status = bpt_cpu_row_staging_reserve(backend, x16 || y16, partial_floats, 3 * (size_t)C);
+  if (status != BPT_OK) return status;
   if (partial_floats) {
     gamma_partials = bpt_cpu_scratch(backend, 0);
     beta_partials = gamma_partials + chunks * C;
     for (size_t i = 0; i < partial_floats; i++)
       gamma_partials[i] = 0.0f;
   }
-#pragma omp parallel for num_threads(threads) if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
+#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (out->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t k = 0; k < chunks; k++) {
-    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) + partial_floats : NULL;
+    float *stage = bpt_cpu_row_staging(backend, x16 || y16, partial_floats);
     for (int64_t r = rows * k / chunks; r < rows * (k + 1) / chunks; r++) {
       const int64_t at = bpt_cpu_tensor_row(&node->inputs[0], contiguous, r);
       float *dxr = dx ? bpt_storage_write_row(dx, x16, at, C, !assign, stage ? stage + 2 * C : NULL) : NULL;

@@ -2,6 +2,8 @@
  * so convolutions allocate nothing in the steady state of training. */
 #include <stdlib.h>
 
+#include <omp.h>
+
 #include "backends/cpu/cpu.h"
 
 bpt_status bpt_cpu_state_create(bpt_backend *backend) {
@@ -49,6 +51,14 @@ bpt_status bpt_cpu_scratch_reserve(bpt_backend *backend, int slots, size_t float
 }
 
 float *bpt_cpu_scratch(bpt_backend *backend, int slot) { return ((bpt_cpu_state *)backend->state)->scratch[slot]; }
+
+bpt_status bpt_cpu_row_staging_reserve(bpt_backend *backend, bool staged, size_t shared, size_t per_thread) {
+  return bpt_cpu_scratch_reserve(backend, staged ? bpt_cpu_threads(backend) : 1, shared + (staged ? per_thread : 0));
+}
+
+float *bpt_cpu_row_staging(bpt_backend *backend, bool staged, size_t shared) {
+  return staged ? bpt_cpu_scratch(backend, omp_get_thread_num()) + shared : NULL;
+}
 
 bpt_cpu_loops bpt_cpu_loops_supported(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -5,7 +5,6 @@
  * its strides. bf16-stored values and gradients are staged a row at a time through f32 scratch
  * (bf16_storage.h). */
 #include <math.h>
-#include <omp.h>
 
 #include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
@@ -46,14 +45,11 @@ static bpt_status softmax_forward(bpt_backend *backend, const bpt_kernel_node *n
   const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(&node->output);
   const void *in = x->value; /* rows of columns, through x's strides */
   void *out = node->output.value;
-  const int threads = bpt_cpu_threads(backend);
-  if (x16 || y16) { /* per thread: x's row and y's */
-    const bpt_status status = bpt_cpu_scratch_reserve(backend, threads, 2 * (size_t)columns);
-    if (status != BPT_OK) return status;
-  }
-#pragma omp parallel for num_threads(threads) if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
+  const bpt_status status = bpt_cpu_row_staging_reserve(backend, x16 || y16, 0, 2 * (size_t)columns); /* x, y */
+  if (status != BPT_OK) return status;
+#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    float *stage = bpt_cpu_row_staging(backend, x16 || y16, 0);
     float *yr = bpt_storage_write_row(out, y16, r * columns, columns, false, stage ? stage + columns : NULL);
     softmax_row(loops, bpt_storage_read_row(in, x16, bpt_cpu_tensor_row(x, contiguous, r), columns, stage), yr,
                 visible_columns(x, causal, r), columns);
@@ -70,14 +66,11 @@ static bpt_status softmax_backward(bpt_backend *backend, const bpt_kernel_node *
   void *dx = x->grad;
   const bool assign = x->beta == 0.0f, contiguous = bpt_cpu_contiguous(x);
   const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(&node->output);
-  const int threads = bpt_cpu_threads(backend);
-  if (x16 || y16) { /* per thread: rows of y, dy and dx */
-    const bpt_status status = bpt_cpu_scratch_reserve(backend, threads, 3 * (size_t)columns);
-    if (status != BPT_OK) return status;
-  }
-#pragma omp parallel for num_threads(threads) if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
+  const bpt_status status = bpt_cpu_row_staging_reserve(backend, x16 || y16, 0, 3 * (size_t)columns); /* y, dy, dx */
+  if (status != BPT_OK) return status;
+#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (x->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    float *stage = x16 || y16 ? bpt_cpu_scratch(backend, omp_get_thread_num()) : NULL;
+    float *stage = bpt_cpu_row_staging(backend, x16 || y16, 0);
     const int64_t at = bpt_cpu_tensor_row(x, contiguous, r);
     const float *yr = bpt_storage_read_row(y, y16, r * columns, columns, stage);
     const float *dyr = bpt_storage_read_row(dy, y16, r * columns, columns, stage ? stage + columns : NULL);
