@@ -3,8 +3,10 @@
  * each timed through the CPU backend's gemm with and without bf16_products, fastest of --rounds alternating
  * rounds. On a CPU with AVX512_BF16 the bf16 column is the vdpbf16ps kernel (gemm_bf16*.c); elsewhere it is
  * the emulation, i.e. the same SGEMM, and the results match f32 bit for bit (the last line says which).
+ * --stored-bf16 hands the bf16 policy's side its operands as 16-bit storage does (A and B as bf16, C as bf16
+ * except the weight gradients), the f32 side keeping f32 buffers.
  *
- *   bf16_gemm_bench [--batch 128] [--threads 2] [--rounds 5] [--repeats 50]
+ *   bf16_gemm_bench [--batch 128] [--threads 2] [--rounds 5] [--repeats 50] [--stored-bf16]
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@ typedef struct product {
   const char *name;
   int transpose_a, transpose_b;
   int64_t m, n, k;
+  bool c_activation; /* C is an activation or its gradient (bf16 under 16-bit storage), not a weight gradient */
 } product;
 
 /* Seconds per product, best over rounds, of repeats back-to-back calls. */
@@ -41,10 +44,33 @@ static float bf16_valued(long i, int modulus, float step) {
   return value;
 }
 
+static uint16_t bf16_code(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  return (uint16_t)(bits >> 16);
+}
+
+/* Round to nearest even, as the kernels narrow a bf16 C (finite values only here). */
+static uint16_t bf16_code_rounded(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof bits);
+  return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+static float bf16_from_code(uint16_t code) {
+  const uint32_t bits = (uint32_t)code << 16;
+  float value;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
 int main(int argc, char **argv) {
   static const char *const valued[] = {"--batch", "--threads", "--rounds", "--repeats", NULL};
-  example_check_arguments(argc, argv, valued, NULL,
-                          "usage: bf16_gemm_bench [--batch N] [--threads N] [--rounds N] [--repeats N]\n");
+  static const char *const flags[] = {"--stored-bf16", NULL};
+  example_check_arguments(argc, argv, valued, flags,
+                          "usage: bf16_gemm_bench [--batch N] [--threads N] [--rounds N] [--repeats N] "
+                          "[--stored-bf16]\n");
+  const bool stored = example_flag(argc, argv, "--stored-bf16");
   const int64_t batch = example_option_long(argc, argv, "--batch", 128);
   const int threads = (int)example_option_long(argc, argv, "--threads", 2);
   const long rounds = example_option_long(argc, argv, "--rounds", 5);
@@ -55,15 +81,16 @@ int main(int argc, char **argv) {
   if (bpt_context_create(&options, &context) != BPT_OK) return 1;
   bpt_backend *backend = &context->backend;
   const product products[] = {
-      {"fc1 forward x W^T", 0, 1, batch, 512, 784},   {"fc2 forward", 0, 1, batch, 256, 512},
-      {"fc3 forward", 0, 1, batch, 10, 256},          {"fc1 dW = dy^T x", 1, 0, 512, 784, batch},
-      {"fc2 dW", 1, 0, 256, 512, batch},              {"fc3 dW", 1, 0, 10, 256, batch},
-      {"fc2 dx = dy W", 0, 0, batch, 512, 256},       {"fc3 dx", 0, 0, batch, 256, 10},
-      {"conv forward W col", 0, 0, 16, 1024, 144},    {"conv data W^T dy", 1, 0, 144, 1024, 16},
-      {"conv filter dy col^T", 0, 1, 16, 144, 1024},
+      {"fc1 forward x W^T", 0, 1, batch, 512, 784, true}, {"fc2 forward", 0, 1, batch, 256, 512, true},
+      {"fc3 forward", 0, 1, batch, 10, 256, true},        {"fc1 dW = dy^T x", 1, 0, 512, 784, batch, false},
+      {"fc2 dW", 1, 0, 256, 512, batch, false},           {"fc3 dW", 1, 0, 10, 256, batch, false},
+      {"fc2 dx = dy W", 0, 0, batch, 512, 256, true},     {"fc3 dx", 0, 0, batch, 256, 10, true},
+      {"conv forward W col", 0, 0, 16, 1024, 144, true},  {"conv data W^T dy", 1, 0, 144, 1024, 16, true},
+      {"conv filter dy col^T", 0, 1, 16, 144, 1024, false},
   };
   const int count = (int)(sizeof products / sizeof products[0]);
-  printf("bf16 policy GEMMs vs f32, %d thread(s), fastest of %ld rounds of %ld calls\n", threads, rounds, repeats);
+  printf("bf16 policy GEMMs vs f32, %d thread(s), fastest of %ld rounds of %ld calls%s\n", threads, rounds, repeats,
+         stored ? ", bf16 side on bf16-stored operands" : "");
   printf("| product | m x n x k | f32 GFLOP/s | bf16 policy GFLOP/s | bf16 / f32 |\n|---|---|---|---|---|\n");
   double f32_total = 0.0, bf16_total = 0.0;
   bool identical = true;
@@ -81,13 +108,30 @@ int main(int argc, char **argv) {
     bpt_gemm_args bf16 = f32;
     bf16.c = c16;
     bf16.bf16_products = true;
+    uint16_t *a16 = malloc(sizeof(uint16_t) * (size_t)a_count), *b16 = malloc(sizeof(uint16_t) * (size_t)b_count);
+    if (!a16 || !b16) return 1;
+    if (stored) { /* the values are bf16 already: their upper halves */
+      for (long i = 0; i < a_count; i++) a16[i] = bf16_code(a[i]);
+      for (long i = 0; i < b_count; i++) b16[i] = bf16_code(b[i]);
+      bf16.a_dtype = bf16.b_dtype = BPT_DTYPE_BF16;
+      bf16.a = (const float *)a16;
+      bf16.b = (const float *)b16;
+      if (q->c_activation) bf16.c_dtype = BPT_DTYPE_BF16;
+    }
     double best32 = INFINITY, best16 = INFINITY;
     for (long r = 0; r < rounds; r++) {
       const double t32 = time_product(backend, &f32, repeats), t16 = time_product(backend, &bf16, repeats);
       best32 = t32 < best32 ? t32 : best32;
       best16 = t16 < best16 ? t16 : best16;
     }
+    if (bf16.c_dtype == BPT_DTYPE_BF16) /* compared as f32, as the f32 side rounded would be */
+      for (long i = c_count - 1; i >= 0; i--) {
+        const uint16_t code = ((const uint16_t *)c16)[i];
+        c16[i] = bf16_from_code(code);
+        c32[i] = bf16_from_code(bf16_code_rounded(c32[i]));
+      }
     identical = identical && memcmp(c32, c16, sizeof(float) * (size_t)c_count) == 0;
+    free(a16), free(b16);
     const double flops = 2.0 * (double)q->m * (double)q->n * (double)q->k;
     f32_total += best32;
     bf16_total += best16;

@@ -125,12 +125,15 @@ void bpt_bf16_micro_kernel_scalar(int64_t pairs, const uint32_t *a_panel, const 
 void bpt_bf16_store_tile(const float *tile, int64_t rows, int64_t columns, float alpha, float beta, void *c_values,
                          bool c_bf16, int64_t ldc, int64_t row0, int64_t column0) {
   if (c_bf16) {
-    /* A bf16-stored C (storage dtype, issue 24.5): the f32 result rounded once, as the rounding pass would. */
+    /* A bf16-stored C (storage dtype, issue 24.5): the f32 result rounded once, as the rounding pass would, by
+     * the vector row loops (bf16_rows.c). */
     for (int64_t r = 0; r < rows; r++) {
       uint16_t *out = (uint16_t *)c_values + (row0 + r) * ldc + column0;
       const float *in = tile + r * BPT_BF16_NR;
-      for (int64_t j = 0; j < columns; j++)
-        out[j] = bpt_bf16_narrow(beta == 0.0f ? alpha * in[j] : alpha * in[j] + beta * bpt_bf16_widen(out[j]));
+      float row[BPT_BF16_NR];
+      if (beta != 0.0f) bpt_cpu_bf16_widen_row(out, columns, row);
+      for (int64_t j = 0; j < columns; j++) row[j] = beta == 0.0f ? alpha * in[j] : alpha * in[j] + beta * row[j];
+      bpt_cpu_bf16_narrow_row(row, columns, out);
     }
     return;
   }
@@ -170,17 +173,20 @@ static bpt_status run_through_f32(bpt_backend *backend, const bpt_gemm_args *arg
     return backend ? bpt_backend_fail(backend, BPT_ERR_OUT_OF_MEMORY, "bf16 gemm: no memory for %lld x %lld scratch",
                                       (long long)args->m, (long long)args->n)
                    : BPT_ERR_OUT_OF_MEMORY;
+  /* Rows through the vector loops of bf16_rows.c (the rounding is the same as bpt_bf16_narrow's). */
   const uint16_t *narrow = (const uint16_t *)args->c;
   for (int64_t i = 0; i < args->m; i++)
-    for (int64_t j = 0; j < args->n; j++)
-      wide[i * args->n + j] = args->beta == 0.0f ? 0.0f : bpt_bf16_widen(narrow[i * args->ldc + j]);
+    if (args->beta == 0.0f)
+      memset(wide + i * args->n, 0, (size_t)args->n * sizeof *wide);
+    else
+      bpt_cpu_bf16_widen_row(narrow + i * args->ldc, args->n, wide + i * args->n);
   bpt_gemm_args f32 = *args;
   f32.c_dtype = BPT_DTYPE_F32;
   f32.c = wide;
   f32.ldc = args->n;
   const bpt_status status = run_blocked(backend, &f32, kernel);
   for (int64_t i = 0; status == BPT_OK && i < args->m; i++)
-    for (int64_t j = 0; j < args->n; j++) ((uint16_t *)args->c)[i * args->ldc + j] = bpt_bf16_narrow(wide[i * args->n + j]);
+    bpt_cpu_bf16_narrow_row(wide + i * args->n, args->n, (uint16_t *)args->c + i * args->ldc);
   free(wide);
   return status;
 }
