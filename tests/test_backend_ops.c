@@ -563,6 +563,7 @@ static bpt_status build_of_slice(case_graph *g, const op_case *c, bpt_node **out
   BPT_CHECK(add_input(g, "x", c->rank, c->shape, -2.0f, 3.0f, true, &x));
   BPT_CHECK(bpt_slice(g->graph, "half", x, c->rank, width, width, &half));
   if (c->op == BPT_OP_SOFTMAX) return bpt_softmax(g->graph, "op", half, c->causal, out);
+  if (c->op == BPT_OP_LEAKY_RELU) return bpt_leaky_relu(g->graph, "op", half, c->slope, out);
   if (c->op != BPT_OP_LAYER_NORM && c->op != BPT_OP_RMS_NORM) return c->unary(g->graph, "op", half, out);
   bpt_node *gamma, *beta = NULL;
   BPT_CHECK(add_parameter(g, "gamma", 1, &width, 0.5f, 1.5f, true, &gamma));
@@ -988,6 +989,9 @@ static const op_case op_cases[] = {
     {"silu of a slice 3x2x11", BPT_OP_SILU, build_of_slice, .unary = bpt_silu, .batch = 3, .rank = 2, SHAPE(2, 22)},
     {"gelu_tanh of a slice 3x2x11", BPT_OP_GELU_TANH, build_of_slice, .unary = bpt_gelu_tanh, .batch = 3, .rank = 2, SHAPE(2, 22)},
     {"gelu of a slice 3x2x11", BPT_OP_GELU, build_of_slice, .unary = bpt_gelu, .batch = 3, .rank = 2, SHAPE(2, 22)},
+    {"sigmoid of a slice 3x2x11", BPT_OP_SIGMOID, build_of_slice, .unary = bpt_sigmoid, .batch = 3, .rank = 2, SHAPE(2, 22)},
+    {"tanh of a slice 2x3x1100 (rows past the 16-bit stage)", BPT_OP_TANH, build_of_slice, .unary = bpt_tanh, .batch = 2, .rank = 2, SHAPE(3, 2200)},
+    {"leaky_relu 0.2 of a slice 3x2x11", BPT_OP_LEAKY_RELU, build_of_slice, .batch = 3, .rank = 2, SHAPE(2, 22), .slope = 0.2f, .kinks = true, .margin = 0.1f},
     {"mul of a fused projection's halves (SwiGLU) 2x5x7", BPT_OP_MUL, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
     {"add of a fused projection's halves 2x5x7 (one shape, strided: on the kernels)", BPT_OP_ADD, build_mul_of_halves, .batch = 2, .rank = 2, SHAPE(5, 14)},
     /* Under 16-bit storage: chunks past the 1024-value stage, gradients added into a stored bf16 value (fan-out),

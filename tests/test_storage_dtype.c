@@ -1,7 +1,7 @@
 /* Storage dtype (issue 24.5): under the bf16 policy the MLP's activations are planned, allocated and passed to
  * kernels as bf16, and the results match the rounding path (every activation f32, rounded in place after each
- * op) that the same graph takes with f32 storage forced; so do they where an op's kernels take f32 only and the
- * kernel call widens around them (tanh), where an op is not kernels-only (dropout), whose activations stay
+ * op) that the same graph takes with f32 storage forced; so do they through tanh's kernels (which stage bf16
+ * rows themselves, activation.c), where an op is not kernels-only (dropout), whose activations stay
  * f32, where a same-shape add takes the backend's add kernels under 16-bit storage, and through a view
  * (reshape), which takes its source's storage and buffers;
  * bpt_graph_read gives f32; the planned activation memory is about half. */
@@ -26,7 +26,7 @@ typedef struct net {
   int64_t parameter_count;
 } net;
 
-/* The first layer's activation: relu (kernels that take bf16), tanh (f32-only kernels, widened around), or relu
+/* The first layer's activation: relu (kernels that take bf16), tanh (kernels that stage bf16 rows), or relu
  * and then dropout (a shared primitive in evaluation, so not kernels-only), a same-shape add of it to itself
  * (its kernels under 16-bit storage) or a reshape to the same shape (a view). */
 typedef enum middle { MIDDLE_RELU, MIDDLE_TANH, MIDDLE_DROPOUT, MIDDLE_ADD, MIDDLE_RESHAPE, MIDDLE_BRANCH } middle;
@@ -167,12 +167,13 @@ static void mlp_storage_matches_rounding_path(void **state) {
   net_destroy(&rounding);
 }
 
-static void widened_storage_matches_rounding_path(void **state) {
+static void tanh_storage_matches_rounding_path(void **state) {
   (void)state;
   net widened, rounding;
   net_run(&widened, false, MIDDLE_TANH);
   net_run(&rounding, true, MIDDLE_TANH);
-  /* tanh's kernels take f32 only: the kernel call widens its bf16 input and output around them. */
+  /* tanh reads its bf16 input and writes its bf16 output through f32 chunks (widened kernels, test_storage_widened,
+   * give the same values). */
   assert_int_equal(widened.hidden1->storage, BPT_DTYPE_BF16);
   assert_int_equal(widened.act1->storage, BPT_DTYPE_BF16);
   assert_int_equal(widened.logits->storage, BPT_DTYPE_BF16);
@@ -299,7 +300,7 @@ static void default_options_store_16bit_on_the_cpu(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(mlp_storage_matches_rounding_path),
-      cmocka_unit_test(widened_storage_matches_rounding_path),
+      cmocka_unit_test(tanh_storage_matches_rounding_path),
       cmocka_unit_test(mixed_storage_matches_rounding_path),
       cmocka_unit_test(same_shape_add_takes_bf16_storage),
       cmocka_unit_test(native_readers_share_a_bf16_value),

@@ -13,7 +13,8 @@
  *     strided view, which splits the last axis in strides) and permuted for matmul: views all the way;
  *   - swiglu: a fused (N, T, 3C) projection sliced in three, silu(gate) * value + skip (LLaMA's MLP and a
  *     residual), every slice read in place by the CPU's silu, mul and add kernels;
- *   - rows: slices of one projection read in place by layer_norm, rms_norm, gelu_tanh and gelu, and their sum split
+ *   - rows: slices of one projection read in place by layer_norm, rms_norm, gelu_tanh, gelu, sigmoid, tanh and
+ *     leaky_relu, and their sum split
  *     into heads and permuted to (N, H, T, D) for softmax over D (rows D apart in a permuted view).
  * Reading a view gives the copy's values. */
 #include <math.h>
@@ -135,20 +136,29 @@ static void build_swiglu(net *n) {
 
 static void build_rows(net *n) {
   bpt_graph *g = n->graph;
-  bpt_node *h, *a, *b, *c, *d, *y;
+  bpt_node *h, *a, *b, *c, *d, *e, *f, *l, *y;
   const int64_t split[3] = {TOKENS, HEADS, WIDTH}, to_heads[4] = {0, 2, 1, 3}, merged[2] = {TOKENS, CHANNELS};
-  assert_ok(n->context, bpt_layer_linear(g, "w", n->x, 4 * CHANNELS, BPT_INIT_XAVIER_UNIFORM, &h));
+  assert_ok(n->context, bpt_layer_linear(g, "w", n->x, 7 * CHANNELS, BPT_INIT_XAVIER_UNIFORM, &h));
   assert_ok(n->context, bpt_slice(g, "a", h, 2, 0, CHANNELS, &a));
   assert_ok(n->context, bpt_slice(g, "b", h, 2, CHANNELS, CHANNELS, &b));
   assert_ok(n->context, bpt_slice(g, "c", h, 2, 2 * CHANNELS, CHANNELS, &c));
   assert_ok(n->context, bpt_slice(g, "d", h, 2, 3 * CHANNELS, CHANNELS, &d));
+  assert_ok(n->context, bpt_slice(g, "e", h, 2, 4 * CHANNELS, CHANNELS, &e));
+  assert_ok(n->context, bpt_slice(g, "f", h, 2, 5 * CHANNELS, CHANNELS, &f));
+  assert_ok(n->context, bpt_slice(g, "l", h, 2, 6 * CHANNELS, CHANNELS, &l));
   assert_ok(n->context, bpt_layer_layer_norm(g, "ln", a, 1e-5f, &a));
   assert_ok(n->context, bpt_layer_rms_norm(g, "rms", b, 1e-5f, &b));
   assert_ok(n->context, bpt_gelu_tanh(g, "gelu_tanh", c, &c));
   assert_ok(n->context, bpt_gelu(g, "gelu", d, &d));
+  assert_ok(n->context, bpt_sigmoid(g, "sigmoid", e, &e));
+  assert_ok(n->context, bpt_tanh(g, "tanh", f, &f));
+  assert_ok(n->context, bpt_leaky_relu(g, "leaky_relu", l, 0.1f, &l));
   assert_ok(n->context, bpt_add(g, "ab", a, b, &y));
   assert_ok(n->context, bpt_add(g, "abc", y, c, &y));
   assert_ok(n->context, bpt_add(g, "abcd", y, d, &y));
+  assert_ok(n->context, bpt_add(g, "abcde", y, e, &y));
+  assert_ok(n->context, bpt_add(g, "abcdef", y, f, &y));
+  assert_ok(n->context, bpt_add(g, "abcdefl", y, l, &y));
   assert_ok(n->context, bpt_reshape(g, "split", y, 3, split, &y));
   assert_ok(n->context, bpt_permute(g, "k", y, 4, to_heads, &y)); /* (N, H, T, D) */
   assert_ok(n->context, bpt_softmax(g, "p", y, 0, &y));
@@ -291,7 +301,8 @@ static void attention_slices_train_as_with_copies(void **state) {
   trains_as_with_copies(ATTENTION_GRAPH, false);
 }
 
-/* silu, mul and add read a slice's rows in place (SwiGLU), as do layer_norm, rms_norm, both gelus and softmax: every
+/* silu, mul and add read a slice's rows in place (SwiGLU), as do layer_norm, rms_norm, both gelus, sigmoid, tanh,
+ * leaky_relu and softmax: every
  * slice and the permute are views, and no copy pass runs. SwiGLU's gate and value copies were held for
  * backward, so its views save their bytes; in the rows graph a view keeps its source alive where the copies
  * let it go, and the arena packs differently (a few hundred bytes either way), so its bytes are not compared. */
@@ -299,12 +310,12 @@ static void row_kernels_read_views_in_place(void **state) {
   (void)state;
   trains_as_with_copies(SWIGLU_GRAPH, false);
   trains_as_with_copies(ROWS_GRAPH, false);
-  const char *views[2][5] = {{"gate", "k", "skip", NULL, NULL}, {"a", "b", "c", "d", "k"}};
+  const char *views[2][8] = {{"gate", "k", "skip", NULL}, {"a", "b", "c", "d", "e", "f", "l", "k"}};
   for (int g = 0; g < 2; g++) {
     net with, without;
     net_build(&with, g ? ROWS_GRAPH : SWIGLU_GRAPH, true, false);
     net_build(&without, g ? ROWS_GRAPH : SWIGLU_GRAPH, false, false);
-    for (int i = 0; i < 5 && views[g][i]; i++) {
+    for (int i = 0; i < 8 && views[g][i]; i++) {
       assert_non_null(find(&with, views[g][i])->view_source);
       assert_null(find(&without, views[g][i])->view_source);
     }

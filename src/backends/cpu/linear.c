@@ -1,8 +1,6 @@
-/* Element-wise CPU kernels: linear's bias broadcast and reduction, and the leaky_relu, sigmoid and tanh pairs.
- * Loops are flat and OpenMP-parallel above a size threshold so small layers stay single-threaded, and
- * branch-free: a data-dependent branch per element mispredicts half the time on ReLU inputs. */
-#include <math.h>
-
+/* linear's CPU kernels: the bias broadcast and reduction around the shared gemm's products (the activations
+ * are in activation.c). Loops are flat and OpenMP-parallel above a size threshold so small layers stay
+ * single-threaded. */
 #include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 
@@ -68,62 +66,3 @@ static bpt_status linear_backward(bpt_backend *backend, const bpt_kernel_node *n
 }
 
 BPT_REGISTER_KERNELS_16BIT(cpu, LINEAR, linear_forward, linear_backward, NULL);
-
-/* leaky_relu (slope in float attribute 0), sigmoid and tanh; relu has its own file (relu_mask.c). */
-static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_activation_args a = bpt_activation_args_of(node);
-  const float parameter = a.parameter, *x = a.x;
-  const int64_t count = a.count;
-  float *y = node->output.value;
-  switch (a.kind) {
-  case BPT_ACTIVATION_LEAKY_RELU:
-#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) {
-      float value = x[i];
-      y[i] = value > 0.0f ? value : parameter * value;
-    }
-    return BPT_OK;
-  case BPT_ACTIVATION_SIGMOID:
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
-    return BPT_OK;
-  case BPT_ACTIVATION_TANH:
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) y[i] = tanhf(x[i]);
-    return BPT_OK;
-  case BPT_ACTIVATION_RELU: break;
-  }
-  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "%s: relu is not an activation_forward kernel", node->name);
-}
-
-static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_activation_args a = bpt_activation_args_of(node);
-  const float parameter = a.parameter, *x = a.x, *y = a.y, *dy = a.dy;
-  const int64_t count = a.count;
-  float *dx = a.dx;
-  switch (a.kind) {
-  case BPT_ACTIVATION_LEAKY_RELU:
-#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) dx[i] += (x[i] > 0.0f ? 1.0f : parameter) * dy[i];
-    return BPT_OK;
-  case BPT_ACTIVATION_SIGMOID:
-#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * y[i] * (1.0f - y[i]);
-    return BPT_OK;
-  case BPT_ACTIVATION_TANH:
-#pragma omp parallel for simd if (parallel: count > BPT_CPU_PARALLEL_THRESHOLD)
-    for (int64_t i = 0; i < count; i++) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
-    return BPT_OK;
-  case BPT_ACTIVATION_RELU: break;
-  }
-  return bpt_backend_fail(backend, BPT_ERR_UNSUPPORTED, "%s: relu is not an activation_backward kernel", node->name);
-}
-
-static bool activation_supports(const bpt_backend *backend, const bpt_kernel_node *node, const char **reason) {
-  (void)backend;
-  return bpt_kernel_node_accumulates(node, reason);
-}
-
-BPT_REGISTER_KERNELS(cpu, LEAKY_RELU, activation_forward, activation_backward, activation_supports);
-BPT_REGISTER_KERNELS(cpu, SIGMOID, activation_forward, activation_backward, activation_supports);
-BPT_REGISTER_KERNELS(cpu, TANH, activation_forward, activation_backward, activation_supports);
