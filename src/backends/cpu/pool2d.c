@@ -5,6 +5,7 @@
  * full window, padding included. */
 #include <float.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 
 /* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
@@ -67,117 +68,131 @@ POOL_VECTOR_CLONES static void max_pool_pairs_plane(const bpt_pool2d_args *a, co
   }
 }
 
+/* One (sample, channel) plane: in (H, W) -> out (OH, OW), winner the max's indices inside the plane. */
+static void pool_plane(const bpt_pool2d_args *a, const float *in, float *out, int32_t *winner) {
+  const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
+  const float inverse_area = 1.0f / ((float)a->kernel_height * (float)a->kernel_width);
+  if (whole_plane_average(a)) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < H * W; i++)
+      sum += in[i];
+    out[0] = sum * inverse_area;
+    return;
+  }
+  if (pairs_max(a)) {
+    max_pool_pairs_plane(a, in, out, winner);
+    return;
+  }
+  for (int64_t oh = 0; oh < OH; oh++)
+    for (int64_t ow = 0; ow < OW; ow++) {
+      const int64_t h0 = oh * a->stride_height - a->padding_height, w0 = ow * a->stride_width - a->padding_width;
+      const int64_t h_begin = h0 < 0 ? 0 : h0, w_begin = w0 < 0 ? 0 : w0;
+      const int64_t h_end = h0 + a->kernel_height < H ? h0 + a->kernel_height : H;
+      const int64_t w_end = w0 + a->kernel_width < W ? w0 + a->kernel_width : W;
+      if (a->kind == BPT_POOL_MAX) {
+        float best = -FLT_MAX;
+        int64_t best_index = h_begin * W + w_begin;
+        for (int64_t h = h_begin; h < h_end; h++)
+          for (int64_t w = w_begin; w < w_end; w++)
+            if (in[h * W + w] > best) {
+              best = in[h * W + w];
+              best_index = h * W + w;
+            }
+        out[oh * OW + ow] = in[best_index];
+        winner[oh * OW + ow] = (int32_t)best_index;
+      } else {
+        float sum = 0.0f;
+        for (int64_t h = h_begin; h < h_end; h++)
+          for (int64_t w = w_begin; w < w_end; w++)
+            sum += in[h * W + w];
+        out[oh * OW + ow] = sum * inverse_area;
+      }
+    }
+}
+
+/* One plane's dx (H, W) += dy (OH, OW) routed to each window's winner (max) or spread over its full area
+ * (average). */
+static void pool_plane_backward(const bpt_pool2d_args *a, const float *d, float *out, const int32_t *winner) {
+  const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
+  const float inverse_area = 1.0f / ((float)a->kernel_height * (float)a->kernel_width);
+  if (whole_plane_average(a)) {
+    const float share = d[0] * inverse_area;
+#pragma omp simd
+    for (int64_t i = 0; i < H * W; i++)
+      out[i] += share;
+    return;
+  }
+  if (a->kind == BPT_POOL_MAX) {
+    for (int64_t i = 0; i < OH * OW; i++)
+      out[winner[i]] += d[i];
+    return;
+  }
+  for (int64_t oh = 0; oh < OH; oh++)
+    for (int64_t ow = 0; ow < OW; ow++) {
+      const int64_t h0 = oh * a->stride_height - a->padding_height, w0 = ow * a->stride_width - a->padding_width;
+      const int64_t h_begin = h0 < 0 ? 0 : h0, w_begin = w0 < 0 ? 0 : w0;
+      const int64_t h_end = h0 + a->kernel_height < H ? h0 + a->kernel_height : H;
+      const int64_t w_end = w0 + a->kernel_width < W ? w0 + a->kernel_width : W;
+      const float share = d[oh * OW + ow] * inverse_area;
+      for (int64_t h = h_begin; h < h_end; h++)
+        for (int64_t w = w_begin; w < w_end; w++)
+          out[h * W + w] += share;
+    }
+}
+
 /* max_pool2d (winning indices in saved), avg_pool2d and global_avg_pool, one kernel pair for all three:
- * x (N, C, H, W) -> y (N, C, OH, OW). */
+ * x (N, C, H, W) -> y (N, C, OH, OW). bf16-stored planes are staged through f32 in the thread's scratch
+ * (bf16_storage.h): x's plane and y's, or dy's and dx's, so the same loops run on either storage. */
 static bpt_status pool2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_pool2d_args args = bpt_pool2d_args_of(node), *a = &args;
-  const float *x = node->inputs[0].value;
-  float *y = node->output.value;
+  const void *x = node->inputs[0].value;
+  void *y = node->output.value;
   int32_t *argmax = node->saved;
   if (a->kind == BPT_POOL_MAX && !argmax)
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
-  const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
+  const int64_t plane_in = a->in_height * a->in_width, plane_out = a->out_height * a->out_width;
   const int64_t planes = a->batch * a->channels;
-  const float inverse_area = 1.0f / ((float)a->kernel_height * (float)a->kernel_width);
-  if (whole_plane_average(a)) {
-#pragma omp parallel for if (parallel(a))
-    for (int64_t plane = 0; plane < planes; plane++) {
-      const float *in = x + plane * H * W;
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < H * W; i++)
-        sum += in[i];
-      y[plane] = sum * inverse_area;
-    }
-    return BPT_OK;
-  }
-  if (pairs_max(a)) {
-#pragma omp parallel for if (parallel(a))
-    for (int64_t plane = 0; plane < planes; plane++)
-      max_pool_pairs_plane(a, x + plane * H * W, y + plane * OH * OW, argmax + plane * OH * OW);
-    return BPT_OK;
-  }
-#pragma omp parallel for if (parallel(a))
+  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(&node->output);
+  const bool staged = x16 || y16;
+  bpt_status status = bpt_cpu_row_staging_reserve(backend, staged, 0, (size_t)(plane_in + plane_out));
+  if (status != BPT_OK) return status;
+#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (parallel(a))
   for (int64_t plane = 0; plane < planes; plane++) {
-    const float *in = x + plane * H * W;
-    float *out = y + plane * OH * OW;
-    int32_t *winner = argmax ? argmax + plane * OH * OW : NULL;
-    for (int64_t oh = 0; oh < OH; oh++)
-      for (int64_t ow = 0; ow < OW; ow++) {
-        const int64_t h0 = oh * a->stride_height - a->padding_height, w0 = ow * a->stride_width - a->padding_width;
-        const int64_t h_begin = h0 < 0 ? 0 : h0, w_begin = w0 < 0 ? 0 : w0;
-        const int64_t h_end = h0 + a->kernel_height < H ? h0 + a->kernel_height : H;
-        const int64_t w_end = w0 + a->kernel_width < W ? w0 + a->kernel_width : W;
-        if (a->kind == BPT_POOL_MAX) {
-          float best = -FLT_MAX;
-          int64_t best_index = h_begin * W + w_begin;
-          for (int64_t h = h_begin; h < h_end; h++)
-            for (int64_t w = w_begin; w < w_end; w++)
-              if (in[h * W + w] > best) {
-                best = in[h * W + w];
-                best_index = h * W + w;
-              }
-          out[oh * OW + ow] = in[best_index];
-          winner[oh * OW + ow] = (int32_t)best_index;
-        } else {
-          float sum = 0.0f;
-          for (int64_t h = h_begin; h < h_end; h++)
-            for (int64_t w = w_begin; w < w_end; w++)
-              sum += in[h * W + w];
-          out[oh * OW + ow] = sum * inverse_area;
-        }
-      }
+    float *stage = bpt_cpu_row_staging(backend, staged, 0);
+    float *out = bpt_storage_write_row(y, y16, plane * plane_out, plane_out, false, stage ? stage + plane_in : NULL);
+    pool_plane(a, bpt_storage_read_row(x, x16, plane * plane_in, plane_in, stage), out,
+               argmax ? argmax + plane * plane_out : NULL);
+    bpt_storage_commit_row(y, y16, plane * plane_out, plane_out, out);
   }
   return BPT_OK;
 }
 
-/* dx += dy routed to each window's winner (max) or spread over its full area (average). */
 static bpt_status pool2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_pool2d_args args = bpt_pool2d_args_of(node), *a = &args;
-  const float *dy = node->output.grad;
+  const void *dy = node->output.grad;
   const int32_t *argmax = node->saved;
-  float *dx = node->inputs[0].grad;
+  void *dx = node->inputs[0].grad;
   if (a->kind == BPT_POOL_MAX && !argmax)
     return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
-  const int64_t H = a->in_height, W = a->in_width, OH = a->out_height, OW = a->out_width;
+  const int64_t plane_in = a->in_height * a->in_width, plane_out = a->out_height * a->out_width;
   const int64_t planes = a->batch * a->channels;
-  const float inverse_area = 1.0f / ((float)a->kernel_height * (float)a->kernel_width);
-  if (whole_plane_average(a)) {
-#pragma omp parallel for if (parallel(a))
-    for (int64_t plane = 0; plane < planes; plane++) {
-      float *out = dx + plane * H * W;
-      const float share = dy[plane] * inverse_area;
-#pragma omp simd
-      for (int64_t i = 0; i < H * W; i++)
-        out[i] += share;
-    }
-    return BPT_OK;
-  }
-#pragma omp parallel for if (parallel(a))
+  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(&node->output);
+  const bool staged = x16 || y16;
+  bpt_status status = bpt_cpu_row_staging_reserve(backend, staged, 0, (size_t)(plane_in + plane_out));
+  if (status != BPT_OK) return status;
+#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (parallel(a))
   for (int64_t plane = 0; plane < planes; plane++) {
-    const float *d = dy + plane * OH * OW;
-    float *out = dx + plane * H * W;
-    if (a->kind == BPT_POOL_MAX) {
-      const int32_t *winner = argmax + plane * OH * OW;
-      for (int64_t i = 0; i < OH * OW; i++)
-        out[winner[i]] += d[i];
-      continue;
-    }
-    for (int64_t oh = 0; oh < OH; oh++)
-      for (int64_t ow = 0; ow < OW; ow++) {
-        const int64_t h0 = oh * a->stride_height - a->padding_height, w0 = ow * a->stride_width - a->padding_width;
-        const int64_t h_begin = h0 < 0 ? 0 : h0, w_begin = w0 < 0 ? 0 : w0;
-        const int64_t h_end = h0 + a->kernel_height < H ? h0 + a->kernel_height : H;
-        const int64_t w_end = w0 + a->kernel_width < W ? w0 + a->kernel_width : W;
-        const float share = d[oh * OW + ow] * inverse_area;
-        for (int64_t h = h_begin; h < h_end; h++)
-          for (int64_t w = w_begin; w < w_end; w++)
-            out[h * W + w] += share;
-      }
+    float *stage = bpt_cpu_row_staging(backend, staged, 0);
+    /* dx is added into (beta 1: its first writer clears it), so a bf16 plane is widened first. */
+    float *out = bpt_storage_write_row(dx, x16, plane * plane_in, plane_in, true, stage);
+    pool_plane_backward(a, bpt_storage_read_row(dy, y16, plane * plane_out, plane_out, stage ? stage + plane_in : NULL),
+                        out, argmax ? argmax + plane * plane_out : NULL);
+    bpt_storage_commit_row(dx, x16, plane * plane_in, plane_in, out);
   }
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, MAX_POOL2D, pool2d_forward, pool2d_backward, NULL);
-BPT_REGISTER_KERNELS(cpu, AVG_POOL2D, pool2d_forward, pool2d_backward, NULL);
-BPT_REGISTER_KERNELS(cpu, GLOBAL_AVG_POOL, pool2d_forward, pool2d_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, MAX_POOL2D, pool2d_forward, pool2d_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, AVG_POOL2D, pool2d_forward, pool2d_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, GLOBAL_AVG_POOL, pool2d_forward, pool2d_backward, NULL);
