@@ -946,6 +946,7 @@ static const op_case op_cases[] = {
     {"linear per token, no bias: sequence 2x3x2x3 -> 4", BPT_OP_LINEAR, build_linear, .batch = 2, .rank = 3, SHAPE(3, 2, 3), .sequence = true, .units = 4, .no_bias = true},
     {"add_relu 2x3x4x5", BPT_OP_ADD_RELU, build_add, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .kinks = true},
     {"add_relu fan-out batch 1, 33", BPT_OP_ADD_RELU, build_add, .batch = 1, .rank = 1, SHAPE(33), .fan_out = true, .kinks = true, .margin = 0.1f},
+    {"add_relu 2x2500 (16-bit stage chunks, a ragged last one)", BPT_OP_ADD_RELU, build_add, .batch = 2, .rank = 1, SHAPE(2500), .kinks = true, .margin = 0.1f},
     {"permute heads 2x3x4x5 -> 2x4x3x5", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 4, 5), .to_shape = {2, 1, 3}},
     {"permute last axis moved 3x4x7 -> 3x7x4", BPT_OP_PERMUTE, build_permute, .batch = 3, .rank = 2, SHAPE(4, 7), .to_shape = {2, 1}},
     {"permute cycle 2x3x5x6 -> 2x6x3x5, twice (dx accumulates)", BPT_OP_PERMUTE, build_permute, .batch = 2, .rank = 3, SHAPE(3, 5, 6), .to_shape = {3, 1, 2}, .twice = true},

@@ -1,7 +1,7 @@
 /* Storage dtype through whole models: under the bf16 policy with 16-bit storage, the activations of ops whose
- * kernels take f32 only (convolution, slice copies) are stored as bf16 and widened into f32 scratch around each
- * kernel call (kernel_call.c), and those whose kernels read and write bf16 themselves (batch norm, pooling,
- * layer norm, attention, GELU, sigmoid, embedding, add) stage their rows or planes through f32. A small CNN and a
+ * kernels take f32 only (convolution) are stored as bf16 and widened into f32 scratch around each kernel call
+ * (kernel_call.c), and those whose kernels read and write bf16 themselves (batch norm, pooling, layer norm,
+ * attention, GELU, sigmoid, embedding, add, slice copies) stage their rows or planes through f32. A small CNN and a
  * small transformer train two SGD steps each way, with 16-bit storage and with every activation in f32 rounded
  * in place (the rounding path), and must agree: the same bf16 values go into the same f32 arithmetic, so only
  * f32 round-off may part them, far below one bf16 unit, which a stale, skipped or doubled widening or staging

@@ -78,3 +78,43 @@ void bpt_cpu_bf16_narrow_row(const float *source, int64_t n, uint16_t *destinati
 #endif
     narrow_portable(source, n, destination);
 }
+
+void bpt_cpu_storage_copy(void *destination, bool destination16, int64_t destination_at, const void *source,
+                          bool source16, int64_t source_at, int64_t n) {
+  if (destination16 == source16) {
+    const size_t size = destination16 ? sizeof(uint16_t) : sizeof(float);
+    memcpy((char *)destination + (size_t)destination_at * size, (const char *)source + (size_t)source_at * size,
+           (size_t)n * size);
+  } else if (source16) {
+    bpt_cpu_bf16_widen_row((const uint16_t *)source + source_at, n, (float *)destination + destination_at);
+  } else {
+    bpt_cpu_bf16_narrow_row((const float *)source + source_at, n, (uint16_t *)destination + destination_at);
+  }
+}
+
+void bpt_cpu_storage_add(void *destination, bool destination16, int64_t destination_at, const void *source,
+                         bool source16, int64_t source_at, int64_t n) {
+  if (!destination16 && !source16) {
+    float *d = (float *)destination + destination_at;
+    const float *s = (const float *)source + source_at;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+      d[i] += s[i];
+    return;
+  }
+  float d_stage[BPT_STORAGE_STAGE], s_stage[BPT_STORAGE_STAGE];
+  for (int64_t o = 0; o < n; o += BPT_STORAGE_STAGE) {
+    const int64_t m = n - o < BPT_STORAGE_STAGE ? n - o : BPT_STORAGE_STAGE;
+    float *d = bpt_storage_write_row(destination, destination16, destination_at + o, m, true, d_stage);
+    const float *s = bpt_storage_read_row(source, source16, source_at + o, m, s_stage);
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++)
+      d[i] += s[i];
+    bpt_storage_commit_row(destination, destination16, destination_at + o, m, d);
+  }
+}
+
+void bpt_cpu_storage_zero(void *destination, bool destination16, int64_t destination_at, int64_t n) {
+  const size_t size = destination16 ? sizeof(uint16_t) : sizeof(float);
+  memset((char *)destination + (size_t)destination_at * size, 0, (size_t)n * size); /* +0 in both */
+}

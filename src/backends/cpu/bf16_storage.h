@@ -54,6 +54,16 @@ static inline bool bpt_tensor_is_bf16(const bpt_kernel_tensor *tensor) { return 
 void bpt_cpu_bf16_widen_row(const uint16_t *source, int64_t n, float *destination);
 void bpt_cpu_bf16_narrow_row(const float *source, int64_t n, uint16_t *destination);
 
+/* Copies between storages (slice, concat, permute rows): n values from source (element source_at, bf16 when
+ * source16) to destination (destination_at, destination16), bytes copied where the two agree, else widened or
+ * rounded. bpt_cpu_storage_add: destination += source, summed in f32 and rounded once where destination is bf16
+ * (staged in chunks). bpt_cpu_storage_zero: n zeros (+0 in either storage). */
+void bpt_cpu_storage_copy(void *destination, bool destination16, int64_t destination_at, const void *source,
+                          bool source16, int64_t source_at, int64_t n);
+void bpt_cpu_storage_add(void *destination, bool destination16, int64_t destination_at, const void *source,
+                         bool source16, int64_t source_at, int64_t n);
+void bpt_cpu_storage_zero(void *destination, bool destination16, int64_t destination_at, int64_t n);
+
 /* The n values at element `at` of values (bf16 when bf16 is set) as f32: in place, or widened into staging. */
 static inline const float *bpt_storage_read_row(const void *values, bool bf16, int64_t at, int64_t n,
                                                 float *staging) {

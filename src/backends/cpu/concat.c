@@ -1,8 +1,9 @@
 /* concat on the CPU (src/core/ops/concat.c): around the joined axis every value is (outer, extent_i, inner) and
  * y is (outer, sum extent_i, inner), so input i fills one contiguous block of each outer row of y. Inputs are
- * taken in order, so an input given twice gets its second part added after the first was written. */
-#include <string.h>
-
+ * taken in order, so an input given twice gets its second part added after the first was written. Values are
+ * f32 or bf16 (16-bit storage: copied as stored, widened or rounded where an input and y are stored
+ * differently). */
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 
 static void around(const bpt_kernel_node *node, int64_t *outer, int64_t *inner) {
@@ -21,13 +22,15 @@ static bpt_status concat_forward(bpt_backend *backend, const bpt_kernel_node *no
   around(node, &outer, &inner);
   const int axis = (int)node->int_attributes[0];
   const int64_t row = node->output.dims[axis] * inner; /* one outer row of y */
-  float *y = node->output.value;
+  void *y = node->output.value;
+  const bool y16 = bpt_tensor_is_bf16(&node->output);
   for (int i = 0; i < node->input_count; i++) {
-    const float *x = node->inputs[i].value; /* (outer, extent_i, inner) */
+    const void *x = node->inputs[i].value; /* (outer, extent_i, inner) */
+    const bool x16 = bpt_tensor_is_bf16(&node->inputs[i]);
     const int64_t block = node->inputs[i].dims[axis] * inner;
 #pragma omp parallel for if (outer * block > BPT_CPU_PARALLEL_THRESHOLD)
     for (int64_t o = 0; o < outer; o++)
-      memcpy(y + o * row + offset, x + o * block, (size_t)block * sizeof(float));
+      bpt_cpu_storage_copy(y, y16, o * row + offset, x, x16, o * block, block);
     offset += block;
   }
   return BPT_OK;
@@ -39,22 +42,21 @@ static bpt_status concat_backward(bpt_backend *backend, const bpt_kernel_node *n
   around(node, &outer, &inner);
   const int axis = (int)node->int_attributes[0];
   const int64_t row = node->output.dims[axis] * inner;
-  const float *dy = node->output.grad;
+  const void *dy = node->output.grad;
+  const bool y16 = bpt_tensor_is_bf16(&node->output);
   for (int i = 0; i < node->input_count; i++) {
     const bpt_kernel_tensor *x = &node->inputs[i];
+    const bool x16 = bpt_tensor_is_bf16(x);
     const int64_t block = x->dims[axis] * inner;
-    float *dx = x->grad; /* (outer, extent_i, inner) */
+    void *dx = x->grad; /* (outer, extent_i, inner) */
     if (dx) {
       const bool assign = x->beta == 0.0f;
 #pragma omp parallel for if (outer * block > BPT_CPU_PARALLEL_THRESHOLD)
       for (int64_t o = 0; o < outer; o++) {
-        const float *source = dy + o * row + offset;
-        float *target = dx + o * block;
         if (assign)
-          memcpy(target, source, (size_t)block * sizeof(float));
+          bpt_cpu_storage_copy(dx, x16, o * block, dy, y16, o * row + offset, block);
         else
-          for (int64_t k = 0; k < block; k++)
-            target[k] += source[k];
+          bpt_cpu_storage_add(dx, x16, o * block, dy, y16, o * row + offset, block);
       }
     }
     offset += block;
@@ -62,4 +64,4 @@ static bpt_status concat_backward(bpt_backend *backend, const bpt_kernel_node *n
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, CONCAT, concat_forward, concat_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, CONCAT, concat_forward, concat_backward, NULL);

@@ -1,7 +1,8 @@
-/* permute on the CPU: a strided copy. The output is walked as rows of its last axis; each row reads x with the
- * stride of the axis that became the last, so a permutation that keeps the last axis copies rows whole. */
-#include <string.h>
-
+/* permute on the CPU where it copies (it is a view where its readers take strides): a strided copy. The output
+ * is walked as rows of its last axis; each row reads x with the stride of the axis that became the last, so a
+ * permutation that keeps the last axis copies rows whole. Values are f32 or bf16 (16-bit storage: copied as
+ * stored, widened or rounded where x and y are stored differently). */
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/strided_rows.h"
 
@@ -28,17 +29,21 @@ static bpt_status permute_forward(bpt_backend *backend, const bpt_kernel_node *n
   const bpt_kernel_tensor *x = &node->inputs[0], *y = &node->output;
   const permuted p = permuted_strides(node);
   const int64_t length = y->dims[y->rank - 1], rows = y->count / length, step = p.strides[y->rank - 1];
-  const float *in = x->value;
-  float *out = y->value;
+  const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(y);
 #pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    const float *source = in + bpt_cpu_row_offset(y, p.strides, r);
-    float *row = out + r * length;
-    if (step == 1)
-      memcpy(row, source, (size_t)length * sizeof(float));
-    else
+    const int64_t source = bpt_cpu_row_offset(y, p.strides, r);
+    if (step == 1) {
+      bpt_cpu_storage_copy(y->value, y16, r * length, x->value, x16, source, length);
+    } else if (!x16 && !y16) {
+      const float *in = (const float *)x->value + source;
+      float *row = (float *)y->value + r * length;
       for (int64_t j = 0; j < length; j++)
-        row[j] = source[j * step];
+        row[j] = in[j * step];
+    } else {
+      for (int64_t j = 0; j < length; j++)
+        bpt_storage_store(y->value, y16, r * length + j, bpt_storage_load(x->value, x16, source + j * step));
+    }
   }
   return BPT_OK;
 }
@@ -50,16 +55,25 @@ static bpt_status permute_backward(bpt_backend *backend, const bpt_kernel_node *
   const permuted p = permuted_strides(node);
   const int64_t length = y->dims[y->rank - 1], rows = y->count / length, step = p.strides[y->rank - 1];
   const bool assign = x->beta == 0.0f;
-  const float *dy = y->grad;
-  float *dx = x->grad;
+  const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(y);
 #pragma omp parallel for if (y->count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t r = 0; r < rows; r++) {
-    float *target = dx + bpt_cpu_row_offset(y, p.strides, r);
-    const float *row = dy + r * length;
-    for (int64_t j = 0; j < length; j++)
-      target[j * step] = assign ? row[j] : target[j * step] + row[j];
+    const int64_t target = bpt_cpu_row_offset(y, p.strides, r);
+    if (!x16 && !y16) {
+      float *dx = (float *)x->grad + target;
+      const float *row = (const float *)y->grad + r * length;
+      for (int64_t j = 0; j < length; j++)
+        dx[j * step] = assign ? row[j] : dx[j * step] + row[j];
+      continue;
+    }
+    /* A bf16 gradient: each sum rounded once, as the rounding path's f32 sum is. */
+    for (int64_t j = 0; j < length; j++) {
+      const int64_t at = target + j * step;
+      const float gradient = bpt_storage_load(y->grad, y16, r * length + j);
+      bpt_storage_store(x->grad, x16, at, assign ? gradient : bpt_storage_load(x->grad, x16, at) + gradient);
+    }
   }
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, PERMUTE, permute_forward, permute_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, PERMUTE, permute_forward, permute_backward, NULL);

@@ -352,22 +352,78 @@ static bool relu_supports(const bpt_backend *backend, const bpt_kernel_node *nod
 
 BPT_REGISTER_KERNELS_16BIT(cpu, RELU, relu_forward, relu_backward, relu_supports);
 
+/* add_relu under 16-bit storage: a, b, y, dy and the input gradients each f32 or bf16, staged through f32 chunks
+ * of BPT_STORAGE_STAGE values (a multiple of 16, so each chunk owns whole mask bytes) for the f32 loops; the
+ * sum is rounded once, after the ReLU, as the rounding path rounds y. */
+static bool add_relu_storage_bf16(const bpt_kernel_node *node) {
+  return bpt_tensor_is_bf16(&node->inputs[0]) || bpt_tensor_is_bf16(&node->inputs[1]) ||
+         bpt_tensor_is_bf16(&node->output);
+}
+
+static void add_relu_forward_bf16(bpt_backend *backend, const bpt_kernel_node *node) {
+  const bpt_kernel_tensor *a = &node->inputs[0], *b = &node->inputs[1], *y = &node->output;
+  const bool a16 = bpt_tensor_is_bf16(a), b16 = bpt_tensor_is_bf16(b), y16 = bpt_tensor_is_bf16(y);
+  const bool avx512 = bpt_cpu_vector_loops(backend) == BPT_CPU_LOOPS_AVX512;
+  uint8_t *mask = node->saved;
+  const int64_t count = y->count, chunks = (count + BPT_STORAGE_STAGE - 1) / BPT_STORAGE_STAGE;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t chunk = 0; chunk < chunks; chunk++) {
+    const int64_t at = chunk * BPT_STORAGE_STAGE, m = count - at < BPT_STORAGE_STAGE ? count - at : BPT_STORAGE_STAGE;
+    float a_stage[BPT_STORAGE_STAGE], b_stage[BPT_STORAGE_STAGE], y_stage[BPT_STORAGE_STAGE];
+    const float *as = bpt_storage_read_row(a->value, a16, at, m, a_stage);
+    const float *bs = bpt_storage_read_row(b->value, b16, at, m, b_stage);
+    float *ys = bpt_storage_write_row(y->value, y16, at, m, false, y_stage);
+    if (avx512)
+      forward_avx512(as, bs, ys, mask + at / 8, 0, m);
+    else
+      forward_sse2(as, bs, ys, mask + at / 8, 0, m);
+    bpt_storage_commit_row(y->value, y16, at, m, ys);
+  }
+}
+
+static void add_relu_backward_bf16(bpt_backend *backend, const bpt_kernel_node *node, const bpt_kernel_tensor *x) {
+  const bpt_kernel_tensor *y = &node->output;
+  const bool x16 = bpt_tensor_is_bf16(x), y16 = bpt_tensor_is_bf16(y), assign = x->beta == 0.0f;
+  const bool avx512 = bpt_cpu_vector_loops(backend) == BPT_CPU_LOOPS_AVX512;
+  const uint8_t *mask = node->saved;
+  const int64_t count = y->count, chunks = (count + BPT_STORAGE_STAGE - 1) / BPT_STORAGE_STAGE;
+#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
+  for (int64_t chunk = 0; chunk < chunks; chunk++) {
+    const int64_t at = chunk * BPT_STORAGE_STAGE, m = count - at < BPT_STORAGE_STAGE ? count - at : BPT_STORAGE_STAGE;
+    float dy_stage[BPT_STORAGE_STAGE], dx_stage[BPT_STORAGE_STAGE];
+    const float *dys = bpt_storage_read_row(y->grad, y16, at, m, dy_stage);
+    float *dxs = bpt_storage_write_row(x->grad, x16, at, m, !assign, dx_stage);
+    if (avx512)
+      backward_avx512(mask + at / 8, dys, dxs, assign, 0, m);
+    else
+      backward_sse2(mask + at / 8, dys, dxs, assign, 0, m);
+    bpt_storage_commit_row(x->grad, x16, at, m, dxs);
+  }
+}
+
 /* add_relu, the join of a residual block and its ReLU in one pass: y = max(a + b, 0) keeping the mask in saved;
  * backward passes dy through it to both inputs. */
 static bpt_status add_relu_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *y = &node->output;
-  forward(backend, y->count, node->inputs[0].value, node->inputs[1].value, y->value, node->saved);
+  if (add_relu_storage_bf16(node))
+    add_relu_forward_bf16(backend, node);
+  else
+    forward(backend, y->count, node->inputs[0].value, node->inputs[1].value, y->value, node->saved);
   return BPT_OK;
 }
 
 static bpt_status add_relu_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   const bpt_kernel_tensor *y = &node->output;
+  const bool staged = add_relu_storage_bf16(node);
   for (int i = 0; i < 2; i++) {
     const bpt_kernel_tensor *input = &node->inputs[i];
     if (!input->grad) continue;
-    backward(backend, y->count, node->saved, y->grad, input->grad, input->beta == 0.0f);
+    if (staged)
+      add_relu_backward_bf16(backend, node, input);
+    else
+      backward(backend, y->count, node->saved, y->grad, input->grad, input->beta == 0.0f);
   }
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, ADD_RELU, add_relu_forward, add_relu_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, ADD_RELU, add_relu_forward, add_relu_backward, NULL);

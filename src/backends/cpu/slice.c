@@ -1,7 +1,8 @@
-/* slice on the CPU (src/core/ops/slice.c): x seen as (outer, extent, inner) around the sliced axis, y as
- * (outer, length, inner); each outer row is one contiguous block of length * inner floats in both. */
-#include <string.h>
-
+/* slice on the CPU (src/core/ops/slice.c) where it copies (it is a view where its readers take strides): x seen
+ * as (outer, extent, inner) around the sliced axis, y as (outer, length, inner); each outer row is one contiguous
+ * block of length * inner values in both, f32 or bf16 (16-bit storage: copied as stored, widened or rounded
+ * where x and y are stored differently). */
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 
 typedef struct slice_layout {
@@ -26,12 +27,13 @@ static slice_layout layout(const bpt_kernel_node *node) {
 static bpt_status slice_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
   const slice_layout l = layout(node);
-  const float *x = node->inputs[0].value; /* (outer, extent, inner) */
-  float *y = node->output.value;          /* (outer, length, inner) */
-  const size_t block = (size_t)(l.length * l.inner);
+  const void *x = node->inputs[0].value; /* (outer, extent, inner) */
+  void *y = node->output.value;          /* (outer, length, inner) */
+  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(&node->output);
+  const int64_t block = l.length * l.inner;
 #pragma omp parallel for if (node->output.count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t o = 0; o < l.outer; o++)
-    memcpy(y + o * (int64_t)block, x + (o * l.extent + l.start) * l.inner, block * sizeof(float));
+    bpt_cpu_storage_copy(y, y16, o * block, x, x16, (o * l.extent + l.start) * l.inner, block);
   return BPT_OK;
 }
 
@@ -40,24 +42,23 @@ static bpt_status slice_backward(bpt_backend *backend, const bpt_kernel_node *no
   (void)backend;
   const slice_layout l = layout(node);
   const bool assign = node->inputs[0].beta == 0.0f;
-  const float *dy = node->output.grad; /* (outer, length, inner) */
-  float *dx = node->inputs[0].grad;    /* (outer, extent, inner) */
+  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(&node->output);
+  const void *dy = node->output.grad; /* (outer, length, inner) */
+  void *dx = node->inputs[0].grad;    /* (outer, extent, inner) */
   const int64_t block = l.length * l.inner, before = l.start * l.inner,
                 after = (l.extent - l.start - l.length) * l.inner;
 #pragma omp parallel for if (node->inputs[0].count > BPT_CPU_PARALLEL_THRESHOLD)
   for (int64_t o = 0; o < l.outer; o++) {
-    float *row = dx + o * l.extent * l.inner;
-    const float *source = dy + o * block;
+    const int64_t row = o * l.extent * l.inner;
     if (assign) {
-      memset(row, 0, (size_t)before * sizeof(float));
-      memcpy(row + before, source, (size_t)block * sizeof(float));
-      memset(row + before + block, 0, (size_t)after * sizeof(float));
+      bpt_cpu_storage_zero(dx, x16, row, before);
+      bpt_cpu_storage_copy(dx, x16, row + before, dy, y16, o * block, block);
+      bpt_cpu_storage_zero(dx, x16, row + before + block, after);
     } else {
-      for (int64_t i = 0; i < block; i++)
-        row[before + i] += source[i];
+      bpt_cpu_storage_add(dx, x16, row + before, dy, y16, o * block, block);
     }
   }
   return BPT_OK;
 }
 
-BPT_REGISTER_KERNELS(cpu, SLICE, slice_forward, slice_backward, NULL);
+BPT_REGISTER_KERNELS_16BIT(cpu, SLICE, slice_forward, slice_backward, NULL);
