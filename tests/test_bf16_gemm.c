@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/gemm_bf16.h"
 #include "backends/kernel_args.h"
 #include "core/context.h"
@@ -270,6 +271,31 @@ static void portable_layout_handles_empty_reduction_and_stored_bf16(void **state
   t.args.b = (const float *)codes;
   assert_int_equal(bpt_bf16_gemm_run(NULL, &t.args, bpt_bf16_micro_kernel_scalar), BPT_OK);
   assert_within_summation_bound("stored bf16 B", &t.args, t.c, t.expected, t.magnitude, 1.0);
+  /* A bf16 C (16-bit storage's output) over three reduction blocks: summed in f32 and rounded once, the same bits
+   * as the f32 C of the same product rounded (vector row loops, bf16_rows.c), with beta reading the stored C. */
+  {
+    product_case w;
+    product_case_make(&random, 9, 53, 600, 0, 1, 1.0f, &w);
+    const int64_t c_count = w.args.m * w.args.ldc;
+    uint16_t *narrow_c = malloc((size_t)c_count * sizeof *narrow_c);
+    assert_non_null(narrow_c);
+    for (int64_t i = 0; i < c_count; i++) {
+      narrow_c[i] = bpt_bf16_narrow(w.c[i]);
+      w.c[i] = bpt_bf16_widen(narrow_c[i]); /* the f32 run starts from the same C */
+    }
+    bpt_gemm_args narrow = w.args;
+    narrow.c_dtype = BPT_DTYPE_BF16;
+    narrow.c = (float *)narrow_c;
+    narrow.beta = 0.5f;
+    w.args.beta = 0.5f;
+    assert_int_equal(bpt_bf16_gemm_run(NULL, &w.args, bpt_bf16_micro_kernel_scalar), BPT_OK);
+    assert_int_equal(bpt_bf16_gemm_run(NULL, &narrow, bpt_bf16_micro_kernel_scalar), BPT_OK);
+    for (int64_t i = 0; i < w.args.m; i++)
+      for (int64_t j = 0; j < w.args.n; j++)
+        assert_int_equal(narrow_c[i * w.args.ldc + j], bpt_bf16_narrow(w.c[i * w.args.ldc + j]));
+    free(narrow_c);
+    product_case_free(&w);
+  }
   /* Operands the kernel has no packing for are refused, not misread. */
   t.args.b_dtype = BPT_DTYPE_F16;
   assert_int_equal(bpt_bf16_gemm_run(NULL, &t.args, bpt_bf16_micro_kernel_scalar), BPT_ERR_UNSUPPORTED);

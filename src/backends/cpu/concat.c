@@ -53,6 +53,9 @@ static bpt_status concat_backward(bpt_backend *backend, const bpt_kernel_node *n
       const bool assign = x->beta == 0.0f;
 #pragma omp parallel for if (outer * block > BPT_CPU_PARALLEL_THRESHOLD)
       for (int64_t o = 0; o < outer; o++) {
+        /* An input given twice into a bf16 gradient is rounded after each part, as the parts of any bf16
+         * gradient with several writers are (docs/precision.md); under the policy an f32 dy holds bf16 values
+         * already. */
         if (assign)
           bpt_cpu_storage_copy(dx, x16, o * block, dy, y16, o * row + offset, block);
         else

@@ -149,11 +149,18 @@ static void product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
 
 /* ---- forward ---- */
 
+/* The head whose bf16 K and V rows a thread's stage holds, and how many of them: consecutive query blocks of one
+ * head reuse them instead of widening them again (the thread's own, reset at each call: values change between
+ * calls). */
+typedef struct staged_keys {
+  int64_t task, rows;
+} staged_keys;
+
 /* One block of queries [i0, i0 + rows) of head task = n H + h: online softmax over key blocks (Milakov and
  * Gimelshein 2018), O = acc / l and L = m + log l. Scratch: S (rows x ATTENTION_KEYS), acc (rows x D), m, l. */
 static void forward_block(const attention_shape *s, int64_t task, int64_t i0, const void *q, const void *k,
                           const void *v, void *out, float *lse, const uint32_t *packed, float *scratch,
-                          float *stage) {
+                          float *stage, staged_keys *staged) {
   const int64_t n = task / s->heads, h = task % s->heads, C = s->channels, D = s->width;
   const int64_t rows = s->queries - i0 < ATTENTION_QUERIES ? s->queries - i0 : ATTENTION_QUERIES;
   float *scores = scratch, *acc = scores + ATTENTION_QUERIES * ATTENTION_KEYS, *top = acc + ATTENTION_QUERIES * D,
@@ -166,12 +173,16 @@ static void forward_block(const attention_shape *s, int64_t task, int64_t i0, co
   int64_t qr, kr = 0, vr = 0;
   /* (rows, D) and (key_end, D), rows qr, kr and vr apart; K and V are packed instead where kt is. */
   const float *Q = head_rows(q, s->q16, n * s->q_sample + i0 * s->q_row + h * D, s->q_row, rows, D, stage, &qr);
-  const float *K = kt ? NULL
-                      : head_rows(k, s->k16, n * s->k_sample + h * D, s->k_row, key_end, D,
-                                  stage ? stage + ATTENTION_QUERIES * D : NULL, &kr);
-  const float *V = kt ? NULL
-                      : head_rows(v, s->v16, n * s->v_sample + h * D, s->v_row, key_end, D,
-                                  stage ? stage + (ATTENTION_QUERIES + s->keys) * D : NULL, &vr);
+  /* bf16 K and V rows already in the stage for this head (an earlier block of it on this thread) are kept. */
+  const bool kept = stage && staged->task == task && staged->rows >= key_end;
+  float *stage_k = stage ? stage + ATTENTION_QUERIES * D : NULL, *stage_v = stage ? stage_k + s->keys * D : NULL;
+  const float *K = kt                   ? NULL
+                   : kept && s->k16 ? (kr = D, stage_k)
+                                    : head_rows(k, s->k16, n * s->k_sample + h * D, s->k_row, key_end, D, stage_k, &kr);
+  const float *V = kt                   ? NULL
+                   : kept && s->v16 ? (vr = D, stage_v)
+                                    : head_rows(v, s->v16, n * s->v_sample + h * D, s->v_row, key_end, D, stage_v, &vr);
+  if (stage && !kt && !kept) *staged = (staged_keys){task, key_end};
   for (int64_t r = 0; r < rows; r++)
     top[r] = -HUGE_VALF, sum[r] = 0.0f;
   memset(acc, 0, (size_t)(rows * D) * sizeof *acc);
@@ -274,17 +285,22 @@ static bpt_status attention_forward(bpt_backend *backend, const bpt_kernel_node 
       pack_head(&s, t, k, v, packed, s.staged ? bpt_cpu_scratch(backend, omp_get_thread_num()) + blocks_floats : NULL);
   }
   if (threads > 1) {
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
-    for (int64_t t = 0; t < tasks; t++) {
-      float *scratch = bpt_cpu_scratch(backend, omp_get_thread_num());
-      forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed, scratch,
-                    s.staged ? scratch + blocks_floats : NULL);
+#pragma omp parallel num_threads(threads)
+    {
+      staged_keys staged = {-1, 0}; /* this thread's */
+#pragma omp for schedule(dynamic)
+      for (int64_t t = 0; t < tasks; t++) {
+        float *scratch = bpt_cpu_scratch(backend, omp_get_thread_num());
+        forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed, scratch,
+                      s.staged ? scratch + blocks_floats : NULL, &staged);
+      }
     }
   } else {
     float *scratch = bpt_cpu_scratch(backend, 0);
+    staged_keys staged = {-1, 0};
     for (int64_t t = 0; t < tasks; t++)
       forward_block(&s, t / blocks, t % blocks * ATTENTION_QUERIES, q, k, v, out, lse, packed, scratch,
-                    s.staged ? scratch + blocks_floats : NULL);
+                    s.staged ? scratch + blocks_floats : NULL, &staged);
   }
   return BPT_OK;
 }
