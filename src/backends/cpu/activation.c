@@ -1,14 +1,12 @@
 /* The CPU's leaky_relu, sigmoid and tanh kernels (relu has its own file, relu_mask.c; the gelus and silu theirs):
- * y = f(x), dx = beta dx + dy f'(x) (leaky_relu, from x) or f'(y) (sigmoid, tanh, from the saved output). x may be
- * a strided view whose rows are contiguous (a slice): its rows, and its gradient's, are found through its
- * strides; bf16-stored values and gradients are staged through f32 chunks (bf16_storage.h), so none of them is
- * widened whole around the kernel. The arithmetic per element is the f32 loops' of before, so f32 results keep
- * their bits. */
+ * y = f(x), dx = beta dx + dy f'(x) (leaky_relu, from x) or f'(y) (sigmoid, tanh, from the saved output), on f32
+ * chunks that unary_rows.c's loops hand them: a strided x's rows read in place, bf16 storage staged, so none of
+ * them is widened whole around the kernel. The arithmetic per element is the f32 loops' of before, so f32 results
+ * keep their bits. */
 #include <math.h>
 
-#include "backends/cpu/bf16_storage.h"
-#include "backends/cpu/cpu.h"
 #include "backends/cpu/strided_rows.h"
+#include "backends/cpu/unary_rows.h"
 #include "backends/kernel_args.h"
 
 static void activation_run(bpt_activation kind, float slope, int64_t n, const float *x, float *y) {
@@ -59,64 +57,39 @@ static void activation_gradient_run(bpt_activation kind, float slope, int64_t n,
   }
 }
 
-/* Rows of the last axis when x is strided, else the whole tensor as blocks of this many values. */
-#define ACTIVATION_BLOCK 4096
+/* The op and leaky_relu's slope, for the chunk loops. */
+typedef struct activation {
+  bpt_activation kind;
+  float slope;
+} activation;
+
+static activation activation_of(const bpt_kernel_node *node) {
+  return (activation){bpt_activation_of(node->op), node->float_attributes[BPT_LEAKY_RELU_SLOPE]};
+}
+
+static void activation_chunk(const void *context, int64_t n, const float *x, float *y) {
+  const activation *a = context;
+  activation_run(a->kind, a->slope, n, x, y);
+}
+
+static void activation_gradient_chunk(const void *context, int64_t n, const float *x, const float *y,
+                                      const float *dy, float beta, float *dx) {
+  const activation *a = context;
+  activation_gradient_run(a->kind, a->slope, n, x, y, dy, beta, dx);
+}
 
 static bpt_status activation_forward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
-  const bpt_kernel_tensor *in = &node->inputs[0];
-  const bpt_activation kind = bpt_activation_of(node->op);
-  const float slope = node->float_attributes[BPT_LEAKY_RELU_SLOPE];
-  const bool contiguous = bpt_cpu_contiguous(in);
-  const int64_t count = node->output.count, length = contiguous ? ACTIVATION_BLOCK : in->dims[in->rank - 1];
-  const int64_t rows = length ? (count + length - 1) / length : 0;
-  const bool x16 = bpt_tensor_is_bf16(in), y16 = bpt_tensor_is_bf16(&node->output);
-  const int64_t step = x16 || y16 ? BPT_STORAGE_STAGE : length; /* f32: each block in one call */
-  const void *x = in->value;                                    /* (count), or a strided view's rows */
-  void *y = node->output.value;                                 /* (count) */
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t n = count - r * length < length ? count - r * length : length;
-    const int64_t at = contiguous ? r * length : bpt_cpu_tensor_row(in, false, r);
-    float x_stage[BPT_STORAGE_STAGE], y_stage[BPT_STORAGE_STAGE];
-    for (int64_t o = 0; o < n; o += step) {
-      const int64_t m = n - o < step ? n - o : step;
-      float *ys = bpt_storage_write_row(y, y16, r * length + o, m, false, y_stage);
-      activation_run(kind, slope, m, bpt_storage_read_row(x, x16, at + o, m, x_stage), ys);
-      bpt_storage_commit_row(y, y16, r * length + o, m, ys);
-    }
-  }
+  const activation a = activation_of(node);
+  bpt_cpu_unary_rows_forward(node, activation_chunk, &a);
   return BPT_OK;
 }
 
 static bpt_status activation_backward(bpt_backend *backend, const bpt_kernel_node *node) {
   (void)backend;
-  const bpt_kernel_tensor *in = &node->inputs[0];
-  const bpt_activation kind = bpt_activation_of(node->op);
-  const float slope = node->float_attributes[BPT_LEAKY_RELU_SLOPE];
-  const bool from_x = kind == BPT_ACTIVATION_LEAKY_RELU; /* the others' derivative is a function of y */
-  const bool contiguous = bpt_cpu_contiguous(in);
-  const int64_t count = node->output.count, length = contiguous ? ACTIVATION_BLOCK : in->dims[in->rank - 1];
-  const int64_t rows = length ? (count + length - 1) / length : 0;
-  const bool x16 = bpt_tensor_is_bf16(in), y16 = bpt_tensor_is_bf16(&node->output);
-  const int64_t step = x16 || y16 ? BPT_STORAGE_STAGE : length;
-  const void *x = in->value, *y = node->output.value, *dy = node->output.grad;
-  void *dx = in->grad; /* x's layout and storage */
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t r = 0; r < rows; r++) {
-    const int64_t n = count - r * length < length ? count - r * length : length;
-    const int64_t at = contiguous ? r * length : bpt_cpu_tensor_row(in, false, r);
-    float value_stage[BPT_STORAGE_STAGE], dy_stage[BPT_STORAGE_STAGE], dx_stage[BPT_STORAGE_STAGE];
-    for (int64_t o = 0; o < n; o += step) {
-      const int64_t m = n - o < step ? n - o : step;
-      const float *xs = from_x ? bpt_storage_read_row(x, x16, at + o, m, value_stage) : NULL;
-      const float *ys = from_x ? NULL : bpt_storage_read_row(y, y16, r * length + o, m, value_stage);
-      float *dxs = bpt_storage_write_row(dx, x16, at + o, m, in->beta != 0.0f, dx_stage);
-      activation_gradient_run(kind, slope, m, xs, ys, bpt_storage_read_row(dy, y16, r * length + o, m, dy_stage),
-                              in->beta, dxs);
-      bpt_storage_commit_row(dx, x16, at + o, m, dxs);
-    }
-  }
+  const activation a = activation_of(node);
+  const bool from_x = a.kind == BPT_ACTIVATION_LEAKY_RELU; /* the others' derivative is a function of y */
+  bpt_cpu_unary_rows_backward(node, from_x, !from_x, activation_gradient_chunk, &a);
   return BPT_OK;
 }
 

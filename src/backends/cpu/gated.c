@@ -7,9 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backends/cpu/bf16_storage.h"
 #include "backends/cpu/cpu.h"
 #include "backends/cpu/strided_rows.h"
+#include "backends/cpu/unary_rows.h"
 
 /* omp simd is a request, not a requirement: instrumented (sanitizer) builds may decline it, and clang
  * would turn that note into an error under -Werror. */
@@ -141,78 +141,54 @@ BPT_AVX512_TARGET static void backward_avx512(gate g, int64_t n, const float *x,
 }
 #endif
 
-/* Elements per OpenMP task: whole vectors, and enough work to amortise the call. */
-#define GATED_BLOCK 4096
-
 static gate gate_of(const bpt_kernel_node *node) {
   /* sqrt(2 / pi) and 0.044715, doubled: sigmoid(2u). */
   if (node->op == BPT_OP_GELU_TANH) return (gate){1.5957691216057308f, 1.5957691216057308f * 0.044715f, true};
   return (gate){1.0f, 0.0f, false};
 }
 
-static bpt_status gated_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  void (*run)(gate, int64_t, const float *, float *) = forward_portable;
+/* The gate and the loops of this CPU's level, for the chunk loops. */
+typedef struct gated {
+  gate g;
+  void (*forward)(gate, int64_t, const float *, float *);
+  void (*backward)(gate, int64_t, const float *, const float *, bool, float *);
+} gated;
+
+static gated gated_of(bpt_backend *backend, const bpt_kernel_node *node) {
+  gated c = {gate_of(node), forward_portable, backward_portable};
 #if GATED_WIDE
   const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
-  run = loops >= BPT_CPU_LOOPS_AVX512 ? forward_avx512 : loops >= BPT_CPU_LOOPS_AVX2 ? forward_avx2 : run;
+  if (loops >= BPT_CPU_LOOPS_AVX512)
+    c.forward = forward_avx512, c.backward = backward_avx512;
+  else if (loops >= BPT_CPU_LOOPS_AVX2)
+    c.forward = forward_avx2, c.backward = backward_avx2;
 #else
   (void)backend;
 #endif
-  const gate g = gate_of(node);
-  const bpt_kernel_tensor *in = &node->inputs[0];
-  /* Blocks of GATED_BLOCK values, or a strided view's rows (found through its strides). */
-  const bool contiguous = bpt_cpu_contiguous(in);
-  const int64_t count = node->output.count, length = contiguous ? GATED_BLOCK : in->dims[in->rank - 1];
-  const int64_t blocks = length ? (count + length - 1) / length : 0;
-  const bool x16 = bpt_tensor_is_bf16(in), y16 = bpt_tensor_is_bf16(&node->output);
-  const int64_t step = x16 || y16 ? BPT_STORAGE_STAGE : length; /* f32: each block in one call */
-  const void *x = in->value;
-  void *y = node->output.value; /* (count) */
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t k = 0; k < blocks; k++) {
-    const int64_t begin = k * length, n = count - begin < length ? count - begin : length;
-    const int64_t at = contiguous ? begin : bpt_cpu_tensor_row(in, false, k);
-    float x_stage[BPT_STORAGE_STAGE], y_stage[BPT_STORAGE_STAGE];
-    for (int64_t o = 0; o < n; o += step) {
-      const int64_t m = n - o < step ? n - o : step;
-      float *ys = bpt_storage_write_row(y, y16, begin + o, m, false, y_stage);
-      run(g, m, bpt_storage_read_row(x, x16, at + o, m, x_stage), ys);
-      bpt_storage_commit_row(y, y16, begin + o, m, ys);
-    }
-  }
+  return c;
+}
+
+static void gated_chunk(const void *context, int64_t n, const float *x, float *y) {
+  const gated *c = context;
+  c->forward(c->g, n, x, y);
+}
+
+static void gated_gradient_chunk(const void *context, int64_t n, const float *x, const float *y, const float *dy,
+                                 float beta, float *dx) {
+  const gated *c = context;
+  (void)y;
+  c->backward(c->g, n, x, dy, beta == 0.0f, dx);
+}
+
+static bpt_status gated_forward(bpt_backend *backend, const bpt_kernel_node *node) {
+  const gated c = gated_of(backend, node);
+  bpt_cpu_unary_rows_forward(node, gated_chunk, &c);
   return BPT_OK;
 }
 
 static bpt_status gated_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  void (*run)(gate, int64_t, const float *, const float *, bool, float *) = backward_portable;
-#if GATED_WIDE
-  const bpt_cpu_loops loops = bpt_cpu_vector_loops(backend);
-  run = loops >= BPT_CPU_LOOPS_AVX512 ? backward_avx512 : loops >= BPT_CPU_LOOPS_AVX2 ? backward_avx2 : run;
-#else
-  (void)backend;
-#endif
-  const gate g = gate_of(node);
-  const bpt_kernel_tensor *in = &node->inputs[0];
-  const bool contiguous = bpt_cpu_contiguous(in), assign = in->beta == 0.0f;
-  const int64_t count = node->output.count, length = contiguous ? GATED_BLOCK : in->dims[in->rank - 1];
-  const int64_t blocks = length ? (count + length - 1) / length : 0;
-  const bool x16 = bpt_tensor_is_bf16(in), y16 = bpt_tensor_is_bf16(&node->output);
-  const int64_t step = x16 || y16 ? BPT_STORAGE_STAGE : length;
-  const void *x = in->value, *dy = node->output.grad;
-  void *dx = in->grad; /* x's layout and storage */
-#pragma omp parallel for if (count > BPT_CPU_PARALLEL_THRESHOLD)
-  for (int64_t k = 0; k < blocks; k++) {
-    const int64_t begin = k * length, n = count - begin < length ? count - begin : length;
-    const int64_t at = contiguous ? begin : bpt_cpu_tensor_row(in, false, k);
-    float x_stage[BPT_STORAGE_STAGE], dy_stage[BPT_STORAGE_STAGE], dx_stage[BPT_STORAGE_STAGE];
-    for (int64_t o = 0; o < n; o += step) {
-      const int64_t m = n - o < step ? n - o : step;
-      float *dxs = bpt_storage_write_row(dx, x16, at + o, m, !assign, dx_stage);
-      run(g, m, bpt_storage_read_row(x, x16, at + o, m, x_stage), bpt_storage_read_row(dy, y16, begin + o, m, dy_stage),
-          assign, dxs);
-      bpt_storage_commit_row(dx, x16, at + o, m, dxs);
-    }
-  }
+  const gated c = gated_of(backend, node);
+  bpt_cpu_unary_rows_backward(node, true, false, gated_gradient_chunk, &c);
   return BPT_OK;
 }
 

@@ -141,54 +141,61 @@ static void pool_plane_backward(const bpt_pool2d_args *a, const float *d, float 
     }
 }
 
+/* What both directions need: the planes' sizes, x's and y's storage, and the argmax buffer max pooling keeps;
+ * the per-thread staging (an input plane, then an output plane) reserved where either is bf16. */
+typedef struct pool_planes {
+  bpt_pool2d_args args;
+  int64_t in, out, count;
+  bool x16, y16, staged;
+} pool_planes;
+
+static bpt_status planes_of(bpt_backend *backend, const bpt_kernel_node *node, pool_planes *p) {
+  p->args = bpt_pool2d_args_of(node);
+  if (p->args.kind == BPT_POOL_MAX && !node->saved)
+    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
+  p->in = p->args.in_height * p->args.in_width, p->out = p->args.out_height * p->args.out_width;
+  p->count = p->args.batch * p->args.channels;
+  p->x16 = bpt_tensor_is_bf16(&node->inputs[0]), p->y16 = bpt_tensor_is_bf16(&node->output);
+  p->staged = p->x16 || p->y16;
+  return bpt_cpu_row_staging_reserve(backend, p->staged, 0, (size_t)(p->in + p->out));
+}
+
 /* max_pool2d (winning indices in saved), avg_pool2d and global_avg_pool, one kernel pair for all three:
  * x (N, C, H, W) -> y (N, C, OH, OW). bf16-stored planes are staged through f32 in the thread's scratch
- * (bf16_storage.h): x's plane and y's, or dy's and dx's, so the same loops run on either storage. */
+ * (bf16_storage.h): x's plane and y's, or dx's and dy's, so the same loops run on either storage. */
 static bpt_status pool2d_forward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_pool2d_args args = bpt_pool2d_args_of(node), *a = &args;
+  pool_planes p;
+  const bpt_status status = planes_of(backend, node, &p);
+  if (status != BPT_OK) return status;
   const void *x = node->inputs[0].value;
   void *y = node->output.value;
   int32_t *argmax = node->saved;
-  if (a->kind == BPT_POOL_MAX && !argmax)
-    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
-  const int64_t plane_in = a->in_height * a->in_width, plane_out = a->out_height * a->out_width;
-  const int64_t planes = a->batch * a->channels;
-  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(&node->output);
-  const bool staged = x16 || y16;
-  bpt_status status = bpt_cpu_row_staging_reserve(backend, staged, 0, (size_t)(plane_in + plane_out));
-  if (status != BPT_OK) return status;
-#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (parallel(a))
-  for (int64_t plane = 0; plane < planes; plane++) {
-    float *stage = bpt_cpu_row_staging(backend, staged, 0);
-    float *out = bpt_storage_write_row(y, y16, plane * plane_out, plane_out, false, stage ? stage + plane_in : NULL);
-    pool_plane(a, bpt_storage_read_row(x, x16, plane * plane_in, plane_in, stage), out,
-               argmax ? argmax + plane * plane_out : NULL);
-    bpt_storage_commit_row(y, y16, plane * plane_out, plane_out, out);
+#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (parallel(&p.args))
+  for (int64_t plane = 0; plane < p.count; plane++) {
+    float *stage = bpt_cpu_row_staging(backend, p.staged, 0);
+    float *out = bpt_storage_write_row(y, p.y16, plane * p.out, p.out, false, stage ? stage + p.in : NULL);
+    pool_plane(&p.args, bpt_storage_read_row(x, p.x16, plane * p.in, p.in, stage), out,
+               argmax ? argmax + plane * p.out : NULL);
+    bpt_storage_commit_row(y, p.y16, plane * p.out, p.out, out);
   }
   return BPT_OK;
 }
 
 static bpt_status pool2d_backward(bpt_backend *backend, const bpt_kernel_node *node) {
-  const bpt_pool2d_args args = bpt_pool2d_args_of(node), *a = &args;
+  pool_planes p;
+  const bpt_status status = planes_of(backend, node, &p);
+  if (status != BPT_OK) return status;
   const void *dy = node->output.grad;
   const int32_t *argmax = node->saved;
   void *dx = node->inputs[0].grad;
-  if (a->kind == BPT_POOL_MAX && !argmax)
-    return bpt_backend_fail(backend, BPT_ERR_INVALID_ARGUMENT, "pool2d: max pooling needs an argmax buffer");
-  const int64_t plane_in = a->in_height * a->in_width, plane_out = a->out_height * a->out_width;
-  const int64_t planes = a->batch * a->channels;
-  const bool x16 = bpt_tensor_is_bf16(&node->inputs[0]), y16 = bpt_tensor_is_bf16(&node->output);
-  const bool staged = x16 || y16;
-  bpt_status status = bpt_cpu_row_staging_reserve(backend, staged, 0, (size_t)(plane_in + plane_out));
-  if (status != BPT_OK) return status;
-#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (parallel(a))
-  for (int64_t plane = 0; plane < planes; plane++) {
-    float *stage = bpt_cpu_row_staging(backend, staged, 0);
+#pragma omp parallel for num_threads(bpt_cpu_threads(backend)) if (parallel(&p.args))
+  for (int64_t plane = 0; plane < p.count; plane++) {
+    float *stage = bpt_cpu_row_staging(backend, p.staged, 0);
     /* dx is added into (beta 1: its first writer clears it), so a bf16 plane is widened first. */
-    float *out = bpt_storage_write_row(dx, x16, plane * plane_in, plane_in, true, stage);
-    pool_plane_backward(a, bpt_storage_read_row(dy, y16, plane * plane_out, plane_out, stage ? stage + plane_in : NULL),
-                        out, argmax ? argmax + plane * plane_out : NULL);
-    bpt_storage_commit_row(dx, x16, plane * plane_in, plane_in, out);
+    float *out = bpt_storage_write_row(dx, p.x16, plane * p.in, p.in, true, stage);
+    pool_plane_backward(&p.args, bpt_storage_read_row(dy, p.y16, plane * p.out, p.out, stage ? stage + p.in : NULL),
+                        out, argmax ? argmax + plane * p.out : NULL);
+    bpt_storage_commit_row(dx, p.x16, plane * p.in, p.in, out);
   }
   return BPT_OK;
 }
